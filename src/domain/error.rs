@@ -1,0 +1,129 @@
+//! The coordinator's one error type. Expected outcomes (a stale attempt, a
+//! finished job) are variants of their own so the gRPC layer can turn each
+//! into a precise status a worker in any language can switch on; see
+//! `grpc::status` for the mapping.
+
+use super::{DbTime, JobState};
+
+/// A field of a request that failed validation, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FieldViolation {
+    pub field: String,
+    pub description: String,
+}
+
+impl FieldViolation {
+    pub fn new(field: impl Into<String>, description: impl Into<String>) -> Self {
+        FieldViolation {
+            field: field.into(),
+            description: description.into(),
+        }
+    }
+}
+
+/// Everything a coordinator call can refuse or fail with.
+#[derive(Debug, thiserror::Error)]
+pub enum CoordinatorError {
+    /// The request is malformed; nothing was written.
+    #[error("invalid request: {}", describe(.0))]
+    InvalidArgument(Vec<FieldViolation>),
+
+    /// No job with this id.
+    #[error("job {job_id} not found")]
+    JobNotFound { job_id: u64 },
+
+    /// The presented attempt was superseded by a claim or takeover
+    /// (DESIGN.md rule 3): the caller no longer holds the job.
+    #[error(
+        "attempt {presented} of job {job_id} was superseded by attempt {current} (job is {state})"
+    )]
+    AttemptSuperseded {
+        job_id: u64,
+        presented: u64,
+        current: u64,
+        state: JobState,
+    },
+
+    /// The presented attempt is newer than any handed out: a client bug.
+    #[error("attempt {presented} of job {job_id} was never issued (current is {current})")]
+    AttemptNotIssued {
+        job_id: u64,
+        presented: u64,
+        current: u64,
+    },
+
+    /// The attempt is current but the job is no longer running (it was
+    /// finished, retried or parked by this very attempt with another call).
+    #[error("job {job_id} is {state}, not running")]
+    JobNotRunning {
+        job_id: u64,
+        attempt: u64,
+        state: JobState,
+    },
+
+    /// Takeover of a job in a terminal state.
+    #[error("job {job_id} is already finished ({state})")]
+    JobFinished {
+        job_id: u64,
+        attempt: u64,
+        state: JobState,
+    },
+
+    /// Takeover of a job whose lease has not expired (DB clock).
+    #[error("lease of job {job_id} (attempt {attempt}) runs until {lease_until}")]
+    LeaseNotExpired {
+        job_id: u64,
+        attempt: u64,
+        lease_until: DbTime,
+    },
+
+    /// Enqueue of a known operation_key with a different payload.
+    #[error("operation_key {operation_key:?} of queue {queue:?} is already job {job_id} with a different payload")]
+    OperationKeyConflict {
+        queue: String,
+        operation_key: String,
+        job_id: u64,
+    },
+
+    /// The connection was lost during COMMIT: the change may or may not have
+    /// been applied (DESIGN.md rule 4). Never report ownership after this.
+    #[error("commit outcome unknown: {0}")]
+    CommitOutcomeUnknown(String),
+
+    /// The database could not be reached; nothing was applied.
+    #[error("database unavailable: {0}")]
+    DatabaseUnavailable(String),
+
+    /// A deadlock or lock wait timeout rolled the transaction back; nothing
+    /// was applied and the call may be retried.
+    #[error("transaction conflict: {0}")]
+    TransactionConflict(String),
+
+    /// Anything unexpected (a bug, or a schema the code does not match).
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+fn describe(violations: &[FieldViolation]) -> String {
+    violations
+        .iter()
+        .map(|v| format!("{}: {}", v.field, v.description))
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+impl CoordinatorError {
+    /// One invalid field.
+    pub fn invalid(field: impl Into<String>, description: impl Into<String>) -> Self {
+        CoordinatorError::InvalidArgument(vec![FieldViolation::new(field, description)])
+    }
+
+    /// True for a refused write from a worker that no longer holds the job
+    /// (the outcome counted by the stale-attempt metric).
+    pub fn is_stale_write(&self) -> bool {
+        matches!(
+            self,
+            CoordinatorError::AttemptSuperseded { .. } | CoordinatorError::JobNotRunning { .. }
+        )
+    }
+}

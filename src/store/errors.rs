@@ -1,0 +1,59 @@
+//! sqlx errors translated once, into the coordinator's error type.
+
+use crate::domain::CoordinatorError;
+use sqlx::mysql::MySqlDatabaseError;
+
+/// MySQL/MariaDB error numbers we act on.
+pub(crate) mod code {
+    pub const DUPLICATE_ENTRY: u16 = 1062;
+    pub const LOCK_WAIT_TIMEOUT: u16 = 1205;
+    pub const DEADLOCK: u16 = 1213;
+    pub const TOO_MANY_CONNECTIONS: u16 = 1040;
+    pub const SERVER_SHUTDOWN: u16 = 1053;
+    pub const CONNECTION_KILLED: u16 = 1927;
+    pub const QUERY_INTERRUPTED: u16 = 1317;
+}
+
+/// The server's error number, if `err` is a server error.
+pub(crate) fn error_number(err: &sqlx::Error) -> Option<u16> {
+    match err {
+        sqlx::Error::Database(db) => db
+            .try_downcast_ref::<MySqlDatabaseError>()
+            .map(|e| e.number()),
+        _ => None,
+    }
+}
+
+/// True if `err` is a unique-key violation.
+pub(crate) fn is_unique_violation(err: &sqlx::Error) -> bool {
+    error_number(err) == Some(code::DUPLICATE_ENTRY)
+}
+
+/// Translates an error from a statement that ran before COMMIT: whatever
+/// happened, the transaction did not commit.
+///
+/// Deadlock (1213) and lock wait timeout (1205) become `TransactionConflict`
+/// (retryable); a lost or refused connection becomes `DatabaseUnavailable`;
+/// anything else is `Internal`.
+pub fn convert_sqlx_err(err: sqlx::Error) -> CoordinatorError {
+    match error_number(&err) {
+        Some(code::DEADLOCK | code::LOCK_WAIT_TIMEOUT) => {
+            return CoordinatorError::TransactionConflict(err.to_string())
+        }
+        Some(
+            code::TOO_MANY_CONNECTIONS
+            | code::SERVER_SHUTDOWN
+            | code::CONNECTION_KILLED
+            | code::QUERY_INTERRUPTED,
+        ) => return CoordinatorError::DatabaseUnavailable(err.to_string()),
+        _ => {}
+    }
+    match err {
+        sqlx::Error::Io(_)
+        | sqlx::Error::PoolTimedOut
+        | sqlx::Error::PoolClosed
+        | sqlx::Error::Tls(_)
+        | sqlx::Error::WorkerCrashed => CoordinatorError::DatabaseUnavailable(err.to_string()),
+        other => CoordinatorError::Internal(other.to_string()),
+    }
+}

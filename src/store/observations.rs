@@ -1,0 +1,77 @@
+//! RecordObservation: evidence about a job (a provider response, a
+//! webhook), accepted from any attempt including stale ones (DESIGN.md
+//! rule 7). It never changes the job; the current holder or the reconciler
+//! reads it and decides.
+
+use super::errors::{error_number, is_unique_violation};
+use super::{commit, convert_sqlx_err, reads, retry_conflicts, JobStore};
+use crate::domain::{CoordinatorError, Observation, ObservationOutcome, ObservationSource};
+
+/// MySQL's "foreign key constraint fails" on insert: the job does not exist.
+const NO_REFERENCED_ROW: u16 = 1452;
+
+/// A validated RecordObservation.
+#[derive(Debug, Clone)]
+pub struct RecordObservationRequest {
+    pub job_id: u64,
+    /// The attempt the reporter held; any value (0 for webhooks).
+    pub attempt: u64,
+    pub source: ObservationSource,
+    pub outcome: ObservationOutcome,
+    pub provider_reference: Option<String>,
+    pub body: String,
+    /// Unique per job; a repeat returns the first observation.
+    pub dedup_key: String,
+}
+
+impl JobStore {
+    /// Appends an observation, de-duplicated on (job, dedup_key). Returns it
+    /// and whether it already existed. `JobNotFound` for an unknown job.
+    pub async fn record_observation(
+        &self,
+        req: &RecordObservationRequest,
+    ) -> Result<(Observation, bool), CoordinatorError> {
+        retry_conflicts(|| self.record_once(req)).await
+    }
+
+    async fn record_once(
+        &self,
+        req: &RecordObservationRequest,
+    ) -> Result<(Observation, bool), CoordinatorError> {
+        let mut tx = self.begin().await?;
+        let inserted = sqlx::query(include_str!("queries/observations/insert.sql"))
+            .bind(req.job_id)
+            .bind(req.attempt)
+            .bind(req.source.as_str())
+            .bind(req.outcome.as_str())
+            .bind(req.provider_reference.as_deref())
+            .bind(&req.body)
+            .bind(&req.dedup_key)
+            .execute(&mut *tx)
+            .await;
+        let duplicate = match inserted {
+            Ok(_) => false,
+            Err(e) if is_unique_violation(&e) => true,
+            Err(e) if error_number(&e) == Some(NO_REFERENCED_ROW) => {
+                return Err(CoordinatorError::JobNotFound { job_id: req.job_id })
+            }
+            Err(e) => return Err(convert_sqlx_err(e)),
+        };
+        if !duplicate {
+            sqlx::query(include_str!("queries/observations/event.sql"))
+                .bind(req.attempt)
+                .bind(format!("{} {}", req.source.as_str(), req.outcome.as_str()))
+                .bind(req.job_id)
+                .execute(&mut *tx)
+                .await
+                .map_err(convert_sqlx_err)?;
+        }
+        let observation = reads::observation_by_key(&mut tx, req.job_id, &req.dedup_key)
+            .await?
+            .ok_or_else(|| {
+                CoordinatorError::TransactionConflict("observation vanished; retrying".into())
+            })?;
+        commit(tx).await?;
+        Ok((observation, duplicate))
+    }
+}

@@ -1,0 +1,93 @@
+//! Named pause points inside store transactions, for deterministic race
+//! tests: a test arms a point, waits until a call reaches it (holding
+//! whatever row locks it has taken so far), runs a competing call, then
+//! releases the first one. Production stores carry no pause points, and an
+//! unarmed point costs one mutex lookup.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use tokio::sync::oneshot;
+
+/// Points the store calls, by name:
+/// - `claim.after_scan`: the claim scan has locked its candidate rows
+///   (`SELECT … FOR UPDATE SKIP LOCKED`), nothing is updated yet.
+/// - `claim.before_commit`: the claim's updates are done, COMMIT is next.
+/// - `takeover.after_lock`: a takeover holds the job's row lock and has
+///   checked that the lease expired, nothing is updated yet.
+/// - `write.after_lock`: a fenced write (RenewLease, Complete, Fail) holds the
+///   row lock, nothing is updated yet.
+#[derive(Debug, Default, Clone)]
+pub struct PausePoints {
+    armed: Arc<Mutex<HashMap<&'static str, Gate>>>,
+}
+
+#[derive(Debug)]
+struct Gate {
+    reached: oneshot::Sender<()>,
+    release: oneshot::Receiver<()>,
+}
+
+/// The test's side of an armed point.
+#[derive(Debug)]
+pub struct Armed {
+    reached: oneshot::Receiver<()>,
+    release: Option<oneshot::Sender<()>>,
+}
+
+impl Armed {
+    /// Waits until a call has reached the point and is paused there.
+    pub async fn reached(&mut self) {
+        (&mut self.reached)
+            .await
+            .expect("the paused call was dropped before reaching its pause point");
+    }
+
+    /// Lets the paused call go on.
+    pub fn release(&mut self) {
+        if let Some(tx) = self.release.take() {
+            let _ = tx.send(());
+        }
+    }
+}
+
+impl Drop for Armed {
+    fn drop(&mut self) {
+        self.release();
+    }
+}
+
+impl PausePoints {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Arms `point` for the next call that reaches it (only that one pauses).
+    pub fn arm(&self, point: &'static str) -> Armed {
+        let (reached_tx, reached_rx) = oneshot::channel();
+        let (release_tx, release_rx) = oneshot::channel();
+        self.armed.lock().expect("pause points poisoned").insert(
+            point,
+            Gate {
+                reached: reached_tx,
+                release: release_rx,
+            },
+        );
+        Armed {
+            reached: reached_rx,
+            release: Some(release_tx),
+        }
+    }
+
+    /// Called by the store: pauses here if a test armed this point.
+    pub(crate) async fn pause(&self, point: &'static str) {
+        let gate = self
+            .armed
+            .lock()
+            .expect("pause points poisoned")
+            .remove(point);
+        if let Some(gate) = gate {
+            let _ = gate.reached.send(());
+            let _ = gate.release.await;
+        }
+    }
+}
