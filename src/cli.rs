@@ -1,0 +1,195 @@
+//! The `jobfence` command line. Every flag can also be set by the
+//! `JOBFENCE_*` environment variable named in its help.
+
+use crate::coordinator::{Coordinator, CoordinatorConfig};
+use crate::domain::{QueuePolicies, QueuePolicy};
+use crate::server::{self, ServeOptions};
+use crate::store::{self, JobStore, PoolSettings};
+use anyhow::Context;
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use std::net::SocketAddr;
+use std::time::Duration;
+
+/// The database of the project-local MariaDB that `scripts/mariadb` starts.
+pub const DEFAULT_DATABASE_URL: &str = "mysql://jobfence:jobfence@127.0.0.1:3307/jobfence";
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "jobfence",
+    version,
+    about = "Fenced job coordination over MySQL, served over gRPC"
+)]
+pub struct Cli {
+    /// Log format.
+    #[arg(long, global = true, env = "JOBFENCE_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Serve the JobCoordinator gRPC API (with health and reflection).
+    Serve(ServeArgs),
+    /// Apply the schema migrations and exit.
+    Migrate(DatabaseArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct DatabaseArgs {
+    /// MySQL/MariaDB URL.
+    #[arg(long, env = "JOBFENCE_DATABASE_URL", default_value = DEFAULT_DATABASE_URL)]
+    pub database_url: String,
+    /// Most database connections.
+    #[arg(long, env = "JOBFENCE_DB_MAX_CONNECTIONS", default_value_t = 32)]
+    pub db_max_connections: u32,
+}
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    #[command(flatten)]
+    pub database: DatabaseArgs,
+    /// Address to listen on for gRPC.
+    #[arg(long, env = "JOBFENCE_LISTEN", default_value = "127.0.0.1:50051")]
+    pub listen: SocketAddr,
+    /// Apply migrations before serving.
+    #[arg(long, env = "JOBFENCE_MIGRATE", default_value_t = false)]
+    pub migrate: bool,
+    /// Lease given when a Claim or Takeover names none (e.g. 30s).
+    #[arg(long, env = "JOBFENCE_DEFAULT_LEASE", value_parser = humantime::parse_duration, default_value = "30s")]
+    pub default_lease: Duration,
+    /// Shortest lease a worker may ask for.
+    #[arg(long, env = "JOBFENCE_MIN_LEASE", value_parser = humantime::parse_duration, default_value = "1s")]
+    pub min_lease: Duration,
+    /// Longest lease a worker may ask for.
+    #[arg(long, env = "JOBFENCE_MAX_LEASE", value_parser = humantime::parse_duration, default_value = "1h")]
+    pub max_lease: Duration,
+    /// Most jobs one Claim may take.
+    #[arg(long, env = "JOBFENCE_MAX_CLAIM_BATCH", default_value_t = 100)]
+    pub max_claim_batch: u32,
+    /// Provider idempotency window, from the first dispatch: a resend is
+    /// allowed only inside it (Stripe: 24h).
+    #[arg(long, env = "JOBFENCE_RESEND_WINDOW", value_parser = humantime::parse_duration, default_value = "24h")]
+    pub resend_window: Duration,
+    /// Per-queue resend window, QUEUE=DURATION (repeatable; comma-separated in the env).
+    #[arg(long, env = "JOBFENCE_QUEUE_RESEND_WINDOW", value_parser = parse_queue_duration, value_delimiter = ',')]
+    pub queue_resend_window: Vec<(String, Duration)>,
+    /// Most times a job is handed out with EXECUTE before a resend goes to
+    /// manual review.
+    #[arg(long, env = "JOBFENCE_MAX_DISPATCHES", default_value_t = 3)]
+    pub max_dispatches: u32,
+    /// Per-queue max dispatches, QUEUE=N (repeatable; comma-separated in the env).
+    #[arg(long, env = "JOBFENCE_QUEUE_MAX_DISPATCHES", value_parser = parse_queue_count, value_delimiter = ',')]
+    pub queue_max_dispatches: Vec<(String, u32)>,
+    /// How often the database is pinged for the health status.
+    #[arg(long, env = "JOBFENCE_HEALTH_INTERVAL", value_parser = humantime::parse_duration, default_value = "1s")]
+    pub health_interval: Duration,
+    /// On SIGTERM: how long to report NOT_SERVING before closing the listener.
+    #[arg(long, env = "JOBFENCE_DRAIN_DELAY", value_parser = humantime::parse_duration, default_value = "2s")]
+    pub drain_delay: Duration,
+}
+
+fn parse_queue_duration(s: &str) -> Result<(String, Duration), String> {
+    let (q, d) = s
+        .split_once('=')
+        .ok_or("expected QUEUE=DURATION, e.g. refunds=24h")?;
+    Ok((
+        q.to_owned(),
+        humantime::parse_duration(d).map_err(|e| e.to_string())?,
+    ))
+}
+
+fn parse_queue_count(s: &str) -> Result<(String, u32), String> {
+    let (q, n) = s
+        .split_once('=')
+        .ok_or("expected QUEUE=N, e.g. refunds=5")?;
+    Ok((q.to_owned(), n.parse().map_err(|e| format!("{e}"))?))
+}
+
+impl ServeArgs {
+    /// The coordinator configuration these flags describe.
+    pub fn coordinator_config(&self) -> CoordinatorConfig {
+        let default = QueuePolicy {
+            resend_window: self.resend_window,
+            max_dispatches: self.max_dispatches,
+        };
+        let mut policies = QueuePolicies {
+            default,
+            ..Default::default()
+        };
+        for (q, w) in &self.queue_resend_window {
+            policies
+                .by_queue
+                .entry(q.clone())
+                .or_insert(default)
+                .resend_window = *w;
+        }
+        for (q, n) in &self.queue_max_dispatches {
+            policies
+                .by_queue
+                .entry(q.clone())
+                .or_insert(default)
+                .max_dispatches = *n;
+        }
+        CoordinatorConfig {
+            default_lease: self.default_lease,
+            min_lease: self.min_lease,
+            max_lease: self.max_lease,
+            max_claim_batch: self.max_claim_batch,
+            policies,
+        }
+    }
+}
+
+fn init_tracing(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("JOBFENCE_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}
+
+fn open_store(db: &DatabaseArgs) -> anyhow::Result<JobStore> {
+    let settings = PoolSettings {
+        max_connections: db.db_max_connections,
+        ..PoolSettings::default()
+    };
+    Ok(JobStore::new(store::connect(&db.database_url, &settings)?))
+}
+
+/// Runs the command line.
+pub async fn run(cli: Cli) -> anyhow::Result<()> {
+    init_tracing(cli.log_format);
+    match cli.command {
+        Command::Migrate(db) => {
+            let store = open_store(&db)?;
+            store.migrate().await.context("applying migrations")?;
+            tracing::info!("migrations applied");
+            Ok(())
+        }
+        Command::Serve(args) => {
+            let store = open_store(&args.database)?;
+            if args.migrate {
+                store.migrate().await.context("applying migrations")?;
+                tracing::info!("migrations applied");
+            }
+            let listener = tokio::net::TcpListener::bind(args.listen)
+                .await
+                .with_context(|| format!("binding {}", args.listen))?;
+            let coordinator = Coordinator::new(store, args.coordinator_config());
+            let options = ServeOptions {
+                health_interval: args.health_interval,
+                drain_delay: args.drain_delay,
+            };
+            server::serve(coordinator, listener, options, server::shutdown_signal()).await
+        }
+    }
+}

@@ -1,0 +1,313 @@
+//! `jobfence.v1.JobCoordinator`: the worker-facing service.
+
+use super::convert::{self, duration, non_empty};
+use crate::coordinator::validate::Violations;
+use crate::coordinator::{self, Coordinator};
+use crate::domain::CoordinatorError;
+use crate::proto::job_coordinator_server::JobCoordinator;
+use crate::proto::{
+    ClaimRequest, ClaimResponse, CompleteRequest, CompleteResponse, EnqueueRequest,
+    EnqueueResponse, FailRequest, FailResponse, GetJobRequest, GetJobResponse,
+    RecordObservationRequest, RecordObservationResponse, RenewLeaseRequest, RenewLeaseResponse,
+    TakeoverRequest, TakeoverResponse,
+};
+use crate::store;
+use tonic::{Request, Response, Status};
+use tracing::{instrument, Span};
+
+/// The tonic service over a [`Coordinator`].
+#[derive(Debug, Clone)]
+pub struct JobCoordinatorService {
+    coordinator: Coordinator,
+}
+
+impl JobCoordinatorService {
+    pub fn new(coordinator: Coordinator) -> Self {
+        JobCoordinatorService { coordinator }
+    }
+}
+
+/// Records the outcome on the RPC's span and converts the error.
+fn finish<T>(result: Result<T, CoordinatorError>) -> Result<Response<T>, Status> {
+    match result {
+        Ok(v) => {
+            Span::current().record("outcome", "ok");
+            Ok(Response::new(v))
+        }
+        Err(e) => {
+            let (_, reason) = super::status::code_and_reason(&e);
+            Span::current().record("outcome", reason);
+            Err(e.into())
+        }
+    }
+}
+
+#[tonic::async_trait]
+impl JobCoordinator for JobCoordinatorService {
+    #[instrument(
+        name = "Enqueue",
+        skip_all,
+        fields(queue, operation_key, job_id, outcome)
+    )]
+    async fn enqueue(
+        &self,
+        request: Request<EnqueueRequest>,
+    ) -> Result<Response<EnqueueResponse>, Status> {
+        let r = request.into_inner();
+        let span = Span::current();
+        span.record("queue", r.queue.as_str());
+        span.record("operation_key", r.operation_key.as_str());
+        let result = async {
+            let mut v = Violations::default();
+            let delay = duration(&mut v, "delay", r.delay);
+            v.finish()?;
+            let out = self
+                .coordinator
+                .enqueue(store::EnqueueRequest {
+                    queue: r.queue,
+                    operation_key: r.operation_key,
+                    payload: r.payload,
+                    delay: delay.unwrap_or_default(),
+                })
+                .await?;
+            span.record("job_id", out.job.id);
+            Ok(EnqueueResponse {
+                job: Some(convert::job(out.job)),
+                created: out.created,
+            })
+        }
+        .await;
+        finish(result)
+    }
+
+    #[instrument(name = "Claim", skip_all, fields(queue, worker_id, claimed, outcome))]
+    async fn claim(
+        &self,
+        request: Request<ClaimRequest>,
+    ) -> Result<Response<ClaimResponse>, Status> {
+        let r = request.into_inner();
+        let span = Span::current();
+        span.record("queue", r.queue.as_str());
+        span.record("worker_id", r.worker_id.as_str());
+        let result = async {
+            let mut v = Violations::default();
+            let lease = duration(&mut v, "lease", r.lease);
+            v.finish()?;
+            let jobs = self
+                .coordinator
+                .claim(coordinator::Claim {
+                    queue: r.queue,
+                    worker_id: r.worker_id,
+                    max_jobs: r.max_jobs,
+                    lease,
+                })
+                .await?;
+            span.record("claimed", jobs.len());
+            Ok(ClaimResponse {
+                jobs: jobs.into_iter().map(convert::claimed).collect(),
+            })
+        }
+        .await;
+        finish(result)
+    }
+
+    #[instrument(
+        name = "Takeover",
+        skip_all,
+        fields(job_id, worker_id, attempt, operation_key, outcome)
+    )]
+    async fn takeover(
+        &self,
+        request: Request<TakeoverRequest>,
+    ) -> Result<Response<TakeoverResponse>, Status> {
+        let r = request.into_inner();
+        let span = Span::current();
+        span.record("job_id", r.job_id);
+        span.record("worker_id", r.worker_id.as_str());
+        let result = async {
+            let mut v = Violations::default();
+            let lease = duration(&mut v, "lease", r.lease);
+            v.finish()?;
+            let claimed = self
+                .coordinator
+                .takeover(coordinator::Takeover {
+                    job_id: r.job_id,
+                    worker_id: r.worker_id,
+                    lease,
+                })
+                .await?;
+            span.record("attempt", claimed.job.attempt);
+            span.record("operation_key", claimed.job.operation_key.as_str());
+            Ok(TakeoverResponse {
+                claimed: Some(convert::claimed(claimed)),
+            })
+        }
+        .await;
+        finish(result)
+    }
+
+    #[instrument(name = "RenewLease", skip_all, fields(job_id, attempt, outcome))]
+    async fn renew_lease(
+        &self,
+        request: Request<RenewLeaseRequest>,
+    ) -> Result<Response<RenewLeaseResponse>, Status> {
+        let r = request.into_inner();
+        let span = Span::current();
+        span.record("job_id", r.job_id);
+        span.record("attempt", r.attempt);
+        let result = async {
+            let mut v = Violations::default();
+            let lease = duration(&mut v, "lease", r.lease);
+            v.finish()?;
+            let out = self
+                .coordinator
+                .renew_lease(coordinator::RenewLease {
+                    job_id: r.job_id,
+                    attempt: r.attempt,
+                    lease,
+                })
+                .await?;
+            Ok(RenewLeaseResponse {
+                job: Some(convert::job(out.job)),
+                replayed: out.replayed,
+            })
+        }
+        .await;
+        finish(result)
+    }
+
+    #[instrument(
+        name = "Complete",
+        skip_all,
+        fields(job_id, attempt, operation_key, replayed, outcome)
+    )]
+    async fn complete(
+        &self,
+        request: Request<CompleteRequest>,
+    ) -> Result<Response<CompleteResponse>, Status> {
+        let r = request.into_inner();
+        let span = Span::current();
+        span.record("job_id", r.job_id);
+        span.record("attempt", r.attempt);
+        let result = async {
+            let out = self
+                .coordinator
+                .complete(store::CompleteRequest {
+                    job_id: r.job_id,
+                    attempt: r.attempt,
+                    provider_reference: non_empty(r.provider_reference),
+                    result: non_empty(r.result),
+                })
+                .await?;
+            span.record("operation_key", out.job.operation_key.as_str());
+            span.record("replayed", out.replayed);
+            Ok(CompleteResponse {
+                job: Some(convert::job(out.job)),
+                replayed: out.replayed,
+            })
+        }
+        .await;
+        finish(result)
+    }
+
+    #[instrument(
+        name = "Fail",
+        skip_all,
+        fields(job_id, attempt, operation_key, applied, replayed, outcome)
+    )]
+    async fn fail(&self, request: Request<FailRequest>) -> Result<Response<FailResponse>, Status> {
+        let r = request.into_inner();
+        let span = Span::current();
+        span.record("job_id", r.job_id);
+        span.record("attempt", r.attempt);
+        let result = async {
+            let mut v = Violations::default();
+            let disposition = convert::disposition(&mut v, r.disposition);
+            let retry_delay = duration(&mut v, "retry_delay", r.retry_delay);
+            v.finish()?;
+            let out = self
+                .coordinator
+                .fail(coordinator::Fail {
+                    job_id: r.job_id,
+                    attempt: r.attempt,
+                    disposition,
+                    error: r.error,
+                    retry_delay: retry_delay.unwrap_or_default(),
+                })
+                .await?;
+            let applied = convert::disposition_to_proto(out.applied);
+            span.record("operation_key", out.job.operation_key.as_str());
+            span.record("applied", applied.as_str_name());
+            span.record("replayed", out.replayed);
+            Ok(FailResponse {
+                job: Some(convert::job(out.job)),
+                applied: applied as i32,
+                override_reason: out
+                    .override_reason
+                    .map(|r| r.as_str().to_owned())
+                    .unwrap_or_default(),
+                replayed: out.replayed,
+            })
+        }
+        .await;
+        finish(result)
+    }
+
+    #[instrument(
+        name = "RecordObservation",
+        skip_all,
+        fields(job_id, attempt, duplicate, outcome)
+    )]
+    async fn record_observation(
+        &self,
+        request: Request<RecordObservationRequest>,
+    ) -> Result<Response<RecordObservationResponse>, Status> {
+        let r = request.into_inner();
+        let span = Span::current();
+        span.record("job_id", r.job_id);
+        span.record("attempt", r.attempt);
+        let result = async {
+            let mut v = Violations::default();
+            let source = convert::source(&mut v, r.source);
+            let outcome = convert::outcome(&mut v, r.outcome);
+            v.finish()?;
+            let (observation, duplicate) = self
+                .coordinator
+                .record_observation(store::RecordObservationRequest {
+                    job_id: r.job_id,
+                    attempt: r.attempt,
+                    source,
+                    outcome,
+                    provider_reference: non_empty(r.provider_reference),
+                    body: r.body,
+                    dedup_key: r.dedup_key,
+                })
+                .await?;
+            span.record("duplicate", duplicate);
+            Ok(RecordObservationResponse {
+                observation: Some(convert::observation(observation)),
+                duplicate,
+            })
+        }
+        .await;
+        finish(result)
+    }
+
+    #[instrument(name = "GetJob", skip_all, fields(job_id, outcome))]
+    async fn get_job(
+        &self,
+        request: Request<GetJobRequest>,
+    ) -> Result<Response<GetJobResponse>, Status> {
+        let r = request.into_inner();
+        Span::current().record("job_id", r.job_id);
+        let result = self
+            .coordinator
+            .get_job(r.job_id)
+            .await
+            .map(|(job, observations)| GetJobResponse {
+                job: Some(convert::job(job)),
+                observations: observations.into_iter().map(convert::observation).collect(),
+            });
+        finish(result)
+    }
+}

@@ -1,0 +1,118 @@
+//! The one mapping from [`CoordinatorError`] to `tonic::Status`.
+//!
+//! Every expected outcome gets a precise code and a `google.rpc.ErrorInfo`
+//! (domain [`ERROR_DOMAIN`]) whose reason a client in any language can
+//! switch on; never UNKNOWN or INTERNAL. INTERNAL is left for bugs.
+
+use crate::domain::CoordinatorError;
+use std::collections::HashMap;
+use tonic::Code;
+use tonic_types::{ErrorDetails, StatusExt};
+
+/// The ErrorInfo domain of every jobfence error.
+pub const ERROR_DOMAIN: &str = "jobfence";
+
+/// ErrorInfo reasons, as clients see them.
+pub mod reason {
+    pub const INVALID_REQUEST: &str = "INVALID_REQUEST";
+    pub const JOB_NOT_FOUND: &str = "JOB_NOT_FOUND";
+    pub const ATTEMPT_SUPERSEDED: &str = "ATTEMPT_SUPERSEDED";
+    pub const ATTEMPT_NOT_ISSUED: &str = "ATTEMPT_NOT_ISSUED";
+    pub const JOB_NOT_RUNNING: &str = "JOB_NOT_RUNNING";
+    pub const JOB_FINISHED: &str = "JOB_FINISHED";
+    pub const LEASE_NOT_EXPIRED: &str = "LEASE_NOT_EXPIRED";
+    pub const OPERATION_KEY_CONFLICT: &str = "OPERATION_KEY_CONFLICT";
+    pub const COMMIT_OUTCOME_UNKNOWN: &str = "COMMIT_OUTCOME_UNKNOWN";
+    pub const DATABASE_UNAVAILABLE: &str = "DATABASE_UNAVAILABLE";
+    pub const TRANSACTION_CONFLICT: &str = "TRANSACTION_CONFLICT";
+    pub const INTERNAL: &str = "INTERNAL";
+}
+
+fn meta<const N: usize>(pairs: [(&str, String); N]) -> HashMap<String, String> {
+    pairs.into_iter().map(|(k, v)| (k.to_owned(), v)).collect()
+}
+
+/// The status code and ErrorInfo reason of `err`.
+pub fn code_and_reason(err: &CoordinatorError) -> (Code, &'static str) {
+    use CoordinatorError::*;
+    match err {
+        InvalidArgument(_) => (Code::InvalidArgument, reason::INVALID_REQUEST),
+        JobNotFound { .. } => (Code::NotFound, reason::JOB_NOT_FOUND),
+        AttemptSuperseded { .. } => (Code::FailedPrecondition, reason::ATTEMPT_SUPERSEDED),
+        AttemptNotIssued { .. } => (Code::FailedPrecondition, reason::ATTEMPT_NOT_ISSUED),
+        JobNotRunning { .. } => (Code::FailedPrecondition, reason::JOB_NOT_RUNNING),
+        JobFinished { .. } => (Code::FailedPrecondition, reason::JOB_FINISHED),
+        LeaseNotExpired { .. } => (Code::FailedPrecondition, reason::LEASE_NOT_EXPIRED),
+        OperationKeyConflict { .. } => (Code::AlreadyExists, reason::OPERATION_KEY_CONFLICT),
+        CommitOutcomeUnknown(_) => (Code::Unavailable, reason::COMMIT_OUTCOME_UNKNOWN),
+        DatabaseUnavailable(_) => (Code::Unavailable, reason::DATABASE_UNAVAILABLE),
+        TransactionConflict(_) => (Code::Aborted, reason::TRANSACTION_CONFLICT),
+        Internal(_) => (Code::Internal, reason::INTERNAL),
+    }
+}
+
+impl From<CoordinatorError> for tonic::Status {
+    fn from(err: CoordinatorError) -> Self {
+        use CoordinatorError::*;
+        let (code, why) = code_and_reason(&err);
+        let metadata = match &err {
+            JobNotFound { job_id } => meta([("job_id", job_id.to_string())]),
+            AttemptSuperseded {
+                job_id,
+                presented,
+                current,
+                state,
+            } => meta([
+                ("job_id", job_id.to_string()),
+                ("presented_attempt", presented.to_string()),
+                ("current_attempt", current.to_string()),
+                ("current_state", state.to_string()),
+            ]),
+            AttemptNotIssued {
+                job_id,
+                presented,
+                current,
+            } => meta([
+                ("job_id", job_id.to_string()),
+                ("presented_attempt", presented.to_string()),
+                ("current_attempt", current.to_string()),
+            ]),
+            JobNotRunning {
+                job_id,
+                attempt,
+                state,
+            }
+            | JobFinished {
+                job_id,
+                attempt,
+                state,
+            } => meta([
+                ("job_id", job_id.to_string()),
+                ("current_attempt", attempt.to_string()),
+                ("current_state", state.to_string()),
+            ]),
+            LeaseNotExpired {
+                job_id,
+                attempt,
+                lease_until,
+            } => meta([
+                ("job_id", job_id.to_string()),
+                ("current_attempt", attempt.to_string()),
+                ("lease_until", lease_until.and_utc().to_rfc3339()),
+            ]),
+            OperationKeyConflict { job_id, .. } => meta([("job_id", job_id.to_string())]),
+            _ => HashMap::new(),
+        };
+        let mut details = ErrorDetails::new();
+        details.set_error_info(why, ERROR_DOMAIN, metadata);
+        if let InvalidArgument(violations) = &err {
+            for v in violations {
+                details.add_bad_request_violation(&v.field, &v.description);
+            }
+        }
+        if matches!(err, Internal(_)) {
+            tracing::error!(error = %err, "internal error");
+        }
+        tonic::Status::with_error_details(code, err.to_string(), details)
+    }
+}

@@ -1,0 +1,27 @@
+//! jobfence: a job coordinator that fences every write back with an
+//! `attempt` (fencing token), so a worker whose lease was taken over can
+//! never change the job again, however late it wakes up.
+//!
+//! Layers, from the wire down:
+//! - [`grpc`]: tonic adapters: proto ⇄ domain, errors → `tonic::Status`.
+//! - [`coordinator`]: request validation, lease bounds, queue policy.
+//! - [`store`]: MySQL; the SQL, transactions and fencing conditions.
+//! - [`domain`]: the job model and the pure rules of DESIGN.md.
+//! - [`server`]: assembly (health, reflection, graceful shutdown).
+
+pub mod cli;
+pub mod coordinator;
+pub mod domain;
+pub mod grpc;
+pub mod server;
+pub mod store;
+
+/// Generated protobuf and gRPC code for `jobfence.v1`.
+pub mod proto {
+    #![allow(missing_docs, clippy::all)]
+    tonic::include_proto!("jobfence.v1");
+
+    /// Encoded file descriptor set of `proto/`, served by reflection.
+    pub const FILE_DESCRIPTOR_SET: &[u8] =
+        include_bytes!(concat!(env!("OUT_DIR"), "/jobfence_descriptor.bin"));
+}

@@ -1,0 +1,145 @@
+//! Assembly: the worker-facing service, standard gRPC health (following the
+//! database's reachability), server reflection, and graceful shutdown.
+
+use crate::coordinator::Coordinator;
+use crate::grpc::JobCoordinatorService;
+use crate::proto::job_coordinator_server::JobCoordinatorServer;
+use crate::store::JobStore;
+use std::future::Future;
+use std::time::Duration;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio_stream::wrappers::TcpListenerStream;
+use tonic::server::NamedService;
+use tonic::transport::Server;
+use tonic_health::server::HealthReporter;
+use tonic_health::ServingStatus;
+
+/// The health service names we report: "" (the whole server) and the
+/// worker-facing service.
+const HEALTH_NAMES: [&str; 2] = [
+    "",
+    <JobCoordinatorServer<JobCoordinatorService> as NamedService>::NAME,
+];
+
+/// Serving options.
+#[derive(Debug, Clone)]
+pub struct ServeOptions {
+    /// How often the database is pinged to decide SERVING / NOT_SERVING.
+    pub health_interval: Duration,
+    /// After a shutdown signal: how long health reports NOT_SERVING while
+    /// RPCs are still accepted, so load balancers stop routing here first.
+    pub drain_delay: Duration,
+}
+
+impl Default for ServeOptions {
+    fn default() -> Self {
+        ServeOptions {
+            health_interval: Duration::from_secs(1),
+            drain_delay: Duration::from_secs(2),
+        }
+    }
+}
+
+async fn set_health(reporter: &HealthReporter, status: ServingStatus) {
+    for name in HEALTH_NAMES {
+        reporter.set_service_status(name, status).await;
+    }
+}
+
+/// Pings the database every `interval` and reports SERVING only while it
+/// answers; stops when `stop` turns true.
+async fn follow_database(
+    reporter: HealthReporter,
+    store: JobStore,
+    interval: Duration,
+    mut stop: watch::Receiver<bool>,
+) {
+    let mut last = None;
+    loop {
+        let status = if store.ping().await {
+            ServingStatus::Serving
+        } else {
+            ServingStatus::NotServing
+        };
+        if *stop.borrow() {
+            return;
+        }
+        if last != Some(status) {
+            tracing::info!(status = %status, "database health changed");
+            set_health(&reporter, status).await;
+            last = Some(status);
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(interval) => {}
+            _ = stop.changed() => return,
+        }
+    }
+}
+
+/// Serves until `shutdown` completes, then reports NOT_SERVING, waits the
+/// drain delay, stops accepting, and lets in-flight RPCs finish.
+pub async fn serve(
+    coordinator: Coordinator,
+    listener: TcpListener,
+    options: ServeOptions,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    let (reporter, health_service) = tonic_health::server::health_reporter();
+    set_health(&reporter, ServingStatus::NotServing).await;
+    let reflection = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(crate::proto::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        .build_v1()?;
+
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let watcher = tokio::spawn(follow_database(
+        reporter.clone(),
+        coordinator.store().clone(),
+        options.health_interval,
+        stop_rx,
+    ));
+    let drain = options.drain_delay;
+    let on_shutdown = async move {
+        shutdown.await;
+        tracing::info!(drain_delay = ?drain, "shutting down: reporting NOT_SERVING, then draining");
+        let _ = stop_tx.send(true);
+        let _ = watcher.await;
+        set_health(&reporter, ServingStatus::NotServing).await;
+        tokio::time::sleep(drain).await;
+    };
+
+    tracing::info!(listen = %listener.local_addr()?, "serving jobfence.v1.JobCoordinator");
+    Server::builder()
+        .add_service(health_service)
+        .add_service(reflection)
+        .add_service(JobCoordinatorServer::new(JobCoordinatorService::new(
+            coordinator,
+        )))
+        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), on_shutdown)
+        .await?;
+    tracing::info!("stopped");
+    Ok(())
+}
+
+/// Completes on SIGTERM or Ctrl-C.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {},
+        _ = term => {},
+    }
+}
