@@ -1,0 +1,262 @@
+//! Test harness: a fresh database per test on the real MariaDB started by
+//! `scripts/mariadb`, the coordinator served in-process on an ephemeral
+//! loopback port, and a gRPC client to it.
+#![allow(dead_code)]
+
+use jobfence::coordinator::{Coordinator, CoordinatorConfig};
+use jobfence::domain::Job;
+use jobfence::proto::job_coordinator_client::JobCoordinatorClient;
+use jobfence::proto::{self, ClaimRequest, EnqueueRequest};
+use jobfence::server::{self, ServeOptions};
+use jobfence::store::{self, JobStore, PausePoints, PoolSettings};
+use sqlx::mysql::MySqlPool;
+use sqlx::Row;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+use tonic::transport::Channel;
+use tonic_types::StatusExt;
+
+/// The admin URL tests create their databases through.
+pub fn base_url() -> String {
+    std::env::var("JOBFENCE_TEST_DATABASE_URL")
+        .unwrap_or_else(|_| jobfence::cli::DEFAULT_DATABASE_URL.to_owned())
+}
+
+fn with_database(url: &str, db: &str) -> String {
+    let (head, _) = url.rsplit_once('/').expect("database URL has a path");
+    format!("{head}/{db}")
+}
+
+/// A private database, migrated.
+pub struct TestDb {
+    pub name: String,
+    pub url: String,
+}
+
+impl TestDb {
+    pub async fn new() -> TestDb {
+        static SEQ: AtomicU32 = AtomicU32::new(0);
+        let name = format!(
+            "jf_test_{}_{}_{}",
+            std::process::id(),
+            SEQ.fetch_add(1, Ordering::Relaxed),
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .subsec_nanos()
+        );
+        let admin = MySqlPool::connect(&base_url()).await.unwrap_or_else(|e| {
+            panic!(
+                "cannot reach the test database at {} ({e}); run scripts/test, which starts it",
+                base_url()
+            )
+        });
+        sqlx::query(&format!(
+            "CREATE DATABASE `{name}` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"
+        ))
+        .execute(&admin)
+        .await
+        .expect("create test database");
+        admin.close().await;
+        let url = with_database(&base_url(), &name);
+        let pool = store::connect(&url, &PoolSettings::default()).unwrap();
+        store::MIGRATOR.run(&pool).await.expect("migrations apply");
+        pool.close().await;
+        TestDb { name, url }
+    }
+
+    /// A pool through the production connect path (READ COMMITTED sessions).
+    pub fn pool(&self) -> MySqlPool {
+        store::connect(&self.url, &PoolSettings::default()).unwrap()
+    }
+}
+
+/// A running coordinator over a private database.
+pub struct Harness {
+    pub db: TestDb,
+    pub pool: MySqlPool,
+    pub pauses: PausePoints,
+    pub client: JobCoordinatorClient<Channel>,
+    pub addr: std::net::SocketAddr,
+    shutdown: Option<tokio::sync::oneshot::Sender<()>>,
+    server: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
+}
+
+pub fn test_config() -> CoordinatorConfig {
+    CoordinatorConfig {
+        min_lease: Duration::from_millis(100),
+        ..CoordinatorConfig::default()
+    }
+}
+
+impl Harness {
+    pub async fn start() -> Harness {
+        Self::start_with(
+            test_config(),
+            ServeOptions {
+                health_interval: Duration::from_millis(100),
+                drain_delay: Duration::ZERO,
+            },
+        )
+        .await
+    }
+
+    pub async fn start_with(config: CoordinatorConfig, options: ServeOptions) -> Harness {
+        let db = TestDb::new().await;
+        let pool = db.pool();
+        let pauses = PausePoints::new();
+        let store = JobStore::with_pause_points(pool.clone(), pauses.clone());
+        let coordinator = Coordinator::new(store, config);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let server = tokio::spawn(server::serve(coordinator, listener, options, async {
+            let _ = rx.await;
+        }));
+        let client = JobCoordinatorClient::connect(format!("http://{addr}"))
+            .await
+            .expect("connect to in-process coordinator");
+        Harness {
+            db,
+            pool,
+            pauses,
+            client,
+            addr,
+            shutdown: Some(tx),
+            server: Some(server),
+        }
+    }
+
+    /// A second, independent client (another worker).
+    pub async fn another_client(&self) -> JobCoordinatorClient<Channel> {
+        JobCoordinatorClient::connect(format!("http://{}", self.addr))
+            .await
+            .unwrap()
+    }
+
+    /// Stops the server (graceful) and waits for it.
+    pub async fn stop(&mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        if let Some(s) = self.server.take() {
+            s.await.unwrap().unwrap();
+        }
+    }
+
+    pub async fn enqueue(&self, queue: &str, key: &str, payload: &str) -> proto::Job {
+        self.client
+            .clone()
+            .enqueue(EnqueueRequest {
+                queue: queue.into(),
+                operation_key: key.into(),
+                payload: payload.into(),
+                delay: None,
+            })
+            .await
+            .expect("enqueue")
+            .into_inner()
+            .job
+            .unwrap()
+    }
+
+    pub async fn claim(&self, queue: &str, worker: &str, max: u32) -> Vec<proto::ClaimedJob> {
+        self.client
+            .clone()
+            .claim(ClaimRequest {
+                queue: queue.into(),
+                worker_id: worker.into(),
+                max_jobs: max,
+                lease: None,
+            })
+            .await
+            .expect("claim")
+            .into_inner()
+            .jobs
+    }
+
+    /// Claims exactly one job and returns it.
+    pub async fn claim_one(&self, queue: &str, worker: &str) -> proto::Job {
+        let mut jobs = self.claim(queue, worker, 1).await;
+        assert_eq!(jobs.len(), 1, "expected one claimable job in {queue}");
+        jobs.remove(0).job.unwrap()
+    }
+
+    /// Makes a lease expire by editing the test data (the DB clock is not touched).
+    pub async fn force_lease_expired(&self, job_id: u64) {
+        let done = sqlx::query(
+            "UPDATE jobs SET lease_until = DATE_SUB(UTC_TIMESTAMP(6), INTERVAL 1 SECOND) WHERE id = ? AND state = 'running'",
+        )
+        .bind(job_id)
+        .execute(&self.pool)
+        .await
+        .unwrap();
+        assert_eq!(done.rows_affected(), 1, "job {job_id} is running");
+    }
+
+    /// The row as stored, read directly.
+    pub async fn row(&self, job_id: u64) -> Job {
+        JobStore::new(self.pool.clone())
+            .get_job(job_id)
+            .await
+            .unwrap()
+            .0
+    }
+
+    /// `(kind, attempt, current_attempt)` of every event of the job, in order.
+    pub async fn events(&self, job_id: u64) -> Vec<(String, u64, u64)> {
+        sqlx::query("SELECT CAST(kind AS CHAR) AS kind, attempt, current_attempt FROM job_events WHERE job_id = ? ORDER BY id")
+            .bind(job_id)
+            .fetch_all(&self.pool)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|r| {
+                let kind: Vec<u8> = r.get("kind");
+                (String::from_utf8(kind).unwrap(), r.get("attempt"), r.get("current_attempt"))
+            })
+            .collect()
+    }
+
+    pub async fn count_events(&self, job_id: u64, kind: &str) -> usize {
+        self.events(job_id)
+            .await
+            .iter()
+            .filter(|e| e.0 == kind)
+            .count()
+    }
+
+    pub async fn finish(mut self) {
+        self.stop().await;
+        self.pool.close().await;
+        if let Ok(admin) = MySqlPool::connect(&base_url()).await {
+            let _ = sqlx::query(&format!("DROP DATABASE `{}`", self.db.name))
+                .execute(&admin)
+                .await;
+        }
+    }
+}
+
+/// The ErrorInfo reason of a status (domain must be "jobfence").
+pub fn reason(status: &tonic::Status) -> String {
+    let info = status
+        .get_details_error_info()
+        .unwrap_or_else(|| panic!("status without ErrorInfo: {status:?}"));
+    assert_eq!(info.domain, "jobfence");
+    info.reason
+}
+
+/// One ErrorInfo metadata value.
+pub fn meta(status: &tonic::Status, key: &str) -> String {
+    status
+        .get_details_error_info()
+        .and_then(|i| i.metadata.get(key).cloned())
+        .unwrap_or_else(|| panic!("no ErrorInfo metadata {key} in {status:?}"))
+}
+
+pub fn secs(s: i64) -> Option<prost_types::Duration> {
+    Some(prost_types::Duration {
+        seconds: s,
+        nanos: 0,
+    })
+}
