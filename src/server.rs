@@ -87,10 +87,20 @@ pub async fn serve(
 ) -> anyhow::Result<()> {
     let (reporter, health_service) = tonic_health::server::health_reporter();
     set_health(&reporter, ServingStatus::NotServing).await;
-    let reflection = tonic_reflection::server::Builder::configure()
-        .register_encoded_file_descriptor_set(crate::proto::FILE_DESCRIPTOR_SET)
-        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
-        .build_v1()?;
+    // v1 is the standard; v1alpha too, since grpcurl before 1.9 and many
+    // other tools still only ask that one. Both list both.
+    let reflection = || {
+        tonic_reflection::server::Builder::configure()
+            .include_reflection_service(false)
+            .register_encoded_file_descriptor_set(crate::proto::FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(tonic_reflection::pb::v1::FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(
+                tonic_reflection::pb::v1alpha::FILE_DESCRIPTOR_SET,
+            )
+    };
+    let reflection_v1 = reflection().build_v1()?;
+    let reflection_v1alpha = reflection().build_v1alpha()?;
 
     let (stop_tx, stop_rx) = watch::channel(false);
     let watcher = tokio::spawn(follow_database(
@@ -112,7 +122,8 @@ pub async fn serve(
     tracing::info!(listen = %listener.local_addr()?, "serving jobfence.v1.JobCoordinator");
     Server::builder()
         .add_service(health_service)
-        .add_service(reflection)
+        .add_service(reflection_v1)
+        .add_service(reflection_v1alpha)
         .add_service(JobCoordinatorServer::new(JobCoordinatorService::new(
             coordinator,
         )))

@@ -3,6 +3,8 @@
 //! loopback port, and a gRPC client to it.
 #![allow(dead_code)]
 
+pub mod proxy;
+
 use jobfence::coordinator::{Coordinator, CoordinatorConfig};
 use jobfence::domain::Job;
 use jobfence::proto::job_coordinator_client::JobCoordinatorClient;
@@ -34,7 +36,17 @@ pub struct TestDb {
 }
 
 impl TestDb {
+    /// A private, migrated database.
     pub async fn new() -> TestDb {
+        let db = Self::empty().await;
+        let pool = store::connect(&db.url, &PoolSettings::default()).unwrap();
+        store::MIGRATOR.run(&pool).await.expect("migrations apply");
+        pool.close().await;
+        db
+    }
+
+    /// A private database without the schema.
+    pub async fn empty() -> TestDb {
         static SEQ: AtomicU32 = AtomicU32::new(0);
         let name = format!(
             "jf_test_{}_{}_{}",
@@ -59,9 +71,6 @@ impl TestDb {
         .expect("create test database");
         admin.close().await;
         let url = with_database(&base_url(), &name);
-        let pool = store::connect(&url, &PoolSettings::default()).unwrap();
-        store::MIGRATOR.run(&pool).await.expect("migrations apply");
-        pool.close().await;
         TestDb { name, url }
     }
 
@@ -104,8 +113,37 @@ impl Harness {
     pub async fn start_with(config: CoordinatorConfig, options: ServeOptions) -> Harness {
         let db = TestDb::new().await;
         let pool = db.pool();
+        Self::serve(db, pool.clone(), pool, config, options).await
+    }
+
+    /// A coordinator whose database connections go through a proxy the
+    /// test can cut; `Harness::pool` stays direct.
+    pub async fn start_behind_proxy(options: ServeOptions) -> (Harness, proxy::Proxy) {
+        let db = TestDb::new().await;
+        let direct = db.pool();
+        let upstream = url_host_port(&db.url);
+        let proxy = proxy::Proxy::start(upstream).await;
+        let via = db
+            .url
+            .replace(&upstream.to_string(), &proxy.addr.to_string());
+        let settings = PoolSettings {
+            acquire_timeout: Duration::from_secs(1),
+            ..PoolSettings::default()
+        };
+        let store_pool = store::connect(&via, &settings).unwrap();
+        let h = Self::serve(db, direct, store_pool, test_config(), options).await;
+        (h, proxy)
+    }
+
+    async fn serve(
+        db: TestDb,
+        pool: MySqlPool,
+        store_pool: MySqlPool,
+        config: CoordinatorConfig,
+        options: ServeOptions,
+    ) -> Harness {
         let pauses = PausePoints::new();
-        let store = JobStore::with_pause_points(pool.clone(), pauses.clone());
+        let store = JobStore::with_pause_points(store_pool, pauses.clone());
         let coordinator = Coordinator::new(store, config);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
@@ -235,6 +273,15 @@ impl Harness {
                 .await;
         }
     }
+}
+
+/// `host:port` of a database URL (numeric loopback address expected).
+pub fn url_host_port(url: &str) -> std::net::SocketAddr {
+    let after_at = url.rsplit_once('@').map(|(_, r)| r).unwrap_or(url);
+    let host_port = after_at.split('/').next().unwrap();
+    host_port
+        .parse()
+        .expect("test database URL uses 127.0.0.1:PORT")
 }
 
 /// The ErrorInfo reason of a status (domain must be "jobfence").

