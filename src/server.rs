@@ -94,6 +94,9 @@ pub async fn serve(
             .include_reflection_service(false)
             .register_encoded_file_descriptor_set(crate::proto::FILE_DESCRIPTOR_SET)
             .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+            // google.rpc.ErrorInfo / BadRequest, so grpcurl can print the
+            // error details a refusal carries.
+            .register_encoded_file_descriptor_set(tonic_types::pb::FILE_DESCRIPTOR_SET)
             .register_encoded_file_descriptor_set(tonic_reflection::pb::v1::FILE_DESCRIPTOR_SET)
             .register_encoded_file_descriptor_set(
                 tonic_reflection::pb::v1alpha::FILE_DESCRIPTOR_SET,

@@ -303,7 +303,11 @@ async fn grpcurl_lists_describes_and_drives_the_real_binary() {
         ],
     )
     .await;
-    assert!(!ok && out.contains("FailedPrecondition"), "{out}");
+    // The refusal's ErrorInfo is readable: reflection serves google.rpc too.
+    assert!(
+        !ok && out.contains("FailedPrecondition") && out.contains("\"reason\":\"JOB_NOT_RUNNING\""),
+        "{out}"
+    );
 
     // SIGTERM: a clean exit.
     let pid = server.id().unwrap() as i32;
