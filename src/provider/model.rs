@@ -1,5 +1,5 @@
 //! Wire types of the fake provider's HTTP API, shared by the server and
-//! the client.
+//! [`ProviderClient`](super::client::ProviderClient).
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
