@@ -10,8 +10,10 @@
 //! - [`faults`]: which faults hit a request.
 //! - `api`: HTTP routes; `server`: the accept loop, [`spawn`].
 //! - [`client`]: the typed client workers use.
+//! - [`cli`]: `jobfence fake-provider`.
 
 mod api;
+pub mod cli;
 pub mod client;
 pub mod clock;
 pub mod faults;
