@@ -3,6 +3,7 @@
 
 use crate::coordinator::{Coordinator, CoordinatorConfig};
 use crate::domain::{QueuePolicies, QueuePolicy};
+use crate::provider::cli::FakeProviderArgs;
 use crate::server::{self, ServeOptions};
 use crate::store::{self, JobStore, PoolSettings};
 use anyhow::Context;
@@ -39,6 +40,9 @@ pub enum Command {
     Serve(ServeArgs),
     /// Apply the schema migrations and exit.
     Migrate(DatabaseArgs),
+    /// Serve a fake Stripe-style refund API with fault injection, for the
+    /// demo and tests (see docs/fake-provider.md).
+    FakeProvider(FakeProviderArgs),
 }
 
 #[derive(Debug, Args)]
@@ -195,5 +199,6 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             };
             server::serve(coordinator, listener, options, server::shutdown_signal()).await
         }
+        Command::FakeProvider(args) => args.run(server::shutdown_signal()).await,
     }
 }

@@ -8,11 +8,15 @@
 //! - [`store`]: MySQL; the SQL, transactions and fencing conditions.
 //! - [`domain`]: the job model and the pure rules of DESIGN.md.
 //! - [`server`]: assembly (health, reflection, graceful shutdown).
+//!
+//! Beside them, [`provider`] is a fake payment provider (Stripe-style refunds
+//! with fault injection) that the demo and the tests run against.
 
 pub mod cli;
 pub mod coordinator;
 pub mod domain;
 pub mod grpc;
+pub mod provider;
 pub mod server;
 pub mod store;
 

@@ -1,0 +1,553 @@
+//! The fake payment provider, driven through the real client over loopback.
+//!
+//! Time-dependent behaviour (retention, pending settlement, read lag) is
+//! tested by advancing the provider's clock, never by sleeping; injected
+//! latency and hangs are real time, bounded by the client's timeout.
+
+use jobfence::provider::faults::parse_fault_header;
+use jobfence::provider::{
+    spawn, Clock, FaultConfig, FaultKind, ProviderClient, ProviderConfig, ProviderError,
+    ProviderHandle, RefundParams, RefundStatus, FAULT_HEADER, IDEMPOTENCY_KEY_HEADER,
+    IDEMPOTENT_REPLAYED_HEADER,
+};
+use std::io::BufRead;
+use std::time::{Duration, Instant};
+
+/// Generous timeout for calls that must succeed.
+const OK: Duration = Duration::from_secs(10);
+
+fn refund(payment_id: &str, amount: i64, reference: &str) -> RefundParams {
+    RefundParams {
+        payment_id: payment_id.to_owned(),
+        amount,
+        currency: "twd".to_owned(),
+        merchant_reference: reference.to_owned(),
+    }
+}
+
+async fn provider(config: ProviderConfig) -> (ProviderHandle, ProviderClient) {
+    let handle = spawn(config).await.expect("spawning the fake provider");
+    let client = handle.client();
+    (handle, client)
+}
+
+async fn default_provider() -> (ProviderHandle, ProviderClient) {
+    provider(ProviderConfig {
+        seed: Some(1),
+        ..ProviderConfig::default()
+    })
+    .await
+}
+
+#[tokio::test]
+async fn idempotent_replay_returns_the_same_refund_and_moves_money_once() {
+    let (handle, client) = default_provider().await;
+    let params = refund("pay_1", 500, "op-1");
+    let url = format!("{}v1/refunds", handle.base_url());
+    let raw = reqwest::Client::builder().no_proxy().build().unwrap();
+    let post = || {
+        raw.post(&url)
+            .header(IDEMPOTENCY_KEY_HEADER, "op-1")
+            .json(&params)
+    };
+
+    let first = post().send().await.unwrap();
+    assert_eq!(first.status(), 200);
+    assert!(first.headers().get(IDEMPOTENT_REPLAYED_HEADER).is_none());
+    let first: jobfence::provider::Refund = first.json().await.unwrap();
+    assert!(first.id.starts_with("re_"));
+    assert_eq!(first.status, RefundStatus::Succeeded);
+
+    let again = client.create_refund("op-1", &params, OK).await.unwrap();
+    assert_eq!(again, first);
+    let replayed = post().send().await.unwrap();
+    assert_eq!(replayed.headers()[IDEMPOTENT_REPLAYED_HEADER], "true");
+
+    let ledger = client.ledger().await.unwrap();
+    let entry = ledger.by_merchant_reference("op-1");
+    assert_eq!((entry.refunds, entry.refunded_amount), (1, 500));
+    assert_eq!(ledger.by_payment("pay_1").refunds, 1);
+}
+
+#[tokio::test]
+async fn same_key_with_different_parameters_is_an_idempotency_error() {
+    let (_handle, client) = default_provider().await;
+    let original = client
+        .create_refund("op-1", &refund("pay_1", 500, "op-1"), OK)
+        .await
+        .unwrap();
+
+    let err = client
+        .create_refund("op-1", &refund("pay_1", 900, "op-1"), OK)
+        .await
+        .unwrap_err();
+    match &err {
+        ProviderError::Rejected {
+            status, error_type, ..
+        } => assert_eq!((*status, error_type.as_str()), (400, "idempotency_error")),
+        other => panic!("expected an idempotency_error, got {other:?}"),
+    }
+    assert!(!err.refund_may_exist());
+
+    let ledger = client.ledger().await.unwrap();
+    assert_eq!(ledger.by_payment("pay_1").refunded_amount, 500);
+    let found = client.get_refund(&original.id, OK).await.unwrap();
+    assert_eq!(found.map(|r| r.amount), Some(500));
+}
+
+#[tokio::test]
+async fn a_create_without_idempotency_key_is_rejected_and_makes_nothing() {
+    let (handle, client) = default_provider().await;
+    let raw = reqwest::Client::builder().no_proxy().build().unwrap();
+    let resp = raw
+        .post(format!("{}v1/refunds", handle.base_url()))
+        .json(&refund("pay_1", 500, "op-1"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 400);
+    let body: serde_json::Value = resp.json().await.unwrap();
+    assert_eq!(body["error"]["type"], "invalid_request_error");
+    assert!(client.ledger().await.unwrap().payments.is_empty());
+}
+
+#[tokio::test]
+async fn invalid_parameters_are_rejected() {
+    let (_handle, client) = default_provider().await;
+    for bad in [refund("pay_1", 0, "op-1"), refund("", 5, "op-1")] {
+        let err = client.create_refund("k", &bad, OK).await.unwrap_err();
+        assert!(
+            matches!(err, ProviderError::Rejected { status: 400, ref error_type, .. } if error_type == "invalid_request_error"),
+            "{err:?}"
+        );
+    }
+    assert!(client.ledger().await.unwrap().payments.is_empty());
+}
+
+#[tokio::test]
+async fn a_key_past_retention_is_forgotten_and_a_second_refund_is_made() {
+    let (handle, client) = provider(ProviderConfig {
+        idempotency_retention: Duration::from_secs(3600),
+        seed: Some(2),
+        ..ProviderConfig::default()
+    })
+    .await;
+    let params = refund("pay_1", 500, "op-1");
+    let first = client.create_refund("op-1", &params, OK).await.unwrap();
+
+    handle.clock().advance(Duration::from_secs(3599));
+    let inside = client.create_refund("op-1", &params, OK).await.unwrap();
+    assert_eq!(inside.id, first.id, "inside the window: a replay");
+    assert_eq!(
+        client.ledger().await.unwrap().by_payment("pay_1").refunds,
+        1
+    );
+
+    handle.clock().advance(Duration::from_secs(2));
+    let after = client.create_refund("op-1", &params, OK).await.unwrap();
+    assert_ne!(after.id, first.id, "past the window: a new refund");
+    let entry = client.ledger().await.unwrap().by_merchant_reference("op-1");
+    assert_eq!((entry.refunds, entry.refunded_amount), (2, 1000));
+    let listed = client.find_by_merchant_reference("op-1", OK).await.unwrap();
+    let ids: Vec<_> = listed.iter().map(|r| r.id.as_str()).collect();
+    assert_eq!(ids, [after.id.as_str(), first.id.as_str()], "newest first");
+}
+
+#[tokio::test]
+async fn a_pending_refund_settles_after_pending_for() {
+    let clock = Clock::new();
+    let (_handle, client) = provider(ProviderConfig {
+        pending_ratio: 1.0,
+        pending_for: Duration::from_secs(30),
+        clock: clock.clone(),
+        seed: Some(3),
+        ..ProviderConfig::default()
+    })
+    .await;
+    let ok = client
+        .create_refund("op-ok", &refund("pay_ok", 700, "op-ok"), OK)
+        .await
+        .unwrap();
+    let bad = client
+        .create_refund("op-bad", &refund("fail_pay", 300, "op-bad"), OK)
+        .await
+        .unwrap();
+    assert_eq!(
+        (ok.status, bad.status),
+        (RefundStatus::Pending, RefundStatus::Pending)
+    );
+    let ledger = client.ledger().await.unwrap();
+    let e = ledger.by_merchant_reference("op-ok");
+    assert_eq!((e.refunds, e.pending), (1, 1), "pending counts as made");
+
+    clock.advance(Duration::from_secs(29));
+    let still = client.get_refund(&ok.id, OK).await.unwrap().unwrap();
+    assert_eq!(still.status, RefundStatus::Pending);
+
+    clock.advance(Duration::from_secs(2));
+    let ok = client.get_refund(&ok.id, OK).await.unwrap().unwrap();
+    let bad = client.get_refund(&bad.id, OK).await.unwrap().unwrap();
+    assert_eq!(
+        (ok.status, bad.status),
+        (RefundStatus::Succeeded, RefundStatus::Failed)
+    );
+    let ledger = client.ledger().await.unwrap();
+    let e = ledger.by_merchant_reference("op-ok");
+    assert_eq!((e.refunds, e.refunded_amount, e.pending), (1, 700, 0));
+    let e = ledger.by_merchant_reference("op-bad");
+    assert_eq!((e.refunds, e.refunded_amount, e.failed), (0, 0, 1));
+}
+
+#[tokio::test]
+async fn a_failing_payment_settles_failed_and_moves_no_money() {
+    let (_handle, client) = default_provider().await;
+    let r = client
+        .create_refund("op-1", &refund("fail_card", 500, "op-1"), OK)
+        .await
+        .unwrap();
+    assert_eq!(r.status, RefundStatus::Failed);
+    let e = client.ledger().await.unwrap().by_payment("fail_card");
+    assert_eq!((e.refunds, e.refunded_amount, e.failed), (0, 0, 1));
+}
+
+#[tokio::test]
+async fn a_cut_response_is_connection_lost_but_the_refund_was_made() {
+    let (_handle, client) = default_provider().await;
+    let params = refund("pay_1", 500, "op-1");
+    let err = client
+        .with_faults(&[FaultKind::CutResponse])
+        .create_refund("op-1", &params, OK)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, ProviderError::ConnectionLost { .. }),
+        "{err:?}"
+    );
+    assert!(err.refund_may_exist());
+    assert_eq!(
+        client
+            .ledger()
+            .await
+            .unwrap()
+            .by_merchant_reference("op-1")
+            .refunds,
+        1
+    );
+
+    // Reconcile by merchant reference finds it; a resend with the same key
+    // inside the window is a replay, not a second refund.
+    let found = client.find_by_merchant_reference("op-1", OK).await.unwrap();
+    assert_eq!(found.len(), 1);
+    let resent = client.create_refund("op-1", &params, OK).await.unwrap();
+    assert_eq!(resent.id, found[0].id);
+    assert_eq!(
+        client
+            .ledger()
+            .await
+            .unwrap()
+            .by_merchant_reference("op-1")
+            .refunds,
+        1
+    );
+}
+
+#[tokio::test]
+async fn an_injected_5xx_is_unavailable_and_records_nothing() {
+    let (_handle, client) = default_provider().await;
+    let err = client
+        .with_faults(&[FaultKind::Error5xx])
+        .create_refund("op-1", &refund("pay_1", 500, "op-1"), OK)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            ProviderError::Unavailable {
+                status: Some(503),
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert!(!err.refund_may_exist());
+    assert!(client.ledger().await.unwrap().payments.is_empty());
+    // The key was not even recorded: other parameters are accepted with it.
+    let r = client
+        .create_refund("op-1", &refund("pay_1", 400, "op-1"), OK)
+        .await
+        .unwrap();
+    assert_eq!(r.amount, 400);
+}
+
+#[tokio::test]
+async fn a_hang_times_out_and_makes_no_refund() {
+    let (_handle, client) = default_provider().await;
+    let started = Instant::now();
+    let err = client
+        .with_faults(&[FaultKind::Hang])
+        .create_refund(
+            "op-1",
+            &refund("pay_1", 500, "op-1"),
+            Duration::from_millis(200),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(err, ProviderError::Timeout);
+    assert!(
+        started.elapsed() < OK,
+        "the client's timeout ended the call"
+    );
+    assert!(client.ledger().await.unwrap().payments.is_empty());
+}
+
+#[tokio::test]
+async fn latency_answers_late_after_the_refund_is_made() {
+    let (_handle, client) = provider(ProviderConfig {
+        faults: FaultConfig {
+            latency_ms: 300,
+            ..FaultConfig::default()
+        },
+        seed: Some(4),
+        ..ProviderConfig::default()
+    })
+    .await;
+    let slow = client.with_faults(&[FaultKind::Latency]);
+    let err = slow
+        .create_refund(
+            "op-1",
+            &refund("pay_1", 500, "op-1"),
+            Duration::from_millis(100),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(err, ProviderError::Timeout);
+    assert_eq!(
+        client.ledger().await.unwrap().by_payment("pay_1").refunds,
+        1
+    );
+
+    let started = Instant::now();
+    slow.create_refund("op-2", &refund("pay_2", 500, "op-2"), OK)
+        .await
+        .unwrap();
+    assert!(started.elapsed() >= Duration::from_millis(300));
+}
+
+#[tokio::test]
+async fn lag_hides_a_fresh_refund_from_lookups_until_it_passes() {
+    let (handle, client) = provider(ProviderConfig {
+        faults: FaultConfig {
+            lag_ms: 60_000,
+            ..FaultConfig::default()
+        },
+        seed: Some(5),
+        ..ProviderConfig::default()
+    })
+    .await;
+    let made = client
+        .create_refund("op-1", &refund("pay_1", 500, "op-1"), OK)
+        .await
+        .unwrap();
+    let lagging = client.with_faults(&[FaultKind::Lag]);
+    assert_eq!(lagging.get_refund(&made.id, OK).await.unwrap(), None);
+    assert!(lagging
+        .find_by_merchant_reference("op-1", OK)
+        .await
+        .unwrap()
+        .is_empty());
+    assert!(lagging
+        .find_by_payment_id("pay_1", OK)
+        .await
+        .unwrap()
+        .is_empty());
+    // The ledger is the truth, never lagged.
+    assert_eq!(
+        client.ledger().await.unwrap().by_payment("pay_1").refunds,
+        1
+    );
+
+    handle.clock().advance(Duration::from_secs(61));
+    assert_eq!(
+        lagging.get_refund(&made.id, OK).await.unwrap(),
+        Some(made.clone())
+    );
+    assert_eq!(
+        lagging
+            .find_by_merchant_reference("op-1", OK)
+            .await
+            .unwrap(),
+        [made]
+    );
+}
+
+#[tokio::test]
+async fn an_unknown_refund_is_none_not_an_error() {
+    let (_handle, client) = default_provider().await;
+    assert_eq!(client.get_refund("re_missing", OK).await.unwrap(), None);
+}
+
+#[tokio::test]
+async fn an_unreachable_provider_is_unavailable_and_nothing_was_sent() {
+    // A port that was just free: nothing listens there.
+    let addr = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let client = ProviderClient::for_addr(addr);
+    let err = client
+        .create_refund("op-1", &refund("pay_1", 500, "op-1"), OK)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, ProviderError::Unavailable { status: None, .. }),
+        "{err:?}"
+    );
+    assert!(!err.refund_may_exist());
+}
+
+/// Runs `n` creates with distinct keys and says which were refused with 503.
+async fn draw_5xx(client: &ProviderClient, n: usize) -> Vec<bool> {
+    let mut refused = Vec::with_capacity(n);
+    for i in 0..n {
+        let key = format!("op-{i}");
+        let r = client
+            .create_refund(&key, &refund("pay_1", 1, &key), OK)
+            .await;
+        refused.push(matches!(r, Err(ProviderError::Unavailable { .. })));
+    }
+    refused
+}
+
+#[tokio::test]
+async fn a_seeded_probability_injects_about_its_share_reproducibly() {
+    let config = || ProviderConfig {
+        faults: FaultConfig {
+            error_5xx: 0.25,
+            ..FaultConfig::default()
+        },
+        seed: Some(42),
+        ..ProviderConfig::default()
+    };
+    let (_a, client_a) = provider(config()).await;
+    let refused = draw_5xx(&client_a, 200).await;
+    let count = refused.iter().filter(|r| **r).count();
+    assert!(
+        (25..=75).contains(&count),
+        "{count} of 200 refused at p=0.25"
+    );
+    let made = client_a.ledger().await.unwrap().by_payment("pay_1").refunds;
+    assert_eq!(made as usize, 200 - count, "a 503 never moves money");
+
+    let (_b, client_b) = provider(config()).await;
+    assert_eq!(
+        draw_5xx(&client_b, 200).await,
+        refused,
+        "same seed, same faults"
+    );
+}
+
+#[tokio::test]
+async fn faults_are_read_and_replaced_at_run_time() {
+    let (handle, client) = default_provider().await;
+    assert_eq!(client.faults().await.unwrap(), FaultConfig::default());
+    let all_5xx = FaultConfig {
+        error_5xx: 1.0,
+        latency_ms: 10,
+        ..FaultConfig::default()
+    };
+    assert_eq!(client.set_faults(&all_5xx).await.unwrap(), all_5xx);
+    assert_eq!(client.faults().await.unwrap(), all_5xx);
+
+    let params = refund("pay_1", 500, "op-1");
+    let err = client.create_refund("op-1", &params, OK).await.unwrap_err();
+    assert!(matches!(err, ProviderError::Unavailable { .. }), "{err:?}");
+    // The header overrides the probabilities: `none` means no fault.
+    let calm = client.with_faults(&[]);
+    calm.create_refund("op-1", &params, OK).await.unwrap();
+    // Admin endpoints are never faulted.
+    client.health().await.unwrap();
+
+    let bad = FaultConfig {
+        hang: 1.5,
+        ..FaultConfig::default()
+    };
+    let err = client.set_faults(&bad).await.unwrap_err();
+    assert!(
+        matches!(err, ProviderError::Rejected { status: 400, .. }),
+        "{err:?}"
+    );
+
+    let raw = reqwest::Client::builder().no_proxy().build().unwrap();
+    let resp = raw
+        .get(format!("{}v1/refunds", handle.base_url()))
+        .header(FAULT_HEADER, "explode")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        resp.status(),
+        400,
+        "a mistyped fault is refused, not ignored"
+    );
+}
+
+#[test]
+fn fault_headers_and_probabilities_are_validated() {
+    assert_eq!(parse_fault_header("none").unwrap(), []);
+    assert_eq!(
+        parse_fault_header("latency, lag").unwrap(),
+        [FaultKind::Latency, FaultKind::Lag]
+    );
+    assert!(parse_fault_header("explode").is_err());
+    let bad = ProviderConfig {
+        pending_ratio: -0.1,
+        ..ProviderConfig::default()
+    };
+    assert!(bad.validate().is_err());
+    assert!(ProviderConfig::default().validate().is_ok());
+}
+
+/// Kills the child process when the test ends, however it ends.
+struct Child(std::process::Child);
+
+impl Drop for Child {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[tokio::test]
+async fn the_subcommand_prints_its_port_and_serves() {
+    let mut child = Child(
+        std::process::Command::new(env!("CARGO_BIN_EXE_jobfence"))
+            .args(["fake-provider", "--listen", "127.0.0.1:0", "--seed", "9"])
+            .env("JOBFENCE_LOG", "warn")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("starting jobfence fake-provider"),
+    );
+    let stdout = child.0.stdout.take().unwrap();
+    let line = tokio::time::timeout(
+        Duration::from_secs(30),
+        tokio::task::spawn_blocking(move || {
+            std::io::BufReader::new(stdout)
+                .lines()
+                .map_while(Result::ok)
+                .find(|l| l.starts_with("listening on "))
+        }),
+    )
+    .await
+    .expect("the port line within 30s")
+    .unwrap()
+    .expect("a `listening on` line");
+    let addr = line["listening on ".len()..].parse().unwrap();
+    let client = ProviderClient::for_addr(addr);
+    client.health().await.unwrap();
+    let r = client
+        .create_refund("op-1", &refund("pay_1", 500, "op-1"), OK)
+        .await
+        .unwrap();
+    assert_eq!(r.status, RefundStatus::Succeeded);
+}
