@@ -8,6 +8,7 @@
 //! - [`store`]: MySQL; the SQL, transactions and fencing conditions.
 //! - [`domain`]: the job model and the pure rules of DESIGN.md.
 //! - [`server`]: assembly (health, reflection, graceful shutdown).
+//! - [`worker`]: the worker SDK, a typed client over the generated one.
 
 pub mod cli;
 pub mod coordinator;
@@ -15,6 +16,7 @@ pub mod domain;
 pub mod grpc;
 pub mod server;
 pub mod store;
+pub mod worker;
 
 /// Generated protobuf and gRPC code for `jobfence.v1`.
 pub mod proto {
