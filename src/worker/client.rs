@@ -7,10 +7,11 @@ use super::handle::ClaimedJob;
 use super::retry::{retry, RetryPolicy};
 use crate::proto::job_coordinator_client::JobCoordinatorClient;
 use crate::proto::{self, ClaimRequest, GetJobRequest, TakeoverRequest};
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 use tonic::transport::{Channel, Endpoint};
-use tonic::Request;
+use tonic::{Request, Status};
 
 /// The largest `max_in_flight`: the coordinator's default maximum Claim
 /// batch (`--max-claim-batch`), since the runner claims up to its free
@@ -150,10 +151,23 @@ impl WorkerClient {
         &self.config
     }
 
+    /// A request carrying `rpc_timeout` as its `grpc-timeout`, so the
+    /// coordinator stops working on a call its caller gave up on.
     pub(crate) fn request<T>(&self, message: T) -> Request<T> {
         let mut request = Request::new(message);
         request.set_timeout(self.config.rpc_timeout);
         request
+    }
+
+    /// Awaits one RPC for at most `rpc_timeout`, on this side too: the
+    /// header above only helps while the coordinator answers at all.
+    pub(crate) async fn deadline<T>(
+        &self,
+        call: impl Future<Output = Result<T, Status>>,
+    ) -> Result<T, Status> {
+        tokio::time::timeout(self.config.rpc_timeout, call)
+            .await
+            .unwrap_or_else(|_| Err(Status::deadline_exceeded("no answer within rpc_timeout")))
     }
 
     fn lease(&self) -> Option<prost_types::Duration> {
@@ -187,7 +201,7 @@ impl WorkerClient {
         let response = retry(&self.config.retry, error::definitely_not_applied, || {
             let mut rpc = self.rpc.clone();
             let request = self.request(message.clone());
-            async move { rpc.claim(request).await }
+            async move { self.deadline(rpc.claim(request)).await }
         })
         .await
         .map_err(error::claim_error)?;
@@ -216,7 +230,7 @@ impl WorkerClient {
         let response = retry(&self.config.retry, error::definitely_not_applied, || {
             let mut rpc = self.rpc.clone();
             let request = self.request(message.clone());
-            async move { rpc.takeover(request).await }
+            async move { self.deadline(rpc.takeover(request)).await }
         })
         .await
         .map_err(error::claim_error)?;
@@ -225,7 +239,7 @@ impl WorkerClient {
             .claimed
             .and_then(|c| ClaimedJob::from_proto(self.clone(), c))
             .ok_or_else(|| {
-                ClaimError::Other(Box::new(tonic::Status::internal(
+                ClaimError::Other(Box::new(Status::internal(
                     "takeover response without a job",
                 )))
             })
@@ -233,7 +247,7 @@ impl WorkerClient {
 
     /// Reads a job and its observations (oldest first). A read decides
     /// nothing: ownership is the attempt a handle holds, never what a read
-    /// shows (rule 4). Retried on UNAVAILABLE/ABORTED/DEADLINE_EXCEEDED.
+    /// shows (rule 4). Retried like a write.
     pub async fn get_job(
         &self,
         job_id: u64,
@@ -241,7 +255,7 @@ impl WorkerClient {
         let response = retry(&self.config.retry, error::retryable_write, || {
             let mut rpc = self.rpc.clone();
             let request = self.request(GetJobRequest { job_id });
-            async move { rpc.get_job(request).await }
+            async move { self.deadline(rpc.get_job(request)).await }
         })
         .await
         .map_err(error::write_error)?

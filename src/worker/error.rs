@@ -50,8 +50,9 @@ pub enum WriteError {
     /// say why.
     #[error("invalid request: {0:?}")]
     Invalid(BadRequest),
-    /// Reason `COMMIT_OUTCOME_UNKNOWN`, a deadline that expired, or a
-    /// transport failure, still so after the retries: the write may or may
+    /// Reason `COMMIT_OUTCOME_UNKNOWN`, or a transport failure (connection
+    /// refused or cut, an expired deadline, a status without jobfence
+    /// ErrorInfo), still so after the retries: the write may or may
     /// not have been applied (rule 4). Sending the same call again later is
     /// safe: an applied call is answered as a replay.
     #[error("outcome unknown: {}", .0.message())]
@@ -72,8 +73,9 @@ pub enum WriteError {
 /// provider for any job (DESIGN.md rule 4, the seed's 邊界防呆).
 #[derive(Debug, thiserror::Error)]
 pub enum ClaimError {
-    /// Reason `COMMIT_OUTCOME_UNKNOWN`, an expired deadline, or a transport
-    /// failure: the claim may have committed. If it did, the jobs it took
+    /// Reason `COMMIT_OUTCOME_UNKNOWN`, or a transport failure (connection
+    /// refused or cut, an expired deadline, a status without jobfence
+    /// ErrorInfo): the claim may have committed. If it did, the jobs it took
     /// stay `running` under an attempt nobody acts on, and come back after
     /// their lease through a takeover, which always reconciles first. Never
     /// retried inside the call; see [`WorkerClient::claim`](super::WorkerClient::claim).
@@ -166,15 +168,38 @@ pub(crate) fn definitely_not_applied(status: &Status) -> bool {
     )
 }
 
-/// True for the failures a fenced write or an observation may retry:
-/// UNAVAILABLE, ABORTED and DEADLINE_EXCEEDED. Safe because the coordinator
-/// answers an already-applied Complete/Fail/RenewLease as a replay and
-/// de-duplicates observations on their key.
-pub(crate) fn retryable_write(status: &Status) -> bool {
+/// True for a status that did not come from a coordinator's decision: a
+/// transport failure (connection refused or cut, an h2 error), an expired
+/// deadline, a proxy's answer. Whether the call reached the coordinator,
+/// and was applied, nobody can say.
+fn transport_failure(status: &Status) -> bool {
     matches!(
         status.code(),
-        Code::Unavailable | Code::Aborted | Code::DeadlineExceeded
+        Code::Unavailable
+            | Code::Aborted
+            | Code::DeadlineExceeded
+            | Code::Cancelled
+            | Code::Unknown
+            | Code::Internal
     )
+}
+
+/// True for the failures a fenced write, an observation or a read may
+/// retry: the coordinator's `COMMIT_OUTCOME_UNKNOWN`,
+/// `DATABASE_UNAVAILABLE` and `TRANSACTION_CONFLICT`, and any transport
+/// failure. Safe because the coordinator answers an already-applied
+/// Complete/Fail/RenewLease as a replay and de-duplicates observations on
+/// their key; never on a refusal, which a repeat cannot change.
+pub(crate) fn retryable_write(status: &Status) -> bool {
+    match error_info(status) {
+        Some((why, _)) => matches!(
+            why.as_str(),
+            reason::COMMIT_OUTCOME_UNKNOWN
+                | reason::DATABASE_UNAVAILABLE
+                | reason::TRANSACTION_CONFLICT
+        ),
+        None => transport_failure(status),
+    }
 }
 
 /// Classifies a failed write. `observation_recorded` starts false; the
@@ -183,9 +208,7 @@ pub(crate) fn write_error(status: Status) -> WriteError {
     let Some((why, meta)) = error_info(&status) else {
         return match status.code() {
             // No coordinator answer: the request may have been applied.
-            Code::Unavailable | Code::DeadlineExceeded | Code::Cancelled | Code::Unknown => {
-                WriteError::OutcomeUnknown(Box::new(status))
-            }
+            _ if transport_failure(&status) => WriteError::OutcomeUnknown(Box::new(status)),
             _ => WriteError::Other(Box::new(status)),
         };
     };
@@ -213,9 +236,7 @@ pub(crate) fn write_error(status: Status) -> WriteError {
 pub(crate) fn claim_error(status: Status) -> ClaimError {
     let Some((why, meta)) = error_info(&status) else {
         return match status.code() {
-            Code::Unavailable | Code::DeadlineExceeded | Code::Cancelled | Code::Unknown => {
-                ClaimError::OutcomeUnknown(Box::new(status))
-            }
+            _ if transport_failure(&status) => ClaimError::OutcomeUnknown(Box::new(status)),
             _ => ClaimError::Other(Box::new(status)),
         };
     };

@@ -204,7 +204,8 @@ impl ClaimedJob {
     /// Marks the job succeeded with the provider's reference (at most 255
     /// bytes, may be empty) and result (opaque text, at most 64 KiB).
     ///
-    /// Retried on UNAVAILABLE/ABORTED/DEADLINE_EXCEEDED: if an earlier try
+    /// Retried on transport failures and on the coordinator's lost-commit,
+    /// database-unavailable and conflict answers: if an earlier try
     /// was applied, the answer is `Ok` with `replayed: true`.
     ///
     /// If the write is refused as [`Superseded`](WriteError::Superseded) or
@@ -225,10 +226,11 @@ impl ClaimedJob {
             provider_reference: provider_reference.to_owned(),
             result: result.to_owned(),
         };
-        let outcome = retry(&self.client.config.retry, error::retryable_write, || {
-            let mut rpc = self.client.rpc.clone();
-            let request = self.client.request(message.clone());
-            async move { rpc.complete(request).await }
+        let client = &self.client;
+        let outcome = retry(&client.config.retry, error::retryable_write, || {
+            let mut rpc = client.rpc.clone();
+            let request = client.request(message.clone());
+            async move { client.deadline(rpc.complete(request)).await }
         })
         .await;
         match outcome {
@@ -299,10 +301,11 @@ impl ClaimedJob {
             error: error.to_owned(),
             retry_delay: Some(proto_duration(retry_delay)),
         };
-        let outcome = retry(&self.client.config.retry, error::retryable_write, || {
-            let mut rpc = self.client.rpc.clone();
-            let request = self.client.request(message.clone());
-            async move { rpc.fail(request).await }
+        let client = &self.client;
+        let outcome = retry(&client.config.retry, error::retryable_write, || {
+            let mut rpc = client.rpc.clone();
+            let request = client.request(message.clone());
+            async move { client.deadline(rpc.fail(request)).await }
         })
         .await;
         match outcome {
@@ -332,10 +335,11 @@ impl ClaimedJob {
             attempt: self.attempt,
             lease: Some(proto_duration(lease)),
         };
-        let outcome = retry(&self.client.config.retry, error::retryable_write, || {
-            let mut rpc = self.client.rpc.clone();
-            let request = self.client.request(message);
-            async move { rpc.renew_lease(request).await }
+        let client = &self.client;
+        let outcome = retry(&client.config.retry, error::retryable_write, || {
+            let mut rpc = client.rpc.clone();
+            let request = client.request(message);
+            async move { client.deadline(rpc.renew_lease(request)).await }
         })
         .await;
         match outcome {
@@ -373,10 +377,11 @@ impl ClaimedJob {
             body: body.to_owned(),
             dedup_key: dedup_key.to_owned(),
         };
-        let response = retry(&self.client.config.retry, error::retryable_write, || {
-            let mut rpc = self.client.rpc.clone();
-            let request = self.client.request(message.clone());
-            async move { rpc.record_observation(request).await }
+        let client = &self.client;
+        let response = retry(&client.config.retry, error::retryable_write, || {
+            let mut rpc = client.rpc.clone();
+            let request = client.request(message.clone());
+            async move { client.deadline(rpc.record_observation(request)).await }
         })
         .await
         .map_err(error::write_error)?
