@@ -586,3 +586,41 @@ async fn a_job_left_unsettled_by_its_handler_is_released_to_reconcile() {
     assert!(row.last_error.unwrap().contains("provider timed out"));
     h.finish().await;
 }
+
+#[tokio::test]
+async fn complete_or_observe_keeps_the_evidence_when_the_outcome_is_unknown() {
+    let h = Harness::start().await;
+    let enqueued = h.enqueue(Q, "refund-or-observe", "{}").await;
+    let proxy = Proxy::start(h.addr).await;
+    let mut cfg = config("worker-a", Q);
+    cfg.retry.max_tries = 1; // so the lost answer stays unknown
+    let a = WorkerClient::connect(format!("http://{}", proxy.addr), cfg)
+        .await
+        .unwrap();
+    let mut job = claim_one(&a).await;
+    assert!(matches!(
+        job.complete_or_observe("", "ok").await,
+        Err(WriteError::Invalid(_))
+    ));
+
+    proxy.swallow_responses(true);
+    let call = tokio::spawn(async move {
+        let out = job.complete_or_observe("re_O", "ok").await;
+        (job, out)
+    });
+    support_sdk::wait_for_row(&h, enqueued.job_id, "succeeded", |j| {
+        j.state == JobState::Succeeded
+    })
+    .await;
+    proxy.cut();
+    proxy.swallow_responses(false);
+    let (job, out) = call.await.unwrap();
+    assert!(matches!(out, Err(WriteError::OutcomeUnknown(_))), "{out:?}");
+    assert!(!job.is_settled(), "the handle cannot know it is done");
+    // It landed after all, and the evidence is on record either way.
+    let seen = observations(&h, enqueued.job_id).await;
+    assert_eq!(seen.len(), 1);
+    assert_eq!(seen[0].dedup_key, observation_dedup_key("worker-a", "re_O"));
+    assert_eq!(h.row(enqueued.job_id).await.state, JobState::Succeeded);
+    h.finish().await;
+}

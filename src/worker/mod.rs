@@ -51,6 +51,9 @@
 //! # }
 //! ```
 
+// Every public item says its units and the rule it implements.
+#![deny(missing_docs)]
+
 mod client;
 mod error;
 mod handle;
