@@ -30,8 +30,8 @@ pub struct WorkerConfig {
     pub queue: String,
     /// Lease asked for on every Claim and Takeover, counted from the
     /// commit by the database clock (DESIGN.md rule 2); must lie within
-    /// the coordinator's bounds (default 1 s ..= 1 h). Sent with
-    /// microsecond precision. Pick it above the P99 of one job's work:
+    /// the coordinator's bounds (default 1 s ..= 1 h), which counts it in
+    /// whole microseconds. Pick it above the P99 of one job's work:
     /// when it runs out the job is open to takeover (rule 1).
     pub lease: Duration,
     /// Most jobs [`Worker::run`](super::Worker::run) handles at once, and
