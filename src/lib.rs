@@ -8,6 +8,7 @@
 //! - [`store`]: MySQL; the SQL, transactions and fencing conditions.
 //! - [`domain`]: the job model and the pure rules of DESIGN.md.
 //! - [`server`]: assembly (health, reflection, graceful shutdown).
+//! - [`worker`]: the worker SDK, a typed client over the generated one.
 //!
 //! Beside them, [`provider`] is a fake payment provider (Stripe-style refunds
 //! with fault injection) that the demo and the tests run against.
@@ -19,6 +20,7 @@ pub mod grpc;
 pub mod provider;
 pub mod server;
 pub mod store;
+pub mod worker;
 
 /// Generated protobuf and gRPC code for `jobfence.v1`.
 pub mod proto {

@@ -1,0 +1,325 @@
+//! What a worker is told when a call does not do what it asked, read off
+//! the `google.rpc.ErrorInfo` (domain `jobfence`) the coordinator attaches
+//! to every expected refusal. Workers switch on these enums, never on
+//! status messages.
+
+use crate::grpc::status::{reason, ERROR_DOMAIN};
+use crate::proto;
+use std::collections::HashMap;
+use tonic::{Code, Status};
+use tonic_types::{BadRequest, StatusExt};
+
+/// Why a write through a [`ClaimedJob`](super::ClaimedJob) handle (or a
+/// read) did not apply.
+///
+/// Only `Ok` means "applied" (or "already applied": see
+/// [`Written::replayed`](super::Written::replayed)). Every variant here
+/// means the job did not change *because of this call*, except
+/// [`OutcomeUnknown`](WriteError::OutcomeUnknown), where it may have.
+#[derive(Debug, thiserror::Error)]
+pub enum WriteError {
+    /// Reason `ATTEMPT_SUPERSEDED`: a later claim or takeover replaced this
+    /// attempt (DESIGN.md rule 3). The handle no longer holds the job and
+    /// never will again. When the refused write carried a provider result,
+    /// the SDK kept it as an observation (rule 7) and says so in
+    /// `observation_recorded`.
+    #[error("attempt superseded by attempt {current_attempt} (job is {})", current_state.as_str_name())]
+    Superseded {
+        /// The job's attempt now.
+        current_attempt: u64,
+        /// The job's state now.
+        current_state: proto::JobState,
+        /// True when the refused write's provider result was recorded as an
+        /// observation (source WORKER, outcome SUCCEEDED).
+        observation_recorded: bool,
+    },
+    /// Reason `JOB_NOT_RUNNING`: the attempt is still the current one but
+    /// the job has left `running` (this attempt already completed, retried
+    /// or parked it with a different call).
+    #[error("job is {}, not running", state.as_str_name())]
+    NotRunning {
+        /// The job's state now.
+        state: proto::JobState,
+        /// As in [`WriteError::Superseded`].
+        observation_recorded: bool,
+    },
+    /// Reason `JOB_NOT_FOUND`.
+    #[error("job not found")]
+    NotFound,
+    /// Reason `INVALID_REQUEST`: nothing was written; the field violations
+    /// say why.
+    #[error("invalid request: {0:?}")]
+    Invalid(BadRequest),
+    /// Reason `COMMIT_OUTCOME_UNKNOWN`, or a transport failure (connection
+    /// refused or cut, an expired deadline, a status without jobfence
+    /// ErrorInfo), still so after the retries: the write may or may
+    /// not have been applied (rule 4). Sending the same call again later is
+    /// safe: an applied call is answered as a replay.
+    #[error("outcome unknown: {}", .0.message())]
+    OutcomeUnknown(Box<Status>),
+    /// Reason `DATABASE_UNAVAILABLE` or `TRANSACTION_CONFLICT`, still so
+    /// after the retries: nothing was applied.
+    #[error("coordinator unavailable: {}", .0.message())]
+    Unavailable(Box<Status>),
+    /// Anything else (for example `ATTEMPT_NOT_ISSUED`, which a handle
+    /// cannot cause, or a status from a proxy without ErrorInfo).
+    #[error("unexpected status: {0}")]
+    Other(Box<Status>),
+}
+
+/// Why a Claim or Takeover handed out no job handle.
+///
+/// Whatever the variant, the worker holds nothing and must not touch the
+/// provider for any job (DESIGN.md rule 4, the seed's 邊界防呆).
+#[derive(Debug, thiserror::Error)]
+pub enum ClaimError {
+    /// Reason `COMMIT_OUTCOME_UNKNOWN`, or a transport failure (connection
+    /// refused or cut, an expired deadline, a status without jobfence
+    /// ErrorInfo): the claim may have committed. If it did, the jobs it took
+    /// stay `running` under an attempt nobody acts on, and come back after
+    /// their lease through a takeover, which always reconciles first. Never
+    /// retried inside the call; see [`WorkerClient::claim`](super::WorkerClient::claim).
+    #[error("claim outcome unknown: {}", .0.message())]
+    OutcomeUnknown(Box<Status>),
+    /// Reason `DATABASE_UNAVAILABLE` or `TRANSACTION_CONFLICT`, still so
+    /// after the retries: nothing was taken.
+    #[error("coordinator unavailable: {}", .0.message())]
+    Unavailable(Box<Status>),
+    /// Reason `INVALID_REQUEST` (a bad queue name, a lease outside the
+    /// server's bounds, a batch too large).
+    #[error("invalid request: {0:?}")]
+    Invalid(BadRequest),
+    /// Takeover only, reason `JOB_NOT_FOUND`.
+    #[error("job not found")]
+    NotFound,
+    /// Takeover only, reason `LEASE_NOT_EXPIRED`: the holder's lease is
+    /// live (DB clock).
+    #[error("lease of attempt {current_attempt} has not expired")]
+    LeaseNotExpired {
+        /// The attempt that holds the job.
+        current_attempt: u64,
+    },
+    /// Takeover only, reason `JOB_FINISHED`: nothing to take over.
+    #[error("job already finished ({})", state.as_str_name())]
+    Finished {
+        /// The terminal state.
+        state: proto::JobState,
+    },
+    /// Takeover only, reason `JOB_NOT_RUNNING` (ready or in manual review).
+    #[error("job is {}, not running", state.as_str_name())]
+    NotRunning {
+        /// The job's state now.
+        state: proto::JobState,
+    },
+    /// Anything else.
+    #[error("unexpected status: {0}")]
+    Other(Box<Status>),
+}
+
+/// Why [`WorkerClient::connect`](super::WorkerClient::connect) failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectError {
+    /// The [`WorkerConfig`](super::WorkerConfig) is unusable; says which field.
+    #[error("invalid worker config: {0}")]
+    InvalidConfig(String),
+    /// The endpoint is malformed or could not be reached.
+    #[error("cannot connect: {0}")]
+    Transport(#[from] tonic::transport::Error),
+}
+
+/// The jobfence ErrorInfo of a status: reason and metadata. `None` for a
+/// status that did not come from a coordinator (a transport failure, a proxy).
+pub(crate) fn error_info(status: &Status) -> Option<(String, HashMap<String, String>)> {
+    status
+        .get_details_error_info()
+        .filter(|i| i.domain == ERROR_DOMAIN)
+        .map(|i| (i.reason, i.metadata))
+}
+
+fn meta_u64(meta: &HashMap<String, String>, key: &str) -> u64 {
+    meta.get(key).and_then(|v| v.parse().ok()).unwrap_or(0)
+}
+
+/// The `current_state` metadata (a domain name such as `succeeded`) as the
+/// wire enum; `Unspecified` if absent or unknown.
+fn meta_state(meta: &HashMap<String, String>) -> proto::JobState {
+    let domain = meta
+        .get("current_state")
+        .and_then(|s| s.parse::<crate::domain::JobState>().ok());
+    use crate::domain::JobState as D;
+    match domain {
+        Some(D::Ready) => proto::JobState::Ready,
+        Some(D::Running) => proto::JobState::Running,
+        Some(D::Succeeded) => proto::JobState::Succeeded,
+        Some(D::Failed) => proto::JobState::Failed,
+        Some(D::ManualReview) => proto::JobState::ManualReview,
+        Some(D::Cancelled) => proto::JobState::Cancelled,
+        None => proto::JobState::Unspecified,
+    }
+}
+
+/// True when nothing can have been applied: the coordinator said so
+/// (`DATABASE_UNAVAILABLE`: it never reached the database;
+/// `TRANSACTION_CONFLICT`: rolled back). The only failures a Claim retries.
+pub(crate) fn definitely_not_applied(status: &Status) -> bool {
+    matches!(
+        error_info(status).as_ref().map(|(r, _)| r.as_str()),
+        Some(reason::DATABASE_UNAVAILABLE | reason::TRANSACTION_CONFLICT)
+    )
+}
+
+/// True for a status that did not come from a coordinator's decision: a
+/// transport failure (connection refused or cut, an h2 error), an expired
+/// deadline, a proxy's answer. Whether the call reached the coordinator,
+/// and was applied, nobody can say.
+fn transport_failure(status: &Status) -> bool {
+    matches!(
+        status.code(),
+        Code::Unavailable
+            | Code::Aborted
+            | Code::DeadlineExceeded
+            | Code::Cancelled
+            | Code::Unknown
+            | Code::Internal
+    )
+}
+
+/// True for the failures a fenced write, an observation or a read may
+/// retry: the coordinator's `COMMIT_OUTCOME_UNKNOWN`,
+/// `DATABASE_UNAVAILABLE` and `TRANSACTION_CONFLICT`, and any transport
+/// failure. Safe because the coordinator answers an already-applied
+/// Complete/Fail/RenewLease as a replay and de-duplicates observations on
+/// their key; never on a refusal, which a repeat cannot change.
+pub(crate) fn retryable_write(status: &Status) -> bool {
+    match error_info(status) {
+        Some((why, _)) => matches!(
+            why.as_str(),
+            reason::COMMIT_OUTCOME_UNKNOWN
+                | reason::DATABASE_UNAVAILABLE
+                | reason::TRANSACTION_CONFLICT
+        ),
+        None => transport_failure(status),
+    }
+}
+
+/// Classifies a failed write. `observation_recorded` starts false; the
+/// handle sets it after recording a provider result.
+pub(crate) fn write_error(status: Status) -> WriteError {
+    let Some((why, meta)) = error_info(&status) else {
+        return match status.code() {
+            // No coordinator answer: the request may have been applied.
+            _ if transport_failure(&status) => WriteError::OutcomeUnknown(Box::new(status)),
+            _ => WriteError::Other(Box::new(status)),
+        };
+    };
+    match why.as_str() {
+        reason::ATTEMPT_SUPERSEDED => WriteError::Superseded {
+            current_attempt: meta_u64(&meta, "current_attempt"),
+            current_state: meta_state(&meta),
+            observation_recorded: false,
+        },
+        reason::JOB_NOT_RUNNING => WriteError::NotRunning {
+            state: meta_state(&meta),
+            observation_recorded: false,
+        },
+        reason::JOB_NOT_FOUND => WriteError::NotFound,
+        reason::INVALID_REQUEST => WriteError::Invalid(bad_request(&status)),
+        reason::COMMIT_OUTCOME_UNKNOWN => WriteError::OutcomeUnknown(Box::new(status)),
+        reason::DATABASE_UNAVAILABLE | reason::TRANSACTION_CONFLICT => {
+            WriteError::Unavailable(Box::new(status))
+        }
+        _ => WriteError::Other(Box::new(status)),
+    }
+}
+
+/// Classifies a failed Claim or Takeover.
+pub(crate) fn claim_error(status: Status) -> ClaimError {
+    let Some((why, meta)) = error_info(&status) else {
+        return match status.code() {
+            _ if transport_failure(&status) => ClaimError::OutcomeUnknown(Box::new(status)),
+            _ => ClaimError::Other(Box::new(status)),
+        };
+    };
+    match why.as_str() {
+        reason::COMMIT_OUTCOME_UNKNOWN => ClaimError::OutcomeUnknown(Box::new(status)),
+        reason::DATABASE_UNAVAILABLE | reason::TRANSACTION_CONFLICT => {
+            ClaimError::Unavailable(Box::new(status))
+        }
+        reason::INVALID_REQUEST => ClaimError::Invalid(bad_request(&status)),
+        reason::JOB_NOT_FOUND => ClaimError::NotFound,
+        reason::LEASE_NOT_EXPIRED => ClaimError::LeaseNotExpired {
+            current_attempt: meta_u64(&meta, "current_attempt"),
+        },
+        reason::JOB_FINISHED => ClaimError::Finished {
+            state: meta_state(&meta),
+        },
+        reason::JOB_NOT_RUNNING => ClaimError::NotRunning {
+            state: meta_state(&meta),
+        },
+        _ => ClaimError::Other(Box::new(status)),
+    }
+}
+
+fn bad_request(status: &Status) -> BadRequest {
+    status
+        .get_details_bad_request()
+        .unwrap_or_else(|| BadRequest::new(Vec::new()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::{CoordinatorError, JobState};
+
+    #[test]
+    fn superseded_carries_the_current_attempt_and_state() {
+        let status: Status = CoordinatorError::AttemptSuperseded {
+            job_id: 1,
+            presented: 7,
+            current: 8,
+            state: JobState::Succeeded,
+        }
+        .into();
+        match write_error(status) {
+            WriteError::Superseded {
+                current_attempt: 8,
+                current_state: proto::JobState::Succeeded,
+                observation_recorded: false,
+            } => {}
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_lost_commit_is_unknown_and_a_dead_database_is_not() {
+        let unknown: Status = CoordinatorError::CommitOutcomeUnknown("gone".into()).into();
+        assert!(!definitely_not_applied(&unknown));
+        assert!(matches!(
+            claim_error(unknown.clone()),
+            ClaimError::OutcomeUnknown(_)
+        ));
+        assert!(matches!(
+            write_error(unknown),
+            WriteError::OutcomeUnknown(_)
+        ));
+        let down: Status = CoordinatorError::DatabaseUnavailable("down".into()).into();
+        assert!(definitely_not_applied(&down));
+        assert!(matches!(claim_error(down), ClaimError::Unavailable(_)));
+        // A transport failure carries no ErrorInfo: nobody can say.
+        let transport = Status::unavailable("tcp connect error");
+        assert!(!definitely_not_applied(&transport));
+        assert!(matches!(
+            claim_error(transport),
+            ClaimError::OutcomeUnknown(_)
+        ));
+    }
+
+    #[test]
+    fn invalid_requests_keep_their_field_violations() {
+        let status: Status = CoordinatorError::invalid("lease", "too long").into();
+        match write_error(status) {
+            WriteError::Invalid(b) => assert_eq!(b.field_violations[0].field, "lease"),
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+}

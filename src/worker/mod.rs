@@ -1,0 +1,67 @@
+//! The Rust worker SDK: a typed client over `jobfence.v1.JobCoordinator`
+//! that makes the protocol hard to misuse.
+//!
+//! - [`WorkerClient::claim`] / [`WorkerClient::takeover`] hand out
+//!   [`ClaimedJob`] handles, and only a committed claim does: an unclear
+//!   one (lost commit, expired deadline, transport error) yields no handle
+//!   at all, so a worker never acts on a job it may not hold (DESIGN.md
+//!   rule 4).
+//! - Every write goes through the handle, which presents its attempt
+//!   (the fencing token); refusals come back as [`WriteError`] variants
+//!   read from the coordinator's `google.rpc.ErrorInfo`, never as strings
+//!   (rule 3).
+//! - [`ClaimedJob::operation_key`] is the one key to send to the provider;
+//!   the attempt is readable for logs only.
+//! - A provider success that can no longer be written back (superseded) is
+//!   kept as an observation instead of being dropped (rule 7).
+//! - [`Worker::run`] runs a [`Handler`] on up to `max_in_flight` jobs at a
+//!   time, claims only for free slots, and shuts down gracefully.
+//! - Calls are retried with exponential backoff and jitter only where a
+//!   repeat cannot do harm (see [`WorkerClient::claim`] for why a Claim is
+//!   not one of them).
+//!
+//! ```no_run
+//! use jobfence::worker::{ClaimedJob, Handler, HandlerError, Worker, WorkerClient, WorkerConfig};
+//!
+//! struct Refunds;
+//!
+//! impl Handler for Refunds {
+//!     async fn handle(&self, job: &mut ClaimedJob) -> Result<(), HandlerError> {
+//!         // Send job.operation_key() to the provider as the idempotency key
+//!         // (or ask it what happened, if job.next_action() is RECONCILE)...
+//!         let refund_id = "re_123";
+//!         job.complete(refund_id, r#"{"status":"succeeded"}"#).await?;
+//!         Ok(())
+//!     }
+//! }
+//!
+//! # async fn example() -> Result<(), Box<dyn std::error::Error>> {
+//! let config = WorkerConfig {
+//!     max_in_flight: 4,
+//!     ..WorkerConfig::new("refund-worker-1", "refunds")
+//! };
+//! let client = WorkerClient::connect("http://127.0.0.1:50051", config).await?;
+//! let report = Worker::new(client)
+//!     .run(Refunds, async {
+//!         let _ = tokio::signal::ctrl_c().await;
+//!     })
+//!     .await;
+//! println!("{report:?}");
+//! # Ok(())
+//! # }
+//! ```
+
+// Every public item says its units and the rule it implements.
+#![deny(missing_docs)]
+
+mod client;
+mod error;
+mod handle;
+mod retry;
+mod runner;
+
+pub use client::{WorkerClient, WorkerConfig, MAX_IN_FLIGHT};
+pub use error::{ClaimError, ConnectError, WriteError};
+pub use handle::{observation_dedup_key, ClaimedJob, Disposition, FailWritten, Recorded, Written};
+pub use retry::RetryPolicy;
+pub use runner::{Handler, HandlerError, RunReport, Worker};

@@ -1,0 +1,158 @@
+//! Exponential backoff with jitter, and the retry loop the SDK wraps
+//! around the calls that are safe to repeat.
+//!
+//! Which calls are safe is decided by the caller of [`retry`], not here:
+//! a fenced write (Complete, Fail, RenewLease) is, because the coordinator
+//! recognises an already-applied call and answers it as a replay; an
+//! observation is, because it is de-duplicated on its key; a Claim is only
+//! when the coordinator said nothing was applied (see
+//! [`WorkerClient::claim`](super::WorkerClient::claim)).
+
+use std::collections::hash_map::RandomState;
+use std::future::Future;
+use std::hash::{BuildHasher, Hasher};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+use tonic::Status;
+
+/// How often and how patiently a retryable call is repeated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RetryPolicy {
+    /// Tries in all, the first one included; 1 means no retry.
+    pub max_tries: u32,
+    /// Backoff before the first retry; doubles with every retry.
+    pub initial_backoff: Duration,
+    /// Upper bound of one backoff.
+    pub max_backoff: Duration,
+}
+
+impl Default for RetryPolicy {
+    /// 5 tries, backoff from 50 ms doubling up to 2 s (about 1.5 s of
+    /// waiting in all, on average).
+    fn default() -> Self {
+        RetryPolicy {
+            max_tries: 5,
+            initial_backoff: Duration::from_millis(50),
+            max_backoff: Duration::from_secs(2),
+        }
+    }
+}
+
+impl RetryPolicy {
+    /// The wait before retry number `retry` (1 for the first retry):
+    /// `initial_backoff * 2^(retry-1)`, capped at `max_backoff`, of which a
+    /// random half is dropped ("equal jitter"), so workers that failed
+    /// together do not come back together, yet none retries at once.
+    pub fn backoff(&self, retry: u32) -> Duration {
+        let exp = retry.saturating_sub(1).min(31);
+        let ceiling = self
+            .initial_backoff
+            .saturating_mul(1u32 << exp)
+            .min(self.max_backoff);
+        let half = ceiling / 2;
+        half + half.mul_f64(unit_random())
+    }
+}
+
+/// A value in [0, 1) that differs from call to call, without a random
+/// number crate: std's `RandomState` is seeded randomly per process and
+/// per thread, and the counter makes consecutive calls differ.
+fn unit_random() -> f64 {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let mut h = RandomState::new().build_hasher();
+    h.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
+    (h.finish() >> 11) as f64 / (1u64 << 53) as f64
+}
+
+/// Runs `op` until it succeeds, fails with a status `retryable` rejects, or
+/// `policy.max_tries` are used up; returns the last result.
+pub(crate) async fn retry<T, F, Fut>(
+    policy: &RetryPolicy,
+    retryable: impl Fn(&Status) -> bool,
+    mut op: F,
+) -> Result<T, Status>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, Status>>,
+{
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        match op().await {
+            Err(status) if tries < policy.max_tries.max(1) && retryable(&status) => {
+                let wait = policy.backoff(tries);
+                tracing::debug!(tries, code = ?status.code(), wait_ms = wait.as_millis() as u64, "retrying");
+                tokio::time::sleep(wait).await;
+            }
+            other => return other,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_grows_is_capped_and_keeps_half() {
+        let p = RetryPolicy {
+            max_tries: 10,
+            initial_backoff: Duration::from_millis(100),
+            max_backoff: Duration::from_secs(1),
+        };
+        for _ in 0..100 {
+            let first = p.backoff(1);
+            assert!(first >= Duration::from_millis(50) && first <= Duration::from_millis(100));
+            let third = p.backoff(3);
+            assert!(third >= Duration::from_millis(200) && third <= Duration::from_millis(400));
+            let late = p.backoff(30);
+            assert!(late >= Duration::from_millis(500) && late <= Duration::from_secs(1));
+        }
+        assert!(p.backoff(u32::MAX) <= Duration::from_secs(1));
+    }
+
+    #[test]
+    fn jitter_spreads() {
+        let p = RetryPolicy::default();
+        let draws: std::collections::HashSet<_> = (0..50).map(|_| p.backoff(4)).collect();
+        assert!(draws.len() > 10, "jitter should vary: {draws:?}");
+    }
+
+    #[tokio::test]
+    async fn stops_at_the_first_non_retryable_status() {
+        let p = RetryPolicy {
+            max_tries: 5,
+            initial_backoff: Duration::from_millis(1),
+            max_backoff: Duration::from_millis(1),
+        };
+        let mut calls = 0;
+        let out: Result<(), Status> = retry(
+            &p,
+            |s| s.code() == tonic::Code::Unavailable,
+            || {
+                calls += 1;
+                let status = if calls < 3 {
+                    Status::unavailable("down")
+                } else {
+                    Status::failed_precondition("superseded")
+                };
+                async move { Err(status) }
+            },
+        )
+        .await;
+        assert_eq!(out.unwrap_err().code(), tonic::Code::FailedPrecondition);
+        assert_eq!(calls, 3);
+        let mut calls = 0;
+        let out: Result<(), Status> = retry(
+            &p,
+            |_| true,
+            || {
+                calls += 1;
+                async { Err(Status::unavailable("down")) }
+            },
+        )
+        .await;
+        assert!(out.is_err());
+        assert_eq!(calls, 5);
+    }
+}
