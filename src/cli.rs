@@ -43,6 +43,12 @@ pub enum Command {
     /// Serve a fake Stripe-style refund API with fault injection, for the
     /// demo and tests (see docs/fake-provider.md).
     FakeProvider(FakeProviderArgs),
+    /// The main job: coordinator, fake provider, Rust and Python refund
+    /// workers, injected failures, and a report checked against the
+    /// provider's ledger (exit status 1 if the invariant is violated).
+    Demo(crate::demo::DemoArgs),
+    /// A refund worker: claims refunds and sends them to the provider.
+    RefundWorker(crate::refund_worker::RefundWorkerArgs),
 }
 
 #[derive(Debug, Args)]
@@ -97,6 +103,10 @@ pub struct ServeArgs {
     /// On SIGTERM: how long to report NOT_SERVING before closing the listener.
     #[arg(long, env = "JOBFENCE_DRAIN_DELAY", value_parser = humantime::parse_duration, default_value = "2s")]
     pub drain_delay: Duration,
+    /// After the drain delay: how long in-flight calls may take before
+    /// their connections are closed anyway.
+    #[arg(long, env = "JOBFENCE_SHUTDOWN_TIMEOUT", value_parser = humantime::parse_duration, default_value = "10s")]
+    pub shutdown_timeout: Duration,
 }
 
 fn parse_queue_duration(s: &str) -> Result<(String, Duration), String> {
@@ -196,9 +206,18 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             let options = ServeOptions {
                 health_interval: args.health_interval,
                 drain_delay: args.drain_delay,
+                shutdown_timeout: args.shutdown_timeout,
             };
             server::serve(coordinator, listener, options, server::shutdown_signal()).await
         }
         Command::FakeProvider(args) => args.run(server::shutdown_signal()).await,
+        Command::RefundWorker(args) => args.run().await,
+        Command::Demo(args) => {
+            if crate::demo::run(args).await? {
+                Ok(())
+            } else {
+                std::process::exit(1)
+            }
+        }
     }
 }

@@ -15,9 +15,11 @@
 
 pub mod cli;
 pub mod coordinator;
+pub mod demo;
 pub mod domain;
 pub mod grpc;
 pub mod provider;
+pub mod refund_worker;
 pub mod server;
 pub mod store;
 pub mod worker;

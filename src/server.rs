@@ -30,6 +30,10 @@ pub struct ServeOptions {
     /// After a shutdown signal: how long health reports NOT_SERVING while
     /// RPCs are still accepted, so load balancers stop routing here first.
     pub drain_delay: Duration,
+    /// Then: how long in-flight calls may take to finish before the server
+    /// closes every connection anyway (a frozen client must not hold a
+    /// restart hostage).
+    pub shutdown_timeout: Duration,
 }
 
 impl Default for ServeOptions {
@@ -37,6 +41,7 @@ impl Default for ServeOptions {
         ServeOptions {
             health_interval: Duration::from_secs(1),
             drain_delay: Duration::from_secs(2),
+            shutdown_timeout: Duration::from_secs(10),
         }
     }
 }
@@ -78,7 +83,8 @@ async fn follow_database(
 }
 
 /// Serves until `shutdown` completes, then reports NOT_SERVING, waits the
-/// drain delay, stops accepting, and lets in-flight RPCs finish.
+/// drain delay, stops accepting, and lets in-flight RPCs finish (for at
+/// most the shutdown timeout).
 pub async fn serve(
     coordinator: Coordinator,
     listener: TcpListener,
@@ -113,25 +119,37 @@ pub async fn serve(
         stop_rx,
     ));
     let drain = options.drain_delay;
-    let on_shutdown = async move {
-        shutdown.await;
-        tracing::info!(drain_delay = ?drain, "shutting down: reporting NOT_SERVING, then draining");
-        let _ = stop_tx.send(true);
-        let _ = watcher.await;
-        set_health(&reporter, ServingStatus::NotServing).await;
-        tokio::time::sleep(drain).await;
-    };
-
+    let (stop_serving, stopped) = tokio::sync::oneshot::channel::<()>();
     tracing::info!(listen = %listener.local_addr()?, "serving jobfence.v1.JobCoordinator");
-    Server::builder()
+    let server = Server::builder()
         .add_service(health_service)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
         .add_service(JobCoordinatorServer::new(JobCoordinatorService::new(
             coordinator,
         )))
-        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), on_shutdown)
-        .await?;
+        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), async {
+            let _ = stopped.await;
+        });
+    tokio::pin!(server);
+    tokio::select! {
+        done = &mut server => done?,
+        _ = shutdown => {
+            tracing::info!(drain_delay = ?drain, "shutting down: reporting NOT_SERVING, then draining");
+            let _ = stop_tx.send(true);
+            let _ = watcher.await;
+            set_health(&reporter, ServingStatus::NotServing).await;
+            tokio::time::sleep(drain).await;
+            let _ = stop_serving.send(());
+            match tokio::time::timeout(options.shutdown_timeout, &mut server).await {
+                Ok(done) => done?,
+                Err(_) => tracing::warn!(
+                    shutdown_timeout = ?options.shutdown_timeout,
+                    "in-flight calls did not finish in time; closing their connections"
+                ),
+            }
+        }
+    }
     tracing::info!("stopped");
     Ok(())
 }

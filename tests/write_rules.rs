@@ -25,6 +25,7 @@ async fn harness(resend_window: Duration, max_dispatches: u32) -> Harness {
         ServeOptions {
             health_interval: Duration::from_millis(100),
             drain_delay: Duration::ZERO,
+            shutdown_timeout: Duration::from_secs(10),
         },
     )
     .await

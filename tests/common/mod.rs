@@ -105,6 +105,7 @@ impl Harness {
             ServeOptions {
                 health_interval: Duration::from_millis(100),
                 drain_delay: Duration::ZERO,
+                shutdown_timeout: Duration::from_secs(10),
             },
         )
         .await

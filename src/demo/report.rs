@@ -1,0 +1,197 @@
+//! The demo's numbers, read from the coordinator's tables and the provider's
+//! ledger, and the invariant: refunds actually made per operation_key are
+//! exactly 1 for every succeeded job and at most 1 for every other.
+
+use crate::provider::Ledger;
+use anyhow::Result;
+use sqlx::mysql::MySqlPool;
+use sqlx::Row;
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+/// Counts by job state.
+pub async fn states(pool: &MySqlPool) -> Result<BTreeMap<String, i64>> {
+    let rows =
+        sqlx::query("SELECT CAST(state AS CHAR) AS s, COUNT(*) AS n FROM jobs GROUP BY state")
+            .fetch_all(pool)
+            .await?;
+    let mut out = BTreeMap::new();
+    for r in rows {
+        out.insert(text(&r, "s")?, r.try_get::<i64, _>("n")?);
+    }
+    Ok(out)
+}
+
+fn text(r: &sqlx::mysql::MySqlRow, col: &str) -> Result<String> {
+    let b: Option<Vec<u8>> = r.try_get(col)?;
+    Ok(b.map(|b| String::from_utf8_lossy(&b).into_owned())
+        .unwrap_or_default())
+}
+
+async fn count_events(pool: &MySqlPool, kind: &str) -> Result<i64> {
+    Ok(
+        sqlx::query("SELECT COUNT(*) AS n FROM job_events WHERE kind = ?")
+            .bind(kind)
+            .fetch_one(pool)
+            .await?
+            .try_get("n")?,
+    )
+}
+
+/// Everything the final report prints.
+#[derive(Debug, Default)]
+pub struct Report {
+    pub jobs: i64,
+    pub states: BTreeMap<String, i64>,
+    /// Manual reviews by reason (the coordinator's, or the worker's error).
+    pub manual_reviews: BTreeMap<String, i64>,
+    pub takeovers: i64,
+    /// Stale writes rejected, by RPC.
+    pub stale_rejected: BTreeMap<String, i64>,
+    pub observations: i64,
+    pub resends_allowed: i64,
+    pub refunds_made: u64,
+    /// Succeeded jobs by the worker that completed them.
+    pub completed_by: BTreeMap<String, i64>,
+    /// Jobs not in a terminal state or manual_review, or in manual_review
+    /// without a reason.
+    pub unfinished: Vec<String>,
+    /// Invariant violations, one line each.
+    pub violations: Vec<String>,
+}
+
+impl Report {
+    /// Reads the tables and checks the ledger.
+    pub async fn gather(pool: &MySqlPool, ledger: &Ledger) -> Result<Report> {
+        let mut r = Report {
+            states: states(pool).await?,
+            takeovers: count_events(pool, "taken_over").await?,
+            observations: sqlx::query("SELECT COUNT(*) AS n FROM job_observations")
+                .fetch_one(pool)
+                .await?
+                .try_get("n")?,
+            ..Report::default()
+        };
+        r.jobs = r.states.values().sum();
+        for row in sqlx::query(
+            "SELECT CAST(SUBSTRING_INDEX(detail, ':', 1) AS CHAR) AS rpc, COUNT(*) AS n \
+             FROM job_events WHERE kind = 'stale_write_rejected' GROUP BY rpc",
+        )
+        .fetch_all(pool)
+        .await?
+        {
+            r.stale_rejected
+                .insert(text(&row, "rpc")?, row.try_get("n")?);
+        }
+        r.resends_allowed = sqlx::query(
+            "SELECT COUNT(*) AS n FROM job_events WHERE kind = 'retry_scheduled' AND detail = 'retry_execute'",
+        )
+        .fetch_one(pool)
+        .await?
+        .try_get("n")?;
+        for row in sqlx::query(
+            "SELECT CAST(COALESCE(state_reason, CONCAT('worker: ', LEFT(last_error, 40))) AS CHAR) AS why, \
+             COUNT(*) AS n FROM jobs WHERE state = 'manual_review' GROUP BY why",
+        )
+        .fetch_all(pool)
+        .await?
+        {
+            r.manual_reviews.insert(text(&row, "why")?, row.try_get("n")?);
+        }
+        for row in sqlx::query(
+            "SELECT CAST(lease_owner AS CHAR) AS w, COUNT(*) AS n FROM jobs \
+             WHERE state = 'succeeded' GROUP BY w",
+        )
+        .fetch_all(pool)
+        .await?
+        {
+            r.completed_by.insert(text(&row, "w")?, row.try_get("n")?);
+        }
+        for row in sqlx::query(
+            "SELECT id, CAST(operation_key AS CHAR) AS k, CAST(state AS CHAR) AS s, \
+             (state_reason IS NOT NULL OR last_error IS NOT NULL) AS has_reason FROM jobs",
+        )
+        .fetch_all(pool)
+        .await?
+        {
+            let id: u64 = row.try_get("id")?;
+            let key = text(&row, "k")?;
+            let state = text(&row, "s")?;
+            let made = ledger.by_merchant_reference(&key).refunds;
+            r.refunds_made += made;
+            match state.as_str() {
+                "succeeded" if made != 1 => r.violations.push(format!(
+                    "job {id} ({key}) succeeded with {made} refunds made"
+                )),
+                "succeeded" => {}
+                _ if made > 1 => r.violations.push(format!(
+                    "job {id} ({key}) is {state} with {made} refunds made"
+                )),
+                "ready" | "running" => r.unfinished.push(format!("job {id} ({key}) is {state}")),
+                "manual_review" if row.try_get::<i64, _>("has_reason")? == 0 => r.unfinished.push(
+                    format!("job {id} ({key}) is in manual_review without a reason"),
+                ),
+                _ => {}
+            }
+        }
+        Ok(r)
+    }
+
+    /// True when no refund was made twice and nothing is lost.
+    pub fn ok(&self) -> bool {
+        self.violations.is_empty() && self.unfinished.is_empty()
+    }
+
+    /// The printed report; its last line is `invariant: OK` or
+    /// `invariant: VIOLATED (…)`.
+    pub fn render(&self) -> String {
+        let mut s = String::new();
+        let join = |m: &BTreeMap<String, i64>| {
+            if m.is_empty() {
+                "none".to_owned()
+            } else {
+                m.iter()
+                    .map(|(k, v)| format!("{k} {v}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            }
+        };
+        let _ = writeln!(s, "jobfence demo report");
+        let _ = writeln!(s, "  jobs                    {}", self.jobs);
+        let _ = writeln!(s, "  by final state          {}", join(&self.states));
+        let _ = writeln!(s, "  completed by            {}", join(&self.completed_by));
+        let _ = writeln!(s, "  takeovers               {}", self.takeovers);
+        let _ = writeln!(
+            s,
+            "  stale writes rejected   {}",
+            join(&self.stale_rejected)
+        );
+        let _ = writeln!(s, "  observations recorded   {}", self.observations);
+        let _ = writeln!(s, "  resends allowed         {}", self.resends_allowed);
+        let _ = writeln!(
+            s,
+            "  manual reviews          {}",
+            join(&self.manual_reviews)
+        );
+        let _ = writeln!(s, "  refunds made (ledger)   {}", self.refunds_made);
+        for u in self.unfinished.iter().take(10) {
+            let _ = writeln!(s, "  not finished: {u}");
+        }
+        for v in self.violations.iter().take(10) {
+            let _ = writeln!(s, "  VIOLATION: {v}");
+        }
+        if self.ok() {
+            let _ = write!(s, "invariant: OK");
+        } else {
+            let mut what = Vec::new();
+            if !self.violations.is_empty() {
+                what.push(format!("{} jobs refunded wrongly", self.violations.len()));
+            }
+            if !self.unfinished.is_empty() {
+                what.push(format!("{} jobs not finished", self.unfinished.len()));
+            }
+            let _ = write!(s, "invariant: VIOLATED ({})", what.join("; "));
+        }
+        s
+    }
+}
