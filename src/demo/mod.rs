@@ -403,6 +403,7 @@ pub async fn run(args: DemoArgs) -> Result<bool> {
     }
 
     let outcome = drive(&mut cluster, &pool, &args, started).await;
+    let outcome_injected = outcome.as_ref().cloned().unwrap_or_default();
     for w in &mut cluster.workers {
         let _ = w.stop(Duration::from_secs(5)).await;
     }
@@ -410,7 +411,8 @@ pub async fn run(args: DemoArgs) -> Result<bool> {
     let _ = cluster.coordinator.stop(Duration::from_secs(10)).await;
     let _ = cluster.provider.stop(Duration::from_secs(5)).await;
     outcome?;
-    let report = Report::gather(&pool, &ledger?).await?;
+    let mut report = Report::gather(&pool, &ledger?).await?;
+    report.injected = outcome_injected;
     println!("{}", report.render());
     Ok(report.ok())
 }
@@ -462,7 +464,7 @@ async fn drive(
     pool: &MySqlPool,
     args: &DemoArgs,
     started: Instant,
-) -> Result<()> {
+) -> Result<Vec<String>> {
     let mut chaos: Vec<Chaos> = if args.chaos {
         vec![Chaos::Pause, Chaos::Kill, Chaos::Restart]
     } else {
@@ -472,6 +474,7 @@ async fn drive(
     let tty = std::io::stderr().is_terminal();
     let mut last_line = Instant::now() - Duration::from_secs(10);
     let mut note = String::new();
+    let mut injected = Vec::new();
     loop {
         for w in &mut cluster.workers {
             if let Some(status) = w.exited() {
@@ -480,18 +483,19 @@ async fn drive(
                 }
             }
         }
-        if let Some(step) = chaos.first().cloned() {
-            if let Some((done, next)) = chaos_step(cluster, pool, step, t0.elapsed()).await? {
-                if !done.is_empty() {
+        let mut i = 0;
+        while i < chaos.len() {
+            match chaos_step(cluster, pool, chaos[i].clone(), t0.elapsed()).await? {
+                None => i += 1,
+                Some((done, next)) => {
                     if tty {
                         eprintln!();
                     }
                     say(&format!("[{:>4}s] {done}", started.elapsed().as_secs()));
-                }
-                note = done;
-                chaos.remove(0);
-                if let Some(next) = next {
-                    chaos.insert(0, next);
+                    injected.push(done.clone());
+                    note = done;
+                    chaos.remove(i);
+                    chaos.extend(next);
                 }
             }
         }
@@ -507,6 +511,16 @@ async fn drive(
                 .collect::<Vec<_>>()
                 .join("  ")
         );
+        if open == 0 {
+            // Nothing left to disturb: only a frozen worker still matters.
+            if chaos.iter().any(|c| matches!(c, Chaos::Resume(_))) {
+                cluster.workers[0].resume()?;
+                let done = format!("{} resumed (no job left open)", cluster.workers[0].name);
+                say(&format!("[{:>4}s] {done}", started.elapsed().as_secs()));
+                injected.push(done);
+            }
+            chaos.clear();
+        }
         if tty {
             eprint!("\r{line}  {note:<60}");
         } else if last_line.elapsed() >= Duration::from_secs(2) || open == 0 {
@@ -518,20 +532,20 @@ async fn drive(
             if tty {
                 eprintln!();
             }
-            return Ok(());
+            return Ok(injected);
         }
         if t0.elapsed() > args.max_duration {
             if tty {
                 eprintln!();
             }
-            if let Some(Chaos::Resume(_)) = chaos.first() {
+            if chaos.iter().any(|c| matches!(c, Chaos::Resume(_))) {
                 let _ = cluster.workers[0].resume();
             }
             say(&format!(
                 "stopping after {}: jobs still open",
                 humantime::format_duration(args.max_duration)
             ));
-            return Ok(());
+            return Ok(injected);
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
@@ -570,7 +584,7 @@ async fn chaos_step(
                 None,
             ))
         }
-        Chaos::Kill if cluster.workers.len() > 1 => {
+        Chaos::Kill if cluster.workers.len() > 1 && elapsed >= Duration::from_millis(1500) => {
             let name = cluster.workers[1].name.clone();
             if held_by(pool, &name).await?.is_empty() {
                 return Ok(None);
@@ -582,12 +596,13 @@ async fn chaos_step(
                 None,
             ))
         }
-        Chaos::Kill => Some((String::new(), None)),
-        Chaos::Restart => {
+        Chaos::Kill if cluster.workers.len() <= 1 => Some(("no second worker to kill".to_owned(), None)),
+        Chaos::Kill => None,
+        Chaos::Restart if elapsed >= Duration::from_secs(2) => {
             cluster.restart_coordinator().await?;
             Some(("coordinator restarted (SIGTERM, start)".to_owned(), None))
         }
-        Chaos::Pause => None,
+        Chaos::Pause | Chaos::Restart => None,
     })
 }
 

@@ -56,6 +56,8 @@ pub struct Report {
     /// Jobs not in a terminal state or manual_review, or in manual_review
     /// without a reason.
     pub unfinished: Vec<String>,
+    /// The process failures the demo injected, in order.
+    pub injected: Vec<String>,
     /// Invariant violations, one line each.
     pub violations: Vec<String>,
 }
@@ -158,6 +160,10 @@ impl Report {
         };
         let _ = writeln!(s, "jobfence demo report");
         let _ = writeln!(s, "  jobs                    {}", self.jobs);
+        for (i, what) in self.injected.iter().enumerate() {
+            let head = if i == 0 { "failures injected" } else { "" };
+            let _ = writeln!(s, "  {head:<23} {what}");
+        }
         let _ = writeln!(s, "  by final state          {}", join(&self.states));
         let _ = writeln!(s, "  completed by            {}", join(&self.completed_by));
         let _ = writeln!(s, "  takeovers               {}", self.takeovers);
