@@ -8,11 +8,14 @@
 //! - [`store`]: MySQL; the SQL, transactions and fencing conditions.
 //! - [`domain`]: the job model and the pure rules of DESIGN.md.
 //! - [`server`]: assembly (health, reflection, graceful shutdown).
+//! - [`metrics`]: Prometheus metrics and their HTTP endpoint.
+//! - [`admin_cli`]: the operator commands (`jobfence jobs …`, `jobfence stats`).
 
 pub mod cli;
 pub mod coordinator;
 pub mod domain;
 pub mod grpc;
+pub mod metrics;
 pub mod server;
 pub mod store;
 
