@@ -37,8 +37,12 @@ fn operator_fields(v: &mut Violations, operator: &str, reason: &str) {
 }
 
 impl Coordinator {
-    /// ListJobs: `filter.limit` 0 means [`DEFAULT_PAGE_SIZE`].
-    pub async fn list_jobs(&self, mut filter: ListJobsFilter) -> Result<Vec<Job>, CoordinatorError> {
+    /// ListJobs: `filter.limit` 0 means [`DEFAULT_PAGE_SIZE`]. Returns the
+    /// page and, when more jobs match, the id to continue after.
+    pub async fn list_jobs(
+        &self,
+        mut filter: ListJobsFilter,
+    ) -> Result<(Vec<Job>, Option<u64>), CoordinatorError> {
         let mut v = Violations::default();
         if let Some(q) = &filter.queue {
             v.queue("queue", q);
@@ -46,16 +50,23 @@ impl Coordinator {
         if filter.limit == 0 {
             filter.limit = DEFAULT_PAGE_SIZE;
         } else if filter.limit > MAX_PAGE_SIZE {
-            v.add(
-                "page_size",
-                format!("must be at most {MAX_PAGE_SIZE}"),
-            );
+            v.add("page_size", format!("must be at most {MAX_PAGE_SIZE}"));
         }
         if let Some(age) = filter.min_age {
             v.delay("min_age", age.min(MAX_DELAY));
         }
         v.finish()?;
-        self.store().list_jobs(&filter).await
+        let limit = filter.limit as usize;
+        filter.limit += 1;
+        let mut jobs = self.store().list_jobs(&filter).await?;
+        let more = jobs.len() > limit;
+        jobs.truncate(limit);
+        let next = if more {
+            jobs.last().map(|j| j.id)
+        } else {
+            None
+        };
+        Ok((jobs, next))
     }
 
     /// A job with its observations and events; `JobNotFound` if absent.
@@ -206,7 +217,11 @@ impl Coordinator {
             v.add("limit", format!("must be at most {MAX_EVENTS_PAGE}"));
         }
         v.finish()?;
-        let limit = if limit == 0 { DEFAULT_EVENTS_PAGE } else { limit };
+        let limit = if limit == 0 {
+            DEFAULT_EVENTS_PAGE
+        } else {
+            limit
+        };
         self.store().list_events(after, limit, queue).await
     }
 }

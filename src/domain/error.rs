@@ -87,7 +87,9 @@ pub enum CoordinatorError {
 
     /// An operator resolution of a job that is not (or no longer) parked in
     /// manual_review, e.g. because another operator resolved it first.
-    #[error("job {job_id} is {state}, not in manual_review (attempt {current}; presented {presented})")]
+    #[error(
+        "job {job_id} is {state}, not in manual_review (attempt {current}; presented {presented})"
+    )]
     JobNotInManualReview {
         job_id: u64,
         presented: u64,
@@ -97,7 +99,9 @@ pub enum CoordinatorError {
 
     /// CancelJob of a job that is not `ready`, or that was already
     /// dispatched to the provider (cancelling could hide a sent operation).
-    #[error("job {job_id} cannot be cancelled: it is {state} and was dispatched {dispatch_count} times")]
+    #[error(
+        "job {job_id} cannot be cancelled: it is {state} and was dispatched {dispatch_count} times"
+    )]
     JobNotCancellable {
         job_id: u64,
         attempt: u64,

@@ -28,6 +28,9 @@ pub mod reason {
     pub const DATABASE_UNAVAILABLE: &str = "DATABASE_UNAVAILABLE";
     pub const TRANSACTION_CONFLICT: &str = "TRANSACTION_CONFLICT";
     pub const INTERNAL: &str = "INTERNAL";
+    /// WatchEvents ended because the server is shutting down: reconnect
+    /// (to another replica) from the last event applied.
+    pub const SERVER_SHUTTING_DOWN: &str = "SERVER_SHUTTING_DOWN";
 }
 
 fn meta<const N: usize>(pairs: [(&str, String); N]) -> HashMap<String, String> {

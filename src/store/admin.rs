@@ -224,7 +224,14 @@ impl JobStore {
                 &[("refused", refusal.to_string().into())],
             );
             return self
-                .refuse(tx, &locked, req.attempt, kind::RESOLVE_REJECTED, why, refusal)
+                .refuse(
+                    tx,
+                    &locked,
+                    req.attempt,
+                    kind::RESOLVE_REJECTED,
+                    why,
+                    refusal,
+                )
                 .await;
         }
         let to_state = req.resolution.to_state();
@@ -232,7 +239,12 @@ impl JobStore {
             Resolution::Succeeded {
                 provider_reference,
                 result,
-            } => (None, None, Some(provider_reference.as_str()), result.as_deref()),
+            } => (
+                None,
+                None,
+                Some(provider_reference.as_str()),
+                result.as_deref(),
+            ),
             Resolution::Failed => (None, None, None, None),
             Resolution::RetryReconcile { delay } => {
                 (Some(NextAction::Reconcile), Some(*delay), None, None)
@@ -349,7 +361,14 @@ impl JobStore {
                 &[("refused", refusal.to_string().into())],
             );
             return self
-                .refuse(tx, &locked, req.attempt, kind::CANCEL_REJECTED, why, refusal)
+                .refuse(
+                    tx,
+                    &locked,
+                    req.attempt,
+                    kind::CANCEL_REJECTED,
+                    why,
+                    refusal,
+                )
                 .await;
         }
         let updated = sqlx::query(include_str!("queries/admin/cancel.sql"))

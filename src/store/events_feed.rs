@@ -139,13 +139,12 @@ impl JobStore {
             }
         }
         if hole {
-            let open: i64 = sqlx::query_scalar(include_str!(
-                "queries/events_feed/writers_before.sql"
-            ))
-            .bind(read_at)
-            .fetch_one(&mut *conn)
-            .await
-            .map_err(convert_sqlx_err)?;
+            let open: i64 =
+                sqlx::query_scalar(include_str!("queries/events_feed/writers_before.sql"))
+                    .bind(read_at)
+                    .fetch_one(&mut *conn)
+                    .await
+                    .map_err(convert_sqlx_err)?;
             if open == 0 {
                 horizon = *ids.last().expect("not empty");
             } else {

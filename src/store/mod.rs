@@ -32,8 +32,8 @@ use std::str::FromStr;
 use std::time::Duration;
 
 pub use admin::{
-    CancelRequest, ListJobsFilter, OldestJob, PendingAges, QueuePending, QueueStats,
-    ResolveRequest, Resolution,
+    CancelRequest, ListJobsFilter, OldestJob, PendingAges, QueuePending, QueueStats, Resolution,
+    ResolveRequest,
 };
 pub use claim::{ClaimRequest, TakeoverRequest};
 pub use enqueue::{EnqueueOutcome, EnqueueRequest};

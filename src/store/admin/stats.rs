@@ -45,6 +45,11 @@ pub struct QueuePending {
     pub unfinished: Option<Duration>,
 }
 
+impl QueuePending {
+    /// The state of each slot of [`QueuePending::oldest`].
+    pub const STATES: [JobState; 3] = PENDING;
+}
+
 /// Pending ages of every queue that has pending jobs.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PendingAges {
