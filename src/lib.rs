@@ -11,6 +11,7 @@
 //! - [`metrics`]: Prometheus metrics and their HTTP endpoint.
 //! - [`admin_cli`]: the operator commands (`jobfence jobs …`, `jobfence stats`).
 
+pub mod admin_cli;
 pub mod cli;
 pub mod coordinator;
 pub mod domain;
