@@ -11,36 +11,57 @@
 //! Rolled-back transactions leave holes that never fill, so waiting for
 //! every hole is not an answer either.
 //!
-//! # What this module does (gap tracking, no time guess)
-//! 1. Read the next ids after the cursor, and the DB time `t` of that read.
-//! 2. Walk them from the cursor: while ids are contiguous they are safe. At
-//!    the first hole, ask `information_schema.INNODB_TRX` whether any
-//!    transaction that began at or before `t` and can write is still open.
-//!    A missing id below a visible one was allocated before that read, by a
-//!    transaction that had begun by then: if none of those is still open,
-//!    every hole below the last id read is final (committed since, or
-//!    rolled back). Otherwise serve only up to the hole and look again later.
-//! 3. Fetch the events up to that horizon (a hole that committed between
-//!    steps 1 and 3 is then included).
+//! # What this module does (gap tracking with lock probes)
+//! 1. Read the next ids after the cursor (by primary key).
+//! 2. Walk them from the cursor: while ids are contiguous they are safe.
+//!    The ids missing below the last one read are *holes*: each was
+//!    allocated before that last id, by a transaction that has either
+//!    committed since, rolled back, or is still open.
+//! 3. Probe the holes with `SELECT … FOR UPDATE NOWAIT` by primary key. A
+//!    row inserted by a transaction that is still open carries its
+//!    inserter's lock, so the probe fails at once: hold at that hole and
+//!    look again later. A row that the probe returns has committed since.
+//!    A row that is not there was rolled back, or (for a few microseconds
+//!    inside the INSERT) is allocated but not yet written: a hole with no
+//!    row is only passed once the event after it is older than
+//!    [`ALLOCATION_GRACE`].
+//! 4. Fetch the events up to that horizon.
 //!
-//! A settle delay ("serve only events older than N seconds") was rejected:
-//! it is only as good as the guess that no transaction stays open longer
-//! than N between its INSERT and its COMMIT, and a paused coordinator, a
-//! lost client or a slow COMMIT breaks that guess silently. Holding at a
-//! hole costs latency only while one exists, and the cost is bounded by the
-//! oldest open writing transaction on the server (a long unrelated one
-//! delays the feed; it never makes it skip).
+//! Rejected alternatives. A settle delay ("serve only events older than N
+//! seconds") is only as good as the guess that no transaction stays open
+//! longer than N between its INSERT and its COMMIT; a paused coordinator, a
+//! lost client or a slow COMMIT breaks that guess silently. Asking
+//! `information_schema.INNODB_TRX` which writers are still open looks exact
+//! but is not: InnoDB serves that table from a cache that is refreshed only
+//! when nobody has read it for 100 ms, so under steady polling it can miss a
+//! transaction that began after the cache was filled. The lock probe asks
+//! the row itself. The remaining assumption (one INSERT statement does not
+//! stall for [`ALLOCATION_GRACE`] between taking its id and writing its row)
+//! is about one statement's inside, not about a whole transaction's life.
 //!
-//! Needs the PROCESS privilege (to see other sessions in INNODB_TRX); a
-//! server that refuses it makes the feed fail loudly instead of skipping.
+//! Holding costs latency only while a hole exists, bounded by the life of
+//! the open transaction that owns it (ours are short: no lock or connection
+//! is held across a provider call).
 
+use super::errors::{code, error_number};
 use super::rows::{self, get, opt_text, text};
 use super::{convert_sqlx_err, JobStore};
 use crate::domain::{CoordinatorError, DbTime, JobState};
 use sqlx::mysql::MySqlRow;
+use sqlx::MySqlConnection;
+use std::collections::BTreeSet;
+use std::time::Duration;
 
 /// How many ids one page looks ahead for holes.
 const SCAN_IDS: u32 = 1000;
+
+/// A hole whose row is absent (rolled back, or allocated and not yet
+/// written) is passed only once the event after it is this old (DB clock).
+pub const ALLOCATION_GRACE: Duration = Duration::from_secs(2);
+
+/// MySQL's error for a NOWAIT locking read that met a lock (MariaDB
+/// reports a lock wait timeout, 1205, instead).
+const LOCK_NOWAIT: u16 = 3572;
 
 /// One entry of the outbox.
 #[derive(Debug, Clone, PartialEq)]
@@ -117,45 +138,11 @@ impl JobStore {
             .fetch_all(&mut *conn)
             .await
             .map_err(convert_sqlx_err)?;
-        let Some(first) = scanned.first() else {
-            return Ok(FeedPage {
-                events: Vec::new(),
-                next_after: after,
-            });
-        };
-        let read_at: DbTime = get(first, "read_at")?;
         let ids = scanned
             .iter()
-            .map(|r| get::<u64>(r, "id"))
-            .collect::<Result<Vec<_>, _>>()?;
-        let mut horizon = after;
-        let mut hole = false;
-        for id in &ids {
-            if *id == horizon + 1 {
-                horizon = *id;
-            } else {
-                hole = true;
-                break;
-            }
-        }
-        if hole {
-            let open: i64 =
-                sqlx::query_scalar(include_str!("queries/events_feed/writers_before.sql"))
-                    .bind(read_at)
-                    .fetch_one(&mut *conn)
-                    .await
-                    .map_err(convert_sqlx_err)?;
-            if open == 0 {
-                horizon = *ids.last().expect("not empty");
-            } else {
-                tracing::debug!(
-                    after,
-                    held_at = horizon + 1,
-                    open_writers = open,
-                    "events feed holds at a hole until its writer ends"
-                );
-            }
-        }
+            .map(|r| Ok((get::<u64>(r, "id")?, get::<Option<i64>>(r, "age_us")?)))
+            .collect::<Result<Vec<_>, CoordinatorError>>()?;
+        let horizon = self.horizon(&mut conn, after, &ids).await?;
         self.pause("events.after_horizon").await;
         if horizon == after {
             return Ok(FeedPage {
@@ -184,6 +171,65 @@ impl JobStore {
             _ => horizon,
         };
         Ok(FeedPage { events, next_after })
+    }
+
+    /// The highest id up to which every event is final: `after` plus the
+    /// contiguous ids, then past each hole that is known not to be open.
+    async fn horizon(
+        &self,
+        conn: &mut MySqlConnection,
+        after: u64,
+        ids: &[(u64, Option<i64>)],
+    ) -> Result<u64, CoordinatorError> {
+        let Some(&(last, _)) = ids.last() else {
+            return Ok(after);
+        };
+        let visible: BTreeSet<u64> = ids.iter().map(|(id, _)| *id).collect();
+        let holes: Vec<u64> = (after + 1..last)
+            .filter(|id| !visible.contains(id))
+            .collect();
+        if holes.is_empty() {
+            return Ok(last);
+        }
+        let sql = format!(
+            "SELECT id FROM job_events WHERE id IN ({}) FOR UPDATE NOWAIT",
+            vec!["?"; holes.len()].join(", ")
+        );
+        let mut probe = sqlx::query_scalar::<_, u64>(&sql);
+        for h in &holes {
+            probe = probe.bind(*h);
+        }
+        let found: BTreeSet<u64> = match probe.fetch_all(&mut *conn).await {
+            Ok(found) => found.into_iter().collect(),
+            Err(e)
+                if matches!(
+                    error_number(&e),
+                    Some(code::LOCK_WAIT_TIMEOUT | LOCK_NOWAIT)
+                ) =>
+            {
+                let held_at = holes[0];
+                tracing::debug!(
+                    after,
+                    held_at,
+                    "events feed holds at a hole still being written"
+                );
+                return Ok(held_at - 1);
+            }
+            Err(e) => return Err(convert_sqlx_err(e)),
+        };
+        for hole in holes.iter().filter(|h| !found.contains(h)) {
+            // The first event written after the hole: how long ago.
+            let next_age = ids
+                .iter()
+                .find(|(id, _)| id > hole)
+                .and_then(|(_, age)| *age)
+                .unwrap_or(0);
+            if (next_age.max(0) as u128) < ALLOCATION_GRACE.as_micros() {
+                tracing::debug!(after, held_at = hole, "events feed waits out a fresh hole");
+                return Ok(hole - 1);
+            }
+        }
+        Ok(last)
     }
 
     /// Every event of one job, oldest first.

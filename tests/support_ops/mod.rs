@@ -255,6 +255,8 @@ pub async fn drop_db(db: TestDb, pool: MySqlPool) {
 
 /// Polls `information_schema` until a session of database `db` waits for
 /// a row lock (the deterministic way to know a competing call is blocked).
+/// InnoDB refreshes INNODB_TRX only when nobody read it for 100 ms, so the
+/// polls are spaced wider than that, or the answer would never change.
 pub async fn wait_for_lock_wait(pool: &MySqlPool, db: &str) {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     loop {
@@ -274,6 +276,6 @@ pub async fn wait_for_lock_wait(pool: &MySqlPool, db: &str) {
             tokio::time::Instant::now() < deadline,
             "no session of {db} ever waited for a lock"
         );
-        tokio::time::sleep(Duration::from_millis(5)).await;
+        tokio::time::sleep(Duration::from_millis(150)).await;
     }
 }
