@@ -85,7 +85,7 @@ mod tests {
 
     fn facts(hours: Option<u64>, count: u32) -> DispatchFacts {
         DispatchFacts {
-            since_first_dispatch: hours.map(|h| h * HOUR),
+            since_first_dispatch: hours.map(|h| HOUR * h as u32),
             dispatch_count: count,
         }
     }
