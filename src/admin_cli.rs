@@ -34,12 +34,15 @@ pub struct Connection {
 /// `jobfence jobs …`
 #[derive(Debug, Args)]
 pub struct JobsArgs {
+    /// Endpoint and output format.
     #[command(flatten)]
     pub conn: Connection,
+    /// What to do.
     #[command(subcommand)]
     pub command: JobsCommand,
 }
 
+/// The `jobs` subcommands.
 #[derive(Debug, Subcommand)]
 pub enum JobsCommand {
     /// Jobs by queue, state and age, oldest first.
@@ -75,6 +78,7 @@ pub struct ListArgs {
     pub page_token: Option<String>,
 }
 
+/// A job state on the command line (`manual-review` for manual_review).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum StateArg {
     Ready,
@@ -114,10 +118,12 @@ pub enum ResolveTo {
 /// Arguments of `jobs resolve`.
 #[derive(Debug, Args)]
 pub struct ResolveArgs {
+    /// The parked job.
     pub job_id: u64,
     /// The attempt you saw on the parked job (`jobs show`).
     #[arg(long)]
     pub attempt: u64,
+    /// Where the job goes.
     #[arg(long, value_enum)]
     pub to: ResolveTo,
     /// Your name; recorded in the event.
@@ -144,12 +150,15 @@ pub struct ResolveArgs {
 /// Arguments of `jobs cancel`.
 #[derive(Debug, Args)]
 pub struct CancelArgs {
+    /// The job to cancel.
     pub job_id: u64,
     /// The attempt you saw (0 for a job never claimed).
     #[arg(long, default_value_t = 0)]
     pub attempt: u64,
+    /// Your name; recorded in the event.
     #[arg(long, env = "JOBFENCE_OPERATOR")]
     pub operator: String,
+    /// Why; recorded in the event.
     #[arg(long)]
     pub reason: String,
 }
@@ -157,6 +166,7 @@ pub struct CancelArgs {
 /// `jobfence stats`
 #[derive(Debug, Args)]
 pub struct StatsArgs {
+    /// Endpoint and output format.
     #[command(flatten)]
     pub conn: Connection,
     /// Only this queue.
@@ -170,12 +180,15 @@ pub struct StatsArgs {
 /// `jobfence events …`
 #[derive(Debug, Args)]
 pub struct EventsArgs {
+    /// Endpoint and output format.
     #[command(flatten)]
     pub conn: Connection,
+    /// What to do.
     #[command(subcommand)]
     pub command: EventsCommand,
 }
 
+/// The `events` subcommands.
 #[derive(Debug, Subcommand)]
 pub enum EventsCommand {
     /// One page of events after a cursor.
@@ -183,15 +196,19 @@ pub enum EventsCommand {
         /// Events after this event id.
         #[arg(long, default_value_t = 0)]
         after: u64,
+        /// At most this many events (1..=1000).
         #[arg(long, default_value_t = 100)]
         limit: u32,
+        /// Only this queue.
         #[arg(long)]
         queue: Option<String>,
     },
     /// Replay from a cursor, then follow new events (Ctrl-C to stop).
     Watch {
+        /// Events after this event id.
         #[arg(long, default_value_t = 0)]
         after: u64,
+        /// Only this queue.
         #[arg(long)]
         queue: Option<String>,
     },
@@ -200,8 +217,11 @@ pub enum EventsCommand {
 /// One operator command.
 #[derive(Debug)]
 pub enum Operation {
+    /// `jobfence jobs …`
     Jobs(JobsArgs),
+    /// `jobfence stats`
     Stats(StatsArgs),
+    /// `jobfence events …`
     Events(EventsArgs),
 }
 

@@ -155,12 +155,17 @@ pub async fn serve_with(
 ) -> anyhow::Result<()> {
     let (reporter, health_service) = tonic_health::server::health_reporter();
     set_health(&reporter, ServingStatus::NotServing).await;
-    let reflection = tonic_reflection::server::Builder::configure()
-        // One set for all of proto/: coordinator.proto and admin.proto
-        // (JobAdmin, JobEvents), see build.rs.
-        .register_encoded_file_descriptor_set(crate::proto::FILE_DESCRIPTOR_SET)
-        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
-        .build_v1()?;
+    // One set for all of proto/: coordinator.proto and admin.proto
+    // (JobAdmin, JobEvents), see build.rs.
+    let reflection_builder = || {
+        tonic_reflection::server::Builder::configure()
+            .register_encoded_file_descriptor_set(crate::proto::FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+    };
+    let reflection = reflection_builder().build_v1()?;
+    // v1alpha too: grpcurl before 1.8.8 (what the Python wrapper ships)
+    // speaks only that one.
+    let reflection_v1alpha = reflection_builder().build_v1alpha()?;
 
     let (stop_tx, stop_rx) = watch::channel(false);
     let watcher = tokio::spawn(follow_database(
@@ -211,6 +216,7 @@ pub async fn serve_with(
         .layer(RpcMetricsLayer::new(metrics))
         .add_service(health_service)
         .add_service(reflection)
+        .add_service(reflection_v1alpha)
         .add_service(JobAdminServer::new(JobAdminService::new(
             coordinator.clone(),
         )))

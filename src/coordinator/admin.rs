@@ -23,8 +23,11 @@ pub const DEFAULT_STATS_WINDOW: Duration = Duration::from_secs(3600);
 /// A job as an operator sees it: with its evidence and its history.
 #[derive(Debug, Clone, PartialEq)]
 pub struct JobDetail {
+    /// The row as stored.
     pub job: Job,
+    /// Evidence, oldest first.
     pub observations: Vec<Observation>,
+    /// Every event of the job, oldest first.
     pub events: Vec<FeedEvent>,
 }
 

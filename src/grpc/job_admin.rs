@@ -25,6 +25,7 @@ pub struct JobAdminService {
 }
 
 impl JobAdminService {
+    /// The service over `coordinator`.
     pub fn new(coordinator: Coordinator) -> Self {
         JobAdminService { coordinator }
     }

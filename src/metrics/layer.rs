@@ -23,6 +23,7 @@ pub struct RpcMetricsLayer {
 }
 
 impl RpcMetricsLayer {
+    /// Records into `metrics`.
     pub fn new(metrics: Metrics) -> Self {
         RpcMetricsLayer { metrics }
     }

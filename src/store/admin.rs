@@ -39,18 +39,26 @@ pub(crate) mod kind {
 pub enum Resolution {
     /// Confirmed succeeded at the provider, with its reference.
     Succeeded {
+        /// The provider's reference for the operation (required).
         provider_reference: String,
+        /// The provider's result text, if any.
         result: Option<String>,
     },
     /// Confirmed not done and never to be done.
     Failed,
     /// Back to ready after `delay`; the next worker reconciles first.
-    RetryReconcile { delay: Duration },
+    RetryReconcile {
+        /// Until the job is due again (DB clock).
+        delay: Duration,
+    },
     /// Back to ready after `delay`; the next worker sends again with the
     /// same operation_key. An explicitly authorized resend: the resend
     /// window restarts from the next dispatch (DESIGN.md rule 6 would
     /// otherwise turn it back into a reconcile).
-    RetryExecute { delay: Duration },
+    RetryExecute {
+        /// Until the job is due again (DB clock).
+        delay: Duration,
+    },
 }
 
 impl Resolution {
@@ -77,9 +85,11 @@ impl Resolution {
 /// A validated ResolveManualReview.
 #[derive(Debug, Clone)]
 pub struct ResolveRequest {
+    /// The parked job.
     pub job_id: u64,
     /// The attempt the operator saw on the parked job.
     pub attempt: u64,
+    /// Where the job goes.
     pub resolution: Resolution,
     /// Who resolves it.
     pub operator: String,
@@ -90,10 +100,13 @@ pub struct ResolveRequest {
 /// A validated CancelJob.
 #[derive(Debug, Clone)]
 pub struct CancelRequest {
+    /// The job to cancel.
     pub job_id: u64,
     /// The attempt the operator saw (0 for a job never claimed).
     pub attempt: u64,
+    /// Who cancels it.
     pub operator: String,
+    /// Why.
     pub reason: String,
 }
 

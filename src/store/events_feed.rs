@@ -68,23 +68,32 @@ const LOCK_NOWAIT: u16 = 3572;
 pub struct FeedEvent {
     /// The cursor value: strictly increasing in the order served.
     pub id: u64,
+    /// The job it is about.
     pub job_id: u64,
+    /// The job's queue.
     pub queue: String,
+    /// The job's business identity (the provider's idempotency key).
     pub operation_key: String,
     /// The attempt that caused the event (for a refusal: the one presented).
     pub attempt: u64,
+    /// What happened (`completed`, `taken_over`, …).
     pub kind: String,
+    /// The state before, when it applies.
     pub from_state: Option<JobState>,
+    /// The state the event moved the job to; `None` when it did not move.
     pub to_state: Option<JobState>,
     /// The job's attempt when the event was written.
     pub current_attempt: u64,
+    /// Free text or JSON, depending on the kind.
     pub detail: Option<String>,
+    /// When it was written (DB clock, UTC).
     pub created_at: DbTime,
 }
 
 /// One page of the feed.
 #[derive(Debug, Clone, PartialEq)]
 pub struct FeedPage {
+    /// In id order.
     pub events: Vec<FeedEvent>,
     /// The cursor for the next call: at or past the last event returned,
     /// never past an event that may still commit.

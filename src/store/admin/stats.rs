@@ -16,6 +16,7 @@ pub const PENDING: [JobState; 3] = [JobState::Ready, JobState::Running, JobState
 /// A validated ListJobs.
 #[derive(Debug, Clone, Default)]
 pub struct ListJobsFilter {
+    /// Only this queue.
     pub queue: Option<String>,
     /// Empty means every state.
     pub states: Vec<JobState>,
@@ -30,6 +31,7 @@ pub struct ListJobsFilter {
 /// The job that has waited longest in one pending state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct OldestJob {
+    /// The job.
     pub job_id: u64,
     /// `ready`: since due; `running`: since claimed; `manual_review`: since
     /// parked. DB clock.
@@ -39,7 +41,8 @@ pub struct OldestJob {
 /// The pending ages of one queue.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct QueuePending {
-    /// Indexed like [`PENDING`]: ready (due only), running, manual_review.
+    /// Indexed like [`QueuePending::STATES`]: ready (due only), running,
+    /// manual_review.
     pub oldest: [Option<OldestJob>; 3],
     /// Since the creation of the oldest job not in a terminal state.
     pub unfinished: Option<Duration>,
@@ -53,18 +56,22 @@ impl QueuePending {
 /// Pending ages of every queue that has pending jobs.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PendingAges {
+    /// By queue name.
     pub queues: BTreeMap<String, QueuePending>,
 }
 
 /// QueueStats of one queue.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct QueueStats {
+    /// The queue.
     pub queue: String,
     /// Jobs by state (states with none are left out).
     pub counts: Vec<(JobState, u64)>,
+    /// Pending ages (see [`QueuePending`]).
     pub pending: QueuePending,
-    /// Within the window, from the events.
+    /// Takeovers within the window, from the events.
     pub takeovers: u64,
+    /// Stale writes refused within the window, from the events.
     pub stale_write_rejections: u64,
 }
 
