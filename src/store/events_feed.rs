@@ -17,7 +17,8 @@
 //!    The ids missing below the last one read are *holes*: each was
 //!    allocated before that last id, by a transaction that has either
 //!    committed since, rolled back, or is still open.
-//! 3. Probe the holes with `SELECT … FOR UPDATE NOWAIT` by primary key. A
+//! 3. Probe the holes with one `SELECT … FOR UPDATE NOWAIT` over their
+//!    primary-key range (READ COMMITTED takes no gap locks). A
 //!    row inserted by a transaction that is still open carries its
 //!    inserter's lock, so the probe fails at once: hold at that hole and
 //!    look again later. A row that the probe returns has committed since.
@@ -193,22 +194,27 @@ impl JobStore {
         let Some(&(last, _)) = ids.last() else {
             return Ok(after);
         };
-        let visible: BTreeSet<u64> = ids.iter().map(|(id, _)| *id).collect();
-        let holes: Vec<u64> = (after + 1..last)
-            .filter(|id| !visible.contains(id))
-            .collect();
-        if holes.is_empty() {
+        // The contiguous run from the cursor needs no probe.
+        let mut contiguous = after;
+        for (id, _) in ids {
+            if *id != contiguous + 1 {
+                break;
+            }
+            contiguous = *id;
+        }
+        if contiguous == last {
             return Ok(last);
         }
-        let sql = format!(
-            "SELECT id FROM job_events WHERE id IN ({}) FOR UPDATE NOWAIT",
-            vec!["?"; holes.len()].join(", ")
-        );
-        let mut probe = sqlx::query_scalar::<_, u64>(&sql);
-        for h in &holes {
-            probe = probe.bind(*h);
-        }
-        let found: BTreeSet<u64> = match probe.fetch_all(&mut *conn).await {
+        // One range probe covers every hole however wide (READ COMMITTED
+        // takes no gap locks: it locks, and here meets, existing rows only).
+        let probe = sqlx::query_scalar::<_, u64>(
+            "SELECT id FROM job_events WHERE id > ? AND id < ? ORDER BY id FOR UPDATE NOWAIT",
+        )
+        .bind(contiguous)
+        .bind(last)
+        .fetch_all(&mut *conn)
+        .await;
+        let found: BTreeSet<u64> = match probe {
             Ok(found) => found.into_iter().collect(),
             Err(e)
                 if matches!(
@@ -216,27 +222,36 @@ impl JobStore {
                     Some(code::LOCK_WAIT_TIMEOUT | LOCK_NOWAIT)
                 ) =>
             {
-                let held_at = holes[0];
                 tracing::debug!(
                     after,
-                    held_at,
+                    held_at = contiguous + 1,
                     "events feed holds at a hole still being written"
                 );
-                return Ok(held_at - 1);
+                return Ok(contiguous);
             }
             Err(e) => return Err(convert_sqlx_err(e)),
         };
-        for hole in holes.iter().filter(|h| !found.contains(h)) {
-            // The first event written after the hole: how long ago.
-            let next_age = ids
-                .iter()
-                .find(|(id, _)| id > hole)
-                .and_then(|(_, age)| *age)
-                .unwrap_or(0);
-            if (next_age.max(0) as u128) < ALLOCATION_GRACE.as_micros() {
-                tracing::debug!(after, held_at = hole, "events feed waits out a fresh hole");
-                return Ok(hole - 1);
+        // What is still missing has no row: rolled back, or allocated and
+        // not yet written. Pass a missing run only once an event written
+        // after it is older than the grace.
+        let mut prev = contiguous;
+        for id in found.iter().copied().chain(std::iter::once(last)) {
+            if id > prev + 1 {
+                let next_age = ids
+                    .iter()
+                    .find(|(seen, _)| *seen >= id)
+                    .and_then(|(_, age)| *age)
+                    .unwrap_or(0);
+                if (next_age.max(0) as u128) < ALLOCATION_GRACE.as_micros() {
+                    tracing::debug!(
+                        after,
+                        held_at = prev + 1,
+                        "events feed waits out a fresh hole"
+                    );
+                    return Ok(prev);
+                }
             }
+            prev = id;
         }
         Ok(last)
     }
