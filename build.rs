@@ -5,7 +5,10 @@ use prost::Message;
 use std::path::PathBuf;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let protos = ["proto/jobfence/v1/coordinator.proto"];
+    let protos = [
+        "proto/jobfence/v1/coordinator.proto",
+        "proto/jobfence/v1/admin.proto",
+    ];
     for p in &protos {
         println!("cargo:rerun-if-changed={p}");
     }

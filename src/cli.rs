@@ -1,10 +1,11 @@
 //! The `jobfence` command line. Every flag can also be set by the
 //! `JOBFENCE_*` environment variable named in its help.
 
+use crate::admin_cli::{self, EventsArgs, JobsArgs, Operation, StatsArgs};
 use crate::coordinator::{Coordinator, CoordinatorConfig};
 use crate::domain::{QueuePolicies, QueuePolicy};
 use crate::provider::cli::FakeProviderArgs;
-use crate::server::{self, ServeOptions};
+use crate::server::{self, OpsOptions, ServeOptions};
 use crate::store::{self, JobStore, PoolSettings};
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand, ValueEnum};
@@ -49,6 +50,13 @@ pub enum Command {
     Demo(crate::demo::DemoArgs),
     /// A refund worker: claims refunds and sends them to the provider.
     RefundWorker(crate::refund_worker::RefundWorkerArgs),
+    /// Operator: list, show, resolve or cancel jobs of a running coordinator.
+    Jobs(JobsArgs),
+    /// Operator: per-queue counts, oldest pending ages, takeovers and
+    /// stale-write rejections.
+    Stats(StatsArgs),
+    /// Read the events feed (the outbox) by cursor.
+    Events(EventsArgs),
 }
 
 #[derive(Debug, Args)]
@@ -107,6 +115,17 @@ pub struct ServeArgs {
     /// their connections are closed anyway.
     #[arg(long, env = "JOBFENCE_SHUTDOWN_TIMEOUT", value_parser = humantime::parse_duration, default_value = "10s")]
     pub shutdown_timeout: Duration,
+    /// Address for the Prometheus endpoint (`GET /metrics`, plain HTTP);
+    /// off when unset.
+    #[arg(long, env = "JOBFENCE_METRICS_LISTEN")]
+    pub metrics_listen: Option<SocketAddr>,
+    /// How often the oldest-pending-age gauges are recomputed from the
+    /// database (only with --metrics-listen).
+    #[arg(long, env = "JOBFENCE_PENDING_REFRESH_INTERVAL", value_parser = humantime::parse_duration, default_value = "15s")]
+    pub pending_refresh_interval: Duration,
+    /// How often a caught-up WatchEvents stream looks for new events.
+    #[arg(long, env = "JOBFENCE_EVENTS_POLL_INTERVAL", value_parser = humantime::parse_duration, default_value = "250ms")]
+    pub events_poll_interval: Duration,
 }
 
 fn parse_queue_duration(s: &str) -> Result<(String, Duration), String> {
@@ -185,8 +204,21 @@ fn open_store(db: &DatabaseArgs) -> anyhow::Result<JobStore> {
 
 /// Runs the command line.
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
-    init_tracing(cli.log_format);
-    match cli.command {
+    // Operator commands print to stdout and log nothing.
+    let operation = match cli.command {
+        Command::Jobs(a) => Operation::Jobs(a),
+        Command::Stats(a) => Operation::Stats(a),
+        Command::Events(a) => Operation::Events(a),
+        server_command => {
+            init_tracing(cli.log_format);
+            return run_server(server_command).await;
+        }
+    };
+    admin_cli::run(operation, &mut std::io::stdout()).await
+}
+
+async fn run_server(command: Command) -> anyhow::Result<()> {
+    match command {
         Command::Migrate(db) => {
             let store = open_store(&db)?;
             store.migrate().await.context("applying migrations")?;
@@ -202,13 +234,36 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             let listener = tokio::net::TcpListener::bind(args.listen)
                 .await
                 .with_context(|| format!("binding {}", args.listen))?;
+            let metrics_listener = match args.metrics_listen {
+                Some(addr) => Some(
+                    tokio::net::TcpListener::bind(addr)
+                        .await
+                        .with_context(|| format!("binding {addr} for /metrics"))?,
+                ),
+                None => None,
+            };
             let coordinator = Coordinator::new(store, args.coordinator_config());
             let options = ServeOptions {
                 health_interval: args.health_interval,
                 drain_delay: args.drain_delay,
                 shutdown_timeout: args.shutdown_timeout,
             };
-            server::serve(coordinator, listener, options, server::shutdown_signal()).await
+            let ops = OpsOptions {
+                metrics_listener,
+                pending_refresh_interval: args.pending_refresh_interval,
+                events_poll_interval: args.events_poll_interval,
+            };
+            server::serve_with(
+                coordinator,
+                listener,
+                options,
+                ops,
+                server::shutdown_signal(),
+            )
+            .await
+        }
+        Command::Jobs(_) | Command::Stats(_) | Command::Events(_) => {
+            unreachable!("operator commands are run by admin_cli")
         }
         Command::FakeProvider(args) => args.run(server::shutdown_signal()).await,
         Command::RefundWorker(args) => args.run().await,

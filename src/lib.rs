@@ -9,15 +9,19 @@
 //! - [`domain`]: the job model and the pure rules of DESIGN.md.
 //! - [`server`]: assembly (health, reflection, graceful shutdown).
 //! - [`worker`]: the worker SDK, a typed client over the generated one.
+//! - [`metrics`]: Prometheus metrics and their HTTP endpoint.
+//! - [`admin_cli`]: the operator commands (`jobfence jobs …`, `jobfence stats`).
 //!
 //! Beside them, [`provider`] is a fake payment provider (Stripe-style refunds
 //! with fault injection) that the demo and the tests run against.
 
+pub mod admin_cli;
 pub mod cli;
 pub mod coordinator;
 pub mod demo;
 pub mod domain;
 pub mod grpc;
+pub mod metrics;
 pub mod provider;
 pub mod refund_worker;
 pub mod server;

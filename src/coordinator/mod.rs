@@ -1,13 +1,17 @@
 //! The coordinator: validates requests, applies lease bounds and per-queue
-//! policy, calls the store, and logs the decisions that matter. Independent
-//! of tonic; the gRPC adapters in `grpc` call it.
+//! policy, calls the store, and logs and counts the decisions that matter
+//! (takeover, stale write rejected, resend allowed or refused, moved to
+//! manual review, operator resolution). Independent of tonic; the gRPC
+//! adapters in `grpc` call it. The operator calls are in [`admin`].
 
+pub mod admin;
 pub mod validate;
 
 use crate::domain::{
-    ClaimedJob, CoordinatorError, FailDisposition, FailOutcome, Job, Observation, QueuePolicies,
-    WriteOutcome,
+    ClaimedJob, CoordinatorError, FailDisposition, FailOutcome, Job, NextAction, Observation,
+    QueuePolicies, WriteOutcome,
 };
+use crate::metrics::Metrics;
 use crate::store::{
     ClaimRequest, CompleteRequest, EnqueueOutcome, EnqueueRequest, FailRequest, JobStore,
     RecordObservationRequest, RenewLeaseRequest, TakeoverRequest,
@@ -82,14 +86,22 @@ pub struct Fail {
 pub struct Coordinator {
     store: JobStore,
     config: std::sync::Arc<CoordinatorConfig>,
+    metrics: Metrics,
 }
 
 impl Coordinator {
+    /// A coordinator with a fresh set of [`Metrics`] of its own.
     pub fn new(store: JobStore, config: CoordinatorConfig) -> Self {
         Coordinator {
             store,
             config: std::sync::Arc::new(config),
+            metrics: Metrics::new(),
         }
+    }
+
+    /// The metrics this coordinator records into.
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
     }
 
     pub fn store(&self) -> &JobStore {
@@ -150,6 +162,8 @@ impl Coordinator {
         let lease = self.lease(&mut v, "lease", req.lease);
         v.finish()?;
         let policy = self.config.policies.get(&req.queue);
+        let queue = req.queue.clone();
+        let worker_id = req.worker_id.clone();
         let claimed = self
             .store
             .claim(&ClaimRequest {
@@ -159,9 +173,26 @@ impl Coordinator {
                 lease,
                 policy,
             })
-            .await?;
-        for c in claimed.iter().filter(|c| c.takeover) {
-            tracing::info!(job_id = c.job.id, attempt = c.job.attempt, queue = %c.job.queue, "expired lease taken over by claim");
+            .await
+            .inspect_err(|e| self.metrics.commit_outcome("Claim", e))?;
+        if claimed.is_empty() {
+            self.metrics.empty_claim(&queue);
+        }
+        for c in &claimed {
+            self.metrics.claimed(&queue, c.job.next_action.as_str());
+            if c.takeover {
+                self.metrics.takeover(&queue, "claim");
+                tracing::info!(
+                    job_id = c.job.id,
+                    queue = %queue,
+                    operation_key = %c.job.operation_key,
+                    attempt = c.job.attempt,
+                    previous_attempt = c.job.attempt - 1,
+                    worker_id = %worker_id,
+                    via = "claim",
+                    "expired lease taken over"
+                );
+            }
         }
         Ok(claimed)
     }
@@ -177,13 +208,24 @@ impl Coordinator {
             .store
             .takeover(&TakeoverRequest {
                 job_id: req.job_id,
-                worker_id: req.worker_id,
+                worker_id: req.worker_id.clone(),
                 lease,
             })
-            .await?;
+            .await
+            .inspect_err(|e| self.metrics.commit_outcome("Takeover", e))?;
+        let job = &claimed.job;
+        tracing::Span::current().record("queue", job.queue.as_str());
+        self.metrics.takeover(&job.queue, "takeover");
+        self.metrics
+            .claimed(&job.queue, NextAction::Reconcile.as_str());
         tracing::info!(
-            job_id = claimed.job.id,
-            attempt = claimed.job.attempt,
+            job_id = job.id,
+            queue = %job.queue,
+            operation_key = %job.operation_key,
+            attempt = job.attempt,
+            previous_attempt = job.attempt - 1,
+            worker_id = %req.worker_id,
+            via = "takeover",
             "expired lease taken over"
         );
         Ok(claimed)
@@ -196,14 +238,15 @@ impl Coordinator {
         v.attempt(req.attempt);
         let lease = self.lease(&mut v, "lease", req.lease);
         v.finish()?;
-        self.store
+        let result = self
+            .store
             .renew_lease(&RenewLeaseRequest {
                 job_id: req.job_id,
                 attempt: req.attempt,
                 lease,
             })
-            .await
-            .inspect_err(log_refusal)
+            .await;
+        self.written("RenewLease", req.job_id, result).await
     }
 
     /// Complete; see [`JobStore::complete`].
@@ -218,7 +261,8 @@ impl Coordinator {
             v.max_bytes("result", r, MAX_BODY_BYTES);
         }
         v.finish()?;
-        self.store.complete(&req).await.inspect_err(log_refusal)
+        let result = self.store.complete(&req).await;
+        self.written("Complete", req.job_id, result).await
     }
 
     /// Fail; see [`JobStore::fail`].
@@ -233,7 +277,7 @@ impl Coordinator {
         v.delay("retry_delay", req.retry_delay);
         v.finish()?;
         // The queue (and so its policy) is read under the row lock.
-        let out = self
+        let result = self
             .store
             .fail(
                 &FailRequest {
@@ -245,22 +289,50 @@ impl Coordinator {
                 },
                 &self.config.policies,
             )
-            .await
-            .inspect_err(log_refusal)?;
+            .await;
+        let out = self.written("Fail", req.job_id, result).await?;
+        if out.replayed {
+            return Ok(out);
+        }
+        let job = &out.job;
+        let policy = self.config.policies.get(&job.queue);
         if let Some(why) = out.override_reason {
+            self.metrics.resend_decision(&job.queue, "refused");
+            self.metrics.manual_review_entered(&job.queue, why.as_str());
             tracing::warn!(
-                job_id = out.job.id,
+                job_id = job.id,
+                queue = %job.queue,
+                operation_key = %job.operation_key,
                 attempt = req.attempt,
                 reason = why.as_str(),
-                dispatch_count = out.job.dispatch_count,
+                dispatch_count = job.dispatch_count,
+                max_dispatches = policy.max_dispatches,
+                resend_window_secs = policy.resend_window.as_secs(),
+                retry_delay_ms = req.retry_delay.as_millis() as u64,
                 "resend refused, moved to manual review"
             );
-        } else if req.disposition == FailDisposition::RetryExecute && !out.replayed {
+        } else if req.disposition == FailDisposition::RetryExecute {
+            self.metrics.resend_decision(&job.queue, "allowed");
             tracing::info!(
-                job_id = out.job.id,
+                job_id = job.id,
+                queue = %job.queue,
+                operation_key = %job.operation_key,
                 attempt = req.attempt,
-                dispatch_count = out.job.dispatch_count,
+                dispatch_count = job.dispatch_count,
+                max_dispatches = policy.max_dispatches,
+                resend_window_secs = policy.resend_window.as_secs(),
+                retry_delay_ms = req.retry_delay.as_millis() as u64,
                 "resend allowed"
+            );
+        } else if out.applied == FailDisposition::ManualReview {
+            self.metrics.manual_review_entered(&job.queue, "REQUESTED");
+            tracing::warn!(
+                job_id = job.id,
+                queue = %job.queue,
+                operation_key = %job.operation_key,
+                attempt = req.attempt,
+                reason = "REQUESTED",
+                "moved to manual review"
             );
         }
         Ok(out)
@@ -279,7 +351,14 @@ impl Coordinator {
             v.max_bytes("provider_reference", r, MAX_KEY_BYTES);
         }
         v.finish()?;
-        self.store.record_observation(&req).await
+        let (observation, duplicate) = self
+            .store
+            .record_observation(&req)
+            .await
+            .inspect_err(|e| self.metrics.commit_outcome("RecordObservation", e))?;
+        self.metrics
+            .observation(req.source.as_str(), req.outcome.as_str(), duplicate);
+        Ok((observation, duplicate))
     }
 
     /// GetJob; see [`JobStore::get_job`].
@@ -291,8 +370,71 @@ impl Coordinator {
     }
 }
 
-fn log_refusal(e: &CoordinatorError) {
-    if e.is_stale_write() {
-        tracing::info!(error = %e, "stale write rejected");
+/// The outcome of a fenced write, for [`Coordinator::written`].
+trait Written {
+    fn job(&self) -> &Job;
+}
+
+impl Written for WriteOutcome {
+    fn job(&self) -> &Job {
+        &self.job
+    }
+}
+
+impl Written for FailOutcome {
+    fn job(&self) -> &Job {
+        &self.job
+    }
+}
+
+impl Coordinator {
+    /// Labels the RPC's span with the job's queue, and counts and logs a
+    /// refused stale write (its queue read by primary key: the refusal does
+    /// not carry it) and a commit whose outcome is unknown.
+    async fn written<T: Written>(
+        &self,
+        rpc: &'static str,
+        job_id: u64,
+        result: Result<T, CoordinatorError>,
+    ) -> Result<T, CoordinatorError> {
+        let e = match result {
+            Ok(out) => {
+                let job = out.job();
+                let span = tracing::Span::current();
+                span.record("queue", job.queue.as_str());
+                span.record("operation_key", job.operation_key.as_str());
+                return Ok(out);
+            }
+            Err(e) => e,
+        };
+        self.metrics.commit_outcome(rpc, &e);
+        let stale = match &e {
+            CoordinatorError::AttemptSuperseded {
+                presented,
+                current,
+                state,
+                ..
+            } => Some((*presented, *current, *state)),
+            CoordinatorError::JobNotRunning { attempt, state, .. } => {
+                Some((*attempt, *attempt, *state))
+            }
+            _ => None,
+        };
+        if let Some((presented, current, state)) = stale {
+            let queue = self.store.queue_of(job_id).await.ok().flatten();
+            let queue = queue.as_deref().unwrap_or("");
+            tracing::Span::current().record("queue", queue);
+            self.metrics.stale_rejection(queue, rpc);
+            tracing::info!(
+                job_id,
+                queue,
+                rpc,
+                presented_attempt = presented,
+                current_attempt = current,
+                current_state = %state,
+                "stale write rejected"
+            );
+        }
+        Err(e)
     }
 }

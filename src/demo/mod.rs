@@ -596,7 +596,9 @@ async fn chaos_step(
                 None,
             ))
         }
-        Chaos::Kill if cluster.workers.len() <= 1 => Some(("no second worker to kill".to_owned(), None)),
+        Chaos::Kill if cluster.workers.len() <= 1 => {
+            Some(("no second worker to kill".to_owned(), None))
+        }
         Chaos::Kill => None,
         Chaos::Restart if elapsed >= Duration::from_secs(2) => {
             cluster.restart_coordinator().await?;

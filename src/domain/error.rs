@@ -85,6 +85,30 @@ pub enum CoordinatorError {
         job_id: u64,
     },
 
+    /// An operator resolution of a job that is not (or no longer) parked in
+    /// manual_review, e.g. because another operator resolved it first.
+    #[error(
+        "job {job_id} is {state}, not in manual_review (attempt {current}; presented {presented})"
+    )]
+    JobNotInManualReview {
+        job_id: u64,
+        presented: u64,
+        current: u64,
+        state: JobState,
+    },
+
+    /// CancelJob of a job that is not `ready`, or that was already
+    /// dispatched to the provider (cancelling could hide a sent operation).
+    #[error(
+        "job {job_id} cannot be cancelled: it is {state} and was dispatched {dispatch_count} times"
+    )]
+    JobNotCancellable {
+        job_id: u64,
+        attempt: u64,
+        state: JobState,
+        dispatch_count: u32,
+    },
+
     /// The connection was lost during COMMIT: the change may or may not have
     /// been applied (DESIGN.md rule 4). Never report ownership after this.
     #[error("commit outcome unknown: {0}")]

@@ -37,7 +37,8 @@ pub fn duration(
     Some(Duration::new(d.seconds as u64, d.nanos as u32))
 }
 
-fn state(s: JobState) -> proto::JobState {
+/// A job state as sent on the wire.
+pub fn state(s: JobState) -> proto::JobState {
     match s {
         JobState::Ready => proto::JobState::Ready,
         JobState::Running => proto::JobState::Running,

@@ -114,7 +114,7 @@ impl JobCoordinator for JobCoordinatorService {
     #[instrument(
         name = "Takeover",
         skip_all,
-        fields(job_id, worker_id, attempt, operation_key, outcome)
+        fields(job_id, queue, worker_id, attempt, operation_key, outcome)
     )]
     async fn takeover(
         &self,
@@ -146,7 +146,11 @@ impl JobCoordinator for JobCoordinatorService {
         finish(result)
     }
 
-    #[instrument(name = "RenewLease", skip_all, fields(job_id, attempt, outcome))]
+    #[instrument(
+        name = "RenewLease",
+        skip_all,
+        fields(job_id, queue, attempt, operation_key, outcome)
+    )]
     async fn renew_lease(
         &self,
         request: Request<RenewLeaseRequest>,
@@ -179,7 +183,7 @@ impl JobCoordinator for JobCoordinatorService {
     #[instrument(
         name = "Complete",
         skip_all,
-        fields(job_id, attempt, operation_key, replayed, outcome)
+        fields(job_id, queue, attempt, operation_key, replayed, outcome)
     )]
     async fn complete(
         &self,
@@ -213,7 +217,7 @@ impl JobCoordinator for JobCoordinatorService {
     #[instrument(
         name = "Fail",
         skip_all,
-        fields(job_id, attempt, operation_key, applied, replayed, outcome)
+        fields(job_id, queue, attempt, operation_key, applied, replayed, outcome)
     )]
     async fn fail(&self, request: Request<FailRequest>) -> Result<Response<FailResponse>, Status> {
         let r = request.into_inner();
@@ -256,7 +260,7 @@ impl JobCoordinator for JobCoordinatorService {
     #[instrument(
         name = "RecordObservation",
         skip_all,
-        fields(job_id, attempt, duplicate, outcome)
+        fields(job_id, attempt, source, observed, duplicate, outcome)
     )]
     async fn record_observation(
         &self,
@@ -271,6 +275,8 @@ impl JobCoordinator for JobCoordinatorService {
             let source = convert::source(&mut v, r.source);
             let outcome = convert::outcome(&mut v, r.outcome);
             v.finish()?;
+            span.record("source", source.as_str());
+            span.record("observed", outcome.as_str());
             let (observation, duplicate) = self
                 .coordinator
                 .record_observation(store::RecordObservationRequest {
@@ -293,7 +299,11 @@ impl JobCoordinator for JobCoordinatorService {
         finish(result)
     }
 
-    #[instrument(name = "GetJob", skip_all, fields(job_id, outcome))]
+    #[instrument(
+        name = "GetJob",
+        skip_all,
+        fields(job_id, queue, operation_key, attempt, outcome)
+    )]
     async fn get_job(
         &self,
         request: Request<GetJobRequest>,
@@ -304,9 +314,15 @@ impl JobCoordinator for JobCoordinatorService {
             .coordinator
             .get_job(r.job_id)
             .await
-            .map(|(job, observations)| GetJobResponse {
-                job: Some(convert::job(job)),
-                observations: observations.into_iter().map(convert::observation).collect(),
+            .map(|(job, observations)| {
+                let span = Span::current();
+                span.record("queue", job.queue.as_str());
+                span.record("operation_key", job.operation_key.as_str());
+                span.record("attempt", job.attempt);
+                GetJobResponse {
+                    job: Some(convert::job(job)),
+                    observations: observations.into_iter().map(convert::observation).collect(),
+                }
             });
         finish(result)
     }

@@ -22,10 +22,15 @@ pub mod reason {
     pub const JOB_FINISHED: &str = "JOB_FINISHED";
     pub const LEASE_NOT_EXPIRED: &str = "LEASE_NOT_EXPIRED";
     pub const OPERATION_KEY_CONFLICT: &str = "OPERATION_KEY_CONFLICT";
+    pub const JOB_NOT_IN_MANUAL_REVIEW: &str = "JOB_NOT_IN_MANUAL_REVIEW";
+    pub const JOB_NOT_CANCELLABLE: &str = "JOB_NOT_CANCELLABLE";
     pub const COMMIT_OUTCOME_UNKNOWN: &str = "COMMIT_OUTCOME_UNKNOWN";
     pub const DATABASE_UNAVAILABLE: &str = "DATABASE_UNAVAILABLE";
     pub const TRANSACTION_CONFLICT: &str = "TRANSACTION_CONFLICT";
     pub const INTERNAL: &str = "INTERNAL";
+    /// WatchEvents ended because the server is shutting down: reconnect
+    /// (to another replica) from the last event applied.
+    pub const SERVER_SHUTTING_DOWN: &str = "SERVER_SHUTTING_DOWN";
 }
 
 fn meta<const N: usize>(pairs: [(&str, String); N]) -> HashMap<String, String> {
@@ -44,6 +49,8 @@ pub fn code_and_reason(err: &CoordinatorError) -> (Code, &'static str) {
         JobFinished { .. } => (Code::FailedPrecondition, reason::JOB_FINISHED),
         LeaseNotExpired { .. } => (Code::FailedPrecondition, reason::LEASE_NOT_EXPIRED),
         OperationKeyConflict { .. } => (Code::AlreadyExists, reason::OPERATION_KEY_CONFLICT),
+        JobNotInManualReview { .. } => (Code::FailedPrecondition, reason::JOB_NOT_IN_MANUAL_REVIEW),
+        JobNotCancellable { .. } => (Code::FailedPrecondition, reason::JOB_NOT_CANCELLABLE),
         CommitOutcomeUnknown(_) => (Code::Unavailable, reason::COMMIT_OUTCOME_UNKNOWN),
         DatabaseUnavailable(_) => (Code::Unavailable, reason::DATABASE_UNAVAILABLE),
         TransactionConflict(_) => (Code::Aborted, reason::TRANSACTION_CONFLICT),
@@ -101,6 +108,28 @@ impl From<CoordinatorError> for tonic::Status {
                 ("lease_until", lease_until.and_utc().to_rfc3339()),
             ]),
             OperationKeyConflict { job_id, .. } => meta([("job_id", job_id.to_string())]),
+            JobNotInManualReview {
+                job_id,
+                presented,
+                current,
+                state,
+            } => meta([
+                ("job_id", job_id.to_string()),
+                ("presented_attempt", presented.to_string()),
+                ("current_attempt", current.to_string()),
+                ("current_state", state.to_string()),
+            ]),
+            JobNotCancellable {
+                job_id,
+                attempt,
+                state,
+                dispatch_count,
+            } => meta([
+                ("job_id", job_id.to_string()),
+                ("current_attempt", attempt.to_string()),
+                ("current_state", state.to_string()),
+                ("dispatch_count", dispatch_count.to_string()),
+            ]),
             _ => HashMap::new(),
         };
         let mut details = ErrorDetails::new();

@@ -8,12 +8,17 @@
 //! - `writeback.rs`: the fenced writes RenewLease, Complete and Fail.
 //! - `observations.rs`: RecordObservation and reads of jobs/observations.
 //! - `events.rs`: the `job_events` log (and replay detection).
+//! - `events_feed.rs`: the log read by cursor (the outbox feed).
+//! - `admin.rs`: operator writes (ResolveManualReview, CancelJob);
+//!   `admin/stats.rs`: operator reads and the pending ages of the gauges.
 //! - `queries/`: the SQL, one file per statement.
 
+mod admin;
 mod claim;
 mod enqueue;
 mod errors;
 mod events;
+mod events_feed;
 mod observations;
 pub mod pause;
 mod reads;
@@ -26,9 +31,14 @@ use sqlx::{Executor, MySql, Transaction};
 use std::str::FromStr;
 use std::time::Duration;
 
+pub use admin::{
+    CancelRequest, ListJobsFilter, OldestJob, PendingAges, QueuePending, QueueStats, Resolution,
+    ResolveRequest,
+};
 pub use claim::{ClaimRequest, TakeoverRequest};
 pub use enqueue::{EnqueueOutcome, EnqueueRequest};
 pub use errors::convert_sqlx_err;
+pub use events_feed::{FeedEvent, FeedPage};
 pub use observations::RecordObservationRequest;
 pub use pause::PausePoints;
 pub use writeback::{CompleteRequest, FailRequest, RenewLeaseRequest};

@@ -16,6 +16,11 @@ use tokio::sync::oneshot;
 ///   checked that the lease expired, nothing is updated yet.
 /// - `write.after_lock`: a fenced write (RenewLease, Complete, Fail) holds the
 ///   row lock, nothing is updated yet.
+/// - `admin.resolve.after_lock`: a ResolveManualReview holds the row lock and
+///   has read the state it decides on, nothing is updated yet.
+/// - `admin.cancel.after_lock`: the same for CancelJob.
+/// - `events.after_horizon`: a ListEvents page has decided how far it may
+///   serve, and has not read the events yet.
 #[derive(Debug, Default, Clone)]
 pub struct PausePoints {
     armed: Arc<Mutex<HashMap<&'static str, Gate>>>,

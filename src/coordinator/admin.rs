@@ -1,0 +1,246 @@
+//! The operator calls (JobAdmin) and the events feed (JobEvents): request
+//! limits, then the store, then the log line and the metric.
+
+use super::validate::{Violations, MAX_BODY_BYTES, MAX_DELAY, MAX_ERROR_BYTES};
+use super::Coordinator;
+use crate::domain::{CoordinatorError, Job, Observation, WriteOutcome};
+use crate::store::{
+    CancelRequest, FeedEvent, FeedPage, ListJobsFilter, QueueStats, Resolution, ResolveRequest,
+};
+use std::time::Duration;
+
+/// Most jobs one ListJobs page returns.
+pub const MAX_PAGE_SIZE: u32 = 500;
+/// ListJobs page size when the request names none.
+pub const DEFAULT_PAGE_SIZE: u32 = 50;
+/// Most events one ListEvents page returns.
+pub const MAX_EVENTS_PAGE: u32 = 1000;
+/// ListEvents page size when the request names none.
+pub const DEFAULT_EVENTS_PAGE: u32 = 100;
+/// QueueStats window when the request names none (1 h).
+pub const DEFAULT_STATS_WINDOW: Duration = Duration::from_secs(3600);
+
+/// A job as an operator sees it: with its evidence and its history.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JobDetail {
+    /// The row as stored.
+    pub job: Job,
+    /// Evidence, oldest first.
+    pub observations: Vec<Observation>,
+    /// Every event of the job, oldest first.
+    pub events: Vec<FeedEvent>,
+}
+
+fn operator_fields(v: &mut Violations, operator: &str, reason: &str) {
+    v.key("operator", operator);
+    if reason.trim().is_empty() {
+        v.add("reason", "must say why (it is recorded)");
+    }
+    v.max_bytes("reason", reason, MAX_ERROR_BYTES);
+}
+
+impl Coordinator {
+    /// ListJobs: `filter.limit` 0 means [`DEFAULT_PAGE_SIZE`]. Returns the
+    /// page and, when more jobs match, the id to continue after.
+    pub async fn list_jobs(
+        &self,
+        mut filter: ListJobsFilter,
+    ) -> Result<(Vec<Job>, Option<u64>), CoordinatorError> {
+        let mut v = Violations::default();
+        if let Some(q) = &filter.queue {
+            v.queue("queue", q);
+        }
+        if filter.limit == 0 {
+            filter.limit = DEFAULT_PAGE_SIZE;
+        } else if filter.limit > MAX_PAGE_SIZE {
+            v.add("page_size", format!("must be at most {MAX_PAGE_SIZE}"));
+        }
+        if let Some(age) = filter.min_age {
+            v.delay("min_age", age.min(MAX_DELAY));
+        }
+        v.finish()?;
+        let limit = filter.limit as usize;
+        filter.limit += 1;
+        let mut jobs = self.store().list_jobs(&filter).await?;
+        let more = jobs.len() > limit;
+        jobs.truncate(limit);
+        let next = if more {
+            jobs.last().map(|j| j.id)
+        } else {
+            None
+        };
+        Ok((jobs, next))
+    }
+
+    /// A job with its observations and events; `JobNotFound` if absent.
+    pub async fn job_detail(&self, job_id: u64) -> Result<JobDetail, CoordinatorError> {
+        let mut v = Violations::default();
+        v.job_id(job_id);
+        v.finish()?;
+        let (job, observations) = self.store().get_job(job_id).await?;
+        let events = self.store().job_events(job_id).await?;
+        Ok(JobDetail {
+            job,
+            observations,
+            events,
+        })
+    }
+
+    /// ResolveManualReview; see [`crate::store::JobStore::resolve_manual_review`].
+    /// A resend (`RetryExecute`) needs `authorize_resend`: the operator
+    /// takes on the risk that the provider's idempotency window is closed.
+    pub async fn resolve_manual_review(
+        &self,
+        req: ResolveRequest,
+        authorize_resend: bool,
+    ) -> Result<WriteOutcome, CoordinatorError> {
+        let mut v = Violations::default();
+        v.job_id(req.job_id);
+        v.attempt(req.attempt);
+        operator_fields(&mut v, &req.operator, &req.reason);
+        match &req.resolution {
+            Resolution::Succeeded {
+                provider_reference,
+                result,
+            } => {
+                v.key("provider_reference", provider_reference);
+                if let Some(r) = result {
+                    v.max_bytes("result", r, MAX_BODY_BYTES);
+                }
+            }
+            Resolution::Failed => {}
+            Resolution::RetryReconcile { delay } => v.delay("delay", *delay),
+            Resolution::RetryExecute { delay } => {
+                v.delay("delay", *delay);
+                if !authorize_resend {
+                    v.add(
+                        "authorize_resend",
+                        "must be true to send the operation again: the provider may no longer de-duplicate it",
+                    );
+                }
+            }
+        }
+        v.finish()?;
+        let result = self.store().resolve_manual_review(&req).await;
+        let resolution = req.resolution.as_str();
+        match &result {
+            Ok(out) if !out.replayed => {
+                let job = &out.job;
+                tracing::Span::current().record("queue", job.queue.as_str());
+                self.metrics().resolution(&job.queue, resolution);
+                tracing::warn!(
+                    job_id = job.id,
+                    queue = %job.queue,
+                    operation_key = %job.operation_key,
+                    attempt = req.attempt,
+                    operator = %req.operator,
+                    resolution,
+                    to_state = %job.state,
+                    reason = %req.reason,
+                    "manual review resolved by operator"
+                );
+            }
+            Ok(_) => {}
+            Err(e) => {
+                self.metrics().commit_outcome("ResolveManualReview", e);
+                tracing::info!(
+                    job_id = req.job_id,
+                    presented_attempt = req.attempt,
+                    operator = %req.operator,
+                    resolution,
+                    error = %e,
+                    "manual review resolution refused"
+                );
+            }
+        }
+        result
+    }
+
+    /// CancelJob; see [`crate::store::JobStore::cancel_job`].
+    pub async fn cancel_job(&self, req: CancelRequest) -> Result<WriteOutcome, CoordinatorError> {
+        let mut v = Violations::default();
+        v.job_id(req.job_id);
+        operator_fields(&mut v, &req.operator, &req.reason);
+        v.finish()?;
+        let result = self.store().cancel_job(&req).await;
+        match &result {
+            Ok(out) if !out.replayed => {
+                let job = &out.job;
+                self.metrics().cancellation(&job.queue);
+                tracing::warn!(
+                    job_id = job.id,
+                    queue = %job.queue,
+                    operation_key = %job.operation_key,
+                    operator = %req.operator,
+                    reason = %req.reason,
+                    "job cancelled by operator"
+                );
+            }
+            Ok(_) => {}
+            Err(e) => {
+                self.metrics().commit_outcome("CancelJob", e);
+                tracing::info!(job_id = req.job_id, operator = %req.operator, error = %e, "cancel refused");
+            }
+        }
+        result
+    }
+
+    /// QueueStats; `window` None means [`DEFAULT_STATS_WINDOW`].
+    pub async fn queue_stats(
+        &self,
+        queue: Option<String>,
+        window: Option<Duration>,
+    ) -> Result<(Vec<QueueStats>, Duration), CoordinatorError> {
+        let mut v = Violations::default();
+        if let Some(q) = &queue {
+            v.queue("queue", q);
+        }
+        let window = window.unwrap_or(DEFAULT_STATS_WINDOW);
+        if window.is_zero() {
+            v.add("window", "must be positive");
+        }
+        v.delay("window", window);
+        v.finish()?;
+        let stats = self.store().queue_stats(queue.as_deref(), window).await?;
+        Ok((stats, window))
+    }
+
+    /// ListEvents: `limit` 0 means [`DEFAULT_EVENTS_PAGE`].
+    pub async fn list_events(
+        &self,
+        after: u64,
+        limit: u32,
+        queue: Option<&str>,
+    ) -> Result<FeedPage, CoordinatorError> {
+        let mut v = Violations::default();
+        if let Some(q) = queue {
+            v.queue("queue", q);
+        }
+        if limit > MAX_EVENTS_PAGE {
+            v.add("limit", format!("must be at most {MAX_EVENTS_PAGE}"));
+        }
+        v.finish()?;
+        let limit = if limit == 0 {
+            DEFAULT_EVENTS_PAGE
+        } else {
+            limit
+        };
+        self.store().list_events(after, limit, queue).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn operator_name_and_reason_are_required() {
+        let mut v = Violations::default();
+        operator_fields(&mut v, "", " ");
+        let fields: Vec<_> = v.0.iter().map(|f| f.field.as_str()).collect();
+        assert_eq!(fields, ["operator", "reason"]);
+        let mut v = Violations::default();
+        operator_fields(&mut v, "alice", "confirmed in the provider dashboard");
+        assert!(v.0.is_empty());
+    }
+}

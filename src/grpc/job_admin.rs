@@ -1,0 +1,296 @@
+//! `jobfence.v1.JobAdmin`: the operator service. Same five steps as the
+//! worker-facing adapters: take the request, build the domain call, await
+//! the coordinator, map the error through [`super::status`], record the
+//! outcome on the span.
+
+use super::convert::{self, duration, non_empty};
+use super::events::event_to_proto;
+use crate::coordinator::validate::Violations;
+use crate::coordinator::Coordinator;
+use crate::domain::{CoordinatorError, JobState};
+use crate::proto::job_admin_server::JobAdmin;
+use crate::proto::{
+    self, CancelJobRequest, CancelJobResponse, GetJobDetailRequest, GetJobDetailResponse,
+    ListJobsRequest, ListJobsResponse, QueueStatsRequest, QueueStatsResponse,
+    ResolveManualReviewRequest, ResolveManualReviewResponse,
+};
+use crate::store::{self, ListJobsFilter, Resolution};
+use tonic::{Request, Response, Status};
+use tracing::{instrument, Span};
+
+/// The tonic service over a [`Coordinator`].
+#[derive(Debug, Clone)]
+pub struct JobAdminService {
+    coordinator: Coordinator,
+}
+
+impl JobAdminService {
+    /// The service over `coordinator`.
+    pub fn new(coordinator: Coordinator) -> Self {
+        JobAdminService { coordinator }
+    }
+}
+
+/// Records the outcome on the RPC's span and converts the error.
+pub(super) fn finish<T>(result: Result<T, CoordinatorError>) -> Result<Response<T>, Status> {
+    match result {
+        Ok(v) => {
+            Span::current().record("outcome", "ok");
+            Ok(Response::new(v))
+        }
+        Err(e) => {
+            let (_, reason) = super::status::code_and_reason(&e);
+            Span::current().record("outcome", reason);
+            Err(e.into())
+        }
+    }
+}
+
+/// A job state named in a request (unset or unknown is a violation).
+fn state_from(v: &mut Violations, field: &str, raw: i32) -> JobState {
+    match proto::JobState::try_from(raw) {
+        Ok(proto::JobState::Ready) => JobState::Ready,
+        Ok(proto::JobState::Running) => JobState::Running,
+        Ok(proto::JobState::Succeeded) => JobState::Succeeded,
+        Ok(proto::JobState::Failed) => JobState::Failed,
+        Ok(proto::JobState::ManualReview) => JobState::ManualReview,
+        Ok(proto::JobState::Cancelled) => JobState::Cancelled,
+        _ => {
+            v.add(field, format!("unknown or unset job state {raw}"));
+            JobState::Ready
+        }
+    }
+}
+
+fn resolution(v: &mut Violations, r: &ResolveManualReviewRequest) -> Resolution {
+    let mut delay = || duration(v, "delay", r.delay).unwrap_or_default();
+    match proto::Resolution::try_from(r.resolution) {
+        Ok(proto::Resolution::Succeeded) => Resolution::Succeeded {
+            provider_reference: r.provider_reference.clone(),
+            result: non_empty(r.result.clone()),
+        },
+        Ok(proto::Resolution::Failed) => Resolution::Failed,
+        Ok(proto::Resolution::RetryReconcile) => Resolution::RetryReconcile { delay: delay() },
+        Ok(proto::Resolution::RetryExecute) => Resolution::RetryExecute { delay: delay() },
+        _ => {
+            v.add(
+                "resolution",
+                format!("unknown or unset resolution {}", r.resolution),
+            );
+            Resolution::Failed
+        }
+    }
+}
+
+fn prost_duration(d: std::time::Duration) -> prost_types::Duration {
+    prost_types::Duration {
+        seconds: d.as_secs() as i64,
+        nanos: d.subsec_nanos() as i32,
+    }
+}
+
+fn queue_stats(s: store::QueueStats) -> proto::QueueStats {
+    let oldest = store::QueuePending::STATES
+        .iter()
+        .zip(s.pending.oldest)
+        .filter_map(|(state, o)| {
+            o.map(|o| proto::PendingAge {
+                state: convert::state(*state) as i32,
+                age: Some(prost_duration(o.age)),
+                job_id: o.job_id,
+            })
+        })
+        .collect();
+    proto::QueueStats {
+        queue: s.queue,
+        counts: s
+            .counts
+            .into_iter()
+            .map(|(state, jobs)| proto::StateCount {
+                state: convert::state(state) as i32,
+                jobs,
+            })
+            .collect(),
+        oldest,
+        oldest_unfinished_age: s.pending.unfinished.map(prost_duration),
+        takeovers: s.takeovers,
+        stale_write_rejections: s.stale_write_rejections,
+    }
+}
+
+#[tonic::async_trait]
+impl JobAdmin for JobAdminService {
+    #[instrument(name = "ListJobs", skip_all, fields(queue, listed, outcome))]
+    async fn list_jobs(
+        &self,
+        request: Request<ListJobsRequest>,
+    ) -> Result<Response<ListJobsResponse>, Status> {
+        let r = request.into_inner();
+        let span = Span::current();
+        span.record("queue", r.queue.as_str());
+        let result = async {
+            let mut v = Violations::default();
+            let states = r
+                .states
+                .iter()
+                .map(|s| state_from(&mut v, "states", *s))
+                .collect();
+            let min_age = duration(&mut v, "min_age", r.min_age);
+            let after_id = if r.page_token.is_empty() {
+                0
+            } else {
+                r.page_token.parse().unwrap_or_else(|_| {
+                    v.add("page_token", "is not a token this service returned");
+                    0
+                })
+            };
+            v.finish()?;
+            let (jobs, next) = self
+                .coordinator
+                .list_jobs(ListJobsFilter {
+                    queue: non_empty(r.queue),
+                    states,
+                    min_age,
+                    after_id,
+                    limit: r.page_size,
+                })
+                .await?;
+            span.record("listed", jobs.len());
+            Ok(ListJobsResponse {
+                jobs: jobs.into_iter().map(convert::job).collect(),
+                next_page_token: next.map(|id| id.to_string()).unwrap_or_default(),
+            })
+        }
+        .await;
+        finish(result)
+    }
+
+    #[instrument(
+        name = "AdminGetJob",
+        skip_all,
+        fields(job_id, queue, operation_key, attempt, outcome)
+    )]
+    async fn get_job(
+        &self,
+        request: Request<GetJobDetailRequest>,
+    ) -> Result<Response<GetJobDetailResponse>, Status> {
+        let r = request.into_inner();
+        let span = Span::current();
+        span.record("job_id", r.job_id);
+        let result = self.coordinator.job_detail(r.job_id).await.map(|d| {
+            span.record("queue", d.job.queue.as_str());
+            span.record("operation_key", d.job.operation_key.as_str());
+            span.record("attempt", d.job.attempt);
+            GetJobDetailResponse {
+                job: Some(convert::job(d.job)),
+                observations: d
+                    .observations
+                    .into_iter()
+                    .map(convert::observation)
+                    .collect(),
+                events: d.events.into_iter().map(event_to_proto).collect(),
+            }
+        });
+        finish(result)
+    }
+
+    #[instrument(
+        name = "ResolveManualReview",
+        skip_all,
+        fields(job_id, queue, attempt, operator, resolution, replayed, outcome)
+    )]
+    async fn resolve_manual_review(
+        &self,
+        request: Request<ResolveManualReviewRequest>,
+    ) -> Result<Response<ResolveManualReviewResponse>, Status> {
+        let r = request.into_inner();
+        let span = Span::current();
+        span.record("job_id", r.job_id);
+        span.record("attempt", r.attempt);
+        span.record("operator", r.operator.as_str());
+        let result = async {
+            let mut v = Violations::default();
+            let resolution = resolution(&mut v, &r);
+            v.finish()?;
+            span.record("resolution", resolution.as_str());
+            let out = self
+                .coordinator
+                .resolve_manual_review(
+                    store::ResolveRequest {
+                        job_id: r.job_id,
+                        attempt: r.attempt,
+                        resolution,
+                        operator: r.operator,
+                        reason: r.reason,
+                    },
+                    r.authorize_resend,
+                )
+                .await?;
+            span.record("replayed", out.replayed);
+            Ok(ResolveManualReviewResponse {
+                job: Some(convert::job(out.job)),
+                replayed: out.replayed,
+            })
+        }
+        .await;
+        finish(result)
+    }
+
+    #[instrument(
+        name = "CancelJob",
+        skip_all,
+        fields(job_id, queue, attempt, operator, replayed, outcome)
+    )]
+    async fn cancel_job(
+        &self,
+        request: Request<CancelJobRequest>,
+    ) -> Result<Response<CancelJobResponse>, Status> {
+        let r = request.into_inner();
+        let span = Span::current();
+        span.record("job_id", r.job_id);
+        span.record("attempt", r.attempt);
+        span.record("operator", r.operator.as_str());
+        let result = self
+            .coordinator
+            .cancel_job(store::CancelRequest {
+                job_id: r.job_id,
+                attempt: r.attempt,
+                operator: r.operator,
+                reason: r.reason,
+            })
+            .await
+            .map(|out| {
+                span.record("queue", out.job.queue.as_str());
+                span.record("replayed", out.replayed);
+                CancelJobResponse {
+                    job: Some(convert::job(out.job)),
+                    replayed: out.replayed,
+                }
+            });
+        finish(result)
+    }
+
+    #[instrument(name = "QueueStats", skip_all, fields(queue, outcome))]
+    async fn queue_stats(
+        &self,
+        request: Request<QueueStatsRequest>,
+    ) -> Result<Response<QueueStatsResponse>, Status> {
+        let r = request.into_inner();
+        Span::current().record("queue", r.queue.as_str());
+        let result = async {
+            let mut v = Violations::default();
+            let window = duration(&mut v, "window", r.window);
+            v.finish()?;
+            let (stats, window) = self
+                .coordinator
+                .queue_stats(non_empty(r.queue), window)
+                .await?;
+            Ok(QueueStatsResponse {
+                queues: stats.into_iter().map(queue_stats).collect(),
+                window: Some(prost_duration(window)),
+            })
+        }
+        .await;
+        finish(result)
+    }
+}

@@ -1,0 +1,72 @@
+//! The `/metrics` HTTP endpoint (`--metrics-listen`): plain HTTP/1.1 on its
+//! own port, so Prometheus scrapes it without speaking gRPC and it can be
+//! firewalled apart from the API.
+
+use super::Metrics;
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use sqlx::mysql::MySqlPool;
+use std::convert::Infallible;
+use std::future::Future;
+use tokio::net::TcpListener;
+
+/// The content type of the Prometheus text format.
+pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+fn respond(
+    metrics: &Metrics,
+    pool: &MySqlPool,
+    req: &http::Request<hyper::body::Incoming>,
+) -> http::Response<Full<Bytes>> {
+    let builder = http::Response::builder();
+    match (req.method(), req.uri().path()) {
+        (&http::Method::GET, "/metrics") => builder
+            .header(http::header::CONTENT_TYPE, CONTENT_TYPE)
+            .body(Full::new(Bytes::from(metrics.render(Some(pool))))),
+        (&http::Method::GET, _) => builder
+            .status(http::StatusCode::NOT_FOUND)
+            .body(Full::new(Bytes::from_static(b"try /metrics\n"))),
+        _ => builder
+            .status(http::StatusCode::METHOD_NOT_ALLOWED)
+            .body(Full::new(Bytes::new())),
+    }
+    .expect("a response from static parts")
+}
+
+/// Serves `GET /metrics` on `listener` until `shutdown` completes.
+pub async fn serve(
+    listener: TcpListener,
+    metrics: Metrics,
+    pool: MySqlPool,
+    shutdown: impl Future<Output = ()>,
+) {
+    tokio::pin!(shutdown);
+    loop {
+        let (stream, peer) = tokio::select! {
+            _ = &mut shutdown => return,
+            accepted = listener.accept() => match accepted {
+                Ok(a) => a,
+                Err(e) => {
+                    tracing::warn!(error = %e, "metrics endpoint: accept failed");
+                    continue;
+                }
+            },
+        };
+        let metrics = metrics.clone();
+        let pool = pool.clone();
+        tokio::spawn(async move {
+            let service = service_fn(move |req| {
+                let response = respond(&metrics, &pool, &req);
+                async move { Ok::<_, Infallible>(response) }
+            });
+            if let Err(e) = hyper::server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(stream), service)
+                .await
+            {
+                tracing::debug!(%peer, error = %e, "metrics connection ended");
+            }
+        });
+    }
+}

@@ -1,0 +1,356 @@
+//! Prometheus metrics of one coordinator process.
+//!
+//! Each [`Metrics`] owns its own registry (no process-global state), so two
+//! coordinators in one test binary never mix their numbers. Counters are
+//! bumped by the coordinator at each decision; the pending-age gauges are
+//! computed from the database by [`refresh_pending`] on an interval; the
+//! pool gauges are read at scrape time. `docs/operating.md` says what each
+//! one means and the alert to set on it.
+//!
+//! - [`layer`]: the RPC latency histogram, as a tower layer on the server.
+//! - [`http`]: the `/metrics` HTTP endpoint.
+
+pub mod http;
+pub mod layer;
+
+use crate::domain::CoordinatorError;
+use crate::store::{JobStore, PendingAges};
+use prometheus::{
+    Encoder, GaugeVec, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts,
+    Registry, TextEncoder,
+};
+use sqlx::mysql::MySqlPool;
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex};
+
+/// Label values of the pending-age gauge's `state`, in the order shown.
+pub const PENDING_STATES: [&str; 3] = ["ready", "running", "manual_review"];
+
+/// Upper bounds of the RPC latency histogram, in seconds: every call is a
+/// few short transactions, so 1 ms to 10 s (the lock wait timeout).
+const RPC_BUCKETS: [f64; 13] = [
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
+
+/// The metrics of one coordinator. Cheap to clone (shared).
+#[derive(Clone)]
+pub struct Metrics {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Metrics").finish_non_exhaustive()
+    }
+}
+
+struct Inner {
+    registry: Registry,
+    takeovers: IntCounterVec,
+    stale_rejections: IntCounterVec,
+    claimed_jobs: IntCounterVec,
+    empty_claims: IntCounterVec,
+    commit_unknown: IntCounterVec,
+    observations: IntCounterVec,
+    manual_review_entered: IntCounterVec,
+    resends: IntCounterVec,
+    resolutions: IntCounterVec,
+    cancellations: IntCounterVec,
+    rpc_duration: HistogramVec,
+    pending_age: GaugeVec,
+    unfinished_age: GaugeVec,
+    pending_refreshes: IntCounterVec,
+    pool_connections: IntGaugeVec,
+    pool_max: IntGauge,
+    /// Every queue the gauges were ever set for: a queue whose pending jobs
+    /// are all gone reads 0 instead of keeping its last value.
+    seen_queues: Mutex<BTreeSet<String>>,
+}
+
+fn counter(r: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
+    let c = IntCounterVec::new(Opts::new(name, help), labels).expect("valid counter");
+    r.register(Box::new(c.clone())).expect("unique metric name");
+    c
+}
+
+fn gauge(r: &Registry, name: &str, help: &str, labels: &[&str]) -> GaugeVec {
+    let g = GaugeVec::new(Opts::new(name, help), labels).expect("valid gauge");
+    r.register(Box::new(g.clone())).expect("unique metric name");
+    g
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    /// A fresh set of metrics in a registry of its own.
+    pub fn new() -> Self {
+        let r = Registry::new();
+        let rpc_duration = HistogramVec::new(
+            HistogramOpts::new(
+                "jobfence_rpc_duration_seconds",
+                "Time to answer a gRPC call, in seconds, by service, method and gRPC status code (for WatchEvents: the life of the stream).",
+            )
+            .buckets(RPC_BUCKETS.to_vec()),
+            &["service", "method", "code"],
+        )
+        .expect("valid histogram");
+        r.register(Box::new(rpc_duration.clone()))
+            .expect("unique metric name");
+        let pool_connections = IntGaugeVec::new(
+            Opts::new(
+                "jobfence_db_pool_connections",
+                "Database connections of this coordinator's pool, by state (idle or in_use), read at scrape time.",
+            ),
+            &["state"],
+        )
+        .expect("valid gauge");
+        r.register(Box::new(pool_connections.clone()))
+            .expect("unique metric name");
+        let pool_max = IntGauge::new(
+            "jobfence_db_pool_max_connections",
+            "Most connections the pool may open (--db-max-connections).",
+        )
+        .expect("valid gauge");
+        r.register(Box::new(pool_max.clone()))
+            .expect("unique metric name");
+        let inner = Inner {
+            takeovers: counter(
+                &r,
+                "jobfence_takeovers_total",
+                "Expired leases taken over (a new attempt fenced out the old holder), by queue and how: via=claim (inline, by a Claim scan) or via=takeover (the Takeover RPC).",
+                &["queue", "via"],
+            ),
+            stale_rejections: counter(
+                &r,
+                "jobfence_stale_attempt_rejections_total",
+                "Writes refused because the presented attempt no longer holds the job (ATTEMPT_SUPERSEDED or JOB_NOT_RUNNING), by queue and RPC.",
+                &["queue", "rpc"],
+            ),
+            claimed_jobs: counter(
+                &r,
+                "jobfence_claimed_jobs_total",
+                "Jobs handed out with a new attempt (Claim or Takeover), by queue and next_action (execute or reconcile). The reconcile share is reconcile / all.",
+                &["queue", "next_action"],
+            ),
+            empty_claims: counter(
+                &r,
+                "jobfence_empty_claims_total",
+                "Claim calls that found no due job, by queue.",
+                &["queue"],
+            ),
+            commit_unknown: counter(
+                &r,
+                "jobfence_commit_outcome_unknown_total",
+                "Calls whose COMMIT outcome is unknown (connection lost during COMMIT), by RPC.",
+                &["rpc"],
+            ),
+            observations: counter(
+                &r,
+                "jobfence_observations_recorded_total",
+                "RecordObservation calls answered, by source, outcome and duplicate (true when the dedup_key was already recorded).",
+                &["source", "outcome", "duplicate"],
+            ),
+            manual_review_entered: counter(
+                &r,
+                "jobfence_manual_review_entered_total",
+                "Jobs moved to manual_review by Fail, by queue and reason (REQUESTED by the worker, RESEND_WINDOW_CLOSED, MAX_DISPATCHES_REACHED).",
+                &["queue", "reason"],
+            ),
+            resends: counter(
+                &r,
+                "jobfence_resend_decisions_total",
+                "Fail with RETRY_EXECUTE, by queue and decision (allowed, or refused and moved to manual_review).",
+                &["queue", "decision"],
+            ),
+            resolutions: counter(
+                &r,
+                "jobfence_manual_review_resolutions_total",
+                "Manual-review jobs resolved by an operator, by queue and resolution.",
+                &["queue", "resolution"],
+            ),
+            cancellations: counter(
+                &r,
+                "jobfence_cancellations_total",
+                "Never-dispatched jobs cancelled by an operator, by queue.",
+                &["queue"],
+            ),
+            pending_age: gauge(
+                &r,
+                "jobfence_oldest_pending_age_seconds",
+                "Whole seconds the oldest job of a pending state has waited in it, by queue and state: ready = since it became due (jobs not yet due are left out), running = since its claim or takeover, manual_review = since it was parked. 0 when none. DB clock, refreshed on an interval.",
+                &["queue", "state"],
+            ),
+            unfinished_age: gauge(
+                &r,
+                "jobfence_oldest_unfinished_age_seconds",
+                "Whole seconds since the creation of the oldest job of the queue not yet succeeded, failed or cancelled. 0 when none. DB clock, refreshed on an interval.",
+                &["queue"],
+            ),
+            pending_refreshes: counter(
+                &r,
+                "jobfence_pending_age_refreshes_total",
+                "Refreshes of the pending-age gauges from the database, by result (ok or error). The gauges keep their last value while refreshes fail.",
+                &["result"],
+            ),
+            rpc_duration,
+            pool_connections,
+            pool_max,
+            registry: r,
+            seen_queues: Mutex::new(BTreeSet::new()),
+        };
+        Metrics {
+            inner: Arc::new(inner),
+        }
+    }
+
+    /// A takeover of an expired lease; `via` is `claim` or `takeover`.
+    pub fn takeover(&self, queue: &str, via: &str) {
+        self.inner.takeovers.with_label_values(&[queue, via]).inc();
+    }
+
+    /// A write refused for a stale attempt; `rpc` is the gRPC method name.
+    pub fn stale_rejection(&self, queue: &str, rpc: &str) {
+        self.inner
+            .stale_rejections
+            .with_label_values(&[queue, rpc])
+            .inc();
+    }
+
+    /// A job handed out with `next_action` (`execute` or `reconcile`).
+    pub fn claimed(&self, queue: &str, next_action: &str) {
+        self.inner
+            .claimed_jobs
+            .with_label_values(&[queue, next_action])
+            .inc();
+    }
+
+    /// A Claim that found nothing due.
+    pub fn empty_claim(&self, queue: &str) {
+        self.inner.empty_claims.with_label_values(&[queue]).inc();
+    }
+
+    /// Counts `err` if it is a commit whose outcome is unknown.
+    pub fn commit_outcome(&self, rpc: &str, err: &CoordinatorError) {
+        if matches!(err, CoordinatorError::CommitOutcomeUnknown(_)) {
+            self.inner.commit_unknown.with_label_values(&[rpc]).inc();
+        }
+    }
+
+    /// An answered RecordObservation.
+    pub fn observation(&self, source: &str, outcome: &str, duplicate: bool) {
+        let dup = if duplicate { "true" } else { "false" };
+        self.inner
+            .observations
+            .with_label_values(&[source, outcome, dup])
+            .inc();
+    }
+
+    /// A job moved to manual review; `reason` is `REQUESTED` or the override reason.
+    pub fn manual_review_entered(&self, queue: &str, reason: &str) {
+        self.inner
+            .manual_review_entered
+            .with_label_values(&[queue, reason])
+            .inc();
+    }
+
+    /// A RETRY_EXECUTE decision: `allowed` or `refused`.
+    pub fn resend_decision(&self, queue: &str, decision: &str) {
+        self.inner
+            .resends
+            .with_label_values(&[queue, decision])
+            .inc();
+    }
+
+    /// An operator's manual-review resolution.
+    pub fn resolution(&self, queue: &str, resolution: &str) {
+        self.inner
+            .resolutions
+            .with_label_values(&[queue, resolution])
+            .inc();
+    }
+
+    /// An operator's cancellation.
+    pub fn cancellation(&self, queue: &str) {
+        self.inner.cancellations.with_label_values(&[queue]).inc();
+    }
+
+    /// One answered RPC and its latency in seconds.
+    pub fn rpc(&self, service: &str, method: &str, code: &str, seconds: f64) {
+        self.inner
+            .rpc_duration
+            .with_label_values(&[service, method, code])
+            .observe(seconds);
+    }
+
+    /// Sets the pending-age gauges from one database read. Queues seen
+    /// before but absent now read 0.
+    pub fn set_pending(&self, ages: &PendingAges) {
+        let mut seen = self.inner.seen_queues.lock().expect("metrics poisoned");
+        seen.extend(ages.queues.keys().cloned());
+        for queue in seen.iter() {
+            let q = ages.queues.get(queue);
+            for (i, state) in PENDING_STATES.iter().enumerate() {
+                let secs = q.and_then(|q| q.oldest[i]).map_or(0, |o| o.age.as_secs());
+                self.inner
+                    .pending_age
+                    .with_label_values(&[queue.as_str(), state])
+                    .set(secs as f64);
+            }
+            let unfinished = q.and_then(|q| q.unfinished).map_or(0, |d| d.as_secs());
+            self.inner
+                .unfinished_age
+                .with_label_values(&[queue.as_str()])
+                .set(unfinished as f64);
+        }
+    }
+
+    /// The exposition text (Prometheus text format 0.0.4), with the pool
+    /// gauges read from `pool` now.
+    pub fn render(&self, pool: Option<&MySqlPool>) -> String {
+        if let Some(pool) = pool {
+            let size = i64::from(pool.size());
+            let idle = i64::try_from(pool.num_idle()).unwrap_or(i64::MAX);
+            let i = &self.inner;
+            i.pool_connections.with_label_values(&["idle"]).set(idle);
+            i.pool_connections
+                .with_label_values(&["in_use"])
+                .set((size - idle).max(0));
+            i.pool_max
+                .set(i64::from(pool.options().get_max_connections()));
+        }
+        let mut out = Vec::new();
+        TextEncoder::new()
+            .encode(&self.inner.registry.gather(), &mut out)
+            .expect("text encoding into memory cannot fail");
+        String::from_utf8(out).expect("the text encoder writes UTF-8")
+    }
+}
+
+/// Reads the pending ages from the database and sets the gauges. An error
+/// is counted and logged; the gauges keep their last values.
+pub async fn refresh_pending(store: &JobStore, metrics: &Metrics) -> Result<(), CoordinatorError> {
+    match store.pending_ages().await {
+        Ok(ages) => {
+            metrics.set_pending(&ages);
+            metrics
+                .inner
+                .pending_refreshes
+                .with_label_values(&["ok"])
+                .inc();
+            Ok(())
+        }
+        Err(e) => {
+            metrics
+                .inner
+                .pending_refreshes
+                .with_label_values(&["error"])
+                .inc();
+            tracing::warn!(error = %e, "pending-age gauges not refreshed");
+            Err(e)
+        }
+    }
+}
