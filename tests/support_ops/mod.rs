@@ -49,6 +49,7 @@ impl Coord {
             ServeOptions {
                 health_interval: Duration::from_millis(100),
                 drain_delay: Duration::ZERO,
+                shutdown_timeout: Duration::from_secs(10),
             },
             OpsOptions {
                 metrics_listener: Some(metrics_listener),
