@@ -89,7 +89,8 @@ pub struct DemoArgs {
     /// Where logs go.
     #[arg(long, default_value = ".local/demo")]
     pub work_dir: PathBuf,
-    /// Serve Prometheus metrics of the coordinator on this address.
+    /// Serve the coordinator's Prometheus metrics on this address
+    /// (default: a free loopback port, printed at the start).
     #[arg(long)]
     pub metrics_listen: Option<String>,
 }
@@ -309,6 +310,10 @@ pub async fn run(args: DemoArgs) -> Result<bool> {
     let coordinator_addr = format!("127.0.0.1:{}", free_port()?);
     let provider_addr = format!("127.0.0.1:{}", free_port()?);
     let provider_url = format!("http://{provider_addr}/");
+    let metrics_listen = match &args.metrics_listen {
+        Some(m) => m.clone(),
+        None => format!("127.0.0.1:{}", free_port()?),
+    };
 
     let mut provider_args: Vec<String> = vec![
         "fake-provider".into(),
@@ -349,7 +354,7 @@ pub async fn run(args: DemoArgs) -> Result<bool> {
             &coordinator_addr,
             args.lease,
             args.resend_window,
-            args.metrics_listen.as_deref(),
+            Some(&metrics_listen),
         ),
         &[],
         &logs,
@@ -366,10 +371,11 @@ pub async fn run(args: DemoArgs) -> Result<bool> {
         workers: Vec::new(),
         lease: args.lease,
         resend_window: args.resend_window,
-        metrics_listen: args.metrics_listen.clone(),
+        metrics_listen: Some(metrics_listen.clone()),
     };
     say(&format!(
-        "coordinator {coordinator_addr}, fake provider {provider_addr}, logs in {}",
+        "coordinator {coordinator_addr} (metrics http://{metrics_listen}/metrics), \
+         fake provider {provider_addr}, logs in {}",
         logs.display()
     ));
     enqueue(&coordinator_addr, args.jobs).await?;
