@@ -448,15 +448,18 @@ async fn held_by(pool: &MySqlPool, owner: &str) -> Result<Vec<(u64, u64)>> {
         .collect()
 }
 
-/// Have all these (id, attempt) been superseded or finished by others?
+/// Is every one of these (id, attempt) gone from its holder: superseded by
+/// a takeover, or no longer running (the holder finished it just before it
+/// froze)?
 async fn all_taken_over(pool: &MySqlPool, held: &[(u64, u64)]) -> Result<bool> {
     for (id, attempt) in held {
-        let now: u64 = sqlx::query("SELECT attempt FROM jobs WHERE id = ?")
+        let row = sqlx::query("SELECT attempt, state = 'running' AS running FROM jobs WHERE id = ?")
             .bind(id)
             .fetch_one(pool)
-            .await?
-            .try_get("attempt")?;
-        if now <= *attempt {
+            .await?;
+        let now: u64 = row.try_get("attempt")?;
+        let running: i64 = row.try_get("running")?;
+        if now <= *attempt && running != 0 {
             return Ok(false);
         }
     }
