@@ -30,7 +30,7 @@ fn worker(h: &Harness, provider_url: &str, id: &str, freeze_after_send: Option<&
         "--lease",
         "30s",
     ])
-    .env("JOBFENCE_LOG", "jobfence=debug")
+    .env("JOBFENCE_LOG", "warn")
     .stdin(Stdio::null())
     .stdout(Stdio::null())
     .stderr(Stdio::inherit())

@@ -453,10 +453,11 @@ async fn held_by(pool: &MySqlPool, owner: &str) -> Result<Vec<(u64, u64)>> {
 /// froze)?
 async fn all_taken_over(pool: &MySqlPool, held: &[(u64, u64)]) -> Result<bool> {
     for (id, attempt) in held {
-        let row = sqlx::query("SELECT attempt, state = 'running' AS running FROM jobs WHERE id = ?")
-            .bind(id)
-            .fetch_one(pool)
-            .await?;
+        let row =
+            sqlx::query("SELECT attempt, state = 'running' AS running FROM jobs WHERE id = ?")
+                .bind(id)
+                .fetch_one(pool)
+                .await?;
         let now: u64 = row.try_get("attempt")?;
         let running: i64 = row.try_get("running")?;
         if now <= *attempt && running != 0 {
