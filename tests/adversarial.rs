@@ -5,7 +5,12 @@
 mod common;
 
 use common::{reason, secs, Harness};
-use jobfence::proto::{ClaimRequest, RenewLeaseRequest};
+use jobfence::proto::{
+    ClaimRequest, EnqueueRequest, ObservationOutcome, ObservationSource, RecordObservationRequest,
+    RenewLeaseRequest,
+};
+use tonic::Code;
+use tonic_types::StatusExt;
 
 const Q: &str = "refunds";
 
@@ -69,5 +74,78 @@ async fn a_superseded_heartbeat_is_refused_not_answered_as_a_replay() {
         .await;
     let status = late.expect_err("a superseded attempt must not be told its lease was renewed");
     assert_eq!(reason(&status), "ATTEMPT_SUPERSEDED");
+    h.finish().await;
+}
+
+/// The fields named by an INVALID_ARGUMENT's BadRequest detail.
+fn bad_fields(status: &tonic::Status) -> Vec<String> {
+    assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
+    assert_eq!(reason(status), "INVALID_REQUEST");
+    status
+        .get_details_bad_request()
+        .expect("BadRequest detail")
+        .field_violations
+        .into_iter()
+        .map(|v| v.field)
+        .collect()
+}
+
+fn enqueue(key: &str, payload: &str) -> EnqueueRequest {
+    EnqueueRequest {
+        queue: Q.into(),
+        operation_key: key.into(),
+        payload: payload.into(),
+        delay: None,
+    }
+}
+
+/// `utf8mb4_bin` is a PAD SPACE collation (MariaDB 10.11 and MySQL 8.4
+/// alike): `'k' = 'k '`, and the unique keys on operation_key and dedup_key
+/// compare that way. A provider does not: `k` and `k ` are two idempotency
+/// keys. So `k ` was silently answered with the job of `k` (created=false,
+/// another operation_key: the operation the caller asked for is never
+/// sent), or refused as a conflict with a job it is not; an observation
+/// with dedup key `d ` was dropped as a repeat of `d`. Such keys are refused
+/// up front.
+#[tokio::test]
+async fn keys_equal_only_under_pad_space_are_refused_not_merged() {
+    let h = Harness::start().await;
+    let first = h.enqueue(Q, "refund-pay_1", r#"{"amount":500}"#).await;
+    for payload in [r#"{"amount":500}"#, r#"{"amount":700}"#] {
+        let out = h
+            .client
+            .clone()
+            .enqueue(enqueue("refund-pay_1 ", payload))
+            .await;
+        match out {
+            Ok(r) => panic!(
+                "enqueue of 'refund-pay_1 ' answered with job {:?} (created={})",
+                r.get_ref().job.as_ref().map(|j| &j.operation_key),
+                r.get_ref().created
+            ),
+            Err(status) => assert_eq!(bad_fields(&status), ["operation_key"]),
+        }
+    }
+    let obs = |dedup_key: &str, body: &str| RecordObservationRequest {
+        job_id: first.job_id,
+        attempt: 0,
+        source: ObservationSource::Webhook as i32,
+        outcome: ObservationOutcome::Succeeded as i32,
+        provider_reference: "re_1".into(),
+        body: body.into(),
+        dedup_key: dedup_key.into(),
+    };
+    h.client
+        .clone()
+        .record_observation(obs("evt_1", "first"))
+        .await
+        .unwrap();
+    let status = h
+        .client
+        .clone()
+        .record_observation(obs("evt_1 ", "second"))
+        .await
+        .expect_err("a dedup key equal to another only under PAD SPACE is refused");
+    assert_eq!(bad_fields(&status), ["dedup_key"]);
     h.finish().await;
 }
