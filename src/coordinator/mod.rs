@@ -139,7 +139,7 @@ impl Coordinator {
     pub async fn enqueue(&self, req: EnqueueRequest) -> Result<EnqueueOutcome, CoordinatorError> {
         let mut v = Violations::default();
         v.queue("queue", &req.queue);
-        v.key("operation_key", &req.operation_key);
+        v.unique_key("operation_key", &req.operation_key);
         v.max_bytes("payload", &req.payload, MAX_BODY_BYTES);
         v.delay("delay", req.delay);
         v.finish()?;
@@ -345,7 +345,7 @@ impl Coordinator {
     ) -> Result<(Observation, bool), CoordinatorError> {
         let mut v = Violations::default();
         v.job_id(req.job_id);
-        v.key("dedup_key", &req.dedup_key);
+        v.unique_key("dedup_key", &req.dedup_key);
         v.max_bytes("body", &req.body, MAX_BODY_BYTES);
         if let Some(r) = &req.provider_reference {
             v.max_bytes("provider_reference", r, MAX_KEY_BYTES);

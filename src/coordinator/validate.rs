@@ -54,6 +54,21 @@ impl Violations {
         }
     }
 
+    /// A key that a unique index compares: operation_key, dedup_key. The
+    /// columns use `utf8mb4_bin`, a PAD SPACE collation on MariaDB and MySQL
+    /// alike, so `"k "` equals `"k"` there while a provider's idempotency
+    /// key tells them apart: a trailing space is refused, never merged.
+    pub fn unique_key(&mut self, field: &str, key: &str) {
+        if key.ends_with(' ') {
+            self.add(
+                field,
+                "must not end with a space (the database compares keys ignoring trailing spaces)",
+            );
+        } else {
+            self.key(field, key);
+        }
+    }
+
     pub fn max_bytes(&mut self, field: &str, value: &str, max: usize) {
         if value.len() > max {
             self.add(

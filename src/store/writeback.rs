@@ -169,9 +169,15 @@ impl JobStore {
             FenceCheck::NotHolder(why) => Some(why),
         };
         if let Some(refusal) = refusal {
-            if let Some((_, detail)) =
-                events::find_applied(&mut tx, job_id, attempt, &digest).await?
-            {
+            // A renewal is never answered as a replay: a heartbeat repeats
+            // the very same call many times, each one applied, so an earlier
+            // one would tell a superseded holder its lease was renewed. Once
+            // the caller no longer holds the job there is no lease to renew.
+            let replay = match write {
+                Write::Renew(_) => None,
+                _ => events::find_applied(&mut tx, job_id, attempt, &digest).await?,
+            };
+            if let Some((_, detail)) = replay {
                 tx.rollback().await.map_err(convert_sqlx_err)?;
                 return Ok(Applied {
                     job: locked.job,
