@@ -226,7 +226,7 @@ pub enum Operation {
 }
 
 async fn channel(conn: &Connection) -> anyhow::Result<Channel> {
-    Channel::from_shared(conn.endpoint.clone())
+    Channel::from_shared(with_scheme(&conn.endpoint))
         .with_context(|| format!("bad endpoint {}", conn.endpoint))?
         .connect()
         .await
@@ -388,5 +388,14 @@ async fn events(args: EventsArgs, out: &mut (dyn Write + Send)) -> anyhow::Resul
             }
             Ok(())
         }
+    }
+}
+
+/// `host:port` is taken as `http://host:port`, as the server prints it.
+fn with_scheme(endpoint: &str) -> String {
+    if endpoint.contains("://") {
+        endpoint.to_owned()
+    } else {
+        format!("http://{endpoint}")
     }
 }

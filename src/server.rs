@@ -109,16 +109,21 @@ async fn follow_database(
 ) {
     let mut last = None;
     loop {
-        let status = if store.ping().await {
-            ServingStatus::Serving
-        } else {
-            ServingStatus::NotServing
+        let checked = store.check().await;
+        let status = match &checked {
+            Ok(()) => ServingStatus::Serving,
+            Err(_) => ServingStatus::NotServing,
         };
         if *stop.borrow() {
             return;
         }
         if last != Some(status) {
-            tracing::info!(status = %status, "database health changed");
+            match &checked {
+                Ok(()) => tracing::info!(status = %status, "database health changed"),
+                Err(why) => {
+                    tracing::warn!(status = %status, error = %why, "database health changed")
+                }
+            }
             set_health(&reporter, status).await;
             last = Some(status);
         }

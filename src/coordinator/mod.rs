@@ -286,6 +286,7 @@ impl Coordinator {
                     disposition: req.disposition,
                     error: req.error,
                     retry_delay: req.retry_delay,
+                    expected_lease: self.config.default_lease,
                 },
                 &self.config.policies,
             )
@@ -325,13 +326,14 @@ impl Coordinator {
                 "resend allowed"
             );
         } else if out.applied == FailDisposition::ManualReview {
-            self.metrics.manual_review_entered(&job.queue, "REQUESTED");
+            self.metrics
+                .manual_review_entered(&job.queue, crate::store::MANUAL_REVIEW_REQUESTED);
             tracing::warn!(
                 job_id = job.id,
                 queue = %job.queue,
                 operation_key = %job.operation_key,
                 attempt = req.attempt,
-                reason = "REQUESTED",
+                reason = crate::store::MANUAL_REVIEW_REQUESTED,
                 "moved to manual review"
             );
         }

@@ -408,10 +408,20 @@ pub async fn run(args: DemoArgs) -> Result<bool> {
         }
     }
 
-    let outcome = drive(&mut cluster, &pool, &args, started).await;
+    // On Ctrl-C or SIGTERM, still resume and stop every child (a frozen
+    // worker would otherwise stay stopped for ever).
+    let outcome = tokio::select! {
+        r = drive(&mut cluster, &pool, &args, started) => r,
+        _ = crate::server::shutdown_signal() => Err(anyhow::anyhow!("interrupted; stopping the demo's processes")),
+    };
     let outcome_injected = outcome.as_ref().cloned().unwrap_or_default();
     for w in &mut cluster.workers {
         let _ = w.stop(Duration::from_secs(5)).await;
+    }
+    if outcome.is_err() {
+        let _ = cluster.coordinator.stop(Duration::from_secs(10)).await;
+        let _ = cluster.provider.stop(Duration::from_secs(5)).await;
+        return outcome.map(|_| false);
     }
     let ledger = provider_client.ledger().await;
     let _ = cluster.coordinator.stop(Duration::from_secs(10)).await;
@@ -448,10 +458,11 @@ async fn held_by(pool: &MySqlPool, owner: &str) -> Result<Vec<(u64, u64)>> {
         .collect()
 }
 
-/// Is every one of these (id, attempt) gone from its holder: superseded by
-/// a takeover, or no longer running (the holder finished it just before it
-/// froze)?
-async fn all_taken_over(pool: &MySqlPool, held: &[(u64, u64)]) -> Result<bool> {
+/// Of these (id, attempt): `None` while one is still running under that
+/// attempt, else how many were superseded by a takeover (the others the
+/// holder finished itself, with a write already on its way when it froze).
+async fn taken_over(pool: &MySqlPool, held: &[(u64, u64)]) -> Result<Option<usize>> {
+    let mut superseded = 0;
     for (id, attempt) in held {
         let row =
             sqlx::query("SELECT attempt, state = 'running' AS running FROM jobs WHERE id = ?")
@@ -460,11 +471,13 @@ async fn all_taken_over(pool: &MySqlPool, held: &[(u64, u64)]) -> Result<bool> {
                 .await?;
         let now: u64 = row.try_get("attempt")?;
         let running: i64 = row.try_get("running")?;
-        if now <= *attempt && running != 0 {
-            return Ok(false);
+        if now > *attempt {
+            superseded += 1;
+        } else if running != 0 {
+            return Ok(None);
         }
     }
-    Ok(true)
+    Ok(Some(superseded))
 }
 
 /// Runs the failure schedule and prints progress until every job is
@@ -486,6 +499,15 @@ async fn drive(
     let mut note = String::new();
     let mut injected = Vec::new();
     loop {
+        for p in [&mut cluster.coordinator, &mut cluster.provider] {
+            if let Some(status) = p.exited() {
+                bail!(
+                    "{} exited unexpectedly ({status}); see {}",
+                    p.name,
+                    p.log.display()
+                );
+            }
+        }
         for w in &mut cluster.workers {
             if let Some(status) = w.exited() {
                 if !status.success() && !note.contains(&w.name) {
@@ -522,14 +544,9 @@ async fn drive(
                 .join("  ")
         );
         if open == 0 {
-            // Nothing left to disturb: only a frozen worker still matters.
-            if chaos.iter().any(|c| matches!(c, Chaos::Resume(_))) {
-                cluster.workers[0].resume()?;
-                let done = format!("{} resumed (no job left open)", cluster.workers[0].name);
-                say(&format!("[{:>4}s] {done}", started.elapsed().as_secs()));
-                injected.push(done);
-            }
-            chaos.clear();
+            // Nothing left to disturb; a frozen worker still gets resumed
+            // by its own step on the next turn.
+            chaos.retain(|c| matches!(c, Chaos::Resume(_)));
         }
         if tty {
             eprint!("\r{line}  {note:<60}");
@@ -582,15 +599,21 @@ async fn chaos_step(
             ))
         }
         Chaos::Resume(held) => {
-            if !all_taken_over(pool, &held).await? {
+            let Some(superseded) = taken_over(pool, &held).await? else {
                 return Ok(None);
-            }
+            };
             cluster.workers[0].resume()?;
+            let name = &cluster.workers[0].name;
+            if superseded == 0 {
+                // Its writes were already on their way: no zombie yet.
+                // Freeze it again later, so one really is.
+                return Ok(Some((
+                    format!("{name} resumed: it had finished its jobs; freezing it again"),
+                    Some(Chaos::Pause),
+                )));
+            }
             Some((
-                format!(
-                    "{} resumed after its jobs were taken over",
-                    cluster.workers[0].name
-                ),
+                format!("{name} resumed after {superseded} of its jobs were taken over"),
                 None,
             ))
         }

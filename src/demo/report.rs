@@ -92,13 +92,15 @@ impl Report {
         .await?
         .try_get("n")?;
         for row in sqlx::query(
-            "SELECT CAST(COALESCE(state_reason, CONCAT('worker: ', LEFT(last_error, 40))) AS CHAR) AS why, \
+            "SELECT CAST(IF(state_reason = 'REQUESTED' OR state_reason IS NULL, \
+             CONCAT('worker: ', LEFT(last_error, 40)), state_reason) AS CHAR) AS why, \
              COUNT(*) AS n FROM jobs WHERE state = 'manual_review' GROUP BY why",
         )
         .fetch_all(pool)
         .await?
         {
-            r.manual_reviews.insert(text(&row, "why")?, row.try_get("n")?);
+            r.manual_reviews
+                .insert(text(&row, "why")?, row.try_get("n")?);
         }
         for row in sqlx::query(
             "SELECT CAST(lease_owner AS CHAR) AS w, COUNT(*) AS n FROM jobs \

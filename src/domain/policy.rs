@@ -17,13 +17,16 @@ pub struct DispatchFacts {
 /// What Fail applies for a requested disposition.
 ///
 /// A `RetryExecute` of a job already dispatched is a resend: it is applied
-/// only if the resend would become due (after `retry_delay`) while the
-/// provider's idempotency window, counted from the first dispatch, is still
-/// open, and only while dispatches remain. Otherwise the outcome is unknown
-/// with no live idempotency guarantee, and the job goes to manual review.
+/// only if the whole resend — due after `retry_delay`, then sent at any
+/// time within its lease (`lease`, the lease the next claim is expected to
+/// get) — falls while the provider's idempotency window, counted from the
+/// first dispatch, is still open, and only while dispatches remain.
+/// Otherwise the outcome is unknown with no live idempotency guarantee, and
+/// the job goes to manual review.
 pub fn decide_fail(
     requested: FailDisposition,
     retry_delay: Duration,
+    lease: Duration,
     facts: DispatchFacts,
     policy: QueuePolicy,
 ) -> (FailDisposition, Option<OverrideReason>) {
@@ -31,7 +34,7 @@ pub fn decide_fail(
         return (requested, None);
     }
     if let Some(elapsed) = facts.since_first_dispatch {
-        if elapsed.saturating_add(retry_delay) >= policy.resend_window {
+        if elapsed.saturating_add(retry_delay).saturating_add(lease) >= policy.resend_window {
             return (
                 FailDisposition::ManualReview,
                 Some(OverrideReason::ResendWindowClosed),
@@ -49,12 +52,15 @@ pub fn decide_fail(
 
 /// The next action a claim hands out, and whether it counts as a dispatch.
 ///
-/// A takeover always reconciles first (rule 5). A stored `execute` whose
-/// resend window has closed while the job waited is handed out as
-/// `reconcile`: the worker must look before it may ask to send again.
+/// A takeover always reconciles first (rule 5). A stored `execute` of a job
+/// already dispatched is handed out as `reconcile` when the provider's
+/// window would close before the end of this claim's `lease` (the worker
+/// may send at any moment of it): the worker must look before it may ask to
+/// send again.
 pub fn claim_action(
     takeover: bool,
     stored: NextAction,
+    lease: Duration,
     facts: DispatchFacts,
     policy: QueuePolicy,
 ) -> (NextAction, bool) {
@@ -62,7 +68,9 @@ pub fn claim_action(
         return (NextAction::Reconcile, false);
     }
     match (stored, facts.since_first_dispatch) {
-        (NextAction::Execute, Some(elapsed)) if elapsed >= policy.resend_window => {
+        (NextAction::Execute, Some(elapsed))
+            if elapsed.saturating_add(lease) >= policy.resend_window =>
+        {
             (NextAction::Reconcile, false)
         }
         (NextAction::Execute, _) => (NextAction::Execute, true),
@@ -75,6 +83,7 @@ mod tests {
     use super::*;
 
     const HOUR: Duration = Duration::from_secs(3600);
+    const LEASE: Duration = Duration::from_secs(30);
 
     fn policy() -> QueuePolicy {
         QueuePolicy {
@@ -96,6 +105,7 @@ mod tests {
             decide_fail(
                 FailDisposition::RetryExecute,
                 HOUR,
+                Duration::ZERO,
                 facts(Some(1), 1),
                 policy()
             ),
@@ -110,6 +120,7 @@ mod tests {
             decide_fail(
                 FailDisposition::RetryExecute,
                 HOUR,
+                Duration::ZERO,
                 facts(Some(23), 1),
                 policy()
             ),
@@ -121,10 +132,58 @@ mod tests {
     }
 
     #[test]
+    fn a_resend_whose_lease_would_outlive_the_window_goes_to_manual_review() {
+        // Due in 1 h at 22 h 30 min, with a 45 min lease: the send may
+        // happen at 24 h 15 min, after the provider forgot the key.
+        let at = |minutes: u64| DispatchFacts {
+            since_first_dispatch: Some(Duration::from_secs(minutes * 60)),
+            dispatch_count: 1,
+        };
+        let lease = Duration::from_secs(45 * 60);
+        assert_eq!(
+            decide_fail(
+                FailDisposition::RetryExecute,
+                HOUR,
+                lease,
+                at(22 * 60 + 30),
+                policy()
+            )
+            .1,
+            Some(OverrideReason::ResendWindowClosed)
+        );
+        assert_eq!(
+            decide_fail(
+                FailDisposition::RetryExecute,
+                HOUR,
+                lease,
+                at(22 * 60),
+                policy()
+            ),
+            (FailDisposition::RetryExecute, None)
+        );
+        // The same at claim time: 23 h 30 min in, a 45 min lease reconciles.
+        assert_eq!(
+            claim_action(
+                false,
+                NextAction::Execute,
+                lease,
+                at(23 * 60 + 30),
+                policy()
+            ),
+            (NextAction::Reconcile, false)
+        );
+        assert_eq!(
+            claim_action(false, NextAction::Execute, lease, at(23 * 60), policy()),
+            (NextAction::Execute, true)
+        );
+    }
+
+    #[test]
     fn exhausted_dispatches_go_to_manual_review() {
         assert_eq!(
             decide_fail(
                 FailDisposition::RetryExecute,
+                Duration::ZERO,
                 Duration::ZERO,
                 facts(Some(0), 3),
                 policy()
@@ -144,7 +203,7 @@ mod tests {
             FailDisposition::ManualReview,
         ] {
             assert_eq!(
-                decide_fail(d, 100 * HOUR, facts(Some(100), 99), policy()),
+                decide_fail(d, 100 * HOUR, HOUR, facts(Some(100), 99), policy()),
                 (d, None)
             );
         }
@@ -154,7 +213,7 @@ mod tests {
     fn takeover_always_reconciles_and_never_dispatches() {
         for stored in [NextAction::Execute, NextAction::Reconcile] {
             assert_eq!(
-                claim_action(true, stored, facts(None, 0), policy()),
+                claim_action(true, stored, LEASE, facts(None, 0), policy()),
                 (NextAction::Reconcile, false)
             );
         }
@@ -163,15 +222,27 @@ mod tests {
     #[test]
     fn stale_execute_is_handed_out_as_reconcile() {
         assert_eq!(
-            claim_action(false, NextAction::Execute, facts(Some(25), 1), policy()),
+            claim_action(
+                false,
+                NextAction::Execute,
+                LEASE,
+                facts(Some(25), 1),
+                policy()
+            ),
             (NextAction::Reconcile, false)
         );
         assert_eq!(
-            claim_action(false, NextAction::Execute, facts(Some(2), 1), policy()),
+            claim_action(
+                false,
+                NextAction::Execute,
+                LEASE,
+                facts(Some(2), 1),
+                policy()
+            ),
             (NextAction::Execute, true)
         );
         assert_eq!(
-            claim_action(false, NextAction::Execute, facts(None, 0), policy()),
+            claim_action(false, NextAction::Execute, LEASE, facts(None, 0), policy()),
             (NextAction::Execute, true)
         );
     }

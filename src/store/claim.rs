@@ -81,7 +81,8 @@ impl JobStore {
         let mut takeovers = Vec::with_capacity(candidates.len());
         for c in &candidates {
             let takeover = c.state == JobState::Running;
-            let (action, dispatch) = claim_action(takeover, c.next_action, c.dispatch, req.policy);
+            let (action, dispatch) =
+                claim_action(takeover, c.next_action, req.lease, c.dispatch, req.policy);
             hand_out(
                 &mut tx,
                 &req.queue,

@@ -12,6 +12,12 @@ pub(crate) mod code {
     pub const SERVER_SHUTDOWN: u16 = 1053;
     pub const CONNECTION_KILLED: u16 = 1927;
     pub const QUERY_INTERRUPTED: u16 = 1317;
+    /// `--read-only` server (a replica, or a primary being failed over).
+    pub const READ_ONLY: u16 = 1290;
+    /// A write in a READ ONLY transaction (MySQL, during failover).
+    pub const READ_ONLY_TRANSACTION: u16 = 1792;
+    /// Galera: the node is not ready (not in the primary component).
+    pub const WSREP_NOT_READY: u16 = 1047;
 }
 
 /// The server's error number, if `err` is a server error.
@@ -44,7 +50,10 @@ pub fn convert_sqlx_err(err: sqlx::Error) -> CoordinatorError {
             code::TOO_MANY_CONNECTIONS
             | code::SERVER_SHUTDOWN
             | code::CONNECTION_KILLED
-            | code::QUERY_INTERRUPTED,
+            | code::QUERY_INTERRUPTED
+            | code::READ_ONLY
+            | code::READ_ONLY_TRANSACTION
+            | code::WSREP_NOT_READY,
         ) => return CoordinatorError::DatabaseUnavailable(err.to_string()),
         _ => {}
     }
@@ -55,5 +64,41 @@ pub fn convert_sqlx_err(err: sqlx::Error) -> CoordinatorError {
         | sqlx::Error::Tls(_)
         | sqlx::Error::WorkerCrashed => CoordinatorError::DatabaseUnavailable(err.to_string()),
         other => CoordinatorError::Internal(other.to_string()),
+    }
+}
+
+/// Translates an error from COMMIT itself (DESIGN.md rule 4). A deadlock or
+/// lock wait timeout (Galera reports certification failures as 1213) means
+/// the server rolled back: `TransactionConflict`. Anything else — the
+/// connection lost, killed, or the server shutting down while COMMIT was
+/// in flight — leaves the outcome unknown.
+pub(crate) fn convert_commit_err(err: sqlx::Error) -> CoordinatorError {
+    match error_number(&err) {
+        Some(code::DEADLOCK | code::LOCK_WAIT_TIMEOUT) => {
+            CoordinatorError::TransactionConflict(err.to_string())
+        }
+        _ => CoordinatorError::CommitOutcomeUnknown(err.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_lost_commit_is_unknown_and_only_a_deadlock_is_a_conflict() {
+        let io = || sqlx::Error::Io(std::io::Error::from(std::io::ErrorKind::ConnectionReset));
+        assert!(matches!(
+            convert_commit_err(io()),
+            CoordinatorError::CommitOutcomeUnknown(_)
+        ));
+        assert!(matches!(
+            convert_commit_err(sqlx::Error::PoolClosed),
+            CoordinatorError::CommitOutcomeUnknown(_)
+        ));
+        assert!(matches!(
+            convert_sqlx_err(io()),
+            CoordinatorError::DatabaseUnavailable(_)
+        ));
     }
 }

@@ -41,7 +41,7 @@ pub use errors::convert_sqlx_err;
 pub use events_feed::{FeedEvent, FeedPage};
 pub use observations::RecordObservationRequest;
 pub use pause::PausePoints;
-pub use writeback::{CompleteRequest, FailRequest, RenewLeaseRequest};
+pub use writeback::{CompleteRequest, FailRequest, RenewLeaseRequest, MANUAL_REVIEW_REQUESTED};
 
 /// The schema migrations in `migrations/`, embedded in the binary.
 pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
@@ -98,8 +98,12 @@ impl Default for PoolSettings {
 /// every decision is taken on rows read with a locking read anyway). The pool connects
 /// lazily, so a coordinator starts even while the database is down.
 pub fn connect(url: &str, settings: &PoolSettings) -> Result<MySqlPool, CoordinatorError> {
-    let options = MySqlConnectOptions::from_str(url)
-        .map_err(|e| CoordinatorError::Internal(format!("bad database url: {e}")))?;
+    let options = MySqlConnectOptions::from_str(url).map_err(|e| {
+        CoordinatorError::InvalidArgument(vec![crate::domain::error::FieldViolation::new(
+            "database_url",
+            e.to_string(),
+        )])
+    })?;
     let lock_wait = settings.lock_wait_timeout_secs;
     let isolation = settings.isolation.sql();
     Ok(MySqlPoolOptions::new()
@@ -154,7 +158,16 @@ impl JobStore {
 
     /// True while the database answers a trivial query.
     pub async fn ping(&self) -> bool {
-        sqlx::query("SELECT 1").execute(&self.pool).await.is_ok()
+        self.check().await.is_ok()
+    }
+
+    /// Like [`ping`](Self::ping), saying why the database does not answer.
+    pub async fn check(&self) -> Result<(), String> {
+        sqlx::query("SELECT 1")
+            .execute(&self.pool)
+            .await
+            .map(|_| ())
+            .map_err(|e| e.to_string())
     }
 
     async fn pause(&self, point: &'static str) {
@@ -168,13 +181,10 @@ impl JobStore {
     }
 }
 
-/// Commits, telling a definite failure (the server answered: rolled back)
-/// from a lost answer (DESIGN.md rule 4: outcome unknown).
+/// Commits, telling a definite rollback (deadlock, lock wait timeout) from
+/// an unknown outcome (DESIGN.md rule 4); see [`errors::convert_commit_err`].
 async fn commit(tx: Transaction<'_, MySql>) -> Result<(), CoordinatorError> {
-    tx.commit().await.map_err(|e| match e {
-        sqlx::Error::Database(db) => CoordinatorError::TransactionConflict(db.to_string()),
-        other => CoordinatorError::CommitOutcomeUnknown(other.to_string()),
-    })
+    tx.commit().await.map_err(errors::convert_commit_err)
 }
 
 /// Runs `op` again while it reports a transaction conflict (deadlock or

@@ -48,6 +48,9 @@ pub struct FailRequest {
     pub error: String,
     /// For the retry dispositions: how long until the job is due again.
     pub retry_delay: Duration,
+    /// The lease the next claim is expected to get (the coordinator's
+    /// default lease): a resend must fit in the window with it.
+    pub expected_lease: Duration,
 }
 
 /// What a fenced call asks to change.
@@ -105,6 +108,9 @@ impl Write<'_> {
         }
     }
 }
+
+/// `state_reason` of a job a worker itself asked to park.
+pub const MANUAL_REVIEW_REQUESTED: &str = "REQUESTED";
 
 /// The result of one fenced call.
 struct Applied {
@@ -259,7 +265,13 @@ async fn apply(
         ),
         Write::Fail(r, policies) => {
             let policy = policies.get(&locked.job.queue);
-            let (applied, why) = decide_fail(r.disposition, r.retry_delay, locked.dispatch, policy);
+            let (applied, why) = decide_fail(
+                r.disposition,
+                r.retry_delay,
+                r.expected_lease,
+                locked.dispatch,
+                policy,
+            );
             let detail = Some(fail_detail(applied, why));
             match applied {
                 FailDisposition::RetryReconcile | FailDisposition::RetryExecute => {
@@ -286,7 +298,11 @@ async fn apply(
                         sqlx::query(include_str!("queries/jobs/park.sql"))
                             .bind(state.as_str())
                             .bind(r.error.as_str())
-                            .bind(why.map(OverrideReason::as_str))
+                            // Why it is parked: the coordinator's override,
+                            // or the worker's own request.
+                            .bind((state == JobState::ManualReview).then(|| {
+                                why.map_or(MANUAL_REVIEW_REQUESTED, OverrideReason::as_str)
+                            }))
                             .bind(state.is_terminal()),
                         (event_kind, state, detail),
                     )
