@@ -18,6 +18,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     tonic_prost_build::configure()
         .build_client(true)
         .build_server(true)
+        // prost's codec, but an undecodable request is INVALID_ARGUMENT.
+        .codec_path("crate::grpc::codec::Codec")
         .compile_fds(fds)?;
     Ok(())
 }

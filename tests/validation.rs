@@ -328,3 +328,38 @@ async fn enqueue_is_idempotent_on_the_operation_key() {
     assert!(h.claim("later", "w", 1).await.is_empty());
     h.finish().await;
 }
+
+/// An Enqueue as raw bytes on the wire: `operation_key` need not be UTF-8.
+#[derive(Clone, PartialEq, prost::Message)]
+struct RawEnqueue {
+    #[prost(string, tag = "1")]
+    queue: String,
+    #[prost(bytes = "vec", tag = "2")]
+    operation_key: Vec<u8>,
+}
+
+#[tokio::test]
+async fn a_request_that_does_not_decode_is_invalid_not_internal() {
+    let h = Harness::start().await;
+    let channel = tonic::transport::Channel::from_shared(format!("http://{}", h.addr))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut grpc = tonic::client::Grpc::new(channel);
+    grpc.ready().await.unwrap();
+    let status = grpc
+        .unary::<_, jobfence::proto::EnqueueResponse, _>(
+            tonic::Request::new(RawEnqueue {
+                queue: Q.into(),
+                operation_key: vec![0xff, 0xfe, b'k'],
+            }),
+            http::uri::PathAndQuery::from_static("/jobfence.v1.JobCoordinator/Enqueue"),
+            tonic_prost::ProstCodec::<RawEnqueue, jobfence::proto::EnqueueResponse>::default(),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(fields(&status), ["(message)"]);
+    assert_eq!(counts(&h).await, (0, 0, 0), "nothing written");
+    h.finish().await;
+}
