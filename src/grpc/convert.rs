@@ -19,6 +19,15 @@ pub fn timestamp(t: DbTime) -> prost_types::Timestamp {
     }
 }
 
+/// A `std` duration as a protobuf Duration (whole seconds + nanoseconds,
+/// saturating at `i64::MAX` seconds).
+pub fn duration_to_proto(d: Duration) -> prost_types::Duration {
+    prost_types::Duration {
+        seconds: i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
+        nanos: d.subsec_nanos() as i32,
+    }
+}
+
 /// A protobuf Duration as a `std::time::Duration`; `None` when unset.
 /// Negative or malformed durations are violations of `field`.
 pub fn duration(

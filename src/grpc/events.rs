@@ -7,7 +7,7 @@
 //! stream would otherwise hold the graceful shutdown open), so a consumer
 //! reconnects from the last event it applied, to this replica or another.
 
-use super::job_admin::finish;
+use super::finish;
 use super::status::{reason, ERROR_DOMAIN};
 use crate::coordinator::Coordinator;
 use crate::domain::CoordinatorError;

@@ -5,9 +5,10 @@
 
 use super::convert::{self, duration, non_empty};
 use super::events::event_to_proto;
+use super::finish;
 use crate::coordinator::validate::Violations;
 use crate::coordinator::Coordinator;
-use crate::domain::{CoordinatorError, JobState};
+use crate::domain::JobState;
 use crate::proto::job_admin_server::JobAdmin;
 use crate::proto::{
     self, CancelJobRequest, CancelJobResponse, GetJobDetailRequest, GetJobDetailResponse,
@@ -28,21 +29,6 @@ impl JobAdminService {
     /// The service over `coordinator`.
     pub fn new(coordinator: Coordinator) -> Self {
         JobAdminService { coordinator }
-    }
-}
-
-/// Records the outcome on the RPC's span and converts the error.
-pub(super) fn finish<T>(result: Result<T, CoordinatorError>) -> Result<Response<T>, Status> {
-    match result {
-        Ok(v) => {
-            Span::current().record("outcome", "ok");
-            Ok(Response::new(v))
-        }
-        Err(e) => {
-            let (_, reason) = super::status::code_and_reason(&e);
-            Span::current().record("outcome", reason);
-            Err(e.into())
-        }
     }
 }
 
@@ -82,13 +68,6 @@ fn resolution(v: &mut Violations, r: &ResolveManualReviewRequest) -> Resolution 
     }
 }
 
-fn prost_duration(d: std::time::Duration) -> prost_types::Duration {
-    prost_types::Duration {
-        seconds: d.as_secs() as i64,
-        nanos: d.subsec_nanos() as i32,
-    }
-}
-
 fn queue_stats(s: store::QueueStats) -> proto::QueueStats {
     let oldest = store::QueuePending::STATES
         .iter()
@@ -96,7 +75,7 @@ fn queue_stats(s: store::QueueStats) -> proto::QueueStats {
         .filter_map(|(state, o)| {
             o.map(|o| proto::PendingAge {
                 state: convert::state(*state) as i32,
-                age: Some(prost_duration(o.age)),
+                age: Some(convert::duration_to_proto(o.age)),
                 job_id: o.job_id,
             })
         })
@@ -112,7 +91,7 @@ fn queue_stats(s: store::QueueStats) -> proto::QueueStats {
             })
             .collect(),
         oldest,
-        oldest_unfinished_age: s.pending.unfinished.map(prost_duration),
+        oldest_unfinished_age: s.pending.unfinished.map(convert::duration_to_proto),
         takeovers: s.takeovers,
         stale_write_rejections: s.stale_write_rejections,
     }
@@ -287,7 +266,7 @@ impl JobAdmin for JobAdminService {
                 .await?;
             Ok(QueueStatsResponse {
                 queues: stats.into_iter().map(queue_stats).collect(),
-                window: Some(prost_duration(window)),
+                window: Some(convert::duration_to_proto(window)),
             })
         }
         .await;

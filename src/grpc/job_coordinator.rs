@@ -1,9 +1,9 @@
 //! `jobfence.v1.JobCoordinator`: the worker-facing service.
 
 use super::convert::{self, duration, non_empty};
+use super::finish;
 use crate::coordinator::validate::Violations;
 use crate::coordinator::{self, Coordinator};
-use crate::domain::CoordinatorError;
 use crate::proto::job_coordinator_server::JobCoordinator;
 use crate::proto::{
     ClaimRequest, ClaimResponse, CompleteRequest, CompleteResponse, EnqueueRequest,
@@ -24,21 +24,6 @@ pub struct JobCoordinatorService {
 impl JobCoordinatorService {
     pub fn new(coordinator: Coordinator) -> Self {
         JobCoordinatorService { coordinator }
-    }
-}
-
-/// Records the outcome on the RPC's span and converts the error.
-fn finish<T>(result: Result<T, CoordinatorError>) -> Result<Response<T>, Status> {
-    match result {
-        Ok(v) => {
-            Span::current().record("outcome", "ok");
-            Ok(Response::new(v))
-        }
-        Err(e) => {
-            let (_, reason) = super::status::code_and_reason(&e);
-            Span::current().record("outcome", reason);
-            Err(e.into())
-        }
     }
 }
 
