@@ -379,41 +379,14 @@ pub async fn run(args: DemoArgs) -> Result<bool> {
          fake provider {provider_addr}, logs in {}",
         logs.display()
     ));
-    enqueue(&coordinator_addr, args.jobs).await?;
-    say(&format!("enqueued {} refunds", args.jobs));
-
-    for i in 1..=args.workers {
-        let w = cluster.rust_worker(&format!("rust-{i}"), args.concurrency)?;
-        cluster.workers.push(w);
-    }
-    if args.python_workers > 0 {
-        let python = args.python.clone().unwrap_or_else(default_python);
-        for i in 1..=args.python_workers {
-            let name = format!("python-{i}");
-            let script: Vec<String> = vec![
-                "python/refund_worker.py".into(),
-                "--coordinator".into(),
-                coordinator_addr.clone(),
-                "--provider".into(),
-                provider_url.clone(),
-                "--worker-id".into(),
-                name.clone(),
-                "--queue".into(),
-                QUEUE.into(),
-                "--lease-seconds".into(),
-                args.lease.as_secs().max(1).to_string(),
-            ];
-            cluster
-                .workers
-                .push(Proc::spawn(&name, &python, &script, &[], &logs)?);
-        }
-    }
-
     // On Ctrl-C or SIGTERM, still resume and stop every child (a frozen
     // worker would otherwise stay stopped for ever).
+    let python_cmd = args.python.clone().unwrap_or_else(default_python);
+    let interrupted = crate::server::shutdown_signal();
+    tokio::pin!(interrupted);
     let outcome = tokio::select! {
-        r = drive(&mut cluster, &pool, &args, started) => r,
-        _ = crate::server::shutdown_signal() => Err(anyhow::anyhow!("interrupted; stopping the demo's processes")),
+        r = run_workload(&mut cluster, &pool, &args, started, &python_cmd) => r,
+        _ = &mut interrupted => Err(anyhow::anyhow!("interrupted; stopping the demo's processes")),
     };
     let outcome_injected = outcome.as_ref().cloned().unwrap_or_default();
     for w in &mut cluster.workers {
@@ -432,6 +405,47 @@ pub async fn run(args: DemoArgs) -> Result<bool> {
     report.injected = outcome_injected;
     println!("{}", report.render());
     Ok(report.ok())
+}
+
+/// Enqueues the refunds, starts the workers, and drives the run.
+async fn run_workload(
+    cluster: &mut Cluster,
+    pool: &MySqlPool,
+    args: &DemoArgs,
+    started: Instant,
+    python_cmd: &std::path::Path,
+) -> Result<Vec<String>> {
+    enqueue(&cluster.coordinator_addr, args.jobs).await?;
+    say(&format!("enqueued {} refunds", args.jobs));
+
+    for i in 1..=args.workers {
+        let w = cluster.rust_worker(&format!("rust-{i}"), args.concurrency)?;
+        cluster.workers.push(w);
+    }
+    if args.python_workers > 0 {
+        let python = python_cmd;
+        for i in 1..=args.python_workers {
+            let name = format!("python-{i}");
+            let script: Vec<String> = vec![
+                "python/refund_worker.py".into(),
+                "--coordinator".into(),
+                cluster.coordinator_addr.clone(),
+                "--provider".into(),
+                cluster.provider_url.clone(),
+                "--worker-id".into(),
+                name.clone(),
+                "--queue".into(),
+                QUEUE.into(),
+                "--lease-seconds".into(),
+                args.lease.as_secs().max(1).to_string(),
+            ];
+            cluster
+                .workers
+                .push(Proc::spawn(&name, python, &script, &[], &cluster.logs)?);
+        }
+    }
+
+    drive(cluster, pool, args, started).await
 }
 
 /// Runs the failure schedule and prints progress until every job is
