@@ -16,7 +16,7 @@
 mod stats;
 
 use super::events::{self, call_digest, NewEvent};
-use super::reads::{self, LockedJob};
+use super::reads;
 use super::{commit, convert_sqlx_err, micros, retry_conflicts, JobStore};
 use crate::domain::{CoordinatorError, Job, JobState, NextAction, WriteOutcome};
 use std::time::Duration;
@@ -236,16 +236,15 @@ impl JobStore {
                 &req.reason,
                 &[("refused", refusal.to_string().into())],
             );
-            return self
-                .refuse(
-                    tx,
-                    &locked,
-                    req.attempt,
-                    kind::RESOLVE_REJECTED,
-                    why,
-                    refusal,
-                )
-                .await;
+            return events::refuse(
+                tx,
+                &locked.job,
+                req.attempt,
+                kind::RESOLVE_REJECTED,
+                why,
+                refusal,
+            )
+            .await;
         }
         let to_state = req.resolution.to_state();
         let (next_action, retry_delay, reference, result) = match &req.resolution {
@@ -373,16 +372,15 @@ impl JobStore {
                 &req.reason,
                 &[("refused", refusal.to_string().into())],
             );
-            return self
-                .refuse(
-                    tx,
-                    &locked,
-                    req.attempt,
-                    kind::CANCEL_REJECTED,
-                    why,
-                    refusal,
-                )
-                .await;
+            return events::refuse(
+                tx,
+                &locked.job,
+                req.attempt,
+                kind::CANCEL_REJECTED,
+                why,
+                refusal,
+            )
+            .await;
         }
         let updated = sqlx::query(include_str!("queries/admin/cancel.sql"))
             .bind(state_reason("cancelled", &req.operator, &req.reason))
@@ -420,37 +418,5 @@ impl JobStore {
             job: after,
             replayed: false,
         })
-    }
-
-    /// Records a refused operator write as an event and returns the refusal.
-    async fn refuse<T>(
-        &self,
-        mut tx: sqlx::Transaction<'static, sqlx::MySql>,
-        locked: &LockedJob,
-        presented: u64,
-        event_kind: &'static str,
-        detail: String,
-        refusal: CoordinatorError,
-    ) -> Result<T, CoordinatorError> {
-        events::append(
-            &mut tx,
-            NewEvent {
-                job_id: locked.job.id,
-                queue: &locked.job.queue,
-                attempt: presented,
-                kind: event_kind,
-                from_state: Some(locked.job.state),
-                to_state: None,
-                current_attempt: locked.job.attempt,
-                request_digest: None,
-                detail: Some(detail),
-            },
-        )
-        .await?;
-        // The refusal stands whatever happens to its audit entry.
-        if let Err(e) = commit(tx).await {
-            tracing::warn!(job_id = locked.job.id, error = %e, "could not log a refused operator write");
-        }
-        Err(refusal)
     }
 }

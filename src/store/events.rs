@@ -3,7 +3,7 @@
 //! digest of the request, which is how an exact replay is recognised.
 
 use super::convert_sqlx_err;
-use crate::domain::{CoordinatorError, JobState};
+use crate::domain::{CoordinatorError, Job, JobState};
 use sha2::{Digest, Sha256};
 use sqlx::MySqlConnection;
 
@@ -80,6 +80,39 @@ pub(crate) async fn find_applied(
         ))
     })
     .transpose()
+}
+
+/// Logs a refused write (`kind`, with the presented attempt and the job's
+/// current one) and commits that entry alone, then returns the refusal.
+/// Nothing of the job changed; the refusal stands even if its audit entry
+/// cannot be committed.
+pub(crate) async fn refuse<T>(
+    mut tx: sqlx::Transaction<'static, sqlx::MySql>,
+    job: &Job,
+    presented: u64,
+    kind: &'static str,
+    detail: String,
+    refusal: CoordinatorError,
+) -> Result<T, CoordinatorError> {
+    append(
+        &mut tx,
+        NewEvent {
+            job_id: job.id,
+            queue: &job.queue,
+            attempt: presented,
+            kind,
+            from_state: Some(job.state),
+            to_state: None,
+            current_attempt: job.attempt,
+            request_digest: None,
+            detail: Some(detail),
+        },
+    )
+    .await?;
+    if let Err(e) = super::commit(tx).await {
+        tracing::warn!(job_id = job.id, kind, error = %e, "could not log a refused write");
+    }
+    Err(refusal)
 }
 
 /// SHA-256 over length-prefixed parts: the identity of a fenced call.

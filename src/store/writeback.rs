@@ -191,26 +191,16 @@ impl JobStore {
                     detail,
                 });
             }
-            events::append(
-                &mut tx,
-                NewEvent {
-                    job_id,
-                    queue: &locked.job.queue,
-                    attempt,
-                    kind: kind::STALE_WRITE_REJECTED,
-                    from_state: Some(locked.job.state),
-                    to_state: None,
-                    current_attempt: locked.job.attempt,
-                    request_digest: None,
-                    detail: Some(format!("{}: {refusal}", write.rpc())),
-                },
+            let detail = format!("{}: {refusal}", write.rpc());
+            return events::refuse(
+                tx,
+                &locked.job,
+                attempt,
+                kind::STALE_WRITE_REJECTED,
+                detail,
+                refusal,
             )
-            .await?;
-            // The refusal stands whatever happens to its audit entry.
-            if let Err(e) = commit(tx).await {
-                tracing::warn!(job_id, error = %e, "could not log a rejected stale write");
-            }
-            return Err(refusal);
+            .await;
         }
         let (event_kind, to_state, detail) = apply(&mut tx, &write, &locked).await?;
         events::append(
