@@ -220,31 +220,14 @@ impl JobStore {
         };
         let resolution = req.resolution.as_str();
         if let Some(refusal) = refusal {
-            if events::find_applied(&mut tx, job.id, req.attempt, &digest)
-                .await?
-                .is_some()
-            {
-                tx.rollback().await.map_err(convert_sqlx_err)?;
-                return Ok(WriteOutcome {
-                    job: locked.job,
-                    replayed: true,
-                });
-            }
-            let why = detail(
-                resolution,
-                &req.operator,
-                &req.reason,
-                &[("refused", refusal.to_string().into())],
-            );
-            return events::refuse(
-                tx,
-                &locked.job,
-                req.attempt,
-                kind::RESOLVE_REJECTED,
-                why,
-                refusal,
-            )
-            .await;
+            let refused = Refused {
+                action: resolution,
+                operator: &req.operator,
+                reason: &req.reason,
+                presented: req.attempt,
+                kind: kind::RESOLVE_REJECTED,
+            };
+            return refused.answer(tx, locked, &digest, refusal).await;
         }
         let to_state = req.resolution.to_state();
         let (next_action, retry_delay, reference, result) = match &req.resolution {
@@ -356,31 +339,14 @@ impl JobStore {
             attempt_refusal(job, req.attempt)
         };
         if let Some(refusal) = refusal {
-            if events::find_applied(&mut tx, job.id, req.attempt, &digest)
-                .await?
-                .is_some()
-            {
-                tx.rollback().await.map_err(convert_sqlx_err)?;
-                return Ok(WriteOutcome {
-                    job: locked.job,
-                    replayed: true,
-                });
-            }
-            let why = detail(
-                "cancel",
-                &req.operator,
-                &req.reason,
-                &[("refused", refusal.to_string().into())],
-            );
-            return events::refuse(
-                tx,
-                &locked.job,
-                req.attempt,
-                kind::CANCEL_REJECTED,
-                why,
-                refusal,
-            )
-            .await;
+            let refused = Refused {
+                action: "cancel",
+                operator: &req.operator,
+                reason: &req.reason,
+                presented: req.attempt,
+                kind: kind::CANCEL_REJECTED,
+            };
+            return refused.answer(tx, locked, &digest, refusal).await;
         }
         let updated = sqlx::query(include_str!("queries/admin/cancel.sql"))
             .bind(state_reason("cancelled", &req.operator, &req.reason))
@@ -418,5 +384,45 @@ impl JobStore {
             job: after,
             replayed: false,
         })
+    }
+}
+
+/// An operator write refused under the row lock.
+struct Refused<'a> {
+    action: &'a str,
+    operator: &'a str,
+    reason: &'a str,
+    presented: u64,
+    kind: &'static str,
+}
+
+impl Refused<'_> {
+    /// OK as a replay if this exact command was applied before (its answer
+    /// was lost); otherwise the refusal, logged as `kind` in the events.
+    async fn answer(
+        self,
+        mut tx: sqlx::Transaction<'static, sqlx::MySql>,
+        locked: reads::LockedJob,
+        digest: &[u8; 32],
+        refusal: CoordinatorError,
+    ) -> Result<WriteOutcome, CoordinatorError> {
+        let job = locked.job;
+        if events::find_applied(&mut tx, job.id, self.presented, digest)
+            .await?
+            .is_some()
+        {
+            tx.rollback().await.map_err(convert_sqlx_err)?;
+            return Ok(WriteOutcome {
+                job,
+                replayed: true,
+            });
+        }
+        let why = detail(
+            self.action,
+            self.operator,
+            self.reason,
+            &[("refused", refusal.to_string().into())],
+        );
+        events::refuse(tx, &job, self.presented, self.kind, why, refusal).await
     }
 }
