@@ -2,6 +2,8 @@
 //! `JOBFENCE_*` environment variable named in its help.
 
 use crate::admin_cli::{self, EventsArgs, JobsArgs, Operation, StatsArgs};
+use crate::coordinator::batcher::BatchSettings;
+use crate::coordinator::long_poll::LongPollSettings;
 use crate::coordinator::{Coordinator, CoordinatorConfig};
 use crate::domain::{QueuePolicies, QueuePolicy};
 use crate::provider::cli::FakeProviderArgs;
@@ -91,6 +93,33 @@ pub struct ServeArgs {
     /// Most jobs one Claim may take.
     #[arg(long, env = "JOBFENCE_MAX_CLAIM_BATCH", default_value_t = 100)]
     pub max_claim_batch: u32,
+    /// Most items one EnqueueBatch may carry.
+    #[arg(long, env = "JOBFENCE_MAX_ENQUEUE_BATCH", default_value_t = 1000)]
+    pub max_enqueue_batch: usize,
+    /// Most calls one database transaction serves: concurrent Completes,
+    /// Fails and RenewLeases share a group commit, concurrent Claims of a
+    /// queue one claim transaction, concurrent Enqueues one insert.
+    #[arg(long, env = "JOBFENCE_BATCH_MAX", default_value_t = 64)]
+    pub batch_max: usize,
+    /// Most batches of each kind (write, claim, enqueue) running at once;
+    /// each holds one database connection.
+    #[arg(long, env = "JOBFENCE_BATCH_CONCURRENCY", default_value_t = 4)]
+    pub batch_concurrency: usize,
+    /// Most calls of each kind waiting for a batch; past it a call is
+    /// refused at once with RESOURCE_EXHAUSTED / OVERLOADED.
+    #[arg(long, env = "JOBFENCE_MAX_QUEUED_CALLS", default_value_t = 4096)]
+    pub max_queued_calls: usize,
+    /// Longest `wait` of a long-polling Claim (longer ones are cut to it).
+    #[arg(long, env = "JOBFENCE_MAX_CLAIM_WAIT", value_parser = humantime::parse_duration, default_value = "30s")]
+    pub max_claim_wait: Duration,
+    /// How often a waiting Claim looks again when nothing woke it: the
+    /// bound for work enqueued or released through another coordinator.
+    #[arg(long, env = "JOBFENCE_CLAIM_POLL_INTERVAL", value_parser = humantime::parse_duration, default_value = "1s")]
+    pub claim_poll_interval: Duration,
+    /// Most long-polling Claims waiting at once; past it a Claim that
+    /// finds nothing answers empty at once.
+    #[arg(long, env = "JOBFENCE_MAX_CLAIM_WAITERS", default_value_t = 10_000)]
+    pub max_claim_waiters: usize,
     /// Provider idempotency window, from the first dispatch: a resend is
     /// allowed only inside it (Stripe: 24h).
     #[arg(long, env = "JOBFENCE_RESEND_WINDOW", value_parser = humantime::parse_duration, default_value = "24h")]
@@ -175,7 +204,18 @@ impl ServeArgs {
             min_lease: self.min_lease,
             max_lease: self.max_lease,
             max_claim_batch: self.max_claim_batch,
+            max_enqueue_batch: self.max_enqueue_batch,
             policies,
+            batching: BatchSettings {
+                max_batch: self.batch_max,
+                concurrency: self.batch_concurrency,
+                queue_capacity: self.max_queued_calls,
+            },
+            long_poll: LongPollSettings {
+                max_wait: self.max_claim_wait,
+                poll_interval: self.claim_poll_interval,
+                max_waiters: self.max_claim_waiters,
+            },
         }
     }
 }

@@ -216,6 +216,7 @@ pub async fn serve_with(
         stop_rx.clone(),
     );
     let drain = options.drain_delay;
+    let draining = coordinator.clone();
     let (stop_serving, stopped) = tokio::sync::oneshot::channel::<()>();
     tracing::info!(
         listen = %listener.local_addr()?,
@@ -241,6 +242,9 @@ pub async fn serve_with(
         done = &mut server => done?,
         _ = shutdown => {
             tracing::info!(drain_delay = ?drain, "shutting down: reporting NOT_SERVING, then draining");
+            // Long-polling Claims answer empty now and no Claim waits from
+            // here on: callers go back to the load balancer at once.
+            draining.drain();
             let _ = stop_tx.send(true);
             let _ = watcher.await;
             set_health(&reporter, ServingStatus::NotServing).await;

@@ -23,6 +23,7 @@ async fn claim_with_lease(h: &Harness, worker: &str, lease_secs: i64) -> jobfenc
             worker_id: worker.into(),
             max_jobs: 1,
             lease: secs(lease_secs),
+            wait: None,
         })
         .await
         .unwrap()

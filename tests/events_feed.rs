@@ -41,6 +41,7 @@ async fn complete_one(c: &Coord, key: &str) -> u64 {
             worker_id: "w".into(),
             max_jobs: 1,
             lease: None,
+            wait: None,
         })
         .await
         .unwrap()

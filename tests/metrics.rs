@@ -23,6 +23,7 @@ fn claim(worker: &str) -> ClaimRequest {
         worker_id: worker.into(),
         max_jobs: 1,
         lease: None,
+        wait: None,
     }
 }
 

@@ -81,6 +81,7 @@ async fn two_racing_claims_never_get_the_same_job() {
                 worker_id: "worker-a".into(),
                 max_jobs: 3,
                 lease: None,
+                wait: None,
             })
             .await
         })
@@ -118,6 +119,7 @@ async fn a_claim_paused_on_the_only_job_leaves_the_other_claimer_empty_handed() 
                 worker_id: "worker-a".into(),
                 max_jobs: 1,
                 lease: None,
+                wait: None,
             })
             .await
         })
@@ -254,6 +256,7 @@ async fn a_claim_whose_commit_is_lost_is_reported_unknown_and_hands_out_nothing(
                 worker_id: "worker-a".into(),
                 max_jobs: 1,
                 lease: secs(30),
+                wait: None,
             })
             .await
     });

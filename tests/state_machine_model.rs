@@ -112,6 +112,7 @@ async fn run(ops: Vec<Op>) {
                         worker_id: format!("w{worker}"),
                         max_jobs: max,
                         lease: secs(600),
+                        wait: None,
                     })
                     .await
                     .unwrap()

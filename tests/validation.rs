@@ -102,6 +102,7 @@ async fn malformed_worker_calls_are_refused_and_write_nothing() {
         worker_id: "w".into(),
         max_jobs,
         lease,
+        wait: None,
     };
     assert_eq!(
         fields(&c.claim(claim(0, None)).await.unwrap_err()),
@@ -131,6 +132,11 @@ async fn malformed_worker_calls_are_refused_and_write_nothing() {
         fields(&c.claim(no_worker).await.unwrap_err()),
         ["worker_id"]
     );
+    let negative_wait = ClaimRequest {
+        wait: secs(-1),
+        ..claim(1, None)
+    };
+    assert_eq!(fields(&c.claim(negative_wait).await.unwrap_err()), ["wait"]);
 
     let missing_attempt = c
         .complete(CompleteRequest {

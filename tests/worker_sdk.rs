@@ -365,7 +365,13 @@ async fn the_runner_never_runs_a_handler_for_a_claim_it_did_not_hear_back_from()
     let _ = stop.send(());
     proxy.cut();
     let report = runner.await.unwrap();
-    assert_eq!(report.unclear_claims, 1, "{report:?}");
+    // Its claim is either reported unclear (the transport failed first) or
+    // cut short by the stop signal while waiting for its answer.
+    assert_eq!(
+        report.unclear_claims + report.interrupted_claims,
+        1,
+        "{report:?}"
+    );
     assert_eq!((report.claimed, report.handled), (0, 0), "{report:?}");
     assert_eq!(ran.load(Ordering::SeqCst), 0, "the handler never ran");
     let row = h.row(enqueued.job_id).await;

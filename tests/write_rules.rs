@@ -253,6 +253,7 @@ async fn a_renewal_that_changes_no_value_is_still_applied() {
             worker_id: "w".into(),
             max_jobs: 1,
             lease: secs(600),
+            wait: None,
         })
         .await
         .unwrap()

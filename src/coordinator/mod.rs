@@ -1,25 +1,36 @@
 //! The coordinator: validates requests, applies lease bounds and per-queue
-//! policy, calls the store, and logs and counts the decisions that matter
-//! (takeover, stale write rejected, resend allowed or refused, moved to
-//! manual review, operator resolution). Independent of tonic; the gRPC
-//! adapters in `grpc` call it. The operator calls are in [`admin`].
+//! policy, batches concurrent calls, calls the store, and logs and counts
+//! the decisions that matter (takeover, stale write rejected, resend allowed
+//! or refused, moved to manual review, operator resolution). Independent of
+//! tonic; the gRPC adapters in `grpc` call it.
+//!
+//! - [`batcher`]: natural batching of concurrent calls (group commit of
+//!   fenced writes, coalesced Claims per queue, coalesced Enqueues).
+//! - [`long_poll`]: Claims that wait for work instead of polling.
+//! - `writes.rs`: RenewLease, Complete and Fail.
+//! - [`admin`]: the operator calls and the events feed.
 
 pub mod admin;
+pub mod batcher;
+pub mod long_poll;
 pub mod validate;
+mod writes;
 
 use crate::domain::{
-    ClaimedJob, CoordinatorError, FailDisposition, FailOutcome, Job, NextAction, Observation,
-    QueuePolicies, WriteOutcome,
+    ClaimSlot, ClaimedJob, CoordinatorError, EnqueueOutcome, EnqueueRequest, FencedWrite, Job,
+    NextAction, Observation, QueuePolicies, QueuePolicy, RecordObservationRequest, TakeoverRequest,
 };
 use crate::metrics::Metrics;
-use crate::store::{
-    ClaimRequest, CompleteRequest, EnqueueOutcome, EnqueueRequest, FailRequest, JobStore,
-    RecordObservationRequest, RenewLeaseRequest, TakeoverRequest,
-};
+use crate::store::{EnqueueResult, JobStore, WriteResult, MAX_CLAIM_TRANSACTION_JOBS};
+use batcher::{BatchSettings, Batcher};
+use long_poll::{LongPollSettings, Waiters, Wake};
+use std::sync::Arc;
 use std::time::Duration;
-use validate::{Violations, MAX_BODY_BYTES, MAX_ERROR_BYTES, MAX_KEY_BYTES};
+use validate::{Violations, MAX_BODY_BYTES, MAX_KEY_BYTES};
 
-/// Lease bounds, batch size and queue policies.
+pub use writes::{Fail, RenewLease};
+
+/// Lease bounds, batch sizes, long-poll bounds and queue policies.
 #[derive(Debug, Clone)]
 pub struct CoordinatorConfig {
     /// Lease given when a Claim or Takeover names none.
@@ -30,8 +41,14 @@ pub struct CoordinatorConfig {
     pub max_lease: Duration,
     /// Most jobs one Claim may take.
     pub max_claim_batch: u32,
+    /// Most items one EnqueueBatch may carry.
+    pub max_enqueue_batch: usize,
     /// Resend window and max dispatches, per queue.
     pub policies: QueuePolicies,
+    /// How concurrent calls are batched into transactions.
+    pub batching: BatchSettings,
+    /// How long Claims may wait for work.
+    pub long_poll: LongPollSettings,
 }
 
 impl Default for CoordinatorConfig {
@@ -41,18 +58,29 @@ impl Default for CoordinatorConfig {
             min_lease: Duration::from_secs(1),
             max_lease: Duration::from_secs(3600),
             max_claim_batch: 100,
+            max_enqueue_batch: 1000,
             policies: QueuePolicies::default(),
+            batching: BatchSettings {
+                max_batch: 64,
+                concurrency: 4,
+                queue_capacity: 4096,
+            },
+            long_poll: LongPollSettings::default(),
         }
     }
 }
 
-/// Claim input before defaults: `lease: None` means the default lease.
+/// Claim input before defaults: `lease: None` means the default lease,
+/// `wait` zero means answer at once.
 #[derive(Debug, Clone)]
 pub struct Claim {
     pub queue: String,
     pub worker_id: String,
     pub max_jobs: u32,
     pub lease: Option<Duration>,
+    /// How long to wait for work when none is due (long poll); cut to
+    /// the server's maximum.
+    pub wait: Duration,
 }
 
 /// Takeover input before defaults.
@@ -63,39 +91,101 @@ pub struct Takeover {
     pub lease: Option<Duration>,
 }
 
-/// RenewLease input before defaults.
-#[derive(Debug, Clone)]
-pub struct RenewLease {
-    pub job_id: u64,
-    pub attempt: u64,
-    pub lease: Option<Duration>,
+/// One caller's share of a coalesced claim.
+struct ClaimCall {
+    queue: String,
+    policy: QueuePolicy,
+    slot: ClaimSlot,
+    want_next_due: bool,
 }
 
-/// Fail input before the queue policy is known.
-#[derive(Debug, Clone)]
-pub struct Fail {
-    pub job_id: u64,
-    pub attempt: u64,
-    pub disposition: FailDisposition,
-    pub error: String,
-    pub retry_delay: Duration,
+/// What a coalesced claim gave one caller: its jobs, and when the queue's
+/// next job is due if it was asked for.
+type ClaimAnswer = Result<(Vec<ClaimedJob>, Option<Duration>), CoordinatorError>;
+
+/// The batching pipelines and the long-poll waiters of one coordinator.
+struct Pipelines {
+    writes: Batcher<FencedWrite, WriteResult>,
+    claims: Batcher<ClaimCall, ClaimAnswer>,
+    enqueues: Batcher<EnqueueRequest, EnqueueResult>,
+    waiters: Waiters,
 }
 
-/// The coordinator. Cheap to clone.
-#[derive(Debug, Clone)]
+/// The coordinator. Cheap to clone. Create it inside a Tokio runtime: it
+/// starts its batching pipelines at once.
+#[derive(Clone)]
 pub struct Coordinator {
     store: JobStore,
-    config: std::sync::Arc<CoordinatorConfig>,
+    config: Arc<CoordinatorConfig>,
     metrics: Metrics,
+    pipelines: Arc<Pipelines>,
+}
+
+impl std::fmt::Debug for Coordinator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Coordinator")
+            .field("config", &self.config)
+            .field("writes", &self.pipelines.writes)
+            .field("claims", &self.pipelines.claims)
+            .field("enqueues", &self.pipelines.enqueues)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Coordinator {
     /// A coordinator with a fresh set of [`Metrics`] of its own.
     pub fn new(store: JobStore, config: CoordinatorConfig) -> Self {
+        let metrics = Metrics::new();
+        let batching = config.batching;
+        let writes = {
+            let (store, policies) = (store.clone(), config.policies.clone());
+            Batcher::spawn(
+                "write",
+                batching,
+                metrics.batch_sizes("write"),
+                move |writes: Vec<FencedWrite>| {
+                    let (store, policies) = (store.clone(), policies.clone());
+                    async move { store.write_batch(&writes, &policies).await }
+                },
+            )
+        };
+        let claims = {
+            let store = store.clone();
+            Batcher::spawn(
+                "claim",
+                batching,
+                metrics.batch_sizes("claim"),
+                move |calls: Vec<ClaimCall>| run_claims(store.clone(), calls),
+            )
+        };
+        let enqueues = {
+            let store = store.clone();
+            Batcher::spawn(
+                "enqueue",
+                batching,
+                metrics.batch_sizes("enqueue"),
+                move |items: Vec<EnqueueRequest>| {
+                    let store = store.clone();
+                    async move {
+                        match store.enqueue_batch(&items).await {
+                            Ok(answers) => answers,
+                            Err(e) => items.iter().map(|_| Err(e.clone())).collect(),
+                        }
+                    }
+                },
+            )
+        };
+        let waiters = Waiters::new(config.long_poll);
         Coordinator {
             store,
-            config: std::sync::Arc::new(config),
-            metrics: Metrics::new(),
+            config: Arc::new(config),
+            metrics,
+            pipelines: Arc::new(Pipelines {
+                writes,
+                claims,
+                enqueues,
+                waiters,
+            }),
         }
     }
 
@@ -110,6 +200,24 @@ impl Coordinator {
 
     pub fn config(&self) -> &CoordinatorConfig {
         &self.config
+    }
+
+    /// Starts draining: every long-polling Claim answers empty now, and no
+    /// Claim waits from now on (a load balancer is moving callers away).
+    pub fn drain(&self) {
+        self.pipelines.waiters.drain();
+    }
+
+    /// Calls waiting for a batch, per pipeline (`write`, `claim`,
+    /// `enqueue`), and long-polling Claims waiting for work.
+    pub fn waiting(&self) -> [(&'static str, usize); 4] {
+        let p = &self.pipelines;
+        [
+            ("write", p.writes.waiting()),
+            ("claim", p.claims.waiting()),
+            ("enqueue", p.enqueues.waiting()),
+            ("long_poll", p.waiters.waiting()),
+        ]
     }
 
     fn lease(&self, v: &mut Violations, field: &str, lease: Option<Duration>) -> Duration {
@@ -135,20 +243,76 @@ impl Coordinator {
         }
     }
 
-    /// Enqueue; see [`JobStore::enqueue`].
+    /// Enqueue; see [`JobStore::enqueue`]. Concurrent Enqueues share one
+    /// transaction.
     pub async fn enqueue(&self, req: EnqueueRequest) -> Result<EnqueueOutcome, CoordinatorError> {
         let mut v = Violations::default();
-        v.queue("queue", &req.queue);
-        v.unique_key("operation_key", &req.operation_key);
-        v.max_bytes("payload", &req.payload, MAX_BODY_BYTES);
-        v.delay("delay", req.delay);
+        check_enqueue(&mut v, "", &req);
         v.finish()?;
-        let out = self.store.enqueue(&req).await?;
+        let out = self
+            .pipelines
+            .enqueues
+            .submit(req)
+            .await
+            .and_then(|r| r)
+            .inspect_err(|e| self.metrics.commit_outcome("Enqueue", e))?;
+        self.enqueued(&out);
         tracing::debug!(job_id = out.job.id, created = out.created, "enqueued");
         Ok(out)
     }
 
-    /// Claim; see [`JobStore::claim`].
+    /// EnqueueBatch: every item is checked first, and a batch with any bad
+    /// item is refused whole (INVALID_ARGUMENT naming `items[i].field` for
+    /// each problem; nothing written). Otherwise one transaction, and each
+    /// item gets its own answer, as a single Enqueue would (created, the
+    /// same request again, or `OperationKeyConflict`).
+    pub async fn enqueue_batch(
+        &self,
+        items: Vec<EnqueueRequest>,
+    ) -> Result<Vec<Result<EnqueueOutcome, CoordinatorError>>, CoordinatorError> {
+        let mut v = Violations::default();
+        if items.is_empty() {
+            v.add("items", "must hold at least one item");
+        } else if items.len() > self.config.max_enqueue_batch {
+            v.add(
+                "items",
+                format!(
+                    "must hold at most {} items (got {})",
+                    self.config.max_enqueue_batch,
+                    items.len()
+                ),
+            );
+        }
+        for (i, item) in items.iter().enumerate() {
+            check_enqueue(&mut v, &format!("items[{i}]."), item);
+        }
+        v.finish()?;
+        let answers = self
+            .store
+            .enqueue_batch(&items)
+            .await
+            .inspect_err(|e| self.metrics.commit_outcome("EnqueueBatch", e))?;
+        for out in answers.iter().flatten() {
+            self.enqueued(out);
+        }
+        Ok(answers)
+    }
+
+    /// Wakes long-polling Claims of a new job's queue when it is due.
+    fn enqueued(&self, out: &EnqueueOutcome) {
+        if out.created {
+            let due = (out.job.run_at - out.job.created_at)
+                .to_std()
+                .unwrap_or_default();
+            self.pipelines.waiters.due_in(&out.job.queue, due);
+        }
+    }
+
+    /// Claim: up to `max_jobs` jobs of the queue (see
+    /// [`JobStore::claim_batch`]); concurrent Claims of a queue share one
+    /// claim transaction. With a `wait`, a Claim that finds nothing waits
+    /// for work (see [`long_poll`]) and answers empty only when the wait
+    /// ends or the coordinator drains.
     pub async fn claim(&self, req: Claim) -> Result<Vec<ClaimedJob>, CoordinatorError> {
         let mut v = Violations::default();
         v.queue("queue", &req.queue);
@@ -162,37 +326,44 @@ impl Coordinator {
         let lease = self.lease(&mut v, "lease", req.lease);
         v.finish()?;
         let policy = self.config.policies.get(&req.queue);
-        let queue = req.queue.clone();
-        let worker_id = req.worker_id.clone();
-        let claimed = self
-            .store
-            .claim(&ClaimRequest {
-                queue: req.queue,
-                worker_id: req.worker_id,
-                max_jobs: req.max_jobs,
-                lease,
-                policy,
-            })
-            .await
-            .inspect_err(|e| self.metrics.commit_outcome("Claim", e))?;
+        let waiters = &self.pipelines.waiters;
+        let mut waiting = waiters.register(&req.queue, req.wait);
+        self.metrics.set_claim_waiters(waiters.waiting());
+        let claimed = loop {
+            let (claimed, next_due) = self
+                .pipelines
+                .claims
+                .submit(ClaimCall {
+                    queue: req.queue.clone(),
+                    policy,
+                    slot: ClaimSlot {
+                        worker_id: req.worker_id.clone(),
+                        max_jobs: req.max_jobs,
+                        lease,
+                    },
+                    want_next_due: waiting.is_some(),
+                })
+                .await
+                .and_then(|r| r)
+                .inspect_err(|e| self.metrics.commit_outcome("Claim", e))?;
+            if !claimed.is_empty() {
+                break claimed;
+            }
+            let again = match waiting.as_mut() {
+                Some(w) => w.wait(next_due).await == Wake::Claim,
+                None => false,
+            };
+            if !again {
+                break claimed;
+            }
+        };
+        drop(waiting);
+        self.metrics.set_claim_waiters(waiters.waiting());
         if claimed.is_empty() {
-            self.metrics.empty_claim(&queue);
+            self.metrics.empty_claim(&req.queue);
         }
         for c in &claimed {
-            self.metrics.claimed(&queue, c.job.next_action.as_str());
-            if c.takeover {
-                self.metrics.takeover(&queue, "claim");
-                tracing::info!(
-                    job_id = c.job.id,
-                    queue = %queue,
-                    operation_key = %c.job.operation_key,
-                    attempt = c.job.attempt,
-                    previous_attempt = c.job.attempt - 1,
-                    worker_id = %worker_id,
-                    via = "claim",
-                    "expired lease taken over"
-                );
-            }
+            self.handed_out(c, &req.worker_id, "claim", lease);
         }
         Ok(claimed)
     }
@@ -213,131 +384,31 @@ impl Coordinator {
             })
             .await
             .inspect_err(|e| self.metrics.commit_outcome("Takeover", e))?;
-        let job = &claimed.job;
-        tracing::Span::current().record("queue", job.queue.as_str());
-        self.metrics.takeover(&job.queue, "takeover");
-        self.metrics
-            .claimed(&job.queue, NextAction::Reconcile.as_str());
-        tracing::info!(
-            job_id = job.id,
-            queue = %job.queue,
-            operation_key = %job.operation_key,
-            attempt = job.attempt,
-            previous_attempt = job.attempt - 1,
-            worker_id = %req.worker_id,
-            via = "takeover",
-            "expired lease taken over"
-        );
+        tracing::Span::current().record("queue", claimed.job.queue.as_str());
+        self.handed_out(&claimed, &req.worker_id, "takeover", lease);
         Ok(claimed)
     }
 
-    /// RenewLease; see [`JobStore::renew_lease`].
-    pub async fn renew_lease(&self, req: RenewLease) -> Result<WriteOutcome, CoordinatorError> {
-        let mut v = Violations::default();
-        v.job_id(req.job_id);
-        v.attempt(req.attempt);
-        let lease = self.lease(&mut v, "lease", req.lease);
-        v.finish()?;
-        let result = self
-            .store
-            .renew_lease(&RenewLeaseRequest {
-                job_id: req.job_id,
-                attempt: req.attempt,
-                lease,
-            })
-            .await;
-        self.written("RenewLease", req.job_id, result).await
-    }
-
-    /// Complete; see [`JobStore::complete`].
-    pub async fn complete(&self, req: CompleteRequest) -> Result<WriteOutcome, CoordinatorError> {
-        let mut v = Violations::default();
-        v.job_id(req.job_id);
-        v.attempt(req.attempt);
-        if let Some(r) = &req.provider_reference {
-            v.max_bytes("provider_reference", r, MAX_KEY_BYTES);
-        }
-        if let Some(r) = &req.result {
-            v.max_bytes("result", r, MAX_BODY_BYTES);
-        }
-        v.finish()?;
-        let result = self.store.complete(&req).await;
-        self.written("Complete", req.job_id, result).await
-    }
-
-    /// Fail; see [`JobStore::fail`].
-    pub async fn fail(&self, req: Fail) -> Result<FailOutcome, CoordinatorError> {
-        let mut v = Violations::default();
-        v.job_id(req.job_id);
-        v.attempt(req.attempt);
-        if req.error.is_empty() {
-            v.add("error", "must say what went wrong");
-        }
-        v.max_bytes("error", &req.error, MAX_ERROR_BYTES);
-        v.delay("retry_delay", req.retry_delay);
-        v.finish()?;
-        // The queue (and so its policy) is read under the row lock.
-        let result = self
-            .store
-            .fail(
-                &FailRequest {
-                    job_id: req.job_id,
-                    attempt: req.attempt,
-                    disposition: req.disposition,
-                    error: req.error,
-                    retry_delay: req.retry_delay,
-                    expected_lease: self.config.default_lease,
-                },
-                &self.config.policies,
-            )
-            .await;
-        let out = self.written("Fail", req.job_id, result).await?;
-        if out.replayed {
-            return Ok(out);
-        }
-        let job = &out.job;
-        let policy = self.config.policies.get(&job.queue);
-        if let Some(why) = out.override_reason {
-            self.metrics.resend_decision(&job.queue, "refused");
-            self.metrics.manual_review_entered(&job.queue, why.as_str());
-            tracing::warn!(
-                job_id = job.id,
-                queue = %job.queue,
-                operation_key = %job.operation_key,
-                attempt = req.attempt,
-                reason = why.as_str(),
-                dispatch_count = job.dispatch_count,
-                max_dispatches = policy.max_dispatches,
-                resend_window_secs = policy.resend_window.as_secs(),
-                retry_delay_ms = req.retry_delay.as_millis() as u64,
-                "resend refused, moved to manual review"
-            );
-        } else if req.disposition == FailDisposition::RetryExecute {
-            self.metrics.resend_decision(&job.queue, "allowed");
+    /// Counts and logs a job handed out, and remembers when its lease
+    /// ends (a long-polling Claim of the queue wakes then).
+    fn handed_out(&self, c: &ClaimedJob, worker_id: &str, via: &'static str, lease: Duration) {
+        let job = &c.job;
+        self.metrics.claimed(&job.queue, job.next_action.as_str());
+        self.pipelines.waiters.due_in(&job.queue, lease);
+        if c.takeover {
+            debug_assert_eq!(job.next_action, NextAction::Reconcile);
+            self.metrics.takeover(&job.queue, via);
             tracing::info!(
                 job_id = job.id,
                 queue = %job.queue,
                 operation_key = %job.operation_key,
-                attempt = req.attempt,
-                dispatch_count = job.dispatch_count,
-                max_dispatches = policy.max_dispatches,
-                resend_window_secs = policy.resend_window.as_secs(),
-                retry_delay_ms = req.retry_delay.as_millis() as u64,
-                "resend allowed"
-            );
-        } else if out.applied == FailDisposition::ManualReview {
-            self.metrics
-                .manual_review_entered(&job.queue, crate::store::MANUAL_REVIEW_REQUESTED);
-            tracing::warn!(
-                job_id = job.id,
-                queue = %job.queue,
-                operation_key = %job.operation_key,
-                attempt = req.attempt,
-                reason = crate::store::MANUAL_REVIEW_REQUESTED,
-                "moved to manual review"
+                attempt = job.attempt,
+                previous_attempt = job.attempt - 1,
+                worker_id = %worker_id,
+                via,
+                "expired lease taken over"
             );
         }
-        Ok(out)
     }
 
     /// RecordObservation; see [`JobStore::record_observation`].
@@ -372,71 +443,74 @@ impl Coordinator {
     }
 }
 
-/// The outcome of a fenced write, for [`Coordinator::written`].
-trait Written {
-    fn job(&self) -> &Job;
+/// The limits of one Enqueue; `prefix` names the item in a batch
+/// (`items[3].`).
+fn check_enqueue(v: &mut Violations, prefix: &str, req: &EnqueueRequest) {
+    v.queue(&format!("{prefix}queue"), &req.queue);
+    v.unique_key(&format!("{prefix}operation_key"), &req.operation_key);
+    v.max_bytes(&format!("{prefix}payload"), &req.payload, MAX_BODY_BYTES);
+    v.delay(&format!("{prefix}delay"), req.delay);
 }
 
-impl Written for WriteOutcome {
-    fn job(&self) -> &Job {
-        &self.job
-    }
-}
-
-impl Written for FailOutcome {
-    fn job(&self) -> &Job {
-        &self.job
-    }
-}
-
-impl Coordinator {
-    /// Labels the RPC's span with the job's queue, and counts and logs a
-    /// refused stale write (its queue read by primary key: the refusal does
-    /// not carry it) and a commit whose outcome is unknown.
-    async fn written<T: Written>(
-        &self,
-        rpc: &'static str,
-        job_id: u64,
-        result: Result<T, CoordinatorError>,
-    ) -> Result<T, CoordinatorError> {
-        let e = match result {
-            Ok(out) => {
-                let job = out.job();
-                let span = tracing::Span::current();
-                span.record("queue", job.queue.as_str());
-                span.record("operation_key", job.operation_key.as_str());
-                return Ok(out);
+/// Runs one batch of Claims: one claim transaction per queue (split so
+/// none takes more than [`MAX_CLAIM_TRANSACTION_JOBS`]), the queues side by
+/// side.
+async fn run_claims(store: JobStore, calls: Vec<ClaimCall>) -> Vec<ClaimAnswer> {
+    // Group by queue, keeping arrival order inside each group, and split a
+    // group that would take too many jobs in one transaction.
+    let mut chunks: Vec<(Vec<usize>, u32)> = Vec::new();
+    let mut open: std::collections::HashMap<&str, usize> = Default::default();
+    for (i, c) in calls.iter().enumerate() {
+        let n = c.slot.max_jobs;
+        match open.get(c.queue.as_str()) {
+            Some(&k) if chunks[k].1 + n <= MAX_CLAIM_TRANSACTION_JOBS => {
+                chunks[k].0.push(i);
+                chunks[k].1 += n;
             }
-            Err(e) => e,
-        };
-        self.metrics.commit_outcome(rpc, &e);
-        let stale = match &e {
-            CoordinatorError::AttemptSuperseded {
-                presented,
-                current,
-                state,
-                ..
-            } => Some((*presented, *current, *state)),
-            CoordinatorError::JobNotRunning { attempt, state, .. } => {
-                Some((*attempt, *attempt, *state))
+            _ => {
+                open.insert(c.queue.as_str(), chunks.len());
+                chunks.push((vec![i], n));
             }
-            _ => None,
-        };
-        if let Some((presented, current, state)) = stale {
-            let queue = self.store.queue_of(job_id).await.ok().flatten();
-            let queue = queue.as_deref().unwrap_or("");
-            tracing::Span::current().record("queue", queue);
-            self.metrics.stale_rejection(queue, rpc);
-            tracing::info!(
-                job_id,
-                queue,
-                rpc,
-                presented_attempt = presented,
-                current_attempt = current,
-                current_state = %state,
-                "stale write rejected"
-            );
         }
-        Err(e)
     }
+    let calls = Arc::new(calls);
+    let mut runs = tokio::task::JoinSet::new();
+    for (k, (chunk, _)) in chunks.iter().enumerate() {
+        let (store, calls, chunk) = (store.clone(), calls.clone(), chunk.clone());
+        runs.spawn(async move {
+            let first = &calls[chunk[0]];
+            let slots: Vec<ClaimSlot> = chunk.iter().map(|&i| calls[i].slot.clone()).collect();
+            let want_next_due = chunk.iter().any(|&i| calls[i].want_next_due);
+            let result = store
+                .claim_batch(&first.queue, first.policy, &slots, want_next_due)
+                .await;
+            (k, result)
+        });
+    }
+    let mut answers: Vec<Option<ClaimAnswer>> = (0..calls.len()).map(|_| None).collect();
+    while let Some(joined) = runs.join_next().await {
+        let (k, result) = match joined {
+            Ok(done) => done,
+            // A panicking claim task: nothing says whether it committed.
+            Err(e) => std::panic::resume_unwind(e.into_panic()),
+        };
+        let chunk = &chunks[k].0;
+        match result {
+            Ok(batch) => {
+                let next_due = batch.next_due;
+                for (&i, jobs) in chunk.iter().zip(batch.jobs) {
+                    answers[i] = Some(Ok((jobs, next_due)));
+                }
+            }
+            Err(e) => {
+                for &i in chunk {
+                    answers[i] = Some(Err(e.clone()));
+                }
+            }
+        }
+    }
+    answers
+        .into_iter()
+        .map(|a| a.expect("every claim answered"))
+        .collect()
 }

@@ -22,7 +22,7 @@ impl FieldViolation {
 }
 
 /// Everything a coordinator call can refuse or fail with.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum CoordinatorError {
     /// The request is malformed; nothing was written.
     #[error("invalid request: {}", describe(.0))]
@@ -122,6 +122,12 @@ pub enum CoordinatorError {
     /// was applied and the call may be retried.
     #[error("transaction conflict: {0}")]
     TransactionConflict(String),
+
+    /// Too many calls are already waiting for the database: this one was
+    /// refused at once, before anything was written (back-pressure instead
+    /// of an unbounded queue). Retry after a short backoff.
+    #[error("coordinator overloaded: {pending} {what} calls already waiting for the database")]
+    Overloaded { what: &'static str, pending: usize },
 
     /// Anything unexpected (a bug, or a schema the code does not match).
     #[error("internal error: {0}")]

@@ -4,14 +4,20 @@
 //! the first is the business identity sent to the provider as its idempotency
 //! key, the second is the fencing token that decides who may write back.
 
+pub mod calls;
 pub mod error;
 pub mod fence;
 pub mod policy;
+pub mod transition;
 
 use chrono::NaiveDateTime;
 use std::fmt;
 use std::str::FromStr;
 
+pub use calls::{
+    ClaimSlot, CompleteRequest, EnqueueOutcome, EnqueueRequest, FailRequest, FencedOutcome,
+    FencedWrite, RecordObservationRequest, RenewLeaseRequest, TakeoverRequest,
+};
 pub use error::CoordinatorError;
 
 /// A timestamp from the database clock (UTC, microsecond precision).

@@ -4,14 +4,16 @@ use super::convert::{self, duration, non_empty};
 use super::finish;
 use crate::coordinator::validate::Violations;
 use crate::coordinator::{self, Coordinator};
+use crate::domain;
 use crate::proto::job_coordinator_server::JobCoordinator;
 use crate::proto::{
-    ClaimRequest, ClaimResponse, CompleteRequest, CompleteResponse, EnqueueRequest,
-    EnqueueResponse, FailRequest, FailResponse, GetJobRequest, GetJobResponse,
-    RecordObservationRequest, RecordObservationResponse, RenewLeaseRequest, RenewLeaseResponse,
-    TakeoverRequest, TakeoverResponse,
+    enqueue_batch_result, ClaimRequest, ClaimResponse, CompleteRequest, CompleteResponse,
+    EnqueueBatchRequest, EnqueueBatchResponse, EnqueueBatchResult, EnqueueRequest, EnqueueResponse,
+    FailRequest, FailResponse, GetJobRequest, GetJobResponse, ItemError, RecordObservationRequest,
+    RecordObservationResponse, RenewLeaseRequest, RenewLeaseResponse, TakeoverRequest,
+    TakeoverResponse,
 };
-use crate::store;
+use std::time::Duration;
 use tonic::{Request, Response, Status};
 use tracing::{instrument, Span};
 
@@ -48,7 +50,7 @@ impl JobCoordinator for JobCoordinatorService {
             v.finish()?;
             let out = self
                 .coordinator
-                .enqueue(store::EnqueueRequest {
+                .enqueue(domain::EnqueueRequest {
                     queue: r.queue,
                     operation_key: r.operation_key,
                     payload: r.payload,
@@ -65,11 +67,62 @@ impl JobCoordinator for JobCoordinatorService {
         finish(result)
     }
 
+    #[instrument(name = "EnqueueBatch", skip_all, fields(items, created, outcome))]
+    async fn enqueue_batch(
+        &self,
+        request: Request<EnqueueBatchRequest>,
+    ) -> Result<Response<EnqueueBatchResponse>, Status> {
+        let r = request.into_inner();
+        let span = Span::current();
+        span.record("items", r.items.len());
+        let result = async {
+            let mut v = Violations::default();
+            let items: Vec<domain::EnqueueRequest> = r
+                .items
+                .into_iter()
+                .enumerate()
+                .map(|(i, item)| domain::EnqueueRequest {
+                    delay: duration(&mut v, &format!("items[{i}].delay"), item.delay)
+                        .unwrap_or_default(),
+                    queue: item.queue,
+                    operation_key: item.operation_key,
+                    payload: item.payload,
+                })
+                .collect();
+            v.finish()?;
+            let answers = self.coordinator.enqueue_batch(items).await?;
+            span.record(
+                "created",
+                answers
+                    .iter()
+                    .filter(|a| a.as_ref().is_ok_and(|o| o.created))
+                    .count(),
+            );
+            Ok(EnqueueBatchResponse {
+                results: answers
+                    .into_iter()
+                    .map(|answer| EnqueueBatchResult {
+                        result: Some(match answer {
+                            Ok(out) => enqueue_batch_result::Result::Enqueued(EnqueueResponse {
+                                job: Some(convert::job(out.job)),
+                                created: out.created,
+                            }),
+                            Err(e) => enqueue_batch_result::Result::Error(item_error(&e)),
+                        }),
+                    })
+                    .collect(),
+            })
+        }
+        .await;
+        finish(result)
+    }
+
     #[instrument(name = "Claim", skip_all, fields(queue, worker_id, claimed, outcome))]
     async fn claim(
         &self,
         request: Request<ClaimRequest>,
     ) -> Result<Response<ClaimResponse>, Status> {
+        let deadline = call_deadline(request.metadata());
         let r = request.into_inner();
         let span = Span::current();
         span.record("queue", r.queue.as_str());
@@ -77,7 +130,13 @@ impl JobCoordinator for JobCoordinatorService {
         let result = async {
             let mut v = Violations::default();
             let lease = duration(&mut v, "lease", r.lease);
+            let wait = duration(&mut v, "wait", r.wait).unwrap_or_default();
             v.finish()?;
+            // Answer empty before the caller's deadline, never after it.
+            let wait = match deadline {
+                Some(d) => wait.min(d.saturating_sub(d / 10 + DEADLINE_MARGIN)),
+                None => wait,
+            };
             let jobs = self
                 .coordinator
                 .claim(coordinator::Claim {
@@ -85,6 +144,7 @@ impl JobCoordinator for JobCoordinatorService {
                     worker_id: r.worker_id,
                     max_jobs: r.max_jobs,
                     lease,
+                    wait,
                 })
                 .await?;
             span.record("claimed", jobs.len());
@@ -181,7 +241,7 @@ impl JobCoordinator for JobCoordinatorService {
         let result = async {
             let out = self
                 .coordinator
-                .complete(store::CompleteRequest {
+                .complete(domain::CompleteRequest {
                     job_id: r.job_id,
                     attempt: r.attempt,
                     provider_reference: non_empty(r.provider_reference),
@@ -264,7 +324,7 @@ impl JobCoordinator for JobCoordinatorService {
             span.record("observed", outcome.as_str());
             let (observation, duplicate) = self
                 .coordinator
-                .record_observation(store::RecordObservationRequest {
+                .record_observation(domain::RecordObservationRequest {
                     job_id: r.job_id,
                     attempt: r.attempt,
                     source,
@@ -310,5 +370,59 @@ impl JobCoordinator for JobCoordinatorService {
                 }
             });
         finish(result)
+    }
+}
+
+/// Time kept back from a long-polling Claim's deadline (plus a tenth of
+/// it) for the answer to travel back.
+const DEADLINE_MARGIN: Duration = Duration::from_millis(100);
+
+/// The call's deadline, from its `grpc-timeout` header (gRPC over HTTP/2:
+/// an integer of at most 8 digits and a unit H, M, S, m, u or n).
+fn call_deadline(metadata: &tonic::metadata::MetadataMap) -> Option<Duration> {
+    let value = metadata.get("grpc-timeout")?.to_str().ok()?;
+    let (digits, unit) = value.split_at(value.len().checked_sub(1)?);
+    let n: u64 = digits.parse().ok()?;
+    Some(match unit {
+        "H" => Duration::from_secs(n.saturating_mul(3600)),
+        "M" => Duration::from_secs(n.saturating_mul(60)),
+        "S" => Duration::from_secs(n),
+        "m" => Duration::from_millis(n),
+        "u" => Duration::from_micros(n),
+        "n" => Duration::from_nanos(n),
+        _ => return None,
+    })
+}
+
+/// One item's refusal, as the status of an Enqueue of it alone would say.
+fn item_error(e: &domain::CoordinatorError) -> ItemError {
+    let (code, reason) = super::status::code_and_reason(e);
+    ItemError {
+        code: code as i32,
+        reason: reason.to_owned(),
+        message: e.to_string(),
+        metadata: super::status::metadata(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn grpc_timeout_headers_parse_to_deadlines() {
+        let mut m = tonic::metadata::MetadataMap::new();
+        assert_eq!(call_deadline(&m), None);
+        for (v, d) in [
+            ("10S", Duration::from_secs(10)),
+            ("2500m", Duration::from_millis(2500)),
+            ("1M", Duration::from_secs(60)),
+            ("7u", Duration::from_micros(7)),
+        ] {
+            m.insert("grpc-timeout", v.parse().unwrap());
+            assert_eq!(call_deadline(&m), Some(d), "{v}");
+        }
+        m.insert("grpc-timeout", "x".parse().unwrap());
+        assert_eq!(call_deadline(&m), None);
     }
 }

@@ -28,10 +28,17 @@ pub mod reason {
     pub const DATABASE_UNAVAILABLE: &str = "DATABASE_UNAVAILABLE";
     pub const TRANSACTION_CONFLICT: &str = "TRANSACTION_CONFLICT";
     pub const INTERNAL: &str = "INTERNAL";
+    /// RESOURCE_EXHAUSTED: too many calls already wait for the database;
+    /// nothing was written. Retry after the RetryInfo delay.
+    pub const OVERLOADED: &str = "OVERLOADED";
     /// WatchEvents ended because the server is shutting down: reconnect
     /// (to another replica) from the last event applied.
     pub const SERVER_SHUTTING_DOWN: &str = "SERVER_SHUTTING_DOWN";
 }
+
+/// The backoff suggested (google.rpc.RetryInfo) to a call refused as
+/// OVERLOADED.
+const OVERLOADED_RETRY_DELAY: std::time::Duration = std::time::Duration::from_millis(100);
 
 fn meta<const N: usize>(pairs: [(&str, String); N]) -> HashMap<String, String> {
     pairs.into_iter().map(|(k, v)| (k.to_owned(), v)).collect()
@@ -54,7 +61,84 @@ pub fn code_and_reason(err: &CoordinatorError) -> (Code, &'static str) {
         CommitOutcomeUnknown(_) => (Code::Unavailable, reason::COMMIT_OUTCOME_UNKNOWN),
         DatabaseUnavailable(_) => (Code::Unavailable, reason::DATABASE_UNAVAILABLE),
         TransactionConflict(_) => (Code::Aborted, reason::TRANSACTION_CONFLICT),
+        Overloaded { .. } => (Code::ResourceExhausted, reason::OVERLOADED),
         Internal(_) => (Code::Internal, reason::INTERNAL),
+    }
+}
+
+/// The ErrorInfo metadata of `err`: the ids and attempts a client needs
+/// to act on the refusal (`current_attempt`, `job_id`, …).
+pub fn metadata(err: &CoordinatorError) -> HashMap<String, String> {
+    use CoordinatorError::*;
+    match err {
+        JobNotFound { job_id } => meta([("job_id", job_id.to_string())]),
+        AttemptSuperseded {
+            job_id,
+            presented,
+            current,
+            state,
+        } => meta([
+            ("job_id", job_id.to_string()),
+            ("presented_attempt", presented.to_string()),
+            ("current_attempt", current.to_string()),
+            ("current_state", state.to_string()),
+        ]),
+        AttemptNotIssued {
+            job_id,
+            presented,
+            current,
+        } => meta([
+            ("job_id", job_id.to_string()),
+            ("presented_attempt", presented.to_string()),
+            ("current_attempt", current.to_string()),
+        ]),
+        JobNotRunning {
+            job_id,
+            attempt,
+            state,
+        }
+        | JobFinished {
+            job_id,
+            attempt,
+            state,
+        } => meta([
+            ("job_id", job_id.to_string()),
+            ("current_attempt", attempt.to_string()),
+            ("current_state", state.to_string()),
+        ]),
+        LeaseNotExpired {
+            job_id,
+            attempt,
+            lease_until,
+        } => meta([
+            ("job_id", job_id.to_string()),
+            ("current_attempt", attempt.to_string()),
+            ("lease_until", lease_until.and_utc().to_rfc3339()),
+        ]),
+        OperationKeyConflict { job_id, .. } => meta([("job_id", job_id.to_string())]),
+        JobNotInManualReview {
+            job_id,
+            presented,
+            current,
+            state,
+        } => meta([
+            ("job_id", job_id.to_string()),
+            ("presented_attempt", presented.to_string()),
+            ("current_attempt", current.to_string()),
+            ("current_state", state.to_string()),
+        ]),
+        JobNotCancellable {
+            job_id,
+            attempt,
+            state,
+            dispatch_count,
+        } => meta([
+            ("job_id", job_id.to_string()),
+            ("current_attempt", attempt.to_string()),
+            ("current_state", state.to_string()),
+            ("dispatch_count", dispatch_count.to_string()),
+        ]),
+        _ => HashMap::new(),
     }
 }
 
@@ -62,82 +146,16 @@ impl From<CoordinatorError> for tonic::Status {
     fn from(err: CoordinatorError) -> Self {
         use CoordinatorError::*;
         let (code, why) = code_and_reason(&err);
-        let metadata = match &err {
-            JobNotFound { job_id } => meta([("job_id", job_id.to_string())]),
-            AttemptSuperseded {
-                job_id,
-                presented,
-                current,
-                state,
-            } => meta([
-                ("job_id", job_id.to_string()),
-                ("presented_attempt", presented.to_string()),
-                ("current_attempt", current.to_string()),
-                ("current_state", state.to_string()),
-            ]),
-            AttemptNotIssued {
-                job_id,
-                presented,
-                current,
-            } => meta([
-                ("job_id", job_id.to_string()),
-                ("presented_attempt", presented.to_string()),
-                ("current_attempt", current.to_string()),
-            ]),
-            JobNotRunning {
-                job_id,
-                attempt,
-                state,
-            }
-            | JobFinished {
-                job_id,
-                attempt,
-                state,
-            } => meta([
-                ("job_id", job_id.to_string()),
-                ("current_attempt", attempt.to_string()),
-                ("current_state", state.to_string()),
-            ]),
-            LeaseNotExpired {
-                job_id,
-                attempt,
-                lease_until,
-            } => meta([
-                ("job_id", job_id.to_string()),
-                ("current_attempt", attempt.to_string()),
-                ("lease_until", lease_until.and_utc().to_rfc3339()),
-            ]),
-            OperationKeyConflict { job_id, .. } => meta([("job_id", job_id.to_string())]),
-            JobNotInManualReview {
-                job_id,
-                presented,
-                current,
-                state,
-            } => meta([
-                ("job_id", job_id.to_string()),
-                ("presented_attempt", presented.to_string()),
-                ("current_attempt", current.to_string()),
-                ("current_state", state.to_string()),
-            ]),
-            JobNotCancellable {
-                job_id,
-                attempt,
-                state,
-                dispatch_count,
-            } => meta([
-                ("job_id", job_id.to_string()),
-                ("current_attempt", attempt.to_string()),
-                ("current_state", state.to_string()),
-                ("dispatch_count", dispatch_count.to_string()),
-            ]),
-            _ => HashMap::new(),
-        };
+        let metadata = metadata(&err);
         let mut details = ErrorDetails::new();
         details.set_error_info(why, ERROR_DOMAIN, metadata);
         if let InvalidArgument(violations) = &err {
             for v in violations {
                 details.add_bad_request_violation(&v.field, &v.description);
             }
+        }
+        if let Overloaded { .. } = &err {
+            details.set_retry_info(Some(OVERLOADED_RETRY_DELAY));
         }
         if matches!(err, Internal(_)) {
             tracing::error!(error = %err, "internal error");

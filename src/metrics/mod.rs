@@ -32,6 +32,9 @@ const RPC_BUCKETS: [f64; 13] = [
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
 ];
 
+/// Upper bounds of the batch-size histogram, in calls.
+const BATCH_BUCKETS: [f64; 9] = [1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0];
+
 /// The metrics of one coordinator. Cheap to clone (shared).
 #[derive(Clone)]
 pub struct Metrics {
@@ -62,6 +65,9 @@ struct Inner {
     pending_refreshes: IntCounterVec,
     pool_connections: IntGaugeVec,
     pool_max: IntGauge,
+    batch_size: HistogramVec,
+    overloaded: IntCounterVec,
+    claim_waiters: IntGauge,
     /// Every queue the gauges were ever set for: a queue whose pending jobs
     /// are all gone reads 0 instead of keeping its last value.
     seen_queues: Mutex<BTreeSet<String>>,
@@ -117,7 +123,33 @@ impl Metrics {
         .expect("valid gauge");
         r.register(Box::new(pool_max.clone()))
             .expect("unique metric name");
+        let batch_size = HistogramVec::new(
+            HistogramOpts::new(
+                "jobfence_batch_size",
+                "Calls per database transaction of the coordinator's batching pipelines, by pipeline (write: Complete/Fail/RenewLease group commits; claim: coalesced Claims; enqueue: coalesced Enqueues).",
+            )
+            .buckets(BATCH_BUCKETS.to_vec()),
+            &["pipeline"],
+        )
+        .expect("valid histogram");
+        r.register(Box::new(batch_size.clone()))
+            .expect("unique metric name");
+        let claim_waiters = IntGauge::new(
+            "jobfence_claim_waiters",
+            "Long-polling Claims waiting for work on this coordinator, read at scrape time.",
+        )
+        .expect("valid gauge");
+        r.register(Box::new(claim_waiters.clone()))
+            .expect("unique metric name");
         let inner = Inner {
+            overloaded: counter(
+                &r,
+                "jobfence_overloaded_calls_total",
+                "Calls refused at once with RESOURCE_EXHAUSTED / OVERLOADED because too many calls of their pipeline already waited for the database, by pipeline.",
+                &["pipeline"],
+            ),
+            batch_size,
+            claim_waiters,
             takeovers: counter(
                 &r,
                 "jobfence_takeovers_total",
@@ -233,11 +265,30 @@ impl Metrics {
         self.inner.empty_claims.with_label_values(&[queue]).inc();
     }
 
-    /// Counts `err` if it is a commit whose outcome is unknown.
+    /// Counts `err` if it is a commit whose outcome is unknown, or a call
+    /// refused as overloaded.
     pub fn commit_outcome(&self, rpc: &str, err: &CoordinatorError) {
-        if matches!(err, CoordinatorError::CommitOutcomeUnknown(_)) {
-            self.inner.commit_unknown.with_label_values(&[rpc]).inc();
+        match err {
+            CoordinatorError::CommitOutcomeUnknown(_) => {
+                self.inner.commit_unknown.with_label_values(&[rpc]).inc()
+            }
+            CoordinatorError::Overloaded { what, .. } => {
+                self.inner.overloaded.with_label_values(&[what]).inc()
+            }
+            _ => {}
         }
+    }
+
+    /// The batch-size histogram of one pipeline (`write`, `claim`, `enqueue`).
+    pub fn batch_sizes(&self, pipeline: &str) -> prometheus::Histogram {
+        self.inner.batch_size.with_label_values(&[pipeline])
+    }
+
+    /// Sets the number of long-polling Claims waiting now.
+    pub fn set_claim_waiters(&self, n: usize) {
+        self.inner
+            .claim_waiters
+            .set(i64::try_from(n).unwrap_or(i64::MAX));
     }
 
     /// An answered RecordObservation.

@@ -294,6 +294,7 @@ impl JobStore {
                 current_attempt: job.attempt,
                 request_digest: Some(digest),
                 detail: Some(detail(resolution, &req.operator, &req.reason, &extra)),
+                created_at: locked.now,
             },
         )
         .await?;
@@ -373,6 +374,7 @@ impl JobStore {
                 current_attempt: job.attempt,
                 request_digest: Some(digest),
                 detail: Some(detail("cancel", &req.operator, &req.reason, &[])),
+                created_at: locked.now,
             },
         )
         .await?;
@@ -406,6 +408,7 @@ impl Refused<'_> {
         digest: &[u8; 32],
         refusal: CoordinatorError,
     ) -> Result<WriteOutcome, CoordinatorError> {
+        let now = locked.now;
         let job = locked.job;
         if events::find_applied(&mut tx, job.id, self.presented, digest)
             .await?
@@ -423,6 +426,6 @@ impl Refused<'_> {
             self.reason,
             &[("refused", refusal.to_string().into())],
         );
-        events::refuse(tx, &job, self.presented, self.kind, why, refusal).await
+        events::refuse(tx, &job, self.presented, self.kind, why, now, refusal).await
     }
 }

@@ -1,20 +1,39 @@
 //! Claim and Takeover: the two ways to get a new attempt (fencing token).
 //!
-//! Both lock the row (`SELECT … FOR UPDATE`, by scan with SKIP LOCKED or by
-//! primary key), re-check the state under the lock, add one to `attempt`
-//! and commit at once. Only a committed claim counts: if the commit's
-//! outcome is unknown the caller is told so and must not act on the job.
+//! Both lock the rows (`SELECT … FOR UPDATE`, by scan with SKIP LOCKED or
+//! by primary key), re-check the state under the lock, add one to
+//! `attempt` and commit at once. Only a committed claim counts: if the
+//! commit's outcome is unknown the caller is told so and must not act on
+//! the job.
+//!
+//! Concurrent Claims of one queue are coalesced by the coordinator into one
+//! claim transaction ([`JobStore::claim_batch`]): one scan for all of them,
+//! the rows handed out to each caller in turn, one UPDATE (fenced row by
+//! row) and one event insert for the whole batch.
 
+use super::batch::{self, with_job_columns, Change};
 use super::events::{self, kind, NewEvent};
-use super::reads::{self, elapsed};
-use super::rows;
-use super::{commit, convert_sqlx_err, micros, retry_conflicts, JobStore};
-use crate::domain::policy::{claim_action, DispatchFacts};
-use crate::domain::{ClaimedJob, CoordinatorError, JobState, NextAction, QueuePolicy};
+use super::reads::{self, LockedJob};
+use super::{commit, convert_sqlx_err, retry_conflicts, JobStore};
+use crate::domain::policy::claim_action;
+use crate::domain::{
+    transition, ClaimSlot, ClaimedJob, CoordinatorError, DbTime, Job, JobState, NextAction,
+    QueuePolicy, TakeoverRequest,
+};
 use sqlx::MySqlConnection;
+use std::sync::LazyLock;
 use std::time::Duration;
 
-/// A validated Claim.
+static SCAN_EXPIRED: LazyLock<String> =
+    LazyLock::new(|| with_job_columns(include_str!("queries/jobs/scan_expired.sql")));
+static SCAN_READY: LazyLock<String> =
+    LazyLock::new(|| with_job_columns(include_str!("queries/jobs/scan_ready.sql")));
+
+/// Most jobs one claim transaction takes; the coordinator splits larger
+/// coalesced claims.
+pub const MAX_CLAIM_TRANSACTION_JOBS: u32 = 256;
+
+/// A validated Claim of one caller (see [`JobStore::claim`]).
 #[derive(Debug, Clone)]
 pub struct ClaimRequest {
     pub queue: String,
@@ -26,91 +45,127 @@ pub struct ClaimRequest {
     pub policy: QueuePolicy,
 }
 
-/// A validated Takeover of one named job.
-#[derive(Debug, Clone)]
-pub struct TakeoverRequest {
-    pub job_id: u64,
-    pub worker_id: String,
-    pub lease: Duration,
-}
-
-/// A candidate row locked by a claim scan.
-struct Candidate {
-    id: u64,
-    state: JobState,
-    attempt: u64,
-    next_action: NextAction,
-    dispatch: DispatchFacts,
+/// What a coalesced claim handed out: the jobs of each slot, in the order
+/// of the slots, and, when asked for and some slot got fewer jobs than it
+/// wanted, how long until the next job of the queue becomes claimable
+/// (`Some(ZERO)`: already; `None`: nothing pending).
+#[derive(Debug, Default)]
+pub struct ClaimBatch {
+    pub jobs: Vec<Vec<ClaimedJob>>,
+    pub next_due: Option<Duration>,
 }
 
 impl JobStore {
-    /// Hands out up to `max_jobs` jobs of the queue: first running jobs whose
-    /// lease expired (inline takeover, next_action `reconcile`), then due
-    /// ready jobs. Rows locked by a concurrent claim are skipped, so two
-    /// claims never get the same job.
+    /// Hands out up to `max_jobs` jobs of the queue to one caller; see
+    /// [`claim_batch`](Self::claim_batch).
     pub async fn claim(&self, req: &ClaimRequest) -> Result<Vec<ClaimedJob>, CoordinatorError> {
-        retry_conflicts(|| self.claim_once(req)).await
+        let slot = ClaimSlot {
+            worker_id: req.worker_id.clone(),
+            max_jobs: req.max_jobs,
+            lease: req.lease,
+        };
+        let mut out = self
+            .claim_batch(&req.queue, req.policy, &[slot], false)
+            .await?;
+        Ok(out.jobs.pop().unwrap_or_default())
     }
 
-    async fn claim_once(&self, req: &ClaimRequest) -> Result<Vec<ClaimedJob>, CoordinatorError> {
+    /// One claim transaction for several callers of one queue: first
+    /// running jobs whose lease expired (inline takeover, next_action
+    /// `reconcile`), then due ready jobs, oldest first, handed out to the
+    /// slots in order (each up to its `max_jobs`). Rows locked by a
+    /// concurrent claim are skipped, so two claims never get the same job.
+    /// With `want_next_due`, a batch that left a slot short also reads when
+    /// the next job becomes due (for long-polling callers).
+    ///
+    /// Errors are for every slot: `CommitOutcomeUnknown` (nobody may act on
+    /// what the batch would have handed out), `DatabaseUnavailable`,
+    /// `TransactionConflict` after 3 tries.
+    pub async fn claim_batch(
+        &self,
+        queue: &str,
+        policy: QueuePolicy,
+        slots: &[ClaimSlot],
+        want_next_due: bool,
+    ) -> Result<ClaimBatch, CoordinatorError> {
+        retry_conflicts(|| self.claim_once(queue, policy, slots, want_next_due)).await
+    }
+
+    async fn claim_once(
+        &self,
+        queue: &str,
+        policy: QueuePolicy,
+        slots: &[ClaimSlot],
+        want_next_due: bool,
+    ) -> Result<ClaimBatch, CoordinatorError> {
+        let wanted: u32 = slots.iter().map(|s| s.max_jobs).sum();
         let mut tx = self.begin().await?;
-        let mut candidates = scan(
-            &mut tx,
-            include_str!("queries/jobs/scan_expired.sql"),
-            &req.queue,
-            req.max_jobs,
-        )
-        .await?;
-        let room = req.max_jobs.saturating_sub(candidates.len() as u32);
+        let mut candidates = scan(&mut tx, &SCAN_EXPIRED, queue, wanted).await?;
+        let room = wanted.saturating_sub(candidates.len() as u32);
         if room > 0 {
-            candidates.extend(
-                scan(
-                    &mut tx,
-                    include_str!("queries/jobs/scan_ready.sql"),
-                    &req.queue,
-                    room,
-                )
-                .await?,
-            );
+            candidates.extend(scan(&mut tx, &SCAN_READY, queue, room).await?);
         }
         self.pause("claim.after_scan").await;
+        let short = (candidates.len() as u32) < wanted;
+        let next_due = if short && want_next_due {
+            next_due(&mut tx, queue).await?
+        } else {
+            None
+        };
         if candidates.is_empty() {
             tx.rollback().await.map_err(convert_sqlx_err)?;
-            return Ok(Vec::new());
+            return Ok(ClaimBatch {
+                jobs: vec![Vec::new(); slots.len()],
+                next_due,
+            });
         }
-        let mut takeovers = Vec::with_capacity(candidates.len());
-        for c in &candidates {
-            let takeover = c.state == JobState::Running;
-            let (action, dispatch) =
-                claim_action(takeover, c.next_action, req.lease, c.dispatch, req.policy);
-            hand_out(
-                &mut tx,
-                &req.queue,
-                c.id,
-                c.state,
-                c.attempt,
-                action,
-                dispatch,
-                req.lease,
-                &req.worker_id,
-            )
-            .await?;
-            takeovers.push(takeover);
+        let now = candidates[0].now;
+        // Hand the rows out to the slots in order.
+        let mut rows = candidates.iter();
+        let mut handed: Vec<Vec<(&LockedJob, Job)>> = Vec::with_capacity(slots.len());
+        for slot in slots {
+            let mut mine = Vec::new();
+            for c in rows.by_ref().take(slot.max_jobs as usize) {
+                let takeover = c.job.state == JobState::Running;
+                let (action, dispatch) =
+                    claim_action(takeover, c.job.next_action, slot.lease, c.dispatch, policy);
+                let after = transition::hand_out(
+                    &c.job,
+                    action,
+                    dispatch,
+                    slot.lease,
+                    &slot.worker_id,
+                    now,
+                );
+                mine.push((c, after));
+            }
+            handed.push(mine);
         }
-        let ids: Vec<u64> = candidates.iter().map(|c| c.id).collect();
-        let jobs = reads::jobs(&mut tx, &ids).await?;
-        let mut observations = reads::observations(&mut tx, &ids).await?;
+        let all: Vec<&(&LockedJob, Job)> = handed.iter().flatten().collect();
+        write_hand_outs(&mut tx, &all, now).await?;
+        let with_observations: Vec<u64> = all
+            .iter()
+            .filter(|(c, _)| c.has_observations)
+            .map(|(c, _)| c.job.id)
+            .collect();
+        let mut observations = reads::observations(&mut tx, &with_observations).await?;
         self.pause("claim.before_commit").await;
         commit(tx).await?;
-        Ok(jobs
-            .into_iter()
-            .zip(takeovers)
-            .map(|(job, takeover)| ClaimedJob {
-                observations: observations.remove(&job.id).unwrap_or_default(),
-                job,
-                takeover,
-            })
-            .collect())
+        Ok(ClaimBatch {
+            jobs: handed
+                .into_iter()
+                .map(|mine| {
+                    mine.into_iter()
+                        .map(|(c, job)| ClaimedJob {
+                            takeover: c.job.state == JobState::Running,
+                            observations: observations.remove(&job.id).unwrap_or_default(),
+                            job,
+                        })
+                        .collect()
+                })
+                .collect(),
+            next_due,
+        })
     }
 
     /// Takes over one named job: only a `running` job whose lease has
@@ -153,114 +208,104 @@ impl JobStore {
             return Err(refusal);
         }
         self.pause("takeover.after_lock").await;
-        hand_out(
-            &mut tx,
-            &job.queue,
-            job.id,
-            job.state,
-            job.attempt,
+        // The row lock may have been waited for: stamp the lease from now.
+        let now = batch::db_now(&mut tx).await?;
+        let after = transition::hand_out(
+            job,
             NextAction::Reconcile,
             false,
             req.lease,
             &req.worker_id,
-        )
-        .await?;
-        let job = reads::job(&mut tx, req.job_id)
-            .await?
-            .ok_or(CoordinatorError::JobNotFound { job_id: req.job_id })?;
-        let mut observations = reads::observations(&mut tx, &[job.id]).await?;
+            now,
+        );
+        write_hand_outs(&mut tx, &[&(&locked, after.clone())], now).await?;
+        let mut observations = if locked.has_observations {
+            reads::observations(&mut tx, &[job.id]).await?
+        } else {
+            Default::default()
+        };
         commit(tx).await?;
         Ok(ClaimedJob {
-            observations: observations.remove(&job.id).unwrap_or_default(),
-            job,
+            observations: observations.remove(&after.id).unwrap_or_default(),
+            job: after,
             takeover: true,
         })
     }
 }
 
+/// Reads up to `limit` candidates with one of the claim scans.
 async fn scan(
     conn: &mut MySqlConnection,
-    sql: &'static str,
+    sql: &str,
     queue: &str,
     limit: u32,
-) -> Result<Vec<Candidate>, CoordinatorError> {
+) -> Result<Vec<LockedJob>, CoordinatorError> {
     let found = sqlx::query(sql)
         .bind(queue)
         .bind(limit)
         .fetch_all(conn)
         .await
         .map_err(convert_sqlx_err)?;
-    found
-        .iter()
-        .map(|row| {
-            Ok(Candidate {
-                id: rows::get(row, "id")?,
-                state: rows::text(row, "state")?
-                    .parse()
-                    .map_err(|e| CoordinatorError::Internal(format!("{e}")))?,
-                attempt: rows::get(row, "attempt")?,
-                next_action: rows::text(row, "next_action")?
-                    .parse()
-                    .map_err(|e| CoordinatorError::Internal(format!("{e}")))?,
-                dispatch: DispatchFacts {
-                    since_first_dispatch: elapsed(rows::get(row, "since_first_dispatch_us")?),
-                    dispatch_count: rows::get(row, "dispatch_count")?,
-                },
-            })
-        })
-        .collect()
+    found.iter().map(batch::locked_job).collect()
 }
 
-/// Gives one locked row its next attempt and writes the event.
-#[allow(clippy::too_many_arguments)]
-async fn hand_out(
+/// How long until the next job of `queue` becomes claimable (see
+/// `queries/jobs/next_due.sql`).
+async fn next_due(
     conn: &mut MySqlConnection,
     queue: &str,
-    id: u64,
-    state: JobState,
-    attempt: u64,
-    action: NextAction,
-    dispatch: bool,
-    lease: Duration,
-    worker_id: &str,
-) -> Result<(), CoordinatorError> {
-    let updated = sqlx::query(include_str!("queries/jobs/claim.sql"))
-        .bind(action.as_str())
-        .bind(micros(lease))
-        .bind(worker_id)
-        .bind(u32::from(dispatch))
-        .bind(dispatch)
-        .bind(id)
-        .bind(state.as_str())
-        .bind(attempt)
-        .execute(&mut *conn)
+) -> Result<Option<Duration>, CoordinatorError> {
+    /// Anything further than this is "nothing pending" (the SQL's sentinel
+    /// is the year 9999).
+    const NOTHING: i64 = 100 * 365 * 24 * 3600 * 1_000_000;
+    let row = sqlx::query(include_str!("queries/jobs/next_due.sql"))
+        .bind(queue)
+        .bind(queue)
+        .fetch_one(conn)
         .await
         .map_err(convert_sqlx_err)?;
-    if updated.rows_affected() != 1 {
-        // Cannot happen while we hold the row lock; if it does, roll back and
-        // let the caller's retry re-read the row.
-        return Err(CoordinatorError::TransactionConflict(format!(
-            "job {id} changed under its row lock"
-        )));
-    }
-    let takeover = state == JobState::Running;
-    events::append(
-        conn,
-        NewEvent {
-            job_id: id,
-            queue,
-            attempt: attempt + 1,
-            kind: if takeover {
-                kind::TAKEN_OVER
-            } else {
-                kind::CLAIMED
-            },
-            from_state: Some(state),
-            to_state: Some(JobState::Running),
-            current_attempt: attempt + 1,
-            request_digest: None,
-            detail: Some(action.as_str().to_owned()),
-        },
-    )
-    .await
+    let us: Option<i64> = super::rows::get(&row, "due_in_us")?;
+    Ok(us
+        .filter(|us| *us < NOTHING)
+        .map(|us| Duration::from_micros(us.max(0) as u64)))
+}
+
+/// Writes the new attempts of locked rows (fenced on the state and attempt
+/// read under the lock) and their `claimed` / `taken_over` events.
+async fn write_hand_outs(
+    conn: &mut MySqlConnection,
+    handed: &[&(&LockedJob, Job)],
+    now: DbTime,
+) -> Result<(), CoordinatorError> {
+    let changes: Vec<Change> = handed
+        .iter()
+        .map(|(before, after)| Change {
+            before: &before.job,
+            after,
+        })
+        .collect();
+    batch::write_images(&mut *conn, &changes).await?;
+    let events: Vec<NewEvent> = handed
+        .iter()
+        .map(|(before, after)| {
+            let takeover = before.job.state == JobState::Running;
+            NewEvent {
+                job_id: after.id,
+                queue: &after.queue,
+                attempt: after.attempt,
+                kind: if takeover {
+                    kind::TAKEN_OVER
+                } else {
+                    kind::CLAIMED
+                },
+                from_state: Some(before.job.state),
+                to_state: Some(JobState::Running),
+                current_attempt: after.attempt,
+                request_digest: None,
+                detail: Some(after.next_action.as_str().to_owned()),
+                created_at: now,
+            }
+        })
+        .collect();
+    events::append_all(conn, &events).await
 }

@@ -1,27 +1,46 @@
-//! Enqueue, idempotent on (queue, operation_key).
+//! Enqueue, idempotent on (queue, operation_key), one job or a batch.
+//!
+//! A batch is one transaction: look the keys up, insert the new ones with
+//! multi-row statements, read their ids back by key (ids are not assumed
+//! consecutive: MySQL's interleaved auto-increment and Galera's offsets do
+//! not give that), and append one `enqueued` event each. Each item gets the
+//! answer a single Enqueue would: created, the same request again
+//! (`created = false`), or `OperationKeyConflict`.
 
+use super::batch::{hex, json, with_job_columns};
 use super::errors::is_unique_violation;
 use super::events::{self, call_digest, kind, NewEvent};
-use super::{commit, convert_sqlx_err, micros, reads, retry_conflicts, JobStore};
-use crate::domain::{CoordinatorError, Job, JobState};
-use std::time::Duration;
+use super::{commit, convert_sqlx_err, micros, rows, JobStore, CONFLICT_RETRIES};
+use crate::domain::{CoordinatorError, EnqueueOutcome, EnqueueRequest, Job, JobState};
+use serde::Serialize;
+use sqlx::MySqlConnection;
+use std::collections::HashMap;
+use std::sync::LazyLock;
 
-/// A validated Enqueue.
-#[derive(Debug, Clone)]
-pub struct EnqueueRequest {
-    pub queue: String,
-    pub operation_key: String,
-    pub payload: String,
-    /// How long until the job is due (DB clock).
-    pub delay: Duration,
+static BY_KEYS: LazyLock<String> =
+    LazyLock::new(|| with_job_columns(include_str!("queries/enqueue/by_keys.sql")));
+
+/// Most bytes of payload one INSERT statement carries; a larger batch is
+/// inserted with several statements in its one transaction (the database's
+/// `max_allowed_packet` is 16 MiB by default on MariaDB).
+const INSERT_CHUNK_BYTES: usize = 4 << 20;
+
+/// The answer to one item of a batch.
+pub type EnqueueResult = Result<EnqueueOutcome, CoordinatorError>;
+
+#[derive(Serialize)]
+struct Key<'a> {
+    queue: &'a str,
+    operation_key: &'a str,
 }
 
-/// The job, and whether this call created it.
-#[derive(Debug, Clone, PartialEq)]
-pub struct EnqueueOutcome {
-    pub job: Job,
-    /// False when the same request had already been enqueued.
-    pub created: bool,
+#[derive(Serialize)]
+struct NewRow<'a> {
+    queue: &'a str,
+    operation_key: &'a str,
+    request_digest: String,
+    payload: &'a str,
+    delay_us: i64,
 }
 
 impl JobStore {
@@ -29,34 +48,112 @@ impl JobStore {
     /// operation_key, payload) again returns the existing job with
     /// `created = false`; the same key with another payload is
     /// `OperationKeyConflict`.
-    pub async fn enqueue(&self, req: &EnqueueRequest) -> Result<EnqueueOutcome, CoordinatorError> {
-        retry_conflicts(|| self.enqueue_once(req)).await
+    pub async fn enqueue(&self, req: &EnqueueRequest) -> EnqueueResult {
+        self.enqueue_batch(std::slice::from_ref(req))
+            .await?
+            .pop()
+            .expect("one answer per item")
     }
 
-    async fn enqueue_once(&self, req: &EnqueueRequest) -> Result<EnqueueOutcome, CoordinatorError> {
-        let digest = call_digest(&[req.payload.as_bytes()]);
-        let mut tx = self.begin().await?;
-        let inserted = sqlx::query(include_str!("queries/jobs/insert.sql"))
-            .bind(&req.queue)
-            .bind(&req.operation_key)
-            .bind(&digest[..])
-            .bind(&req.payload)
-            .bind(micros(req.delay))
-            .execute(&mut *tx)
-            .await;
-        let id = match inserted {
-            Ok(done) => done.last_insert_id(),
-            Err(e) if is_unique_violation(&e) => {
-                tx.rollback().await.map_err(convert_sqlx_err)?;
-                return self.existing(req, &digest).await;
+    /// Enqueues every item in one transaction and answers each in order,
+    /// as [`enqueue`](Self::enqueue) would. An item naming a key an earlier
+    /// item of the batch already named is answered against that item. The
+    /// outer error is for the whole batch (nothing was written, or the
+    /// commit's outcome is unknown).
+    pub async fn enqueue_batch(
+        &self,
+        items: &[EnqueueRequest],
+    ) -> Result<Vec<EnqueueResult>, CoordinatorError> {
+        let digests: Vec<[u8; 32]> = items
+            .iter()
+            .map(|r| call_digest(&[r.payload.as_bytes()]))
+            .collect();
+        // The first item naming each key decides it.
+        let mut first: HashMap<(&str, &str), usize> = HashMap::new();
+        let mut owners = Vec::with_capacity(items.len());
+        for (i, r) in items.iter().enumerate() {
+            owners.push(
+                *first
+                    .entry((r.queue.as_str(), r.operation_key.as_str()))
+                    .or_insert(i),
+            );
+        }
+        let mut distinct: Vec<usize> = first.values().copied().collect();
+        // One order for every batch: concurrent batches insert keys in the
+        // same order, which keeps their unique-key locks from deadlocking.
+        distinct.sort_unstable_by(|&a, &b| {
+            (&items[a].queue, &items[a].operation_key)
+                .cmp(&(&items[b].queue, &items[b].operation_key))
+        });
+        let mut tries = 0;
+        let jobs = loop {
+            match self.enqueue_once(items, &digests, &distinct).await {
+                Err(CoordinatorError::TransactionConflict(why)) if tries < CONFLICT_RETRIES => {
+                    tries += 1;
+                    tracing::debug!(tries, why, "enqueue conflict, running the batch again");
+                }
+                other => break other?,
             }
-            Err(e) => return Err(convert_sqlx_err(e)),
         };
-        events::append(
-            &mut tx,
-            NewEvent {
-                job_id: id,
-                queue: &req.queue,
+        Ok(items
+            .iter()
+            .enumerate()
+            .map(|(i, r)| {
+                let owner = owners[i];
+                let (job, created, stored) = &jobs[&owner];
+                if stored[..] != digests[i][..] {
+                    Err(CoordinatorError::OperationKeyConflict {
+                        queue: r.queue.clone(),
+                        operation_key: r.operation_key.clone(),
+                        job_id: job.id,
+                    })
+                } else {
+                    Ok(EnqueueOutcome {
+                        job: job.clone(),
+                        // Only the item that inserted the row created it.
+                        created: *created && owner == i,
+                    })
+                }
+            })
+            .collect())
+    }
+
+    /// One try: the job of each distinct item (by index), whether this
+    /// transaction created it, and its stored digest.
+    async fn enqueue_once(
+        &self,
+        items: &[EnqueueRequest],
+        digests: &[[u8; 32]],
+        distinct: &[usize],
+    ) -> Result<HashMap<usize, (Job, bool, [u8; 32])>, CoordinatorError> {
+        let mut tx = self.begin().await?;
+        let mut out = HashMap::with_capacity(distinct.len());
+        for (i, (job, digest)) in by_keys(&mut tx, items, distinct).await? {
+            out.insert(i, (job, false, digest));
+        }
+        let new: Vec<usize> = distinct
+            .iter()
+            .copied()
+            .filter(|i| !out.contains_key(i))
+            .collect();
+        if new.is_empty() {
+            tx.rollback().await.map_err(convert_sqlx_err)?;
+            return Ok(out);
+        }
+        insert(&mut tx, items, digests, &new).await?;
+        let inserted = by_keys(&mut tx, items, &new).await?;
+        if inserted.len() != new.len() {
+            return Err(CoordinatorError::Internal(format!(
+                "inserted {} jobs but found {} of them",
+                new.len(),
+                inserted.len()
+            )));
+        }
+        let enqueued: Vec<NewEvent> = inserted
+            .iter()
+            .map(|(_, (job, _))| NewEvent {
+                job_id: job.id,
+                queue: &job.queue,
                 attempt: 0,
                 kind: kind::ENQUEUED,
                 from_state: None,
@@ -64,38 +161,110 @@ impl JobStore {
                 current_attempt: 0,
                 request_digest: None,
                 detail: None,
-            },
-        )
-        .await?;
-        let job = reads::job(&mut tx, id)
-            .await?
-            .ok_or_else(|| CoordinatorError::Internal(format!("job {id} vanished after insert")))?;
+                created_at: job.created_at,
+            })
+            .collect();
+        events::append_all(&mut tx, &enqueued).await?;
+        drop(enqueued);
         commit(tx).await?;
-        Ok(EnqueueOutcome { job, created: true })
+        for (i, (job, digest)) in inserted {
+            out.insert(i, (job, true, digest));
+        }
+        Ok(out)
     }
+}
 
-    async fn existing(
-        &self,
-        req: &EnqueueRequest,
-        digest: &[u8; 32],
-    ) -> Result<EnqueueOutcome, CoordinatorError> {
-        let mut conn = self.pool.acquire().await.map_err(convert_sqlx_err)?;
-        let (job, stored_digest) = reads::job_by_key(&mut conn, &req.queue, &req.operation_key)
-            .await?
-            .ok_or_else(|| {
-                CoordinatorError::TransactionConflict("duplicate key vanished; retrying".into())
-            })?;
-        if stored_digest[..] == digest[..] {
-            Ok(EnqueueOutcome {
-                job,
-                created: false,
-            })
-        } else {
-            Err(CoordinatorError::OperationKeyConflict {
-                queue: req.queue.clone(),
-                operation_key: req.operation_key.clone(),
-                job_id: job.id,
-            })
+/// The existing jobs among `which` items, by item index.
+async fn by_keys(
+    conn: &mut MySqlConnection,
+    items: &[EnqueueRequest],
+    which: &[usize],
+) -> Result<Vec<(usize, (Job, [u8; 32]))>, CoordinatorError> {
+    let keys: Vec<Key> = which
+        .iter()
+        .map(|&i| Key {
+            queue: &items[i].queue,
+            operation_key: &items[i].operation_key,
+        })
+        .collect();
+    let index: HashMap<(&str, &str), usize> = which
+        .iter()
+        .map(|&i| {
+            (
+                (items[i].queue.as_str(), items[i].operation_key.as_str()),
+                i,
+            )
+        })
+        .collect();
+    let found = sqlx::query(&BY_KEYS)
+        .bind(json(&keys)?)
+        .fetch_all(conn)
+        .await
+        .map_err(convert_sqlx_err)?;
+    found
+        .iter()
+        .map(|row| {
+            let job = rows::job(row)?;
+            let digest = unhex32(&rows::text(row, "request_digest_hex")?)?;
+            let i = index
+                .get(&(job.queue.as_str(), job.operation_key.as_str()))
+                .copied()
+                .ok_or_else(|| {
+                    CoordinatorError::Internal(format!("job {} matches no key asked", job.id))
+                })?;
+            Ok((i, (job, digest)))
+        })
+        .collect()
+}
+
+/// Inserts the `which` items, in statements of at most
+/// [`INSERT_CHUNK_BYTES`] of payload.
+async fn insert(
+    conn: &mut MySqlConnection,
+    items: &[EnqueueRequest],
+    digests: &[[u8; 32]],
+    which: &[usize],
+) -> Result<(), CoordinatorError> {
+    let mut chunk: Vec<NewRow> = Vec::new();
+    let mut bytes = 0;
+    for (n, &i) in which.iter().enumerate() {
+        let r = &items[i];
+        bytes += r.payload.len() + r.operation_key.len();
+        chunk.push(NewRow {
+            queue: &r.queue,
+            operation_key: &r.operation_key,
+            request_digest: hex(&digests[i]),
+            payload: &r.payload,
+            delay_us: micros(r.delay),
+        });
+        if bytes >= INSERT_CHUNK_BYTES || n + 1 == which.len() {
+            let done = sqlx::query(include_str!("queries/enqueue/insert.sql"))
+                .bind(json(&chunk)?)
+                .execute(&mut *conn)
+                .await;
+            match done {
+                Ok(_) => {}
+                // Taken by a concurrent Enqueue since we looked: run again.
+                Err(e) if is_unique_violation(&e) => {
+                    return Err(CoordinatorError::TransactionConflict(e.to_string()))
+                }
+                Err(e) => return Err(convert_sqlx_err(e)),
+            }
+            chunk.clear();
+            bytes = 0;
         }
     }
+    Ok(())
+}
+
+fn unhex32(s: &str) -> Result<[u8; 32], CoordinatorError> {
+    let bad = || CoordinatorError::Internal(format!("unreadable request digest {s:?}"));
+    if s.len() != 64 {
+        return Err(bad());
+    }
+    let mut out = [0u8; 32];
+    for (i, b) in out.iter_mut().enumerate() {
+        *b = u8::from_str_radix(&s[2 * i..2 * i + 2], 16).map_err(|_| bad())?;
+    }
+    Ok(out)
 }

@@ -2,10 +2,13 @@
 //! written in the transaction of the change. Applied fenced calls carry a
 //! digest of the request, which is how an exact replay is recognised.
 
-use super::convert_sqlx_err;
-use crate::domain::{CoordinatorError, Job, JobState};
+use super::batch::{db_time, hex, json};
+use super::{convert_sqlx_err, rows};
+use crate::domain::{CoordinatorError, DbTime, Job, JobState};
+use serde::Serialize;
 use sha2::{Digest, Sha256};
 use sqlx::MySqlConnection;
+use std::collections::HashMap;
 
 /// What kind of entry, as stored in `job_events.kind`.
 pub(crate) mod kind {
@@ -21,41 +24,108 @@ pub(crate) mod kind {
 }
 
 /// One entry to append.
-#[derive(Debug)]
+#[derive(Debug, Serialize)]
 pub(crate) struct NewEvent<'a> {
     pub job_id: u64,
     pub queue: &'a str,
     /// The attempt that caused it (for a rejection, the one presented).
     pub attempt: u64,
     pub kind: &'static str,
+    #[serde(serialize_with = "opt_state")]
     pub from_state: Option<JobState>,
+    #[serde(serialize_with = "opt_state")]
     pub to_state: Option<JobState>,
     /// The job's attempt after the change.
     pub current_attempt: u64,
-    /// Set for applied fenced calls only.
+    /// Set for applied fenced calls only (sent as hex).
+    #[serde(serialize_with = "opt_digest")]
     pub request_digest: Option<[u8; 32]>,
     pub detail: Option<String>,
+    /// The DB clock read in the transaction (the change's `now`).
+    #[serde(serialize_with = "db_time")]
+    pub created_at: DbTime,
 }
 
-/// Appends `event` in the caller's transaction.
-pub(crate) async fn append(
+fn opt_state<S: serde::Serializer>(s: &Option<JobState>, ser: S) -> Result<S::Ok, S::Error> {
+    match s {
+        Some(s) => ser.serialize_str(s.as_str()),
+        None => ser.serialize_none(),
+    }
+}
+
+fn opt_digest<S: serde::Serializer>(d: &Option<[u8; 32]>, ser: S) -> Result<S::Ok, S::Error> {
+    match d {
+        Some(d) => ser.serialize_str(&hex(d)),
+        None => ser.serialize_none(),
+    }
+}
+
+/// Appends `events` in the caller's transaction, in order, with one
+/// statement.
+pub(crate) async fn append_all(
     conn: &mut MySqlConnection,
-    event: NewEvent<'_>,
+    events: &[NewEvent<'_>],
 ) -> Result<(), CoordinatorError> {
-    sqlx::query(include_str!("queries/events/insert.sql"))
-        .bind(event.job_id)
-        .bind(event.queue)
-        .bind(event.attempt)
-        .bind(event.kind)
-        .bind(event.from_state.map(|s| s.as_str()))
-        .bind(event.to_state.map(|s| s.as_str()))
-        .bind(event.current_attempt)
-        .bind(event.request_digest.as_ref().map(|d| &d[..]))
-        .bind(event.detail)
+    if events.is_empty() {
+        return Ok(());
+    }
+    sqlx::query(include_str!("queries/batch/insert_events.sql"))
+        .bind(json(events)?)
         .execute(conn)
         .await
         .map_err(convert_sqlx_err)?;
     Ok(())
+}
+
+/// Appends one event in the caller's transaction.
+pub(crate) async fn append(
+    conn: &mut MySqlConnection,
+    event: NewEvent<'_>,
+) -> Result<(), CoordinatorError> {
+    append_all(conn, std::slice::from_ref(&event)).await
+}
+
+/// A fenced call to look for among the applied events.
+#[derive(Debug, Serialize)]
+pub(crate) struct CallKey {
+    pub job_id: u64,
+    pub attempt: u64,
+    /// Hex of the call's digest.
+    pub digest: String,
+}
+
+impl CallKey {
+    pub fn new(job_id: u64, attempt: u64, digest: &[u8; 32]) -> Self {
+        CallKey {
+            job_id,
+            attempt,
+            digest: hex(digest),
+        }
+    }
+}
+
+/// The applied event of each earlier identical call among `calls`, by job:
+/// `(kind, detail)`. One statement for the whole batch.
+pub(crate) async fn find_applied_all(
+    conn: &mut MySqlConnection,
+    calls: &[CallKey],
+) -> Result<HashMap<u64, (String, Option<String>)>, CoordinatorError> {
+    let mut out = HashMap::new();
+    if calls.is_empty() {
+        return Ok(out);
+    }
+    let found = sqlx::query(include_str!("queries/batch/find_applied.sql"))
+        .bind(json(calls)?)
+        .fetch_all(conn)
+        .await
+        .map_err(convert_sqlx_err)?;
+    for row in &found {
+        let job_id: u64 = rows::get(row, "job_id")?;
+        let kind = rows::text(row, "kind")?;
+        let detail = rows::opt_text(row, "detail")?;
+        out.entry(job_id).or_insert((kind, detail));
+    }
+    Ok(out)
 }
 
 /// The applied event of an earlier identical call, if there was one:
@@ -66,53 +136,50 @@ pub(crate) async fn find_applied(
     attempt: u64,
     digest: &[u8; 32],
 ) -> Result<Option<(String, Option<String>)>, CoordinatorError> {
-    let row = sqlx::query(include_str!("queries/events/find_applied.sql"))
-        .bind(job_id)
-        .bind(attempt)
-        .bind(&digest[..])
-        .fetch_optional(conn)
-        .await
-        .map_err(convert_sqlx_err)?;
-    row.map(|r| {
-        Ok((
-            super::rows::text(&r, "kind")?,
-            super::rows::opt_text(&r, "detail")?,
-        ))
-    })
-    .transpose()
+    let mut found = find_applied_all(conn, &[CallKey::new(job_id, attempt, digest)]).await?;
+    Ok(found.remove(&job_id))
 }
 
-/// Logs a refused write (`kind`, with the presented attempt and the job's
-/// current one) and commits that entry alone, then returns the refusal.
-/// Nothing of the job changed; the refusal stands even if its audit entry
-/// cannot be committed.
+/// The entry of a refused write: the presented attempt, and the job's
+/// state and attempt as locked.
+pub(crate) fn refusal<'a>(
+    job: &'a Job,
+    presented: u64,
+    kind: &'static str,
+    detail: String,
+    now: DbTime,
+) -> NewEvent<'a> {
+    NewEvent {
+        job_id: job.id,
+        queue: &job.queue,
+        attempt: presented,
+        kind,
+        from_state: Some(job.state),
+        to_state: None,
+        current_attempt: job.attempt,
+        request_digest: None,
+        detail: Some(detail),
+        created_at: now,
+    }
+}
+
+/// Logs a refused write (see [`refusal`]) and commits that entry alone,
+/// then returns the refusal. Nothing of the job changed; the refusal stands
+/// even if its audit entry cannot be committed.
 pub(crate) async fn refuse<T>(
     mut tx: sqlx::Transaction<'static, sqlx::MySql>,
     job: &Job,
     presented: u64,
     kind: &'static str,
     detail: String,
-    refusal: CoordinatorError,
+    now: DbTime,
+    refused: CoordinatorError,
 ) -> Result<T, CoordinatorError> {
-    append(
-        &mut tx,
-        NewEvent {
-            job_id: job.id,
-            queue: &job.queue,
-            attempt: presented,
-            kind,
-            from_state: Some(job.state),
-            to_state: None,
-            current_attempt: job.attempt,
-            request_digest: None,
-            detail: Some(detail),
-        },
-    )
-    .await?;
+    append(&mut tx, refusal(job, presented, kind, detail, now)).await?;
     if let Err(e) = super::commit(tx).await {
         tracing::warn!(job_id = job.id, kind, error = %e, "could not log a refused write");
     }
-    Err(refusal)
+    Err(refused)
 }
 
 /// SHA-256 over length-prefixed parts: the identity of a fenced call.

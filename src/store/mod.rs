@@ -3,9 +3,13 @@
 //! worker can cause carries `id + state + attempt` in its WHERE.
 //!
 //! Where things are:
-//! - `enqueue.rs`: Enqueue, idempotent on (queue, operation_key).
-//! - `claim.rs`: Claim (scan + inline takeover) and named Takeover.
-//! - `writeback.rs`: the fenced writes RenewLease, Complete and Fail.
+//! - `enqueue.rs`: Enqueue, idempotent on (queue, operation_key), one or a batch.
+//! - `claim.rs`: Claim (scan + inline takeover, coalesced per queue) and
+//!   named Takeover.
+//! - `writeback.rs`: the fenced writes RenewLease, Complete and Fail, alone
+//!   or as a group commit.
+//! - `batch.rs`: what batched transactions share: lock by ids, write new
+//!   row images fenced row by row (one JSON_TABLE statement per batch).
 //! - `observations.rs`: RecordObservation and reads of jobs/observations.
 //! - `events.rs`: the `job_events` log (and replay detection).
 //! - `events_feed.rs`: the log read by cursor (the outbox feed).
@@ -14,6 +18,7 @@
 //! - `queries/`: the SQL, one file per statement.
 
 mod admin;
+mod batch;
 mod claim;
 mod enqueue;
 mod errors;
@@ -35,20 +40,19 @@ pub use admin::{
     CancelRequest, ListJobsFilter, OldestJob, PendingAges, QueuePending, QueueStats, Resolution,
     ResolveRequest,
 };
-pub use claim::{ClaimRequest, TakeoverRequest};
-pub use enqueue::{EnqueueOutcome, EnqueueRequest};
+pub use claim::{ClaimBatch, ClaimRequest, MAX_CLAIM_TRANSACTION_JOBS};
+pub use enqueue::EnqueueResult;
 pub use errors::convert_sqlx_err;
 pub use events_feed::{FeedEvent, FeedPage};
-pub use observations::RecordObservationRequest;
 pub use pause::PausePoints;
-pub use writeback::{CompleteRequest, FailRequest, RenewLeaseRequest, MANUAL_REVIEW_REQUESTED};
+pub use writeback::{WriteResult, MANUAL_REVIEW_REQUESTED};
 
 /// The schema migrations in `migrations/`, embedded in the binary.
 pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
 
 /// How many times a transaction rolled back by a deadlock or lock wait
 /// timeout is run again before the conflict is reported.
-const CONFLICT_RETRIES: u32 = 3;
+pub(crate) const CONFLICT_RETRIES: u32 = 3;
 
 /// Connection settings for [`connect`].
 #[derive(Debug, Clone)]

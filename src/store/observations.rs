@@ -5,24 +5,10 @@
 
 use super::errors::{error_number, is_unique_violation};
 use super::{commit, convert_sqlx_err, reads, retry_conflicts, JobStore};
-use crate::domain::{CoordinatorError, Observation, ObservationOutcome, ObservationSource};
+use crate::domain::{CoordinatorError, Observation, RecordObservationRequest};
 
 /// MySQL's "foreign key constraint fails" on insert: the job does not exist.
 const NO_REFERENCED_ROW: u16 = 1452;
-
-/// A validated RecordObservation.
-#[derive(Debug, Clone)]
-pub struct RecordObservationRequest {
-    pub job_id: u64,
-    /// The attempt the reporter held; any value (0 for webhooks).
-    pub attempt: u64,
-    pub source: ObservationSource,
-    pub outcome: ObservationOutcome,
-    pub provider_reference: Option<String>,
-    pub body: String,
-    /// Unique per job; a repeat returns the first observation.
-    pub dedup_key: String,
-}
 
 impl JobStore {
     /// Appends an observation, de-duplicated on (job, dedup_key). Returns it

@@ -3,16 +3,13 @@
 use super::rows::{self, JOB_COLUMNS, OBSERVATION_COLUMNS};
 use super::{convert_sqlx_err, JobStore};
 use crate::domain::policy::DispatchFacts;
-use crate::domain::{CoordinatorError, Job, Observation};
+use crate::domain::{CoordinatorError, DbTime, Job, Observation};
 use sqlx::MySqlConnection;
 use std::collections::HashMap;
 use std::sync::LazyLock;
 
 static SELECT_JOB: LazyLock<String> =
     LazyLock::new(|| format!("SELECT {JOB_COLUMNS} FROM jobs WHERE id = ?"));
-static SELECT_JOB_BY_KEY: LazyLock<String> = LazyLock::new(|| {
-    format!("SELECT {JOB_COLUMNS}, request_digest FROM jobs WHERE queue = ? AND operation_key = ?")
-});
 static SELECT_OBSERVATION: LazyLock<String> = LazyLock::new(|| {
     format!("SELECT {OBSERVATION_COLUMNS} FROM job_observations WHERE job_id = ? AND dedup_key = ?")
 });
@@ -32,46 +29,6 @@ pub(crate) async fn job(
         .await
         .map_err(convert_sqlx_err)?;
     row.as_ref().map(rows::job).transpose()
-}
-
-/// Several jobs by id, in the order of `ids` (missing ones are left out).
-pub(crate) async fn jobs(
-    conn: &mut MySqlConnection,
-    ids: &[u64],
-) -> Result<Vec<Job>, CoordinatorError> {
-    if ids.is_empty() {
-        return Ok(Vec::new());
-    }
-    let sql = format!(
-        "SELECT {JOB_COLUMNS} FROM jobs WHERE id IN ({})",
-        placeholders(ids.len())
-    );
-    let mut query = sqlx::query(&sql);
-    for id in ids {
-        query = query.bind(*id);
-    }
-    let fetched = query.fetch_all(conn).await.map_err(convert_sqlx_err)?;
-    let mut by_id = fetched
-        .iter()
-        .map(|r| rows::job(r).map(|j| (j.id, j)))
-        .collect::<Result<HashMap<_, _>, _>>()?;
-    Ok(ids.iter().filter_map(|id| by_id.remove(id)).collect())
-}
-
-/// One job by its business identity, with its stored request digest.
-pub(crate) async fn job_by_key(
-    conn: &mut MySqlConnection,
-    queue: &str,
-    operation_key: &str,
-) -> Result<Option<(Job, Vec<u8>)>, CoordinatorError> {
-    let row = sqlx::query(&SELECT_JOB_BY_KEY)
-        .bind(queue)
-        .bind(operation_key)
-        .fetch_optional(conn)
-        .await
-        .map_err(convert_sqlx_err)?;
-    row.map(|r| Ok((rows::job(&r)?, rows::get::<Vec<u8>>(&r, "request_digest")?)))
-        .transpose()
 }
 
 /// The observations of each job in `ids`, oldest first.
@@ -125,15 +82,6 @@ impl JobStore {
     }
 }
 
-static LOCK_JOB: LazyLock<String> = LazyLock::new(|| {
-    format!(
-        "SELECT {JOB_COLUMNS}, \
-         CAST(TIMESTAMPDIFF(MICROSECOND, first_dispatched_at, UTC_TIMESTAMP(6)) AS SIGNED) AS since_first_dispatch_us, \
-         CAST(lease_until <= UTC_TIMESTAMP(6) AS SIGNED) AS lease_expired \
-         FROM jobs WHERE id = ? FOR UPDATE"
-    )
-});
-
 /// A job read under its row lock, with the DB-clock facts decisions need.
 #[derive(Debug)]
 pub(crate) struct LockedJob {
@@ -142,6 +90,10 @@ pub(crate) struct LockedJob {
     pub dispatch: DispatchFacts,
     /// `lease_until <= UTC_TIMESTAMP(6)` (false when there is no lease).
     pub lease_expired: bool,
+    /// Whether any observation of the job exists.
+    pub has_observations: bool,
+    /// The DB clock when the row was read (`UTC_TIMESTAMP(6)`).
+    pub now: DbTime,
 }
 
 /// Converts a DB-measured microsecond difference (never negative in
@@ -151,26 +103,10 @@ pub(crate) fn elapsed(us: Option<i64>) -> Option<std::time::Duration> {
 }
 
 /// `SELECT … FOR UPDATE` of one job by primary key: the lock every
-/// takeover and fenced write decides under.
+/// operator write decides under (see [`super::batch::lock_jobs`]).
 pub(crate) async fn lock_job(
     conn: &mut MySqlConnection,
     id: u64,
 ) -> Result<Option<LockedJob>, CoordinatorError> {
-    let row = sqlx::query(&LOCK_JOB)
-        .bind(id)
-        .fetch_optional(conn)
-        .await
-        .map_err(convert_sqlx_err)?;
-    let Some(row) = row else { return Ok(None) };
-    let job = rows::job(&row)?;
-    let dispatch = DispatchFacts {
-        since_first_dispatch: elapsed(rows::get(&row, "since_first_dispatch_us")?),
-        dispatch_count: job.dispatch_count,
-    };
-    let lease_expired = rows::get::<Option<i64>>(&row, "lease_expired")?.unwrap_or(0) != 0;
-    Ok(Some(LockedJob {
-        job,
-        dispatch,
-        lease_expired,
-    }))
+    Ok(super::batch::lock_jobs(conn, &[id]).await?.remove(&id))
 }

@@ -1,124 +1,42 @@
 //! The fenced writes: RenewLease, Complete and Fail. This is where a write
-//! back is fenced.
+//! back is fenced, one call at a time or as a group commit.
 //!
-//! Each is one short transaction: lock the row by primary key, apply the
-//! fencing rule (`domain::fence::check`) to the locked row, then run an
-//! UPDATE that still carries `id + state + attempt` in its WHERE. A caller
-//! that does not hold the job is told exactly why (superseded by attempt N,
-//! not running), unless this very call was applied before (a replay after a
-//! lost response), which is answered OK without writing anything. Every
-//! refusal is logged as a `stale_write_rejected` event.
+//! A batch of writes to different jobs is one short transaction: lock the
+//! rows by primary key (in id order), apply the fencing rule
+//! (`domain::fence::check`) to each locked row on its own, write the new
+//! image of every row whose caller holds it with one UPDATE that still
+//! carries `id + state + attempt` per row, append one event per call, and
+//! commit. Each call's answer depends on its own row only (DESIGN.md rule
+//! 8): a caller that does not hold its job is told exactly why (superseded
+//! by attempt N, not running) and the others apply; a call applied before
+//! (a replay after a lost response) is answered OK without writing; every
+//! refusal is logged as a `stale_write_rejected` event. A commit whose
+//! outcome is unknown is unknown for every write in it (rule 4).
 
-use super::events::{self, call_digest, kind, NewEvent};
-use super::reads::{self, LockedJob};
-use super::{commit, convert_sqlx_err, micros, retry_conflicts, JobStore};
+use super::batch::{self, Change};
+use super::events::{self, call_digest, kind, CallKey, NewEvent};
+use super::reads::LockedJob;
+use super::{commit, convert_sqlx_err, micros, JobStore, CONFLICT_RETRIES};
 use crate::domain::fence::{self, FenceCheck};
 use crate::domain::policy::decide_fail;
 use crate::domain::{
-    CoordinatorError, FailDisposition, FailOutcome, Job, JobState, NextAction, OverrideReason,
-    QueuePolicies, WriteOutcome,
+    transition, CompleteRequest, CoordinatorError, DbTime, FailDisposition, FailOutcome,
+    FailRequest, FencedOutcome, FencedWrite, Job, JobState, OverrideReason, QueuePolicies,
+    RenewLeaseRequest, WriteOutcome,
 };
-use sqlx::MySqlConnection;
-use std::time::Duration;
-
-/// A validated RenewLease.
-#[derive(Debug, Clone)]
-pub struct RenewLeaseRequest {
-    pub job_id: u64,
-    pub attempt: u64,
-    /// New lease, counted from now (DB clock). Never shortens the current one.
-    pub lease: Duration,
-}
-
-/// A validated Complete.
-#[derive(Debug, Clone)]
-pub struct CompleteRequest {
-    pub job_id: u64,
-    pub attempt: u64,
-    pub provider_reference: Option<String>,
-    pub result: Option<String>,
-}
-
-/// A validated Fail.
-#[derive(Debug, Clone)]
-pub struct FailRequest {
-    pub job_id: u64,
-    pub attempt: u64,
-    pub disposition: FailDisposition,
-    pub error: String,
-    /// For the retry dispositions: how long until the job is due again.
-    pub retry_delay: Duration,
-    /// The lease the next claim is expected to get (the coordinator's
-    /// default lease): a resend must fit in the window with it.
-    pub expected_lease: Duration,
-}
-
-/// What a fenced call asks to change.
-enum Write<'a> {
-    Renew(&'a RenewLeaseRequest),
-    Complete(&'a CompleteRequest),
-    Fail(&'a FailRequest, &'a QueuePolicies),
-}
-
-impl Write<'_> {
-    fn rpc(&self) -> &'static str {
-        match self {
-            Write::Renew(_) => "renew_lease",
-            Write::Complete(_) => "complete",
-            Write::Fail(..) => "fail",
-        }
-    }
-
-    fn target(&self) -> (u64, u64) {
-        match self {
-            Write::Renew(r) => (r.job_id, r.attempt),
-            Write::Complete(r) => (r.job_id, r.attempt),
-            Write::Fail(r, _) => (r.job_id, r.attempt),
-        }
-    }
-
-    /// The identity of this exact call, for replay detection.
-    fn digest(&self) -> [u8; 32] {
-        let (job_id, attempt) = self.target();
-        let (job_id, attempt) = (job_id.to_be_bytes(), attempt.to_be_bytes());
-        let head: [&[u8]; 3] = [self.rpc().as_bytes(), &job_id, &attempt];
-        match self {
-            Write::Renew(r) => {
-                let lease = micros(r.lease).to_be_bytes();
-                call_digest(&[head[0], head[1], head[2], &lease])
-            }
-            Write::Complete(r) => call_digest(&[
-                head[0],
-                head[1],
-                head[2],
-                r.provider_reference.as_deref().unwrap_or("").as_bytes(),
-                r.result.as_deref().unwrap_or("").as_bytes(),
-            ]),
-            Write::Fail(r, _) => {
-                let delay = micros(r.retry_delay).to_be_bytes();
-                call_digest(&[
-                    head[0],
-                    head[1],
-                    head[2],
-                    disposition_str(r.disposition).as_bytes(),
-                    r.error.as_bytes(),
-                    &delay,
-                ])
-            }
-        }
-    }
-}
+use std::collections::HashSet;
+use std::time::{Duration, Instant};
 
 /// `state_reason` of a job a worker itself asked to park.
 pub const MANUAL_REVIEW_REQUESTED: &str = "REQUESTED";
 
-/// The result of one fenced call.
-struct Applied {
-    job: Job,
-    replayed: bool,
-    /// The event detail of the applied change (for Fail: what was applied).
-    detail: Option<String>,
-}
+/// A batch whose row locks took longer than this to get re-reads the DB
+/// clock before stamping its changes (a lease must start when it is given,
+/// not when the batch began to wait).
+const STALE_NOW: Duration = Duration::from_millis(50);
+
+/// The answer to one call of a batch.
+pub type WriteResult = Result<FencedOutcome, CoordinatorError>;
 
 impl JobStore {
     /// Extends the lease of the current attempt (see `RenewLeaseRequest`).
@@ -126,19 +44,19 @@ impl JobStore {
         &self,
         req: &RenewLeaseRequest,
     ) -> Result<WriteOutcome, CoordinatorError> {
-        let a = retry_conflicts(|| self.fenced(Write::Renew(req))).await?;
+        let out = self.write_one(FencedWrite::RenewLease(req.clone())).await?;
         Ok(WriteOutcome {
-            job: a.job,
-            replayed: a.replayed,
+            job: out.job,
+            replayed: out.replayed,
         })
     }
 
     /// Marks the job succeeded with the provider's reference and result.
     pub async fn complete(&self, req: &CompleteRequest) -> Result<WriteOutcome, CoordinatorError> {
-        let a = retry_conflicts(|| self.fenced(Write::Complete(req))).await?;
+        let out = self.write_one(FencedWrite::Complete(req.clone())).await?;
         Ok(WriteOutcome {
-            job: a.job,
-            replayed: a.replayed,
+            job: out.job,
+            replayed: out.replayed,
         })
     }
 
@@ -149,172 +67,395 @@ impl JobStore {
         req: &FailRequest,
         policies: &QueuePolicies,
     ) -> Result<FailOutcome, CoordinatorError> {
-        let a = retry_conflicts(|| self.fenced(Write::Fail(req, policies))).await?;
-        let (applied, override_reason) =
-            parse_fail_detail(a.detail.as_deref()).ok_or_else(|| {
-                CoordinatorError::Internal(format!("unreadable fail event detail {:?}", a.detail))
-            })?;
-        Ok(FailOutcome {
-            job: a.job,
-            applied,
-            override_reason,
-            replayed: a.replayed,
-        })
+        let out = self
+            .write_batch(&[FencedWrite::Fail(req.clone())], policies)
+            .await
+            .pop()
+            .expect("one answer per call")?;
+        out.into_fail()
     }
 
-    async fn fenced(&self, write: Write<'_>) -> Result<Applied, CoordinatorError> {
-        let (job_id, attempt) = write.target();
-        let digest = write.digest();
-        let mut tx = self.begin().await?;
-        let locked = reads::lock_job(&mut tx, job_id)
-            .await?
-            .ok_or(CoordinatorError::JobNotFound { job_id })?;
-        self.pause("write.after_lock").await;
-        let refusal = match fence::check(job_id, locked.job.state, locked.job.attempt, attempt) {
-            FenceCheck::Holder => None,
-            FenceCheck::NotHolder(why) => Some(why),
-        };
-        if let Some(refusal) = refusal {
-            // A renewal is never answered as a replay: a heartbeat repeats
-            // the very same call many times, each one applied, so an earlier
-            // one would tell a superseded holder its lease was renewed. Once
-            // the caller no longer holds the job there is no lease to renew.
-            let replay = match write {
-                Write::Renew(_) => None,
-                _ => events::find_applied(&mut tx, job_id, attempt, &digest).await?,
+    async fn write_one(&self, write: FencedWrite) -> WriteResult {
+        self.write_batch(&[write], &QueuePolicies::default())
+            .await
+            .pop()
+            .expect("one answer per call")
+    }
+
+    /// Applies `writes` as group commits and answers each one, in order.
+    ///
+    /// Calls to different jobs share one transaction. Calls to the same job
+    /// (a retry racing its original, a renewal racing a Complete) are
+    /// applied one after the other, in order, each in the next
+    /// transaction, so the later one sees what the earlier one did. A
+    /// deadlock or lock wait timeout rolls a transaction back and it is run
+    /// again (up to 3 times, then `TransactionConflict` for each of its
+    /// calls); `policies` decide the resends of Fail.
+    pub async fn write_batch(
+        &self,
+        writes: &[FencedWrite],
+        policies: &QueuePolicies,
+    ) -> Vec<WriteResult> {
+        let mut answers: Vec<Option<WriteResult>> = (0..writes.len()).map(|_| None).collect();
+        let mut rest: Vec<usize> = (0..writes.len()).collect();
+        while !rest.is_empty() {
+            let mut jobs = HashSet::new();
+            let (round, later): (Vec<usize>, Vec<usize>) =
+                rest.iter().partition(|&&i| jobs.insert(writes[i].job_id()));
+            let mut tries = 0;
+            let done = loop {
+                match self.write_round(writes, &round, policies).await {
+                    Err(CoordinatorError::TransactionConflict(why)) if tries < CONFLICT_RETRIES => {
+                        tries += 1;
+                        tracing::debug!(
+                            tries,
+                            why,
+                            "transaction conflict, running the batch again"
+                        );
+                    }
+                    other => break other,
+                }
             };
-            if let Some((_, detail)) = replay {
-                tx.rollback().await.map_err(convert_sqlx_err)?;
-                return Ok(Applied {
-                    job: locked.job,
-                    replayed: true,
-                    detail,
-                });
+            match done {
+                Ok(round_answers) => {
+                    for (i, answer) in round.iter().zip(round_answers) {
+                        answers[*i] = Some(answer);
+                    }
+                }
+                Err(e) => {
+                    for i in &round {
+                        answers[*i] = Some(Err(e.clone()));
+                    }
+                }
             }
-            let detail = format!("{}: {refusal}", write.rpc());
-            return events::refuse(
-                tx,
-                &locked.job,
-                attempt,
-                kind::STALE_WRITE_REJECTED,
-                detail,
-                refusal,
-            )
-            .await;
+            rest = later;
         }
-        let (event_kind, to_state, detail) = apply(&mut tx, &write, &locked).await?;
-        events::append(
-            &mut tx,
-            NewEvent {
-                job_id,
-                queue: &locked.job.queue,
-                attempt,
-                kind: event_kind,
-                from_state: Some(JobState::Running),
-                to_state: Some(to_state),
-                current_attempt: attempt,
-                request_digest: Some(digest),
-                detail: detail.clone(),
-            },
-        )
-        .await?;
-        let job = reads::job(&mut tx, job_id)
-            .await?
-            .ok_or(CoordinatorError::JobNotFound { job_id })?;
-        commit(tx).await?;
-        Ok(Applied {
-            job,
-            replayed: false,
-            detail,
-        })
+        answers
+            .into_iter()
+            .map(|a| a.expect("every call answered"))
+            .collect()
+    }
+
+    /// One transaction over calls to distinct jobs (`round` indexes
+    /// `writes`). `Err` is for the whole transaction (nothing applied, or
+    /// the commit's outcome unknown where `Ok` would claim otherwise).
+    async fn write_round(
+        &self,
+        writes: &[FencedWrite],
+        round: &[usize],
+        policies: &QueuePolicies,
+    ) -> Result<Vec<WriteResult>, CoordinatorError> {
+        let ids: Vec<u64> = round.iter().map(|&i| writes[i].job_id()).collect();
+        let mut tx = self.begin().await?;
+        let started = Instant::now();
+        let locked = batch::lock_jobs(&mut tx, &ids).await?;
+        let now = match locked.values().next() {
+            Some(_) if started.elapsed() > STALE_NOW => batch::db_now(&mut tx).await?,
+            Some(l) => l.now,
+            None => {
+                // Not one of the jobs exists.
+                tx.rollback().await.map_err(convert_sqlx_err)?;
+                return Ok(ids
+                    .iter()
+                    .map(|&job_id| Err(CoordinatorError::JobNotFound { job_id }))
+                    .collect());
+            }
+        };
+        self.pause("write.after_lock").await;
+
+        // Decide each call on its own locked row.
+        let mut plans: Vec<Plan> = round
+            .iter()
+            .map(|&i| plan(&writes[i], locked.get(&writes[i].job_id()), policies, now))
+            .collect();
+
+        // Refused calls that may be replays: one look in the events.
+        let keys: Vec<CallKey> = plans
+            .iter()
+            .filter_map(|p| match p {
+                Plan::Refuse { write, digest, .. }
+                    if !matches!(write, FencedWrite::RenewLease(_)) =>
+                {
+                    Some(CallKey::new(write.job_id(), write.attempt(), digest))
+                }
+                _ => None,
+            })
+            .collect();
+        let applied_before = events::find_applied_all(&mut tx, &keys).await?;
+        for p in plans.iter_mut() {
+            if let Plan::Refuse { write, .. } = p {
+                if let Some((_, detail)) = applied_before.get(&write.job_id()) {
+                    if !matches!(write, FencedWrite::RenewLease(_)) {
+                        *p = Plan::Replay {
+                            job_id: write.job_id(),
+                            fail: match write {
+                                FencedWrite::Fail(_) => {
+                                    detail.as_deref().and_then(parse_fail_detail)
+                                }
+                                _ => None,
+                            },
+                        };
+                    }
+                }
+            }
+        }
+
+        // Write every change and every event of the batch.
+        let changes: Vec<Change> = plans
+            .iter()
+            .filter_map(|p| match p {
+                Plan::Apply { after, .. } => Some(Change {
+                    before: &locked[&after.id].job,
+                    after,
+                }),
+                _ => None,
+            })
+            .collect();
+        batch::write_images(&mut tx, &changes).await?;
+        let new_events: Vec<NewEvent> = plans
+            .iter()
+            .filter_map(|p| match p {
+                Plan::Apply { event, .. } => Some(event.as_event(&locked, now)),
+                Plan::Refuse { write, why, .. } => Some(events::refusal(
+                    &locked[&write.job_id()].job,
+                    write.attempt(),
+                    kind::STALE_WRITE_REJECTED,
+                    format!("{}: {why}", digest_name(write)),
+                    now,
+                )),
+                _ => None,
+            })
+            .collect();
+        events::append_all(&mut tx, &new_events).await?;
+        // Replays and unknown jobs write nothing; every other call has its event.
+        let writes_anything = !new_events.is_empty();
+        drop((changes, new_events));
+        self.pause("write.before_commit").await;
+
+        let commit_error = if !writes_anything {
+            tx.rollback().await.map_err(convert_sqlx_err)?;
+            None
+        } else {
+            match commit(tx).await {
+                Ok(()) => None,
+                Err(e @ CoordinatorError::TransactionConflict(_)) => return Err(e),
+                Err(e) => Some(e),
+            }
+        };
+        Ok(plans
+            .into_iter()
+            .map(|p| p.answer(&locked, commit_error.as_ref()))
+            .collect())
     }
 }
 
-/// Runs the fenced UPDATE of `write`; returns the event kind, the new state
-/// and the event detail.
-async fn apply(
-    conn: &mut MySqlConnection,
-    write: &Write<'_>,
-    locked: &LockedJob,
-) -> Result<(&'static str, JobState, Option<String>), CoordinatorError> {
-    let (job_id, attempt) = write.target();
-    let (query, outcome) = match write {
-        Write::Renew(r) => (
-            sqlx::query(include_str!("queries/jobs/renew_lease.sql")).bind(micros(r.lease)),
-            (kind::LEASE_RENEWED, JobState::Running, None),
-        ),
-        Write::Complete(r) => (
-            sqlx::query(include_str!("queries/jobs/complete.sql"))
-                .bind(r.provider_reference.as_deref())
-                .bind(r.result.as_deref()),
-            (
-                kind::COMPLETED,
-                JobState::Succeeded,
-                r.provider_reference.clone(),
-            ),
-        ),
-        Write::Fail(r, policies) => {
-            let policy = policies.get(&locked.job.queue);
-            let (applied, why) = decide_fail(
-                r.disposition,
-                r.retry_delay,
-                r.expected_lease,
-                locked.dispatch,
-                policy,
-            );
-            let detail = Some(fail_detail(applied, why));
-            match applied {
-                FailDisposition::RetryReconcile | FailDisposition::RetryExecute => {
-                    let action = if applied == FailDisposition::RetryExecute {
-                        NextAction::Execute
-                    } else {
-                        NextAction::Reconcile
+/// What a batch does with one call, decided on its locked row.
+// Nearly every plan is an `Apply`: boxing its job would only add an
+// allocation per call.
+#[allow(clippy::large_enum_variant)]
+enum Plan<'a> {
+    /// No such job.
+    NotFound(u64),
+    /// The caller holds the job: write `after` and log `event`.
+    Apply {
+        after: Job,
+        event: AppliedEvent,
+        fail: Option<(FailDisposition, Option<OverrideReason>)>,
+    },
+    /// The caller does not hold the job (unless the events show this very
+    /// call was applied before).
+    Refuse {
+        write: &'a FencedWrite,
+        digest: [u8; 32],
+        why: CoordinatorError,
+    },
+    /// This exact call was applied before: answer OK, write nothing (for
+    /// a Fail, with what was applied then, read from its event).
+    Replay {
+        job_id: u64,
+        fail: Option<(FailDisposition, Option<OverrideReason>)>,
+    },
+}
+
+/// The event of an applied call.
+struct AppliedEvent {
+    job_id: u64,
+    attempt: u64,
+    kind: &'static str,
+    to_state: JobState,
+    digest: [u8; 32],
+    detail: Option<String>,
+}
+
+impl AppliedEvent {
+    fn as_event<'a>(
+        &self,
+        locked: &'a std::collections::HashMap<u64, LockedJob>,
+        now: DbTime,
+    ) -> NewEvent<'a> {
+        NewEvent {
+            job_id: self.job_id,
+            queue: &locked[&self.job_id].job.queue,
+            attempt: self.attempt,
+            kind: self.kind,
+            from_state: Some(JobState::Running),
+            to_state: Some(self.to_state),
+            current_attempt: self.attempt,
+            request_digest: Some(self.digest),
+            detail: self.detail.clone(),
+            created_at: now,
+        }
+    }
+}
+
+fn plan<'a>(
+    write: &'a FencedWrite,
+    locked: Option<&LockedJob>,
+    policies: &QueuePolicies,
+    now: DbTime,
+) -> Plan<'a> {
+    let Some(locked) = locked else {
+        return Plan::NotFound(write.job_id());
+    };
+    let job = &locked.job;
+    let digest = digest(write);
+    match fence::check(job.id, job.state, job.attempt, write.attempt()) {
+        // A renewal is never answered as a replay: a heartbeat repeats the
+        // very same call many times, each one applied, so an earlier one
+        // would tell a superseded holder its lease was renewed. Once the
+        // caller no longer holds the job there is no lease to renew.
+        FenceCheck::NotHolder(why) => Plan::Refuse { write, digest, why },
+        FenceCheck::Holder => {
+            let (after, kind, detail, fail) = match write {
+                FencedWrite::RenewLease(r) => (
+                    transition::renew(job, r.lease, now),
+                    kind::LEASE_RENEWED,
+                    None,
+                    None,
+                ),
+                FencedWrite::Complete(r) => (
+                    transition::complete(
+                        job,
+                        r.provider_reference.as_deref(),
+                        r.result.as_deref(),
+                        now,
+                    ),
+                    kind::COMPLETED,
+                    r.provider_reference.clone(),
+                    None,
+                ),
+                FencedWrite::Fail(r) => {
+                    let (applied, why) = decide_fail(
+                        r.disposition,
+                        r.retry_delay,
+                        r.expected_lease,
+                        locked.dispatch,
+                        policies.get(&job.queue),
+                    );
+                    // Why it is parked: the coordinator's override, or the
+                    // worker's own request.
+                    let reason = (applied == FailDisposition::ManualReview)
+                        .then(|| why.map_or(MANUAL_REVIEW_REQUESTED, OverrideReason::as_str));
+                    let kind = match applied {
+                        FailDisposition::RetryReconcile | FailDisposition::RetryExecute => {
+                            kind::RETRY_SCHEDULED
+                        }
+                        FailDisposition::Failed => kind::FAILED,
+                        FailDisposition::ManualReview => kind::MANUAL_REVIEW,
                     };
                     (
-                        sqlx::query(include_str!("queries/jobs/retry.sql"))
-                            .bind(action.as_str())
-                            .bind(micros(r.retry_delay))
-                            .bind(r.error.as_str()),
-                        (kind::RETRY_SCHEDULED, JobState::Ready, detail),
+                        transition::fail(job, applied, &r.error, r.retry_delay, reason, now),
+                        kind,
+                        Some(fail_detail(applied, why)),
+                        Some((applied, why)),
                     )
                 }
-                FailDisposition::Failed | FailDisposition::ManualReview => {
-                    let (state, event_kind) = if applied == FailDisposition::Failed {
-                        (JobState::Failed, kind::FAILED)
-                    } else {
-                        (JobState::ManualReview, kind::MANUAL_REVIEW)
-                    };
-                    (
-                        sqlx::query(include_str!("queries/jobs/park.sql"))
-                            .bind(state.as_str())
-                            .bind(r.error.as_str())
-                            // Why it is parked: the coordinator's override,
-                            // or the worker's own request.
-                            .bind((state == JobState::ManualReview).then(|| {
-                                why.map_or(MANUAL_REVIEW_REQUESTED, OverrideReason::as_str)
-                            }))
-                            .bind(state.is_terminal()),
-                        (event_kind, state, detail),
-                    )
-                }
+            };
+            Plan::Apply {
+                event: AppliedEvent {
+                    job_id: job.id,
+                    attempt: write.attempt(),
+                    kind,
+                    to_state: after.state,
+                    digest,
+                    detail,
+                },
+                after,
+                fail,
             }
         }
-    };
-    let updated = query
-        .bind(job_id)
-        .bind(attempt)
-        .execute(conn)
-        .await
-        .map_err(convert_sqlx_err)?;
-    // sqlx sets CLIENT_FOUND_ROWS: this counts matched rows, so a renewal
-    // that changes no value still reports 1. Zero means the fence did not
-    // match: roll back and let the retry re-read and say why.
-    if updated.rows_affected() != 1 {
-        return Err(CoordinatorError::TransactionConflict(format!(
-            "job {job_id} changed under its row lock"
-        )));
     }
-    Ok(outcome)
+}
+
+impl Plan<'_> {
+    /// The caller's answer once the transaction ended; `commit_error` is
+    /// set when the COMMIT's outcome is unknown.
+    fn answer(
+        self,
+        locked: &std::collections::HashMap<u64, LockedJob>,
+        commit_error: Option<&CoordinatorError>,
+    ) -> WriteResult {
+        match self {
+            Plan::NotFound(job_id) => Err(CoordinatorError::JobNotFound { job_id }),
+            Plan::Apply { after, fail, .. } => match commit_error {
+                Some(e) => Err(e.clone()),
+                None => Ok(FencedOutcome {
+                    job: after,
+                    replayed: false,
+                    fail,
+                }),
+            },
+            // Nothing of the job changed: the refusal stands even if its
+            // audit entry was not committed.
+            Plan::Refuse { why, write, .. } => {
+                if let Some(e) = commit_error {
+                    tracing::warn!(job_id = write.job_id(), error = %e, "could not log a refused write");
+                }
+                Err(why)
+            }
+            Plan::Replay { job_id, fail } => Ok(FencedOutcome {
+                job: locked[&job_id].job.clone(),
+                replayed: true,
+                fail,
+            }),
+        }
+    }
+}
+
+/// The call's name inside its digest and refusal detail (kept from the
+/// first schema, so replays of calls made before an upgrade still match).
+fn digest_name(write: &FencedWrite) -> &'static str {
+    match write {
+        FencedWrite::RenewLease(_) => "renew_lease",
+        FencedWrite::Complete(_) => "complete",
+        FencedWrite::Fail(_) => "fail",
+    }
+}
+
+/// The identity of this exact call, for replay detection.
+fn digest(write: &FencedWrite) -> [u8; 32] {
+    let (job_id, attempt) = (write.job_id().to_be_bytes(), write.attempt().to_be_bytes());
+    let name = digest_name(write).as_bytes();
+    match write {
+        FencedWrite::RenewLease(r) => {
+            call_digest(&[name, &job_id, &attempt, &micros(r.lease).to_be_bytes()])
+        }
+        FencedWrite::Complete(r) => call_digest(&[
+            name,
+            &job_id,
+            &attempt,
+            r.provider_reference.as_deref().unwrap_or("").as_bytes(),
+            r.result.as_deref().unwrap_or("").as_bytes(),
+        ]),
+        FencedWrite::Fail(r) => call_digest(&[
+            name,
+            &job_id,
+            &attempt,
+            disposition_str(r.disposition).as_bytes(),
+            r.error.as_bytes(),
+            &micros(r.retry_delay).to_be_bytes(),
+        ]),
+    }
 }
 
 fn disposition_str(d: FailDisposition) -> &'static str {
@@ -334,10 +475,10 @@ fn fail_detail(applied: FailDisposition, why: Option<OverrideReason>) -> String 
     }
 }
 
-fn parse_fail_detail(detail: Option<&str>) -> Option<(FailDisposition, Option<OverrideReason>)> {
-    let (applied, why) = match detail?.split_once(':') {
+fn parse_fail_detail(detail: &str) -> Option<(FailDisposition, Option<OverrideReason>)> {
+    let (applied, why) = match detail.split_once(':') {
         Some((a, w)) => (a, Some(w)),
-        None => (detail?, None),
+        None => (detail, None),
     };
     let applied = [
         FailDisposition::RetryReconcile,

@@ -38,8 +38,14 @@ pub struct WorkerConfig {
     /// so the most it ever holds: it claims only as many as it has free
     /// slots (the seed: never hoard claims). 1..=[`MAX_IN_FLIGHT`].
     pub max_in_flight: u32,
+    /// How long the runner's Claims wait for work on the coordinator when
+    /// nothing is due (a long poll: the coordinator answers as soon as a
+    /// job is enqueued, comes due or is released by an expired lease).
+    /// Zero turns the long poll off.
+    pub claim_wait: Duration,
     /// How long the runner waits before claiming again after a Claim that
-    /// found nothing due.
+    /// found nothing due and did not wait for work (`claim_wait` zero, or
+    /// a coordinator that is draining).
     pub poll_interval: Duration,
     /// Deadline of one RPC (sent as `grpc-timeout`). A Claim that misses it
     /// hands out nothing (its outcome is unknown).
@@ -59,15 +65,17 @@ pub struct WorkerConfig {
 }
 
 impl Default for WorkerConfig {
-    /// Lease 30 s (the seed's example), 1 job in flight, poll every 1 s,
-    /// 10 s per RPC, 5 s to connect, 30 s of shutdown grace, release delay
-    /// 5 s. `worker_id` is `worker-<pid>`; `queue` is empty and must be set.
+    /// Lease 30 s (the seed's example), 1 job in flight, Claims wait up to
+    /// 10 s for work, poll every 1 s when they cannot, 10 s per RPC (plus
+    /// the wait, for a Claim), 5 s to connect, 30 s of shutdown grace,
+    /// release delay 5 s. `worker_id` is `worker-<pid>`; `queue` is empty and must be set.
     fn default() -> Self {
         WorkerConfig {
             worker_id: format!("worker-{}", std::process::id()),
             queue: String::new(),
             lease: Duration::from_secs(30),
             max_in_flight: 1,
+            claim_wait: Duration::from_secs(10),
             poll_interval: Duration::from_secs(1),
             rpc_timeout: Duration::from_secs(10),
             connect_timeout: Duration::from_secs(5),
@@ -192,16 +200,39 @@ impl WorkerClient {
     /// choice of when to claim again (after a backoff) is the caller's, as
     /// [`Worker::run`](super::Worker::run) does.
     pub async fn claim(&self, max_jobs: u32) -> Result<Vec<ClaimedJob>, ClaimError> {
+        self.claim_waiting(max_jobs, Duration::ZERO).await
+    }
+
+    /// [`claim`](Self::claim) as a long poll: when nothing is due the
+    /// coordinator holds the call up to `wait` (cut to its own maximum) and
+    /// answers as soon as work arrives; an empty list means none came. The
+    /// call's deadline is `rpc_timeout` plus `wait`.
+    pub async fn claim_waiting(
+        &self,
+        max_jobs: u32,
+        wait: Duration,
+    ) -> Result<Vec<ClaimedJob>, ClaimError> {
         let message = ClaimRequest {
             queue: self.config.queue.clone(),
             worker_id: self.config.worker_id.clone(),
             max_jobs,
             lease: self.lease(),
+            wait: (!wait.is_zero()).then(|| proto_duration(wait)),
         };
+        let timeout = self.config.rpc_timeout + wait;
         let response = retry(&self.config.retry, error::definitely_not_applied, || {
             let mut rpc = self.rpc.clone();
-            let request = self.request(message.clone());
-            async move { self.deadline(rpc.claim(request)).await }
+            let mut request = Request::new(message.clone());
+            request.set_timeout(timeout);
+            async move {
+                tokio::time::timeout(timeout, rpc.claim(request))
+                    .await
+                    .unwrap_or_else(|_| {
+                        Err(Status::deadline_exceeded(
+                            "no answer within rpc_timeout + wait",
+                        ))
+                    })
+            }
         })
         .await
         .map_err(error::claim_error)?;

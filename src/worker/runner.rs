@@ -46,6 +46,11 @@ pub struct RunReport {
     pub released: u64,
     /// Claims whose outcome was unknown: no handle, no handler.
     pub unclear_claims: u64,
+    /// A Claim still waiting for its answer (a long poll) when the shutdown
+    /// signal came, cut short: no handle, no handler. If the coordinator
+    /// had already handed it a job, that job comes back after its lease
+    /// through a takeover (which reconciles first).
+    pub interrupted_claims: u64,
     /// Other failed claims (unavailable, invalid, unexpected).
     pub failed_claims: u64,
     /// Handlers still running at the end of the shutdown grace, aborted.
@@ -116,7 +121,19 @@ impl Worker {
             while let Ok(p) = slots.clone().try_acquire_owned() {
                 permits.push(p);
             }
-            let wait = match self.client.claim(permits.len() as u32).await {
+            let asked = tokio::time::Instant::now();
+            // A long-polling Claim is cut short by the shutdown signal (its
+            // RPC cancelled: a claim the coordinator had not started yet is
+            // dropped; one it had committed comes back after its lease).
+            let claimed = tokio::select! {
+                biased;
+                _ = &mut shutdown => {
+                    report.interrupted_claims += 1;
+                    break;
+                }
+                claimed = self.client.claim_waiting(permits.len() as u32, config.claim_wait) => claimed,
+            };
+            let wait = match claimed {
                 Ok(jobs) => {
                     failures = 0;
                     let idle = jobs.is_empty();
@@ -131,7 +148,10 @@ impl Worker {
                             config.release_delay,
                         ));
                     }
-                    idle.then_some(config.poll_interval)
+                    // Poll only when the coordinator did not wait for work
+                    // (long poll off, or a draining coordinator).
+                    let waited = asked.elapsed() >= config.claim_wait / 2;
+                    (idle && !waited).then_some(config.poll_interval)
                 }
                 Err(e) => {
                     failures = failures.saturating_add(1);

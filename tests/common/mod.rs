@@ -207,6 +207,7 @@ impl Harness {
                 worker_id: worker.into(),
                 max_jobs: max,
                 lease: None,
+                wait: None,
             })
             .await
             .expect("claim")

@@ -2,8 +2,14 @@
 -- expired by the DB clock. Locks what it returns; rows another claim holds
 -- are skipped, never waited for. FORCE INDEX for the reason given in
 -- scan_ready.sql: lock only the rows taken, never the whole due set.
-SELECT id, state, attempt, next_action, dispatch_count,
-       CAST(TIMESTAMPDIFF(MICROSECOND, first_dispatched_at, UTC_TIMESTAMP(6)) AS SIGNED) AS since_first_dispatch_us
+-- Returns the whole row (the claim's answer is built from it and the
+-- change, without reading the job again) and the DB-clock facts the claim
+-- decides on.
+SELECT {job_columns},
+       CAST(TIMESTAMPDIFF(MICROSECOND, first_dispatched_at, UTC_TIMESTAMP(6)) AS SIGNED) AS since_first_dispatch_us,
+       CAST(lease_until <= UTC_TIMESTAMP(6) AS SIGNED) AS lease_expired,
+       EXISTS (SELECT 1 FROM job_observations o WHERE o.job_id = jobs.id) AS has_observations,
+       UTC_TIMESTAMP(6) AS now
 FROM jobs FORCE INDEX (ix_jobs_claim_expired)
 WHERE queue = ? AND state = 'running' AND lease_until <= UTC_TIMESTAMP(6)
 ORDER BY lease_until

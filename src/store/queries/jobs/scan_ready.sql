@@ -3,8 +3,13 @@
 -- FORCE INDEX: read in run_at order and stop at LIMIT. A table scan plus
 -- filesort (which the optimizer may pick on a small or fresh table) would
 -- lock every due row it sorted, and concurrent claims would find nothing.
-SELECT id, state, attempt, next_action, dispatch_count,
-       CAST(TIMESTAMPDIFF(MICROSECOND, first_dispatched_at, UTC_TIMESTAMP(6)) AS SIGNED) AS since_first_dispatch_us
+-- Finished jobs are under other `state` values of the index, so however
+-- many pile up, this range never reads them.
+SELECT {job_columns},
+       CAST(TIMESTAMPDIFF(MICROSECOND, first_dispatched_at, UTC_TIMESTAMP(6)) AS SIGNED) AS since_first_dispatch_us,
+       CAST(lease_until <= UTC_TIMESTAMP(6) AS SIGNED) AS lease_expired,
+       EXISTS (SELECT 1 FROM job_observations o WHERE o.job_id = jobs.id) AS has_observations,
+       UTC_TIMESTAMP(6) AS now
 FROM jobs FORCE INDEX (ix_jobs_claim_ready)
 WHERE queue = ? AND state = 'ready' AND run_at <= UTC_TIMESTAMP(6)
 ORDER BY run_at
