@@ -4,6 +4,7 @@
 //! the first is the business identity sent to the provider as its idempotency
 //! key, the second is the fencing token that decides who may write back.
 
+pub mod durability;
 pub mod error;
 pub mod fence;
 pub mod policy;
