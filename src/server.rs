@@ -346,7 +346,7 @@ pub async fn serve_with(
     tokio::select! {
         done = &mut server => done?,
         Ok(why) = &mut refused => {
-            tracing::error!(error = %why, "stopping");
+            tracing::error!(error = %why, "refusing to serve; stopping");
             let _ = stop_tx.send(true);
             set_health(&reporter, ServingStatus::NotServing).await;
             let _ = stop_serving.send(());
