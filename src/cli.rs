@@ -155,6 +155,16 @@ pub struct ServeArgs {
     /// How often a caught-up WatchEvents stream looks for new events.
     #[arg(long, env = "JOBFENCE_EVENTS_POLL_INTERVAL", value_parser = humantime::parse_duration, default_value = "250ms")]
     pub events_poll_interval: Duration,
+    /// Refuse to serve (exit non-zero) while the database's settings can
+    /// lose an acknowledged commit (innodb_flush_log_at_trx_commit other
+    /// than 1, sync_binlog other than 1 with the binary log on), instead of
+    /// only logging a warning. Checked at start and at every health check.
+    #[arg(
+        long,
+        env = "JOBFENCE_REQUIRE_DURABLE_DATABASE",
+        default_value_t = false
+    )]
+    pub require_durable_database: bool,
 }
 
 fn parse_queue_duration(s: &str) -> Result<(String, Duration), String> {
@@ -292,6 +302,7 @@ async fn run_server(command: Command) -> anyhow::Result<()> {
                 metrics_listener,
                 pending_refresh_interval: args.pending_refresh_interval,
                 events_poll_interval: args.events_poll_interval,
+                require_durable_database: args.require_durable_database,
             };
             server::serve_with(
                 coordinator,

@@ -1,9 +1,12 @@
 //! Assembly: the worker-facing service, the operator service and the events
 //! feed, standard gRPC health (following the database's reachability),
-//! server reflection, the RPC latency layer, the optional `/metrics`
-//! endpoint with its pending-age refresher, and graceful shutdown.
+//! the database's durability (warned about, or required), server
+//! reflection, the RPC latency layer, the optional `/metrics` endpoint with
+//! its pending-age refresher, and graceful shutdown.
 
 use crate::coordinator::Coordinator;
+use crate::domain::durability::{self, Durability};
+use crate::domain::CoordinatorError;
 use crate::grpc::{JobAdminService, JobCoordinatorService, JobEventsService};
 use crate::metrics::layer::RpcMetricsLayer;
 use crate::metrics::{self, Metrics};
@@ -14,7 +17,7 @@ use crate::store::JobStore;
 use std::future::Future;
 use std::time::Duration;
 use tokio::net::TcpListener;
-use tokio::sync::watch;
+use tokio::sync::{oneshot, watch};
 use tokio_stream::wrappers::TcpListenerStream;
 use tonic::server::NamedService;
 use tonic::transport::Server;
@@ -54,7 +57,8 @@ impl Default for ServeOptions {
     }
 }
 
-/// The operator side of serving: metrics and the events feed.
+/// The operator side of serving: metrics, the events feed, and what to do
+/// about a database that can lose an acknowledged commit.
 #[derive(Debug)]
 pub struct OpsOptions {
     /// Where to serve `GET /metrics` (plain HTTP); `None` for no endpoint
@@ -64,6 +68,11 @@ pub struct OpsOptions {
     pub pending_refresh_interval: Duration,
     /// How often a caught-up WatchEvents looks for new events.
     pub events_poll_interval: Duration,
+    /// Refuse to serve, rather than only warn, while the database's settings
+    /// can lose an acknowledged commit (DESIGN.md rule 9): [`serve_with`]
+    /// then stops with an error. Checked before the first RPC is accepted
+    /// (when the database answers at start), then at every health check.
+    pub require_durable_database: bool,
 }
 
 impl Default for OpsOptions {
@@ -72,6 +81,7 @@ impl Default for OpsOptions {
             metrics_listener: None,
             pending_refresh_interval: Duration::from_secs(15),
             events_poll_interval: Duration::from_millis(250),
+            require_durable_database: false,
         }
     }
 }
@@ -99,37 +109,123 @@ async fn set_health(reporter: &HealthReporter, status: ServingStatus) {
     }
 }
 
-/// Pings the database every `interval` and reports SERVING only while it
-/// answers; stops when `stop` turns true.
-async fn follow_database(
+/// The database's durability as last read: the verdict on its settings, or
+/// why they could not be read though the database answers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum DurabilityView {
+    Read(Durability),
+    Unreadable(String),
+}
+
+/// Follows the database: health (SERVING only while it answers) and
+/// durability (DESIGN.md rule 9), read at every check because a database can
+/// come back, or be changed with `SET GLOBAL`, between two checks.
+struct DatabaseFollower {
     reporter: HealthReporter,
     store: JobStore,
-    interval: Duration,
-    mut stop: watch::Receiver<bool>,
-) {
-    let mut last = None;
-    loop {
-        let checked = store.check().await;
+    metrics: Metrics,
+    require_durable: bool,
+    stop: watch::Receiver<bool>,
+    status: Option<ServingStatus>,
+    durability: Option<DurabilityView>,
+}
+
+impl DatabaseFollower {
+    /// One check. The durability is reported (logged, and set on the gauge)
+    /// at start, whenever the database comes back, and whenever it changes.
+    /// An error is a refusal to serve (only with `require_durable`); health
+    /// is then left NOT_SERVING.
+    async fn tick(&mut self) -> anyhow::Result<()> {
+        let checked = match self.store.check().await {
+            Ok(()) => self.read_durability().await,
+            Err(why) => Err(why),
+        };
+        if *self.stop.borrow() {
+            return Ok(());
+        }
         let status = match &checked {
-            Ok(()) => ServingStatus::Serving,
+            Ok(_) => ServingStatus::Serving,
             Err(_) => ServingStatus::NotServing,
         };
-        if *stop.borrow() {
-            return;
+        if let Ok(view) = checked.as_ref() {
+            let came_back = self.status != Some(ServingStatus::Serving);
+            if came_back || self.durability.as_ref() != Some(view) {
+                self.durability = Some(view.clone());
+                self.report(view)?;
+            }
         }
-        if last != Some(status) {
+        if self.status != Some(status) {
             match &checked {
-                Ok(()) => tracing::info!(status = %status, "database health changed"),
+                Ok(_) => tracing::info!(status = %status, "database health changed"),
                 Err(why) => {
                     tracing::warn!(status = %status, error = %why, "database health changed")
                 }
             }
-            set_health(&reporter, status).await;
-            last = Some(status);
+            set_health(&self.reporter, status).await;
+            self.status = Some(status);
         }
-        tokio::select! {
-            _ = tokio::time::sleep(interval) => {}
-            _ = stop.changed() => return,
+        Ok(())
+    }
+
+    /// The settings' verdict; `Err` when the database stopped answering.
+    async fn read_durability(&self) -> Result<DurabilityView, String> {
+        match self.store.durability_settings().await {
+            Ok(settings) => Ok(DurabilityView::Read(durability::assess(settings))),
+            Err(CoordinatorError::DatabaseUnavailable(why)) => Err(why),
+            Err(other) => Ok(DurabilityView::Unreadable(other.to_string())),
+        }
+    }
+
+    fn report(&self, view: &DurabilityView) -> anyhow::Result<()> {
+        let risks = match view {
+            DurabilityView::Read(d) if d.is_durable() => {
+                self.metrics.set_database_durable(true);
+                tracing::info!(settings = %d.summary(), "database commits durably");
+                return Ok(());
+            }
+            DurabilityView::Read(d) => {
+                for r in &d.risks {
+                    tracing::warn!(
+                        setting = r.setting,
+                        value = %r.value,
+                        risk = %r.risk,
+                        "database setting can lose an acknowledged commit, and a claim could then hand out the same attempt twice"
+                    );
+                }
+                let risks: Vec<String> = d.risks.iter().map(|r| r.to_string()).collect();
+                risks.join("; ")
+            }
+            DurabilityView::Unreadable(why) => {
+                tracing::warn!(
+                    error = %why,
+                    "database durability settings could not be read; an acknowledged commit may be lost"
+                );
+                format!("its durability settings could not be read ({why})")
+            }
+        };
+        self.metrics.set_database_durable(false);
+        if self.require_durable {
+            anyhow::bail!(
+                "refusing to serve (--require-durable-database): the database can lose an \
+                 acknowledged commit, after which a claim could hand out the same attempt \
+                 twice (DESIGN.md rule 9): {risks}"
+            );
+        }
+        Ok(())
+    }
+
+    /// Checks every `interval` until stopped, or until a refusal, which is
+    /// sent on `refused`.
+    async fn run(mut self, interval: Duration, refused: oneshot::Sender<anyhow::Error>) {
+        loop {
+            if let Err(why) = self.tick().await {
+                let _ = refused.send(why);
+                return;
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(interval) => {}
+                _ = self.stop.changed() => return,
+            }
         }
     }
 }
@@ -185,13 +281,23 @@ pub async fn serve_with(
     let reflection_v1alpha = reflection().build_v1alpha()?;
 
     let (stop_tx, stop_rx) = watch::channel(false);
-    let watcher = tokio::spawn(follow_database(
-        reporter.clone(),
-        coordinator.store().clone(),
-        options.health_interval,
-        stop_rx.clone(),
-    ));
     let metrics = coordinator.metrics().clone();
+    let mut follower = DatabaseFollower {
+        reporter: reporter.clone(),
+        store: coordinator.store().clone(),
+        metrics: metrics.clone(),
+        require_durable: ops.require_durable_database,
+        stop: stop_rx.clone(),
+        status: None,
+        durability: None,
+    };
+    if ops.require_durable_database {
+        // Decide before the first RPC is accepted. A database that does not
+        // answer yet is decided on when it does, at the next checks.
+        follower.tick().await?;
+    }
+    let (refused_tx, mut refused) = oneshot::channel();
+    let watcher = tokio::spawn(follower.run(options.health_interval, refused_tx));
     if let Some(metrics_listener) = ops.metrics_listener {
         tracing::info!(listen = %metrics_listener.local_addr()?, "serving /metrics");
         let mut stop = stop_rx.clone();
@@ -240,6 +346,14 @@ pub async fn serve_with(
     tokio::pin!(server);
     tokio::select! {
         done = &mut server => done?,
+        Ok(why) = &mut refused => {
+            tracing::error!(error = %why, "refusing to serve; stopping");
+            let _ = stop_tx.send(true);
+            set_health(&reporter, ServingStatus::NotServing).await;
+            let _ = stop_serving.send(());
+            let _ = tokio::time::timeout(options.shutdown_timeout, &mut server).await;
+            return Err(why);
+        }
         _ = shutdown => {
             tracing::info!(drain_delay = ?drain, "shutting down: reporting NOT_SERVING, then draining");
             // Long-polling Claims answer empty now and no Claim waits from

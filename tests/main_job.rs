@@ -238,6 +238,11 @@ async fn the_demo_with_every_fault_kind_refunds_nothing_twice() {
         "{context}"
     );
     assert!(line("completed by").contains("python-1"), "{context}");
+    // scripts/mariadb runs the database durably (DESIGN.md rule 9).
+    assert!(
+        line("database durable").contains("yes (innodb_flush_log_at_trx_commit=1"),
+        "{context}"
+    );
     assert!(line("by final state").contains("succeeded"), "{context}");
     if let Ok(admin) = sqlx::mysql::MySqlPool::connect(&base_url()).await {
         let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS `{db}`"))

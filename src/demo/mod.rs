@@ -308,6 +308,8 @@ pub async fn run(args: DemoArgs) -> Result<bool> {
     }
     let exe = std::env::current_exe()?;
     let pool = fresh_database(&args.database_url).await?;
+    let database_durable = report::database_durable(&pool).await;
+    say(&format!("database durable: {database_durable}"));
     let coordinator_addr = format!("127.0.0.1:{}", free_port()?);
     let provider_addr = format!("127.0.0.1:{}", free_port()?);
     let provider_url = format!("http://{provider_addr}/");
@@ -403,6 +405,7 @@ pub async fn run(args: DemoArgs) -> Result<bool> {
     outcome?;
     let mut report = Report::gather(&pool, &ledger?).await?;
     report.injected = outcome_injected;
+    report.database_durable = database_durable;
     println!("{}", report.render());
     Ok(report.ok())
 }

@@ -2,7 +2,9 @@
 //! ledger, and the invariant: refunds actually made per operation_key are
 //! exactly 1 for every succeeded job and at most 1 for every other.
 
+use crate::domain::durability;
 use crate::provider::Ledger;
+use crate::store::JobStore;
 use anyhow::Result;
 use sqlx::mysql::MySqlPool;
 use sqlx::Row;
@@ -38,9 +40,29 @@ async fn count_events(pool: &MySqlPool, kind: &str) -> Result<i64> {
     )
 }
 
+/// Whether the database keeps a committed attempt through a crash
+/// (DESIGN.md rule 9), for the log and the report: `yes (settings)`,
+/// `NO (setting=value: risk; …)` or `unknown (error)`.
+pub async fn database_durable(pool: &MySqlPool) -> String {
+    match JobStore::new(pool.clone()).durability_settings().await {
+        Ok(settings) => {
+            let d = durability::assess(settings);
+            if d.is_durable() {
+                format!("yes ({})", d.summary())
+            } else {
+                let risks: Vec<String> = d.risks.iter().map(|r| r.to_string()).collect();
+                format!("NO ({})", risks.join("; "))
+            }
+        }
+        Err(e) => format!("unknown ({e})"),
+    }
+}
+
 /// Everything the final report prints.
 #[derive(Debug, Default)]
 pub struct Report {
+    /// See [`database_durable`]; not printed when empty.
+    pub database_durable: String,
     pub jobs: i64,
     pub states: BTreeMap<String, i64>,
     /// Manual reviews by reason (the coordinator's, or the worker's error).
@@ -161,6 +183,9 @@ impl Report {
             }
         };
         let _ = writeln!(s, "jobfence demo report");
+        if !self.database_durable.is_empty() {
+            let _ = writeln!(s, "  database durable        {}", self.database_durable);
+        }
         let _ = writeln!(s, "  jobs                    {}", self.jobs);
         for (i, what) in self.injected.iter().enumerate() {
             let head = if i == 0 { "failures injected" } else { "" };

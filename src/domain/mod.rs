@@ -5,6 +5,7 @@
 //! key, the second is the fencing token that decides who may write back.
 
 pub mod calls;
+pub mod durability;
 pub mod error;
 pub mod fence;
 pub mod policy;

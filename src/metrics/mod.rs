@@ -68,6 +68,8 @@ struct Inner {
     batch_size: HistogramVec,
     overloaded: IntCounterVec,
     claim_waiters: IntGauge,
+    /// No label; absent until the settings were first read.
+    database_durable: IntGaugeVec,
     /// Every queue the gauges were ever set for: a queue whose pending jobs
     /// are all gone reads 0 instead of keeping its last value.
     seen_queues: Mutex<BTreeSet<String>>,
@@ -140,6 +142,16 @@ impl Metrics {
         )
         .expect("valid gauge");
         r.register(Box::new(claim_waiters.clone()))
+            .expect("unique metric name");
+        let database_durable = IntGaugeVec::new(
+            Opts::new(
+                "jobfence_database_durable",
+                "1 when the database's settings keep every acknowledged commit through a crash (DESIGN.md rule 9), 0 when one of them can lose it (the log warns which) or they cannot be read. Absent until first read; read at start, then on every health check.",
+            ),
+            &[],
+        )
+        .expect("valid gauge");
+        r.register(Box::new(database_durable.clone()))
             .expect("unique metric name");
         let inner = Inner {
             overloaded: counter(
@@ -231,6 +243,7 @@ impl Metrics {
             rpc_duration,
             pool_connections,
             pool_max,
+            database_durable,
             registry: r,
             seen_queues: Mutex::new(BTreeSet::new()),
         };
@@ -335,6 +348,15 @@ impl Metrics {
             .rpc_duration
             .with_label_values(&[service, method, code])
             .observe(seconds);
+    }
+
+    /// Whether the database's settings keep every acknowledged commit
+    /// through a crash (see `domain::durability`).
+    pub fn set_database_durable(&self, durable: bool) {
+        self.inner
+            .database_durable
+            .with_label_values(&[] as &[&str])
+            .set(i64::from(durable));
     }
 
     /// Sets the pending-age gauges from one database read. Queues seen

@@ -15,11 +15,13 @@
 //! - `events_feed.rs`: the log read by cursor (the outbox feed).
 //! - `admin.rs`: operator writes (ResolveManualReview, CancelJob);
 //!   `admin/stats.rs`: operator reads and the pending ages of the gauges.
+//! - `durability.rs`: the server's durability settings (DESIGN.md rule 9).
 //! - `queries/`: the SQL, one file per statement.
 
 mod admin;
 mod batch;
 mod claim;
+mod durability;
 mod enqueue;
 mod errors;
 mod events;

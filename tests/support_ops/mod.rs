@@ -55,6 +55,7 @@ impl Coord {
                 metrics_listener: Some(metrics_listener),
                 pending_refresh_interval: Duration::from_secs(3600),
                 events_poll_interval: Duration::from_millis(20),
+                ..OpsOptions::default()
             },
             async {
                 let _ = rx.await;
