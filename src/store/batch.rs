@@ -1,17 +1,19 @@
-//! The statements every batched transaction shares: lock jobs by id, write
-//! their new images fenced row by row, append events, find replays.
+//! The statements every batched transaction shares: lock jobs by id, and
+//! write their new images fenced row by row, each one statement (one round
+//! trip) for the whole batch.
 //!
-//! A batch's rows travel as one JSON array bound to one parameter and are
-//! read back with `JSON_TABLE` (MySQL 8.0 and MariaDB 10.6 alike), so each
-//! statement is one prepared statement whatever the batch size, and one
-//! round trip for the whole batch.
+//! A statement's placeholder list grows with the batch; sizes are padded
+//! to a few shapes (1 to 8, then powers of two) by repeating a row, so each
+//! connection prepares a handful of statements, not one per batch size.
+//! Where padding cannot work (inserts) and batches are large, the rows
+//! travel as one JSON array read back with `JSON_TABLE` (MySQL 8.0 and
+//! MariaDB 10.6 alike).
 
 use super::convert_sqlx_err;
 use super::reads::{elapsed, LockedJob};
 use super::rows::{self, JOB_COLUMNS};
 use crate::domain::policy::DispatchFacts;
 use crate::domain::{CoordinatorError, DbTime, Job};
-use serde::Serialize;
 use sqlx::MySqlConnection;
 use std::collections::HashMap;
 use std::sync::LazyLock;
@@ -21,22 +23,45 @@ pub(crate) fn with_job_columns(sql: &str) -> String {
     sql.replace("{job_columns}", JOB_COLUMNS)
 }
 
-static LOCK_JOBS: LazyLock<String> =
-    LazyLock::new(|| with_job_columns(include_str!("queries/batch/lock_jobs.sql")));
+/// The padded size of a batch of `n` rows: `n` up to 8, then the next
+/// power of two.
+pub(crate) fn shape(n: usize) -> usize {
+    if n <= 8 {
+        n.max(1)
+    } else {
+        n.next_power_of_two()
+    }
+}
+
+/// `template` with `{marker}` replaced by `per_row` repeated `n` times
+/// (joined by `sep`), memoised per (template, n).
+pub(crate) fn expand(
+    template: &'static str,
+    markers: &[(&'static str, &'static str, &'static str)],
+    n: usize,
+) -> std::sync::Arc<str> {
+    type Key = (usize, usize);
+    static CACHE: LazyLock<std::sync::Mutex<HashMap<Key, std::sync::Arc<str>>>> =
+        LazyLock::new(Default::default);
+    let key = (template.as_ptr() as usize, n);
+    if let Some(sql) = CACHE.lock().expect("sql cache poisoned").get(&key) {
+        return sql.clone();
+    }
+    let mut sql = with_job_columns(template);
+    for (marker, per_row, sep) in markers {
+        sql = sql.replace(marker, &vec![*per_row; n].join(sep));
+    }
+    let sql: std::sync::Arc<str> = sql.into();
+    CACHE
+        .lock()
+        .expect("sql cache poisoned")
+        .insert(key, sql.clone());
+    sql
+}
 
 /// A DB timestamp as `JSON_TABLE` reads a `DATETIME(6)`.
 pub(crate) fn db_time<S: serde::Serializer>(t: &DbTime, s: S) -> Result<S::Ok, S::Error> {
     s.collect_str(&t.format("%Y-%m-%d %H:%M:%S%.6f"))
-}
-
-pub(crate) fn opt_db_time<S: serde::Serializer>(
-    t: &Option<DbTime>,
-    s: S,
-) -> Result<S::Ok, S::Error> {
-    match t {
-        Some(t) => db_time(t, s),
-        None => s.serialize_none(),
-    }
 }
 
 /// Lower-case hex, for binary values (`UNHEX` in SQL).
@@ -51,7 +76,7 @@ pub(crate) fn hex(bytes: &[u8]) -> String {
 }
 
 /// The rows as one JSON array.
-pub(crate) fn json<T: Serialize>(rows: &[T]) -> Result<String, CoordinatorError> {
+pub(crate) fn json<T: serde::Serialize>(rows: &[T]) -> Result<String, CoordinatorError> {
     serde_json::to_string(rows)
         .map_err(|e| CoordinatorError::Internal(format!("cannot encode a batch: {e}")))
 }
@@ -71,20 +96,27 @@ pub(crate) fn locked_job(row: &sqlx::mysql::MySqlRow) -> Result<LockedJob, Coord
     })
 }
 
-/// `SELECT … FOR UPDATE` of the jobs `ids` (sorted ascending here, so every
-/// batch locks in the same order). Jobs that do not exist are absent.
+/// `SELECT … FOR UPDATE` of the jobs `ids` (ascending primary-key order,
+/// so every batch locks in the same order). Jobs that do not exist are
+/// absent.
 pub(crate) async fn lock_jobs(
     conn: &mut MySqlConnection,
     ids: &[u64],
 ) -> Result<HashMap<u64, LockedJob>, CoordinatorError> {
-    let mut sorted = ids.to_vec();
-    sorted.sort_unstable();
-    sorted.dedup();
-    let found = sqlx::query(&LOCK_JOBS)
-        .bind(json(&sorted)?)
-        .fetch_all(conn)
-        .await
-        .map_err(convert_sqlx_err)?;
+    let Some(&first) = ids.first() else {
+        return Ok(HashMap::new());
+    };
+    let n = shape(ids.len());
+    let sql = expand(
+        include_str!("queries/batch/lock_jobs.sql"),
+        &[("{ids}", "?", ", ")],
+        n,
+    );
+    let mut query = sqlx::query(&sql);
+    for i in 0..n {
+        query = query.bind(ids.get(i).copied().unwrap_or(first));
+    }
+    let found = query.fetch_all(conn).await.map_err(convert_sqlx_err)?;
     found
         .iter()
         .map(|row| locked_job(row).map(|l| (l.job.id, l)))
@@ -99,33 +131,6 @@ pub(crate) async fn db_now(conn: &mut MySqlConnection) -> Result<DbTime, Coordin
         .await
         .map_err(convert_sqlx_err)?;
     rows::get(&row, "now")
-}
-
-/// The new image of one job, fenced on what it was computed from.
-#[derive(Debug, Serialize)]
-struct Image<'a> {
-    id: u64,
-    fence_state: &'static str,
-    fence_attempt: u64,
-    state: &'static str,
-    attempt: u64,
-    next_action: &'static str,
-    #[serde(serialize_with = "db_time")]
-    run_at: DbTime,
-    #[serde(serialize_with = "opt_db_time")]
-    lease_until: Option<DbTime>,
-    lease_owner: Option<&'a str>,
-    #[serde(serialize_with = "opt_db_time")]
-    first_dispatched_at: Option<DbTime>,
-    dispatch_count: u32,
-    provider_reference: Option<&'a str>,
-    result: Option<&'a str>,
-    last_error: Option<&'a str>,
-    state_reason: Option<&'a str>,
-    #[serde(serialize_with = "db_time")]
-    updated_at: DbTime,
-    #[serde(serialize_with = "opt_db_time")]
-    finished_at: Option<DbTime>,
 }
 
 /// One row's change: the row as locked (its state and attempt are the
@@ -143,47 +148,61 @@ pub(crate) async fn write_images(
     conn: &mut MySqlConnection,
     changes: &[Change<'_>],
 ) -> Result<(), CoordinatorError> {
-    if changes.is_empty() {
+    let Some(first) = changes.first() else {
         return Ok(());
-    }
-    let mut images: Vec<Image> = changes
-        .iter()
-        .map(|c| {
-            let a = c.after;
-            debug_assert_eq!(c.before.id, a.id);
-            debug_assert!(a.attempt == c.before.attempt || a.attempt == c.before.attempt + 1);
-            Image {
-                id: a.id,
-                fence_state: c.before.state.as_str(),
-                fence_attempt: c.before.attempt,
-                state: a.state.as_str(),
-                attempt: a.attempt,
-                next_action: a.next_action.as_str(),
-                run_at: a.run_at,
-                lease_until: a.lease_until,
-                lease_owner: a.lease_owner.as_deref(),
-                first_dispatched_at: a.first_dispatched_at,
-                dispatch_count: a.dispatch_count,
-                provider_reference: a.provider_reference.as_deref(),
-                result: a.result.as_deref(),
-                last_error: a.last_error.as_deref(),
-                state_reason: a.state_reason.as_deref(),
-                updated_at: a.updated_at,
-                finished_at: a.finished_at,
+    };
+    let n = shape(changes.len());
+    let sql = expand(
+        include_str!("queries/batch/write_images.sql"),
+        &[
+            ("{cases}", "WHEN ? THEN ?", " "),
+            ("{ids}", "?", ", "),
+            ("{fences}", "(?, ?, ?)", ", "),
+        ],
+        n,
+    );
+    // Padding repeats the first row: the same id with the same value, and
+    // the same fence, which the server matches once.
+    let row = |i: usize| changes.get(i).unwrap_or(first);
+    let mut q = sqlx::query(&sql);
+    macro_rules! column {
+        ($value:expr) => {
+            for i in 0..n {
+                let c = row(i);
+                debug_assert_eq!(c.before.id, c.after.id);
+                let a = c.after;
+                q = q.bind(a.id).bind($value(a));
             }
-        })
-        .collect();
-    images.sort_unstable_by_key(|i| i.id);
-    let done = sqlx::query(include_str!("queries/batch/write_images.sql"))
-        .bind(json(&images)?)
-        .execute(conn)
-        .await
-        .map_err(convert_sqlx_err)?;
-    if done.rows_affected() != images.len() as u64 {
+        };
+    }
+    column!(|a: &Job| a.state.as_str());
+    column!(|a: &Job| a.attempt);
+    column!(|a: &Job| a.next_action.as_str());
+    column!(|a: &Job| a.run_at);
+    column!(|a: &Job| a.lease_until);
+    column!(|a: &Job| a.lease_owner.clone());
+    column!(|a: &Job| a.first_dispatched_at);
+    column!(|a: &Job| a.dispatch_count);
+    column!(|a: &Job| a.provider_reference.clone());
+    column!(|a: &Job| a.result.clone());
+    column!(|a: &Job| a.last_error.clone());
+    column!(|a: &Job| a.state_reason.clone());
+    column!(|a: &Job| a.updated_at);
+    column!(|a: &Job| a.finished_at);
+    for i in 0..n {
+        q = q.bind(row(i).before.id);
+    }
+    for i in 0..n {
+        let b = row(i).before;
+        debug_assert!(row(i).after.attempt == b.attempt || row(i).after.attempt == b.attempt + 1);
+        q = q.bind(b.id).bind(b.state.as_str()).bind(b.attempt);
+    }
+    let done = q.execute(conn).await.map_err(convert_sqlx_err)?;
+    if done.rows_affected() != changes.len() as u64 {
         return Err(CoordinatorError::TransactionConflict(format!(
             "{} of {} fenced rows changed under their row locks",
-            images.len() as u64 - done.rows_affected().min(images.len() as u64),
-            images.len()
+            (changes.len() as u64).saturating_sub(done.rows_affected()),
+            changes.len()
         )));
     }
     Ok(())
@@ -198,7 +217,7 @@ mod tests {
         assert_eq!(hex(&[0x00, 0xab, 0xff]), "00abff");
         let t =
             DbTime::parse_from_str("2026-11-30 20:31:21.000042", "%Y-%m-%d %H:%M:%S%.f").unwrap();
-        #[derive(Serialize)]
+        #[derive(serde::Serialize)]
         struct T(#[serde(serialize_with = "db_time")] DbTime);
         assert_eq!(
             serde_json::to_string(&T(t)).unwrap(),

@@ -99,7 +99,7 @@ impl JobStore {
         want_next_due: bool,
     ) -> Result<ClaimBatch, CoordinatorError> {
         let wanted: u32 = slots.iter().map(|s| s.max_jobs).sum();
-        let mut tx = self.begin().await?;
+        let mut tx = self.begin_batch().await?;
         let mut candidates = scan(&mut tx, &SCAN_EXPIRED, queue, wanted).await?;
         let room = wanted.saturating_sub(candidates.len() as u32);
         if room > 0 {
@@ -113,13 +113,14 @@ impl JobStore {
             None
         };
         if candidates.is_empty() {
-            tx.rollback().await.map_err(convert_sqlx_err)?;
+            tx.rollback().await?;
             return Ok(ClaimBatch {
                 jobs: vec![Vec::new(); slots.len()],
                 next_due,
             });
         }
-        let now = candidates[0].now;
+        // The latest clock reading of the scans: every lease runs from it.
+        let now = candidates.iter().map(|c| c.now).max().expect("candidates");
         // Hand the rows out to the slots in order.
         let mut rows = candidates.iter();
         let mut handed: Vec<Vec<(&LockedJob, Job)>> = Vec::with_capacity(slots.len());
@@ -150,7 +151,7 @@ impl JobStore {
             .collect();
         let mut observations = reads::observations(&mut tx, &with_observations).await?;
         self.pause("claim.before_commit").await;
-        commit(tx).await?;
+        tx.commit().await?;
         Ok(ClaimBatch {
             jobs: handed
                 .into_iter()

@@ -10,7 +10,7 @@
 use super::batch::{hex, json, with_job_columns};
 use super::errors::is_unique_violation;
 use super::events::{self, call_digest, kind, NewEvent};
-use super::{commit, convert_sqlx_err, micros, rows, JobStore, CONFLICT_RETRIES};
+use super::{convert_sqlx_err, micros, rows, JobStore, CONFLICT_RETRIES};
 use crate::domain::{CoordinatorError, EnqueueOutcome, EnqueueRequest, Job, JobState};
 use serde::Serialize;
 use sqlx::MySqlConnection;
@@ -126,7 +126,7 @@ impl JobStore {
         digests: &[[u8; 32]],
         distinct: &[usize],
     ) -> Result<HashMap<usize, (Job, bool, [u8; 32])>, CoordinatorError> {
-        let mut tx = self.begin().await?;
+        let mut tx = self.begin_batch().await?;
         let mut out = HashMap::with_capacity(distinct.len());
         for (i, (job, digest)) in by_keys(&mut tx, items, distinct).await? {
             out.insert(i, (job, false, digest));
@@ -137,7 +137,7 @@ impl JobStore {
             .filter(|i| !out.contains_key(i))
             .collect();
         if new.is_empty() {
-            tx.rollback().await.map_err(convert_sqlx_err)?;
+            tx.rollback().await?;
             return Ok(out);
         }
         insert(&mut tx, items, digests, &new).await?;
@@ -166,7 +166,7 @@ impl JobStore {
             .collect();
         events::append_all(&mut tx, &enqueued).await?;
         drop(enqueued);
-        commit(tx).await?;
+        tx.commit().await?;
         for (i, (job, digest)) in inserted {
             out.insert(i, (job, true, digest));
         }

@@ -2,7 +2,7 @@
 //! written in the transaction of the change. Applied fenced calls carry a
 //! digest of the request, which is how an exact replay is recognised.
 
-use super::batch::{db_time, hex, json};
+use super::batch::{db_time, expand, hex, json};
 use super::{convert_sqlx_err, rows};
 use crate::domain::{CoordinatorError, DbTime, Job, JobState};
 use serde::Serialize;
@@ -60,20 +60,49 @@ fn opt_digest<S: serde::Serializer>(d: &Option<[u8; 32]>, ser: S) -> Result<S::O
     }
 }
 
+/// Up to this many events are inserted with one placeholder row each;
+/// more travel as one JSON array (a statement per size would be prepared
+/// on every connection otherwise).
+const VALUES_ROWS: usize = 8;
+
 /// Appends `events` in the caller's transaction, in order, with one
 /// statement.
 pub(crate) async fn append_all(
     conn: &mut MySqlConnection,
     events: &[NewEvent<'_>],
 ) -> Result<(), CoordinatorError> {
-    if events.is_empty() {
-        return Ok(());
-    }
-    sqlx::query(include_str!("queries/batch/insert_events.sql"))
-        .bind(json(events)?)
-        .execute(conn)
-        .await
-        .map_err(convert_sqlx_err)?;
+    let query = match events.len() {
+        0 => return Ok(()),
+        n if n <= VALUES_ROWS => {
+            let sql = expand(
+                include_str!("queries/batch/insert_events.sql"),
+                &[("{rows}", "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", ", ")],
+                n,
+            );
+            let mut q = sqlx::query(&sql);
+            for e in events {
+                q = q
+                    .bind(e.job_id)
+                    .bind(e.queue)
+                    .bind(e.attempt)
+                    .bind(e.kind)
+                    .bind(e.from_state.map(JobState::as_str))
+                    .bind(e.to_state.map(JobState::as_str))
+                    .bind(e.current_attempt)
+                    .bind(e.request_digest.as_ref().map(|d| &d[..]))
+                    .bind(e.detail.as_deref())
+                    .bind(e.created_at);
+            }
+            q.execute(conn).await
+        }
+        _ => {
+            sqlx::query(include_str!("queries/batch/insert_events_json.sql"))
+                .bind(json(events)?)
+                .execute(conn)
+                .await
+        }
+    };
+    query.map_err(convert_sqlx_err)?;
     Ok(())
 }
 

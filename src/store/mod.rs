@@ -30,6 +30,7 @@ mod observations;
 pub mod pause;
 mod reads;
 mod rows;
+mod tx;
 mod writeback;
 
 use crate::domain::CoordinatorError;
@@ -64,28 +65,6 @@ pub struct PoolSettings {
     /// How long a call waits for a free connection before it is reported
     /// as DATABASE_UNAVAILABLE.
     pub acquire_timeout: Duration,
-    /// InnoDB lock wait timeout for our sessions, in whole seconds.
-    pub lock_wait_timeout_secs: u32,
-    /// Isolation level of every session. READ COMMITTED is what the
-    /// coordinator runs with; REPEATABLE READ exists to measure why
-    /// (`cargo bench --bench claim_throughput`).
-    pub isolation: Isolation,
-}
-
-/// Transaction isolation level of the pool's sessions.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Isolation {
-    ReadCommitted,
-    RepeatableRead,
-}
-
-impl Isolation {
-    fn sql(self) -> &'static str {
-        match self {
-            Isolation::ReadCommitted => "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED",
-            Isolation::RepeatableRead => "SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ",
-        }
-    }
 }
 
 impl Default for PoolSettings {
@@ -93,16 +72,49 @@ impl Default for PoolSettings {
         PoolSettings {
             max_connections: 32,
             acquire_timeout: Duration::from_secs(5),
-            lock_wait_timeout_secs: 10,
-            isolation: Isolation::ReadCommitted,
         }
     }
 }
 
-/// Opens a pool whose sessions use READ COMMITTED by default (the claim
-/// scan with SKIP LOCKED scales far better than under REPEATABLE READ, and
-/// every decision is taken on rows read with a locking read anyway). The pool connects
-/// lazily, so a coordinator starts even while the database is down.
+/// InnoDB lock wait timeout of every session, in whole seconds: a
+/// transaction waits this long for a row lock before it is rolled back
+/// (and run again, see [`CONFLICT_RETRIES`]).
+const LOCK_WAIT_TIMEOUT_SECS: u32 = 10;
+
+/// What every session of ours runs first. READ COMMITTED: the claim scan
+/// with SKIP LOCKED scales far better than under REPEATABLE READ (whose
+/// next-key locks make concurrent claims and completes wait on each other),
+/// and every decision is taken on rows read with a locking read anyway.
+fn session_setup(autocommit: bool) -> String {
+    format!(
+        "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED; \
+         SET SESSION innodb_lock_wait_timeout = {LOCK_WAIT_TIMEOUT_SECS}; \
+         SET SESSION autocommit = {}",
+        u8::from(autocommit)
+    )
+}
+
+fn pool_options(
+    max_connections: u32,
+    acquire_timeout: Duration,
+    autocommit: bool,
+) -> MySqlPoolOptions {
+    let setup = session_setup(autocommit);
+    MySqlPoolOptions::new()
+        .max_connections(max_connections)
+        .acquire_timeout(acquire_timeout)
+        .after_connect(move |conn, _meta| {
+            let setup = setup.clone();
+            Box::pin(async move {
+                conn.execute(sqlx::raw_sql(&setup)).await?;
+                Ok(())
+            })
+        })
+}
+
+/// Opens a pool of READ COMMITTED sessions (see [`PoolSettings`]). The
+/// pool connects lazily, so a coordinator starts even while the database
+/// is down.
 pub fn connect(url: &str, settings: &PoolSettings) -> Result<MySqlPool, CoordinatorError> {
     let options = MySqlConnectOptions::from_str(url).map_err(|e| {
         CoordinatorError::InvalidArgument(vec![crate::domain::error::FieldViolation::new(
@@ -110,40 +122,49 @@ pub fn connect(url: &str, settings: &PoolSettings) -> Result<MySqlPool, Coordina
             e.to_string(),
         )])
     })?;
-    let lock_wait = settings.lock_wait_timeout_secs;
-    let isolation = settings.isolation.sql();
-    Ok(MySqlPoolOptions::new()
-        .max_connections(settings.max_connections)
-        .acquire_timeout(settings.acquire_timeout)
-        .after_connect(move |conn, _meta| {
-            Box::pin(async move {
-                conn.execute(isolation).await?;
-                conn.execute(
-                    format!("SET SESSION innodb_lock_wait_timeout = {lock_wait}").as_str(),
-                )
-                .await?;
-                Ok(())
-            })
-        })
-        .connect_lazy_with(options))
+    Ok(
+        pool_options(settings.max_connections, settings.acquire_timeout, true)
+            .connect_lazy_with(options),
+    )
+}
+
+/// A second pool to the same database for the batched transactions, whose
+/// sessions run with autocommit off: a transaction starts with its first
+/// statement, saving the `BEGIN` round trip of every claim and group commit
+/// (see [`tx::Tx`]). Nothing else uses these sessions.
+fn batch_pool_for(pool: &MySqlPool) -> MySqlPool {
+    let options = pool.options();
+    pool_options(
+        options.get_max_connections(),
+        options.get_acquire_timeout(),
+        false,
+    )
+    .connect_lazy_with((*pool.connect_options()).clone())
 }
 
 /// The job store. Cheap to clone.
 #[derive(Debug, Clone)]
 pub struct JobStore {
     pool: MySqlPool,
+    /// Autocommit-off sessions for the batched transactions.
+    batch_pool: MySqlPool,
     pauses: Option<PausePoints>,
 }
 
 impl JobStore {
     /// A store over `pool` (see [`connect`]).
     pub fn new(pool: MySqlPool) -> Self {
-        JobStore { pool, pauses: None }
+        JobStore {
+            batch_pool: batch_pool_for(&pool),
+            pool,
+            pauses: None,
+        }
     }
 
     /// A store that stops at the armed points of `pauses` (tests only).
     pub fn with_pause_points(pool: MySqlPool, pauses: PausePoints) -> Self {
         JobStore {
+            batch_pool: batch_pool_for(&pool),
             pool,
             pauses: Some(pauses),
         }
@@ -184,6 +205,11 @@ impl JobStore {
 
     async fn begin(&self) -> Result<Transaction<'static, MySql>, CoordinatorError> {
         self.pool.begin().await.map_err(convert_sqlx_err)
+    }
+
+    /// A transaction of the batch pool, begun by its first statement.
+    async fn begin_batch(&self) -> Result<tx::Tx, CoordinatorError> {
+        tx::Tx::start(&self.batch_pool).await
     }
 }
 

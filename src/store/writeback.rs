@@ -16,7 +16,7 @@
 use super::batch::{self, Change};
 use super::events::{self, call_digest, kind, CallKey, NewEvent};
 use super::reads::LockedJob;
-use super::{commit, convert_sqlx_err, micros, JobStore, CONFLICT_RETRIES};
+use super::{micros, JobStore, CONFLICT_RETRIES};
 use crate::domain::fence::{self, FenceCheck};
 use crate::domain::policy::decide_fail;
 use crate::domain::{
@@ -146,7 +146,7 @@ impl JobStore {
         policies: &QueuePolicies,
     ) -> Result<Vec<WriteResult>, CoordinatorError> {
         let ids: Vec<u64> = round.iter().map(|&i| writes[i].job_id()).collect();
-        let mut tx = self.begin().await?;
+        let mut tx = self.begin_batch().await?;
         let started = Instant::now();
         let locked = batch::lock_jobs(&mut tx, &ids).await?;
         let now = match locked.values().next() {
@@ -154,7 +154,7 @@ impl JobStore {
             Some(l) => l.now,
             None => {
                 // Not one of the jobs exists.
-                tx.rollback().await.map_err(convert_sqlx_err)?;
+                tx.rollback().await?;
                 return Ok(ids
                     .iter()
                     .map(|&job_id| Err(CoordinatorError::JobNotFound { job_id }))
@@ -233,10 +233,10 @@ impl JobStore {
         self.pause("write.before_commit").await;
 
         let commit_error = if !writes_anything {
-            tx.rollback().await.map_err(convert_sqlx_err)?;
+            tx.rollback().await?;
             None
         } else {
-            match commit(tx).await {
+            match tx.commit().await {
                 Ok(()) => None,
                 Err(e @ CoordinatorError::TransactionConflict(_)) => return Err(e),
                 Err(e) => Some(e),

@@ -1,10 +1,11 @@
 -- Locks the jobs of a batch by primary key: the lock every fenced write and
--- named takeover decides under. The ids come as a JSON array sorted
--- ascending and STRAIGHT_JOIN makes the server visit them in that order, so
--- two batches always take their locks in the same order and never deadlock
--- each other. FORCE INDEX: one primary-key lookup per id whatever the
--- table's size (a small table would otherwise be scanned, and the scan would
--- wait on rows other transactions hold).
+-- named takeover decides under. The id list is a list of placeholders (padded to
+-- a few sizes by repeating an id, so the server prepares few statements);
+-- the primary-key range visits the ids in ascending order, so two batches
+-- always take their locks in the same order and never deadlock each other.
+-- FORCE INDEX: one primary-key lookup per id whatever the table's size (a
+-- small table would otherwise be scanned, and the scan would wait on rows
+-- other transactions hold).
 -- Also read, by the database clock (DESIGN.md rule 2): `now`, which stamps
 -- every change of the batch; the time since the first dispatch (resend
 -- window); whether the lease has expired (takeover); and whether the job
@@ -14,6 +15,6 @@ SELECT {job_columns},
        CAST(lease_until <= UTC_TIMESTAMP(6) AS SIGNED) AS lease_expired,
        EXISTS (SELECT 1 FROM job_observations o WHERE o.job_id = jobs.id) AS has_observations,
        UTC_TIMESTAMP(6) AS now
-FROM JSON_TABLE(?, '$[*]' COLUMNS (want BIGINT UNSIGNED PATH '$')) AS t
-STRAIGHT_JOIN jobs FORCE INDEX (PRIMARY) ON jobs.id = t.want
+FROM jobs FORCE INDEX (PRIMARY)
+WHERE id IN ({ids})
 FOR UPDATE
