@@ -27,6 +27,18 @@ pub struct Cli {
     /// Log format.
     #[arg(long, global = true, env = "JOBFENCE_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
+    /// Threads running the async work. 1 (the default) runs everything on
+    /// one thread: a coordinator mostly waits for the database, and on a
+    /// small machine (or a VM) handing each call between threads costs more
+    /// CPU than the call itself. Raise it when that one thread is busy
+    /// (its CPU near 100 %).
+    #[arg(
+        long,
+        global = true,
+        env = "JOBFENCE_WORKER_THREADS",
+        default_value_t = 1
+    )]
+    pub worker_threads: usize,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -59,6 +71,9 @@ pub enum Command {
     Stats(StatsArgs),
     /// Read the events feed (the outbox) by cursor.
     Events(EventsArgs),
+    /// Measure the coordinator against workers running the SQL themselves,
+    /// side by side on one database (see docs/benchmarks.md).
+    Bench(crate::bench::BenchArgs),
 }
 
 #[derive(Debug, Args)]
@@ -252,6 +267,22 @@ fn open_store(db: &DatabaseArgs) -> anyhow::Result<JobStore> {
     Ok(JobStore::new(store::connect(&db.database_url, &settings)?))
 }
 
+impl Cli {
+    /// The Tokio runtime the command runs on (see `--worker-threads`).
+    pub fn runtime(&self) -> std::io::Result<tokio::runtime::Runtime> {
+        if self.worker_threads <= 1 {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+        } else {
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(self.worker_threads)
+                .enable_all()
+                .build()
+        }
+    }
+}
+
 /// Runs the command line.
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
     // Operator commands print to stdout and log nothing.
@@ -318,6 +349,7 @@ async fn run_server(command: Command) -> anyhow::Result<()> {
         }
         Command::FakeProvider(args) => args.run(server::shutdown_signal()).await,
         Command::RefundWorker(args) => args.run().await,
+        Command::Bench(args) => crate::bench::run(args).await,
         Command::Demo(args) => {
             if crate::demo::run(args).await? {
                 Ok(())

@@ -12,10 +12,12 @@
 //! - [`metrics`]: Prometheus metrics and their HTTP endpoint.
 //! - [`admin_cli`]: the operator commands (`jobfence jobs …`, `jobfence stats`).
 //!
-//! Beside them, [`provider`] is a fake payment provider (Stripe-style refunds
+//! Beside them, [`bench`] measures the coordinator against workers running
+//! the SQL themselves, and [`provider`] is a fake payment provider (Stripe-style refunds
 //! with fault injection) that the demo and the tests run against.
 
 pub mod admin_cli;
+pub mod bench;
 pub mod cli;
 pub mod coordinator;
 pub mod demo;

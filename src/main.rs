@@ -1,9 +1,16 @@
 use clap::Parser;
 use std::process::ExitCode;
 
-#[tokio::main]
-async fn main() -> ExitCode {
-    match jobfence::cli::run(jobfence::cli::Cli::parse()).await {
+fn main() -> ExitCode {
+    let cli = jobfence::cli::Cli::parse();
+    let runtime = match cli.runtime() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("jobfence: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(jobfence::cli::run(cli)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             // The error and its causes on one line; no backtrace for what

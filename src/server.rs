@@ -18,8 +18,8 @@ use std::future::Future;
 use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::{oneshot, watch};
-use tokio_stream::wrappers::TcpListenerStream;
 use tonic::server::NamedService;
+use tonic::transport::server::TcpIncoming;
 use tonic::transport::Server;
 use tonic_health::server::HealthReporter;
 use tonic_health::ServingStatus;
@@ -340,9 +340,15 @@ pub async fn serve_with(
         .add_service(JobCoordinatorServer::new(JobCoordinatorService::new(
             coordinator,
         )))
-        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), async {
-            let _ = stopped.await;
-        });
+        // TCP_NODELAY: a gRPC answer is several small writes (headers,
+        // message, trailers); with Nagle on, the last one can wait for the
+        // client's delayed ACK (40 ms on Linux).
+        .serve_with_incoming_shutdown(
+            TcpIncoming::from(listener).with_nodelay(Some(true)),
+            async {
+                let _ = stopped.await;
+            },
+        );
     tokio::pin!(server);
     tokio::select! {
         done = &mut server => done?,

@@ -187,7 +187,8 @@ fn coordinator_args(
     args
 }
 
-async fn wait_coordinator(addr: &str) -> Result<()> {
+/// Waits (up to 30 s) until the coordinator at `addr` reports SERVING.
+pub async fn wait_coordinator(addr: &str) -> Result<()> {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         if let Ok(ch) = tonic::transport::Channel::from_shared(format!("http://{addr}"))?

@@ -58,6 +58,11 @@ impl Proc {
         kill(Pid::from_raw(pid as i32), sig).with_context(|| format!("{sig} to {}", self.name))
     }
 
+    /// The process id, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.id()
+    }
+
     /// Freezes the process (it keeps its sockets and in-flight work).
     pub fn pause(&self) -> Result<()> {
         self.signal(Signal::SIGSTOP)

@@ -1,0 +1,245 @@
+//! The baseline: workers running the article's lifecycle themselves, on
+//! jobfence's schema, with no coordinator. A claim transaction (`SELECT …
+//! FOR UPDATE SKIP LOCKED` on the claim index, then `attempt + 1`), then
+//! the fenced complete transaction with its event: what a team would write
+//! without jobfence. And the same with many jobs per transaction: the
+//! batched ceiling of this database on this machine.
+
+use super::{Latencies, PhaseRun};
+use anyhow::{ensure, Context, Result};
+use sqlx::mysql::MySqlPool;
+use sqlx::Row;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+const CLAIM_ONE: &str = "SELECT id, attempt FROM jobs FORCE INDEX (ix_jobs_claim_ready) \
+     WHERE queue = ? AND state = 'ready' AND run_at <= UTC_TIMESTAMP(6) \
+     ORDER BY run_at LIMIT ? FOR UPDATE SKIP LOCKED";
+
+const HAND_OUT: &str = "UPDATE jobs SET attempt = attempt + 1, state = 'running', \
+     lease_until = DATE_ADD(UTC_TIMESTAMP(6), INTERVAL 30 SECOND), lease_owner = ?, \
+     dispatch_count = dispatch_count + 1, \
+     first_dispatched_at = COALESCE(first_dispatched_at, UTC_TIMESTAMP(6)), \
+     updated_at = UTC_TIMESTAMP(6) \
+     WHERE id = ? AND state = 'ready' AND attempt = ?";
+
+const COMPLETE: &str = "UPDATE jobs SET state = 'succeeded', provider_reference = ?, \
+     lease_until = NULL, updated_at = UTC_TIMESTAMP(6), finished_at = UTC_TIMESTAMP(6) \
+     WHERE id = ? AND state = 'running' AND attempt = ?";
+
+const EVENT: &str = "INSERT INTO job_events (job_id, queue, attempt, kind, from_state, \
+     to_state, current_attempt, detail, created_at) \
+     VALUES (?, ?, ?, 'completed', 'running', 'succeeded', ?, ?, UTC_TIMESTAMP(6))";
+
+/// `workers` connections each claim one job and complete it, until the
+/// queue is empty.
+pub async fn lifecycle(pool: &MySqlPool, queue: &str, workers: usize) -> Result<PhaseRun> {
+    let done = Arc::new(AtomicU64::new(0));
+    let started = Instant::now();
+    let mut tasks = tokio::task::JoinSet::new();
+    for w in 0..workers {
+        let (pool, done, queue) = (pool.clone(), done.clone(), queue.to_owned());
+        tasks.spawn(async move {
+            let mut lat = Latencies::default();
+            let owner = format!("direct-{w}");
+            loop {
+                let t = Instant::now();
+                let mut tx = pool.begin().await?;
+                let Some(row) = sqlx::query(CLAIM_ONE)
+                    .bind(&queue)
+                    .bind(1u32)
+                    .fetch_optional(&mut *tx)
+                    .await?
+                else {
+                    tx.rollback().await?;
+                    return Ok::<_, anyhow::Error>(lat);
+                };
+                let (id, attempt): (u64, u64) = (row.get("id"), row.get("attempt"));
+                let claimed = sqlx::query(HAND_OUT)
+                    .bind(&owner)
+                    .bind(id)
+                    .bind(attempt)
+                    .execute(&mut *tx)
+                    .await?;
+                ensure!(
+                    claimed.rows_affected() == 1,
+                    "job {id} changed under its lock"
+                );
+                tx.commit().await?;
+                lat.claim.push(t.elapsed());
+
+                let t = Instant::now();
+                let mut tx = pool.begin().await?;
+                let completed = sqlx::query(COMPLETE)
+                    .bind("re_bench")
+                    .bind(id)
+                    .bind(attempt + 1)
+                    .execute(&mut *tx)
+                    .await?;
+                ensure!(
+                    completed.rows_affected() == 1,
+                    "complete of job {id} not applied"
+                );
+                sqlx::query(EVENT)
+                    .bind(id)
+                    .bind(&queue)
+                    .bind(attempt + 1)
+                    .bind(attempt + 1)
+                    .bind("re_bench")
+                    .execute(&mut *tx)
+                    .await?;
+                tx.commit().await?;
+                lat.complete.push(t.elapsed());
+                done.fetch_add(1, Ordering::Relaxed);
+            }
+        });
+    }
+    let latencies = join(tasks).await?;
+    Ok(PhaseRun {
+        jobs: done.load(Ordering::Relaxed),
+        elapsed: started.elapsed(),
+        latencies,
+    })
+}
+
+/// The batched ceiling: `connections` connections each claim `batch` jobs
+/// in one transaction and complete them in another (one fenced UPDATE per
+/// job, one multi-row event insert), until the queue is empty.
+pub async fn batched(
+    pool: &MySqlPool,
+    queue: &str,
+    connections: usize,
+    batch: u32,
+) -> Result<PhaseRun> {
+    let done = Arc::new(AtomicU64::new(0));
+    let started = Instant::now();
+    let mut tasks = tokio::task::JoinSet::new();
+    for w in 0..connections {
+        let (pool, done, queue) = (pool.clone(), done.clone(), queue.to_owned());
+        tasks.spawn(async move {
+            let mut lat = Latencies::default();
+            let owner = format!("batched-{w}");
+            loop {
+                let t = Instant::now();
+                let mut tx = pool.begin().await?;
+                let rows = sqlx::query(CLAIM_ONE)
+                    .bind(&queue)
+                    .bind(batch)
+                    .fetch_all(&mut *tx)
+                    .await?;
+                if rows.is_empty() {
+                    tx.rollback().await?;
+                    return Ok::<_, anyhow::Error>(lat);
+                }
+                let jobs: Vec<(u64, u64)> = rows
+                    .iter()
+                    .map(|r| (r.get("id"), r.get::<u64, _>("attempt") + 1))
+                    .collect();
+                let ids = placeholders(jobs.len());
+                let sql = format!(
+                    "UPDATE jobs SET attempt = attempt + 1, state = 'running', \
+                     lease_until = DATE_ADD(UTC_TIMESTAMP(6), INTERVAL 30 SECOND), lease_owner = ?, \
+                     dispatch_count = dispatch_count + 1, \
+                     first_dispatched_at = COALESCE(first_dispatched_at, UTC_TIMESTAMP(6)), \
+                     updated_at = UTC_TIMESTAMP(6) WHERE state = 'ready' AND id IN ({ids})"
+                );
+                let mut q = sqlx::query(&sql).bind(&owner);
+                for (id, _) in &jobs {
+                    q = q.bind(id);
+                }
+                let claimed = q.execute(&mut *tx).await?;
+                ensure!(claimed.rows_affected() == jobs.len() as u64, "claimed rows changed");
+                tx.commit().await?;
+                lat.claim.push(t.elapsed());
+
+                let t = Instant::now();
+                let mut tx = pool.begin().await?;
+                for (id, attempt) in &jobs {
+                    let completed = sqlx::query(COMPLETE)
+                        .bind("re_bench")
+                        .bind(id)
+                        .bind(attempt)
+                        .execute(&mut *tx)
+                        .await?;
+                    ensure!(completed.rows_affected() == 1, "complete of job {id} not applied");
+                }
+                let values = vec!["(?, ?, ?, 'completed', 'running', 'succeeded', ?, ?, UTC_TIMESTAMP(6))"; jobs.len()].join(", ");
+                let sql = format!(
+                    "INSERT INTO job_events (job_id, queue, attempt, kind, from_state, \
+                     to_state, current_attempt, detail, created_at) VALUES {values}"
+                );
+                let mut q = sqlx::query(&sql);
+                for (id, attempt) in &jobs {
+                    q = q.bind(id).bind(&queue).bind(attempt).bind(attempt).bind("re_bench");
+                }
+                q.execute(&mut *tx).await?;
+                tx.commit().await?;
+                lat.complete.push(t.elapsed());
+                done.fetch_add(jobs.len() as u64, Ordering::Relaxed);
+            }
+        });
+    }
+    let latencies = join(tasks).await?;
+    Ok(PhaseRun {
+        jobs: done.load(Ordering::Relaxed),
+        elapsed: started.elapsed(),
+        latencies,
+    })
+}
+
+/// Single-row autocommit inserts by `callers` connections: what Enqueue
+/// costs without a coordinator.
+pub async fn inserts(pool: &MySqlPool, queue: &str, jobs: u64, callers: usize) -> Result<PhaseRun> {
+    let next = Arc::new(AtomicU64::new(0));
+    let started = Instant::now();
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..callers {
+        let (pool, next, queue) = (pool.clone(), next.clone(), queue.to_owned());
+        tasks.spawn(async move {
+            let mut lat = Latencies::default();
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= jobs {
+                    return Ok::<_, anyhow::Error>(lat);
+                }
+                let t = Instant::now();
+                sqlx::query(
+                    "INSERT INTO jobs (queue, operation_key, request_digest, payload, state, \
+                     attempt, next_action, run_at, dispatch_count, created_at, updated_at) \
+                     VALUES (?, ?, UNHEX(SHA2(?, 256)), ?, 'ready', 0, 'execute', \
+                     UTC_TIMESTAMP(6), 0, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6))",
+                )
+                .bind(&queue)
+                .bind(format!("direct-{i}"))
+                .bind("{}")
+                .bind("{}")
+                .execute(&pool)
+                .await
+                .context("insert")?;
+                lat.claim.push(t.elapsed());
+            }
+        });
+    }
+    let latencies = join(tasks).await?;
+    Ok(PhaseRun {
+        jobs,
+        elapsed: started.elapsed(),
+        latencies,
+    })
+}
+
+fn placeholders(n: usize) -> String {
+    vec!["?"; n].join(", ")
+}
+
+/// Waits for every task; their latencies merged.
+pub(super) async fn join(mut tasks: tokio::task::JoinSet<Result<Latencies>>) -> Result<Latencies> {
+    let mut all = Latencies::default();
+    while let Some(done) = tasks.join_next().await {
+        let lat = done.context("a benchmark task panicked")??;
+        all.claim.extend(lat.claim);
+        all.complete.extend(lat.complete);
+    }
+    Ok(all)
+}
