@@ -118,7 +118,7 @@ pub struct ServeArgs {
     pub batch_max: usize,
     /// Most batches of each kind (write, claim, enqueue) running at once;
     /// each holds one database connection.
-    #[arg(long, env = "JOBFENCE_BATCH_CONCURRENCY", default_value_t = 4)]
+    #[arg(long, env = "JOBFENCE_BATCH_CONCURRENCY", default_value_t = 2)]
     pub batch_concurrency: usize,
     /// Most calls of each kind waiting for a batch; past it a call is
     /// refused at once with RESOURCE_EXHAUSTED / OVERLOADED.

@@ -243,3 +243,17 @@ pub(super) async fn join(mut tasks: tokio::task::JoinSet<Result<Latencies>>) -> 
     }
     Ok(all)
 }
+
+/// Median time of `SELECT 1` over `n` calls on one connection: the cost of
+/// a database round trip.
+pub async fn db_round_trip(pool: &MySqlPool, n: usize) -> Result<std::time::Duration> {
+    let mut conn = pool.acquire().await?;
+    let mut times = Vec::with_capacity(n);
+    for _ in 0..n {
+        let t = Instant::now();
+        sqlx::query("SELECT 1").execute(&mut *conn).await?;
+        times.push(t.elapsed());
+    }
+    times.sort_unstable();
+    Ok(times[n / 2])
+}

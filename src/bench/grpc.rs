@@ -11,7 +11,7 @@ use crate::proto::{
 use anyhow::{bail, ensure, Context, Result};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 use tonic::transport::Channel;
 
 async fn connect(addr: &str) -> Result<JobCoordinatorClient<Channel>> {
@@ -171,4 +171,25 @@ pub async fn warm_up(addr: &str) -> Result<()> {
     // JOB_NOT_FOUND is the expected answer; it still runs a query.
     let _ = client.get_job(GetJobRequest { job_id: u64::MAX }).await;
     Ok(())
+}
+
+/// Median time of a call that does no database work (the standard health
+/// check), over `n` calls on one connection: the cost of the network hop.
+pub async fn health_round_trip(addr: &str, n: usize) -> Result<Duration> {
+    let channel = Channel::from_shared(format!("http://{addr}"))?
+        .connect()
+        .await?;
+    let mut health = tonic_health::pb::health_client::HealthClient::new(channel);
+    let mut times = Vec::with_capacity(n);
+    for _ in 0..n {
+        let t = Instant::now();
+        health
+            .check(tonic_health::pb::HealthCheckRequest {
+                service: String::new(),
+            })
+            .await?;
+        times.push(t.elapsed());
+    }
+    times.sort_unstable();
+    Ok(times[n / 2])
 }

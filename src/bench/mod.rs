@@ -136,8 +136,8 @@ pub async fn run(args: BenchArgs) -> Result<()> {
     let db_pid = db_server_pid(&pool).await;
 
     std::fs::create_dir_all(&args.log_dir)?;
-    let port = free_port()?;
-    let addr = format!("127.0.0.1:{port}");
+    let addr = format!("127.0.0.1:{}", free_port()?);
+    let metrics_addr = format!("127.0.0.1:{}", free_port()?);
     let bin = match &args.coordinator_bin {
         Some(b) => b.clone(),
         None => std::env::current_exe()?,
@@ -150,6 +150,8 @@ pub async fn run(args: BenchArgs) -> Result<()> {
         addr.clone(),
         "--db-max-connections".into(),
         "32".into(),
+        "--metrics-listen".into(),
+        metrics_addr.clone(),
     ];
     serve_args.extend(args.serve_flags.iter().cloned());
     let mut coordinator = Proc::spawn(
@@ -162,11 +164,14 @@ pub async fn run(args: BenchArgs) -> Result<()> {
     crate::demo::wait_coordinator(&addr).await?;
     grpc::warm_up(&addr).await?;
     let coordinator_pid = coordinator.pid().context("the coordinator exited")?;
+    let grpc_rtt = grpc::health_round_trip(&addr, 500).await?;
+    let db_rtt = direct::db_round_trip(&pool, 500).await?;
 
     let mut bench = Bench {
         pool: pool.clone(),
         coordinator_pid,
         db_pid,
+        metrics_url: Some(format!("http://{metrics_addr}/metrics")),
         measured: Vec::new(),
     };
     let result = bench.all(&args, &addr).await;
@@ -185,6 +190,7 @@ pub async fn run(args: BenchArgs) -> Result<()> {
         args: &args,
         measured: bench.measured,
         elapsed,
+        round_trips: (grpc_rtt, db_rtt),
     };
     println!();
     print!("{}", report.text());
@@ -200,6 +206,8 @@ struct Bench {
     pool: MySqlPool,
     coordinator_pid: u32,
     db_pid: Option<u32>,
+    /// The coordinator's `/metrics`.
+    metrics_url: Option<String>,
     measured: Vec<Measured>,
 }
 
@@ -357,14 +365,26 @@ impl Bench {
     {
         let coord = self.coordinator_pid;
         procstat::reset_peak_rss(coord);
+        let status = db_status(&self.pool).await?;
+        let batches = self.batches().await;
+        let own = std::process::id();
+        let own_cpu = procstat::cpu_time(own);
         let coord_cpu = procstat::cpu_time(coord);
         let db_cpu = self.db_pid.and_then(procstat::cpu_time);
         let run = run().await?;
-        let coord_cpu = match (coord_cpu, procstat::cpu_time(coord)) {
+        let db_cpu_after = self.db_pid.and_then(procstat::cpu_time);
+        let coord_cpu_after = procstat::cpu_time(coord);
+        let own_cpu = match (own_cpu, procstat::cpu_time(own)) {
+            (Some(a), Some(b)) => Some(b.saturating_sub(a)),
+            _ => None,
+        };
+        let status = db_status(&self.pool).await?.since(&status);
+        let batches = self.batches().await.since(&batches);
+        let coord_cpu = match (coord_cpu, coord_cpu_after) {
             (Some(a), Some(b)) if phase.uses_coordinator() => Some(b.saturating_sub(a)),
             _ => None,
         };
-        let db_cpu = match (db_cpu, self.db_pid.and_then(procstat::cpu_time)) {
+        let db_cpu = match (db_cpu, db_cpu_after) {
             (Some(a), Some(b)) => Some(b.saturating_sub(a)),
             _ => None,
         };
@@ -377,9 +397,141 @@ impl Bench {
                 .flatten(),
             coord_cpu,
             db_cpu,
+            load_cpu: own_cpu,
+            status,
+            batches: phase.uses_coordinator().then_some(batches),
             run,
         })
     }
+
+    /// The coordinator's batch-size histogram sums and counts, per
+    /// pipeline, scraped from its `/metrics`.
+    async fn batches(&self) -> BatchCounts {
+        let Some(url) = &self.metrics_url else {
+            return BatchCounts::default();
+        };
+        let Ok(text) = async { reqwest::get(url).await?.text().await }.await else {
+            return BatchCounts::default();
+        };
+        let mut out = BatchCounts::default();
+        for line in text.lines() {
+            for (i, pipeline) in BatchCounts::PIPELINES.iter().enumerate() {
+                let label = format!("{{pipeline=\"{pipeline}\"}}");
+                let value = |name: &str| {
+                    line.strip_prefix(&format!("jobfence_batch_size_{name}{label} "))
+                        .and_then(|v| v.trim().parse::<f64>().ok())
+                };
+                if let Some(v) = value("sum") {
+                    out.calls[i] = v;
+                }
+                if let Some(v) = value("count") {
+                    out.batches[i] = v;
+                }
+            }
+            // Server-side time of the worker RPCs, whatever their code.
+            for (i, method) in ["Claim", "Complete"].iter().enumerate() {
+                if !line.contains(&format!("method=\"{method}\"")) {
+                    continue;
+                }
+                let v = || {
+                    line.rsplit_once(' ')
+                        .and_then(|(_, v)| v.parse::<f64>().ok())
+                };
+                if line.starts_with("jobfence_rpc_duration_seconds_sum{") {
+                    out.rpc_seconds[i] += v().unwrap_or(0.0);
+                } else if line.starts_with("jobfence_rpc_duration_seconds_count{") {
+                    out.rpc_calls[i] += v().unwrap_or(0.0);
+                }
+            }
+        }
+        out
+    }
+}
+
+/// Calls and transactions of the coordinator's batching pipelines.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct BatchCounts {
+    /// Calls, per pipeline (see [`BatchCounts::PIPELINES`]).
+    pub calls: [f64; 3],
+    /// Batches (transactions), per pipeline.
+    pub batches: [f64; 3],
+    /// Seconds the server spent answering Claim and Complete.
+    pub rpc_seconds: [f64; 2],
+    /// Claim and Complete calls answered.
+    pub rpc_calls: [f64; 2],
+}
+
+impl BatchCounts {
+    pub const PIPELINES: [&'static str; 3] = ["claim", "write", "enqueue"];
+
+    fn since(&self, before: &BatchCounts) -> BatchCounts {
+        let mut out = *self;
+        for i in 0..3 {
+            out.calls[i] -= before.calls[i];
+            out.batches[i] -= before.batches[i];
+        }
+        for i in 0..2 {
+            out.rpc_seconds[i] -= before.rpc_seconds[i];
+            out.rpc_calls[i] -= before.rpc_calls[i];
+        }
+        out
+    }
+
+    /// Mean server-side time of Claim (0) or Complete (1), if called.
+    pub fn server_mean(&self, i: usize) -> Option<Duration> {
+        (self.rpc_calls[i] > 0.0)
+            .then(|| Duration::from_secs_f64(self.rpc_seconds[i] / self.rpc_calls[i]))
+    }
+
+    /// Mean calls per batch of a pipeline, if it ran.
+    pub fn mean(&self, pipeline: &str) -> Option<f64> {
+        let i = Self::PIPELINES.iter().position(|p| *p == pipeline)?;
+        (self.batches[i] > 0.0).then(|| self.calls[i] / self.batches[i])
+    }
+}
+
+/// Server counters of the database (statements, redo log fsyncs).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct DbStatus {
+    /// Statements clients sent (`Questions`).
+    pub statements: u64,
+    /// Data and redo log fsyncs (`Innodb_data_fsyncs`).
+    pub fsyncs: u64,
+}
+
+impl DbStatus {
+    fn since(&self, before: &DbStatus) -> DbStatus {
+        DbStatus {
+            statements: self.statements.saturating_sub(before.statements),
+            fsyncs: self.fsyncs.saturating_sub(before.fsyncs),
+        }
+    }
+}
+
+async fn db_status(pool: &MySqlPool) -> Result<DbStatus> {
+    let rows = sqlx::query(
+        "SHOW GLOBAL STATUS WHERE Variable_name IN ('Questions', 'Innodb_data_fsyncs')",
+    )
+    .fetch_all(pool)
+    .await?;
+    let mut out = DbStatus::default();
+    for row in rows {
+        let name: String = row.try_get::<String, _>(0).or_else(|_| {
+            row.try_get::<Vec<u8>, _>(0)
+                .map(|b| String::from_utf8_lossy(&b).into_owned())
+        })?;
+        let value: String = row.try_get::<String, _>(1).or_else(|_| {
+            row.try_get::<Vec<u8>, _>(1)
+                .map(|b| String::from_utf8_lossy(&b).into_owned())
+        })?;
+        let value: u64 = value.parse().unwrap_or(0);
+        match name.as_str() {
+            "Questions" => out.statements = value,
+            "Innodb_data_fsyncs" => out.fsyncs = value,
+            _ => {}
+        }
+    }
+    Ok(out)
 }
 
 /// The queue every phase uses.

@@ -1,7 +1,7 @@
 //! The benchmark's table, its ratios and the targets of the performance
 //! work, as text for the terminal and as Markdown for `docs/benchmarks.md`.
 
-use super::{BenchArgs, PhaseRun};
+use super::{BatchCounts, BenchArgs, DbStatus, PhaseRun};
 use std::fmt::Write;
 use std::time::Duration;
 
@@ -76,6 +76,12 @@ pub struct Measured {
     pub coord_cpu: Option<Duration>,
     pub coord_rss: Option<u64>,
     pub db_cpu: Option<Duration>,
+    /// This process (the workers, or the load generator) over the phase.
+    pub load_cpu: Option<Duration>,
+    /// What the database server counted during the phase.
+    pub status: DbStatus,
+    /// The coordinator's batches during the phase.
+    pub batches: Option<BatchCounts>,
     pub run: PhaseRun,
 }
 
@@ -115,6 +121,9 @@ pub struct Report<'a> {
     pub args: &'a BenchArgs,
     pub measured: Vec<Measured>,
     pub elapsed: Duration,
+    /// Median round trips on loopback: a gRPC call that does no database
+    /// work, and `SELECT 1`.
+    pub round_trips: (Duration, Duration),
 }
 
 /// One row of the table, as strings.
@@ -122,16 +131,21 @@ struct Row {
     cells: Vec<String>,
 }
 
-const HEADER: [&str; 12] = [
+const HEADER: [&str; 17] = [
     "phase",
     "N",
     "jobs",
     "jobs/s",
     "claim p50/p99 ms",
     "complete p50/p99 ms",
+    "server mean ms claim/complete",
     "coord CPU µs/job",
     "coord peak RSS MiB",
     "DB CPU µs/job",
+    "workers' CPU µs/job",
+    "DB stmts/job",
+    "fsyncs/job",
+    "calls/txn claim·write·enq",
     "× direct",
     "× ceiling",
     "seconds",
@@ -190,9 +204,25 @@ impl Report<'_> {
                             ms(percentile(&lat.complete, 0.5)),
                             ms(percentile(&lat.complete, 0.99))
                         ),
+                        m.batches.map_or("–".into(), |b| {
+                            format!("{} / {}", ms(b.server_mean(0)), ms(b.server_mean(1)))
+                        }),
                         opt(m.per_job_us(m.coord_cpu), 0),
                         opt(m.coord_rss.map(|b| b as f64 / 1048576.0), 1),
                         opt(m.per_job_us(m.db_cpu), 0),
+                        opt(m.per_job_us(m.load_cpu), 0),
+                        format!(
+                            "{:.1}",
+                            m.status.statements as f64 / m.run.jobs.max(1) as f64
+                        ),
+                        format!("{:.2}", m.status.fsyncs as f64 / m.run.jobs.max(1) as f64),
+                        m.batches.map_or("–".into(), |b| {
+                            BatchCounts::PIPELINES
+                                .iter()
+                                .map(|p| opt(b.mean(p), 1))
+                                .collect::<Vec<_>>()
+                                .join(" · ")
+                        }),
                         opt(direct.map(|d| m.rate() / d), 2),
                         opt(
                             ceiling
@@ -348,6 +378,13 @@ impl Report<'_> {
              `--db-max-connections 32`; the load generator runs in the benchmark's process, one \
              HTTP/2 connection per worker, on loopback"
         );
+        let _ = writeln!(
+            out,
+            "- round trips on loopback (median of 500): a gRPC call that does no database work \
+             {:.0} µs; `SELECT 1` {:.0} µs",
+            self.round_trips.0.as_secs_f64() * 1e6,
+            self.round_trips.1.as_secs_f64() * 1e6
+        );
         let _ = writeln!(out, "- whole run: {:.0} s\n", self.elapsed.as_secs_f64());
         let _ = writeln!(out, "| {} |", HEADER.join(" | "));
         let _ = writeln!(out, "|{}|", vec!["---"; HEADER.len()].join("|"));
@@ -357,8 +394,14 @@ impl Report<'_> {
         let _ = writeln!(
             out,
             "\nColumns: *N* is workers (enqueue: callers); latencies are per call as the caller saw \
-             it (for enqueue phases the call); CPU is per job over the phase (coordinator process; \
-             database server process when it runs on this machine); *× direct* compares with the \
+             it (for enqueue phases the call), and *server mean* as the coordinator measured \
+             it (from its `jobfence_rpc_duration_seconds`); CPU is per job over the phase (coordinator process; \
+             database server process when it runs on this machine; *workers' CPU* is the \
+             benchmark's own process, which runs the direct workers' SQL or the gRPC load \
+             generator); *DB stmts/job* and \
+             *fsyncs/job* are the server's `Questions` and `Innodb_data_fsyncs` over the \
+             phase per job; *calls/txn* is the mean number of calls per transaction of the \
+             coordinator's claim, write and enqueue pipelines; *× direct* compares with the \
              direct lifecycle at the same N (enqueue phases: with direct single-row inserts); \
              *× ceiling* with the batched direct ceiling.\n"
         );

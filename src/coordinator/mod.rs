@@ -62,7 +62,7 @@ impl Default for CoordinatorConfig {
             policies: QueuePolicies::default(),
             batching: BatchSettings {
                 max_batch: 64,
-                concurrency: 4,
+                concurrency: 2,
                 queue_capacity: 4096,
             },
             long_poll: LongPollSettings::default(),
