@@ -13,6 +13,7 @@
 
 use super::batch::{self, with_job_columns, Change};
 use super::events::{self, kind, NewEvent};
+use super::literal;
 use super::reads::{self, LockedJob};
 use super::{commit, convert_sqlx_err, retry_conflicts, JobStore};
 use crate::domain::policy::claim_action;
@@ -28,6 +29,36 @@ static SCAN_EXPIRED: LazyLock<String> =
     LazyLock::new(|| with_job_columns(include_str!("queries/jobs/scan_expired.sql")));
 static SCAN_READY: LazyLock<String> =
     LazyLock::new(|| with_job_columns(include_str!("queries/jobs/scan_ready.sql")));
+
+/// Both claim scans, as one text query (one round trip): running jobs
+/// whose lease expired, then due ready jobs, each up to `limit` rows and
+/// locked with SKIP LOCKED. Rows of the first scan come first. When the
+/// first finds some, the second may lock a few more ready rows than are
+/// handed out; they are released at the claim's commit.
+async fn scan_both(
+    conn: &mut MySqlConnection,
+    queue: &str,
+    limit: u32,
+) -> Result<(Vec<LockedJob>, Vec<LockedJob>), CoordinatorError> {
+    use tokio_stream::StreamExt;
+    let q = literal::queue(queue)?;
+    let fill = |sql: &str| {
+        sql.replace("{queue}", &q)
+            .replace("{limit}", &limit.to_string())
+    };
+    let text = format!("{}; {}", fill(&SCAN_EXPIRED), fill(&SCAN_READY));
+    let mut results = sqlx::raw_sql(&text).fetch_many(conn);
+    let (mut expired, mut ready) = (Vec::new(), Vec::new());
+    let mut first = true;
+    while let Some(item) = results.next().await {
+        match item.map_err(convert_sqlx_err)? {
+            sqlx::Either::Left(_) => first = false,
+            sqlx::Either::Right(row) if first => expired.push(batch::locked_job(&row)?),
+            sqlx::Either::Right(row) => ready.push(batch::locked_job(&row)?),
+        }
+    }
+    Ok((expired, ready))
+}
 
 /// Most jobs one claim transaction takes; the coordinator splits larger
 /// coalesced claims.
@@ -100,11 +131,9 @@ impl JobStore {
     ) -> Result<ClaimBatch, CoordinatorError> {
         let wanted: u32 = slots.iter().map(|s| s.max_jobs).sum();
         let mut tx = self.begin_batch().await?;
-        let mut candidates = scan(&mut tx, &SCAN_EXPIRED, queue, wanted).await?;
-        let room = wanted.saturating_sub(candidates.len() as u32);
-        if room > 0 {
-            candidates.extend(scan(&mut tx, &SCAN_READY, queue, room).await?);
-        }
+        let (mut candidates, ready) = scan_both(&mut tx, queue, wanted).await?;
+        let room = (wanted as usize).saturating_sub(candidates.len());
+        candidates.extend(ready.into_iter().take(room));
         self.pause("claim.after_scan").await;
         let short = (candidates.len() as u32) < wanted;
         let next_due = if short && want_next_due {
@@ -143,7 +172,7 @@ impl JobStore {
             handed.push(mine);
         }
         let all: Vec<&(&LockedJob, Job)> = handed.iter().flatten().collect();
-        write_hand_outs(&mut tx, &all, now).await?;
+        let claimed = write_hand_outs(&mut tx, &all, now).await?;
         let with_observations: Vec<u64> = all
             .iter()
             .filter(|(c, _)| c.has_observations)
@@ -151,7 +180,8 @@ impl JobStore {
             .collect();
         let mut observations = reads::observations(&mut tx, &with_observations).await?;
         self.pause("claim.before_commit").await;
-        tx.commit().await?;
+        events::append_and_commit(tx, &claimed).await?;
+        drop(claimed);
         Ok(ClaimBatch {
             jobs: handed
                 .into_iter()
@@ -219,7 +249,10 @@ impl JobStore {
             &req.worker_id,
             now,
         );
-        write_hand_outs(&mut tx, &[&(&locked, after.clone())], now).await?;
+        let handed = (&locked, after.clone());
+        let taken = write_hand_outs(&mut tx, &[&handed], now).await?;
+        events::append_all(&mut tx, &taken).await?;
+        drop(taken);
         let mut observations = if locked.has_observations {
             reads::observations(&mut tx, &[job.id]).await?
         } else {
@@ -232,22 +265,6 @@ impl JobStore {
             takeover: true,
         })
     }
-}
-
-/// Reads up to `limit` candidates with one of the claim scans.
-async fn scan(
-    conn: &mut MySqlConnection,
-    sql: &str,
-    queue: &str,
-    limit: u32,
-) -> Result<Vec<LockedJob>, CoordinatorError> {
-    let found = sqlx::query(sql)
-        .bind(queue)
-        .bind(limit)
-        .fetch_all(conn)
-        .await
-        .map_err(convert_sqlx_err)?;
-    found.iter().map(batch::locked_job).collect()
 }
 
 /// How long until the next job of `queue` becomes claimable (see
@@ -272,12 +289,13 @@ async fn next_due(
 }
 
 /// Writes the new attempts of locked rows (fenced on the state and attempt
-/// read under the lock) and their `claimed` / `taken_over` events.
-async fn write_hand_outs(
+/// read under the lock), and returns their `claimed` / `taken_over` events
+/// (appended by the caller, with its COMMIT).
+async fn write_hand_outs<'a>(
     conn: &mut MySqlConnection,
-    handed: &[&(&LockedJob, Job)],
+    handed: &[&'a (&LockedJob, Job)],
     now: DbTime,
-) -> Result<(), CoordinatorError> {
+) -> Result<Vec<NewEvent<'a>>, CoordinatorError> {
     let changes: Vec<Change> = handed
         .iter()
         .map(|(before, after)| Change {
@@ -286,7 +304,7 @@ async fn write_hand_outs(
         })
         .collect();
     batch::write_images(&mut *conn, &changes).await?;
-    let events: Vec<NewEvent> = handed
+    Ok(handed
         .iter()
         .map(|(before, after)| {
             let takeover = before.job.state == JobState::Running;
@@ -307,6 +325,5 @@ async fn write_hand_outs(
                 created_at: now,
             }
         })
-        .collect();
-    events::append_all(conn, &events).await
+        .collect())
 }

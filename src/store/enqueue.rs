@@ -164,9 +164,8 @@ impl JobStore {
                 created_at: job.created_at,
             })
             .collect();
-        events::append_all(&mut tx, &enqueued).await?;
+        events::append_and_commit(tx, &enqueued).await?;
         drop(enqueued);
-        tx.commit().await?;
         for (i, (job, digest)) in inserted {
             out.insert(i, (job, true, digest));
         }

@@ -3,6 +3,8 @@
 //! digest of the request, which is how an exact replay is recognised.
 
 use super::batch::{db_time, expand, hex, json};
+use super::literal;
+use super::tx::Tx;
 use super::{convert_sqlx_err, rows};
 use crate::domain::{CoordinatorError, DbTime, Job, JobState};
 use serde::Serialize;
@@ -104,6 +106,45 @@ pub(crate) async fn append_all(
     };
     query.map_err(convert_sqlx_err)?;
     Ok(())
+}
+
+/// Appends `events` and commits, in one round trip for a small batch
+/// (see [`Tx::commit_after`]); a large one is appended as one JSON array,
+/// then committed. Errors as for [`Tx::commit`].
+pub(crate) async fn append_and_commit(
+    mut tx: Tx,
+    events: &[NewEvent<'_>],
+) -> Result<(), CoordinatorError> {
+    if events.is_empty() {
+        return tx.commit().await;
+    }
+    if events.len() > VALUES_ROWS {
+        append_all(&mut tx, events).await?;
+        return tx.commit().await;
+    }
+    let mut rows = String::new();
+    for (i, e) in events.iter().enumerate() {
+        if i > 0 {
+            rows.push_str(", ");
+        }
+        literal::tuple(
+            &mut rows,
+            &[
+                &e.job_id,
+                &e.queue,
+                &e.attempt,
+                &e.kind,
+                &e.from_state.map(JobState::as_str),
+                &e.to_state.map(JobState::as_str),
+                &e.current_attempt,
+                &e.request_digest.as_ref().map(|d| &d[..]),
+                &e.detail.as_deref(),
+                &e.created_at,
+            ],
+        );
+    }
+    let insert = include_str!("queries/batch/insert_events.sql").replace("{rows}", &rows);
+    tx.commit_after(&insert).await
 }
 
 /// Appends one event in the caller's transaction.

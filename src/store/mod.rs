@@ -26,6 +26,7 @@ mod enqueue;
 mod errors;
 mod events;
 mod events_feed;
+mod literal;
 mod observations;
 pub mod pause;
 mod reads;
@@ -103,6 +104,11 @@ fn pool_options(
     MySqlPoolOptions::new()
         .max_connections(max_connections)
         .acquire_timeout(acquire_timeout)
+        // No ping before every acquire: that is a round trip per
+        // transaction. A connection that died while idle fails its first
+        // statement instead, which is reported DATABASE_UNAVAILABLE (nothing
+        // applied) like any lost connection.
+        .test_before_acquire(false)
         .after_connect(move |conn, _meta| {
             let setup = setup.clone();
             Box::pin(async move {

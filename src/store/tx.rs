@@ -43,6 +43,49 @@ impl Tx {
         done.map(|_| ()).map_err(convert_commit_err)
     }
 
+    /// Runs `statement` (text, no placeholders: see `literal`) and COMMIT
+    /// in one round trip. The server refusing `statement` is its own error
+    /// (it runs nothing after it; the transaction is abandoned). A failure
+    /// of COMMIT, or of the connection at any point (COMMIT may have run),
+    /// is as for [`commit`](Self::commit).
+    pub async fn commit_after(mut self, statement: &str) -> Result<(), CoordinatorError> {
+        use tokio_stream::StreamExt;
+        let text = format!("{statement}; COMMIT");
+        let mut results = sqlx::raw_sql(&text).execute_many(&mut *self.conn);
+        match results.next().await {
+            Some(Ok(_)) => {}
+            // The server refused the statement: it ran nothing after it,
+            // so COMMIT never ran.
+            Some(Err(e @ sqlx::Error::Database(_))) => return Err(convert_sqlx_err(e)),
+            // The connection failed with COMMIT sent or on its way: the
+            // server may have run both (DESIGN.md rule 4).
+            Some(Err(e)) => return Err(CoordinatorError::CommitOutcomeUnknown(e.to_string())),
+            None => {
+                return Err(CoordinatorError::Internal(
+                    "no result for the last statement".into(),
+                ))
+            }
+        }
+        match results.next().await {
+            Some(Ok(_)) => {}
+            Some(Err(e)) => return Err(convert_commit_err(e)),
+            None => {
+                return Err(CoordinatorError::CommitOutcomeUnknown(
+                    "no answer to COMMIT".into(),
+                ))
+            }
+        }
+        // Read to the end of the stream: a multi-statement query left half
+        // read leaves the connection waiting for results, and the pool's
+        // check on release would wait forever.
+        while let Some(rest) = results.next().await {
+            rest.map_err(convert_commit_err)?;
+        }
+        drop(results);
+        self.open = false;
+        Ok(())
+    }
+
     /// Rolls back (nothing of the transaction was applied).
     pub async fn rollback(mut self) -> Result<(), CoordinatorError> {
         let done = self.conn.execute("ROLLBACK").await;

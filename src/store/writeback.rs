@@ -226,22 +226,23 @@ impl JobStore {
                 _ => None,
             })
             .collect();
-        events::append_all(&mut tx, &new_events).await?;
-        // Replays and unknown jobs write nothing; every other call has its event.
-        let writes_anything = !new_events.is_empty();
-        drop((changes, new_events));
+        drop(changes);
         self.pause("write.before_commit").await;
-
-        let commit_error = if !writes_anything {
+        // Replays and unknown jobs write nothing; every other call has its
+        // event, appended in the round trip of the COMMIT.
+        let commit_error = if new_events.is_empty() {
             tx.rollback().await?;
             None
         } else {
-            match tx.commit().await {
+            match events::append_and_commit(tx, &new_events).await {
                 Ok(()) => None,
                 Err(e @ CoordinatorError::TransactionConflict(_)) => return Err(e),
-                Err(e) => Some(e),
+                Err(e @ CoordinatorError::CommitOutcomeUnknown(_)) => Some(e),
+                // Refused before COMMIT ran: nothing applied.
+                Err(e) => return Err(e),
             }
         };
+        drop(new_events);
         Ok(plans
             .into_iter()
             .map(|p| p.answer(&locked, commit_error.as_ref()))

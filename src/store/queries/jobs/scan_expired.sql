@@ -2,6 +2,8 @@
 -- expired by the DB clock. Locks what it returns; rows another claim holds
 -- are skipped, never waited for. FORCE INDEX for the reason given in
 -- scan_ready.sql: lock only the rows taken, never the whole due set.
+-- Sent as text, in one round trip with the other claim scan: the queue and the
+-- limit are written in as literals (see store::literal).
 -- Returns the whole row (the claim's answer is built from it and the
 -- change, without reading the job again) and the DB-clock facts the claim
 -- decides on.
@@ -11,7 +13,7 @@ SELECT {job_columns},
        EXISTS (SELECT 1 FROM job_observations o WHERE o.job_id = jobs.id) AS has_observations,
        UTC_TIMESTAMP(6) AS now
 FROM jobs FORCE INDEX (ix_jobs_claim_expired)
-WHERE queue = ? AND state = 'running' AND lease_until <= UTC_TIMESTAMP(6)
+WHERE queue = {queue} AND state = 'running' AND lease_until <= UTC_TIMESTAMP(6)
 ORDER BY lease_until
-LIMIT ?
+LIMIT {limit}
 FOR UPDATE SKIP LOCKED
