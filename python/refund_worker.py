@@ -163,7 +163,7 @@ def main():
         log.info("python refund worker %s on %s", args.worker_id, target)
         while not stopping:
             try:
-                jobs = client.claim(args.batch)
+                jobs = client.claim(args.batch, wait_seconds=5.0)
             except OutcomeUnknown as e:
                 # We may or may not hold jobs: act as if we hold none.
                 log.warning("claim outcome unknown (%s): holding nothing", e.reason)

@@ -121,12 +121,13 @@ class WorkerClient:
     def __exit__(self, *exc):
         self.close()
 
-    def _call(self, method, request, retryable):
+    def _call(self, method, request, retryable, extra_seconds=0.0):
         tries = 0
         while True:
             tries += 1
             try:
-                return getattr(self._stub, method)(request, timeout=self.timeout_seconds)
+                return getattr(self._stub, method)(
+                    request, timeout=self.timeout_seconds + extra_seconds)
             except grpc.RpcError as err:
                 mapped = from_rpc_error(err)
                 if tries >= self.retry.max_tries or not retryable(mapped):
@@ -136,14 +137,19 @@ class WorkerClient:
     def _lease(self):
         return _duration(self._duration_pb, self.lease_seconds)
 
-    def claim(self, max_jobs=1):
+    def claim(self, max_jobs=1, wait_seconds=0.0):
         """Claims up to ``max_jobs`` due jobs; returns their handles (maybe
-        none). Raises ``OutcomeUnknown`` when the claim may have committed
-        unheard: hold nothing then, and do not retry it blindly (its jobs
-        come back after their lease through a takeover that reconciles)."""
+        none). With ``wait_seconds`` the coordinator holds the call until a
+        job is due (a long poll: no polling needed) and answers empty only
+        when that time passes. Raises ``OutcomeUnknown`` when the claim may
+        have committed unheard: hold nothing then, and do not retry it
+        blindly (its jobs come back after their lease through a takeover
+        that reconciles)."""
         request = self.pb.ClaimRequest(queue=self.queue, worker_id=self.worker_id,
                                        max_jobs=max_jobs, lease=self._lease())
-        response = self._call("Claim", request, retryable_claim)
+        if wait_seconds > 0:
+            request.wait.CopyFrom(_duration(self._duration_pb, wait_seconds))
+        response = self._call("Claim", request, retryable_claim, extra_seconds=wait_seconds)
         return [ClaimedJob(self, c) for c in response.jobs]
 
     def takeover(self, job_id):

@@ -90,7 +90,9 @@ class OutcomeUnknown(JobfenceError):
 
 
 class Unavailable(JobfenceError):
-    """DATABASE_UNAVAILABLE or TRANSACTION_CONFLICT: nothing was applied."""
+    """DATABASE_UNAVAILABLE, TRANSACTION_CONFLICT or OVERLOADED (too many
+    calls already wait for the database): nothing was applied; retry after
+    a backoff."""
 
 
 _BY_REASON = {
@@ -103,6 +105,7 @@ _BY_REASON = {
     "COMMIT_OUTCOME_UNKNOWN": OutcomeUnknown,
     "DATABASE_UNAVAILABLE": Unavailable,
     "TRANSACTION_CONFLICT": Unavailable,
+    "OVERLOADED": Unavailable,
 }
 
 

@@ -603,21 +603,28 @@ async fn load_finished(pool: &MySqlPool, rows: u64) -> Result<()> {
         let (last,): (Option<u64>,) = sqlx::query_as("SELECT MAX(id) FROM jobs")
             .fetch_one(&mut *tx)
             .await?;
-        // A recursive CTE of n rows (MySQL 8 and MariaDB alike).
-        sqlx::query(
+        // Rows 0..n from four digits (no recursive CTE: MariaDB stops
+        // those at 1000 iterations by default, MySQL at 1000 levels).
+        let digits = "(SELECT 0 AS d UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3 \
+                      UNION ALL SELECT 4 UNION ALL SELECT 5 UNION ALL SELECT 6 UNION ALL SELECT 7 \
+                      UNION ALL SELECT 8 UNION ALL SELECT 9)";
+        let sql = format!(
             "INSERT INTO jobs (queue, operation_key, request_digest, payload, state, attempt, \
                next_action, run_at, dispatch_count, provider_reference, created_at, updated_at, finished_at) \
-             WITH RECURSIVE seq (k) AS (SELECT 0 UNION ALL SELECT k + 1 FROM seq WHERE k + 1 < ?) \
              SELECT 'archive', CONCAT('done-', ? + k), UNHEX(SHA2(CONCAT('done-', ? + k), 256)), \
-               '{\"amount\":1}', 'succeeded', 1, 'execute', UTC_TIMESTAMP(6), 1, 're_old', \
-               UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), UTC_TIMESTAMP(6) FROM seq",
-        )
-        .bind(n)
-        .bind(done)
-        .bind(done)
-        .execute(&mut *tx)
-        .await
-        .context("loading finished jobs")?;
+               '{{\"amount\":1}}', 'succeeded', 1, 'execute', UTC_TIMESTAMP(6), 1, 're_old', \
+               UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), UTC_TIMESTAMP(6) \
+             FROM (SELECT a.d + 10 * b.d + 100 * c.d + 1000 * e.d AS k \
+                   FROM {digits} a, {digits} b, {digits} c, {digits} e) AS seq \
+             WHERE k < ?"
+        );
+        sqlx::query(&sql)
+            .bind(done)
+            .bind(done)
+            .bind(n)
+            .execute(&mut *tx)
+            .await
+            .context("loading finished jobs")?;
         sqlx::query(
             "INSERT INTO job_events (job_id, queue, attempt, kind, from_state, to_state, \
                current_attempt, detail, created_at) \

@@ -271,6 +271,22 @@ impl Coordinator {
         items: Vec<EnqueueRequest>,
     ) -> Result<Vec<Result<EnqueueOutcome, CoordinatorError>>, CoordinatorError> {
         let mut v = Violations::default();
+        self.check_enqueue_batch(&items, &mut v);
+        v.finish()?;
+        let answers = self
+            .store
+            .enqueue_batch(&items)
+            .await
+            .inspect_err(|e| self.metrics.commit_outcome("EnqueueBatch", e))?;
+        for out in answers.iter().flatten() {
+            self.enqueued(out);
+        }
+        Ok(answers)
+    }
+
+    /// Adds the limits an EnqueueBatch of `items` breaks to `v` (fields
+    /// named `items[i].field`).
+    pub fn check_enqueue_batch(&self, items: &[EnqueueRequest], v: &mut Violations) {
         if items.is_empty() {
             v.add("items", "must hold at least one item");
         } else if items.len() > self.config.max_enqueue_batch {
@@ -284,18 +300,8 @@ impl Coordinator {
             );
         }
         for (i, item) in items.iter().enumerate() {
-            check_enqueue(&mut v, &format!("items[{i}]."), item);
+            check_enqueue(v, &format!("items[{i}]."), item);
         }
-        v.finish()?;
-        let answers = self
-            .store
-            .enqueue_batch(&items)
-            .await
-            .inspect_err(|e| self.metrics.commit_outcome("EnqueueBatch", e))?;
-        for out in answers.iter().flatten() {
-            self.enqueued(out);
-        }
-        Ok(answers)
     }
 
     /// Wakes long-polling Claims of a new job's queue when it is due.

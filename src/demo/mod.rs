@@ -419,9 +419,9 @@ async fn run_workload(
     started: Instant,
     python_cmd: &std::path::Path,
 ) -> Result<Vec<String>> {
-    enqueue(&cluster.coordinator_addr, args.jobs).await?;
-    say(&format!("enqueued {} refunds", args.jobs));
-
+    // Every worker starts first and says so, then the refunds arrive: the
+    // workers that boot fastest (or long-poll) would otherwise take them all
+    // before the slower ones (Python builds its stubs at start) are up.
     for i in 1..=args.workers {
         let w = cluster.rust_worker(&format!("rust-{i}"), args.concurrency)?;
         cluster.workers.push(w);
@@ -448,8 +448,33 @@ async fn run_workload(
                 .push(Proc::spawn(&name, python, &script, &[], &cluster.logs)?);
         }
     }
+    wait_workers_started(&cluster.workers).await?;
+    enqueue(&cluster.coordinator_addr, args.jobs).await?;
+    say(&format!("enqueued {} refunds", args.jobs));
 
     drive(cluster, pool, args, started).await
+}
+
+/// Waits (up to 30 s) until every worker's log says it started.
+async fn wait_workers_started(workers: &[Proc]) -> Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    for w in workers {
+        loop {
+            let log = std::fs::read_to_string(&w.log).unwrap_or_default();
+            if log.contains("refund worker started") || log.contains("python refund worker") {
+                break;
+            }
+            if Instant::now() > deadline {
+                bail!(
+                    "{} did not start within 30 s; its log is {}",
+                    w.name,
+                    w.log.display()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    Ok(())
 }
 
 /// Runs the failure schedule and prints progress until every job is

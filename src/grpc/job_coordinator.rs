@@ -89,7 +89,11 @@ impl JobCoordinator for JobCoordinatorService {
                     payload: item.payload,
                 })
                 .collect();
-            v.finish()?;
+            if !v.0.is_empty() {
+                // Name every problem at once, not only the durations.
+                self.coordinator.check_enqueue_batch(&items, &mut v);
+                v.finish()?;
+            }
             let answers = self.coordinator.enqueue_batch(items).await?;
             span.record(
                 "created",

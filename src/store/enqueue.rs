@@ -21,9 +21,10 @@ static BY_KEYS: LazyLock<String> =
     LazyLock::new(|| with_job_columns(include_str!("queries/enqueue/by_keys.sql")));
 
 /// Most bytes of payload one INSERT statement carries; a larger batch is
-/// inserted with several statements in its one transaction (the database's
-/// `max_allowed_packet` is 16 MiB by default on MariaDB).
-const INSERT_CHUNK_BYTES: usize = 4 << 20;
+/// inserted with several statements in its one transaction. JSON escaping
+/// can grow text up to six times, which stays under the database's
+/// `max_allowed_packet` (16 MiB by default on MariaDB, 64 MiB on MySQL).
+const INSERT_CHUNK_BYTES: usize = 1 << 20;
 
 /// The answer to one item of a batch.
 pub type EnqueueResult = Result<EnqueueOutcome, CoordinatorError>;

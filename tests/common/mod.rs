@@ -87,6 +87,8 @@ pub struct Harness {
     pub pauses: PausePoints,
     pub client: JobCoordinatorClient<Channel>,
     pub addr: std::net::SocketAddr,
+    /// The served coordinator (shares its pipelines and metrics).
+    pub coordinator: Coordinator,
     shutdown: Option<tokio::sync::oneshot::Sender<()>>,
     server: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
 }
@@ -146,10 +148,11 @@ impl Harness {
         let pauses = PausePoints::new();
         let store = JobStore::with_pause_points(store_pool, pauses.clone());
         let coordinator = Coordinator::new(store, config);
+        let served = coordinator.clone();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-        let server = tokio::spawn(server::serve(coordinator, listener, options, async {
+        let server = tokio::spawn(server::serve(served, listener, options, async {
             let _ = rx.await;
         }));
         let client = JobCoordinatorClient::connect(format!("http://{addr}"))
@@ -161,8 +164,39 @@ impl Harness {
             pauses,
             client,
             addr,
+            coordinator,
             shutdown: Some(tx),
             server: Some(server),
+        }
+    }
+
+    /// A second coordinator on the same database (another replica), served
+    /// until the returned handle is dropped.
+    pub async fn replica(&self, config: CoordinatorConfig) -> Replica {
+        let store = JobStore::new(self.db.pool());
+        let coordinator = Coordinator::new(store, config);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let served = coordinator.clone();
+        tokio::spawn(server::serve(
+            served,
+            listener,
+            ServeOptions {
+                drain_delay: Duration::ZERO,
+                ..ServeOptions::default()
+            },
+            async {
+                let _ = rx.await;
+            },
+        ));
+        let client = JobCoordinatorClient::connect(format!("http://{addr}"))
+            .await
+            .expect("connect to the replica");
+        Replica {
+            client,
+            coordinator,
+            _stop: tx,
         }
     }
 
@@ -277,6 +311,13 @@ impl Harness {
     }
 }
 
+/// Another coordinator over a harness's database.
+pub struct Replica {
+    pub client: JobCoordinatorClient<Channel>,
+    pub coordinator: Coordinator,
+    _stop: tokio::sync::oneshot::Sender<()>,
+}
+
 /// `host:port` of a database URL (numeric loopback address expected).
 pub fn url_host_port(url: &str) -> std::net::SocketAddr {
     let after_at = url.rsplit_once('@').map(|(_, r)| r).unwrap_or(url);
@@ -308,4 +349,26 @@ pub fn secs(s: i64) -> Option<prost_types::Duration> {
         seconds: s,
         nanos: 0,
     })
+}
+
+/// Waits (yielding, no sleeps) until `ready` holds; panics after 10 s.
+pub async fn until(what: &str, mut ready: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !ready() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out waiting until {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+}
+
+/// How many calls of `pipeline` (`write`, `claim`, `enqueue`, `long_poll`)
+/// wait now.
+pub fn waiting(c: &Coordinator, pipeline: &str) -> usize {
+    c.waiting()
+        .iter()
+        .find(|(p, _)| *p == pipeline)
+        .map(|(_, n)| *n)
+        .unwrap_or(0)
 }
