@@ -8,8 +8,10 @@
 //! (`created = false`), or `OperationKeyConflict`.
 
 use super::batch::{hex, json, with_job_columns};
-use super::errors::is_unique_violation;
+use super::errors::{convert_commit_err, is_unique_violation};
 use super::events::{self, call_digest, kind, NewEvent};
+use super::literal;
+use super::tx::Tx;
 use super::{convert_sqlx_err, micros, rows, JobStore, CONFLICT_RETRIES};
 use crate::domain::{CoordinatorError, EnqueueOutcome, EnqueueRequest, Job, JobState};
 use serde::Serialize;
@@ -141,6 +143,13 @@ impl JobStore {
             tx.rollback().await?;
             return Ok(out);
         }
+        let new_bytes: usize = new.iter().map(|&i| items[i].payload.len()).sum();
+        if new_bytes <= INSERT_CHUNK_BYTES {
+            for (i, (job, digest)) in insert_and_commit(tx, items, digests, &new).await? {
+                out.insert(i, (job, true, digest));
+            }
+            return Ok(out);
+        }
         insert(&mut tx, items, digests, &new).await?;
         let inserted = by_keys(&mut tx, items, &new).await?;
         if inserted.len() != new.len() {
@@ -215,6 +224,111 @@ async fn by_keys(
             Ok((i, (job, digest)))
         })
         .collect()
+}
+
+/// Inserts the `which` items, appends their events, reads them back and
+/// commits, in one round trip (a text query: the batch travels as JSON in
+/// a hex literal, see `literal`). The items' keys were free when looked
+/// up; a concurrent Enqueue that took one since makes the insert fail
+/// (duplicate key) and the batch run again.
+async fn insert_and_commit(
+    mut tx: Tx,
+    items: &[EnqueueRequest],
+    digests: &[[u8; 32]],
+    which: &[usize],
+) -> Result<Vec<(usize, (Job, [u8; 32]))>, CoordinatorError> {
+    use tokio_stream::StreamExt;
+    let rows: Vec<NewRow> = which
+        .iter()
+        .map(|&i| NewRow {
+            queue: &items[i].queue,
+            operation_key: &items[i].operation_key,
+            request_digest: hex(&digests[i]),
+            payload: &items[i].payload,
+            delay_us: micros(items[i].delay),
+        })
+        .collect();
+    let keys: Vec<Key> = which
+        .iter()
+        .map(|&i| Key {
+            queue: &items[i].queue,
+            operation_key: &items[i].operation_key,
+        })
+        .collect();
+    let json_literal = |json: String| {
+        let mut s = String::new();
+        literal::Literal::write_sql(json.as_str(), &mut s);
+        s
+    };
+    let rows_json = json_literal(json(&rows)?);
+    let keys_json = json_literal(json(&keys)?);
+    let text = [
+        with_literal(include_str!("queries/enqueue/insert.sql"), &rows_json),
+        with_literal(include_str!("queries/enqueue/events.sql"), &keys_json),
+        with_literal(&BY_KEYS, &keys_json),
+        "COMMIT".to_owned(),
+    ]
+    .join(";\n");
+    let index: HashMap<(&str, &str), usize> = which
+        .iter()
+        .map(|&i| {
+            (
+                (items[i].queue.as_str(), items[i].operation_key.as_str()),
+                i,
+            )
+        })
+        .collect();
+    let mut found = Vec::with_capacity(which.len());
+    let mut statements_done = 0;
+    let mut results = sqlx::raw_sql(&text).fetch_many(&mut *tx);
+    while let Some(item) = results.next().await {
+        match item {
+            Ok(sqlx::Either::Left(_)) => statements_done += 1,
+            Ok(sqlx::Either::Right(row)) => {
+                let job = rows::job(&row)?;
+                let digest = unhex32(&rows::text(&row, "request_digest_hex")?)?;
+                let i = index
+                    .get(&(job.queue.as_str(), job.operation_key.as_str()))
+                    .copied()
+                    .ok_or_else(|| {
+                        CoordinatorError::Internal(format!("job {} matches no key asked", job.id))
+                    })?;
+                found.push((i, (job, digest)));
+            }
+            // Taken by a concurrent Enqueue since we looked: run again.
+            Err(e) if is_unique_violation(&e) => {
+                return Err(CoordinatorError::TransactionConflict(e.to_string()))
+            }
+            // The server refused a statement before COMMIT: COMMIT never ran.
+            Err(e @ sqlx::Error::Database(_)) if statements_done < 3 => {
+                return Err(convert_sqlx_err(e))
+            }
+            Err(e @ sqlx::Error::Database(_)) => return Err(convert_commit_err(e)),
+            // The connection failed with COMMIT sent: it may have run.
+            Err(e) => return Err(CoordinatorError::CommitOutcomeUnknown(e.to_string())),
+        }
+    }
+    drop(results);
+    if statements_done < 4 {
+        return Err(CoordinatorError::CommitOutcomeUnknown(
+            "the enqueue batch ended before its COMMIT answered".into(),
+        ));
+    }
+    tx.committed();
+    if found.len() != which.len() {
+        return Err(CoordinatorError::Internal(format!(
+            "inserted {} jobs but found {} of them",
+            which.len(),
+            found.len()
+        )));
+    }
+    Ok(found)
+}
+
+/// `sql` with its one placeholder replaced by `literal`.
+fn with_literal(sql: &str, literal: &str) -> String {
+    debug_assert_eq!(sql.matches('?').count(), 1, "{sql}");
+    sql.replacen('?', literal, 1)
 }
 
 /// Inserts the `which` items, in statements of at most

@@ -86,6 +86,12 @@ impl Tx {
         Ok(())
     }
 
+    /// Marks the transaction as ended by a COMMIT that the caller ran
+    /// itself (within a multi-statement query) and saw succeed.
+    pub fn committed(&mut self) {
+        self.open = false;
+    }
+
     /// Rolls back (nothing of the transaction was applied).
     pub async fn rollback(mut self) -> Result<(), CoordinatorError> {
         let done = self.conn.execute("ROLLBACK").await;
