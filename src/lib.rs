@@ -8,13 +8,14 @@
 //! - [`store`]: MySQL; the SQL, transactions and fencing conditions.
 //! - [`domain`]: the job model and the pure rules of DESIGN.md.
 //! - [`server`]: assembly (health, reflection, graceful shutdown).
-//! - [`worker`]: the worker SDK, a typed client over the generated one.
 //! - [`metrics`]: Prometheus metrics and their HTTP endpoint.
 //! - [`admin_cli`]: the operator commands (`jobfence jobs …`, `jobfence stats`).
 //!
 //! Beside them, [`bench`] measures the coordinator against workers running
 //! the SQL themselves, and [`provider`] is a fake payment provider (Stripe-style refunds
-//! with fault injection) that the demo and the tests run against.
+//! with fault injection) that the demo and the tests run against. The worker
+//! SDK is the crate `jobfence-worker` (`sdk/rust`), which [`refund_worker`]
+//! uses like any other worker would.
 
 pub mod admin_cli;
 pub mod bench;
@@ -28,7 +29,6 @@ pub mod provider;
 pub mod refund_worker;
 pub mod server;
 pub mod store;
-pub mod worker;
 
 /// Generated protobuf and gRPC code for `jobfence.v1`.
 pub mod proto {

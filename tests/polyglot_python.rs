@@ -15,7 +15,7 @@ use common::Harness;
 use jobfence::domain::{JobState, ObservationOutcome, ObservationSource};
 use jobfence::proto::TakeoverRequest;
 use jobfence::store::JobStore;
-use jobfence::worker::observation_dedup_key;
+use jobfence_worker::observation_dedup_key;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};

@@ -8,8 +8,8 @@ mod support_sdk;
 
 use common::Harness;
 use jobfence::domain::{JobState, NextAction as DomainAction};
-use jobfence::proto::{self, NextAction, ObservationOutcome, ObservationSource};
-use jobfence::worker::{
+use jobfence_worker::proto::{self, NextAction, ObservationOutcome, ObservationSource};
+use jobfence_worker::{
     observation_dedup_key, ClaimError, ClaimedJob, Disposition, Handler, HandlerError, Worker,
     WorkerClient, WriteError,
 };

@@ -4,9 +4,9 @@
 //! is not proof, so a resend is only *asked for* (Fail with RETRY_EXECUTE)
 //! and the coordinator allows it only inside the resend window.
 
-use crate::proto::{NextAction, ObservationOutcome};
 use crate::provider::{ProviderClient, ProviderError, Refund, RefundParams, RefundStatus};
-use crate::worker::{ClaimedJob, Disposition, Handler, HandlerError, WriteError};
+use jobfence_worker::proto::{NextAction, ObservationOutcome};
+use jobfence_worker::{ClaimedJob, Disposition, Handler, HandlerError, WriteError};
 use serde::Deserialize;
 use std::time::Duration;
 

@@ -6,10 +6,10 @@
 pub mod handler;
 
 use crate::provider::ProviderClient;
-use crate::worker::{Worker, WorkerClient, WorkerConfig};
 use anyhow::Context;
 use clap::Args;
 use handler::{RefundHandler, RefundTimings};
+use jobfence_worker::{Worker, WorkerClient, WorkerConfig};
 use std::time::Duration;
 
 /// Flags of `jobfence refund-worker`. Durations are humantime (`3s`).

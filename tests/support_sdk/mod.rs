@@ -5,7 +5,7 @@
 
 use crate::common::Harness;
 use jobfence::proto::{self, GetJobRequest};
-use jobfence::worker::{RetryPolicy, WorkerClient, WorkerConfig};
+use jobfence_worker::{RetryPolicy, WorkerClient, WorkerConfig};
 use sqlx::Row;
 use std::time::Duration;
 

@@ -1,5 +1,7 @@
-//! The Rust worker SDK: a typed client over `jobfence.v1.JobCoordinator`
-//! that makes the protocol hard to misuse.
+//! The Rust worker SDK of jobfence: a typed client over
+//! `jobfence.v1.JobCoordinator` that makes the protocol hard to misuse.
+//! It depends on the API (its own client generated from `proto/`) and on
+//! tonic, prost and tokio; nothing of the coordinator.
 //!
 //! - [`WorkerClient::claim`] / [`WorkerClient::takeover`] hand out
 //!   [`ClaimedJob`] handles, and only a committed claim does: an unclear
@@ -21,7 +23,7 @@
 //!   not one of them).
 //!
 //! ```no_run
-//! use jobfence::worker::{ClaimedJob, Handler, HandlerError, Worker, WorkerClient, WorkerConfig};
+//! use jobfence_worker::{ClaimedJob, Handler, HandlerError, Worker, WorkerClient, WorkerConfig};
 //!
 //! struct Refunds;
 //!
@@ -57,8 +59,18 @@
 mod client;
 mod error;
 mod handle;
+pub mod reason;
 mod retry;
 mod runner;
+
+/// The generated protobuf messages and client of `jobfence.v1`
+/// (`proto/jobfence/v1/coordinator.proto`), for the types the handles
+/// return ([`proto::Job`], [`proto::Observation`], …) and for calls the SDK
+/// does not wrap (Enqueue, EnqueueBatch).
+pub mod proto {
+    #![allow(missing_docs, clippy::all)]
+    tonic::include_proto!("jobfence.v1");
+}
 
 pub use client::{WorkerClient, WorkerConfig, MAX_IN_FLIGHT};
 pub use error::{ClaimError, ConnectError, WriteError};

@@ -3,8 +3,8 @@
 //! to every expected refusal. Workers switch on these enums, never on
 //! status messages.
 
-use crate::grpc::status::{reason, ERROR_DOMAIN};
 use crate::proto;
+use crate::reason::{self, ERROR_DOMAIN};
 use std::collections::HashMap;
 use tonic::{Code, Status};
 use tonic_types::{BadRequest, StatusExt};
@@ -57,8 +57,9 @@ pub enum WriteError {
     /// safe: an applied call is answered as a replay.
     #[error("outcome unknown: {}", .0.message())]
     OutcomeUnknown(Box<Status>),
-    /// Reason `DATABASE_UNAVAILABLE` or `TRANSACTION_CONFLICT`, still so
-    /// after the retries: nothing was applied.
+    /// Reason `DATABASE_UNAVAILABLE`, `TRANSACTION_CONFLICT` or
+    /// `OVERLOADED` (RESOURCE_EXHAUSTED: too many calls wait for the
+    /// database), still so after the retries: nothing was applied.
     #[error("coordinator unavailable: {}", .0.message())]
     Unavailable(Box<Status>),
     /// Anything else (for example `ATTEMPT_NOT_ISSUED`, which a handle
@@ -81,8 +82,8 @@ pub enum ClaimError {
     /// retried inside the call; see [`WorkerClient::claim`](super::WorkerClient::claim).
     #[error("claim outcome unknown: {}", .0.message())]
     OutcomeUnknown(Box<Status>),
-    /// Reason `DATABASE_UNAVAILABLE` or `TRANSACTION_CONFLICT`, still so
-    /// after the retries: nothing was taken.
+    /// Reason `DATABASE_UNAVAILABLE`, `TRANSACTION_CONFLICT` or
+    /// `OVERLOADED`, still so after the retries: nothing was taken.
     #[error("coordinator unavailable: {}", .0.message())]
     Unavailable(Box<Status>),
     /// Reason `INVALID_REQUEST` (a bad queue name, a lease outside the
@@ -143,28 +144,25 @@ fn meta_u64(meta: &HashMap<String, String>, key: &str) -> u64 {
 /// The `current_state` metadata (a domain name such as `succeeded`) as the
 /// wire enum; `Unspecified` if absent or unknown.
 fn meta_state(meta: &HashMap<String, String>) -> proto::JobState {
-    let domain = meta
-        .get("current_state")
-        .and_then(|s| s.parse::<crate::domain::JobState>().ok());
-    use crate::domain::JobState as D;
-    match domain {
-        Some(D::Ready) => proto::JobState::Ready,
-        Some(D::Running) => proto::JobState::Running,
-        Some(D::Succeeded) => proto::JobState::Succeeded,
-        Some(D::Failed) => proto::JobState::Failed,
-        Some(D::ManualReview) => proto::JobState::ManualReview,
-        Some(D::Cancelled) => proto::JobState::Cancelled,
-        None => proto::JobState::Unspecified,
+    match meta.get("current_state").map(String::as_str) {
+        Some("ready") => proto::JobState::Ready,
+        Some("running") => proto::JobState::Running,
+        Some("succeeded") => proto::JobState::Succeeded,
+        Some("failed") => proto::JobState::Failed,
+        Some("manual_review") => proto::JobState::ManualReview,
+        Some("cancelled") => proto::JobState::Cancelled,
+        _ => proto::JobState::Unspecified,
     }
 }
 
 /// True when nothing can have been applied: the coordinator said so
 /// (`DATABASE_UNAVAILABLE`: it never reached the database;
-/// `TRANSACTION_CONFLICT`: rolled back). The only failures a Claim retries.
+/// `TRANSACTION_CONFLICT`: rolled back; `OVERLOADED`: refused before
+/// waiting for a connection). The only failures a Claim retries.
 pub(crate) fn definitely_not_applied(status: &Status) -> bool {
     matches!(
         error_info(status).as_ref().map(|(r, _)| r.as_str()),
-        Some(reason::DATABASE_UNAVAILABLE | reason::TRANSACTION_CONFLICT)
+        Some(reason::DATABASE_UNAVAILABLE | reason::TRANSACTION_CONFLICT | reason::OVERLOADED)
     )
 }
 
@@ -197,6 +195,7 @@ pub(crate) fn retryable_write(status: &Status) -> bool {
             reason::COMMIT_OUTCOME_UNKNOWN
                 | reason::DATABASE_UNAVAILABLE
                 | reason::TRANSACTION_CONFLICT
+                | reason::OVERLOADED
         ),
         None => transport_failure(status),
     }
@@ -225,7 +224,7 @@ pub(crate) fn write_error(status: Status) -> WriteError {
         reason::JOB_NOT_FOUND => WriteError::NotFound,
         reason::INVALID_REQUEST => WriteError::Invalid(bad_request(&status)),
         reason::COMMIT_OUTCOME_UNKNOWN => WriteError::OutcomeUnknown(Box::new(status)),
-        reason::DATABASE_UNAVAILABLE | reason::TRANSACTION_CONFLICT => {
+        reason::DATABASE_UNAVAILABLE | reason::TRANSACTION_CONFLICT | reason::OVERLOADED => {
             WriteError::Unavailable(Box::new(status))
         }
         _ => WriteError::Other(Box::new(status)),
@@ -242,7 +241,7 @@ pub(crate) fn claim_error(status: Status) -> ClaimError {
     };
     match why.as_str() {
         reason::COMMIT_OUTCOME_UNKNOWN => ClaimError::OutcomeUnknown(Box::new(status)),
-        reason::DATABASE_UNAVAILABLE | reason::TRANSACTION_CONFLICT => {
+        reason::DATABASE_UNAVAILABLE | reason::TRANSACTION_CONFLICT | reason::OVERLOADED => {
             ClaimError::Unavailable(Box::new(status))
         }
         reason::INVALID_REQUEST => ClaimError::Invalid(bad_request(&status)),
@@ -269,17 +268,28 @@ fn bad_request(status: &Status) -> BadRequest {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::domain::{CoordinatorError, JobState};
+    use tonic_types::ErrorDetails;
+
+    /// A status as a coordinator sends it: code, ErrorInfo, metadata.
+    fn refusal(code: Code, why: &str, meta: &[(&str, &str)]) -> Status {
+        let mut details = ErrorDetails::new();
+        details.set_error_info(
+            why,
+            ERROR_DOMAIN,
+            meta.iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect::<HashMap<_, _>>(),
+        );
+        Status::with_error_details(code, "refused", details)
+    }
 
     #[test]
     fn superseded_carries_the_current_attempt_and_state() {
-        let status: Status = CoordinatorError::AttemptSuperseded {
-            job_id: 1,
-            presented: 7,
-            current: 8,
-            state: JobState::Succeeded,
-        }
-        .into();
+        let status = refusal(
+            Code::FailedPrecondition,
+            reason::ATTEMPT_SUPERSEDED,
+            &[("current_attempt", "8"), ("current_state", "succeeded")],
+        );
         match write_error(status) {
             WriteError::Superseded {
                 current_attempt: 8,
@@ -292,7 +302,7 @@ mod tests {
 
     #[test]
     fn a_lost_commit_is_unknown_and_a_dead_database_is_not() {
-        let unknown: Status = CoordinatorError::CommitOutcomeUnknown("gone".into()).into();
+        let unknown = refusal(Code::Unavailable, reason::COMMIT_OUTCOME_UNKNOWN, &[]);
         assert!(!definitely_not_applied(&unknown));
         assert!(matches!(
             claim_error(unknown.clone()),
@@ -302,7 +312,7 @@ mod tests {
             write_error(unknown),
             WriteError::OutcomeUnknown(_)
         ));
-        let down: Status = CoordinatorError::DatabaseUnavailable("down".into()).into();
+        let down = refusal(Code::Unavailable, reason::DATABASE_UNAVAILABLE, &[]);
         assert!(definitely_not_applied(&down));
         assert!(matches!(claim_error(down), ClaimError::Unavailable(_)));
         // A transport failure carries no ErrorInfo: nobody can say.
@@ -315,11 +325,34 @@ mod tests {
     }
 
     #[test]
+    fn overloaded_applied_nothing_and_is_retried() {
+        let busy = refusal(Code::ResourceExhausted, reason::OVERLOADED, &[]);
+        assert!(definitely_not_applied(&busy));
+        assert!(retryable_write(&busy));
+        assert!(matches!(
+            claim_error(busy.clone()),
+            ClaimError::Unavailable(_)
+        ));
+        assert!(matches!(write_error(busy), WriteError::Unavailable(_)));
+    }
+
+    #[test]
     fn invalid_requests_keep_their_field_violations() {
-        let status: Status = CoordinatorError::invalid("lease", "too long").into();
+        let mut details = ErrorDetails::new();
+        details.set_error_info(reason::INVALID_REQUEST, ERROR_DOMAIN, HashMap::new());
+        details.add_bad_request_violation("lease", "too long");
+        let status = Status::with_error_details(Code::InvalidArgument, "bad", details);
         match write_error(status) {
             WriteError::Invalid(b) => assert_eq!(b.field_violations[0].field, "lease"),
             other => panic!("unexpected {other:?}"),
         }
+    }
+
+    #[test]
+    fn another_domain_is_not_a_coordinator_answer() {
+        let mut details = ErrorDetails::new();
+        details.set_error_info(reason::ATTEMPT_SUPERSEDED, "proxy.example", HashMap::new());
+        let status = Status::with_error_details(Code::FailedPrecondition, "x", details);
+        assert!(matches!(write_error(status), WriteError::Other(_)));
     }
 }

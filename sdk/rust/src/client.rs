@@ -296,4 +296,11 @@ impl WorkerClient {
     }
 }
 
-pub(crate) use crate::grpc::convert::duration_to_proto as proto_duration;
+/// A `std` duration as a protobuf Duration (whole seconds + nanoseconds,
+/// saturating at `i64::MAX` seconds).
+pub(crate) fn proto_duration(d: Duration) -> prost_types::Duration {
+    prost_types::Duration {
+        seconds: i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
+        nanos: d.subsec_nanos() as i32,
+    }
+}

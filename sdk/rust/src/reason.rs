@@ -1,0 +1,67 @@
+//! The `google.rpc.ErrorInfo` reasons a coordinator attaches to its
+//! refusals (domain [`ERROR_DOMAIN`]), as plain names: the API's contract,
+//! kept here so that a client needs nothing of the coordinator's code.
+//! A test of the coordinator checks that these are exactly its reasons.
+//!
+//! Workers rarely need them: [`WriteError`](crate::WriteError) and
+//! [`ClaimError`](crate::ClaimError) already switch on them.
+
+/// The ErrorInfo domain of every jobfence error.
+pub const ERROR_DOMAIN: &str = "jobfence";
+
+/// INVALID_ARGUMENT: nothing was written; a `google.rpc.BadRequest` lists
+/// the field violations.
+pub const INVALID_REQUEST: &str = "INVALID_REQUEST";
+/// NOT_FOUND: no job with that id.
+pub const JOB_NOT_FOUND: &str = "JOB_NOT_FOUND";
+/// FAILED_PRECONDITION: a later claim or takeover replaced the presented
+/// attempt (metadata `current_attempt`, `current_state`).
+pub const ATTEMPT_SUPERSEDED: &str = "ATTEMPT_SUPERSEDED";
+/// FAILED_PRECONDITION: an attempt newer than any handed out.
+pub const ATTEMPT_NOT_ISSUED: &str = "ATTEMPT_NOT_ISSUED";
+/// FAILED_PRECONDITION: the attempt is current but the job left `running`.
+pub const JOB_NOT_RUNNING: &str = "JOB_NOT_RUNNING";
+/// FAILED_PRECONDITION: Takeover of a finished job.
+pub const JOB_FINISHED: &str = "JOB_FINISHED";
+/// FAILED_PRECONDITION: Takeover of a job whose lease is live (DB clock).
+pub const LEASE_NOT_EXPIRED: &str = "LEASE_NOT_EXPIRED";
+/// ALREADY_EXISTS: the operation_key is known with another payload.
+pub const OPERATION_KEY_CONFLICT: &str = "OPERATION_KEY_CONFLICT";
+/// FAILED_PRECONDITION (operators): the job is not in manual review.
+pub const JOB_NOT_IN_MANUAL_REVIEW: &str = "JOB_NOT_IN_MANUAL_REVIEW";
+/// FAILED_PRECONDITION (operators): the job cannot be cancelled.
+pub const JOB_NOT_CANCELLABLE: &str = "JOB_NOT_CANCELLABLE";
+/// UNAVAILABLE: the connection died during COMMIT; the call may have been
+/// applied. After a Claim or Takeover: hold nothing (DESIGN.md rule 4).
+pub const COMMIT_OUTCOME_UNKNOWN: &str = "COMMIT_OUTCOME_UNKNOWN";
+/// UNAVAILABLE: the database did not answer; nothing was applied.
+pub const DATABASE_UNAVAILABLE: &str = "DATABASE_UNAVAILABLE";
+/// ABORTED: deadlock or lock wait timeout, rolled back; nothing applied.
+pub const TRANSACTION_CONFLICT: &str = "TRANSACTION_CONFLICT";
+/// INTERNAL: a bug in the coordinator.
+pub const INTERNAL: &str = "INTERNAL";
+/// RESOURCE_EXHAUSTED: too many calls already wait for the database;
+/// nothing was written. Retry after the RetryInfo delay.
+pub const OVERLOADED: &str = "OVERLOADED";
+/// WatchEvents ended because the server is shutting down.
+pub const SERVER_SHUTTING_DOWN: &str = "SERVER_SHUTTING_DOWN";
+
+/// Every reason above, in the order listed.
+pub const ALL: &[&str] = &[
+    INVALID_REQUEST,
+    JOB_NOT_FOUND,
+    ATTEMPT_SUPERSEDED,
+    ATTEMPT_NOT_ISSUED,
+    JOB_NOT_RUNNING,
+    JOB_FINISHED,
+    LEASE_NOT_EXPIRED,
+    OPERATION_KEY_CONFLICT,
+    JOB_NOT_IN_MANUAL_REVIEW,
+    JOB_NOT_CANCELLABLE,
+    COMMIT_OUTCOME_UNKNOWN,
+    DATABASE_UNAVAILABLE,
+    TRANSACTION_CONFLICT,
+    INTERNAL,
+    OVERLOADED,
+    SERVER_SHUTTING_DOWN,
+];
