@@ -16,18 +16,21 @@ use std::time::Duration;
 use tonic::transport::Channel;
 use tonic_types::StatusExt;
 
-/// Where the coordinator is, and how to print.
+/// Where the coordinator is, and how to print. Both flags are global to
+/// their command group, so `jobfence jobs list --endpoint …` works as well
+/// as `jobfence jobs --endpoint … list` and `jobfence stats --endpoint …`.
 #[derive(Debug, Clone, Args)]
 pub struct Connection {
     /// The coordinator's gRPC address.
     #[arg(
         long,
+        global = true,
         env = "JOBFENCE_ENDPOINT",
         default_value = "http://127.0.0.1:50051"
     )]
     pub endpoint: String,
     /// Print JSON instead of tables.
-    #[arg(long, env = "JOBFENCE_JSON", default_value_t = false)]
+    #[arg(long, global = true, env = "JOBFENCE_JSON", default_value_t = false)]
     pub json: bool,
 }
 

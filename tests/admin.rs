@@ -468,3 +468,59 @@ async fn operator_cli_prints_tables_json_and_precise_refusals() {
     assert!(events.contains("resolve_rejected"));
     h.finish().await;
 }
+
+/// The connection of an operator command, parsed from `argv`.
+fn parsed_connection(argv: &[&str]) -> Result<(String, bool), String> {
+    let parsed = Cli::try_parse_from(argv).map_err(|e| e.to_string())?;
+    let conn = match parsed.command {
+        Command::Jobs(a) => a.conn,
+        Command::Stats(a) => a.conn,
+        Command::Events(a) => a.conn,
+        other => panic!("not an operator command: {other:?}"),
+    };
+    Ok((conn.endpoint, conn.json))
+}
+
+#[test]
+fn endpoint_and_json_are_accepted_after_every_operator_subcommand() {
+    let commands: [&[&str]; 7] = [
+        &["jobs", "list", "--state", "manual-review"],
+        &["jobs", "show", "7"],
+        &[
+            "jobs",
+            "resolve",
+            "7",
+            "--attempt",
+            "1",
+            "--to",
+            "failed",
+            "--operator",
+            "o",
+            "--reason",
+            "r",
+        ],
+        &["jobs", "cancel", "7", "--operator", "o", "--reason", "r"],
+        &["stats", "--queue", "refunds"],
+        &["events", "list", "--after", "3"],
+        &["events", "watch"],
+    ];
+    for command in commands {
+        // At the end of the command, where users type it...
+        let mut argv = vec!["jobfence"];
+        argv.extend_from_slice(command);
+        argv.extend_from_slice(&["--endpoint", "http://10.0.0.9:1", "--json"]);
+        assert_eq!(
+            parsed_connection(&argv),
+            Ok(("http://10.0.0.9:1".to_owned(), true)),
+            "{argv:?}"
+        );
+        // ...and right after the command group, as before.
+        let mut argv = vec!["jobfence", command[0], "--endpoint", "http://10.0.0.9:2"];
+        argv.extend_from_slice(&command[1..]);
+        assert_eq!(
+            parsed_connection(&argv),
+            Ok(("http://10.0.0.9:2".to_owned(), false)),
+            "{argv:?}"
+        );
+    }
+}
