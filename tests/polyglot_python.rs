@@ -1,4 +1,4 @@
-//! A Python worker (python/jobfence_worker) against the coordinator served
+//! A Python worker (python/src/jobfence_worker) against the coordinator served
 //! in-process: it claims and completes a job, then holds one that the Rust
 //! side takes over at an exact point of its script, and must be refused
 //! with ATTEMPT_SUPERSEDED (asserted in Python) and keep its late result as
@@ -17,14 +17,14 @@ use jobfence::proto::TakeoverRequest;
 use jobfence::store::JobStore;
 use jobfence_worker::observation_dedup_key;
 use std::io::{BufRead, BufReader, Read, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
 const Q: &str = "refunds";
 const WORKER: &str = "py-worker";
-/// Longest wait for one line of the script (it generates stubs first).
+/// Longest wait for one line of the script.
 const LINE_TIMEOUT: Duration = Duration::from_secs(120);
 
 fn python() -> String {
@@ -40,14 +40,14 @@ fn require_grpc(python: &str) {
     let out = Command::new(python)
         .args([
             "-c",
-            "import grpc, grpc_tools, grpc_status, google.rpc.error_details_pb2",
+            "import grpc, grpc_status, google.rpc.error_details_pb2",
         ])
         .output()
         .unwrap_or_else(|e| panic!("cannot run the Python interpreter {python:?}: {e}"));
     assert!(
         out.status.success(),
         "the Python interpreter {python:?} cannot import grpcio \
-         (grpcio, grpcio-tools, grpcio-status, googleapis-common-protos): \
+         (grpcio, grpcio-status, googleapis-common-protos): \
          install python/requirements.txt into it, or set JOBFENCE_PYTHON to one that has them \
          (scripts/test does both with .local/venv).\n{}",
         String::from_utf8_lossy(&out.stderr)
@@ -63,14 +63,13 @@ struct Script {
 }
 
 impl Script {
-    fn start(args: &[String], stub_dir: &Path) -> Script {
+    fn start(args: &[String]) -> Script {
         let python = python();
         require_grpc(&python);
         let mut child = Command::new(&python)
             .arg(repo().join("tests/polyglot/python_worker.py"))
             .args(args)
-            .env("PYTHONPATH", repo().join("python"))
-            .env("JOBFENCE_PY_STUBS", stub_dir)
+            .env("PYTHONPATH", repo().join("python/src"))
             .env("PYTHONUNBUFFERED", "1")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -140,10 +139,6 @@ impl Script {
     }
 }
 
-fn stub_dir() -> PathBuf {
-    Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("pystubs-{}", std::process::id()))
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_python_worker_is_fenced_like_a_rust_one() {
     let h = Harness::start().await;
@@ -153,16 +148,12 @@ async fn a_python_worker_is_fenced_like_a_rust_one() {
         .unwrap()
         .local_addr()
         .unwrap();
-    let stubs = stub_dir();
-    let mut py = Script::start(
-        &[
-            h.addr.to_string(),
-            WORKER.to_owned(),
-            Q.to_owned(),
-            closed.to_string(),
-        ],
-        &stubs,
-    );
+    let mut py = Script::start(&[
+        h.addr.to_string(),
+        WORKER.to_owned(),
+        Q.to_owned(),
+        closed.to_string(),
+    ]);
 
     // 1. Claim, complete, replay.
     let claimed = py.expect("CLAIMED").await;
@@ -230,6 +221,5 @@ async fn a_python_worker_is_fenced_like_a_rust_one() {
     assert_eq!(o.provider_reference.as_deref(), Some("re_py_late"));
     assert_eq!(o.dedup_key, observation_dedup_key(WORKER, "re_py_late"));
     assert_eq!(h.count_events(held, "stale_write_rejected").await, 2);
-    let _ = std::fs::remove_dir_all(&stubs);
     h.finish().await;
 }

@@ -431,7 +431,8 @@ async fn run_workload(
         for i in 1..=args.python_workers {
             let name = format!("python-{i}");
             let script: Vec<String> = vec![
-                "python/refund_worker.py".into(),
+                "-m".into(),
+                "jobfence_worker.refund_worker".into(),
                 "--coordinator".into(),
                 cluster.coordinator_addr.clone(),
                 "--provider".into(),
@@ -443,9 +444,12 @@ async fn run_workload(
                 "--lease-seconds".into(),
                 args.lease.as_secs().max(1).to_string(),
             ];
+            // The package from its source tree (its dependencies are in
+            // the venv scripts/python-env made).
+            let path = [("PYTHONPATH", "python/src".to_owned())];
             cluster
                 .workers
-                .push(Proc::spawn(&name, python, &script, &[], &cluster.logs)?);
+                .push(Proc::spawn(&name, python, &script, &path, &cluster.logs)?);
         }
     }
     wait_workers_started(&cluster.workers).await?;

@@ -1,9 +1,11 @@
-"""A refund worker in Python, on python/jobfence_worker: the same
-reconcile-first protocol as the Rust one (src/refund_worker/handler.rs),
-against the fake payment provider's Stripe-style API (docs/fake-provider.md).
+"""A refund worker in Python, on jobfence_worker: the same reconcile-first
+protocol as the Rust one (src/refund_worker/handler.rs), against the fake
+payment provider's Stripe-style API (docs/fake-provider.md).
 
-    python python/refund_worker.py --coordinator 127.0.0.1:50051 \\
+    jobfence-refund-worker --coordinator 127.0.0.1:50051 \\
         --provider http://127.0.0.1:8099/ --worker-id py-1 --queue refunds
+
+(or ``python -m jobfence_worker.refund_worker ...``).
 
 The rules it follows:
   * operation_key is the idempotency key and the merchant reference; the

@@ -1,0 +1,66 @@
+"""jobfence worker client for Python, mirroring the Rust SDK.
+
+The rules it enforces (docs/workers.md has the whole protocol):
+
+* Only a committed Claim or Takeover hands out a ``ClaimedJob``; an unclear
+  one raises ``OutcomeUnknown`` and the worker holds nothing.
+* Every write goes through the handle, which presents its ``attempt``
+  (the fencing token). ``operation_key`` is the one key to send to the
+  provider; ``attempt`` is for logs only.
+* Refusals are exceptions read from the ``google.rpc.ErrorInfo`` of the
+  status (domain ``jobfence``), one class per reason (``REASONS``):
+  ``AttemptSuperseded``, ``JobNotRunning``, ``Overloaded``, ...
+* A provider success that can no longer be written back is recorded as an
+  observation instead of being dropped.
+
+``WorkerClient`` is synchronous; ``jobfence_worker.aio.AsyncWorkerClient``
+is the same client on ``grpc.aio``. ``jobfence_worker.refund_worker`` is a
+complete worker (``jobfence-refund-worker``).
+"""
+
+from ._wire import (
+    Disposition,
+    FailWritten,
+    Recorded,
+    RetryPolicy,
+    Written,
+    observation_dedup_key,
+)
+from .client import ClaimedJob, WorkerClient
+from .errors import (
+    DOMAIN,
+    REASONS,
+    AttemptNotIssued,
+    AttemptSuperseded,
+    CommitOutcomeUnknown,
+    DatabaseUnavailable,
+    InternalError,
+    InvalidRequest,
+    JobfenceError,
+    JobFinished,
+    JobNotCancellable,
+    JobNotFound,
+    JobNotInManualReview,
+    JobNotRunning,
+    LeaseNotExpired,
+    OperationKeyConflict,
+    OutcomeUnknown,
+    Overloaded,
+    ServerShuttingDown,
+    TransactionConflict,
+    Unavailable,
+    from_rpc_error,
+    from_status,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "DOMAIN", "REASONS", "AttemptNotIssued", "AttemptSuperseded", "ClaimedJob",
+    "CommitOutcomeUnknown", "DatabaseUnavailable", "Disposition", "FailWritten", "InternalError",
+    "InvalidRequest", "JobFinished", "JobNotCancellable", "JobNotFound", "JobNotInManualReview",
+    "JobNotRunning", "JobfenceError", "LeaseNotExpired", "OperationKeyConflict", "OutcomeUnknown",
+    "Overloaded", "Recorded", "RetryPolicy", "ServerShuttingDown", "TransactionConflict",
+    "Unavailable", "WorkerClient", "Written", "from_rpc_error", "from_status",
+    "observation_dedup_key",
+]

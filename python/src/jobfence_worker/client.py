@@ -1,0 +1,170 @@
+"""The synchronous client: ``WorkerClient`` hands out ``ClaimedJob``
+handles, and every write goes through the handle that carries its attempt."""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any, Callable, List, Optional, Tuple
+
+import grpc
+
+from . import _wire
+from ._proto import coordinator_pb2 as pb
+from ._wire import Disposition, FailWritten, Recorded, RetryPolicy, Written
+from .errors import (
+    AttemptSuperseded,
+    JobfenceError,
+    JobNotRunning,
+    from_rpc_error,
+    retryable_claim,
+    retryable_write,
+)
+
+log = logging.getLogger("jobfence_worker")
+
+
+class WorkerClient:
+    """A worker's connection to one coordinator (``host:port``).
+
+    ``lease_seconds`` is asked for on every Claim/Takeover (DB clock, within
+    the server's bounds); ``timeout_seconds`` is the deadline of one RPC.
+    """
+
+    def __init__(self, target: str, worker_id: str, queue: str, lease_seconds: float = 30.0,
+                 timeout_seconds: float = 10.0, retry: Optional[RetryPolicy] = None,
+                 channel: Optional[grpc.Channel] = None) -> None:
+        self.pb = pb
+        self.worker_id = worker_id
+        self.queue = queue
+        self.lease_seconds = lease_seconds
+        self.timeout_seconds = timeout_seconds
+        self.retry = retry or RetryPolicy()
+        self._channel = channel or grpc.insecure_channel(target.replace("http://", ""))
+        self._calls = {name: self._channel.unary_unary(path, request_serializer=ser,
+                                                       response_deserializer=de)
+                       for name, (path, ser, de) in _wire.methods().items()}
+
+    def close(self) -> None:
+        self._channel.close()
+
+    def __enter__(self) -> "WorkerClient":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _call(self, method: str, request: Any, retryable: Callable[[JobfenceError], bool],
+              extra_seconds: float = 0.0) -> Any:
+        tries = 0
+        while True:
+            tries += 1
+            try:
+                return self._calls[method](request, timeout=self.timeout_seconds + extra_seconds)
+            except grpc.RpcError as err:
+                mapped = from_rpc_error(err)
+                if tries >= self.retry.max_tries or not retryable(mapped):
+                    raise mapped from None
+                time.sleep(self.retry.backoff(tries))
+
+    def claim(self, max_jobs: int = 1, wait_seconds: float = 0.0) -> List["ClaimedJob"]:
+        """Claims up to ``max_jobs`` due jobs; returns their handles (maybe
+        none). With ``wait_seconds`` the coordinator holds the call until a
+        job is due (a long poll: no polling needed) and answers empty only
+        when that time passes. Raises ``OutcomeUnknown`` when the claim may
+        have committed unheard: hold nothing then, and do not retry it
+        blindly (its jobs come back after their lease through a takeover
+        that reconciles)."""
+        request = _wire.claim_request(self.queue, self.worker_id, max_jobs, self.lease_seconds,
+                                      wait_seconds)
+        response = self._call("Claim", request, retryable_claim, extra_seconds=wait_seconds)
+        return [ClaimedJob(self, c) for c in response.jobs]
+
+    def takeover(self, job_id: int) -> "ClaimedJob":
+        """Takes over one job whose lease expired; starts with RECONCILE."""
+        request = _wire.takeover_request(job_id, self.worker_id, self.lease_seconds)
+        return ClaimedJob(self, self._call("Takeover", request, retryable_claim).claimed)
+
+    def get_job(self, job_id: int) -> Tuple[pb.Job, List[pb.Observation]]:
+        """``(job, observations)``. A read decides nothing about ownership."""
+        response = self._call("GetJob", pb.GetJobRequest(job_id=job_id), retryable_write)
+        return response.job, list(response.observations)
+
+    def enqueue(self, queue: str, operation_key: str, payload: str,
+                delay_seconds: float = 0.0) -> Tuple[pb.Job, bool]:
+        """Adds a job, idempotent on (queue, operation_key): ``(job, created)``."""
+        request = pb.EnqueueRequest(queue=queue, operation_key=operation_key, payload=payload)
+        if delay_seconds > 0:
+            request.delay.CopyFrom(_wire.duration(delay_seconds))
+        response = self._call("Enqueue", request, retryable_write)
+        return response.job, response.created
+
+    def enqueue_batch(self, items: List[Tuple[str, str, str]]) -> List[Any]:
+        """Enqueues ``(queue, operation_key, payload)`` items in one
+        transaction; one ``EnqueueBatchResult`` per item, in order (each an
+        ``enqueued`` response or an ``error`` for that item alone)."""
+        request = pb.EnqueueBatchRequest(items=[
+            pb.EnqueueRequest(queue=q, operation_key=k, payload=p) for q, k, p in items])
+        return list(self._call("EnqueueBatch", request, retryable_write).results)
+
+
+class ClaimedJob(_wire.HandleBase):
+    """A job this worker holds, handed out by a committed Claim or Takeover.
+    Every write presents ``attempt``; the coordinator applies it only while
+    that attempt is current."""
+
+    def __init__(self, client: WorkerClient, claimed: pb.ClaimedJob) -> None:
+        super().__init__(claimed, client.worker_id)
+        self._client = client
+
+    def complete(self, provider_reference: str, result: str = "") -> Written:
+        """Marks the job succeeded. On ``AttemptSuperseded`` or
+        ``JobNotRunning`` with a provider reference, the result is recorded
+        as an observation (source WORKER, outcome SUCCEEDED) and the
+        exception says ``observation_recorded = True``."""
+        request = _wire.complete_request(self.job_id, self._attempt, provider_reference, result)
+        try:
+            response = self._client._call("Complete", request, retryable_write)
+        except (AttemptSuperseded, JobNotRunning) as refusal:
+            if provider_reference:
+                refusal.observation_recorded = self._keep_evidence(provider_reference, result)
+            raise
+        self.job = response.job
+        return Written(response.replayed, response.job)
+
+    def fail(self, disposition: Disposition, error: str,
+             retry_delay_seconds: float = 0.0) -> FailWritten:
+        """Reports a failure; see ``Disposition``. ``error`` is required."""
+        request = _wire.fail_request(self.job_id, self._attempt, disposition, error,
+                                     retry_delay_seconds)
+        response = self._client._call("Fail", request, retryable_write)
+        self.job = response.job
+        return _wire.fail_written(response)
+
+    def renew_lease(self, lease_seconds: float) -> Written:
+        """Extends the lease from now (DB clock); never shortens it."""
+        request = _wire.renew_request(self.job_id, self._attempt, lease_seconds)
+        response = self._client._call("RenewLease", request, retryable_write)
+        self.job = response.job
+        return Written(response.replayed, response.job)
+
+    def record_observation(self, outcome: str, provider_reference: str, body: str,
+                           dedup_key: str) -> Recorded:
+        """Records evidence (``outcome`` like ``"SUCCEEDED"``), allowed from
+        any attempt, stale included; never changes the job."""
+        request = _wire.observation_request(self.job_id, self._attempt, outcome,
+                                            provider_reference, body, dedup_key)
+        response = self._client._call("RecordObservation", request, retryable_write)
+        return Recorded(response.observation, response.duplicate)
+
+    def _keep_evidence(self, provider_reference: str, result: str) -> bool:
+        try:
+            self.record_observation("SUCCEEDED", provider_reference, result,
+                                    self._evidence_key(provider_reference))
+            return True
+        except JobfenceError as err:
+            log.warning("could not record a late provider result: %s", err)
+            return False
+
+
+__all__ = ["ClaimedJob", "WorkerClient"]

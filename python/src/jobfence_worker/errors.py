@@ -1,0 +1,275 @@
+"""Exceptions a worker can catch, read from the ``google.rpc.ErrorInfo``
+(domain ``jobfence``) that the coordinator attaches to every expected
+refusal. There is one class for every reason the coordinator sends
+(``REASONS``); switch on the class, never on the message.
+
+The classes form three families a worker acts on:
+
+* refusals (``AttemptSuperseded``, ``JobNotRunning``, ...): the call was not
+  applied and repeating it cannot change that;
+* ``OutcomeUnknown`` (``CommitOutcomeUnknown``, or a transport failure): the
+  call may have been applied. After a Claim or Takeover: hold nothing;
+* ``Unavailable`` (``DatabaseUnavailable``, ``TransactionConflict``,
+  ``Overloaded``): nothing was applied; retry after a backoff.
+"""
+
+from __future__ import annotations
+
+from typing import Dict, List, Mapping, Optional, Tuple, Type
+
+import grpc
+from google.rpc import error_details_pb2
+from grpc_status import rpc_status
+
+DOMAIN = "jobfence"
+
+# Statuses without a jobfence ErrorInfo and with one of these codes come
+# from the transport (connection refused or cut, an expired deadline, a
+# proxy): whether the call reached the coordinator, nobody can say.
+_TRANSPORT_CODES = {
+    grpc.StatusCode.UNAVAILABLE,
+    grpc.StatusCode.ABORTED,
+    grpc.StatusCode.DEADLINE_EXCEEDED,
+    grpc.StatusCode.CANCELLED,
+    grpc.StatusCode.UNKNOWN,
+    grpc.StatusCode.INTERNAL,
+}
+
+
+def _state_name(domain_state: str) -> str:
+    """``succeeded`` -> ``JOB_STATE_SUCCEEDED`` (the proto enum name)."""
+    return "JOB_STATE_" + domain_state.upper() if domain_state else "JOB_STATE_UNSPECIFIED"
+
+
+class JobfenceError(Exception):
+    """Base class. ``code`` is the grpc.StatusCode, ``reason`` the ErrorInfo
+    reason ("" when there was none), ``metadata`` its metadata."""
+
+    def __init__(self, code: Optional[grpc.StatusCode], message: str, reason: str = "",
+                 metadata: Optional[Mapping[str, str]] = None) -> None:
+        super().__init__("%s: %s" % (reason or code, message))
+        self.code = code
+        self.message = message
+        self.reason = reason
+        self.metadata: Dict[str, str] = dict(metadata or {})
+
+    def _meta_int(self, key: str) -> int:
+        try:
+            return int(self.metadata.get(key, 0))
+        except ValueError:
+            return 0
+
+
+class AttemptSuperseded(JobfenceError):
+    """ATTEMPT_SUPERSEDED: a later claim or takeover replaced this attempt.
+    The handle no longer holds the job. ``observation_recorded`` is True
+    when the refused write's provider result was kept as an observation."""
+
+    def __init__(self, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
+        super().__init__(*args, **kwargs)
+        self.current_attempt: int = self._meta_int("current_attempt")
+        self.current_state: str = _state_name(self.metadata.get("current_state", ""))
+        self.observation_recorded: bool = False
+
+
+class AttemptNotIssued(JobfenceError):
+    """ATTEMPT_NOT_ISSUED: an attempt newer than any handed out (a bug in
+    the caller: a handle never makes one up)."""
+
+    def __init__(self, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
+        super().__init__(*args, **kwargs)
+        self.current_attempt: int = self._meta_int("current_attempt")
+
+
+class JobNotRunning(JobfenceError):
+    """JOB_NOT_RUNNING: the attempt is current but the job left running
+    (this attempt already finished, retried or parked it)."""
+
+    def __init__(self, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
+        super().__init__(*args, **kwargs)
+        self.state: str = _state_name(self.metadata.get("current_state", ""))
+        self.observation_recorded: bool = False
+
+
+class JobNotFound(JobfenceError):
+    """JOB_NOT_FOUND."""
+
+
+class JobFinished(JobfenceError):
+    """JOB_FINISHED (Takeover of a finished job)."""
+
+    def __init__(self, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
+        super().__init__(*args, **kwargs)
+        self.state: str = _state_name(self.metadata.get("current_state", ""))
+
+
+class LeaseNotExpired(JobfenceError):
+    """LEASE_NOT_EXPIRED (Takeover of a live lease, by the DB clock)."""
+
+    def __init__(self, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
+        super().__init__(*args, **kwargs)
+        self.current_attempt: int = self._meta_int("current_attempt")
+
+
+class OperationKeyConflict(JobfenceError):
+    """OPERATION_KEY_CONFLICT: the operation_key is known with another
+    payload; ``job_id`` is the existing job."""
+
+    def __init__(self, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
+        super().__init__(*args, **kwargs)
+        self.job_id: int = self._meta_int("job_id")
+
+
+class JobNotInManualReview(JobfenceError):
+    """JOB_NOT_IN_MANUAL_REVIEW (operators: resolve of a job not parked)."""
+
+
+class JobNotCancellable(JobfenceError):
+    """JOB_NOT_CANCELLABLE (operators: only a never-dispatched ready job)."""
+
+
+class InvalidRequest(JobfenceError):
+    """INVALID_REQUEST: nothing was written. ``violations`` lists
+    ``(field, description)`` from the google.rpc.BadRequest detail."""
+
+    def __init__(self, *args, violations: Tuple[Tuple[str, str], ...] = (),
+                 **kwargs) -> None:  # type: ignore[no-untyped-def]
+        super().__init__(*args, **kwargs)
+        self.violations: List[Tuple[str, str]] = list(violations)
+
+
+class OutcomeUnknown(JobfenceError):
+    """The call may or may not have been applied: a transport failure (no
+    coordinator answer). After a Claim or Takeover: hold nothing. A fenced
+    write may be sent again: an applied one is answered as a replay."""
+
+
+class CommitOutcomeUnknown(OutcomeUnknown):
+    """COMMIT_OUTCOME_UNKNOWN: the coordinator lost its database connection
+    during COMMIT."""
+
+
+class Unavailable(JobfenceError):
+    """Nothing was applied; retry after a backoff."""
+
+
+class DatabaseUnavailable(Unavailable):
+    """DATABASE_UNAVAILABLE: the coordinator could not reach its database."""
+
+
+class TransactionConflict(Unavailable):
+    """TRANSACTION_CONFLICT: deadlock or lock wait timeout, rolled back."""
+
+
+class Overloaded(Unavailable):
+    """OVERLOADED (RESOURCE_EXHAUSTED): too many calls already wait for the
+    database. ``retry_after`` is the coordinator's suggested delay in
+    seconds (google.rpc.RetryInfo), or None."""
+
+    def __init__(self, *args, retry_after: Optional[float] = None,
+                 **kwargs) -> None:  # type: ignore[no-untyped-def]
+        super().__init__(*args, **kwargs)
+        self.retry_after = retry_after
+
+
+class InternalError(JobfenceError):
+    """INTERNAL: a bug in the coordinator."""
+
+
+class ServerShuttingDown(JobfenceError):
+    """SERVER_SHUTTING_DOWN: a stream ended because the server is draining."""
+
+
+#: Every ErrorInfo reason the coordinator sends, and its class.
+REASONS: Dict[str, Type[JobfenceError]] = {
+    "INVALID_REQUEST": InvalidRequest,
+    "JOB_NOT_FOUND": JobNotFound,
+    "ATTEMPT_SUPERSEDED": AttemptSuperseded,
+    "ATTEMPT_NOT_ISSUED": AttemptNotIssued,
+    "JOB_NOT_RUNNING": JobNotRunning,
+    "JOB_FINISHED": JobFinished,
+    "LEASE_NOT_EXPIRED": LeaseNotExpired,
+    "OPERATION_KEY_CONFLICT": OperationKeyConflict,
+    "JOB_NOT_IN_MANUAL_REVIEW": JobNotInManualReview,
+    "JOB_NOT_CANCELLABLE": JobNotCancellable,
+    "COMMIT_OUTCOME_UNKNOWN": CommitOutcomeUnknown,
+    "DATABASE_UNAVAILABLE": DatabaseUnavailable,
+    "TRANSACTION_CONFLICT": TransactionConflict,
+    "INTERNAL": InternalError,
+    "OVERLOADED": Overloaded,
+    "SERVER_SHUTTING_DOWN": ServerShuttingDown,
+}
+
+
+def _details(status_proto: object) -> Tuple[Optional[error_details_pb2.ErrorInfo],
+                                            Optional[error_details_pb2.BadRequest],
+                                            Optional[float]]:
+    info, bad, retry_after = None, None, None
+    for detail in getattr(status_proto, "details", ()):
+        if detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
+            candidate = error_details_pb2.ErrorInfo()
+            detail.Unpack(candidate)
+            if candidate.domain == DOMAIN:
+                info = candidate
+        elif detail.Is(error_details_pb2.BadRequest.DESCRIPTOR):
+            bad = error_details_pb2.BadRequest()
+            detail.Unpack(bad)
+        elif detail.Is(error_details_pb2.RetryInfo.DESCRIPTOR):
+            ri = error_details_pb2.RetryInfo()
+            detail.Unpack(ri)
+            retry_after = ri.retry_delay.seconds + ri.retry_delay.nanos / 1e9
+    return info, bad, retry_after
+
+
+def from_status(code: grpc.StatusCode, message: str, status_proto: object) -> JobfenceError:
+    """Maps a status (code, message, decoded google.rpc.Status or None) to a
+    ``JobfenceError`` subclass."""
+    info, bad, retry_after = _details(status_proto) if status_proto is not None else (None, None, None)
+    if info is None:
+        cls: Type[JobfenceError] = OutcomeUnknown if code in _TRANSPORT_CODES else JobfenceError
+        return cls(code, message)
+    cls = REASONS.get(info.reason, JobfenceError)
+    if cls is InvalidRequest:
+        violations = tuple((v.field, v.description) for v in (bad.field_violations if bad else []))
+        return InvalidRequest(code, message, reason=info.reason, metadata=info.metadata,
+                              violations=violations)
+    if cls is Overloaded:
+        return Overloaded(code, message, reason=info.reason, metadata=info.metadata,
+                          retry_after=retry_after)
+    return cls(code, message, reason=info.reason, metadata=info.metadata)
+
+
+def from_rpc_error(err: grpc.RpcError) -> JobfenceError:
+    """Maps a failed call of a synchronous channel to a ``JobfenceError``."""
+    code, message = err.code(), err.details() or ""  # type: ignore[attr-defined]
+    try:
+        status = rpc_status.from_call(err)  # type: ignore[arg-type]
+    except ValueError:
+        status = None
+    return from_status(code, message, status)
+
+
+def retryable_write(err: JobfenceError) -> bool:
+    """May a fenced write, an observation or a read be sent again? Yes for a
+    lost commit, an unavailable database, a conflict, an overload and any
+    transport failure: the coordinator answers an applied write as a replay
+    and de-duplicates observations. Never for a refusal."""
+    return isinstance(err, (OutcomeUnknown, Unavailable))
+
+
+def retryable_claim(err: JobfenceError) -> bool:
+    """May a Claim or Takeover be sent again? Only when the coordinator
+    said nothing was applied. After an unclear claim the worker holds
+    nothing; any job it may have taken comes back after its lease through
+    a takeover that reconciles first."""
+    return isinstance(err, Unavailable)
+
+
+__all__ = [
+    "AttemptNotIssued", "AttemptSuperseded", "CommitOutcomeUnknown", "DOMAIN",
+    "DatabaseUnavailable", "InternalError", "InvalidRequest", "JobFinished", "JobNotCancellable",
+    "JobNotFound", "JobNotInManualReview", "JobNotRunning", "JobfenceError", "LeaseNotExpired",
+    "OperationKeyConflict", "OutcomeUnknown", "Overloaded", "REASONS", "ServerShuttingDown",
+    "TransactionConflict", "Unavailable", "from_rpc_error", "from_status", "retryable_claim",
+    "retryable_write",
+]

@@ -1,0 +1,98 @@
+"""Every ErrorInfo reason the coordinator sends maps to its own class, in
+the family a worker acts on (refusal, outcome unknown, retry)."""
+
+import os
+import re
+import unittest
+
+import grpc
+from google.protobuf import any_pb2, duration_pb2
+from google.rpc import error_details_pb2, status_pb2
+
+import jobfence_worker as jw
+from jobfence_worker.errors import from_status, retryable_claim, retryable_write
+
+REPO = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, os.pardir)
+
+
+def server_reasons():
+    """The reason constants of the coordinator (src/grpc/status.rs)."""
+    with open(os.path.join(REPO, "src", "grpc", "status.rs")) as f:
+        text = f.read()
+    block = text[text.index("pub mod reason {"):]
+    block = block[:block.index("\n}\n")]
+    return set(re.findall(r'pub const [A-Z_]+: &str = "([A-Z_]+)";', block))
+
+
+def status(code, reason, metadata=None, *extra):
+    info = error_details_pb2.ErrorInfo(reason=reason, domain="jobfence", metadata=metadata or {})
+    details = []
+    for d in (info,) + extra:
+        a = any_pb2.Any()
+        a.Pack(d)
+        details.append(a)
+    return status_pb2.Status(code=code.value[0], message="refused", details=details)
+
+
+class ReasonsTest(unittest.TestCase):
+    def test_every_reason_of_the_coordinator_has_a_class(self):
+        self.assertEqual(set(jw.REASONS), server_reasons())
+        self.assertEqual(len(set(jw.REASONS.values())), len(jw.REASONS), "one class per reason")
+
+    def test_each_reason_maps_to_its_class(self):
+        for reason, cls in jw.REASONS.items():
+            err = from_status(grpc.StatusCode.FAILED_PRECONDITION, "x",
+                              status(grpc.StatusCode.FAILED_PRECONDITION, reason))
+            self.assertIs(type(err), cls, reason)
+            self.assertEqual(err.reason, reason)
+
+    def test_superseded_carries_the_current_attempt_and_state(self):
+        err = from_status(grpc.StatusCode.FAILED_PRECONDITION, "x", status(
+            grpc.StatusCode.FAILED_PRECONDITION, "ATTEMPT_SUPERSEDED",
+            {"current_attempt": "8", "current_state": "succeeded"}))
+        self.assertIsInstance(err, jw.AttemptSuperseded)
+        self.assertEqual((err.current_attempt, err.current_state), (8, "JOB_STATE_SUCCEEDED"))
+        self.assertFalse(retryable_write(err))
+
+    def test_overloaded_applied_nothing_and_is_retried_after_its_delay(self):
+        retry = error_details_pb2.RetryInfo(retry_delay=duration_pb2.Duration(nanos=100_000_000))
+        err = from_status(grpc.StatusCode.RESOURCE_EXHAUSTED, "busy", status(
+            grpc.StatusCode.RESOURCE_EXHAUSTED, "OVERLOADED", None, retry))
+        self.assertIsInstance(err, jw.Overloaded)
+        self.assertIsInstance(err, jw.Unavailable)
+        self.assertAlmostEqual(err.retry_after, 0.1)
+        self.assertTrue(retryable_claim(err) and retryable_write(err))
+
+    def test_a_lost_commit_is_unknown_and_never_retried_as_a_claim(self):
+        err = from_status(grpc.StatusCode.UNAVAILABLE, "x",
+                          status(grpc.StatusCode.UNAVAILABLE, "COMMIT_OUTCOME_UNKNOWN"))
+        self.assertIsInstance(err, jw.OutcomeUnknown)
+        self.assertFalse(retryable_claim(err))
+        self.assertTrue(retryable_write(err))
+
+    def test_a_transport_failure_is_unknown_and_another_domain_is_not_ours(self):
+        self.assertIsInstance(from_status(grpc.StatusCode.UNAVAILABLE, "tcp", None),
+                              jw.OutcomeUnknown)
+        other = status(grpc.StatusCode.FAILED_PRECONDITION, "ATTEMPT_SUPERSEDED")
+        other.details[0].Clear()
+        self.assertIs(type(from_status(grpc.StatusCode.FAILED_PRECONDITION, "x", other)),
+                      jw.JobfenceError)
+
+    def test_invalid_request_keeps_its_field_violations(self):
+        bad = error_details_pb2.BadRequest(field_violations=[
+            error_details_pb2.BadRequest.FieldViolation(field="lease", description="too long")])
+        err = from_status(grpc.StatusCode.INVALID_ARGUMENT, "x", status(
+            grpc.StatusCode.INVALID_ARGUMENT, "INVALID_REQUEST", None, bad))
+        self.assertEqual(err.violations, [("lease", "too long")])
+
+
+class DedupKeyTest(unittest.TestCase):
+    def test_plain_when_short_hashed_when_long(self):
+        self.assertEqual(jw.observation_dedup_key("w1", "re_1"), "worker:w1:re_1")
+        key = jw.observation_dedup_key("w1", "r" * 255)
+        self.assertTrue(key.startswith("worker-sha256:"))
+        self.assertEqual(len(key), len("worker-sha256:") + 64)
+
+
+if __name__ == "__main__":
+    unittest.main()
