@@ -167,6 +167,8 @@ async fn a_worker_frozen_after_sending_its_refund_is_fenced_out_and_its_result_k
 #[tokio::test]
 async fn the_demo_with_every_fault_kind_refunds_nothing_twice() {
     let python = std::env::var("JOBFENCE_PYTHON").unwrap_or_else(|_| "python3".into());
+    // sdk/node's packages come from scripts/node-env (npm ci).
+    let node = std::env::var("JOBFENCE_NODE").unwrap_or_else(|_| "node".into());
     let db = format!("jf_test_{}_demo", std::process::id());
     let (server, _) = base_url()
         .rsplit_once('/')
@@ -183,6 +185,8 @@ async fn the_demo_with_every_fault_kind_refunds_nothing_twice() {
             "--workers",
             "3",
             "--python-workers",
+            "1",
+            "--node-workers",
             "1",
             "--fault-cut-response",
             "0.05",
@@ -204,6 +208,7 @@ async fn the_demo_with_every_fault_kind_refunds_nothing_twice() {
             work.to_str().unwrap(),
         ])
         .env("JOBFENCE_PYTHON", &python)
+        .env("JOBFENCE_NODE", &node)
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .stdin(Stdio::null())
         .output()
@@ -237,7 +242,10 @@ async fn the_demo_with_every_fault_kind_refunds_nothing_twice() {
         !line("stale writes rejected").ends_with("none"),
         "{context}"
     );
-    assert!(line("completed by").contains("python-1"), "{context}");
+    // Rust, Python and Node workers shared the queue.
+    for worker in ["rust-", "python-1", "node-1"] {
+        assert!(line("completed by").contains(worker), "{worker}\n{context}");
+    }
     // scripts/mariadb runs the database durably (DESIGN.md rule 9).
     assert!(
         line("database durable").contains("yes (innodb_flush_log_at_trx_commit=1"),

@@ -1,5 +1,6 @@
 //! `jobfence demo`: the main job. Starts a coordinator and a fake payment
-//! provider, enqueues refunds, runs Rust workers and a Python worker, and
+//! provider, enqueues refunds, runs Rust, Python and Node workers on one
+//! queue, and
 //! makes the seed article's failures happen for real: a worker frozen past
 //! its lease and resumed after the takeover, a worker killed mid-request,
 //! responses cut after the refund was made, read-after-write lag, 503s, a
@@ -44,6 +45,10 @@ pub struct DemoArgs {
     /// Python refund workers (need grpcio: scripts/demo installs it).
     #[arg(long, default_value_t = 1)]
     pub python_workers: u32,
+    /// Node refund workers (sdk/node; need its packages: scripts/demo runs
+    /// `npm ci` there).
+    #[arg(long, default_value_t = 1)]
+    pub node_workers: u32,
     /// Jobs each worker handles at once.
     #[arg(long, default_value_t = 8)]
     pub concurrency: u32,
@@ -87,6 +92,9 @@ pub struct DemoArgs {
     /// Python interpreter with grpcio (default: .local/venv/bin/python).
     #[arg(long, env = "JOBFENCE_PYTHON")]
     pub python: Option<PathBuf>,
+    /// Node executable (default: `node` on the PATH).
+    #[arg(long, env = "JOBFENCE_NODE", default_value = "node")]
+    pub node: PathBuf,
     /// Where logs go.
     #[arg(long, default_value = ".local/demo")]
     pub work_dir: PathBuf,
@@ -421,7 +429,7 @@ async fn run_workload(
 ) -> Result<Vec<String>> {
     // Every worker starts first and says so, then the refunds arrive: the
     // workers that boot fastest (or long-poll) would otherwise take them all
-    // before the slower ones (Python builds its stubs at start) are up.
+    // before the slower ones (Python and Node load their stubs) are up.
     for i in 1..=args.workers {
         let w = cluster.rust_worker(&format!("rust-{i}"), args.concurrency)?;
         cluster.workers.push(w);
@@ -452,6 +460,27 @@ async fn run_workload(
                 .push(Proc::spawn(&name, python, &script, &path, &cluster.logs)?);
         }
     }
+    for i in 1..=args.node_workers {
+        let name = format!("node-{i}");
+        let script: Vec<String> = vec![
+            "sdk/node/src/refund_worker.js".into(),
+            "--coordinator".into(),
+            cluster.coordinator_addr.clone(),
+            "--provider".into(),
+            cluster.provider_url.clone(),
+            "--worker-id".into(),
+            name.clone(),
+            "--queue".into(),
+            QUEUE.into(),
+            "--lease-seconds".into(),
+            args.lease.as_secs().max(1).to_string(),
+            "--concurrency".into(),
+            args.concurrency.to_string(),
+        ];
+        cluster
+            .workers
+            .push(Proc::spawn(&name, &args.node, &script, &[], &cluster.logs)?);
+    }
     wait_workers_started(&cluster.workers).await?;
     enqueue(&cluster.coordinator_addr, args.jobs).await?;
     say(&format!("enqueued {} refunds", args.jobs));
@@ -465,7 +494,10 @@ async fn wait_workers_started(workers: &[Proc]) -> Result<()> {
     for w in workers {
         loop {
             let log = std::fs::read_to_string(&w.log).unwrap_or_default();
-            if log.contains("refund worker started") || log.contains("python refund worker") {
+            if log.contains("refund worker started")
+                || log.contains("python refund worker")
+                || log.contains("node refund worker")
+            {
                 break;
             }
             if Instant::now() > deadline {

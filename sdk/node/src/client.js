@@ -1,0 +1,307 @@
+'use strict';
+// WorkerClient hands out ClaimedJob handles; every write goes through the
+// handle, which carries the attempt (fencing token) it was issued.
+
+const fs = require('node:fs');
+const path = require('node:path');
+const crypto = require('node:crypto');
+const grpc = require('@grpc/grpc-js');
+const protoLoader = require('@grpc/proto-loader');
+const errors = require('./errors');
+
+/** The directory holding jobfence/v1/coordinator.proto. */
+function protoRoot() {
+  const candidates = [
+    process.env.JOBFENCE_PROTO_DIR,
+    path.join(__dirname, '..', 'proto'), // a packed package (npm pack copies it)
+    path.join(__dirname, '..', '..', '..', 'proto'), // sdk/node in a jobfence checkout
+  ].filter(Boolean);
+  const found = candidates.find((d) => fs.existsSync(path.join(d, 'jobfence', 'v1', 'coordinator.proto')));
+  if (!found) throw new Error(`jobfence/v1/coordinator.proto not found in ${candidates.join(', ')}`);
+  return found;
+}
+
+let service = null;
+function coordinatorService() {
+  if (!service) {
+    const definition = protoLoader.loadSync('jobfence/v1/coordinator.proto', {
+      includeDirs: [protoRoot()],
+      keepCase: false,
+      longs: Number,
+      enums: String,
+      defaults: true,
+      oneofs: true,
+    });
+    service = grpc.loadPackageDefinition(definition).jobfence.v1.JobCoordinator;
+  }
+  return service;
+}
+
+/** How Fail disposes of the job (the API's FailDisposition). */
+const Disposition = Object.freeze({
+  RETRY_RECONCILE: 'FAIL_DISPOSITION_RETRY_RECONCILE',
+  RETRY_EXECUTE: 'FAIL_DISPOSITION_RETRY_EXECUTE',
+  FAILED: 'FAIL_DISPOSITION_FAILED',
+  MANUAL_REVIEW: 'FAIL_DISPOSITION_MANUAL_REVIEW',
+});
+
+/** Tries in all (first included); backoff doubles from `initial` to `maximum` seconds, half random. */
+class RetryPolicy {
+  constructor({ maxTries = 5, initial = 0.05, maximum = 2.0 } = {}) {
+    Object.assign(this, { maxTries, initial, maximum });
+  }
+
+  backoff(retry) {
+    const ceiling = Math.min(this.maximum, this.initial * 2 ** Math.max(0, retry - 1));
+    return ceiling / 2 + Math.random() * (ceiling / 2);
+  }
+}
+
+/**
+ * `worker:<workerId>:<providerReference>`, or `worker-sha256:<hex>` of both
+ * when longer than 255 bytes: the key every jobfence SDK derives.
+ */
+function observationDedupKey(workerId, providerReference) {
+  const plain = `worker:${workerId}:${providerReference}`;
+  if (Buffer.byteLength(plain) <= 255) return plain;
+  const h = crypto.createHash('sha256');
+  h.update(workerId);
+  h.update(Buffer.from([0]));
+  h.update(providerReference);
+  return 'worker-sha256:' + h.digest('hex');
+}
+
+function duration(seconds) {
+  const whole = Math.floor(seconds);
+  return { seconds: whole, nanos: Math.round((seconds - whole) * 1e9) };
+}
+
+const sleep = (s) => new Promise((r) => setTimeout(r, s * 1000));
+
+class WorkerClient {
+  /**
+   * target: `host:port`; leaseSeconds: asked for on every Claim/Takeover
+   * (DB clock, within the server's bounds); timeoutSeconds: one RPC's deadline.
+   */
+  constructor({ target, workerId, queue, leaseSeconds = 30, timeoutSeconds = 10, retry } = {}) {
+    if (!target || !workerId || !queue) throw new TypeError('target, workerId and queue are required');
+    const Service = coordinatorService();
+    this.workerId = workerId;
+    this.queue = queue;
+    this.leaseSeconds = leaseSeconds;
+    this.timeoutSeconds = timeoutSeconds;
+    this.retry = retry instanceof RetryPolicy ? retry : new RetryPolicy(retry);
+    this.stub = new Service(target.replace(/^http:\/\//, ''), grpc.credentials.createInsecure());
+  }
+
+  close() {
+    this.stub.close();
+  }
+
+  unary(method, request, extraSeconds = 0) {
+    const deadline = new Date(Date.now() + (this.timeoutSeconds + extraSeconds) * 1000);
+    return new Promise((resolve, reject) => {
+      this.stub[method](request, { deadline }, (err, response) => {
+        if (err) reject(errors.fromServiceError(err));
+        else resolve(response);
+      });
+    });
+  }
+
+  async call(method, request, retryable, extraSeconds = 0) {
+    for (let tries = 1; ; tries++) {
+      try {
+        return await this.unary(method, request, extraSeconds);
+      } catch (err) {
+        if (tries >= this.retry.maxTries || !retryable(err)) throw err;
+        await sleep(this.retry.backoff(tries));
+      }
+    }
+  }
+
+  /**
+   * Claims up to maxJobs due jobs; resolves to their handles (maybe none).
+   * With waitSeconds the coordinator holds the call until a job is due (a
+   * long poll). Rejects with OutcomeUnknown when the claim may have
+   * committed unheard: hold nothing then; its jobs come back after their
+   * lease through a takeover that reconciles first.
+   */
+  async claim(maxJobs = 1, { waitSeconds = 0 } = {}) {
+    const request = { queue: this.queue, workerId: this.workerId, maxJobs, lease: duration(this.leaseSeconds) };
+    if (waitSeconds > 0) request.wait = duration(waitSeconds);
+    const response = await this.call('Claim', request, errors.retryableClaim, waitSeconds);
+    return response.jobs.map((c) => new ClaimedJob(this, c));
+  }
+
+  /** Takes over one job whose lease expired; it starts with RECONCILE. */
+  async takeover(jobId) {
+    const request = { jobId, workerId: this.workerId, lease: duration(this.leaseSeconds) };
+    const response = await this.call('Takeover', request, errors.retryableClaim);
+    return new ClaimedJob(this, response.claimed);
+  }
+
+  /** { job, observations }. A read decides nothing about ownership. */
+  async getJob(jobId) {
+    const response = await this.call('GetJob', { jobId }, errors.retryableWrite);
+    return { job: response.job, observations: response.observations };
+  }
+
+  /** Adds a job, idempotent on (queue, operationKey): { job, created }. */
+  async enqueue(queue, operationKey, payload, { delaySeconds = 0 } = {}) {
+    const request = { queue, operationKey, payload };
+    if (delaySeconds > 0) request.delay = duration(delaySeconds);
+    const response = await this.call('Enqueue', request, errors.retryableWrite);
+    return { job: response.job, created: response.created };
+  }
+
+  /** Enqueues [{queue, operationKey, payload}] in one transaction; one result per item. */
+  async enqueueBatch(items) {
+    const response = await this.call('EnqueueBatch', { items }, errors.retryableWrite);
+    return response.results;
+  }
+
+  /**
+   * Claims and handles jobs until `signal` aborts, at most `concurrency` at
+   * once, claiming only for free slots (long polls of `waitSeconds`). A job
+   * the handler leaves without a write that settled it is released with
+   * RETRY_RECONCILE: the handler may have reached the provider.
+   */
+  async run(handler, { concurrency = 1, waitSeconds = 10, signal } = {}) {
+    const inFlight = new Set();
+    let failures = 0;
+    while (!signal?.aborted) {
+      if (inFlight.size >= concurrency) {
+        await Promise.race(inFlight);
+        continue;
+      }
+      let jobs;
+      try {
+        jobs = await this.claim(concurrency - inFlight.size, { waitSeconds });
+        failures = 0;
+      } catch (err) {
+        failures += 1;
+        await sleep(this.retry.backoff(failures));
+        continue;
+      }
+      for (const job of jobs) {
+        const task = (async () => {
+          let why = 'handler returned without writing back';
+          try {
+            await handler(job);
+          } catch (err) {
+            why = `handler failed: ${err && err.message}`;
+          }
+          if (!job.settled) {
+            await job.fail(Disposition.RETRY_RECONCILE, why, 1).catch(() => {});
+          }
+        })();
+        inFlight.add(task);
+        task.finally(() => inFlight.delete(task));
+      }
+    }
+    await Promise.allSettled(inFlight);
+  }
+}
+
+class ClaimedJob {
+  constructor(client, claimed) {
+    this.client = client;
+    this.job = claimed.job;
+    this.takeover = claimed.takeover;
+    this.observations = claimed.observations;
+    /** True once a write told this handle it no longer holds the job. */
+    this.settled = false;
+    Object.defineProperty(this, 'attemptIssued', { value: claimed.job.attempt });
+  }
+
+  get jobId() { return this.job.jobId; }
+
+  /** THE idempotency key to send to the provider; never built from the attempt. */
+  get operationKey() { return this.job.operationKey; }
+
+  /** The fencing token this handle presents; for logs only. */
+  get attempt() { return this.attemptIssued; }
+
+  get payload() { return this.job.payload; }
+
+  /** 'EXECUTE' or 'RECONCILE' (always RECONCILE after a takeover). */
+  get nextAction() { return this.job.nextAction.replace(/^NEXT_ACTION_/, ''); }
+
+  refused(err) {
+    if (err instanceof errors.AttemptSuperseded || err instanceof errors.JobNotRunning
+      || err instanceof errors.JobNotFound) {
+      this.settled = true;
+    }
+    return err;
+  }
+
+  /**
+   * Marks the job succeeded. When refused as AttemptSuperseded or
+   * JobNotRunning with a provider reference, the result is recorded as an
+   * observation (source WORKER, outcome SUCCEEDED) and the error says
+   * observationRecorded = true.
+   */
+  async complete(providerReference, result = '') {
+    const request = { jobId: this.jobId, attempt: this.attempt, providerReference, result };
+    let response;
+    try {
+      response = await this.client.call('Complete', request, errors.retryableWrite);
+    } catch (err) {
+      if (providerReference && (err instanceof errors.AttemptSuperseded || err instanceof errors.JobNotRunning)) {
+        err.observationRecorded = await this.recordObservation(
+          'SUCCEEDED', providerReference, result, observationDedupKey(this.client.workerId, providerReference),
+        ).then(() => true, () => false);
+      }
+      throw this.refused(err);
+    }
+    this.job = response.job;
+    this.settled = true;
+    return { replayed: response.replayed, job: response.job };
+  }
+
+  /** Reports a failure with a Disposition; `error` is required. */
+  async fail(disposition, error, retryDelaySeconds = 0) {
+    const request = {
+      jobId: this.jobId, attempt: this.attempt, disposition, error, retryDelay: duration(retryDelaySeconds),
+    };
+    let response;
+    try {
+      response = await this.client.call('Fail', request, errors.retryableWrite);
+    } catch (err) {
+      throw this.refused(err);
+    }
+    this.job = response.job;
+    this.settled = true;
+    return {
+      replayed: response.replayed, job: response.job, applied: response.applied, overrideReason: response.overrideReason,
+    };
+  }
+
+  /** Extends the lease from now (DB clock); never shortens it. */
+  async renewLease(leaseSeconds) {
+    const request = { jobId: this.jobId, attempt: this.attempt, lease: duration(leaseSeconds) };
+    let response;
+    try {
+      response = await this.client.call('RenewLease', request, errors.retryableWrite);
+    } catch (err) {
+      throw this.refused(err);
+    }
+    this.job = response.job;
+    return { replayed: response.replayed, job: response.job };
+  }
+
+  /**
+   * Records evidence (outcome like 'SUCCEEDED'), allowed from any attempt,
+   * stale included; never changes the job. dedupKey is unique per job.
+   */
+  async recordObservation(outcome, providerReference, body, dedupKey) {
+    const request = {
+      jobId: this.jobId, attempt: this.attempt, source: 'OBSERVATION_SOURCE_WORKER',
+      outcome: 'OBSERVATION_OUTCOME_' + outcome, providerReference, body, dedupKey,
+    };
+    const response = await this.client.call('RecordObservation', request, errors.retryableWrite);
+    return { observation: response.observation, duplicate: response.duplicate };
+  }
+}
+
+module.exports = { WorkerClient, ClaimedJob, Disposition, RetryPolicy, observationDedupKey, protoRoot };

@@ -1,0 +1,231 @@
+'use strict';
+// Errors a worker can catch, read from the google.rpc.ErrorInfo (domain
+// "jobfence") that the coordinator attaches to every expected refusal. One
+// class per reason (REASONS); switch on the class, never on the message.
+//
+// Three families a worker acts on: refusals (AttemptSuperseded, ...), where
+// repeating the call cannot change the answer; OutcomeUnknown (a lost commit
+// or a transport failure), where the call may have been applied (after a
+// Claim or Takeover: hold nothing); Unavailable (DatabaseUnavailable,
+// TransactionConflict, Overloaded), where nothing was applied: retry later.
+
+const { status: Code } = require('@grpc/grpc-js');
+const protobuf = require('protobufjs');
+
+const DOMAIN = 'jobfence';
+
+// google.rpc.Status and the details jobfence sends, decoded by hand so the
+// package needs no googleapis protos.
+const rpc = protobuf.Root.fromJSON({
+  nested: {
+    google: {
+      nested: {
+        protobuf: {
+          nested: {
+            Any: { fields: { type_url: { type: 'string', id: 1 }, value: { type: 'bytes', id: 2 } } },
+            Duration: { fields: { seconds: { type: 'int64', id: 1 }, nanos: { type: 'int32', id: 2 } } },
+          },
+        },
+        rpc: {
+          nested: {
+            Status: {
+              fields: {
+                code: { type: 'int32', id: 1 },
+                message: { type: 'string', id: 2 },
+                details: { rule: 'repeated', type: 'google.protobuf.Any', id: 3 },
+              },
+            },
+            ErrorInfo: {
+              fields: {
+                reason: { type: 'string', id: 1 },
+                domain: { type: 'string', id: 2 },
+                metadata: { keyType: 'string', type: 'string', id: 3 },
+              },
+            },
+            BadRequest: {
+              fields: { field_violations: { rule: 'repeated', type: 'FieldViolation', id: 1 } },
+              nested: {
+                FieldViolation: {
+                  fields: { field: { type: 'string', id: 1 }, description: { type: 'string', id: 2 } },
+                },
+              },
+            },
+            RetryInfo: { fields: { retry_delay: { type: 'google.protobuf.Duration', id: 1 } } },
+          },
+        },
+      },
+    },
+  },
+});
+const Status = rpc.lookupType('google.rpc.Status');
+const ErrorInfo = rpc.lookupType('google.rpc.ErrorInfo');
+const BadRequest = rpc.lookupType('google.rpc.BadRequest');
+const RetryInfo = rpc.lookupType('google.rpc.RetryInfo');
+
+function stateName(domainState) {
+  return domainState ? 'JOB_STATE_' + domainState.toUpperCase() : 'JOB_STATE_UNSPECIFIED';
+}
+
+class JobfenceError extends Error {
+  /** code: the gRPC status code; reason: the ErrorInfo reason ('' if none). */
+  constructor(code, message, reason = '', metadata = {}) {
+    super(`${reason || code}: ${message}`);
+    this.name = this.constructor.name;
+    this.code = code;
+    this.details = message;
+    this.reason = reason;
+    this.metadata = { ...metadata };
+  }
+
+  metaInt(key) {
+    const n = Number.parseInt(this.metadata[key] ?? '0', 10);
+    return Number.isNaN(n) ? 0 : n;
+  }
+}
+
+class AttemptSuperseded extends JobfenceError {
+  constructor(...args) {
+    super(...args);
+    this.currentAttempt = this.metaInt('current_attempt');
+    this.currentState = stateName(this.metadata.current_state);
+    this.observationRecorded = false;
+  }
+}
+class AttemptNotIssued extends JobfenceError {
+  constructor(...args) {
+    super(...args);
+    this.currentAttempt = this.metaInt('current_attempt');
+  }
+}
+class JobNotRunning extends JobfenceError {
+  constructor(...args) {
+    super(...args);
+    this.state = stateName(this.metadata.current_state);
+    this.observationRecorded = false;
+  }
+}
+class JobNotFound extends JobfenceError {}
+class JobFinished extends JobfenceError {
+  constructor(...args) {
+    super(...args);
+    this.state = stateName(this.metadata.current_state);
+  }
+}
+class LeaseNotExpired extends JobfenceError {
+  constructor(...args) {
+    super(...args);
+    this.currentAttempt = this.metaInt('current_attempt');
+  }
+}
+class OperationKeyConflict extends JobfenceError {
+  constructor(...args) {
+    super(...args);
+    this.jobId = this.metaInt('job_id');
+  }
+}
+class JobNotInManualReview extends JobfenceError {}
+class JobNotCancellable extends JobfenceError {}
+class InvalidRequest extends JobfenceError {
+  constructor(code, message, reason, metadata, violations = []) {
+    super(code, message, reason, metadata);
+    this.violations = violations;
+  }
+}
+class OutcomeUnknown extends JobfenceError {}
+class CommitOutcomeUnknown extends OutcomeUnknown {}
+class Unavailable extends JobfenceError {}
+class DatabaseUnavailable extends Unavailable {}
+class TransactionConflict extends Unavailable {}
+class Overloaded extends Unavailable {
+  constructor(code, message, reason, metadata, retryAfterSeconds = null) {
+    super(code, message, reason, metadata);
+    this.retryAfterSeconds = retryAfterSeconds;
+  }
+}
+class InternalError extends JobfenceError {}
+class ServerShuttingDown extends JobfenceError {}
+
+/** Every ErrorInfo reason the coordinator sends, and its class. */
+const REASONS = Object.freeze({
+  INVALID_REQUEST: InvalidRequest,
+  JOB_NOT_FOUND: JobNotFound,
+  ATTEMPT_SUPERSEDED: AttemptSuperseded,
+  ATTEMPT_NOT_ISSUED: AttemptNotIssued,
+  JOB_NOT_RUNNING: JobNotRunning,
+  JOB_FINISHED: JobFinished,
+  LEASE_NOT_EXPIRED: LeaseNotExpired,
+  OPERATION_KEY_CONFLICT: OperationKeyConflict,
+  JOB_NOT_IN_MANUAL_REVIEW: JobNotInManualReview,
+  JOB_NOT_CANCELLABLE: JobNotCancellable,
+  COMMIT_OUTCOME_UNKNOWN: CommitOutcomeUnknown,
+  DATABASE_UNAVAILABLE: DatabaseUnavailable,
+  TRANSACTION_CONFLICT: TransactionConflict,
+  INTERNAL: InternalError,
+  OVERLOADED: Overloaded,
+  SERVER_SHUTTING_DOWN: ServerShuttingDown,
+});
+
+// Codes that, without a jobfence ErrorInfo, come from the transport
+// (connection refused or cut, an expired deadline, a proxy): nobody can say
+// whether the call reached the coordinator.
+const TRANSPORT_CODES = new Set([
+  Code.UNAVAILABLE, Code.ABORTED, Code.DEADLINE_EXCEEDED, Code.CANCELLED, Code.UNKNOWN, Code.INTERNAL,
+]);
+
+/** Maps a status (code, message, encoded google.rpc.Status or null) to an error. */
+function fromStatus(code, message, statusBytes) {
+  let info = null;
+  let violations = [];
+  let retryAfter = null;
+  if (statusBytes) {
+    const status = Status.decode(statusBytes);
+    for (const any of status.details) {
+      const type = any.type_url.slice(any.type_url.lastIndexOf('/') + 1);
+      if (type === 'google.rpc.ErrorInfo') {
+        const candidate = ErrorInfo.decode(any.value);
+        if (candidate.domain === DOMAIN) info = candidate;
+      } else if (type === 'google.rpc.BadRequest') {
+        violations = BadRequest.decode(any.value).field_violations.map((v) => [v.field, v.description]);
+      } else if (type === 'google.rpc.RetryInfo') {
+        const d = RetryInfo.decode(any.value).retry_delay;
+        if (d) retryAfter = Number(d.seconds || 0) + (d.nanos || 0) / 1e9;
+      }
+    }
+  }
+  if (!info) {
+    return TRANSPORT_CODES.has(code) ? new OutcomeUnknown(code, message) : new JobfenceError(code, message);
+  }
+  const Cls = REASONS[info.reason] || JobfenceError;
+  const metadata = info.metadata || {};
+  if (Cls === InvalidRequest) return new InvalidRequest(code, message, info.reason, metadata, violations);
+  if (Cls === Overloaded) return new Overloaded(code, message, info.reason, metadata, retryAfter);
+  return new Cls(code, message, info.reason, metadata);
+}
+
+/** Maps a failed grpc-js call to a JobfenceError. */
+function fromServiceError(err) {
+  const raw = err.metadata ? err.metadata.get('grpc-status-details-bin') : [];
+  return fromStatus(err.code, err.details || err.message || '', raw.length ? raw[0] : null);
+}
+
+/** A fenced write, an observation or a read may be sent again (a replay is recognised). */
+function retryableWrite(err) {
+  return err instanceof OutcomeUnknown || err instanceof Unavailable;
+}
+
+/** A Claim or Takeover is sent again only when nothing was applied. */
+function retryableClaim(err) {
+  return err instanceof Unavailable;
+}
+
+module.exports = {
+  DOMAIN, REASONS, JobfenceError, AttemptSuperseded, AttemptNotIssued, JobNotRunning, JobNotFound,
+  JobFinished, LeaseNotExpired, OperationKeyConflict, JobNotInManualReview, JobNotCancellable,
+  InvalidRequest, OutcomeUnknown, CommitOutcomeUnknown, Unavailable, DatabaseUnavailable,
+  TransactionConflict, Overloaded, InternalError, ServerShuttingDown, fromStatus, fromServiceError,
+  retryableWrite, retryableClaim, encodeStatusForTests: (obj) => Status.encode(Status.fromObject(obj)).finish(),
+  encodeDetailForTests: (type, obj) => ({
+    type_url: 'type.googleapis.com/google.rpc.' + type,
+    value: rpc.lookupType('google.rpc.' + type).encode(rpc.lookupType('google.rpc.' + type).fromObject(obj)).finish(),
+  }),
+};

@@ -1,0 +1,153 @@
+// Type declarations of jobfence-worker (Node).
+
+/** A job as the coordinator returns it (proto jobfence.v1.Job, camelCase). */
+export interface Job {
+  jobId: number;
+  queue: string;
+  operationKey: string;
+  payload: string;
+  state: string;
+  attempt: number;
+  nextAction: 'NEXT_ACTION_EXECUTE' | 'NEXT_ACTION_RECONCILE' | 'NEXT_ACTION_UNSPECIFIED';
+  leaseOwner: string;
+  dispatchCount: number;
+  providerReference: string;
+  result: string;
+  lastError: string;
+  stateReason: string;
+  [field: string]: unknown;
+}
+
+/** Evidence about a job (proto jobfence.v1.Observation). */
+export interface Observation {
+  observationId: number;
+  jobId: number;
+  attempt: number;
+  source: string;
+  outcome: string;
+  providerReference: string;
+  body: string;
+  dedupKey: string;
+  [field: string]: unknown;
+}
+
+export type DispositionValue =
+  | 'FAIL_DISPOSITION_RETRY_RECONCILE'
+  | 'FAIL_DISPOSITION_RETRY_EXECUTE'
+  | 'FAIL_DISPOSITION_FAILED'
+  | 'FAIL_DISPOSITION_MANUAL_REVIEW';
+
+/** How Fail disposes of the job. */
+export declare const Disposition: Readonly<{
+  RETRY_RECONCILE: 'FAIL_DISPOSITION_RETRY_RECONCILE';
+  RETRY_EXECUTE: 'FAIL_DISPOSITION_RETRY_EXECUTE';
+  FAILED: 'FAIL_DISPOSITION_FAILED';
+  MANUAL_REVIEW: 'FAIL_DISPOSITION_MANUAL_REVIEW';
+}>;
+
+export type ObservationOutcome = 'SUCCEEDED' | 'PENDING' | 'FAILED' | 'NOT_FOUND' | 'UNKNOWN';
+
+export declare class RetryPolicy {
+  constructor(options?: { maxTries?: number; initial?: number; maximum?: number });
+  maxTries: number;
+  /** Seconds. */
+  initial: number;
+  /** Seconds. */
+  maximum: number;
+  /** Seconds to wait before retry number `retry` (1 for the first). */
+  backoff(retry: number): number;
+}
+
+export interface WorkerClientOptions {
+  /** `host:port` of the coordinator. */
+  target: string;
+  workerId: string;
+  queue: string;
+  /** Lease asked for on every Claim/Takeover, in seconds (default 30). */
+  leaseSeconds?: number;
+  /** Deadline of one RPC, in seconds (default 10). */
+  timeoutSeconds?: number;
+  retry?: RetryPolicy | { maxTries?: number; initial?: number; maximum?: number };
+}
+
+export interface Written { replayed: boolean; job: Job }
+export interface FailWritten extends Written { applied: DispositionValue; overrideReason: string }
+export interface Recorded { observation: Observation; duplicate: boolean }
+
+export declare class WorkerClient {
+  constructor(options: WorkerClientOptions);
+  readonly workerId: string;
+  readonly queue: string;
+  close(): void;
+  /** Up to maxJobs handles (maybe none); OutcomeUnknown means hold nothing. */
+  claim(maxJobs?: number, options?: { waitSeconds?: number }): Promise<ClaimedJob[]>;
+  /** One job whose lease expired; it starts with RECONCILE. */
+  takeover(jobId: number): Promise<ClaimedJob>;
+  getJob(jobId: number): Promise<{ job: Job; observations: Observation[] }>;
+  enqueue(queue: string, operationKey: string, payload: string, options?: { delaySeconds?: number }): Promise<{ job: Job; created: boolean }>;
+  enqueueBatch(items: Array<{ queue: string; operationKey: string; payload: string }>): Promise<unknown[]>;
+  /** Claims and handles jobs until `signal` aborts. */
+  run(handler: (job: ClaimedJob) => Promise<void>, options?: { concurrency?: number; waitSeconds?: number; signal?: AbortSignal }): Promise<void>;
+}
+
+/** A job this worker holds; every write presents its attempt. */
+export declare class ClaimedJob {
+  readonly job: Job;
+  readonly jobId: number;
+  /** THE idempotency key to send to the provider. */
+  readonly operationKey: string;
+  /** The fencing token; for logs only. */
+  readonly attempt: number;
+  readonly payload: string;
+  readonly nextAction: 'EXECUTE' | 'RECONCILE';
+  readonly takeover: boolean;
+  readonly observations: Observation[];
+  /** True once a write told this handle it no longer holds the job. */
+  readonly settled: boolean;
+  complete(providerReference: string, result?: string): Promise<Written>;
+  fail(disposition: DispositionValue, error: string, retryDelaySeconds?: number): Promise<FailWritten>;
+  renewLease(leaseSeconds: number): Promise<Written>;
+  recordObservation(outcome: ObservationOutcome, providerReference: string, body: string, dedupKey: string): Promise<Recorded>;
+}
+
+export declare function observationDedupKey(workerId: string, providerReference: string): string;
+
+export declare class JobfenceError extends Error {
+  /** The gRPC status code. */
+  code: number;
+  /** The status message. */
+  details: string;
+  /** The ErrorInfo reason, '' when there was none. */
+  reason: string;
+  metadata: Record<string, string>;
+}
+export declare class AttemptSuperseded extends JobfenceError { currentAttempt: number; currentState: string; observationRecorded: boolean }
+export declare class AttemptNotIssued extends JobfenceError { currentAttempt: number }
+export declare class JobNotRunning extends JobfenceError { state: string; observationRecorded: boolean }
+export declare class JobNotFound extends JobfenceError {}
+export declare class JobFinished extends JobfenceError { state: string }
+export declare class LeaseNotExpired extends JobfenceError { currentAttempt: number }
+export declare class OperationKeyConflict extends JobfenceError { jobId: number }
+export declare class JobNotInManualReview extends JobfenceError {}
+export declare class JobNotCancellable extends JobfenceError {}
+export declare class InvalidRequest extends JobfenceError { violations: Array<[string, string]> }
+/** The call may have been applied; after a Claim or Takeover: hold nothing. */
+export declare class OutcomeUnknown extends JobfenceError {}
+export declare class CommitOutcomeUnknown extends OutcomeUnknown {}
+/** Nothing was applied; retry after a backoff. */
+export declare class Unavailable extends JobfenceError {}
+export declare class DatabaseUnavailable extends Unavailable {}
+export declare class TransactionConflict extends Unavailable {}
+export declare class Overloaded extends Unavailable { retryAfterSeconds: number | null }
+export declare class InternalError extends JobfenceError {}
+export declare class ServerShuttingDown extends JobfenceError {}
+
+export declare const DOMAIN: 'jobfence';
+/** Every ErrorInfo reason the coordinator sends, and its class. */
+export declare const REASONS: Readonly<Record<string, typeof JobfenceError>>;
+export declare const errors: {
+  REASONS: typeof REASONS;
+  fromStatus(code: number, message: string, statusBytes: Uint8Array | null): JobfenceError;
+  retryableWrite(err: unknown): boolean;
+  retryableClaim(err: unknown): boolean;
+};

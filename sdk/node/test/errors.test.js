@@ -1,0 +1,70 @@
+'use strict';
+// Every ErrorInfo reason the coordinator sends maps to its own class, in the
+// family a worker acts on (refusal, outcome unknown, retry).
+
+const test = require('node:test');
+const assert = require('node:assert');
+const fs = require('node:fs');
+const path = require('node:path');
+const { status: Code } = require('@grpc/grpc-js');
+const jw = require('..');
+const { fromStatus, retryableWrite, retryableClaim, encodeStatusForTests, encodeDetailForTests } = jw.errors;
+
+function serverReasons() {
+  const text = fs.readFileSync(path.join(__dirname, '..', '..', '..', 'src', 'grpc', 'status.rs'), 'utf8');
+  const block = text.slice(text.indexOf('pub mod reason {'));
+  return [...block.slice(0, block.indexOf('\n}\n')).matchAll(/pub const [A-Z_]+: &str = "([A-Z_]+)";/g)].map((m) => m[1]);
+}
+
+function status(code, reason, metadata = {}, ...extra) {
+  const details = [encodeDetailForTests('ErrorInfo', { reason, domain: 'jobfence', metadata }), ...extra];
+  return encodeStatusForTests({ code, message: 'refused', details });
+}
+
+test('every reason of the coordinator has its own class', () => {
+  assert.deepStrictEqual(Object.keys(jw.REASONS).sort(), serverReasons().sort());
+  assert.strictEqual(new Set(Object.values(jw.REASONS)).size, Object.keys(jw.REASONS).length);
+  for (const [reason, Cls] of Object.entries(jw.REASONS)) {
+    const err = fromStatus(Code.FAILED_PRECONDITION, 'x', status(Code.FAILED_PRECONDITION, reason));
+    assert.strictEqual(err.constructor, Cls, reason);
+    assert.strictEqual(err.reason, reason);
+  }
+});
+
+test('superseded carries the current attempt and state', () => {
+  const err = fromStatus(Code.FAILED_PRECONDITION, 'x', status(Code.FAILED_PRECONDITION, 'ATTEMPT_SUPERSEDED',
+    { current_attempt: '8', current_state: 'succeeded' }));
+  assert.ok(err instanceof jw.AttemptSuperseded);
+  assert.strictEqual(err.currentAttempt, 8);
+  assert.strictEqual(err.currentState, 'JOB_STATE_SUCCEEDED');
+  assert.ok(!retryableWrite(err));
+});
+
+test('overloaded applied nothing and is retried after its delay', () => {
+  const retry = encodeDetailForTests('RetryInfo', { retry_delay: { seconds: 0, nanos: 100000000 } });
+  const err = fromStatus(Code.RESOURCE_EXHAUSTED, 'busy', status(Code.RESOURCE_EXHAUSTED, 'OVERLOADED', {}, retry));
+  assert.ok(err instanceof jw.Overloaded && err instanceof jw.Unavailable);
+  assert.strictEqual(err.retryAfterSeconds, 0.1);
+  assert.ok(retryableClaim(err) && retryableWrite(err));
+});
+
+test('a lost commit is unknown and never retried as a claim; a transport failure is unknown', () => {
+  const lost = fromStatus(Code.UNAVAILABLE, 'x', status(Code.UNAVAILABLE, 'COMMIT_OUTCOME_UNKNOWN'));
+  assert.ok(lost instanceof jw.OutcomeUnknown);
+  assert.ok(!retryableClaim(lost) && retryableWrite(lost));
+  assert.ok(fromStatus(Code.UNAVAILABLE, 'tcp', null) instanceof jw.OutcomeUnknown);
+  const foreign = encodeStatusForTests({ code: 9, message: 'x', details: [encodeDetailForTests('ErrorInfo', { reason: 'ATTEMPT_SUPERSEDED', domain: 'proxy.example' })] });
+  assert.strictEqual(fromStatus(Code.FAILED_PRECONDITION, 'x', foreign).constructor, jw.JobfenceError);
+});
+
+test('invalid requests keep their field violations', () => {
+  const bad = encodeDetailForTests('BadRequest', { field_violations: [{ field: 'lease', description: 'too long' }] });
+  const err = fromStatus(Code.INVALID_ARGUMENT, 'x', status(Code.INVALID_ARGUMENT, 'INVALID_REQUEST', {}, bad));
+  assert.deepStrictEqual(err.violations, [['lease', 'too long']]);
+});
+
+test('the dedup key is the one every SDK derives', () => {
+  assert.strictEqual(jw.observationDedupKey('w1', 're_1'), 'worker:w1:re_1');
+  const key = jw.observationDedupKey('w1', 'r'.repeat(255));
+  assert.match(key, /^worker-sha256:[0-9a-f]{64}$/);
+});
