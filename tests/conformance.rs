@@ -1,0 +1,397 @@
+//! One conformance suite for every worker client: the protocol's cases,
+//! written once as data ([`CASES`]), run against the Rust SDK, the Python
+//! package and the Node client, each through a small agent that speaks the
+//! line protocol of `tests/conformance/README.md`. The agents talk to an
+//! in-process coordinator through a proxy the driver can make lose answers;
+//! every expectation is an exact reply or an exact database state.
+//!
+//! Python is `$JOBFENCE_PYTHON` (scripts/test: .local/venv), Node is
+//! `$JOBFENCE_NODE` or `node` with sdk/node's packages installed by
+//! scripts/node-env (`npm ci`). A missing runtime fails the test; it never
+//! skips.
+
+mod common;
+mod support_sdk;
+
+#[path = "conformance/rust_agent.rs"]
+mod rust_agent;
+
+use common::Harness;
+use jobfence::domain::JobState;
+use jobfence::proto::TakeoverRequest;
+use jobfence::store::JobStore;
+use jobfence_worker::observation_dedup_key;
+use std::path::Path;
+use std::process::Stdio;
+use std::time::Duration;
+use support_sdk::Proxy;
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::sync::mpsc;
+
+/// One step of a case. `{job}` in a command or a reply stands for the
+/// case's job id.
+#[derive(Debug, Clone, Copy)]
+enum Step {
+    /// Send a command and expect exactly this reply.
+    Ask(&'static str, &'static str),
+    /// Send a command; its reply is read by the next `Reply`.
+    Send(&'static str),
+    /// The reply to the last `Send`.
+    Reply(&'static str),
+    /// The job's lease runs out (the DB says so).
+    ExpireLease,
+    /// Another worker takes the job over (a raw Takeover).
+    TakeoverElsewhere,
+    /// From now, the coordinator's answers to the agent are dropped.
+    LoseAnswers,
+    /// Wait until the job's row is in this state (the lost call committed),
+    /// then cut every connection of the agent and let answers through again.
+    CutOnceRow(JobState),
+    /// Pause the next Claim just before its COMMIT.
+    PauseClaimCommit,
+    /// Kill the paused Claim's database session, then let it COMMIT: the
+    /// coordinator cannot know the outcome (it was rolled back).
+    LoseClaimCommit,
+    /// The job's row: state and attempt.
+    Row(JobState, u64),
+    /// The job's observations: exactly one, from the agent's worker at this
+    /// attempt, with this provider reference and the SDKs' dedup key.
+    ObservedOnce(u64, &'static str),
+    /// How many events of this kind the job has.
+    Events(&'static str, usize),
+}
+
+use Step::*;
+
+/// The protocol's cases. Every agent must pass every one.
+const CASES: &[(&str, &[Step])] = &[
+    (
+        "stale-write-after-takeover-is-superseded",
+        &[
+            Ask("claim", "claimed 0 {job} 1 execute 0 0"),
+            ExpireLease,
+            TakeoverElsewhere,
+            Ask(
+                "fail 0 retry_reconcile",
+                "error superseded recorded=0 current_attempt=2",
+            ),
+            Row(JobState::Running, 2),
+            Events("stale_write_rejected", 1),
+        ],
+    ),
+    (
+        "replay-after-a-lost-response",
+        &[
+            Ask("claim", "claimed 0 {job} 1 execute 0 0"),
+            LoseAnswers,
+            Send("complete 0 re_replay"),
+            CutOnceRow(JobState::Succeeded),
+            Reply("ok replayed=1"),
+            Ask("get {job}", "job succeeded 1"),
+            Row(JobState::Succeeded, 1),
+            Events("completed", 1),
+        ],
+    ),
+    (
+        "reconcile-first-after-a-takeover",
+        &[
+            Ask("claim", "claimed 0 {job} 1 execute 0 0"),
+            ExpireLease,
+            Ask("takeover {job}", "claimed 1 {job} 2 reconcile 1 0"),
+            ExpireLease,
+            Ask("claim", "claimed 2 {job} 3 reconcile 1 0"),
+            Ask(
+                "fail 2 retry_execute",
+                "ok applied=retry_execute replayed=0",
+            ),
+            Ask("claim", "claimed 3 {job} 4 execute 0 0"),
+        ],
+    ),
+    (
+        "a-late-result-becomes-an-observation-the-next-holder-sees",
+        &[
+            Ask("claim", "claimed 0 {job} 1 execute 0 0"),
+            ExpireLease,
+            TakeoverElsewhere,
+            Ask(
+                "complete 0 re_late",
+                "error superseded recorded=1 current_attempt=2",
+            ),
+            Row(JobState::Running, 2),
+            ObservedOnce(1, "re_late"),
+            ExpireLease,
+            Ask("claim", "claimed 1 {job} 3 reconcile 1 1"),
+            Ask("complete 1 re_late", "ok replayed=0"),
+            Row(JobState::Succeeded, 3),
+        ],
+    ),
+    (
+        "a-claim-whose-commit-was-lost-holds-nothing",
+        &[
+            PauseClaimCommit,
+            Send("claim"),
+            LoseClaimCommit,
+            Reply("error outcome_unknown recorded=0 current_attempt=0"),
+            Ask("held", "held 0"),
+            Row(JobState::Ready, 0),
+        ],
+    ),
+    (
+        "a-claim-committed-but-unanswered-holds-nothing",
+        &[
+            // A call first: the connection must be up before answers are lost.
+            Ask("get {job}", "job ready 0"),
+            LoseAnswers,
+            Send("claim"),
+            CutOnceRow(JobState::Running),
+            Reply("error outcome_unknown recorded=0 current_attempt=0"),
+            Ask("held", "held 0"),
+            Row(JobState::Running, 1),
+        ],
+    ),
+];
+
+const WORKER: &str = "conformance-worker";
+const REPLY_TIMEOUT: Duration = Duration::from_secs(60);
+
+fn repo() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// How to start an agent of one client.
+#[derive(Clone, Copy)]
+enum Client {
+    Rust,
+    Python,
+    Node,
+}
+
+/// A running agent: commands in, reply lines out.
+struct Agent {
+    commands: mpsc::UnboundedSender<String>,
+    replies: mpsc::UnboundedReceiver<String>,
+    child: Option<tokio::process::Child>,
+    name: String,
+}
+
+impl Agent {
+    fn start(client: Client, target: &str, queue: &str) -> Agent {
+        let (program, args, envs): (String, Vec<String>, Vec<(&str, String)>) = match client {
+            Client::Rust => {
+                let (commands, replies) =
+                    rust_agent::spawn(target.to_owned(), WORKER.to_owned(), queue.to_owned());
+                return Agent {
+                    commands,
+                    replies,
+                    child: None,
+                    name: "rust".into(),
+                };
+            }
+            Client::Python => (
+                std::env::var("JOBFENCE_PYTHON").unwrap_or_else(|_| "python3".into()),
+                vec![repo()
+                    .join("tests/conformance/agent.py")
+                    .display()
+                    .to_string()],
+                vec![
+                    (
+                        "PYTHONPATH",
+                        repo().join("python/src").display().to_string(),
+                    ),
+                    ("PYTHONUNBUFFERED", "1".into()),
+                ],
+            ),
+            Client::Node => (
+                std::env::var("JOBFENCE_NODE").unwrap_or_else(|_| "node".into()),
+                vec![repo()
+                    .join("tests/conformance/agent.js")
+                    .display()
+                    .to_string()],
+                vec![],
+            ),
+        };
+        let mut child = tokio::process::Command::new(&program)
+            .args(&args)
+            .args([target, WORKER, queue])
+            .envs(envs)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {program} {args:?}: {e}"));
+        let mut stdin = child.stdin.take().unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let (commands, mut cmd_rx) = mpsc::unbounded_channel::<String>();
+        let (reply_tx, replies) = mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            while let Some(cmd) = cmd_rx.recv().await {
+                if stdin
+                    .write_all(format!("{cmd}\n").as_bytes())
+                    .await
+                    .is_err()
+                {
+                    break;
+                }
+                let _ = stdin.flush().await;
+            }
+        });
+        tokio::spawn(async move {
+            let mut lines = BufReader::new(stdout).lines();
+            while let Ok(Some(line)) = lines.next_line().await {
+                if reply_tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Agent {
+            commands,
+            replies,
+            child: Some(child),
+            name: program,
+        }
+    }
+
+    fn send(&self, cmd: &str) {
+        self.commands
+            .send(cmd.to_owned())
+            .expect("agent is running");
+    }
+
+    async fn reply(&mut self, context: &str) -> String {
+        match tokio::time::timeout(REPLY_TIMEOUT, self.replies.recv()).await {
+            Ok(Some(line)) => line,
+            Ok(None) => panic!("{context}: agent {} exited without a reply", self.name),
+            Err(_) => panic!("{context}: no reply from agent {} in 60 s", self.name),
+        }
+    }
+
+    async fn quit(mut self) {
+        self.send("quit");
+        if let Some(mut child) = self.child.take() {
+            let status = tokio::time::timeout(Duration::from_secs(30), child.wait())
+                .await
+                .expect("the agent quits")
+                .unwrap();
+            assert!(status.success(), "agent {} exited with {status}", self.name);
+        }
+    }
+}
+
+/// The ErrorInfo reasons of the coordinator (src/grpc/status.rs), sorted.
+fn server_reasons() -> Vec<String> {
+    let text = std::fs::read_to_string(repo().join("src/grpc/status.rs")).unwrap();
+    let block = &text[text.find("pub mod reason {").expect("mod reason")..];
+    let block = &block[..block.find("\n}\n").unwrap()];
+    let mut out: Vec<String> = block
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("pub const "))
+        .filter_map(|l| l.split('"').nth(1))
+        .map(str::to_owned)
+        .collect();
+    out.sort();
+    out
+}
+
+async fn conforms(client: Client) {
+    let h = Harness::start().await;
+    let proxy = Proxy::start(h.addr).await;
+    let target = proxy.addr.to_string();
+
+    // Every reason the coordinator sends is known to the client.
+    let mut agent = Agent::start(client, &target, "conformance-reasons");
+    agent.send("reasons");
+    assert_eq!(
+        agent.reply("reasons").await,
+        format!("reasons {}", server_reasons().join(" ")),
+        "the client's reasons differ from the coordinator's (src/grpc/status.rs)"
+    );
+    agent.quit().await;
+
+    for (case, steps) in CASES {
+        let job = h
+            .enqueue(case, &format!("refund-{case}"), "{}")
+            .await
+            .job_id;
+        let mut agent = Agent::start(client, &target, case);
+        let mut paused = None;
+        for (i, step) in steps.iter().enumerate() {
+            let context = format!("{} client, case {case}, step {i} {step:?}", agent.name);
+            let fill = |s: &str| s.replace("{job}", &job.to_string());
+            match *step {
+                Ask(cmd, want) => {
+                    agent.send(&fill(cmd));
+                    assert_eq!(agent.reply(&context).await, fill(want), "{context}");
+                }
+                Send(cmd) => agent.send(&fill(cmd)),
+                Reply(want) => assert_eq!(agent.reply(&context).await, fill(want), "{context}"),
+                ExpireLease => h.force_lease_expired(job).await,
+                TakeoverElsewhere => {
+                    h.client
+                        .clone()
+                        .takeover(TakeoverRequest {
+                            job_id: job,
+                            worker_id: "another-worker".into(),
+                            lease: None,
+                        })
+                        .await
+                        .unwrap_or_else(|e| panic!("{context}: {e}"));
+                }
+                LoseAnswers => proxy.swallow_responses(true),
+                CutOnceRow(state) => {
+                    support_sdk::wait_for_row(&h, job, "the lost call's commit", |j| {
+                        j.state == state
+                    })
+                    .await;
+                    proxy.cut();
+                    proxy.swallow_responses(false);
+                }
+                PauseClaimCommit => paused = Some(h.pauses.arm("claim.before_commit")),
+                LoseClaimCommit => {
+                    let mut p = paused.take().expect("PauseClaimCommit first");
+                    p.reached().await;
+                    support_sdk::kill_the_open_transaction(&h).await;
+                    p.release();
+                }
+                Row(state, attempt) => {
+                    let row = h.row(job).await;
+                    assert_eq!((row.state, row.attempt), (state, attempt), "{context}");
+                }
+                ObservedOnce(attempt, reference) => {
+                    let (_, obs) = JobStore::new(h.pool.clone()).get_job(job).await.unwrap();
+                    assert_eq!(obs.len(), 1, "{context}: {obs:?}");
+                    assert_eq!(obs[0].attempt, attempt, "{context}");
+                    assert_eq!(
+                        obs[0].provider_reference.as_deref(),
+                        Some(reference),
+                        "{context}"
+                    );
+                    assert_eq!(
+                        obs[0].dedup_key,
+                        observation_dedup_key(WORKER, reference),
+                        "{context}"
+                    );
+                }
+                Events(kind, n) => assert_eq!(h.count_events(job, kind).await, n, "{context}"),
+            }
+        }
+        agent.quit().await;
+    }
+    drop(proxy);
+    h.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_rust_sdk_conforms() {
+    conforms(Client::Rust).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_python_client_conforms() {
+    conforms(Client::Python).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_node_client_conforms() {
+    conforms(Client::Node).await;
+}

@@ -1,0 +1,70 @@
+"""The conformance agent of the Python client (see README.md beside it)."""
+
+import sys
+
+import jobfence_worker as jw
+from jobfence_worker import Disposition, WorkerClient
+
+KINDS = [
+    (jw.AttemptSuperseded, "superseded"), (jw.JobNotRunning, "not_running"),
+    (jw.JobNotFound, "not_found"), (jw.JobFinished, "finished"),
+    (jw.LeaseNotExpired, "lease_not_expired"), (jw.InvalidRequest, "invalid"),
+    (jw.OutcomeUnknown, "outcome_unknown"), (jw.Unavailable, "unavailable"),
+]
+
+
+def error(err):
+    kind = next((k for cls, k in KINDS if isinstance(err, cls)), "other")
+    recorded = int(bool(getattr(err, "observation_recorded", False)))
+    current = getattr(err, "current_attempt", 0)
+    return "error %s recorded=%d current_attempt=%d" % (kind, recorded, current)
+
+
+def main():
+    target, worker_id, queue = sys.argv[1:4]
+    handles = []
+    with WorkerClient(target, worker_id, queue, lease_seconds=30) as client:
+
+        def claimed(job):
+            handles.append(job)
+            action = "reconcile" if job.next_action == "NEXT_ACTION_RECONCILE" else "execute"
+            return "claimed %d %d %d %s %d %d" % (len(handles) - 1, job.job_id, job.attempt, action,
+                                                  int(job.takeover), len(job.observations))
+
+        for line in sys.stdin:
+            words = line.split()
+            if not words:
+                continue
+            cmd, args = words[0], words[1:]
+            try:
+                if cmd == "quit":
+                    return
+                elif cmd == "reasons":
+                    reply = "reasons " + " ".join(sorted(jw.REASONS))
+                elif cmd == "held":
+                    reply = "held %d" % len(handles)
+                elif cmd == "get":
+                    job, _ = client.get_job(int(args[0]))
+                    state = client.pb.JobState.Name(job.state).replace("JOB_STATE_", "").lower()
+                    reply = "job %s %d" % (state, job.attempt)
+                elif cmd == "claim":
+                    jobs = client.claim(1)
+                    reply = claimed(jobs[0]) if jobs else "empty"
+                elif cmd == "takeover":
+                    reply = claimed(client.takeover(int(args[0])))
+                elif cmd == "complete":
+                    ref = args[1]
+                    written = handles[int(args[0])].complete(ref, '{"id":"%s"}' % ref)
+                    reply = "ok replayed=%d" % int(written.replayed)
+                elif cmd == "fail":
+                    out = handles[int(args[0])].fail(Disposition[args[1].upper()], "conformance")
+                    reply = "ok applied=%s replayed=%d" % (out.applied.name.lower(), int(out.replayed))
+                else:
+                    reply = "unknown command " + cmd
+            except jw.JobfenceError as err:
+                reply = error(err)
+            print(reply, flush=True)
+
+
+if __name__ == "__main__":
+    main()
