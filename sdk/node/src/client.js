@@ -98,20 +98,23 @@ class WorkerClient {
     this.stub.close();
   }
 
-  unary(method, request, extraSeconds = 0) {
+  unary(method, request, extraSeconds = 0, signal = undefined) {
     const deadline = new Date(Date.now() + (this.timeoutSeconds + extraSeconds) * 1000);
     return new Promise((resolve, reject) => {
-      this.stub[method](request, { deadline }, (err, response) => {
+      const call = this.stub[method](request, { deadline }, (err, response) => {
+        signal?.removeEventListener('abort', cancel);
         if (err) reject(errors.fromServiceError(err));
         else resolve(response);
       });
+      const cancel = () => call.cancel();
+      signal?.addEventListener('abort', cancel, { once: true });
     });
   }
 
-  async call(method, request, retryable, extraSeconds = 0) {
+  async call(method, request, retryable, extraSeconds = 0, signal = undefined) {
     for (let tries = 1; ; tries++) {
       try {
-        return await this.unary(method, request, extraSeconds);
+        return await this.unary(method, request, extraSeconds, signal);
       } catch (err) {
         if (tries >= this.retry.maxTries || !retryable(err)) throw err;
         await sleep(this.retry.backoff(tries));
@@ -122,14 +125,15 @@ class WorkerClient {
   /**
    * Claims up to maxJobs due jobs; resolves to their handles (maybe none).
    * With waitSeconds the coordinator holds the call until a job is due (a
-   * long poll). Rejects with OutcomeUnknown when the claim may have
-   * committed unheard: hold nothing then; its jobs come back after their
-   * lease through a takeover that reconciles first.
+   * long poll); `signal` cuts it short. Rejects with OutcomeUnknown when the
+   * claim may have committed unheard (a cut one included): hold nothing
+   * then; its jobs come back after their lease through a takeover that
+   * reconciles first.
    */
-  async claim(maxJobs = 1, { waitSeconds = 0 } = {}) {
+  async claim(maxJobs = 1, { waitSeconds = 0, signal } = {}) {
     const request = { queue: this.queue, workerId: this.workerId, maxJobs, lease: duration(this.leaseSeconds) };
     if (waitSeconds > 0) request.wait = duration(waitSeconds);
-    const response = await this.call('Claim', request, errors.retryableClaim, waitSeconds);
+    const response = await this.call('Claim', request, errors.retryableClaim, waitSeconds, signal);
     return response.jobs.map((c) => new ClaimedJob(this, c));
   }
 
@@ -176,9 +180,10 @@ class WorkerClient {
       }
       let jobs;
       try {
-        jobs = await this.claim(concurrency - inFlight.size, { waitSeconds });
+        jobs = await this.claim(concurrency - inFlight.size, { waitSeconds, signal });
         failures = 0;
       } catch (err) {
+        if (signal?.aborted) break;
         failures += 1;
         await sleep(this.retry.backoff(failures));
         continue;

@@ -80,7 +80,7 @@ export declare class WorkerClient {
   readonly queue: string;
   close(): void;
   /** Up to maxJobs handles (maybe none); OutcomeUnknown means hold nothing. */
-  claim(maxJobs?: number, options?: { waitSeconds?: number }): Promise<ClaimedJob[]>;
+  claim(maxJobs?: number, options?: { waitSeconds?: number; signal?: AbortSignal }): Promise<ClaimedJob[]>;
   /** One job whose lease expired; it starts with RECONCILE. */
   takeover(jobId: number): Promise<ClaimedJob>;
   getJob(jobId: number): Promise<{ job: Job; observations: Observation[] }>;

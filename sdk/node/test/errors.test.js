@@ -11,7 +11,9 @@ const jw = require('..');
 const { fromStatus, retryableWrite, retryableClaim, encodeStatusForTests, encodeDetailForTests } = jw.errors;
 
 function serverReasons() {
-  const text = fs.readFileSync(path.join(__dirname, '..', '..', '..', 'src', 'grpc', 'status.rs'), 'utf8');
+  // The coordinator's source: this checkout, or JOBFENCE_REPO for a copy of the package.
+  const repo = process.env.JOBFENCE_REPO || path.join(__dirname, '..', '..', '..');
+  const text = fs.readFileSync(path.join(repo, 'src', 'grpc', 'status.rs'), 'utf8');
   const block = text.slice(text.indexOf('pub mod reason {'));
   return [...block.slice(0, block.indexOf('\n}\n')).matchAll(/pub const [A-Z_]+: &str = "([A-Z_]+)";/g)].map((m) => m[1]);
 }
