@@ -87,6 +87,20 @@ fn gauge(r: &Registry, name: &str, help: &str, labels: &[&str]) -> GaugeVec {
     g
 }
 
+/// The RPCs whose commit can be lost (`jobfence_commit_outcome_unknown_total{rpc}`).
+const COMMIT_RPCS: [&str; 10] = [
+    "Claim",
+    "Takeover",
+    "Complete",
+    "Fail",
+    "RenewLease",
+    "RecordObservation",
+    "Enqueue",
+    "EnqueueBatch",
+    "ResolveManualReview",
+    "CancelJob",
+];
+
 impl Default for Metrics {
     fn default() -> Self {
         Self::new()
@@ -247,6 +261,15 @@ impl Metrics {
             registry: r,
             seen_queues: Mutex::new(BTreeSet::new()),
         };
+        // Series an alert watches for any increase exist from the start, at
+        // 0: increase() then sees the first lost commit or failed refresh,
+        // and a dashboard shows 0 rather than "no data".
+        for rpc in COMMIT_RPCS {
+            inner.commit_unknown.with_label_values(&[rpc]);
+        }
+        for result in ["ok", "error"] {
+            inner.pending_refreshes.with_label_values(&[result]);
+        }
         Metrics {
             inner: Arc::new(inner),
         }
