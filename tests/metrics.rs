@@ -239,12 +239,18 @@ async fn scripted_scenario_gives_exact_metric_values() {
     assert!(m
         .get("jobfence_db_pool_connections", &[("state", "in_use")])
         .is_some());
+    // No refresh failed; the series exists from the start, at 0, so an
+    // alert on its increase sees the first failure.
     assert_eq!(
         m.get(
             "jobfence_pending_age_refreshes_total",
             &[("result", "error")]
         ),
-        None
+        Some(0.0)
+    );
+    assert_eq!(
+        m.get("jobfence_commit_outcome_unknown_total", &[("rpc", "Claim")]),
+        Some(0.0)
     );
     // HELP text on every family, and the type the name promises.
     for f in m.families() {
