@@ -1,6 +1,7 @@
 //! One conformance suite for every worker client: the protocol's cases,
 //! written once as data ([`CASES`]), run against the Rust SDK, the Python
-//! package and the Node client, each through a small agent that speaks the
+//! package (its synchronous and its asyncio client) and the Node client,
+//! each through a small agent that speaks the
 //! line protocol of `tests/conformance/README.md`. The agents talk to an
 //! in-process coordinator through a proxy the driver can make lose answers;
 //! every expectation is an exact reply or an exact database state.
@@ -163,6 +164,7 @@ fn repo() -> &'static Path {
 enum Client {
     Rust,
     Python,
+    PythonAsyncio,
     Node,
 }
 
@@ -187,12 +189,15 @@ impl Agent {
                     name: "rust".into(),
                 };
             }
-            Client::Python => (
+            Client::Python | Client::PythonAsyncio => (
                 std::env::var("JOBFENCE_PYTHON").unwrap_or_else(|_| "python3".into()),
-                vec![repo()
+                [repo()
                     .join("tests/conformance/agent.py")
                     .display()
-                    .to_string()],
+                    .to_string()]
+                .into_iter()
+                .chain(matches!(client, Client::PythonAsyncio).then(|| "--aio".to_owned()))
+                .collect(),
                 vec![
                     (
                         "PYTHONPATH",
@@ -389,6 +394,11 @@ async fn the_rust_sdk_conforms() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_python_client_conforms() {
     conforms(Client::Python).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_python_asyncio_client_conforms() {
+    conforms(Client::PythonAsyncio).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

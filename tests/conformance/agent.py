@@ -1,9 +1,14 @@
-"""The conformance agent of the Python client (see README.md beside it)."""
+"""The conformance agent of the Python client (see README.md beside it).
+``--aio`` runs it on ``jobfence_worker.aio.AsyncWorkerClient`` instead of
+the synchronous ``WorkerClient``: the same cases must pass on both."""
 
+import asyncio
+import inspect
 import sys
 
 import jobfence_worker as jw
 from jobfence_worker import Disposition, WorkerClient
+from jobfence_worker.aio import AsyncWorkerClient
 
 KINDS = [
     (jw.AttemptSuperseded, "superseded"), (jw.JobNotRunning, "not_running"),
@@ -20,51 +25,62 @@ def error(err):
     return "error %s recorded=%d current_attempt=%d" % (kind, recorded, current)
 
 
-def main():
-    target, worker_id, queue = sys.argv[1:4]
+async def done(value):
+    """The value of a call of either client (awaited if it is a coroutine)."""
+    return await value if inspect.isawaitable(value) else value
+
+
+async def main():
+    use_aio = sys.argv[1] == "--aio"
+    target, worker_id, queue = sys.argv[2:5] if use_aio else sys.argv[1:4]
+    client = (AsyncWorkerClient if use_aio else WorkerClient)(
+        target, worker_id, queue, lease_seconds=30)
     handles = []
-    with WorkerClient(target, worker_id, queue, lease_seconds=30) as client:
 
-        def claimed(job):
-            handles.append(job)
-            action = "reconcile" if job.next_action == "NEXT_ACTION_RECONCILE" else "execute"
-            return "claimed %d %d %d %s %d %d" % (len(handles) - 1, job.job_id, job.attempt, action,
-                                                  int(job.takeover), len(job.observations))
+    def claimed(job):
+        handles.append(job)
+        action = "reconcile" if job.next_action == "NEXT_ACTION_RECONCILE" else "execute"
+        return "claimed %d %d %d %s %d %d" % (len(handles) - 1, job.job_id, job.attempt, action,
+                                              int(job.takeover), len(job.observations))
 
-        for line in sys.stdin:
-            words = line.split()
-            if not words:
-                continue
-            cmd, args = words[0], words[1:]
-            try:
-                if cmd == "quit":
-                    return
-                elif cmd == "reasons":
-                    reply = "reasons " + " ".join(sorted(jw.REASONS))
-                elif cmd == "held":
-                    reply = "held %d" % len(handles)
-                elif cmd == "get":
-                    job, _ = client.get_job(int(args[0]))
-                    state = client.pb.JobState.Name(job.state).replace("JOB_STATE_", "").lower()
-                    reply = "job %s %d" % (state, job.attempt)
-                elif cmd == "claim":
-                    jobs = client.claim(1)
-                    reply = claimed(jobs[0]) if jobs else "empty"
-                elif cmd == "takeover":
-                    reply = claimed(client.takeover(int(args[0])))
-                elif cmd == "complete":
-                    ref = args[1]
-                    written = handles[int(args[0])].complete(ref, '{"id":"%s"}' % ref)
-                    reply = "ok replayed=%d" % int(written.replayed)
-                elif cmd == "fail":
-                    out = handles[int(args[0])].fail(Disposition[args[1].upper()], "conformance")
-                    reply = "ok applied=%s replayed=%d" % (out.applied.name.lower(), int(out.replayed))
-                else:
-                    reply = "unknown command " + cmd
-            except jw.JobfenceError as err:
-                reply = error(err)
-            print(reply, flush=True)
+    loop = asyncio.get_running_loop()
+    while True:
+        line = await loop.run_in_executor(None, sys.stdin.readline)
+        words = line.split()
+        if not line or words == ["quit"]:
+            break
+        if not words:
+            continue
+        cmd, args = words[0], words[1:]
+        try:
+            if cmd == "reasons":
+                reply = "reasons " + " ".join(sorted(jw.REASONS))
+            elif cmd == "held":
+                reply = "held %d" % len(handles)
+            elif cmd == "get":
+                job, _ = await done(client.get_job(int(args[0])))
+                state = client.pb.JobState.Name(job.state).replace("JOB_STATE_", "").lower()
+                reply = "job %s %d" % (state, job.attempt)
+            elif cmd == "claim":
+                jobs = await done(client.claim(1))
+                reply = claimed(jobs[0]) if jobs else "empty"
+            elif cmd == "takeover":
+                reply = claimed(await done(client.takeover(int(args[0]))))
+            elif cmd == "complete":
+                ref = args[1]
+                written = await done(handles[int(args[0])].complete(ref, '{"id":"%s"}' % ref))
+                reply = "ok replayed=%d" % int(written.replayed)
+            elif cmd == "fail":
+                out = await done(handles[int(args[0])].fail(Disposition[args[1].upper()],
+                                                            "conformance"))
+                reply = "ok applied=%s replayed=%d" % (out.applied.name.lower(), int(out.replayed))
+            else:
+                reply = "unknown command " + cmd
+        except jw.JobfenceError as err:
+            reply = error(err)
+        print(reply, flush=True)
+    await done(client.close())
 
 
 if __name__ == "__main__":
-    main()
+    asyncio.run(main())
