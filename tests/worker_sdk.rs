@@ -630,3 +630,54 @@ async fn complete_or_observe_keeps_the_evidence_when_the_outcome_is_unknown() {
     assert_eq!(h.row(enqueued.job_id).await.state, JobState::Succeeded);
     h.finish().await;
 }
+
+/// The SDK keeps its own reason names (it must not depend on the
+/// coordinator's code); they must be exactly the coordinator's.
+#[test]
+fn the_sdk_reason_names_are_the_coordinators() {
+    use jobfence::grpc::status::{reason as server, ERROR_DOMAIN};
+    use jobfence_worker::reason as sdk;
+    assert_eq!(sdk::ERROR_DOMAIN, ERROR_DOMAIN);
+    let pairs = [
+        (sdk::INVALID_REQUEST, server::INVALID_REQUEST),
+        (sdk::JOB_NOT_FOUND, server::JOB_NOT_FOUND),
+        (sdk::ATTEMPT_SUPERSEDED, server::ATTEMPT_SUPERSEDED),
+        (sdk::ATTEMPT_NOT_ISSUED, server::ATTEMPT_NOT_ISSUED),
+        (sdk::JOB_NOT_RUNNING, server::JOB_NOT_RUNNING),
+        (sdk::JOB_FINISHED, server::JOB_FINISHED),
+        (sdk::LEASE_NOT_EXPIRED, server::LEASE_NOT_EXPIRED),
+        (sdk::OPERATION_KEY_CONFLICT, server::OPERATION_KEY_CONFLICT),
+        (
+            sdk::JOB_NOT_IN_MANUAL_REVIEW,
+            server::JOB_NOT_IN_MANUAL_REVIEW,
+        ),
+        (sdk::JOB_NOT_CANCELLABLE, server::JOB_NOT_CANCELLABLE),
+        (sdk::COMMIT_OUTCOME_UNKNOWN, server::COMMIT_OUTCOME_UNKNOWN),
+        (sdk::DATABASE_UNAVAILABLE, server::DATABASE_UNAVAILABLE),
+        (sdk::TRANSACTION_CONFLICT, server::TRANSACTION_CONFLICT),
+        (sdk::INTERNAL, server::INTERNAL),
+        (sdk::OVERLOADED, server::OVERLOADED),
+        (sdk::SERVER_SHUTTING_DOWN, server::SERVER_SHUTTING_DOWN),
+    ];
+    for (mine, theirs) in pairs {
+        assert_eq!(mine, theirs);
+    }
+    // And no reason the coordinator added since is missing from the SDK:
+    // its `mod reason` in src/grpc/status.rs lists exactly these.
+    let source = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/grpc/status.rs"),
+    )
+    .unwrap();
+    let block = &source[source.find("pub mod reason {").unwrap()..];
+    let block = &block[..block.find("\n}\n").unwrap()];
+    let mut declared: Vec<&str> = block
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("pub const "))
+        .filter_map(|l| l.split('"').nth(1))
+        .collect();
+    declared.sort_unstable();
+    let mut all = sdk::ALL.to_vec();
+    all.sort_unstable();
+    assert_eq!(all, declared, "jobfence_worker::reason::ALL");
+    assert_eq!(pairs.len(), declared.len());
+}
