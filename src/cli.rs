@@ -72,7 +72,9 @@ pub enum Command {
     /// Read the events feed (the outbox) by cursor.
     Events(EventsArgs),
     /// Measure the coordinator against workers running the SQL themselves,
-    /// side by side on one database (see docs/benchmarks.md).
+    /// side by side on one database (see docs/benchmarks.md). A flag given
+    /// twice takes its last value (scripts/bench passes defaults first).
+    #[command(args_override_self = true)]
     Bench(crate::bench::BenchArgs),
 }
 
