@@ -86,6 +86,11 @@ pub struct DatabaseArgs {
     /// Most database connections.
     #[arg(long, env = "JOBFENCE_DB_MAX_CONNECTIONS", default_value_t = 32)]
     pub db_max_connections: u32,
+    /// How long a call waits for a database connection before it is
+    /// answered UNAVAILABLE / DATABASE_UNAVAILABLE (nothing applied): while
+    /// the database is down, calls fail this fast instead of hanging.
+    #[arg(long, env = "JOBFENCE_DB_ACQUIRE_TIMEOUT", value_parser = humantime::parse_duration, default_value = "1s")]
+    pub db_acquire_timeout: Duration,
 }
 
 #[derive(Debug, Args)]
@@ -154,6 +159,11 @@ pub struct ServeArgs {
     /// How often the database is pinged for the health status.
     #[arg(long, env = "JOBFENCE_HEALTH_INTERVAL", value_parser = humantime::parse_duration, default_value = "1s")]
     pub health_interval: Duration,
+    /// How long one health check may take before the database counts as
+    /// gone (at most --health-interval): health turns NOT_SERVING within
+    /// interval + timeout of an outage.
+    #[arg(long, env = "JOBFENCE_HEALTH_TIMEOUT", value_parser = humantime::parse_duration, default_value = "1s")]
+    pub health_timeout: Duration,
     /// On SIGTERM: how long to report NOT_SERVING before closing the listener.
     #[arg(long, env = "JOBFENCE_DRAIN_DELAY", value_parser = humantime::parse_duration, default_value = "2s")]
     pub drain_delay: Duration,
@@ -264,7 +274,7 @@ fn init_tracing(format: LogFormat) {
 fn open_store(db: &DatabaseArgs) -> anyhow::Result<JobStore> {
     let settings = PoolSettings {
         max_connections: db.db_max_connections,
-        ..PoolSettings::default()
+        acquire_timeout: db.db_acquire_timeout,
     };
     Ok(JobStore::new(store::connect(&db.database_url, &settings)?))
 }
@@ -328,6 +338,7 @@ async fn run_server(command: Command) -> anyhow::Result<()> {
             let coordinator = Coordinator::new(store, args.coordinator_config());
             let options = ServeOptions {
                 health_interval: args.health_interval,
+                health_timeout: args.health_timeout,
                 drain_delay: args.drain_delay,
                 shutdown_timeout: args.shutdown_timeout,
             };

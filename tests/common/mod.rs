@@ -106,6 +106,7 @@ impl Harness {
             test_config(),
             ServeOptions {
                 health_interval: Duration::from_millis(100),
+                health_timeout: Duration::from_millis(100),
                 drain_delay: Duration::ZERO,
                 shutdown_timeout: Duration::from_secs(10),
             },
