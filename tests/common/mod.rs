@@ -373,3 +373,23 @@ pub fn waiting(c: &Coordinator, pipeline: &str) -> usize {
         .map(|(_, n)| *n)
         .unwrap_or(0)
 }
+
+/// Kills the session of the one open transaction of this database (a call
+/// paused at a pause point): its COMMIT, when released, meets a dead
+/// connection, and nobody can tell whether it committed (it did not: the
+/// kill rolled it back).
+pub async fn kill_the_open_transaction(h: &Harness) {
+    let victim: u64 = sqlx::query(
+        "SELECT CAST(p.ID AS UNSIGNED) AS id FROM information_schema.INNODB_TRX t \
+         JOIN information_schema.PROCESSLIST p ON p.ID = t.trx_mysql_thread_id WHERE p.DB = ?",
+    )
+    .bind(&h.db.name)
+    .fetch_one(&h.pool)
+    .await
+    .expect("exactly one open transaction")
+    .get("id");
+    sqlx::query(&format!("KILL CONNECTION {victim}"))
+        .execute(&h.pool)
+        .await
+        .unwrap();
+}
