@@ -192,7 +192,7 @@ async fn client(port: u16) -> JobCoordinatorClient<Channel> {
 async fn two_coordinators_behind_haproxy_balance_drain_and_follow_the_database() {
     let db = TestDb::new().await;
     let upstream = url_host_port(&db.url);
-    let db_proxy = Proxy::start(upstream).await;
+    let db_proxy = Proxy::start(upstream).await.unwrap();
     let via_proxy = db
         .url
         .replace(&upstream.to_string(), &db_proxy.addr.to_string());

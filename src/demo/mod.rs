@@ -8,6 +8,7 @@
 //! provider's own ledger.
 
 mod chaos;
+pub mod netcut;
 pub mod procs;
 pub mod report;
 

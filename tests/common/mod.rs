@@ -126,7 +126,9 @@ impl Harness {
         let db = TestDb::new().await;
         let direct = db.pool();
         let upstream = url_host_port(&db.url);
-        let proxy = proxy::Proxy::start(upstream).await;
+        let proxy = proxy::Proxy::start(upstream)
+            .await
+            .expect("start the relay");
         let via = db
             .url
             .replace(&upstream.to_string(), &proxy.addr.to_string());
