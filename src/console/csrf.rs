@@ -100,9 +100,7 @@ pub fn verify(headers: &HeaderMap, submitted: &str) -> Result<(), CsrfRefusal> {
         }
     }
     match cookie(headers, COOKIE_NAME) {
-        Some(c) if well_formed(c) && constant_time_eq(c.as_bytes(), submitted.as_bytes()) => {
-            Ok(())
-        }
+        Some(c) if well_formed(c) && constant_time_eq(c.as_bytes(), submitted.as_bytes()) => Ok(()),
         _ => Err(CsrfRefusal::TokenMismatch),
     }
 }

@@ -45,7 +45,10 @@ pub fn state(raw: &str) -> Result<JobState, String> {
     let norm = raw.trim().to_ascii_lowercase().replace('-', "_");
     norm.parse().map_err(|_| {
         let known: Vec<&str> = JobState::ALL.iter().map(|s| s.as_str()).collect();
-        format!("{raw:?} is not a job state; use one of {}", known.join(", "))
+        format!(
+            "{raw:?} is not a job state; use one of {}",
+            known.join(", ")
+        )
     })
 }
 
@@ -77,9 +80,14 @@ fn number(v: &mut Vec<FieldViolation>, pairs: &Pairs, key: &str) -> u64 {
 }
 
 /// The Jobs page's filter: `queue`, `state` (repeatable), `older_than`,
-/// `operation_key` (a prefix), `after` (the keyset cursor).
-pub fn jobs_filter(pairs: &Pairs, limit: u32) -> (ListJobsFilter, Vec<FieldViolation>) {
+/// `operation_key` (a prefix), `after` (the keyset cursor), `limit`
+/// (rows per page, `default_limit` when absent).
+pub fn jobs_filter(pairs: &Pairs, default_limit: u32) -> (ListJobsFilter, Vec<FieldViolation>) {
     let mut v = Vec::new();
+    let limit = match number(&mut v, pairs, "limit") {
+        0 => default_limit,
+        n => u32::try_from(n).unwrap_or(u32::MAX),
+    };
     let mut states = Vec::new();
     for raw in values(pairs, "state") {
         if raw == "any" {

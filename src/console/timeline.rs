@@ -262,7 +262,12 @@ mod tests {
 
     #[test]
     fn resend_decisions_and_operators_are_told() {
-        let refused = tell(&event("manual_review", 3, 3, "manual_review:RESEND_WINDOW_CLOSED"));
+        let refused = tell(&event(
+            "manual_review",
+            3,
+            3,
+            "manual_review:RESEND_WINDOW_CLOSED",
+        ));
         assert!(refused.text.contains("idempotency window"));
         let allowed = tell(&event("retry_scheduled", 1, 1, "retry_execute"));
         assert!(allowed.title.starts_with("Resend allowed"));

@@ -189,14 +189,24 @@ pub fn sparkline(points: &[(f64, f64)], w: f64, h: f64, class: &str) -> Markup {
 pub fn stacked_bar(parts: &[(JobState, u64)]) -> Markup {
     let total: u64 = parts.iter().map(|p| p.1).sum();
     let mut x = 0.0;
+    let segments: Vec<(JobState, u64, f64, f64)> = parts
+        .iter()
+        .map(|(s, n)| {
+            let w = if total == 0 {
+                0.0
+            } else {
+                *n as f64 / total as f64 * 1000.0
+            };
+            x += w;
+            (*s, *n, x - w, w)
+        })
+        .collect();
     html! {
         svg.bar viewBox="0 0 1000 14" preserveAspectRatio="none" role="img" {
-            @for (s, n) in parts {
-                @let w = if total == 0 { 0.0 } else { *n as f64 / total as f64 * 1000.0 };
+            @for (s, n, x, w) in segments {
                 rect class={ "fill " (s.as_str()) } x=(format!("{x:.1}")) y="0" width=(format!("{w:.1}")) height="14" {
                     title { (s.as_str()) ": " (n) }
                 }
-                @let _ = { x += w; };
             }
         }
     }
@@ -235,6 +245,14 @@ pub fn timeline(events: &[FeedEvent]) -> Markup {
                 }
             }
         }
+    }
+}
+
+/// "once", "2 times".
+pub fn times(n: u32) -> String {
+    match n {
+        1 => "once".to_owned(),
+        n => format!("{n} times"),
     }
 }
 

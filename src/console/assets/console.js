@@ -9,7 +9,7 @@
 (function () {
   function status(id, ok) {
     document.querySelectorAll('.live-status[data-for="' + id + '"]').forEach(function (el) {
-      el.textContent = ok ? "live · " + new Date().toLocaleTimeString() : "live: refresh failed, retrying";
+      el.textContent = ok ? "live · " + new Date().toTimeString().slice(0, 8) : "live: refresh failed, retrying";
       el.classList.toggle("failed", !ok);
     });
   }

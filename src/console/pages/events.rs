@@ -107,7 +107,11 @@ pub async fn page(State(console): State<Console>, Query(q): Query<Pairs>) -> Res
         }
         (table)
     };
-    view::respond(status, view::page("Events", Nav::Events, &notices, body), [])
+    view::respond(
+        status,
+        view::page("Events", Nav::Events, &notices, body),
+        [],
+    )
 }
 
 /// `GET /events/live?queue=&after=N`: `{"after": cursor, "rows": html}`,

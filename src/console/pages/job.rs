@@ -34,7 +34,10 @@ fn fields(j: &Job) -> Markup {
                 dt { "Lease until" } dd { (opt_time(j.lease_until)) }
                 dt { "Lease owner" } dd { (opt(&j.lease_owner)) }
             }
-            dt { "Sent to the provider" } dd { (j.dispatch_count) " times, first " (opt_time(j.first_dispatched_at)) }
+            dt { "Sent to the provider" } dd {
+                (view::times(j.dispatch_count))
+                @if j.first_dispatched_at.is_some() { ", first " (opt_time(j.first_dispatched_at)) }
+            }
             dt { "Provider reference" } dd.key { (opt(&j.provider_reference)) }
             @if let Some(e) = &j.last_error { dt { "Last error" } dd { pre.inline { (e) } } }
             @if let Some(r) = &j.result { dt { "Result" } dd { pre.inline { (r) } } }

@@ -15,11 +15,7 @@ use maud::{html, Markup};
 fn filter_form(q: &Pairs) -> Markup {
     let v = |k: &str| forms::value(q, k).unwrap_or("").to_owned();
     let chosen: Vec<&str> = forms::values(q, "state").collect();
-    let picked = |s: JobState| {
-        chosen
-            .iter()
-            .any(|c| forms::state(c).ok() == Some(s))
-    };
+    let picked = |s: JobState| chosen.iter().any(|c| forms::state(c).ok() == Some(s));
     html! {
         form.filters method="get" action="/jobs" {
             label { "Queue" input type="text" name="queue" value=(v("queue")) placeholder="any"; }
@@ -55,7 +51,7 @@ fn table(jobs: &[Job]) -> Markup {
                         td.key { a href={ "/jobs/" (j.id) } { (j.operation_key) } }
                         td { (view::state(j.state)) }
                         td.num { (j.attempt) }
-                        td { @if !j.state.is_terminal() { (j.next_action.as_str()) } }
+                        td { @if matches!(j.state, JobState::Ready | JobState::Running) { (j.next_action.as_str()) } }
                         td.num { (j.dispatch_count) }
                         td title=(view::time(j.created_at)) { (ago(j.created_at)) " ago" }
                         td.clip { (j.state_reason.as_deref().or(j.last_error.as_deref()).unwrap_or("")) }
@@ -76,7 +72,7 @@ pub async fn page(State(console): State<Console>, Query(q): Query<Pairs>) -> Res
         notices.push(bad_input(&bad));
         status = StatusCode::BAD_REQUEST;
     } else {
-        let after = filter.after_id;
+        let (after, limit) = (filter.after_id, filter.limit);
         match console.coordinator.list_jobs(filter).await {
             Ok((jobs, next)) => {
                 let keep: Vec<(&str, String)> = q
@@ -99,7 +95,7 @@ pub async fn page(State(console): State<Console>, Query(q): Query<Pairs>) -> Res
                     }
                     nav.pager {
                         @if after > 0 { a href=(link(None)) { "← first page" } }
-                        @if let Some(next) = next { a.next href=(link(Some(next))) { "next " (forms::JOBS_PAGE) " →" } }
+                        @if let Some(next) = next { a.next href=(link(Some(next))) { "next " (limit) " →" } }
                     }
                 };
             }

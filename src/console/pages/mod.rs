@@ -51,10 +51,7 @@ pub fn bad_input(v: &[FieldViolation]) -> Notice {
 
 /// Any path the console does not serve.
 pub async fn not_found(uri: axum::http::Uri) -> Response {
-    let n = Notice::new(
-        Level::Error,
-        format!("There is no page at {}.", uri.path()),
-    );
+    let n = Notice::new(Level::Error, format!("There is no page at {}.", uri.path()));
     let body = html! { p { a href="/queues" { "Go to the queues" } } };
     view::respond(
         StatusCode::NOT_FOUND,

@@ -45,12 +45,7 @@ fn oldest(pending: &QueuePending, state: JobState) -> Markup {
 
 fn card(s: &QueueStats, window: Duration, console: &Console, now: Instant) -> Markup {
     let total: u64 = s.counts.iter().map(|c| c.1).sum();
-    let count = |st: JobState| {
-        s.counts
-            .iter()
-            .find(|c| c.0 == st)
-            .map_or(0, |c| c.1)
-    };
+    let count = |st: JobState| s.counts.iter().find(|c| c.0 == st).map_or(0, |c| c.1);
     let parked = count(JobState::ManualReview);
     let series = console
         .history
@@ -167,7 +162,11 @@ pub async fn page(State(console): State<Console>, Query(q): Query<Pairs>) -> Res
             (live)
         }
     };
-    view::respond(status, view::page("Queues", Nav::Queues, &notices, body), [])
+    view::respond(
+        status,
+        view::page("Queues", Nav::Queues, &notices, body),
+        [],
+    )
 }
 
 /// `GET /queues/live?window=1h`: the cards alone, for the live refresh.
@@ -175,10 +174,6 @@ pub async fn live(State(console): State<Console>, Query(q): Query<Pairs>) -> Res
     let window = forms::window(&q).unwrap_or(forms::DEFAULT_WINDOW);
     match cards(&console, window).await {
         Ok(m) => view::respond(StatusCode::OK, m, []),
-        Err((s, n)) => view::respond(
-            s,
-            html! { div.notice.error { (n.title) } },
-            [],
-        ),
+        Err((s, n)) => view::respond(s, html! { div.notice.error { (n.title) } }, []),
     }
 }

@@ -19,7 +19,12 @@ use axum::Form;
 use maud::{html, Markup};
 
 /// The resolution form for `job`, as the operator sees it now.
-pub fn form(job: &Job, csrf_token: &str, operator: Option<&str>, prefill: Option<&Pairs>) -> Markup {
+pub fn form(
+    job: &Job,
+    csrf_token: &str,
+    operator: Option<&str>,
+    prefill: Option<&Pairs>,
+) -> Markup {
     let id = job.id;
     let old = |k: &str| prefill.and_then(|p| forms::value(p, k)).unwrap_or("");
     let chosen = old("resolution");
@@ -47,12 +52,12 @@ pub fn form(job: &Job, csrf_token: &str, operator: Option<&str>, prefill: Option
                 (choice("retry_execute", "Send again (resend)", "the provider may no longer de-duplicate it: tick the box below"))
             }
             div.row {
-                label { "Provider reference" input type="text" name="provider_reference" value=(old("provider_reference")) placeholder="for succeeded, e.g. re_123"; }
-                label { "Delay" input type="text" name="delay" value=(old("delay")) placeholder="for a retry, e.g. 10m" size="8"; }
+                label { "Provider reference" input type="text" name="provider_reference" value=(old("provider_reference")) placeholder="for succeeded, e.g. re_123" size="22"; }
+                label { "Delay" input type="text" name="delay" value=(old("delay")) placeholder="retry, e.g. 10m" size="12"; }
                 label.check { input type="checkbox" name="authorize_resend" checked[!old("authorize_resend").is_empty()]; " I accept the resend risk" }
             }
             div.row {
-                label { "Your name" input type="text" name="operator" value=(name) required autocomplete="username"; }
+                label { "Your name" input type="text" name="operator" value=(name) required autocomplete="username" size="16"; }
                 label.grow { "Reason (recorded)" input type="text" name="reason" value=(old("reason")) required placeholder="e.g. refund re_123 seen in the provider dashboard"; }
             }
             button.primary type="submit" { "Resolve job " (id) " (attempt " (job.attempt) ")" }
@@ -165,9 +170,15 @@ pub async fn post(
         Ok(r) => r,
         Err(bad) => {
             let n = bad_input(&bad);
-            let mut r =
-                job::show(&console, &headers, id, vec![n], StatusCode::BAD_REQUEST, Some(&pairs))
-                    .await;
+            let mut r = job::show(
+                &console,
+                &headers,
+                id,
+                vec![n],
+                StatusCode::BAD_REQUEST,
+                Some(&pairs),
+            )
+            .await;
             if let Some(c) = remember {
                 r.headers_mut().append(header::SET_COOKIE, c);
             }

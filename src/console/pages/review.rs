@@ -25,7 +25,7 @@ fn parked(d: &JobDetail, token: &str, name: Option<&str>) -> Markup {
             div.card-head {
                 h2 { a href={ "/jobs/" (j.id) } { "Job " (j.id) } }
                 span.key { (j.operation_key) }
-                span.muted { "queue " (j.queue) " · parked " (ago(j.updated_at)) " ago · attempt " (j.attempt) " · sent " (j.dispatch_count) " times" }
+                span.muted { "queue " (j.queue) " · parked " (ago(j.updated_at)) " ago · attempt " (j.attempt) " · sent " (view::times(j.dispatch_count)) }
             }
             @if let Some(r) = &j.state_reason { p.reason { "Why parked: " strong { (r) } } }
             @if let Some(e) = &j.last_error { p { "Last error: " code { (e) } } }
