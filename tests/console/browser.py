@@ -14,6 +14,8 @@ import os
 import shutil
 import sys
 import tempfile
+import urllib.error
+import urllib.request
 
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
@@ -175,6 +177,12 @@ def main():
         assert "not a job id" in notice(a, "error")
         a.get(URL + "/events?queue=no%20such!")
         assert "queue" in notice(a, "error")
+        # No GET changes anything: the resolve URL answers GET with 405.
+        try:
+            urllib.request.urlopen(URL + f"/jobs/{ARGS['race']}/resolve")
+            raise AssertionError("GET on the resolve URL was served")
+        except urllib.error.HTTPError as e:
+            assert e.code == 405, e.code
         say("bad input ok")
 
         # A payload and an observation body with <script> are text.
