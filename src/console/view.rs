@@ -18,10 +18,15 @@ use std::time::Duration;
 /// The page a link in the top bar leads to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Nav {
+    /// `/queues`.
     Queues,
+    /// `/jobs` and a job's page.
     Jobs,
+    /// `/review`.
     Review,
+    /// `/events`.
     Events,
+    /// A page of none of them (not found).
     None,
 }
 
