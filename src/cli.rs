@@ -175,6 +175,11 @@ pub struct ServeArgs {
     /// off when unset.
     #[arg(long, env = "JOBFENCE_METRICS_LISTEN")]
     pub metrics_listen: Option<SocketAddr>,
+    /// Serve the operator web console (plain HTTP) on this address; off
+    /// when unset, 127.0.0.1:9465 when given without one. It has no
+    /// authentication yet, so only loopback addresses are accepted.
+    #[arg(long, env = "JOBFENCE_CONSOLE_LISTEN", num_args = 0..=1, default_missing_value = crate::console::DEFAULT_LISTEN)]
+    pub console_listen: Option<SocketAddr>,
     /// How often the oldest-pending-age gauges are recomputed from the
     /// database (only with --metrics-listen).
     #[arg(long, env = "JOBFENCE_PENDING_REFRESH_INTERVAL", value_parser = humantime::parse_duration, default_value = "15s")]
@@ -335,6 +340,17 @@ async fn run_server(command: Command) -> anyhow::Result<()> {
                 ),
                 None => None,
             };
+            let console_listener = match args.console_listen {
+                Some(addr) => {
+                    crate::console::require_loopback(addr)?;
+                    Some(
+                        tokio::net::TcpListener::bind(addr)
+                            .await
+                            .with_context(|| format!("binding {addr} for the console"))?,
+                    )
+                }
+                None => None,
+            };
             let coordinator = Coordinator::new(store, args.coordinator_config());
             let options = ServeOptions {
                 health_interval: args.health_interval,
@@ -344,6 +360,7 @@ async fn run_server(command: Command) -> anyhow::Result<()> {
             };
             let ops = OpsOptions {
                 metrics_listener,
+                console_listener,
                 pending_refresh_interval: args.pending_refresh_interval,
                 events_poll_interval: args.events_poll_interval,
                 require_durable_database: args.require_durable_database,

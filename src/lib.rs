@@ -11,6 +11,8 @@
 //! - [`worker`]: the worker SDK, a typed client over the generated one.
 //! - [`metrics`]: Prometheus metrics and their HTTP endpoint.
 //! - [`admin_cli`]: the operator commands (`jobfence jobs …`, `jobfence stats`).
+//! - [`console`]: the operator web console, another adapter over the
+//!   coordinator's operator calls (`jobfence serve --console-listen`).
 //!
 //! Beside them, [`bench`] measures the coordinator against workers running
 //! the SQL themselves, and [`provider`] is a fake payment provider (Stripe-style refunds
@@ -19,6 +21,7 @@
 pub mod admin_cli;
 pub mod bench;
 pub mod cli;
+pub mod console;
 pub mod coordinator;
 pub mod demo;
 pub mod domain;

@@ -69,6 +69,10 @@ pub struct OpsOptions {
     /// Where to serve `GET /metrics` (plain HTTP); `None` for no endpoint
     /// (and no pending-age refresher).
     pub metrics_listener: Option<TcpListener>,
+    /// Where to serve the operator web console (plain HTTP, loopback only
+    /// until operators authenticate: see [`crate::console`]); `None` for
+    /// no console.
+    pub console_listener: Option<TcpListener>,
     /// How often the pending-age gauges are recomputed from the database.
     pub pending_refresh_interval: Duration,
     /// How often a caught-up WatchEvents looks for new events.
@@ -84,6 +88,7 @@ impl Default for OpsOptions {
     fn default() -> Self {
         OpsOptions {
             metrics_listener: None,
+            console_listener: None,
             pending_refresh_interval: Duration::from_secs(15),
             events_poll_interval: Duration::from_millis(250),
             require_durable_database: false,
@@ -338,6 +343,19 @@ pub async fn serve_with(
             ops.pending_refresh_interval,
             stop_rx.clone(),
         ));
+    }
+    if let Some(console_listener) = ops.console_listener {
+        crate::console::require_loopback(console_listener.local_addr()?)?;
+        let mut stop = stop_rx.clone();
+        let served = coordinator.clone();
+        tokio::spawn(async move {
+            let shutdown = async move {
+                let _ = stop.wait_for(|s| *s).await;
+            };
+            if let Err(e) = crate::console::serve(console_listener, served, shutdown).await {
+                tracing::error!(error = %e, "operator console stopped");
+            }
+        });
     }
     let events = JobEventsService::new(
         coordinator.clone(),
