@@ -72,7 +72,9 @@ pub enum Command {
     /// Read the events feed (the outbox) by cursor.
     Events(EventsArgs),
     /// Measure the coordinator against workers running the SQL themselves,
-    /// side by side on one database (see docs/benchmarks.md).
+    /// side by side on one database (see docs/benchmarks.md). A flag given
+    /// twice takes its last value (scripts/bench passes defaults first).
+    #[command(args_override_self = true)]
     Bench(crate::bench::BenchArgs),
 }
 
@@ -84,6 +86,11 @@ pub struct DatabaseArgs {
     /// Most database connections.
     #[arg(long, env = "JOBFENCE_DB_MAX_CONNECTIONS", default_value_t = 32)]
     pub db_max_connections: u32,
+    /// How long a call waits for a database connection before it is
+    /// answered UNAVAILABLE / DATABASE_UNAVAILABLE (nothing applied): while
+    /// the database is down, calls fail this fast instead of hanging.
+    #[arg(long, env = "JOBFENCE_DB_ACQUIRE_TIMEOUT", value_parser = humantime::parse_duration, default_value = "1s")]
+    pub db_acquire_timeout: Duration,
 }
 
 #[derive(Debug, Args)]
@@ -152,6 +159,11 @@ pub struct ServeArgs {
     /// How often the database is pinged for the health status.
     #[arg(long, env = "JOBFENCE_HEALTH_INTERVAL", value_parser = humantime::parse_duration, default_value = "1s")]
     pub health_interval: Duration,
+    /// How long one health check may take before the database counts as
+    /// gone (at most --health-interval): health turns NOT_SERVING within
+    /// interval + timeout of an outage.
+    #[arg(long, env = "JOBFENCE_HEALTH_TIMEOUT", value_parser = humantime::parse_duration, default_value = "1s")]
+    pub health_timeout: Duration,
     /// On SIGTERM: how long to report NOT_SERVING before closing the listener.
     #[arg(long, env = "JOBFENCE_DRAIN_DELAY", value_parser = humantime::parse_duration, default_value = "2s")]
     pub drain_delay: Duration,
@@ -163,6 +175,11 @@ pub struct ServeArgs {
     /// off when unset.
     #[arg(long, env = "JOBFENCE_METRICS_LISTEN")]
     pub metrics_listen: Option<SocketAddr>,
+    /// Serve the operator web console (plain HTTP) on this address; off
+    /// when unset, 127.0.0.1:9465 when given without one. It has no
+    /// authentication yet, so only loopback addresses are accepted.
+    #[arg(long, env = "JOBFENCE_CONSOLE_LISTEN", num_args = 0..=1, default_missing_value = crate::console::DEFAULT_LISTEN)]
+    pub console_listen: Option<SocketAddr>,
     /// How often the oldest-pending-age gauges are recomputed from the
     /// database (only with --metrics-listen).
     #[arg(long, env = "JOBFENCE_PENDING_REFRESH_INTERVAL", value_parser = humantime::parse_duration, default_value = "15s")]
@@ -262,7 +279,7 @@ fn init_tracing(format: LogFormat) {
 fn open_store(db: &DatabaseArgs) -> anyhow::Result<JobStore> {
     let settings = PoolSettings {
         max_connections: db.db_max_connections,
-        ..PoolSettings::default()
+        acquire_timeout: db.db_acquire_timeout,
     };
     Ok(JobStore::new(store::connect(&db.database_url, &settings)?))
 }
@@ -323,14 +340,27 @@ async fn run_server(command: Command) -> anyhow::Result<()> {
                 ),
                 None => None,
             };
+            let console_listener = match args.console_listen {
+                Some(addr) => {
+                    crate::console::require_loopback(addr)?;
+                    Some(
+                        tokio::net::TcpListener::bind(addr)
+                            .await
+                            .with_context(|| format!("binding {addr} for the console"))?,
+                    )
+                }
+                None => None,
+            };
             let coordinator = Coordinator::new(store, args.coordinator_config());
             let options = ServeOptions {
                 health_interval: args.health_interval,
+                health_timeout: args.health_timeout,
                 drain_delay: args.drain_delay,
                 shutdown_timeout: args.shutdown_timeout,
             };
             let ops = OpsOptions {
                 metrics_listener,
+                console_listener,
                 pending_refresh_interval: args.pending_refresh_interval,
                 events_poll_interval: args.events_poll_interval,
                 require_durable_database: args.require_durable_database,

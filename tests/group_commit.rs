@@ -16,7 +16,6 @@ use jobfence::domain::{
 use jobfence::proto::{self, TakeoverRequest};
 use jobfence::server::ServeOptions;
 use jobfence::store::JobStore;
-use sqlx::Row;
 use std::time::Duration;
 use tonic::Code;
 
@@ -216,19 +215,7 @@ async fn a_lost_commit_of_a_batch_is_unknown_for_every_write_and_replays_answer_
     };
     gate.reached().await;
     // The batch holds its rows' locks; its connection dies before COMMIT.
-    let victim: u64 = sqlx::query(
-        "SELECT CAST(p.ID AS UNSIGNED) AS id FROM information_schema.INNODB_TRX t \
-         JOIN information_schema.PROCESSLIST p ON p.ID = t.trx_mysql_thread_id WHERE p.DB = ?",
-    )
-    .bind(&h.db.name)
-    .fetch_one(&h.pool)
-    .await
-    .unwrap()
-    .get("id");
-    sqlx::query(&format!("KILL CONNECTION {victim}"))
-        .execute(&h.pool)
-        .await
-        .unwrap();
+    common::kill_the_open_transaction(&h).await;
     gate.release();
     let answers = writer.await.unwrap();
     for a in &answers {

@@ -262,19 +262,7 @@ async fn a_claim_whose_commit_is_lost_is_reported_unknown_and_hands_out_nothing(
     });
     gate.reached().await;
     // The connection dies just before COMMIT.
-    let victim: u64 = sqlx::query(
-        "SELECT CAST(p.ID AS UNSIGNED) AS id FROM information_schema.INNODB_TRX t \
-         JOIN information_schema.PROCESSLIST p ON p.ID = t.trx_mysql_thread_id WHERE p.DB = ?",
-    )
-    .bind(&h.db.name)
-    .fetch_one(&h.pool)
-    .await
-    .unwrap()
-    .get("id");
-    sqlx::query(&format!("KILL CONNECTION {victim}"))
-        .execute(&h.pool)
-        .await
-        .unwrap();
+    common::kill_the_open_transaction(&h).await;
     gate.release();
 
     let status = claim.await.unwrap().expect_err("no claim may be reported");

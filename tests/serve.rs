@@ -63,6 +63,7 @@ async fn watch(
 async fn health_follows_the_database() {
     let (h, proxy) = Harness::start_behind_proxy(ServeOptions {
         health_interval: Duration::from_millis(50),
+        health_timeout: Duration::from_millis(50),
         drain_delay: Duration::ZERO,
         shutdown_timeout: Duration::from_secs(10),
     })
@@ -99,6 +100,7 @@ async fn graceful_shutdown_reports_not_serving_and_drains_in_flight_calls() {
         common::test_config(),
         ServeOptions {
             health_interval: Duration::from_millis(50),
+            health_timeout: Duration::from_millis(50),
             drain_delay: Duration::from_millis(100),
             shutdown_timeout: Duration::from_secs(10),
         },

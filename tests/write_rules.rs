@@ -24,6 +24,7 @@ async fn harness(resend_window: Duration, max_dispatches: u32) -> Harness {
         config,
         ServeOptions {
             health_interval: Duration::from_millis(100),
+            health_timeout: Duration::from_millis(100),
             drain_delay: Duration::ZERO,
             shutdown_timeout: Duration::from_secs(10),
         },

@@ -74,6 +74,10 @@ pub struct BenchArgs {
     /// down as finished rows pile up (0: skip).
     #[arg(long, default_value_t = 0)]
     pub finished_rows: u64,
+    /// Run every phase this many times, interleaved (direct, coordinator,
+    /// batching, direct, …), and report the median run of each.
+    #[arg(long, default_value_t = 1)]
+    pub repeat: usize,
     /// Write the report (Markdown) to this file, e.g. docs/benchmarks.md.
     #[arg(long)]
     pub write: Option<PathBuf>,
@@ -214,57 +218,83 @@ struct Bench {
 impl Bench {
     async fn all(&mut self, args: &BenchArgs, addr: &str) -> Result<()> {
         let pool = self.pool.clone();
+        let reps = args.repeat.max(1);
+        // The phases being compared run one after the other, `reps` times
+        // round: drift of a shared machine hits them alike.
         for &n in &args.workers {
-            self.lifecycle(Phase::Direct, n, args.jobs, || {
-                direct::lifecycle(&pool, QUEUE, n)
-            })
-            .await?;
-            self.lifecycle(Phase::Coordinator, n, args.jobs, || {
-                grpc::lifecycle(addr, QUEUE, n, 1)
-            })
-            .await?;
-            let k = args.claim_batch;
-            self.lifecycle(Phase::CoordinatorBatching(k), n, args.jobs, || {
-                grpc::lifecycle(addr, QUEUE, n, k)
+            for _ in 0..reps {
+                self.lifecycle(Phase::Direct, n, args.jobs, || {
+                    direct::lifecycle(&pool, QUEUE, n)
+                })
+                .await?;
+                self.lifecycle(Phase::Coordinator, n, args.jobs, || {
+                    grpc::lifecycle(addr, QUEUE, n, 1)
+                })
+                .await?;
+                let k = args.claim_batch;
+                self.lifecycle(Phase::CoordinatorBatching(k), n, args.jobs, || {
+                    grpc::lifecycle(addr, QUEUE, n, k)
+                })
+                .await?;
+            }
+        }
+        let (c, b) = (args.ceiling_connections, args.ceiling_batch);
+        for _ in 0..reps {
+            self.lifecycle(Phase::Ceiling(b), c, args.jobs, || {
+                direct::batched(&pool, QUEUE, c, b)
             })
             .await?;
         }
-        let (c, b) = (args.ceiling_connections, args.ceiling_batch);
-        self.lifecycle(Phase::Ceiling(b), c, args.jobs, || {
-            direct::batched(&pool, QUEUE, c, b)
-        })
-        .await?;
 
         let (jobs, callers) = (args.enqueue_jobs, args.enqueue_callers);
-        self.enqueue(Phase::Inserts, callers, jobs, || {
-            direct::inserts(&pool, QUEUE, jobs, callers)
-        })
-        .await?;
-        self.enqueue(Phase::Enqueue, callers, jobs, || {
-            grpc::enqueue(addr, QUEUE, jobs, callers, 1)
-        })
-        .await?;
         let batch_callers = 4;
-        self.enqueue(
-            Phase::EnqueueBatch(args.enqueue_batch),
-            batch_callers,
-            jobs,
-            || grpc::enqueue(addr, QUEUE, jobs, batch_callers, args.enqueue_batch),
-        )
-        .await?;
+        for _ in 0..reps {
+            self.enqueue(Phase::Inserts, callers, jobs, || {
+                direct::inserts(&pool, QUEUE, jobs, callers)
+            })
+            .await?;
+            self.enqueue(Phase::Enqueue, callers, jobs, || {
+                grpc::enqueue(addr, QUEUE, jobs, callers, 1)
+            })
+            .await?;
+            self.enqueue(
+                Phase::EnqueueBatch(args.enqueue_batch),
+                batch_callers,
+                jobs,
+                || grpc::enqueue(addr, QUEUE, jobs, batch_callers, args.enqueue_batch),
+            )
+            .await?;
+        }
 
         if args.finished_rows > 0 {
             let n = args.workers.iter().copied().max().unwrap_or(1);
             self.reset().await?;
             load_finished(&self.pool, args.finished_rows).await?;
-            self.lifecycle_kept(
-                Phase::CoordinatorFinished(args.finished_rows),
-                n,
-                args.jobs,
-                || grpc::lifecycle(addr, QUEUE, n, 1),
-            )
-            .await?;
+            for _ in 0..reps {
+                self.clear_queue().await?;
+                self.lifecycle_kept(
+                    Phase::CoordinatorFinished(args.finished_rows),
+                    n,
+                    args.jobs,
+                    || grpc::lifecycle(addr, QUEUE, n, 1),
+                )
+                .await?;
+            }
         }
+        Ok(())
+    }
+
+    /// Removes the benchmark queue's jobs and events, keeping the rest
+    /// (the finished rows of the archive queue).
+    async fn clear_queue(&self) -> Result<()> {
+        sqlx::query("DELETE FROM job_events WHERE queue = ?")
+            .bind(QUEUE)
+            .execute(&self.pool)
+            .await?;
+        sqlx::query("DELETE FROM jobs WHERE queue = ?")
+            .bind(QUEUE)
+            .execute(&self.pool)
+            .await?;
         Ok(())
     }
 

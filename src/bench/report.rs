@@ -159,30 +159,60 @@ struct Target {
 }
 
 impl Report<'_> {
+    /// The median run (by jobs/s) of each phase and worker count, in the
+    /// order the phases first ran.
+    fn medians(&self) -> Vec<&Measured> {
+        let mut keys: Vec<(Phase, usize)> = Vec::new();
+        for m in &self.measured {
+            if !keys.contains(&(m.phase, m.workers)) {
+                keys.push((m.phase, m.workers));
+            }
+        }
+        keys.into_iter()
+            .map(|(phase, workers)| {
+                let mut runs: Vec<&Measured> = self
+                    .measured
+                    .iter()
+                    .filter(|m| m.phase == phase && m.workers == workers)
+                    .collect();
+                runs.sort_by(|a, b| a.rate().total_cmp(&b.rate()));
+                runs[runs.len() / 2]
+            })
+            .collect()
+    }
+
     fn find(&self, phase: Phase, workers: usize) -> Option<&Measured> {
-        self.measured
-            .iter()
+        self.medians()
+            .into_iter()
             .find(|m| m.phase == phase && m.workers == workers)
     }
 
     fn ceiling(&self) -> Option<&Measured> {
+        self.medians()
+            .into_iter()
+            .find(|m| matches!(m.phase, Phase::Ceiling(_)))
+    }
+
+    fn runs(&self, phase: Phase, workers: usize) -> Vec<f64> {
         self.measured
             .iter()
-            .find(|m| matches!(m.phase, Phase::Ceiling(_)))
+            .filter(|m| m.phase == phase && m.workers == workers)
+            .map(Measured::rate)
+            .collect()
     }
 
     fn rows(&self) -> Vec<Row> {
         let ceiling = self.ceiling().map(Measured::rate);
-        self.measured
-            .iter()
+        self.medians()
+            .into_iter()
             .map(|m| {
                 let direct = match m.phase {
                     Phase::Coordinator | Phase::CoordinatorBatching(_) => {
                         self.find(Phase::Direct, m.workers).map(Measured::rate)
                     }
                     Phase::Enqueue | Phase::EnqueueBatch(_) => self
-                        .measured
-                        .iter()
+                        .medians()
+                        .into_iter()
                         .find(|x| x.phase == Phase::Inserts)
                         .map(Measured::rate),
                     _ => None,
@@ -193,7 +223,16 @@ impl Report<'_> {
                         m.phase.name(),
                         m.workers.to_string(),
                         m.run.jobs.to_string(),
-                        format!("{:.0}", m.rate()),
+                        {
+                            let runs = self.runs(m.phase, m.workers);
+                            if runs.len() > 1 {
+                                let lo = runs.iter().copied().fold(f64::MAX, f64::min);
+                                let hi = runs.iter().copied().fold(0.0, f64::max);
+                                format!("{:.0} ({lo:.0}–{hi:.0})", m.rate())
+                            } else {
+                                format!("{:.0}", m.rate())
+                            }
+                        },
                         format!(
                             "{} / {}",
                             ms(percentile(&lat.claim, 0.5)),
@@ -276,9 +315,10 @@ impl Report<'_> {
             " µs",
             &|us| us <= 150.0,
         ));
-        let batch = self
-            .measured
+        let medians = self.medians();
+        let batch = medians
             .iter()
+            .copied()
             .find(|m| matches!(m.phase, Phase::EnqueueBatch(_)));
         out.push(check(
             "batched enqueue ≥ 20,000 jobs/s".into(),
@@ -286,7 +326,7 @@ impl Report<'_> {
             " jobs/s",
             &|r| r >= 20_000.0,
         ));
-        let single = self.measured.iter().find(|m| m.phase == Phase::Enqueue);
+        let single = medians.iter().copied().find(|m| m.phase == Phase::Enqueue);
         out.push(check(
             format!(
                 "single Enqueue at {} callers ≥ 2× before this work ({ENQUEUE_BEFORE:.0}/s)",
@@ -304,9 +344,9 @@ impl Report<'_> {
             " MiB",
             &|mib| mib <= 100.0,
         ));
-        let finished = self
-            .measured
+        let finished = medians
             .iter()
+            .copied()
             .find(|m| matches!(m.phase, Phase::CoordinatorFinished(_)));
         out.push(check(
             "with the finished rows loaded, claim throughput ≥ 80% of the empty table".into(),
@@ -361,11 +401,14 @@ impl Report<'_> {
         let _ = writeln!(
             out,
             "Written by `jobfence bench` (run it with `scripts/bench`); every figure below is from one run, \
-             all phases side by side against the same database. After each lifecycle phase the \
+             all phases side by side against the same database, each phase repeated {} times \
+             interleaved with the phases it is compared with; a row is the median repetition \
+             (jobs/s shows the range of all). After each lifecycle phase the \
              benchmark checked that every job succeeded exactly once with exactly one completion \
              event. It is a benchmark, not a test: nothing asserts on these numbers, and on a \
              shared 2-core machine they move by 10–20 % from run to run (the database server's CPU \
-             per job is the steadier figure).\n"
+             per job is the steadier figure).\n",
+            self.args.repeat.max(1)
         );
         let _ = writeln!(out, "- command: `{}`", self.command);
         let _ = writeln!(out, "- machine: {}", self.machine);

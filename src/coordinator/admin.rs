@@ -58,6 +58,9 @@ impl Coordinator {
         if let Some(age) = filter.min_age {
             v.delay("min_age", age.min(MAX_DELAY));
         }
+        if let Some(k) = &filter.operation_key {
+            v.key("operation_key", k);
+        }
         v.finish()?;
         let limit = filter.limit as usize;
         filter.limit += 1;
@@ -226,6 +229,15 @@ impl Coordinator {
             limit
         };
         self.store().list_events(after, limit, queue).await
+    }
+
+    /// The id of the newest event written (0 when there is none): where a
+    /// reader that wants the latest events starts, a little before it. It
+    /// may belong to a transaction that has not committed; a cursor taken
+    /// from it is only a starting point for [`Self::list_events`], never a
+    /// promise that the events below it are all visible.
+    pub async fn last_event_id(&self) -> Result<u64, CoordinatorError> {
+        self.store().last_event_id().await
     }
 }
 

@@ -9,6 +9,7 @@
 //! provider's own ledger.
 
 mod chaos;
+pub mod netcut;
 pub mod procs;
 pub mod report;
 
@@ -102,6 +103,10 @@ pub struct DemoArgs {
     /// (default: a free loopback port, printed at the start).
     #[arg(long)]
     pub metrics_listen: Option<String>,
+    /// Serve the operator web console from the coordinator and keep it up
+    /// after the report, with its address printed, until Ctrl-C.
+    #[arg(long)]
+    pub console: bool,
 }
 
 /// The demo's processes.
@@ -117,6 +122,7 @@ struct Cluster {
     lease: Duration,
     resend_window: Duration,
     metrics_listen: Option<String>,
+    console_listen: Option<String>,
 }
 
 impl Cluster {
@@ -127,6 +133,7 @@ impl Cluster {
             self.lease,
             self.resend_window,
             self.metrics_listen.as_deref(),
+            self.console_listen.as_deref(),
         )
     }
 
@@ -167,6 +174,7 @@ fn coordinator_args(
     lease: Duration,
     window: Duration,
     metrics: Option<&str>,
+    console: Option<&str>,
 ) -> Vec<String> {
     let mut args: Vec<String> = [
         "serve",
@@ -191,6 +199,9 @@ fn coordinator_args(
     .to_vec();
     if let Some(m) = metrics {
         args.extend(["--metrics-listen".to_owned(), m.to_owned()]);
+    }
+    if let Some(c) = console {
+        args.extend(["--console-listen".to_owned(), c.to_owned()]);
     }
     args
 }
@@ -326,6 +337,11 @@ pub async fn run(args: DemoArgs) -> Result<bool> {
         Some(m) => m.clone(),
         None => format!("127.0.0.1:{}", free_port()?),
     };
+    let console_listen = if args.console {
+        Some(format!("127.0.0.1:{}", free_port()?))
+    } else {
+        None
+    };
 
     let mut provider_args: Vec<String> = vec![
         "fake-provider".into(),
@@ -367,6 +383,7 @@ pub async fn run(args: DemoArgs) -> Result<bool> {
             args.lease,
             args.resend_window,
             Some(&metrics_listen),
+            console_listen.as_deref(),
         ),
         &[],
         &logs,
@@ -384,6 +401,7 @@ pub async fn run(args: DemoArgs) -> Result<bool> {
         lease: args.lease,
         resend_window: args.resend_window,
         metrics_listen: Some(metrics_listen.clone()),
+        console_listen: console_listen.clone(),
     };
     say(&format!(
         "coordinator {coordinator_addr} (metrics http://{metrics_listen}/metrics), \
@@ -409,13 +427,24 @@ pub async fn run(args: DemoArgs) -> Result<bool> {
         return outcome.map(|_| false);
     }
     let ledger = provider_client.ledger().await;
-    let _ = cluster.coordinator.stop(Duration::from_secs(10)).await;
+    if console_listen.is_none() {
+        let _ = cluster.coordinator.stop(Duration::from_secs(10)).await;
+    }
     let _ = cluster.provider.stop(Duration::from_secs(5)).await;
     outcome?;
     let mut report = Report::gather(&pool, &ledger?).await?;
     report.injected = outcome_injected;
     report.database_durable = database_durable;
     println!("{}", report.render());
+    if let Some(console) = &console_listen {
+        println!(
+            "console: http://{console}/ shows this run (the coordinator stays up for it; \
+             Ctrl-C stops it)"
+        );
+        let _ = std::io::stdout().flush();
+        interrupted.await;
+        let _ = cluster.coordinator.stop(Duration::from_secs(10)).await;
+    }
     Ok(report.ok())
 }
 

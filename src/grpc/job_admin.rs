@@ -130,6 +130,7 @@ impl JobAdmin for JobAdminService {
                     queue: non_empty(r.queue),
                     states,
                     min_age,
+                    operation_key: None,
                     after_id,
                     limit: r.page_size,
                 })

@@ -1,6 +1,8 @@
 //! The `/metrics` HTTP endpoint (`--metrics-listen`): plain HTTP/1.1 on its
 //! own port, so Prometheus scrapes it without speaking gRPC and it can be
-//! firewalled apart from the API.
+//! firewalled apart from the API. It also answers `GET /healthz` with the
+//! gRPC health service's status (200 SERVING, 503 otherwise), for load
+//! balancers that check over plain HTTP (HAProxy, see docs/operating.md).
 
 use super::Metrics;
 use bytes::Bytes;
@@ -11,6 +13,8 @@ use sqlx::mysql::MySqlPool;
 use std::convert::Infallible;
 use std::future::Future;
 use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tonic_health::ServingStatus;
 
 /// The content type of the Prometheus text format.
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
@@ -18,6 +22,7 @@ pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 fn respond(
     metrics: &Metrics,
     pool: &MySqlPool,
+    health: &watch::Receiver<ServingStatus>,
     req: &http::Request<hyper::body::Incoming>,
 ) -> http::Response<Full<Bytes>> {
     let builder = http::Response::builder();
@@ -25,9 +30,20 @@ fn respond(
         (&http::Method::GET, "/metrics") => builder
             .header(http::header::CONTENT_TYPE, CONTENT_TYPE)
             .body(Full::new(Bytes::from(metrics.render(Some(pool))))),
+        (&http::Method::GET | &http::Method::HEAD, "/healthz") => {
+            let status = *health.borrow();
+            builder
+                .status(if status == ServingStatus::Serving {
+                    http::StatusCode::OK
+                } else {
+                    http::StatusCode::SERVICE_UNAVAILABLE
+                })
+                .header(http::header::CONTENT_TYPE, "text/plain; charset=utf-8")
+                .body(Full::new(Bytes::from(format!("{status}\n"))))
+        }
         (&http::Method::GET, _) => builder
             .status(http::StatusCode::NOT_FOUND)
-            .body(Full::new(Bytes::from_static(b"try /metrics\n"))),
+            .body(Full::new(Bytes::from_static(b"try /metrics or /healthz\n"))),
         _ => builder
             .status(http::StatusCode::METHOD_NOT_ALLOWED)
             .body(Full::new(Bytes::new())),
@@ -35,11 +51,13 @@ fn respond(
     .expect("a response from static parts")
 }
 
-/// Serves `GET /metrics` on `listener` until `shutdown` completes.
+/// Serves `GET /metrics` and `GET /healthz` (from `health`) on `listener`
+/// until `shutdown` completes.
 pub async fn serve(
     listener: TcpListener,
     metrics: Metrics,
     pool: MySqlPool,
+    health: watch::Receiver<ServingStatus>,
     shutdown: impl Future<Output = ()>,
 ) {
     tokio::pin!(shutdown);
@@ -56,9 +74,10 @@ pub async fn serve(
         };
         let metrics = metrics.clone();
         let pool = pool.clone();
+        let health = health.clone();
         tokio::spawn(async move {
             let service = service_fn(move |req| {
-                let response = respond(&metrics, &pool, &req);
+                let response = respond(&metrics, &pool, &health, &req);
                 async move { Ok::<_, Infallible>(response) }
             });
             if let Err(e) = hyper::server::conn::http1::Builder::new()

@@ -15,6 +15,7 @@ use super::tx::Tx;
 use super::{convert_sqlx_err, micros, rows, JobStore, CONFLICT_RETRIES};
 use crate::domain::{CoordinatorError, EnqueueOutcome, EnqueueRequest, Job, JobState};
 use serde::Serialize;
+use sqlx::mysql::MySqlRow;
 use sqlx::MySqlConnection;
 use std::collections::HashMap;
 use std::sync::LazyLock;
@@ -183,47 +184,68 @@ impl JobStore {
     }
 }
 
+/// Some items of a batch (`which` indexes `items`), as the statements
+/// want them.
+struct Picked<'a> {
+    items: &'a [EnqueueRequest],
+    which: &'a [usize],
+}
+
+impl<'a> Picked<'a> {
+    fn keys(&self) -> Vec<Key<'a>> {
+        self.which
+            .iter()
+            .map(|&i| Key {
+                queue: &self.items[i].queue,
+                operation_key: &self.items[i].operation_key,
+            })
+            .collect()
+    }
+
+    fn new_rows(&self, digests: &[[u8; 32]]) -> Vec<NewRow<'a>> {
+        self.which
+            .iter()
+            .map(|&i| NewRow {
+                queue: &self.items[i].queue,
+                operation_key: &self.items[i].operation_key,
+                request_digest: hex(&digests[i]),
+                payload: &self.items[i].payload,
+                delay_us: micros(self.items[i].delay),
+            })
+            .collect()
+    }
+
+    /// A row read back by key: the item it answers, its job and digest.
+    fn found(&self, row: &MySqlRow) -> Result<(usize, (Job, [u8; 32])), CoordinatorError> {
+        let job = rows::job(row)?;
+        let digest = unhex32(&rows::text(row, "request_digest_hex")?)?;
+        let i = self
+            .which
+            .iter()
+            .copied()
+            .find(|&i| {
+                self.items[i].queue == job.queue && self.items[i].operation_key == job.operation_key
+            })
+            .ok_or_else(|| {
+                CoordinatorError::Internal(format!("job {} matches no key asked", job.id))
+            })?;
+        Ok((i, (job, digest)))
+    }
+}
+
 /// The existing jobs among `which` items, by item index.
 async fn by_keys(
     conn: &mut MySqlConnection,
     items: &[EnqueueRequest],
     which: &[usize],
 ) -> Result<Vec<(usize, (Job, [u8; 32]))>, CoordinatorError> {
-    let keys: Vec<Key> = which
-        .iter()
-        .map(|&i| Key {
-            queue: &items[i].queue,
-            operation_key: &items[i].operation_key,
-        })
-        .collect();
-    let index: HashMap<(&str, &str), usize> = which
-        .iter()
-        .map(|&i| {
-            (
-                (items[i].queue.as_str(), items[i].operation_key.as_str()),
-                i,
-            )
-        })
-        .collect();
+    let picked = Picked { items, which };
     let found = sqlx::query(&BY_KEYS)
-        .bind(json(&keys)?)
+        .bind(json(&picked.keys())?)
         .fetch_all(conn)
         .await
         .map_err(convert_sqlx_err)?;
-    found
-        .iter()
-        .map(|row| {
-            let job = rows::job(row)?;
-            let digest = unhex32(&rows::text(row, "request_digest_hex")?)?;
-            let i = index
-                .get(&(job.queue.as_str(), job.operation_key.as_str()))
-                .copied()
-                .ok_or_else(|| {
-                    CoordinatorError::Internal(format!("job {} matches no key asked", job.id))
-                })?;
-            Ok((i, (job, digest)))
-        })
-        .collect()
+    found.iter().map(|row| picked.found(row)).collect()
 }
 
 /// Inserts the `which` items, appends their events, reads them back and
@@ -238,30 +260,14 @@ async fn insert_and_commit(
     which: &[usize],
 ) -> Result<Vec<(usize, (Job, [u8; 32]))>, CoordinatorError> {
     use tokio_stream::StreamExt;
-    let rows: Vec<NewRow> = which
-        .iter()
-        .map(|&i| NewRow {
-            queue: &items[i].queue,
-            operation_key: &items[i].operation_key,
-            request_digest: hex(&digests[i]),
-            payload: &items[i].payload,
-            delay_us: micros(items[i].delay),
-        })
-        .collect();
-    let keys: Vec<Key> = which
-        .iter()
-        .map(|&i| Key {
-            queue: &items[i].queue,
-            operation_key: &items[i].operation_key,
-        })
-        .collect();
+    let picked = Picked { items, which };
     let json_literal = |json: String| {
         let mut s = String::new();
         literal::Literal::write_sql(json.as_str(), &mut s);
         s
     };
-    let rows_json = json_literal(json(&rows)?);
-    let keys_json = json_literal(json(&keys)?);
+    let rows_json = json_literal(json(&picked.new_rows(digests))?);
+    let keys_json = json_literal(json(&picked.keys())?);
     let text = [
         with_literal(include_str!("queries/enqueue/insert.sql"), &rows_json),
         with_literal(include_str!("queries/enqueue/events.sql"), &keys_json),
@@ -269,32 +275,13 @@ async fn insert_and_commit(
         "COMMIT".to_owned(),
     ]
     .join(";\n");
-    let index: HashMap<(&str, &str), usize> = which
-        .iter()
-        .map(|&i| {
-            (
-                (items[i].queue.as_str(), items[i].operation_key.as_str()),
-                i,
-            )
-        })
-        .collect();
     let mut found = Vec::with_capacity(which.len());
     let mut statements_done = 0;
     let mut results = sqlx::raw_sql(&text).fetch_many(&mut *tx);
     while let Some(item) = results.next().await {
         match item {
             Ok(sqlx::Either::Left(_)) => statements_done += 1,
-            Ok(sqlx::Either::Right(row)) => {
-                let job = rows::job(&row)?;
-                let digest = unhex32(&rows::text(&row, "request_digest_hex")?)?;
-                let i = index
-                    .get(&(job.queue.as_str(), job.operation_key.as_str()))
-                    .copied()
-                    .ok_or_else(|| {
-                        CoordinatorError::Internal(format!("job {} matches no key asked", job.id))
-                    })?;
-                found.push((i, (job, digest)));
-            }
+            Ok(sqlx::Either::Right(row)) => found.push(picked.found(&row)?),
             // Taken by a concurrent Enqueue since we looked: run again.
             Err(e) if is_unique_violation(&e) => {
                 return Err(CoordinatorError::TransactionConflict(e.to_string()))
@@ -339,19 +326,13 @@ async fn insert(
     digests: &[[u8; 32]],
     which: &[usize],
 ) -> Result<(), CoordinatorError> {
-    let mut chunk: Vec<NewRow> = Vec::new();
+    let rows = Picked { items, which }.new_rows(digests);
+    let mut chunk: Vec<&NewRow> = Vec::new();
     let mut bytes = 0;
-    for (n, &i) in which.iter().enumerate() {
-        let r = &items[i];
-        bytes += r.payload.len() + r.operation_key.len();
-        chunk.push(NewRow {
-            queue: &r.queue,
-            operation_key: &r.operation_key,
-            request_digest: hex(&digests[i]),
-            payload: &r.payload,
-            delay_us: micros(r.delay),
-        });
-        if bytes >= INSERT_CHUNK_BYTES || n + 1 == which.len() {
+    for (n, row) in rows.iter().enumerate() {
+        bytes += row.payload.len() + row.operation_key.len();
+        chunk.push(row);
+        if bytes >= INSERT_CHUNK_BYTES || n + 1 == rows.len() {
             let done = sqlx::query(include_str!("queries/enqueue/insert.sql"))
                 .bind(json(&chunk)?)
                 .execute(&mut *conn)

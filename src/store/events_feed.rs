@@ -266,4 +266,14 @@ impl JobStore {
             .map_err(convert_sqlx_err)?;
         fetched.iter().map(event).collect()
     }
+
+    /// The largest event id allocated so far, committed or not (0 when
+    /// there is none): one dive into the primary key.
+    pub async fn last_event_id(&self) -> Result<u64, CoordinatorError> {
+        let last: Option<u64> = sqlx::query_scalar("SELECT MAX(id) FROM job_events")
+            .fetch_one(&self.pool)
+            .await
+            .map_err(convert_sqlx_err)?;
+        Ok(last.unwrap_or(0))
+    }
 }

@@ -26,6 +26,7 @@ mod enqueue;
 mod errors;
 mod events;
 mod events_feed;
+mod health;
 mod literal;
 mod observations;
 pub mod pause;
@@ -48,6 +49,7 @@ pub use claim::{ClaimBatch, ClaimRequest, MAX_CLAIM_TRANSACTION_JOBS};
 pub use enqueue::EnqueueResult;
 pub use errors::convert_sqlx_err;
 pub use events_feed::{FeedEvent, FeedPage};
+pub use health::HealthProbe;
 pub use pause::PausePoints;
 pub use writeback::{WriteResult, MANUAL_REVIEW_REQUESTED};
 
@@ -72,7 +74,7 @@ impl Default for PoolSettings {
     fn default() -> Self {
         PoolSettings {
             max_connections: 32,
-            acquire_timeout: Duration::from_secs(5),
+            acquire_timeout: Duration::from_secs(1),
         }
     }
 }
@@ -152,8 +154,9 @@ fn batch_pool_for(pool: &MySqlPool) -> MySqlPool {
 #[derive(Debug, Clone)]
 pub struct JobStore {
     pool: MySqlPool,
-    /// Autocommit-off sessions for the batched transactions.
-    batch_pool: MySqlPool,
+    /// Autocommit-off sessions for the batched transactions; replaced
+    /// whole when the database comes back from an outage.
+    batch_pool: std::sync::Arc<std::sync::RwLock<MySqlPool>>,
     pauses: Option<PausePoints>,
 }
 
@@ -161,7 +164,7 @@ impl JobStore {
     /// A store over `pool` (see [`connect`]).
     pub fn new(pool: MySqlPool) -> Self {
         JobStore {
-            batch_pool: batch_pool_for(&pool),
+            batch_pool: std::sync::Arc::new(std::sync::RwLock::new(batch_pool_for(&pool))),
             pool,
             pauses: None,
         }
@@ -170,7 +173,7 @@ impl JobStore {
     /// A store that stops at the armed points of `pauses` (tests only).
     pub fn with_pause_points(pool: MySqlPool, pauses: PausePoints) -> Self {
         JobStore {
-            batch_pool: batch_pool_for(&pool),
+            batch_pool: std::sync::Arc::new(std::sync::RwLock::new(batch_pool_for(&pool))),
             pool,
             pauses: Some(pauses),
         }
@@ -215,7 +218,21 @@ impl JobStore {
 
     /// A transaction of the batch pool, begun by its first statement.
     async fn begin_batch(&self) -> Result<tx::Tx, CoordinatorError> {
-        tx::Tx::start(&self.batch_pool).await
+        let pool = self.batch_pool.read().expect("batch pool lock").clone();
+        tx::Tx::start(&pool).await
+    }
+
+    /// Replaces the batch pool's connections with new ones: after the
+    /// database came back from an outage, the old ones are dead (their
+    /// first statement would fail). Transactions running on old
+    /// connections finish; the old pool closes once they are returned.
+    pub fn renew_batch_connections(&self) {
+        let fresh = batch_pool_for(&self.pool);
+        let old = std::mem::replace(
+            &mut *self.batch_pool.write().expect("batch pool lock"),
+            fresh,
+        );
+        tokio::spawn(async move { old.close().await });
     }
 }
 

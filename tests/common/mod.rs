@@ -106,6 +106,7 @@ impl Harness {
             test_config(),
             ServeOptions {
                 health_interval: Duration::from_millis(100),
+                health_timeout: Duration::from_millis(100),
                 drain_delay: Duration::ZERO,
                 shutdown_timeout: Duration::from_secs(10),
             },
@@ -125,7 +126,9 @@ impl Harness {
         let db = TestDb::new().await;
         let direct = db.pool();
         let upstream = url_host_port(&db.url);
-        let proxy = proxy::Proxy::start(upstream).await;
+        let proxy = proxy::Proxy::start(upstream)
+            .await
+            .expect("start the relay");
         let via = db
             .url
             .replace(&upstream.to_string(), &proxy.addr.to_string());
@@ -371,4 +374,24 @@ pub fn waiting(c: &Coordinator, pipeline: &str) -> usize {
         .find(|(p, _)| *p == pipeline)
         .map(|(_, n)| *n)
         .unwrap_or(0)
+}
+
+/// Kills the session of the one open transaction of this database (a call
+/// paused at a pause point): its COMMIT, when released, meets a dead
+/// connection, and nobody can tell whether it committed (it did not: the
+/// kill rolled it back).
+pub async fn kill_the_open_transaction(h: &Harness) {
+    let victim: u64 = sqlx::query(
+        "SELECT CAST(p.ID AS UNSIGNED) AS id FROM information_schema.INNODB_TRX t \
+         JOIN information_schema.PROCESSLIST p ON p.ID = t.trx_mysql_thread_id WHERE p.DB = ?",
+    )
+    .bind(&h.db.name)
+    .fetch_one(&h.pool)
+    .await
+    .expect("exactly one open transaction")
+    .get("id");
+    sqlx::query(&format!("KILL CONNECTION {victim}"))
+        .execute(&h.pool)
+        .await
+        .unwrap();
 }

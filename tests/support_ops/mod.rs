@@ -48,6 +48,7 @@ impl Coord {
             listener,
             ServeOptions {
                 health_interval: Duration::from_millis(100),
+                health_timeout: Duration::from_millis(100),
                 drain_delay: Duration::ZERO,
                 shutdown_timeout: Duration::from_secs(10),
             },

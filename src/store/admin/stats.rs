@@ -22,6 +22,8 @@ pub struct ListJobsFilter {
     pub states: Vec<JobState>,
     /// Only jobs created at least this long ago (DB clock).
     pub min_age: Option<Duration>,
+    /// Only jobs whose operation_key starts with this (exact match included).
+    pub operation_key: Option<String>,
     /// Keyset paging: only jobs with a larger id.
     pub after_id: u64,
     /// At least 1.
@@ -73,6 +75,20 @@ pub struct QueueStats {
     pub takeovers: u64,
     /// Stale writes refused within the window, from the events.
     pub stale_write_rejections: u64,
+}
+
+/// A LIKE pattern matching every string that starts with `prefix`, with
+/// `!` as the escape character (keys are full of `_`, a LIKE wildcard).
+fn like_prefix(prefix: &str) -> String {
+    let mut p = String::with_capacity(prefix.len() + 1);
+    for c in prefix.chars() {
+        if matches!(c, '!' | '%' | '_') {
+            p.push('!');
+        }
+        p.push(c);
+    }
+    p.push('%');
+    p
 }
 
 fn parse_state(s: &str) -> Result<JobState, CoordinatorError> {
@@ -171,6 +187,9 @@ impl JobStore {
         if filter.min_age.is_some() {
             sql.push_str(" AND created_at <= DATE_SUB(UTC_TIMESTAMP(6), INTERVAL ? MICROSECOND)");
         }
+        if filter.operation_key.is_some() {
+            sql.push_str(" AND operation_key LIKE ? ESCAPE '!'");
+        }
         sql.push_str(" ORDER BY id LIMIT ?");
         let mut query = sqlx::query(&sql).bind(filter.after_id);
         if let Some(q) = &filter.queue {
@@ -181,6 +200,9 @@ impl JobStore {
         }
         if let Some(age) = filter.min_age {
             query = query.bind(micros(age));
+        }
+        if let Some(prefix) = &filter.operation_key {
+            query = query.bind(like_prefix(prefix));
         }
         let fetched = query
             .bind(filter.limit.max(1))
@@ -259,5 +281,14 @@ impl JobStore {
             .await
             .map_err(convert_sqlx_err)?;
         row.map(|r| text(&r, "queue")).transpose()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_prefix_pattern_escapes_like_wildcards() {
+        assert_eq!(super::like_prefix("refund-pay_1"), "refund-pay!_1%");
+        assert_eq!(super::like_prefix("a%b!"), "a!%b!!%");
     }
 }

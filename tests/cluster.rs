@@ -1,0 +1,373 @@
+//! Two coordinators (real `jobfence serve` processes) behind a real HAProxy
+//! configured from `deploy/haproxy/jobfence.cfg`: calls are spread over
+//! both; a SIGTERM of one loses no call (it turns NOT_SERVING, HAProxy
+//! stops sending it calls, it finishes what it has); a SIGKILL of one is
+//! noticed by HAProxy's health checks; a database outage turns both
+//! NOT_SERVING within 2 s and back within 2 s of recovery. The database is
+//! reached through a proxy the test can cut. Delays are printed.
+
+mod common;
+
+use common::proxy::Proxy;
+use common::{url_host_port, TestDb};
+use jobfence::proto::job_coordinator_client::JobCoordinatorClient;
+use jobfence::proto::{
+    ClaimRequest, CompleteRequest, EnqueueBatchRequest, EnqueueRequest, GetJobRequest,
+};
+use sqlx::Row;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tonic::transport::Channel;
+
+const Q: &str = "refunds";
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn haproxy_bin() -> PathBuf {
+    if let Ok(p) = std::env::var("JOBFENCE_HAPROXY") {
+        return p.into();
+    }
+    for p in [
+        "/usr/sbin/haproxy",
+        "/usr/bin/haproxy",
+        "/usr/local/sbin/haproxy",
+    ] {
+        if Path::new(p).exists() {
+            return p.into();
+        }
+    }
+    panic!("haproxy not found; run scripts/test (it installs it with scripts/cluster install)");
+}
+
+/// A child process killed when dropped.
+struct Running(Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl Running {
+    fn signal(&self, sig: nix::sys::signal::Signal) {
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.0.id() as i32), sig).unwrap();
+    }
+}
+
+struct Coordinator {
+    name: &'static str,
+    grpc: u16,
+    metrics: u16,
+    process: Option<Running>,
+}
+
+impl Coordinator {
+    fn start(name: &'static str, database_url: &str, dir: &Path) -> Coordinator {
+        let (grpc, metrics) = (free_port(), free_port());
+        let log = std::fs::File::create(dir.join(format!("{name}.log"))).unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_jobfence"))
+            .args(["serve", "--database-url", database_url])
+            .args(["--listen", &format!("127.0.0.1:{grpc}")])
+            .args(["--metrics-listen", &format!("127.0.0.1:{metrics}")])
+            .args(["--health-interval", "500ms", "--health-timeout", "500ms"])
+            .args(["--drain-delay", "2s"])
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        Coordinator {
+            name,
+            grpc,
+            metrics,
+            process: Some(Running(child)),
+        }
+    }
+
+    /// `GET /healthz`: true for 200, false for 503 or no answer.
+    async fn healthy(&self) -> bool {
+        match reqwest::get(format!("http://127.0.0.1:{}/healthz", self.metrics)).await {
+            Ok(r) => r.status() == reqwest::StatusCode::OK,
+            Err(_) => false,
+        }
+    }
+
+    /// Calls of `method` this coordinator answered, from its metrics.
+    async fn answered(&self, method: &str) -> f64 {
+        let text = reqwest::get(format!("http://127.0.0.1:{}/metrics", self.metrics))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        text.lines()
+            .filter(|l| {
+                l.starts_with("jobfence_rpc_duration_seconds_count{")
+                    && l.contains(&format!("method=\"{method}\""))
+            })
+            .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
+            .sum()
+    }
+}
+
+/// HAProxy in front of the coordinators, from the project's config file.
+fn start_haproxy(listen: u16, coordinators: &[&Coordinator], dir: &Path) -> (Running, PathBuf) {
+    let socket = dir.join("haproxy.sock");
+    let servers: String = coordinators
+        .iter()
+        .map(|c| {
+            format!(
+                "    server {} 127.0.0.1:{} proto h2 check port {} check-proto h1\n",
+                c.name, c.grpc, c.metrics
+            )
+        })
+        .collect();
+    let template = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/haproxy/jobfence.cfg"),
+    )
+    .unwrap();
+    let config = template
+        .replace("@LISTEN@", &format!("127.0.0.1:{listen}"))
+        .replace("@STATS_SOCKET@", socket.to_str().unwrap())
+        .replace("@SERVERS@", servers.trim_end());
+    let path = dir.join("haproxy.cfg");
+    std::fs::write(&path, config).unwrap();
+    let child = Command::new(haproxy_bin())
+        .args(["-db", "-f"])
+        .arg(&path)
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(dir.join("haproxy.log")).unwrap())
+        .spawn()
+        .unwrap();
+    (Running(child), socket)
+}
+
+/// HAProxy's status of a server (`UP`, `DOWN`, …) from its runtime API.
+async fn haproxy_status(socket: &Path, server: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let Ok(mut s) = tokio::net::UnixStream::connect(socket).await else {
+        return "NO SOCKET".into();
+    };
+    s.write_all(b"show stat\n").await.unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).await.unwrap();
+    out.lines()
+        .map(|l| l.split(',').collect::<Vec<_>>())
+        .find(|f| f.len() > 17 && f[0] == "coordinators" && f[1] == server)
+        .map(|f| f[17].to_owned())
+        .unwrap_or_else(|| "MISSING".into())
+}
+
+/// Waits until `ready` holds, polling every 20 ms for at most `limit`;
+/// returns how long it took.
+async fn time_until<F, Fut>(limit: Duration, mut ready: F) -> Duration
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let start = Instant::now();
+    while !ready().await {
+        assert!(start.elapsed() < limit, "not within {limit:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    start.elapsed()
+}
+
+async fn client(port: u16) -> JobCoordinatorClient<Channel> {
+    JobCoordinatorClient::connect(format!("http://127.0.0.1:{port}"))
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_coordinators_behind_haproxy_balance_drain_and_follow_the_database() {
+    let db = TestDb::new().await;
+    let upstream = url_host_port(&db.url);
+    let db_proxy = Proxy::start(upstream).await.unwrap();
+    let via_proxy = db
+        .url
+        .replace(&upstream.to_string(), &db_proxy.addr.to_string());
+    let dir = std::env::temp_dir().join(format!("jobfence-cluster-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut c1 = Coordinator::start("c1", &via_proxy, &dir);
+    let c2 = Coordinator::start("c2", &via_proxy, &dir);
+    let listen = free_port();
+    let (_haproxy, socket) = start_haproxy(listen, &[&c1, &c2], &dir);
+    time_until(Duration::from_secs(20), || async {
+        haproxy_status(&socket, "c1").await == "UP" && haproxy_status(&socket, "c2").await == "UP"
+    })
+    .await;
+
+    // Calls spread over both.
+    let lb = client(listen).await;
+    for _ in 0..40 {
+        let _ = lb.clone().get_job(GetJobRequest { job_id: 1 }).await;
+    }
+    let (a, b) = (c1.answered("GetJob").await, c2.answered("GetJob").await);
+    println!("cluster: 40 GetJob calls through HAProxy: c1 answered {a}, c2 answered {b}");
+    assert_eq!(a + b, 40.0);
+    assert!(a >= 10.0 && b >= 10.0, "unbalanced: {a} / {b}");
+
+    // Workers run the lifecycle through HAProxy while c1 is stopped with
+    // SIGTERM: no call may fail, and every job ends once.
+    let jobs = 300u64;
+    lb.clone()
+        .enqueue_batch(EnqueueBatchRequest {
+            items: (0..jobs)
+                .map(|i| EnqueueRequest {
+                    queue: Q.into(),
+                    operation_key: format!("refund-{i}"),
+                    payload: "{}".into(),
+                    delay: None,
+                })
+                .collect(),
+        })
+        .await
+        .unwrap();
+    let failures = Arc::new(AtomicU64::new(0));
+    let done = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut workers = Vec::new();
+    for w in 0..4 {
+        let (failures, done, stop) = (failures.clone(), done.clone(), stop.clone());
+        let mut c = client(listen).await;
+        workers.push(tokio::spawn(async move {
+            while !stop.load(Ordering::Relaxed) {
+                let claimed = c
+                    .claim(ClaimRequest {
+                        queue: Q.into(),
+                        worker_id: format!("w{w}"),
+                        max_jobs: 1,
+                        lease: None,
+                        wait: common::secs(1),
+                    })
+                    .await;
+                let jobs = match claimed {
+                    Ok(r) => r.into_inner().jobs,
+                    Err(e) => {
+                        eprintln!("claim failed: {e:?}");
+                        failures.fetch_add(1, Ordering::Relaxed);
+                        continue;
+                    }
+                };
+                for j in jobs {
+                    let job = j.job.unwrap();
+                    // Slow work, so calls are in flight when c1 drains.
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                    match c
+                        .complete(CompleteRequest {
+                            job_id: job.job_id,
+                            attempt: job.attempt,
+                            provider_reference: "re".into(),
+                            result: String::new(),
+                        })
+                        .await
+                    {
+                        Ok(_) => {
+                            done.fetch_add(1, Ordering::Relaxed);
+                        }
+                        Err(e) => {
+                            eprintln!("complete failed: {e:?}");
+                            failures.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                }
+            }
+        }));
+    }
+    time_until(Duration::from_secs(20), || async {
+        done.load(Ordering::Relaxed) >= 40
+    })
+    .await;
+    let term = Instant::now();
+    c1.process
+        .as_ref()
+        .unwrap()
+        .signal(nix::sys::signal::Signal::SIGTERM);
+    let marked_down = time_until(Duration::from_secs(5), || async {
+        haproxy_status(&socket, "c1").await.starts_with("DOWN")
+    })
+    .await;
+    let exited = {
+        let mut p = c1.process.take().unwrap();
+        loop {
+            if p.0.try_wait().unwrap().is_some() {
+                break term.elapsed();
+            }
+            assert!(term.elapsed() < Duration::from_secs(15), "c1 did not stop");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    time_until(Duration::from_secs(60), || async {
+        done.load(Ordering::Relaxed) >= jobs
+    })
+    .await;
+    stop.store(true, Ordering::Relaxed);
+    for w in workers {
+        w.await.unwrap();
+    }
+    println!(
+        "cluster: SIGTERM of c1: HAProxy marked it down after {marked_down:?}, it exited {exited:?} after the signal; {} jobs done, {} failed calls",
+        done.load(Ordering::Relaxed),
+        failures.load(Ordering::Relaxed)
+    );
+    assert_eq!(
+        failures.load(Ordering::Relaxed),
+        0,
+        "calls failed during the drain"
+    );
+    let pool = db.pool();
+    let row = sqlx::query(
+        "SELECT COUNT(*) AS n, CAST(SUM(state = 'succeeded') AS SIGNED) AS ok, \
+         (SELECT COUNT(*) FROM job_events WHERE kind = 'completed') AS completions FROM jobs",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    let (n, ok, completions): (i64, i64, i64) =
+        (row.get("n"), row.get("ok"), row.get("completions"));
+    assert_eq!(
+        (n, ok, completions),
+        (jobs as i64, jobs as i64, jobs as i64)
+    );
+
+    // A database outage: the remaining coordinator turns NOT_SERVING within
+    // 2 s (HAProxy then takes it out), and SERVING again within 2 s of the
+    // database coming back.
+    db_proxy.cut();
+    let down = time_until(Duration::from_secs(5), || async { !c2.healthy().await }).await;
+    db_proxy.restore();
+    let up = time_until(Duration::from_secs(5), || async { c2.healthy().await }).await;
+    println!("cluster: database cut: NOT_SERVING after {down:?}; restored: SERVING after {up:?}");
+    assert!(down <= Duration::from_secs(2), "{down:?}");
+    assert!(up <= Duration::from_secs(2), "{up:?}");
+
+    // A SIGKILL: HAProxy notices within its check interval (2 × 500 ms).
+    let c2 = {
+        let mut c2 = c2;
+        let killed = Instant::now();
+        drop(c2.process.take());
+        let noticed = time_until(Duration::from_secs(5), || async {
+            haproxy_status(&socket, "c2").await.starts_with("DOWN")
+        })
+        .await;
+        println!(
+            "cluster: SIGKILL of c2 noticed by HAProxy after {noticed:?} ({:?} since the kill)",
+            killed.elapsed()
+        );
+        assert!(noticed <= Duration::from_millis(1500), "{noticed:?}");
+        c2
+    };
+    drop(c2);
+    pool.close().await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
