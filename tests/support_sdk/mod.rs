@@ -64,8 +64,20 @@ async fn open_transactions(h: &Harness) -> Vec<(u64, String)> {
 /// (a call paused at a pause point). Its COMMIT, when released, then
 /// meets a dead connection: the coordinator cannot know whether it
 /// committed (it did not: the kill rolled it back).
+///
+/// InnoDB serves `information_schema.innodb_trx` from a cache refreshed at
+/// most every 0.1 s, server-wide: a query by another test just before the
+/// pause was reached can leave a snapshot without it. So look again, for
+/// a bounded time, until the paused transaction shows.
 pub async fn kill_the_open_transaction(h: &Harness) {
-    let open = open_transactions(h).await;
+    let mut open = open_transactions(h).await;
+    for _ in 0..40 {
+        if !open.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        open = open_transactions(h).await;
+    }
     assert_eq!(
         open.len(),
         1,
