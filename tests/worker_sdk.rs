@@ -658,6 +658,7 @@ fn the_sdk_reason_names_are_the_coordinators() {
         (sdk::INTERNAL, server::INTERNAL),
         (sdk::OVERLOADED, server::OVERLOADED),
         (sdk::SERVER_SHUTTING_DOWN, server::SERVER_SHUTTING_DOWN),
+        (sdk::NO_COORDINATOR_SERVING, server::NO_COORDINATOR_SERVING),
     ];
     for (mine, theirs) in pairs {
         assert_eq!(mine, theirs);

@@ -62,6 +62,17 @@ class ReasonsTest(unittest.TestCase):
         self.assertIsInstance(err, jw.Unavailable)
         self.assertAlmostEqual(err.retry_after, 0.1)
         self.assertTrue(retryable_claim(err) and retryable_write(err))
+        # The retry waits at least the server's hint, however short the
+        # backoff.
+        short = jw.RetryPolicy(initial=0.001, maximum=0.001)
+        self.assertGreaterEqual(short.wait(1, err), 0.1)
+        self.assertLessEqual(short.wait(1, jw.Unavailable(grpc.StatusCode.UNAVAILABLE, "x")), 0.001)
+
+    def test_the_load_balancers_answer_applied_nothing(self):
+        err = from_status(grpc.StatusCode.UNAVAILABLE, "no jobfence coordinator is serving",
+                          status(grpc.StatusCode.UNAVAILABLE, "NO_COORDINATOR_SERVING"))
+        self.assertIsInstance(err, jw.NoCoordinatorServing)
+        self.assertTrue(retryable_claim(err) and retryable_write(err))
 
     def test_a_lost_commit_is_unknown_and_never_retried_as_a_claim(self):
         err = from_status(grpc.StatusCode.UNAVAILABLE, "x",

@@ -34,6 +34,11 @@ pub mod reason {
     /// WatchEvents ended because the server is shutting down: reconnect
     /// (to another replica) from the last event applied.
     pub const SERVER_SHUTTING_DOWN: &str = "SERVER_SHUTTING_DOWN";
+    /// UNAVAILABLE, sent by the load balancer, never by a coordinator
+    /// (`deploy/haproxy/grpc-unavailable.http`): no coordinator was
+    /// serving, so the call was not forwarded; nothing was applied. Retry
+    /// after a backoff.
+    pub const NO_COORDINATOR_SERVING: &str = "NO_COORDINATOR_SERVING";
 }
 
 /// The backoff suggested (google.rpc.RetryInfo) to a call refused as

@@ -52,6 +52,13 @@ class RetryPolicy:
         ceiling = min(self.maximum, self.initial * (2 ** max(0, retry - 1)))
         return ceiling / 2 + random.uniform(0, ceiling / 2)
 
+    def wait(self, retry: int, error: object) -> float:
+        """Seconds to wait before retry number ``retry`` after ``error``:
+        the backoff, or the server's retry-after hint (``retry_after`` of
+        an ``Overloaded``, from google.rpc.RetryInfo) when that is longer."""
+        hint = getattr(error, "retry_after", None) or 0.0
+        return max(self.backoff(retry), hint)
+
 
 @dataclass
 class Written:

@@ -81,7 +81,7 @@ class AsyncWorkerClient:
                 mapped = _from_aio_error(err)
                 if tries >= self.retry.max_tries or not retryable(mapped):
                     raise mapped from None
-                await asyncio.sleep(self.retry.backoff(tries))
+                await asyncio.sleep(self.retry.wait(tries, mapped))
 
     async def claim(self, max_jobs: int = 1, wait_seconds: float = 0.0) -> List["AsyncClaimedJob"]:
         """As ``WorkerClient.claim``: a long poll with ``wait_seconds``;

@@ -65,7 +65,7 @@ class WorkerClient:
                 mapped = from_rpc_error(err)
                 if tries >= self.retry.max_tries or not retryable(mapped):
                     raise mapped from None
-                time.sleep(self.retry.backoff(tries))
+                time.sleep(self.retry.wait(tries, mapped))
 
     def claim(self, max_jobs: int = 1, wait_seconds: float = 0.0) -> List["ClaimedJob"]:
         """Claims up to ``max_jobs`` due jobs; returns their handles (maybe

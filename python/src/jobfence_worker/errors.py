@@ -172,6 +172,12 @@ class Overloaded(Unavailable):
         self.retry_after = retry_after
 
 
+class NoCoordinatorServing(Unavailable):
+    """NO_COORDINATOR_SERVING: the load balancer found no coordinator
+    serving (the database is unreachable, or every coordinator is down) and
+    forwarded nothing."""
+
+
 class InternalError(JobfenceError):
     """INTERNAL: a bug in the coordinator."""
 
@@ -198,6 +204,7 @@ REASONS: Dict[str, Type[JobfenceError]] = {
     "INTERNAL": InternalError,
     "OVERLOADED": Overloaded,
     "SERVER_SHUTTING_DOWN": ServerShuttingDown,
+    "NO_COORDINATOR_SERVING": NoCoordinatorServing,
 }
 
 
@@ -269,7 +276,7 @@ __all__ = [
     "AttemptNotIssued", "AttemptSuperseded", "CommitOutcomeUnknown", "DOMAIN",
     "DatabaseUnavailable", "InternalError", "InvalidRequest", "JobFinished", "JobNotCancellable",
     "JobNotFound", "JobNotInManualReview", "JobNotRunning", "JobfenceError", "LeaseNotExpired",
-    "OperationKeyConflict", "OutcomeUnknown", "Overloaded", "REASONS", "ServerShuttingDown",
+    "NoCoordinatorServing", "OperationKeyConflict", "OutcomeUnknown", "Overloaded", "REASONS", "ServerShuttingDown",
     "TransactionConflict", "Unavailable", "from_rpc_error", "from_status", "retryable_claim",
     "retryable_write",
 ]

@@ -55,6 +55,11 @@ class RetryPolicy {
     const ceiling = Math.min(this.maximum, this.initial * 2 ** Math.max(0, retry - 1));
     return ceiling / 2 + Math.random() * (ceiling / 2);
   }
+
+  /** Seconds before retry `retry` after `err`: the backoff, or the server's retry-after hint (RetryInfo) when longer. */
+  wait(retry, err) {
+    return Math.max(this.backoff(retry), (err && err.retryAfterSeconds) || 0);
+  }
 }
 
 /**
@@ -117,7 +122,7 @@ class WorkerClient {
         return await this.unary(method, request, extraSeconds, signal);
       } catch (err) {
         if (tries >= this.retry.maxTries || !retryable(err)) throw err;
-        await sleep(this.retry.backoff(tries));
+        await sleep(this.retry.wait(tries, err));
       }
     }
   }
@@ -168,9 +173,12 @@ class WorkerClient {
    * Claims and handles jobs until `signal` aborts, at most `concurrency` at
    * once, claiming only for free slots (long polls of `waitSeconds`). A job
    * the handler leaves without a write that settled it is released with
-   * RETRY_RECONCILE: the handler may have reached the provider.
+   * RETRY_RECONCILE: the handler may have reached the provider. A claim
+   * that failed after the client's retries (OutcomeUnknown: hold nothing;
+   * Unavailable) goes to `onClaimError`, then the loop backs off and claims
+   * again.
    */
-  async run(handler, { concurrency = 1, waitSeconds = 10, signal } = {}) {
+  async run(handler, { concurrency = 1, waitSeconds = 10, signal, onClaimError } = {}) {
     const inFlight = new Set();
     let failures = 0;
     while (!signal?.aborted) {
@@ -184,6 +192,7 @@ class WorkerClient {
         failures = 0;
       } catch (err) {
         if (signal?.aborted) break;
+        if (onClaimError) onClaimError(err);
         failures += 1;
         await sleep(this.retry.backoff(failures));
         continue;

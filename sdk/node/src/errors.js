@@ -142,6 +142,8 @@ class Overloaded extends Unavailable {
     this.retryAfterSeconds = retryAfterSeconds;
   }
 }
+/** The load balancer found no coordinator serving and forwarded nothing. */
+class NoCoordinatorServing extends Unavailable {}
 class InternalError extends JobfenceError {}
 class ServerShuttingDown extends JobfenceError {}
 
@@ -163,6 +165,7 @@ const REASONS = Object.freeze({
   INTERNAL: InternalError,
   OVERLOADED: Overloaded,
   SERVER_SHUTTING_DOWN: ServerShuttingDown,
+  NO_COORDINATOR_SERVING: NoCoordinatorServing,
 });
 
 // Codes that, without a jobfence ErrorInfo, come from the transport
@@ -222,7 +225,7 @@ module.exports = {
   DOMAIN, REASONS, JobfenceError, AttemptSuperseded, AttemptNotIssued, JobNotRunning, JobNotFound,
   JobFinished, LeaseNotExpired, OperationKeyConflict, JobNotInManualReview, JobNotCancellable,
   InvalidRequest, OutcomeUnknown, CommitOutcomeUnknown, Unavailable, DatabaseUnavailable,
-  TransactionConflict, Overloaded, InternalError, ServerShuttingDown, fromStatus, fromServiceError,
+  TransactionConflict, Overloaded, NoCoordinatorServing, InternalError, ServerShuttingDown, fromStatus, fromServiceError,
   retryableWrite, retryableClaim, encodeStatusForTests: (obj) => Status.encode(Status.fromObject(obj)).finish(),
   encodeDetailForTests: (type, obj) => ({
     type_url: 'type.googleapis.com/google.rpc.' + type,

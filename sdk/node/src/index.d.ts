@@ -56,6 +56,8 @@ export declare class RetryPolicy {
   maximum: number;
   /** Seconds to wait before retry number `retry` (1 for the first). */
   backoff(retry: number): number;
+  /** Seconds before retry `retry` after `err`: the backoff, or the server's retry-after hint when longer. */
+  wait(retry: number, err: unknown): number;
 }
 
 export interface WorkerClientOptions {
@@ -86,8 +88,8 @@ export declare class WorkerClient {
   getJob(jobId: number): Promise<{ job: Job; observations: Observation[] }>;
   enqueue(queue: string, operationKey: string, payload: string, options?: { delaySeconds?: number }): Promise<{ job: Job; created: boolean }>;
   enqueueBatch(items: Array<{ queue: string; operationKey: string; payload: string }>): Promise<unknown[]>;
-  /** Claims and handles jobs until `signal` aborts. */
-  run(handler: (job: ClaimedJob) => Promise<void>, options?: { concurrency?: number; waitSeconds?: number; signal?: AbortSignal }): Promise<void>;
+  /** Claims and handles jobs until `signal` aborts; a claim that failed after the retries goes to `onClaimError`. */
+  run(handler: (job: ClaimedJob) => Promise<void>, options?: { concurrency?: number; waitSeconds?: number; signal?: AbortSignal; onClaimError?: (err: Error) => void }): Promise<void>;
 }
 
 /** A job this worker holds; every write presents its attempt. */
@@ -139,6 +141,8 @@ export declare class Unavailable extends JobfenceError {}
 export declare class DatabaseUnavailable extends Unavailable {}
 export declare class TransactionConflict extends Unavailable {}
 export declare class Overloaded extends Unavailable { retryAfterSeconds: number | null }
+/** NO_COORDINATOR_SERVING: the load balancer found no coordinator serving; nothing was forwarded. */
+export declare class NoCoordinatorServing extends Unavailable {}
 export declare class InternalError extends JobfenceError {}
 export declare class ServerShuttingDown extends JobfenceError {}
 

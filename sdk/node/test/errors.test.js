@@ -48,6 +48,17 @@ test('overloaded applied nothing and is retried after its delay', () => {
   assert.ok(err instanceof jw.Overloaded && err instanceof jw.Unavailable);
   assert.strictEqual(err.retryAfterSeconds, 0.1);
   assert.ok(retryableClaim(err) && retryableWrite(err));
+  // The retry waits at least the server's hint, however short the backoff.
+  const short = new jw.RetryPolicy({ initial: 0.001, maximum: 0.001 });
+  assert.ok(short.wait(1, err) >= 0.1);
+  assert.ok(short.wait(1, new jw.Unavailable(Code.UNAVAILABLE, 'x')) <= 0.001);
+});
+
+test("the load balancer's answer applied nothing", () => {
+  const err = fromStatus(Code.UNAVAILABLE, 'no jobfence coordinator is serving',
+    status(Code.UNAVAILABLE, 'NO_COORDINATOR_SERVING', {}));
+  assert.ok(err instanceof jw.NoCoordinatorServing && err instanceof jw.Unavailable);
+  assert.ok(retryableClaim(err) && retryableWrite(err));
 });
 
 test('a lost commit is unknown and never retried as a claim; a transport failure is unknown', () => {

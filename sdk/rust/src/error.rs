@@ -158,11 +158,18 @@ fn meta_state(meta: &HashMap<String, String>) -> proto::JobState {
 /// True when nothing can have been applied: the coordinator said so
 /// (`DATABASE_UNAVAILABLE`: it never reached the database;
 /// `TRANSACTION_CONFLICT`: rolled back; `OVERLOADED`: refused before
-/// waiting for a connection). The only failures a Claim retries.
+/// waiting for a connection), or the load balancer did
+/// (`NO_COORDINATOR_SERVING`: not forwarded). The only failures a Claim
+/// retries.
 pub(crate) fn definitely_not_applied(status: &Status) -> bool {
     matches!(
         error_info(status).as_ref().map(|(r, _)| r.as_str()),
-        Some(reason::DATABASE_UNAVAILABLE | reason::TRANSACTION_CONFLICT | reason::OVERLOADED)
+        Some(
+            reason::DATABASE_UNAVAILABLE
+                | reason::TRANSACTION_CONFLICT
+                | reason::OVERLOADED
+                | reason::NO_COORDINATOR_SERVING
+        )
     )
 }
 
@@ -196,6 +203,7 @@ pub(crate) fn retryable_write(status: &Status) -> bool {
                 | reason::DATABASE_UNAVAILABLE
                 | reason::TRANSACTION_CONFLICT
                 | reason::OVERLOADED
+                | reason::NO_COORDINATOR_SERVING
         ),
         None => transport_failure(status),
     }
@@ -224,9 +232,10 @@ pub(crate) fn write_error(status: Status) -> WriteError {
         reason::JOB_NOT_FOUND => WriteError::NotFound,
         reason::INVALID_REQUEST => WriteError::Invalid(bad_request(&status)),
         reason::COMMIT_OUTCOME_UNKNOWN => WriteError::OutcomeUnknown(Box::new(status)),
-        reason::DATABASE_UNAVAILABLE | reason::TRANSACTION_CONFLICT | reason::OVERLOADED => {
-            WriteError::Unavailable(Box::new(status))
-        }
+        reason::DATABASE_UNAVAILABLE
+        | reason::TRANSACTION_CONFLICT
+        | reason::OVERLOADED
+        | reason::NO_COORDINATOR_SERVING => WriteError::Unavailable(Box::new(status)),
         _ => WriteError::Other(Box::new(status)),
     }
 }
@@ -241,9 +250,10 @@ pub(crate) fn claim_error(status: Status) -> ClaimError {
     };
     match why.as_str() {
         reason::COMMIT_OUTCOME_UNKNOWN => ClaimError::OutcomeUnknown(Box::new(status)),
-        reason::DATABASE_UNAVAILABLE | reason::TRANSACTION_CONFLICT | reason::OVERLOADED => {
-            ClaimError::Unavailable(Box::new(status))
-        }
+        reason::DATABASE_UNAVAILABLE
+        | reason::TRANSACTION_CONFLICT
+        | reason::OVERLOADED
+        | reason::NO_COORDINATOR_SERVING => ClaimError::Unavailable(Box::new(status)),
         reason::INVALID_REQUEST => ClaimError::Invalid(bad_request(&status)),
         reason::JOB_NOT_FOUND => ClaimError::NotFound,
         reason::LEASE_NOT_EXPIRED => ClaimError::LeaseNotExpired {

@@ -45,6 +45,10 @@ pub const INTERNAL: &str = "INTERNAL";
 pub const OVERLOADED: &str = "OVERLOADED";
 /// WatchEvents ended because the server is shutting down.
 pub const SERVER_SHUTTING_DOWN: &str = "SERVER_SHUTTING_DOWN";
+/// UNAVAILABLE from the load balancer (the project's HAProxy
+/// configuration), not a coordinator: no coordinator was serving, the call
+/// was not forwarded; nothing was applied.
+pub const NO_COORDINATOR_SERVING: &str = "NO_COORDINATOR_SERVING";
 
 /// Every reason above, in the order listed.
 pub const ALL: &[&str] = &[
@@ -64,4 +68,5 @@ pub const ALL: &[&str] = &[
     INTERNAL,
     OVERLOADED,
     SERVER_SHUTTING_DOWN,
+    NO_COORDINATOR_SERVING,
 ];

@@ -64,8 +64,17 @@ fn unit_random() -> f64 {
     (h.finish() >> 11) as f64 / (1u64 << 53) as f64
 }
 
+/// The server's hint of how long to wait before trying again
+/// (`google.rpc.RetryInfo`, sent with OVERLOADED), if the status has one.
+pub(crate) fn retry_after(status: &Status) -> Option<Duration> {
+    use tonic_types::StatusExt;
+    status.get_details_retry_info()?.retry_delay
+}
+
 /// Runs `op` until it succeeds, fails with a status `retryable` rejects, or
-/// `policy.max_tries` are used up; returns the last result.
+/// `policy.max_tries` are used up; returns the last result. Between tries
+/// it waits the policy's backoff, or the server's retry-after hint when
+/// that is longer.
 pub(crate) async fn retry<T, F, Fut>(
     policy: &RetryPolicy,
     retryable: impl Fn(&Status) -> bool,
@@ -80,7 +89,9 @@ where
         tries += 1;
         match op().await {
             Err(status) if tries < policy.max_tries.max(1) && retryable(&status) => {
-                let wait = policy.backoff(tries);
+                let wait = policy
+                    .backoff(tries)
+                    .max(retry_after(&status).unwrap_or_default());
                 tracing::debug!(tries, code = ?status.code(), wait_ms = wait.as_millis() as u64, "retrying");
                 tokio::time::sleep(wait).await;
             }
@@ -116,6 +127,56 @@ mod tests {
         let p = RetryPolicy::default();
         let draws: std::collections::HashSet<_> = (0..50).map(|_| p.backoff(4)).collect();
         assert!(draws.len() > 10, "jitter should vary: {draws:?}");
+    }
+
+    #[test]
+    fn the_servers_retry_after_hint_is_read_from_the_status() {
+        use tonic_types::{ErrorDetails, StatusExt};
+        let hinted = Status::with_error_details(
+            tonic::Code::ResourceExhausted,
+            "busy",
+            ErrorDetails::with_retry_info(Some(Duration::from_millis(700))),
+        );
+        assert_eq!(retry_after(&hinted), Some(Duration::from_millis(700)));
+        assert_eq!(retry_after(&Status::unavailable("gone")), None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_retry_waits_at_least_the_servers_hint() {
+        use tonic_types::{ErrorDetails, StatusExt};
+        let p = RetryPolicy {
+            max_tries: 2,
+            initial_backoff: Duration::from_millis(1),
+            max_backoff: Duration::from_millis(1),
+        };
+        let started = tokio::time::Instant::now();
+        let mut calls = 0;
+        let out: Result<(), Status> = retry(
+            &p,
+            |_| true,
+            || {
+                calls += 1;
+                let first = calls == 1;
+                async move {
+                    if first {
+                        Err(Status::with_error_details(
+                            tonic::Code::ResourceExhausted,
+                            "busy",
+                            ErrorDetails::with_retry_info(Some(Duration::from_secs(3))),
+                        ))
+                    } else {
+                        Ok(())
+                    }
+                }
+            },
+        )
+        .await;
+        assert!(out.is_ok());
+        assert!(
+            started.elapsed() >= Duration::from_secs(3),
+            "{:?}",
+            started.elapsed()
+        );
     }
 
     #[tokio::test]
