@@ -10,6 +10,7 @@ mod common;
 
 use common::proxy::Proxy;
 use common::{url_host_port, TestDb};
+use jobfence::demo::coordinators::haproxy_config;
 use jobfence::proto::job_coordinator_client::JobCoordinatorClient;
 use jobfence::proto::{
     ClaimRequest, CompleteRequest, EnqueueBatchRequest, EnqueueRequest, GetJobRequest,
@@ -122,23 +123,24 @@ impl Coordinator {
 /// HAProxy in front of the coordinators, from the project's config file.
 fn start_haproxy(listen: u16, coordinators: &[&Coordinator], dir: &Path) -> (Running, PathBuf) {
     let socket = dir.join("haproxy.sock");
-    let servers: String = coordinators
+    let servers: Vec<(String, String, u16)> = coordinators
         .iter()
         .map(|c| {
-            format!(
-                "    server {} 127.0.0.1:{} proto h2 check port {} check-proto h1\n",
-                c.name, c.grpc, c.metrics
+            (
+                c.name.to_string(),
+                format!("127.0.0.1:{}", c.grpc),
+                c.metrics,
             )
         })
         .collect();
-    let template = std::fs::read_to_string(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/haproxy/jobfence.cfg"),
-    )
-    .unwrap();
-    let config = template
-        .replace("@LISTEN@", &format!("127.0.0.1:{listen}"))
-        .replace("@STATS_SOCKET@", socket.to_str().unwrap())
-        .replace("@SERVERS@", servers.trim_end());
+    let errorfile =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/haproxy/grpc-unavailable.http");
+    let config = haproxy_config(
+        &format!("127.0.0.1:{listen}"),
+        &socket,
+        &errorfile,
+        &servers,
+    );
     let path = dir.join("haproxy.cfg");
     std::fs::write(&path, config).unwrap();
     let child = Command::new(haproxy_bin())
@@ -216,6 +218,56 @@ async fn two_coordinators_behind_haproxy_balance_drain_and_follow_the_database()
     println!("cluster: 40 GetJob calls through HAProxy: c1 answered {a}, c2 answered {b}");
     assert_eq!(a + b, 40.0);
     assert!(a >= 10.0 && b >= 10.0, "unbalanced: {a} / {b}");
+
+    // A database outage: both coordinators turn NOT_SERVING within 2 s
+    // (HAProxy then takes them out), and SERVING again within 2 s of the
+    // database coming back.
+    db_proxy.cut();
+    let down = time_until(Duration::from_secs(5), || async {
+        !c1.healthy().await && !c2.healthy().await
+    })
+    .await;
+    // With no coordinator up, HAProxy answers itself: a gRPC UNAVAILABLE
+    // with a reason every client retries, not an HTML page it would read
+    // as a protocol error (an unknown outcome).
+    time_until(Duration::from_secs(5), || async {
+        haproxy_status(&socket, "c1").await.starts_with("DOWN")
+            && haproxy_status(&socket, "c2").await.starts_with("DOWN")
+    })
+    .await;
+    let refused = lb
+        .clone()
+        .get_job(GetJobRequest { job_id: 1 })
+        .await
+        .unwrap_err();
+    println!("cluster: no coordinator up: HAProxy answered {refused:?}");
+    assert_eq!(refused.code(), tonic::Code::Unavailable, "{refused:?}");
+    assert_eq!(refused.message(), "no jobfence coordinator is serving");
+    let info = tonic_types::StatusExt::get_error_details(&refused)
+        .error_info()
+        .cloned()
+        .expect("an ErrorInfo");
+    assert_eq!(
+        (info.reason.as_str(), info.domain.as_str()),
+        (
+            jobfence::grpc::status::reason::NO_COORDINATOR_SERVING,
+            "jobfence"
+        )
+    );
+    db_proxy.restore();
+    let up = time_until(Duration::from_secs(5), || async {
+        c1.healthy().await && c2.healthy().await
+    })
+    .await;
+    println!(
+        "cluster: database cut: both NOT_SERVING after {down:?}; restored: both SERVING after {up:?}"
+    );
+    assert!(down <= Duration::from_secs(2), "{down:?}");
+    assert!(up <= Duration::from_secs(2), "{up:?}");
+    time_until(Duration::from_secs(5), || async {
+        haproxy_status(&socket, "c1").await == "UP" && haproxy_status(&socket, "c2").await == "UP"
+    })
+    .await;
 
     // Workers run the lifecycle through HAProxy while c1 is stopped with
     // SIGTERM: no call may fail, and every job ends once.
@@ -339,17 +391,6 @@ async fn two_coordinators_behind_haproxy_balance_drain_and_follow_the_database()
         (n, ok, completions),
         (jobs as i64, jobs as i64, jobs as i64)
     );
-
-    // A database outage: the remaining coordinator turns NOT_SERVING within
-    // 2 s (HAProxy then takes it out), and SERVING again within 2 s of the
-    // database coming back.
-    db_proxy.cut();
-    let down = time_until(Duration::from_secs(5), || async { !c2.healthy().await }).await;
-    db_proxy.restore();
-    let up = time_until(Duration::from_secs(5), || async { c2.healthy().await }).await;
-    println!("cluster: database cut: NOT_SERVING after {down:?}; restored: SERVING after {up:?}");
-    assert!(down <= Duration::from_secs(2), "{down:?}");
-    assert!(up <= Duration::from_secs(2), "{up:?}");
 
     // A SIGKILL: HAProxy notices within its check interval (2 × 500 ms).
     let c2 = {

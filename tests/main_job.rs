@@ -223,14 +223,24 @@ async fn the_demo_with_every_fault_kind_refunds_nothing_twice() {
         Some("invariant: OK"),
         "{context}"
     );
-    // The failures really happened.
+    // The failures really happened, the coordinators' too: two behind
+    // HAProxy (the default), restarted in turn, one killed, the database
+    // cut off.
     for what in [
         "frozen (SIGSTOP)",
         "killed mid-request",
-        "coordinator restarted",
+        "rolling restart of 2 coordinators",
+        "coordinator-2 killed (SIGKILL), restarted; HAProxy took it out after",
+        "database unreachable for 3 s",
     ] {
         assert!(report.contains(what), "{what} missing\n{context}");
     }
+    // A coordinator stopped with SIGTERM drains behind HAProxy: a rolling
+    // restart costs the workers no call.
+    assert!(
+        report.contains("stopped in 1.0 / 1.0 s); worker calls failed after retries: 0"),
+        "{context}"
+    );
     let line = |name: &str| {
         report
             .lines()

@@ -1,12 +1,14 @@
 //! The process failures of the demo: freeze a worker while it holds jobs
 //! and resume it once a takeover superseded them (so its late writes are
-//! fenced out for real), kill another mid-request, restart the coordinator.
+//! fenced out for real), kill another mid-request, restart the coordinator;
+//! with several coordinators behind HAProxy, restart each in turn (a
+//! rolling restart), kill one, and cut the database off for a few seconds.
 
 use super::Cluster;
 use anyhow::Result;
 use sqlx::mysql::MySqlPool;
 use sqlx::Row;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 /// The failures the demo makes happen, in order.
 #[derive(Debug, Clone, PartialEq)]
@@ -17,8 +19,39 @@ pub(super) enum Chaos {
     Resume(Vec<(u64, u64)>),
     /// Kill the second worker mid-request, and start a replacement.
     Kill,
-    /// Restart the coordinator.
+    /// Restart the coordinator (alone: no load balancer to hand calls to).
     Restart,
+    /// Restart every coordinator in turn (SIGTERM, drain, start).
+    RollingRestart,
+    /// SIGKILL one coordinator, then start it again (once the demo has
+    /// run this long).
+    KillCoordinator(Duration),
+    /// Cut every coordinator off the database for a few seconds (once the
+    /// demo has run this long).
+    DatabaseOutage(Duration),
+}
+
+/// The calm between two disturbances of the coordinators, so each one's
+/// cost to the workers is counted apart.
+const GAP: Duration = Duration::from_secs(2);
+
+/// How long the demo keeps the database unreachable.
+const OUTAGE: Duration = Duration::from_secs(3);
+
+/// One failure that happened: what, what to try next, and when it lasted
+/// (wall clock), for counting the calls workers saw fail meanwhile.
+pub(super) struct Happened {
+    pub what: String,
+    pub next: Option<Chaos>,
+    pub window: Option<(SystemTime, SystemTime)>,
+}
+
+fn happened(what: String, next: Option<Chaos>) -> Option<Happened> {
+    Some(Happened {
+        what,
+        next,
+        window: None,
+    })
 }
 
 /// Jobs `owner` holds: (id, attempt).
@@ -55,13 +88,13 @@ async fn taken_over(pool: &MySqlPool, held: &[(u64, u64)]) -> Result<Option<usiz
     Ok(Some(superseded))
 }
 
-/// Tries one failure; `Some((what happened, follow-up))` once it happened.
+/// Tries one failure; `Some` once it happened.
 pub(super) async fn chaos_step(
     cluster: &mut Cluster,
     pool: &MySqlPool,
     step: Chaos,
     elapsed: Duration,
-) -> Result<Option<(String, Option<Chaos>)>> {
+) -> Result<Option<Happened>> {
     Ok(match step {
         Chaos::Pause if elapsed >= Duration::from_secs(1) => {
             let name = cluster.workers[0].name.clone();
@@ -70,10 +103,10 @@ pub(super) async fn chaos_step(
                 return Ok(None);
             }
             cluster.workers[0].pause()?;
-            Some((
+            happened(
                 format!("{name} frozen (SIGSTOP) holding {} jobs", held.len()),
                 Some(Chaos::Resume(held)),
-            ))
+            )
         }
         Chaos::Resume(held) => {
             let Some(superseded) = taken_over(pool, &held).await? else {
@@ -84,15 +117,15 @@ pub(super) async fn chaos_step(
             if superseded == 0 {
                 // Its writes were already on their way: no zombie yet.
                 // Freeze it again later, so one really is.
-                return Ok(Some((
+                return Ok(happened(
                     format!("{name} resumed: it had finished its jobs; freezing it again"),
                     Some(Chaos::Pause),
-                )));
+                ));
             }
-            Some((
+            happened(
                 format!("{name} resumed after {superseded} of its jobs were taken over"),
                 None,
-            ))
+            )
         }
         Chaos::Kill if cluster.workers.len() > 1 && elapsed >= Duration::from_millis(1500) => {
             let name = cluster.workers[1].name.clone();
@@ -101,19 +134,76 @@ pub(super) async fn chaos_step(
             }
             cluster.workers[1].kill().await?;
             cluster.workers[1] = cluster.rust_worker(&format!("{name}-restarted"), 8)?;
-            Some((
+            happened(
                 format!("{name} killed mid-request (SIGKILL), replaced"),
                 None,
-            ))
+            )
         }
         Chaos::Kill if cluster.workers.len() <= 1 => {
-            Some(("no second worker to kill".to_owned(), None))
+            happened("no second worker to kill".to_owned(), None)
         }
         Chaos::Kill => None,
         Chaos::Restart if elapsed >= Duration::from_secs(2) => {
-            cluster.restart_coordinator().await?;
-            Some(("coordinator restarted (SIGTERM, start)".to_owned(), None))
+            let from = SystemTime::now();
+            cluster.coordinators.restart(0).await?;
+            Some(Happened {
+                what: "coordinator restarted (SIGTERM, start)".to_owned(),
+                next: None,
+                window: Some((from, SystemTime::now())),
+            })
         }
-        Chaos::Pause | Chaos::Restart => None,
+        Chaos::RollingRestart if elapsed >= Duration::from_secs(2) => {
+            let from = SystemTime::now();
+            let took = std::time::Instant::now();
+            let mut stops = Vec::new();
+            for i in 0..cluster.coordinators.list.len() {
+                let took = cluster.coordinators.restart(i).await?;
+                stops.push(format!("{:.1}", took.as_secs_f64()));
+            }
+            Some(Happened {
+                what: format!(
+                    "rolling restart of {} coordinators (SIGTERM, drain, start; stopped in {} s)",
+                    stops.len(),
+                    stops.join(" / ")
+                ),
+                next: Some(Chaos::KillCoordinator(elapsed + took.elapsed() + GAP)),
+                window: Some((from, SystemTime::now())),
+            })
+        }
+        Chaos::KillCoordinator(after) if elapsed >= after => {
+            let from = SystemTime::now();
+            let took = std::time::Instant::now();
+            let last = cluster.coordinators.list.len() - 1;
+            let name = cluster.coordinators.list[last].name.clone();
+            let noticed = cluster.coordinators.kill(last).await?;
+            Some(Happened {
+                what: format!(
+                    "{name} killed (SIGKILL), restarted; HAProxy took it out after {}",
+                    noticed.map_or("(not seen)".to_owned(), |d| format!("{} ms", d.as_millis()))
+                ),
+                next: Some(Chaos::DatabaseOutage(elapsed + took.elapsed() + GAP)),
+                window: Some((from, SystemTime::now())),
+            })
+        }
+        Chaos::DatabaseOutage(after) if elapsed >= after => {
+            let from = SystemTime::now();
+            let (down, up) = cluster.coordinators.database_outage(OUTAGE).await?;
+            Some(Happened {
+                what: format!(
+                    "database unreachable for {} s (connections cut): NOT_SERVING after {} ms, \
+                     SERVING again {} ms after it was back",
+                    OUTAGE.as_secs(),
+                    down.as_millis(),
+                    up.as_millis()
+                ),
+                next: None,
+                window: Some((from, SystemTime::now())),
+            })
+        }
+        Chaos::Pause
+        | Chaos::Restart
+        | Chaos::RollingRestart
+        | Chaos::KillCoordinator(_)
+        | Chaos::DatabaseOutage(_) => None,
     })
 }

@@ -8,18 +8,21 @@
 //! `invariant: OK` or `invariant: VIOLATED (…)`, checked against the
 //! provider's own ledger.
 
+mod arrivals;
 mod chaos;
+pub mod coordinators;
 pub mod netcut;
 pub mod procs;
 pub mod report;
+mod worker_logs;
 
-use crate::proto::job_coordinator_client::JobCoordinatorClient;
-use crate::proto::EnqueueRequest;
 use crate::provider::ProviderClient;
 use crate::store::{self, PoolSettings};
 use anyhow::{bail, Context, Result};
+use arrivals::Arrivals;
 use chaos::{chaos_step, Chaos};
 use clap::Args;
+use coordinators::Coordinators;
 use procs::{free_port, Proc};
 use report::Report;
 use sqlx::mysql::MySqlPool;
@@ -40,6 +43,10 @@ pub struct DemoArgs {
     /// Refunds to enqueue.
     #[arg(long, default_value_t = 2000)]
     pub jobs: u32,
+    /// The refunds arrive evenly over this long (`0s`: all at once), so the
+    /// failures happen while work flows.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "15s")]
+    pub arrival: Duration,
     /// Rust refund workers.
     #[arg(long, default_value_t = 3)]
     pub workers: u32,
@@ -107,48 +114,31 @@ pub struct DemoArgs {
     /// after the report, with its address printed, until Ctrl-C.
     #[arg(long)]
     pub console: bool,
+    /// Coordinators to run. With more than one they sit behind HAProxy
+    /// (installed by scripts/demo), the workers call HAProxy, and the
+    /// failures add a rolling restart of every coordinator, a SIGKILL of
+    /// one, and the database cut off for a few seconds.
+    #[arg(long, default_value_t = 2)]
+    pub coordinators: u32,
 }
 
 /// The demo's processes.
 struct Cluster {
     exe: PathBuf,
     logs: PathBuf,
-    db_url: String,
-    coordinator_addr: String,
     provider_url: String,
-    coordinator: Proc,
+    coordinators: Coordinators,
     provider: Proc,
     workers: Vec<Proc>,
     lease: Duration,
-    resend_window: Duration,
-    metrics_listen: Option<String>,
-    console_listen: Option<String>,
 }
 
 impl Cluster {
-    fn coordinator_args(&self) -> Vec<String> {
-        coordinator_args(
-            &self.db_url,
-            &self.coordinator_addr,
-            self.lease,
-            self.resend_window,
-            self.metrics_listen.as_deref(),
-            self.console_listen.as_deref(),
-        )
-    }
-
-    async fn restart_coordinator(&mut self) -> Result<()> {
-        self.coordinator.stop(Duration::from_secs(10)).await?;
-        let args = self.coordinator_args();
-        self.coordinator = Proc::spawn("coordinator", &self.exe, &args, &[], &self.logs)?;
-        wait_coordinator(&self.coordinator_addr).await
-    }
-
     fn rust_worker(&self, name: &str, concurrency: u32) -> Result<Proc> {
         let args: Vec<String> = [
             "refund-worker",
             "--coordinator",
-            &format!("http://{}", self.coordinator_addr),
+            &format!("http://{}", self.coordinators.addr),
             "--provider",
             &self.provider_url,
             "--worker-id",
@@ -168,20 +158,12 @@ impl Cluster {
 
 const QUEUE: &str = "refunds";
 
-fn coordinator_args(
-    db_url: &str,
-    addr: &str,
-    lease: Duration,
-    window: Duration,
-    metrics: Option<&str>,
-    console: Option<&str>,
-) -> Vec<String> {
-    let mut args: Vec<String> = [
-        "serve",
-        "--database-url",
-        db_url,
-        "--listen",
-        addr,
+/// The `jobfence serve` flags of every demo coordinator (its addresses
+/// and database come from [`Coordinators`]). Behind a load balancer a
+/// coordinator drains for a second on SIGTERM (HAProxy takes it out within
+/// two checks of 500 ms); alone it has no one to hand its callers to.
+fn serve_flags(lease: Duration, window: Duration, balanced: bool) -> Vec<String> {
+    [
         "--default-lease",
         &humantime::format_duration(lease).to_string(),
         "--min-lease",
@@ -189,21 +171,16 @@ fn coordinator_args(
         "--resend-window",
         &humantime::format_duration(window).to_string(),
         "--drain-delay",
-        "0s",
+        if balanced { "1s" } else { "0s" },
         "--health-interval",
+        "200ms",
+        "--health-timeout",
         "200ms",
         "--shutdown-timeout",
         "2s",
     ]
     .map(String::from)
-    .to_vec();
-    if let Some(m) = metrics {
-        args.extend(["--metrics-listen".to_owned(), m.to_owned()]);
-    }
-    if let Some(c) = console {
-        args.extend(["--console-listen".to_owned(), c.to_owned()]);
-    }
-    args
+    .to_vec()
 }
 
 /// Waits (up to 30 s) until the coordinator at `addr` reports SERVING.
@@ -271,43 +248,6 @@ async fn fresh_database(url: &str) -> Result<MySqlPool> {
     Ok(pool)
 }
 
-/// Enqueues `n` refunds, 1% of them on payments that fail.
-async fn enqueue(addr: &str, n: u32) -> Result<()> {
-    let client = JobCoordinatorClient::connect(format!("http://{addr}")).await?;
-    let mut tasks = tokio::task::JoinSet::new();
-    for chunk in (0..n)
-        .collect::<Vec<_>>()
-        .chunks(n.div_ceil(8).max(1) as usize)
-    {
-        let mut c = client.clone();
-        let chunk = chunk.to_vec();
-        tasks.spawn(async move {
-            for i in chunk {
-                let payment = if i % 100 == 99 {
-                    format!("{}{i:06}", crate::provider::FAILING_PAYMENT_PREFIX)
-                } else {
-                    format!("pay_{i:06}")
-                };
-                let amount = 100 + (i as i64 * 37) % 9_900;
-                c.enqueue(EnqueueRequest {
-                    queue: QUEUE.into(),
-                    operation_key: format!("refund-{payment}-{amount}-TWD"),
-                    payload: format!(
-                        r#"{{"payment_id":"{payment}","amount":{amount},"currency":"TWD"}}"#
-                    ),
-                    delay: None,
-                })
-                .await?;
-            }
-            anyhow::Ok(())
-        });
-    }
-    while let Some(r) = tasks.join_next().await {
-        r??;
-    }
-    Ok(())
-}
-
 fn default_python() -> PathBuf {
     let venv = PathBuf::from(".local/venv/bin/python");
     if venv.exists() {
@@ -330,7 +270,6 @@ pub async fn run(args: DemoArgs) -> Result<bool> {
     let pool = fresh_database(&args.database_url).await?;
     let database_durable = report::database_durable(&pool).await;
     say(&format!("database durable: {database_durable}"));
-    let coordinator_addr = format!("127.0.0.1:{}", free_port()?);
     let provider_addr = format!("127.0.0.1:{}", free_port()?);
     let provider_url = format!("http://{provider_addr}/");
     let metrics_listen = match &args.metrics_listen {
@@ -374,40 +313,55 @@ pub async fn run(args: DemoArgs) -> Result<bool> {
     let provider = Proc::spawn("provider", &exe, &provider_args, &[], &logs)?;
     let provider_client = ProviderClient::new(provider_url.parse()?);
     wait_provider(&provider_client).await?;
-    let coordinator = Proc::spawn(
-        "coordinator",
-        &exe,
-        &coordinator_args(
-            &args.database_url,
-            &coordinator_addr,
-            args.lease,
-            args.resend_window,
-            Some(&metrics_listen),
-            console_listen.as_deref(),
-        ),
-        &[],
-        &logs,
-    )?;
-    wait_coordinator(&coordinator_addr).await?;
+    let mut first_only = Vec::new();
+    if let Some(c) = &console_listen {
+        first_only.extend(["--console-listen".to_owned(), c.clone()]);
+    }
+    let coordinators = Coordinators::start(
+        args.coordinators,
+        &args.database_url,
+        coordinators::Settings {
+            exe: exe.clone(),
+            logs: logs.clone(),
+            serve_flags: serve_flags(args.lease, args.resend_window, args.coordinators > 1),
+            first_only,
+        },
+        Some(&metrics_listen),
+    )
+    .await?;
     let mut cluster = Cluster {
         exe,
         logs: logs.clone(),
-        db_url: args.database_url.clone(),
-        coordinator_addr: coordinator_addr.clone(),
         provider_url: provider_url.clone(),
-        coordinator,
+        coordinators,
         provider,
         workers: Vec::new(),
         lease: args.lease,
-        resend_window: args.resend_window,
-        metrics_listen: Some(metrics_listen.clone()),
-        console_listen: console_listen.clone(),
     };
-    say(&format!(
-        "coordinator {coordinator_addr} (metrics http://{metrics_listen}/metrics), \
-         fake provider {provider_addr}, logs in {}",
-        logs.display()
-    ));
+    let serving = cluster
+        .coordinators
+        .list
+        .iter()
+        .map(|c| {
+            format!(
+                "{} {} (metrics http://{}/metrics)",
+                c.name, c.grpc, c.metrics
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(", ");
+    say(&if cluster.coordinators.balanced() {
+        format!(
+            "HAProxy {} in front of {serving}; fake provider {provider_addr}; logs in {}",
+            cluster.coordinators.addr,
+            logs.display()
+        )
+    } else {
+        format!(
+            "{serving}; fake provider {provider_addr}; logs in {}",
+            logs.display()
+        )
+    });
     // On Ctrl-C or SIGTERM, still resume and stop every child (a frozen
     // worker would otherwise stay stopped for ever).
     let python_cmd = args.python.clone().unwrap_or_else(default_python);
@@ -417,18 +371,33 @@ pub async fn run(args: DemoArgs) -> Result<bool> {
         r = run_workload(&mut cluster, &pool, &args, started, &python_cmd) => r,
         _ = &mut interrupted => Err(anyhow::anyhow!("interrupted; stopping the demo's processes")),
     };
-    let outcome_injected = outcome.as_ref().cloned().unwrap_or_default();
     for w in &mut cluster.workers {
         let _ = w.stop(Duration::from_secs(5)).await;
     }
+    // What each fault cost the workers: calls that still failed after the
+    // clients' own retries, from their logs (now complete).
+    let outcome_injected: Vec<String> = match &outcome {
+        Ok(happened) => happened
+            .iter()
+            .map(|h| match h.window {
+                Some((from, to)) => format!(
+                    "{}; worker calls failed after retries: {}",
+                    h.what,
+                    worker_logs::failures_between(&logs, from, to, Duration::from_secs(1))
+                ),
+                None => h.what.clone(),
+            })
+            .collect(),
+        Err(_) => Vec::new(),
+    };
     if outcome.is_err() {
-        let _ = cluster.coordinator.stop(Duration::from_secs(10)).await;
+        cluster.coordinators.stop().await;
         let _ = cluster.provider.stop(Duration::from_secs(5)).await;
         return outcome.map(|_| false);
     }
     let ledger = provider_client.ledger().await;
     if console_listen.is_none() {
-        let _ = cluster.coordinator.stop(Duration::from_secs(10)).await;
+        cluster.coordinators.stop().await;
     }
     let _ = cluster.provider.stop(Duration::from_secs(5)).await;
     outcome?;
@@ -443,7 +412,7 @@ pub async fn run(args: DemoArgs) -> Result<bool> {
         );
         let _ = std::io::stdout().flush();
         interrupted.await;
-        let _ = cluster.coordinator.stop(Duration::from_secs(10)).await;
+        cluster.coordinators.stop().await;
     }
     Ok(report.ok())
 }
@@ -455,7 +424,7 @@ async fn run_workload(
     args: &DemoArgs,
     started: Instant,
     python_cmd: &std::path::Path,
-) -> Result<Vec<String>> {
+) -> Result<Vec<chaos::Happened>> {
     // Every worker starts first and says so, then the refunds arrive: the
     // workers that boot fastest (or long-poll) would otherwise take them all
     // before the slower ones (Python and Node load their stubs) are up.
@@ -471,7 +440,7 @@ async fn run_workload(
                 "-m".into(),
                 "jobfence_worker.refund_worker".into(),
                 "--coordinator".into(),
-                cluster.coordinator_addr.clone(),
+                cluster.coordinators.addr.clone(),
                 "--provider".into(),
                 cluster.provider_url.clone(),
                 "--worker-id".into(),
@@ -494,7 +463,7 @@ async fn run_workload(
         let script: Vec<String> = vec![
             "sdk/node/src/refund_worker.js".into(),
             "--coordinator".into(),
-            cluster.coordinator_addr.clone(),
+            cluster.coordinators.addr.clone(),
             "--provider".into(),
             cluster.provider_url.clone(),
             "--worker-id".into(),
@@ -510,18 +479,31 @@ async fn run_workload(
             .workers
             .push(Proc::spawn(&name, &args.node, &script, &[], &cluster.logs)?);
     }
-    wait_workers_started(&cluster.workers).await?;
-    enqueue(&cluster.coordinator_addr, args.jobs).await?;
-    say(&format!("enqueued {} refunds", args.jobs));
-
-    drive(cluster, pool, args, started).await
+    wait_workers_started(&mut cluster.workers).await?;
+    let mut arrivals = Arrivals::start(&cluster.coordinators.addr, args.jobs, args.arrival, QUEUE)?;
+    say(&format!(
+        "{} refunds arriving over {}",
+        args.jobs,
+        humantime::format_duration(args.arrival)
+    ));
+    drive(cluster, pool, args, started, &mut arrivals).await
 }
 
 /// Waits (up to 30 s) until every worker's log says it started.
-async fn wait_workers_started(workers: &[Proc]) -> Result<()> {
+async fn wait_workers_started(workers: &mut [Proc]) -> Result<()> {
     let deadline = Instant::now() + Duration::from_secs(30);
     for w in workers {
         loop {
+            if let Some(status) = w.exited() {
+                let log = std::fs::read_to_string(&w.log).unwrap_or_default();
+                let tail: Vec<&str> = log.lines().rev().take(5).collect();
+                bail!(
+                    "{} exited at start ({status}); the end of its log ({}):\n{}",
+                    w.name,
+                    w.log.display(),
+                    tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+                );
+            }
             let log = std::fs::read_to_string(&w.log).unwrap_or_default();
             if log.contains("refund worker started")
                 || log.contains("python refund worker")
@@ -549,11 +531,15 @@ async fn drive(
     pool: &MySqlPool,
     args: &DemoArgs,
     started: Instant,
-) -> Result<Vec<String>> {
-    let mut chaos: Vec<Chaos> = if args.chaos {
-        vec![Chaos::Pause, Chaos::Kill, Chaos::Restart]
-    } else {
-        Vec::new()
+    arrivals: &mut Arrivals,
+) -> Result<Vec<chaos::Happened>> {
+    let mut arrived = false;
+    let mut chaos: Vec<Chaos> = match (args.chaos, cluster.coordinators.balanced()) {
+        (false, _) => Vec::new(),
+        (true, false) => vec![Chaos::Pause, Chaos::Kill, Chaos::Restart],
+        // The rolling restart leads to a coordinator's kill, then to the
+        // database outage: one disturbance of the coordinators at a time.
+        (true, true) => vec![Chaos::Pause, Chaos::Kill, Chaos::RollingRestart],
     };
     let t0 = Instant::now();
     let tty = std::io::stderr().is_terminal();
@@ -561,14 +547,17 @@ async fn drive(
     let mut note = String::new();
     let mut injected = Vec::new();
     loop {
-        for p in [&mut cluster.coordinator, &mut cluster.provider] {
-            if let Some(status) = p.exited() {
-                bail!(
-                    "{} exited unexpectedly ({status}); see {}",
-                    p.name,
-                    p.log.display()
-                );
-            }
+        if let Some(status) = cluster.provider.exited() {
+            bail!(
+                "the provider exited unexpectedly ({status}); see {}",
+                cluster.provider.log.display()
+            );
+        }
+        if let Some((name, status, log)) = cluster.coordinators.exited() {
+            bail!(
+                "{name} exited unexpectedly ({status}); see {}",
+                log.display()
+            );
         }
         for w in &mut cluster.workers {
             if let Some(status) = w.exited() {
@@ -581,24 +570,49 @@ async fn drive(
         while i < chaos.len() {
             match chaos_step(cluster, pool, chaos[i].clone(), t0.elapsed()).await? {
                 None => i += 1,
-                Some((done, next)) => {
+                Some(happened) => {
                     if tty {
                         eprintln!();
                     }
-                    say(&format!("[{:>4}s] {done}", started.elapsed().as_secs()));
-                    injected.push(done.clone());
-                    note = done;
+                    say(&format!(
+                        "[{:>4}s] {}",
+                        started.elapsed().as_secs(),
+                        happened.what
+                    ));
+                    note = happened.what.clone();
                     chaos.remove(i);
-                    chaos.extend(next);
+                    chaos.extend(happened.next.clone());
+                    injected.push(happened);
                 }
             }
         }
+        if !arrived && arrivals.done().await? {
+            arrived = true;
+            if tty {
+                eprintln!();
+            }
+            say(&format!(
+                "[{:>4}s] all {} refunds enqueued in {:.1} s ({} EnqueueBatch calls retried)",
+                started.elapsed().as_secs(),
+                arrivals.total,
+                arrivals.took.unwrap_or_default().as_secs_f64(),
+                arrivals.retried()
+            ));
+        }
         let states = report::states(pool).await?;
-        let open =
+        let mut open =
             states.get("ready").copied().unwrap_or(0) + states.get("running").copied().unwrap_or(0);
+        if !arrived {
+            open += 1;
+        }
         let line = format!(
-            "[{:>4}s] {}",
+            "[{:>4}s] {}{}",
             started.elapsed().as_secs(),
+            if arrived {
+                String::new()
+            } else {
+                format!("arrived {}/{}  ", arrivals.arrived(), arrivals.total)
+            },
             ["ready", "running", "succeeded", "failed", "manual_review"]
                 .iter()
                 .map(|s| format!("{s} {}", states.get(*s).copied().unwrap_or(0)))

@@ -224,7 +224,10 @@ impl Handler for RefundHandler {
                 tracing::info!(job_id = job.job_id(), attempt = job.attempt(), error = %e, "write back refused: no longer the holder");
                 Ok(())
             }
-            Err(e) => Err(e.into()),
+            Err(e) => {
+                tracing::warn!(job_id = job.job_id(), attempt = job.attempt(), error = %e, "write back failed after retries");
+                Err(e.into())
+            }
         }
     }
 }

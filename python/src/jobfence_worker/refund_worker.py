@@ -154,6 +154,10 @@ def main():
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # Times in UTC, like the Rust and Node workers' logs.
+    for handler in logging.getLogger().handlers:
+        if handler.formatter is not None:
+            handler.formatter.converter = time.gmtime
 
     stopping = []
     signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
@@ -185,7 +189,7 @@ def main():
                 except JobfenceError as e:
                     # Unclear after retries: the job comes back after its
                     # lease through a takeover, which reconciles first.
-                    log.warning("job %s: %s", job.job_id, e)
+                    log.warning("job %s: write back failed after retries: %s", job.job_id, e)
     log.info("stopped after %d jobs", handled)
 
 

@@ -15,7 +15,9 @@
 // ask for a resend, which the coordinator allows only inside its window.
 
 const { parseArgs } = require('node:util');
-const { WorkerClient, Disposition, AttemptSuperseded, JobNotRunning } = require('./index');
+const {
+  WorkerClient, Disposition, AttemptSuperseded, JobNotRunning, OutcomeUnknown,
+} = require('./index');
 
 class Unknown extends Error {}
 class NothingDone extends Error {}
@@ -150,9 +152,16 @@ async function main() {
   await client.run(async (job) => {
     // Unclear writes (after the client's retries) leave the job leased: it
     // comes back after its lease through a takeover, which reconciles.
-    await handle(job, provider).catch((err) => log(`job ${job.jobId}: ${err.message}`));
+    await handle(job, provider).catch((err) => log(`job ${job.jobId}: write back failed after retries: ${err.message}`));
     handled += 1;
-  }, { concurrency: Number(values.concurrency), waitSeconds: 5, signal: stop.signal });
+  }, {
+    concurrency: Number(values.concurrency),
+    waitSeconds: 5,
+    signal: stop.signal,
+    onClaimError: (err) => log(err instanceof OutcomeUnknown
+      ? `claim outcome unknown, holding nothing: ${err.message}`
+      : `claim failed: ${err.message}`),
+  });
   client.close();
   log(`stopped after ${handled} jobs`);
 }
