@@ -272,6 +272,7 @@ impl Bench {
             load_finished(&self.pool, args.finished_rows).await?;
             for _ in 0..reps {
                 self.clear_queue().await?;
+                settle(&self.pool).await?;
                 self.lifecycle_kept(
                     Phase::CoordinatorFinished(args.finished_rows),
                     n,
@@ -670,6 +671,41 @@ async fn load_finished(pool: &MySqlPool, rows: u64) -> Result<()> {
         eprint!("\rbench: loading finished jobs {done}/{rows}");
     }
     eprintln!(" ({:.0} s)", started.elapsed().as_secs_f64());
+    Ok(())
+}
+
+/// Waits (at most 2 minutes) until InnoDB has written back the pages a
+/// bulk load dirtied and purged the rows it deleted: the phase after it
+/// measures claims on a large table, not the background writes of the
+/// load competing with them for this machine's two cores.
+async fn settle(pool: &MySqlPool) -> Result<()> {
+    let started = Instant::now();
+    let (mut dirty, mut history) = (0u64, 0u64);
+    while started.elapsed() < Duration::from_secs(120) {
+        let (name, value): (String, String) =
+            sqlx::query_as("SHOW GLOBAL STATUS LIKE 'Innodb_buffer_pool_pages_dirty'")
+                .fetch_one(pool)
+                .await?;
+        debug_assert_eq!(name, "Innodb_buffer_pool_pages_dirty");
+        dirty = value.parse().unwrap_or(0);
+        let (h,): (i64,) = sqlx::query_as(
+            "SELECT CAST(COUNT AS SIGNED) FROM information_schema.INNODB_METRICS \
+             WHERE NAME = 'trx_rseg_history_len'",
+        )
+        .fetch_optional(pool)
+        .await?
+        .unwrap_or((0,));
+        history = h.max(0) as u64;
+        // 1000 pages of 16 KiB: 16 MiB left to write.
+        if dirty < 1000 && history < 1000 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    eprintln!(
+        "bench: waited {:.0} s for InnoDB to settle (dirty pages {dirty}, purge history {history})",
+        started.elapsed().as_secs_f64()
+    );
     Ok(())
 }
 
