@@ -376,22 +376,49 @@ pub fn waiting(c: &Coordinator, pipeline: &str) -> usize {
         .unwrap_or(0)
 }
 
-/// Kills the session of the one open transaction of this database (a call
-/// paused at a pause point): its COMMIT, when released, meets a dead
-/// connection, and nobody can tell whether it committed (it did not: the
-/// kill rolled it back).
-pub async fn kill_the_open_transaction(h: &Harness) {
-    let victim: u64 = sqlx::query(
-        "SELECT CAST(p.ID AS UNSIGNED) AS id FROM information_schema.INNODB_TRX t \
-         JOIN information_schema.PROCESSLIST p ON p.ID = t.trx_mysql_thread_id WHERE p.DB = ?",
+/// Open InnoDB transactions of sessions using this test's database (other
+/// tests run on the same server), other than the asking one.
+pub async fn open_transactions(h: &Harness) -> Vec<(u64, String)> {
+    sqlx::query(
+        "SELECT CAST(t.trx_mysql_thread_id AS UNSIGNED) AS id, CAST(t.trx_state AS CHAR) AS state \
+         FROM information_schema.innodb_trx t \
+         JOIN information_schema.processlist p ON p.ID = t.trx_mysql_thread_id \
+         WHERE p.DB = ? AND t.trx_mysql_thread_id <> CONNECTION_ID()",
     )
     .bind(&h.db.name)
-    .fetch_one(&h.pool)
+    .fetch_all(&h.pool)
     .await
-    .expect("exactly one open transaction")
-    .get("id");
-    sqlx::query(&format!("KILL CONNECTION {victim}"))
+    .expect("read information_schema.innodb_trx")
+    .into_iter()
+    .map(|r| (r.get::<u64, _>("id"), r.get::<String, _>("state")))
+    .collect()
+}
+
+/// Kills the session of the one open transaction in this test's database
+/// (a call paused at a pause point). Its COMMIT, when released, then
+/// meets a dead connection: the coordinator cannot know whether it
+/// committed (it did not: the kill rolled it back).
+///
+/// InnoDB serves `information_schema.innodb_trx` from a cache refreshed at
+/// most every 0.1 s, server-wide: a query by another test just before the
+/// pause was reached can leave a snapshot without it. So look again, for
+/// a bounded time, until the paused transaction shows.
+pub async fn kill_the_open_transaction(h: &Harness) {
+    let mut open = open_transactions(h).await;
+    for _ in 0..40 {
+        if !open.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        open = open_transactions(h).await;
+    }
+    assert_eq!(
+        open.len(),
+        1,
+        "expected exactly the paused transaction: {open:?}"
+    );
+    sqlx::query(&format!("KILL CONNECTION {}", open[0].0))
         .execute(&h.pool)
         .await
-        .unwrap();
+        .expect("kill the paused session");
 }
