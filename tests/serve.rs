@@ -214,6 +214,7 @@ async fn grpcurl_lists_describes_and_drives_the_real_binary() {
     // Configured through the environment, as in a deployment.
     let mut server = tokio::process::Command::new(bin)
         .arg("serve")
+        .env("JOBFENCE_INSECURE", "true")
         .env("JOBFENCE_DATABASE_URL", &db.url)
         .env("JOBFENCE_LISTEN", &addr)
         .env("JOBFENCE_DRAIN_DELAY", "0s")
@@ -325,4 +326,118 @@ async fn grpcurl_lists_describes_and_drives_the_real_binary() {
         .expect("exits after SIGTERM")
         .unwrap();
     assert!(status.success(), "exit status {status:?}");
+}
+
+/// The fenced code block after `<!-- snippet: NAME -->` in README.md.
+fn readme_snippet(name: &str) -> String {
+    let readme =
+        std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md"))
+            .unwrap();
+    let marker = format!("<!-- snippet: {name} -->");
+    let after = &readme[readme.find(&marker).expect("the snippet marker") + marker.len()..];
+    let body = &after[after.find("```").expect("a code block")..];
+    let body = &body[body.find('\n').unwrap() + 1..];
+    body[..body.find("\n```").expect("the block ends")].to_owned() + "\n"
+}
+
+/// The README's grpcurl walk-through, as printed, against the binary run
+/// as scripts/serve runs it: TLS and authentication on, with the
+/// throw-away credentials of `jobfence credentials dev` in `.local/serve`
+/// (of a scratch directory; only the address is replaced).
+#[tokio::test]
+async fn the_readmes_grpcurl_examples_work_as_printed() {
+    let db = TestDb::new().await;
+    let bin = env!("CARGO_BIN_EXE_jobfence");
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("readme-grpcurl");
+    let _ = std::fs::remove_dir_all(&dir);
+    let creds = dir.join(".local/serve");
+    let out = std::process::Command::new(bin)
+        .args(["credentials", "dev"])
+        .arg(&creds)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let addr = format!("127.0.0.1:{}", free_port());
+    let mut server = tokio::process::Command::new(bin)
+        .args(["serve", "--database-url", &db.url, "--listen", &addr])
+        .arg("--tls-cert")
+        .arg(creds.join("server.pem"))
+        .arg("--tls-key")
+        .arg(creds.join("server-key.pem"))
+        .arg("--callers")
+        .arg(creds.join("callers"))
+        .args(["--health-interval", "100ms", "--drain-delay", "0s"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let grpcurl = grpcurl();
+    let mut serving = false;
+    for _ in 0..100 {
+        let out = tokio::process::Command::new(&grpcurl)
+            .arg("-cacert")
+            .arg(creds.join("ca.pem"))
+            .args([&addr, "grpc.health.v1.Health/Check"])
+            .output()
+            .await
+            .unwrap();
+        if String::from_utf8_lossy(&out.stdout).contains("\"SERVING\"") {
+            serving = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(serving, "the server never reported SERVING");
+
+    let script = readme_snippet("grpcurl").replace("A=127.0.0.1:50051", &format!("A={addr}"));
+    assert!(
+        script.contains(&format!("A={addr}")),
+        "the README's address line"
+    );
+    let grpcurl_dir = std::path::Path::new(&grpcurl)
+        .parent()
+        .map(|p| p.display().to_string())
+        .unwrap_or_default();
+    let path = format!(
+        "{grpcurl_dir}:{}",
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let out = tokio::process::Command::new("bash")
+        .args(["-c", &script])
+        .current_dir(&dir)
+        .env("PATH", path)
+        .output()
+        .await
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for expected in [
+        "jobfence.v1.JobCoordinator\n",
+        "rpc Claim",
+        "\"SERVING\"",
+        "\"created\": true",
+        "\"attempt\": \"1\"",
+        "JOB_STATE_SUCCEEDED",
+        "Code: FailedPrecondition",
+        "\"reason\":\"JOB_NOT_RUNNING\"",
+        "Code: Unauthenticated",
+        "\"reason\":\"CREDENTIAL_MISSING\"",
+        "Code: PermissionDenied",
+        "\"reason\":\"ROLE_NOT_ALLOWED\"",
+    ] {
+        assert!(
+            text.contains(expected),
+            "{expected:?} missing from:\n{text}"
+        );
+    }
+    assert!(!text.contains("jft_"), "a token was printed:\n{text}");
+    let _ = server.kill().await;
 }

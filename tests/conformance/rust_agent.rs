@@ -145,6 +145,7 @@ fn claim_error(e: &ClaimError) -> String {
         }
         ClaimError::Finished { .. } => error_line("finished", false, 0),
         ClaimError::NotRunning { .. } => error_line("not_running", false, 0),
+        ClaimError::Denied(_) => error_line("denied", false, 0),
         ClaimError::Other(_) => error_line("other", false, 0),
     }
 }
@@ -164,6 +165,7 @@ fn write_error(e: &WriteError) -> String {
         WriteError::Invalid(_) => error_line("invalid", false, 0),
         WriteError::OutcomeUnknown(_) => error_line("outcome_unknown", false, 0),
         WriteError::Unavailable(_) => error_line("unavailable", false, 0),
+        WriteError::Denied(_) => error_line("denied", false, 0),
         WriteError::Other(_) => error_line("other", false, 0),
     }
 }
