@@ -422,6 +422,42 @@ async fn a_revoked_token_stops_working_on_reload() {
     s.stop().await;
 }
 
+/// The TLS files are reloaded without a restart (SIGHUP calls the same
+/// reload): after the server's certificate is replaced by one of another
+/// CA, new connections need the new CA, and a connection opened before
+/// keeps working.
+#[tokio::test]
+async fn a_new_server_certificate_applies_to_new_connections_on_reload() {
+    use jobfence::auth::pki;
+    let s = Secure::start(false).await;
+    let old_creds = s.creds(Some("refunds-worker"));
+    let mut before = s.worker(Some("refunds-worker")).await;
+    before.enqueue(enqueue("refunds", "k1")).await.unwrap();
+
+    let other = s.files.dir.join("rotated");
+    let new = pki::dev_setup(&other, &["localhost", "127.0.0.1"], &[], &[]).unwrap();
+    std::fs::copy(&new.server_cert, &s.files.server_cert).unwrap();
+    std::fs::copy(&new.server_key, &s.files.server_key).unwrap();
+    s.security.reload().unwrap();
+
+    // A client trusting only the old CA no longer gets through the handshake.
+    let stale = old_creds
+        .endpoint(format!("https://{}", s.addr))
+        .unwrap()
+        .connect()
+        .await;
+    assert!(stale.is_err(), "the old CA still verifies the server");
+    // One trusting the new CA does, with the same token.
+    let mut creds = s.creds(Some("refunds-worker"));
+    creds.tls_ca_pem = Some(std::fs::read(&new.ca).unwrap());
+    let mut after =
+        jobfence::proto::job_coordinator_client::JobCoordinatorClient::new(s.channel(&creds).await);
+    after.enqueue(enqueue("refunds", "k2")).await.unwrap();
+    // The connection opened before keeps its session.
+    before.enqueue(enqueue("refunds", "k3")).await.unwrap();
+    s.stop().await;
+}
+
 #[tokio::test]
 async fn mutual_tls_keeps_out_a_client_without_a_certificate() {
     let s = Secure::start(true).await;
@@ -587,9 +623,17 @@ async fn request_size_per_caller_concurrency_and_the_call_timeout_hold() {
     let mut w = s.worker(Some("refunds-worker")).await;
     let mut big = enqueue("refunds", "too-big");
     big.payload = format!("{{\"pad\":\"{}\"}}", "x".repeat(32 * 1024));
-    let status = refused(w.enqueue(big).await, Code::InvalidArgument, "INVALID_REQUEST");
+    let status = refused(
+        w.enqueue(big).await,
+        Code::InvalidArgument,
+        "INVALID_REQUEST",
+    );
     assert_eq!(meta(&status, "max_request_bytes"), "16384");
-    assert_eq!(s.counts().await, before, "an oversized request writes nothing");
+    assert_eq!(
+        s.counts().await,
+        before,
+        "an oversized request writes nothing"
+    );
 
     let job = running(&s, "refund-held").await;
     // Hold the job's row lock: the worker's Complete waits behind it.
@@ -629,22 +673,16 @@ async fn request_size_per_caller_concurrency_and_the_call_timeout_hold() {
     let mut again = s.worker(Some("refunds-worker")).await;
     let refused_at = Instant::now();
     refused(
-        again
-            .get_job(GetJobRequest {
-                job_id: job.job_id,
-            })
-            .await,
+        again.get_job(GetJobRequest { job_id: job.job_id }).await,
         Code::ResourceExhausted,
         "OVERLOADED",
     );
     assert!(refused_at.elapsed() < Duration::from_secs(1));
     // Another caller is not held up by it.
     let mut shop = s.worker(Some("shop")).await;
-    shop.get_job(GetJobRequest {
-        job_id: job.job_id,
-    })
-    .await
-    .expect("another caller's call is admitted");
+    shop.get_job(GetJobRequest { job_id: job.job_id })
+        .await
+        .expect("another caller's call is admitted");
 
     // The held call ends at the server's deadline (the lock wait timeout is
     // 10 s), typed, never UNKNOWN.

@@ -441,3 +441,65 @@ async fn the_readmes_grpcurl_examples_work_as_printed() {
     assert!(!text.contains("jft_"), "a token was printed:\n{text}");
     let _ = server.kill().await;
 }
+
+/// Serving without TLS or authentication is an explicit choice: without
+/// any security flag `serve` refuses to start, saying what is missing;
+/// with `--insecure` it serves, and warns at start about both.
+#[tokio::test]
+async fn serving_without_tls_or_callers_is_an_explicit_choice_warned_about() {
+    use tokio::io::AsyncBufReadExt;
+    let db = TestDb::new().await;
+    let bin = env!("CARGO_BIN_EXE_jobfence");
+    let serve = |extra: &[&str]| {
+        let mut cmd = tokio::process::Command::new(bin);
+        cmd.args(["serve", "--database-url", &db.url])
+            .args(["--listen", &format!("127.0.0.1:{}", free_port())])
+            .args(["--drain-delay", "0s"])
+            .args(extra)
+            .env("JOBFENCE_LOG", "info")
+            .env_remove("JOBFENCE_INSECURE")
+            .env_remove("JOBFENCE_TLS_CERT")
+            .env_remove("JOBFENCE_TLS_KEY")
+            .env_remove("JOBFENCE_CALLERS")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        cmd
+    };
+
+    let out = tokio::time::timeout(Duration::from_secs(30), serve(&[]).output())
+        .await
+        .expect("serve without security flags exits")
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains(
+            "refusing to serve without --tls-cert and --tls-key (TLS) and --callers (authentication)"
+        ),
+        "{stderr}"
+    );
+
+    let mut child = serve(&["--insecure"]).spawn().unwrap();
+    let mut lines = tokio::io::BufReader::new(child.stderr.take().unwrap()).lines();
+    let (mut no_tls, mut no_auth) = (false, false);
+    let mut seen = String::new();
+    tokio::time::timeout(Duration::from_secs(30), async {
+        while !(no_tls && no_auth) {
+            let Some(line) = lines.next_line().await.unwrap() else {
+                break;
+            };
+            no_tls |=
+                line.contains("WARN") && line.contains("serving gRPC without TLS (--insecure)");
+            no_auth |= line.contains("WARN")
+                && line.contains("serving gRPC without authentication (--insecure)");
+            seen.push_str(&line);
+            seen.push('\n');
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("no warnings within 30 s:\n{seen}"));
+    assert!(no_tls && no_auth, "both warnings at start:\n{seen}");
+    let _ = child.kill().await;
+}
