@@ -18,7 +18,10 @@ function error(err) {
 
 async function main() {
   const [target, workerId, queue] = process.argv.slice(2);
-  const client = new jw.WorkerClient({ target, workerId, queue, leaseSeconds: 30 });
+  // TLS and a token when the driver gives them (JOBFENCE_TLS_CA, ...).
+  const client = new jw.WorkerClient({
+    target, workerId, queue, leaseSeconds: 30, credentials: jw.credentialsFromEnv(),
+  });
   const handles = [];
   const claimed = (job) => {
     handles.push(job);

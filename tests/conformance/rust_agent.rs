@@ -4,17 +4,19 @@
 
 use jobfence_worker::proto::NextAction;
 use jobfence_worker::{
-    reason, ClaimError, ClaimedJob, Disposition, RetryPolicy, WorkerClient, WorkerConfig,
-    WriteError,
+    reason, ClaimError, ClaimedJob, Credentials, Disposition, RetryPolicy, WorkerClient,
+    WorkerConfig, WriteError,
 };
 use std::time::Duration;
 use tokio::sync::mpsc;
 
-/// Starts the agent: commands in, replies out.
+/// Starts the agent, presenting `credentials` (TLS and a token, or
+/// nothing): commands in, replies out.
 pub fn spawn(
     target: String,
     worker_id: String,
     queue: String,
+    credentials: Credentials,
 ) -> (
     mpsc::UnboundedSender<String>,
     mpsc::UnboundedReceiver<String>,
@@ -28,6 +30,7 @@ pub fn spawn(
                 initial_backoff: Duration::from_millis(50),
                 max_backoff: Duration::from_secs(2),
             },
+            credentials,
             ..WorkerConfig::new(worker_id, queue)
         };
         let client = WorkerClient::connect(format!("http://{target}"), config)
