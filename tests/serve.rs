@@ -503,3 +503,165 @@ async fn serving_without_tls_or_callers_is_an_explicit_choice_warned_about() {
     assert!(no_tls && no_auth, "both warnings at start:\n{seen}");
     let _ = child.kill().await;
 }
+
+/// Issuing and revoking a token as docs/security.md says, on the real
+/// binary: `jobfence credentials token` prints only the callers-file line
+/// (the token goes to its file); the token works once the line is appended
+/// and the coordinator got SIGHUP, and stops working once the line is
+/// deleted and the coordinator got SIGHUP again.
+#[tokio::test]
+async fn a_token_issued_with_the_cli_works_after_sighup_and_not_after_revocation() {
+    use jobfence::proto::job_coordinator_client::JobCoordinatorClient;
+    use jobfence::proto::EnqueueRequest;
+    use jobfence_worker::credentials::{BearerToken, Credentials};
+    let db = TestDb::new().await;
+    let bin = env!("CARGO_BIN_EXE_jobfence");
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("issue-and-revoke");
+    let _ = std::fs::remove_dir_all(&dir);
+    let out = std::process::Command::new(bin)
+        .args(["credentials", "dev"])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let callers = dir.join("callers");
+    let addr = format!("127.0.0.1:{}", free_port());
+    let mut server = tokio::process::Command::new(bin)
+        .args(["serve", "--database-url", &db.url, "--listen", &addr])
+        .arg("--tls-cert")
+        .arg(dir.join("server.pem"))
+        .arg("--tls-key")
+        .arg(dir.join("server-key.pem"))
+        .arg("--callers")
+        .arg(&callers)
+        .args(["--drain-delay", "0s"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let pid = nix::unistd::Pid::from_raw(server.id().unwrap() as i32);
+
+    let token_file = dir.join("rust-7");
+    let out = std::process::Command::new(bin)
+        .args([
+            "credentials",
+            "token",
+            "--name",
+            "rust-7",
+            "--role",
+            "worker",
+        ])
+        .args(["--queues", "refunds", "--token-out"])
+        .arg(&token_file)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let line = String::from_utf8(out.stdout).unwrap();
+    let token = std::fs::read_to_string(&token_file).unwrap();
+    let token = token.trim();
+    assert!(
+        line.starts_with("rust-7") && line.contains("sha256:"),
+        "{line}"
+    );
+    assert!(
+        !line.contains(token),
+        "the printed line holds the token itself"
+    );
+
+    let creds = Credentials {
+        tls_ca_pem: Some(std::fs::read(dir.join("ca.pem")).unwrap()),
+        token: Some(BearerToken::new(token).unwrap()),
+        ..Credentials::default()
+    };
+    let mut channel = None;
+    for _ in 0..200 {
+        if let Ok(c) = creds
+            .endpoint(format!("https://{addr}"))
+            .unwrap()
+            .connect()
+            .await
+        {
+            channel = Some(c);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let channel = channel.expect("the coordinator listens");
+    let client = JobCoordinatorClient::new(tonic::service::interceptor::InterceptedService::new(
+        channel,
+        creds.authorization(),
+    ));
+    let mut n = 0;
+    let mut enqueue = || {
+        n += 1;
+        let mut client = client.clone();
+        async move {
+            client
+                .enqueue(EnqueueRequest {
+                    queue: "refunds".into(),
+                    operation_key: format!("refund-{n}"),
+                    payload: "{}".into(),
+                    delay: None,
+                })
+                .await
+        }
+    };
+    // Not in the callers file in force yet.
+    let refused = enqueue().await.unwrap_err();
+    assert_eq!(reason(&refused), "CREDENTIAL_INVALID", "{refused:?}");
+
+    // Issue: append the line, SIGHUP. The reload runs when the signal
+    // arrives: poll (bounded) until the token is accepted.
+    let mut text = std::fs::read_to_string(&callers).unwrap();
+    text.push_str(&line);
+    std::fs::write(&callers, &text).unwrap();
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGHUP).unwrap();
+    let mut accepted = false;
+    for _ in 0..100 {
+        match enqueue().await {
+            Ok(_) => {
+                accepted = true;
+                break;
+            }
+            Err(s) => assert_eq!(reason(&s), "CREDENTIAL_INVALID", "{s:?}"),
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(accepted, "the issued token never worked after SIGHUP");
+
+    // Revoke: delete its line, SIGHUP.
+    let kept: String = text
+        .lines()
+        .filter(|l| !l.starts_with("rust-7"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    std::fs::write(&callers, kept).unwrap();
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGHUP).unwrap();
+    let mut revoked = false;
+    for _ in 0..100 {
+        match enqueue().await {
+            Ok(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+            Err(s) => {
+                assert_eq!(reason(&s), "CREDENTIAL_INVALID", "{s:?}");
+                revoked = true;
+                break;
+            }
+        }
+    }
+    assert!(revoked, "the revoked token still works after SIGHUP");
+    assert!(
+        server.try_wait().unwrap().is_none(),
+        "SIGHUP does not stop it"
+    );
+    let _ = server.kill().await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
