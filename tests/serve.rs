@@ -508,7 +508,8 @@ async fn serving_without_tls_or_callers_is_an_explicit_choice_warned_about() {
 /// binary: `jobfence credentials token` prints only the callers-file line
 /// (the token goes to its file); the token works once the line is appended
 /// and the coordinator got SIGHUP, and stops working once the line is
-/// deleted and the coordinator got SIGHUP again.
+/// deleted and the coordinator got SIGHUP again. Its refusals are logged
+/// without it.
 #[tokio::test]
 async fn a_token_issued_with_the_cli_works_after_sighup_and_not_after_revocation() {
     use jobfence::proto::job_coordinator_client::JobCoordinatorClient;
@@ -539,8 +540,9 @@ async fn a_token_issued_with_the_cli_works_after_sighup_and_not_after_revocation
         .arg("--callers")
         .arg(&callers)
         .args(["--drain-delay", "0s"])
+        .env("JOBFENCE_LOG", "info")
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .stderr(std::fs::File::create(dir.join("serve.log")).unwrap())
         .kill_on_drop(true)
         .spawn()
         .unwrap();
@@ -663,5 +665,14 @@ async fn a_token_issued_with_the_cli_works_after_sighup_and_not_after_revocation
         "SIGHUP does not stop it"
     );
     let _ = server.kill().await;
+    // Each refusal was logged, with its reason, never with the token.
+    let log = std::fs::read_to_string(dir.join("serve.log")).unwrap();
+    assert!(
+        log.lines().any(|l| l.contains("WARN")
+            && l.contains("call refused")
+            && l.contains("CREDENTIAL_INVALID")),
+        "{log}"
+    );
+    assert!(!log.contains(token), "the token was logged:\n{log}");
     let _ = std::fs::remove_dir_all(&dir);
 }
