@@ -111,7 +111,7 @@ pub fn read_token(path: &std::path::Path) -> anyhow::Result<String> {
 #[derive(Debug, Args)]
 pub struct LimitsArgs {
     /// Largest request message (e.g. 4MiB, 512KiB); larger ones are refused
-    /// RESOURCE_EXHAUSTED.
+    /// INVALID_ARGUMENT / INVALID_REQUEST, unread by any handler.
     #[arg(long, env = "JOBFENCE_MAX_REQUEST_SIZE", value_parser = parse_bytes, default_value = "4MiB")]
     pub max_request_size: usize,
     /// Open gRPC connections at most; more are closed at accept.
