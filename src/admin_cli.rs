@@ -11,8 +11,11 @@ use crate::proto::job_events_client::JobEventsClient;
 use crate::proto::{self, Resolution};
 use anyhow::Context;
 use clap::{Args, Subcommand, ValueEnum};
+use jobfence_worker::credentials::{Authorization, BearerToken, Credentials};
 use std::io::Write;
+use std::path::PathBuf;
 use std::time::Duration;
+use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Channel;
 use tonic_types::StatusExt;
 
@@ -32,6 +35,29 @@ pub struct Connection {
     /// Print JSON instead of tables.
     #[arg(long, global = true, env = "JOBFENCE_JSON", default_value_t = false)]
     pub json: bool,
+    /// The CA certificate (PEM) that signed the coordinator's: speak TLS.
+    #[arg(long, global = true, env = "JOBFENCE_TLS_CA")]
+    pub tls_ca: Option<PathBuf>,
+    /// A client certificate (PEM), for mutual TLS; with --tls-client-key.
+    #[arg(
+        long,
+        global = true,
+        env = "JOBFENCE_TLS_CLIENT_CERT",
+        requires = "tls_client_key"
+    )]
+    pub tls_client_cert: Option<PathBuf>,
+    /// The client certificate's private key (PEM).
+    #[arg(
+        long,
+        global = true,
+        env = "JOBFENCE_TLS_CLIENT_KEY",
+        requires = "tls_client_cert"
+    )]
+    pub tls_client_key: Option<PathBuf>,
+    /// A file whose first line is your bearer token (an operator's for
+    /// `jobs` and `stats`, an events-reader's for `events`).
+    #[arg(long, global = true, env = "JOBFENCE_TOKEN_FILE")]
+    pub token_file: Option<PathBuf>,
 }
 
 /// `jobfence jobs …`
@@ -129,8 +155,10 @@ pub struct ResolveArgs {
     /// Where the job goes.
     #[arg(long, value_enum)]
     pub to: ResolveTo,
-    /// Your name; recorded in the event.
-    #[arg(long, env = "JOBFENCE_OPERATOR")]
+    /// Your name, recorded in the event. A coordinator that authenticates
+    /// records your credential's name instead: leave this out, or give
+    /// that same name (another is refused, OPERATOR_MISMATCH).
+    #[arg(long, env = "JOBFENCE_OPERATOR", default_value = "")]
     pub operator: String,
     /// Why; recorded in the event.
     #[arg(long)]
@@ -158,8 +186,8 @@ pub struct CancelArgs {
     /// The attempt you saw (0 for a job never claimed).
     #[arg(long, default_value_t = 0)]
     pub attempt: u64,
-    /// Your name; recorded in the event.
-    #[arg(long, env = "JOBFENCE_OPERATOR")]
+    /// Your name, as for `jobs resolve`.
+    #[arg(long, env = "JOBFENCE_OPERATOR", default_value = "")]
     pub operator: String,
     /// Why; recorded in the event.
     #[arg(long)]
@@ -228,12 +256,38 @@ pub enum Operation {
     Events(EventsArgs),
 }
 
-async fn channel(conn: &Connection) -> anyhow::Result<Channel> {
-    Channel::from_shared(with_scheme(&conn.endpoint))
+/// A channel to the coordinator, authenticated as the flags say.
+type Authed = InterceptedService<Channel, Authorization>;
+
+fn read(path: &PathBuf) -> anyhow::Result<Vec<u8>> {
+    std::fs::read(path).with_context(|| format!("reading {}", path.display()))
+}
+
+/// The TLS settings and token of `conn`.
+fn credentials(conn: &Connection) -> anyhow::Result<Credentials> {
+    let mut c = Credentials::default();
+    if let Some(ca) = &conn.tls_ca {
+        c.tls_ca_pem = Some(read(ca)?);
+    }
+    if let (Some(cert), Some(key)) = (&conn.tls_client_cert, &conn.tls_client_key) {
+        c.tls_client_pem = Some((read(cert)?, read(key)?));
+    }
+    if let Some(file) = &conn.token_file {
+        let token = crate::security_cli::read_token(file)?;
+        c.token = Some(BearerToken::new(&token)?);
+    }
+    Ok(c)
+}
+
+async fn channel(conn: &Connection) -> anyhow::Result<Authed> {
+    let creds = credentials(conn)?;
+    let channel = creds
+        .endpoint(with_scheme(&conn.endpoint))
         .with_context(|| format!("bad endpoint {}", conn.endpoint))?
         .connect()
         .await
-        .with_context(|| format!("connecting to {}", conn.endpoint))
+        .with_context(|| format!("connecting to {}", conn.endpoint))?;
+    Ok(InterceptedService::new(channel, creds.authorization()))
 }
 
 /// A refusal as one line: code, ErrorInfo reason, message, metadata.

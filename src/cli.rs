@@ -7,6 +7,7 @@ use crate::coordinator::long_poll::LongPollSettings;
 use crate::coordinator::{Coordinator, CoordinatorConfig};
 use crate::domain::{QueuePolicies, QueuePolicy};
 use crate::provider::cli::FakeProviderArgs;
+use crate::security_cli::{CredentialsArgs, LimitsArgs, SecurityArgs};
 use crate::server::{self, OpsOptions, ServeOptions};
 use crate::store::{self, JobStore, PoolSettings};
 use anyhow::Context;
@@ -49,6 +50,8 @@ pub enum LogFormat {
     Json,
 }
 
+// One value per process, parsed once: its size does not matter.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Serve the JobCoordinator gRPC API (with health and reflection).
@@ -71,6 +74,9 @@ pub enum Command {
     Stats(StatsArgs),
     /// Read the events feed (the outbox) by cursor.
     Events(EventsArgs),
+    /// Issue credentials: a bearer token and its callers-file line, or a
+    /// throw-away development CA with tokens (see docs/security.md).
+    Credentials(CredentialsArgs),
     /// Measure the coordinator against workers running the SQL themselves,
     /// side by side on one database (see docs/benchmarks.md). A flag given
     /// twice takes its last value (scripts/bench passes defaults first).
@@ -97,6 +103,10 @@ pub struct DatabaseArgs {
 pub struct ServeArgs {
     #[command(flatten)]
     pub database: DatabaseArgs,
+    #[command(flatten)]
+    pub security: SecurityArgs,
+    #[command(flatten)]
+    pub limits: LimitsArgs,
     /// Address to listen on for gRPC.
     #[arg(long, env = "JOBFENCE_LISTEN", default_value = "127.0.0.1:50051")]
     pub listen: SocketAddr,
@@ -171,13 +181,15 @@ pub struct ServeArgs {
     /// their connections are closed anyway.
     #[arg(long, env = "JOBFENCE_SHUTDOWN_TIMEOUT", value_parser = humantime::parse_duration, default_value = "10s")]
     pub shutdown_timeout: Duration,
-    /// Address for the Prometheus endpoint (`GET /metrics`, plain HTTP);
-    /// off when unset.
+    /// Address for the Prometheus endpoint (`GET /metrics` and `GET
+    /// /healthz`, plain HTTP without authentication); off when unset. Keep
+    /// it on loopback or a private network (a warning says so otherwise).
     #[arg(long, env = "JOBFENCE_METRICS_LISTEN")]
     pub metrics_listen: Option<SocketAddr>,
     /// Serve the operator web console (plain HTTP) on this address; off
-    /// when unset, 127.0.0.1:9465 when given without one. It has no
-    /// authentication yet, so only loopback addresses are accepted.
+    /// when unset, 127.0.0.1:9465 when given without one. It has no login
+    /// of its own (it acts with --console-token-file when --callers is
+    /// given), so only loopback addresses are accepted.
     #[arg(long, env = "JOBFENCE_CONSOLE_LISTEN", num_args = 0..=1, default_missing_value = crate::console::DEFAULT_LISTEN)]
     pub console_listen: Option<SocketAddr>,
     /// How often the oldest-pending-age gauges are recomputed from the
@@ -307,6 +319,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Jobs(a) => Operation::Jobs(a),
         Command::Stats(a) => Operation::Stats(a),
         Command::Events(a) => Operation::Events(a),
+        Command::Credentials(a) => return crate::security_cli::run(a),
         server_command => {
             init_tracing(cli.log_format);
             return run_server(server_command).await;
@@ -324,6 +337,9 @@ async fn run_server(command: Command) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Serve(args) => {
+            let security = args.security.security()?;
+            let console_token = args.security.console_token()?;
+            let limits = args.limits.limits(args.max_claim_wait)?;
             let store = open_store(&args.database)?;
             if args.migrate {
                 store.migrate().await.context("applying migrations")?;
@@ -333,11 +349,20 @@ async fn run_server(command: Command) -> anyhow::Result<()> {
                 .await
                 .with_context(|| format!("binding {}", args.listen))?;
             let metrics_listener = match args.metrics_listen {
-                Some(addr) => Some(
-                    tokio::net::TcpListener::bind(addr)
-                        .await
-                        .with_context(|| format!("binding {addr} for /metrics"))?,
-                ),
+                Some(addr) => {
+                    if !addr.ip().is_loopback() {
+                        tracing::warn!(
+                            listen = %addr,
+                            "the metrics listener (/metrics, /healthz) is plain HTTP without \
+                             authentication and not on loopback: keep it on a private network"
+                        );
+                    }
+                    Some(
+                        tokio::net::TcpListener::bind(addr)
+                            .await
+                            .with_context(|| format!("binding {addr} for /metrics"))?,
+                    )
+                }
                 None => None,
             };
             let console_listener = match args.console_listen {
@@ -364,6 +389,10 @@ async fn run_server(command: Command) -> anyhow::Result<()> {
                 pending_refresh_interval: args.pending_refresh_interval,
                 events_poll_interval: args.events_poll_interval,
                 require_durable_database: args.require_durable_database,
+                security,
+                limits,
+                reflection: args.security.reflection,
+                console_token,
             };
             server::serve_with(
                 coordinator,
@@ -374,7 +403,7 @@ async fn run_server(command: Command) -> anyhow::Result<()> {
             )
             .await
         }
-        Command::Jobs(_) | Command::Stats(_) | Command::Events(_) => {
+        Command::Jobs(_) | Command::Stats(_) | Command::Events(_) | Command::Credentials(_) => {
             unreachable!("operator commands are run by admin_cli")
         }
         Command::FakeProvider(args) => args.run(server::shutdown_signal()).await,

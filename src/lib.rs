@@ -7,7 +7,10 @@
 //! - [`coordinator`]: request validation, lease bounds, queue policy.
 //! - [`store`]: MySQL; the SQL, transactions and fencing conditions.
 //! - [`domain`]: the job model and the pure rules of DESIGN.md.
-//! - [`server`]: assembly (health, reflection, graceful shutdown).
+//! - [`server`]: assembly (health, reflection, TLS, limits, graceful
+//!   shutdown).
+//! - [`auth`]: callers, roles and the layer that authenticates every call;
+//!   [`security_cli`] is its command line (`jobfence credentials`).
 //! - [`metrics`]: Prometheus metrics and their HTTP endpoint.
 //! - [`admin_cli`]: the operator commands (`jobfence jobs …`, `jobfence stats`).
 //! - [`console`]: the operator web console, another adapter over the
@@ -20,6 +23,7 @@
 //! uses like any other worker would.
 
 pub mod admin_cli;
+pub mod auth;
 pub mod bench;
 pub mod cli;
 pub mod console;
@@ -30,6 +34,7 @@ pub mod grpc;
 pub mod metrics;
 pub mod provider;
 pub mod refund_worker;
+pub mod security_cli;
 pub mod server;
 pub mod store;
 

@@ -74,10 +74,21 @@ struct Coordinator {
 
 impl Coordinator {
     fn start(name: &'static str, database_url: &str, dir: &Path) -> Coordinator {
+        Self::start_with(name, database_url, dir, &["--insecure".into()])
+    }
+
+    /// [`Coordinator::start`] with `security` instead of `--insecure`.
+    fn start_with(
+        name: &'static str,
+        database_url: &str,
+        dir: &Path,
+        security: &[String],
+    ) -> Coordinator {
         let (grpc, metrics) = (free_port(), free_port());
         let log = std::fs::File::create(dir.join(format!("{name}.log"))).unwrap();
         let child = Command::new(env!("CARGO_BIN_EXE_jobfence"))
             .args(["serve", "--database-url", database_url])
+            .args(security)
             .args(["--listen", &format!("127.0.0.1:{grpc}")])
             .args(["--metrics-listen", &format!("127.0.0.1:{metrics}")])
             .args(["--health-interval", "500ms", "--health-timeout", "500ms"])
@@ -122,6 +133,16 @@ impl Coordinator {
 
 /// HAProxy in front of the coordinators, from the project's config file.
 fn start_haproxy(listen: u16, coordinators: &[&Coordinator], dir: &Path) -> (Running, PathBuf) {
+    start_haproxy_with(listen, coordinators, dir, None)
+}
+
+/// [`start_haproxy`], with TLS on both sides when `tls` is given.
+fn start_haproxy_with(
+    listen: u16,
+    coordinators: &[&Coordinator],
+    dir: &Path,
+    tls: Option<&jobfence::demo::coordinators::HaproxyTls>,
+) -> (Running, PathBuf) {
     let socket = dir.join("haproxy.sock");
     let servers: Vec<(String, String, u16)> = coordinators
         .iter()
@@ -140,6 +161,7 @@ fn start_haproxy(listen: u16, coordinators: &[&Coordinator], dir: &Path) -> (Run
         &socket,
         &errorfile,
         &servers,
+        tls,
     );
     let path = dir.join("haproxy.cfg");
     std::fs::write(&path, config).unwrap();
@@ -411,4 +433,102 @@ async fn two_coordinators_behind_haproxy_balance_drain_and_follow_the_database()
     drop(c2);
     pool.close().await;
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// With TLS (as scripts/demo runs it): HAProxy terminates the clients' TLS
+/// and re-encrypts to the coordinator, bearer tokens pass through to be
+/// checked there, and HAProxy's own answer when no coordinator is up still
+/// reaches a gRPC client, over TLS.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn haproxy_reencrypts_tls_and_still_answers_when_no_coordinator_is_up() {
+    use jobfence::auth::pki::{self, DevCaller};
+    use jobfence_worker::credentials::{BearerToken, Credentials};
+    let db = TestDb::new().await;
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("cluster-tls");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let worker: DevCaller = "worker:worker:refunds".parse().unwrap();
+    let files = pki::dev_setup(
+        &dir.join("credentials"),
+        &["localhost", "127.0.0.1"],
+        &[worker],
+        &[],
+    )
+    .unwrap();
+    let frontend = dir.join("haproxy.pem");
+    std::fs::write(
+        &frontend,
+        std::fs::read_to_string(&files.server_cert).unwrap()
+            + &std::fs::read_to_string(&files.server_key).unwrap(),
+    )
+    .unwrap();
+    let security: Vec<String> = vec![
+        "--tls-cert".into(),
+        files.server_cert.display().to_string(),
+        "--tls-key".into(),
+        files.server_key.display().to_string(),
+        "--callers".into(),
+        files.callers.display().to_string(),
+    ];
+    let mut c1 = Coordinator::start_with("c1", &db.url, &dir, &security);
+    let listen = free_port();
+    let tls = jobfence::demo::coordinators::HaproxyTls {
+        frontend_pem: frontend,
+        ca: files.ca.clone(),
+    };
+    let (_haproxy, socket) = start_haproxy_with(listen, &[&c1], &dir, Some(&tls));
+    time_until(Duration::from_secs(10), || async {
+        haproxy_status(&socket, "c1").await.starts_with("UP")
+    })
+    .await;
+    let creds = |token: Option<&str>| Credentials {
+        tls_ca_pem: Some(std::fs::read(&files.ca).unwrap()),
+        token: token.map(|t| BearerToken::new(t).unwrap()),
+        ..Credentials::default()
+    };
+    let token = std::fs::read_to_string(files.token("worker")).unwrap();
+    let connect = |c: Credentials| async move {
+        let channel = c
+            .endpoint(format!("https://127.0.0.1:{listen}"))
+            .unwrap()
+            .connect()
+            .await
+            .unwrap();
+        JobCoordinatorClient::new(tonic::service::interceptor::InterceptedService::new(
+            channel,
+            c.authorization(),
+        ))
+    };
+    let mut lb = connect(creds(Some(token.trim()))).await;
+    let made = lb
+        .enqueue(EnqueueRequest {
+            queue: Q.into(),
+            operation_key: "refund-tls-1".into(),
+            payload: "{}".into(),
+            delay: None,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(made.created);
+    // Without a token HAProxy forwards the call, and the coordinator refuses it.
+    let mut anon = connect(creds(None)).await;
+    let refused = anon.get_job(GetJobRequest { job_id: 1 }).await.unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::Unauthenticated, "{refused:?}");
+    // No coordinator up: HAProxy's own gRPC answer, over TLS.
+    c1.process.take();
+    time_until(Duration::from_secs(10), || async {
+        haproxy_status(&socket, "c1").await.starts_with("DOWN")
+    })
+    .await;
+    let refused = lb.get_job(GetJobRequest { job_id: 1 }).await.unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::Unavailable, "{refused:?}");
+    let info = tonic_types::StatusExt::get_error_details(&refused)
+        .error_info()
+        .cloned()
+        .expect("an ErrorInfo");
+    assert_eq!(
+        info.reason,
+        jobfence::grpc::status::reason::NO_COORDINATOR_SERVING
+    );
 }

@@ -4,7 +4,12 @@
 //! each through a small agent that speaks the
 //! line protocol of `tests/conformance/README.md`. The agents talk to an
 //! in-process coordinator through a proxy the driver can make lose answers;
-//! every expectation is an exact reply or an exact database state.
+//! every expectation is an exact reply or an exact database state. Then
+//! each client runs against a coordinator with TLS and the callers file
+//! on (as scripts/serve runs it), with the credentials of the environment
+//! every client reads: without a token or with one of another queue it is
+//! refused `denied` and nothing changes; with its own, it claims and
+//! completes.
 //!
 //! Python is `$JOBFENCE_PYTHON` (scripts/test: .local/venv), Node is
 //! `$JOBFENCE_NODE` or `node` with sdk/node's packages installed by
@@ -13,6 +18,7 @@
 
 mod common;
 mod support_sdk;
+mod support_security;
 
 #[path = "conformance/rust_agent.rs"]
 mod rust_agent;
@@ -26,6 +32,7 @@ use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 use support_sdk::Proxy;
+use support_security::Secure;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::mpsc;
 
@@ -178,10 +185,38 @@ struct Agent {
 
 impl Agent {
     fn start(client: Client, target: &str, queue: &str) -> Agent {
+        Self::start_as(client, target, queue, None)
+    }
+
+    /// [`Agent::start`] against `secure`'s TLS, presenting the token of
+    /// `caller` (none: `None`), when `secure` is given.
+    fn start_as(
+        client: Client,
+        target: &str,
+        queue: &str,
+        secure: Option<(&Secure, Option<&str>)>,
+    ) -> Agent {
+        let mut creds_env: Vec<(&str, String)> = vec![];
+        if let Some((s, caller)) = secure {
+            creds_env.push(("JOBFENCE_TLS_CA", s.files.ca.display().to_string()));
+            if let Some(c) = caller {
+                creds_env.push((
+                    "JOBFENCE_TOKEN_FILE",
+                    s.files.token(c).display().to_string(),
+                ));
+            }
+        }
         let (program, args, envs): (String, Vec<String>, Vec<(&str, String)>) = match client {
             Client::Rust => {
-                let (commands, replies) =
-                    rust_agent::spawn(target.to_owned(), WORKER.to_owned(), queue.to_owned());
+                let credentials = secure
+                    .map(|(s, caller)| s.creds(caller))
+                    .unwrap_or_default();
+                let (commands, replies) = rust_agent::spawn(
+                    target.to_owned(),
+                    WORKER.to_owned(),
+                    queue.to_owned(),
+                    credentials,
+                );
                 return Agent {
                     commands,
                     replies,
@@ -218,7 +253,13 @@ impl Agent {
         let mut child = tokio::process::Command::new(&program)
             .args(&args)
             .args([target, WORKER, queue])
+            .env_remove("JOBFENCE_TLS_CA")
+            .env_remove("JOBFENCE_TLS_CLIENT_CERT")
+            .env_remove("JOBFENCE_TLS_CLIENT_KEY")
+            .env_remove("JOBFENCE_TOKEN_FILE")
+            .env_remove("JOBFENCE_TOKEN")
             .envs(envs)
+            .envs(creds_env)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -383,6 +424,42 @@ async fn conforms(client: Client) {
         agent.quit().await;
     }
     drop(proxy);
+
+    // Over TLS with bearer tokens, as scripts/serve runs the coordinator:
+    // the client presents its credentials; a refusal of who it is comes
+    // back as `denied` (typed, never retried) and writes nothing.
+    let secure = Secure::over(h.pool.clone(), false).await;
+    let target = secure.addr.to_string();
+    let job = h.enqueue("refunds", "refund-over-tls", "{}").await.job_id;
+    let denied = "error denied recorded=0 current_attempt=0";
+    for caller in [None, Some("payouts-worker")] {
+        let mut agent = Agent::start_as(client, &target, "refunds", Some((&secure, caller)));
+        let context = format!("{} client over TLS as {caller:?}", agent.name);
+        agent.send("claim");
+        assert_eq!(agent.reply(&context).await, denied, "{context}");
+        agent.send(&format!("get {job}"));
+        assert_eq!(agent.reply(&context).await, denied, "{context}");
+        agent.quit().await;
+    }
+    let row = h.row(job).await;
+    assert_eq!((row.state, row.attempt), (JobState::Ready, 0));
+    let mut agent = Agent::start_as(
+        client,
+        &target,
+        "refunds",
+        Some((&secure, Some("refunds-worker"))),
+    );
+    let context = format!("{} client over TLS as refunds-worker", agent.name);
+    for (cmd, want) in [
+        ("claim".to_owned(), format!("claimed 0 {job} 1 execute 0 0")),
+        ("complete 0 re_tls".to_owned(), "ok replayed=0".to_owned()),
+        (format!("get {job}"), "job succeeded 1".to_owned()),
+    ] {
+        agent.send(&cmd);
+        assert_eq!(agent.reply(&context).await, want, "{context}: {cmd}");
+    }
+    agent.quit().await;
+    secure.stop().await;
     h.finish().await;
 }
 

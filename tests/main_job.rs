@@ -223,6 +223,12 @@ async fn the_demo_with_every_fault_kind_refunds_nothing_twice() {
         Some("invariant: OK"),
         "{context}"
     );
+    // With TLS and authentication on (the default): every worker, the
+    // producer and HAProxy went through them and still ended `invariant: OK`.
+    assert!(
+        progress.contains("TLS and authentication on"),
+        "the demo ran without TLS and authentication\n{context}"
+    );
     // The failures really happened, the coordinators' too: two behind
     // HAProxy (the default), restarted in turn, one killed, the database
     // cut off.

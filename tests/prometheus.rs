@@ -261,7 +261,14 @@ async fn a_real_prometheus_scrapes_every_metric_the_rules_and_the_dashboard_use(
         format!("127.0.0.1:{}", port()),
     );
     let mut coordinator = Command::new(BIN)
-        .args(["serve", "--database-url", &db.url, "--listen", &grpc])
+        .args([
+            "serve",
+            "--insecure",
+            "--database-url",
+            &db.url,
+            "--listen",
+            &grpc,
+        ])
         .args(["--metrics-listen", &metrics])
         .args(["--pending-refresh-interval", "1s", "--drain-delay", "0s"])
         .env("JOBFENCE_LOG", "warn")
@@ -269,7 +276,9 @@ async fn a_real_prometheus_scrapes_every_metric_the_rules_and_the_dashboard_use(
         .kill_on_drop(true)
         .spawn()
         .expect("start jobfence serve");
-    jobfence::demo::wait_coordinator(&grpc).await.unwrap();
+    jobfence::demo::wait_coordinator(&grpc, &Default::default())
+        .await
+        .unwrap();
     traffic(&grpc, &db).await;
 
     let dir =

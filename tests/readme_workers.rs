@@ -12,9 +12,12 @@
 //!   install line and minimal worker in a new project.
 //!
 //! The snippets are read from README.md, so what is printed there is what
-//! runs. `/path/to/jobfence` in them stands for this checkout.
+//! runs. `/path/to/jobfence` in them stands for this checkout. The minimal
+//! workers run against a coordinator with TLS and authentication on (as
+//! scripts/serve runs it), with the environment scripts/serve prints.
 
 mod common;
+mod support_security;
 
 use common::Harness;
 use jobfence::domain::JobState;
@@ -22,6 +25,7 @@ use jobfence::provider::{self, ProviderConfig};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
+use support_security::Secure;
 use tokio::process::{Child, Command};
 
 fn repo() -> &'static Path {
@@ -174,9 +178,10 @@ async fn a_rust_worker_builds_against_the_sdk_crate_alone() {
     }
 
     let h = Harness::start().await;
+    let secure = Secure::over(h.db.pool(), false).await;
     let jobs = refunds(&h, "refunds", 3).await;
     let mut worker = Command::new(target.join("debug/minimal-worker"))
-        .env("JOBFENCE_COORDINATOR", format!("http://{}", h.addr))
+        .envs(secure.client_env("refunds-worker"))
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .kill_on_drop(true)
@@ -185,6 +190,7 @@ async fn a_rust_worker_builds_against_the_sdk_crate_alone() {
     until_completed_by(&h, &jobs, "rust-minimal-1", &mut worker).await;
     let status = stop(&mut worker, nix::sys::signal::Signal::SIGINT).await;
     assert!(status.success(), "Ctrl-C stops it cleanly: {status}");
+    secure.stop().await;
     h.finish().await;
 }
 
@@ -238,10 +244,11 @@ async fn the_python_package_installs_in_a_fresh_venv_and_runs_its_refund_worker(
 
     // The README's minimal worker, on the installed package only.
     std::fs::write(dir.join("worker.py"), snippet("python-worker")).unwrap();
+    let secure = Secure::over(h.db.pool(), false).await;
     let jobs = refunds(&h, "refunds", 2).await;
     let mut worker = Command::new(bin.join("python"))
         .arg("worker.py")
-        .env("JOBFENCE_COORDINATOR", h.addr.to_string())
+        .envs(secure.client_env("refunds-worker"))
         .env_remove("PYTHONPATH")
         .current_dir(&dir)
         .stdin(Stdio::null())
@@ -250,6 +257,7 @@ async fn the_python_package_installs_in_a_fresh_venv_and_runs_its_refund_worker(
         .expect("start the README's Python worker");
     until_completed_by(&h, &jobs, "python-minimal-1", &mut worker).await;
     stop(&mut worker, nix::sys::signal::Signal::SIGTERM).await;
+    secure.stop().await;
     h.finish().await;
 }
 
@@ -336,10 +344,11 @@ async fn the_node_package_installs_with_npm_ci_and_runs_its_refund_worker() {
     )
     .await;
     std::fs::write(app.join("worker.js"), snippet("node-worker")).unwrap();
+    let secure = Secure::over(h.db.pool(), false).await;
     let jobs = refunds(&h, "refunds", 2).await;
     let mut worker = Command::new(&node)
         .arg("worker.js")
-        .env("JOBFENCE_COORDINATOR", h.addr.to_string())
+        .envs(secure.client_env("refunds-worker"))
         .current_dir(&app)
         .stdin(Stdio::null())
         .kill_on_drop(true)
@@ -348,6 +357,7 @@ async fn the_node_package_installs_with_npm_ci_and_runs_its_refund_worker() {
     until_completed_by(&h, &jobs, "node-minimal-1", &mut worker).await;
     let status = stop(&mut worker, nix::sys::signal::Signal::SIGINT).await;
     assert!(status.success(), "Ctrl-C stops it cleanly: {status}");
+    secure.stop().await;
     h.finish().await;
 }
 

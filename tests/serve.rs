@@ -214,6 +214,7 @@ async fn grpcurl_lists_describes_and_drives_the_real_binary() {
     // Configured through the environment, as in a deployment.
     let mut server = tokio::process::Command::new(bin)
         .arg("serve")
+        .env("JOBFENCE_INSECURE", "true")
         .env("JOBFENCE_DATABASE_URL", &db.url)
         .env("JOBFENCE_LISTEN", &addr)
         .env("JOBFENCE_DRAIN_DELAY", "0s")
@@ -325,4 +326,353 @@ async fn grpcurl_lists_describes_and_drives_the_real_binary() {
         .expect("exits after SIGTERM")
         .unwrap();
     assert!(status.success(), "exit status {status:?}");
+}
+
+/// The fenced code block after `<!-- snippet: NAME -->` in README.md.
+fn readme_snippet(name: &str) -> String {
+    let readme =
+        std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md"))
+            .unwrap();
+    let marker = format!("<!-- snippet: {name} -->");
+    let after = &readme[readme.find(&marker).expect("the snippet marker") + marker.len()..];
+    let body = &after[after.find("```").expect("a code block")..];
+    let body = &body[body.find('\n').unwrap() + 1..];
+    body[..body.find("\n```").expect("the block ends")].to_owned() + "\n"
+}
+
+/// The README's grpcurl walk-through, as printed, against the binary run
+/// as scripts/serve runs it: TLS and authentication on, with the
+/// throw-away credentials of `jobfence credentials dev` in `.local/serve`
+/// (of a scratch directory; only the address is replaced).
+#[tokio::test]
+async fn the_readmes_grpcurl_examples_work_as_printed() {
+    let db = TestDb::new().await;
+    let bin = env!("CARGO_BIN_EXE_jobfence");
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("readme-grpcurl");
+    let _ = std::fs::remove_dir_all(&dir);
+    let creds = dir.join(".local/serve");
+    let out = std::process::Command::new(bin)
+        .args(["credentials", "dev"])
+        .arg(&creds)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let addr = format!("127.0.0.1:{}", free_port());
+    let mut server = tokio::process::Command::new(bin)
+        .args(["serve", "--database-url", &db.url, "--listen", &addr])
+        .arg("--tls-cert")
+        .arg(creds.join("server.pem"))
+        .arg("--tls-key")
+        .arg(creds.join("server-key.pem"))
+        .arg("--callers")
+        .arg(creds.join("callers"))
+        .args(["--health-interval", "100ms", "--drain-delay", "0s"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let grpcurl = grpcurl();
+    let mut serving = false;
+    for _ in 0..100 {
+        let out = tokio::process::Command::new(&grpcurl)
+            .arg("-cacert")
+            .arg(creds.join("ca.pem"))
+            .args([&addr, "grpc.health.v1.Health/Check"])
+            .output()
+            .await
+            .unwrap();
+        if String::from_utf8_lossy(&out.stdout).contains("\"SERVING\"") {
+            serving = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(serving, "the server never reported SERVING");
+
+    let script = readme_snippet("grpcurl").replace("A=127.0.0.1:50051", &format!("A={addr}"));
+    assert!(
+        script.contains(&format!("A={addr}")),
+        "the README's address line"
+    );
+    let grpcurl_dir = std::path::Path::new(&grpcurl)
+        .parent()
+        .map(|p| p.display().to_string())
+        .unwrap_or_default();
+    let path = format!(
+        "{grpcurl_dir}:{}",
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let out = tokio::process::Command::new("bash")
+        .args(["-c", &script])
+        .current_dir(&dir)
+        .env("PATH", path)
+        .output()
+        .await
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for expected in [
+        "jobfence.v1.JobCoordinator\n",
+        "rpc Claim",
+        "\"SERVING\"",
+        "\"created\": true",
+        "\"attempt\": \"1\"",
+        "JOB_STATE_SUCCEEDED",
+        "Code: FailedPrecondition",
+        "\"reason\":\"JOB_NOT_RUNNING\"",
+        "Code: Unauthenticated",
+        "\"reason\":\"CREDENTIAL_MISSING\"",
+        "Code: PermissionDenied",
+        "\"reason\":\"ROLE_NOT_ALLOWED\"",
+    ] {
+        assert!(
+            text.contains(expected),
+            "{expected:?} missing from:\n{text}"
+        );
+    }
+    assert!(!text.contains("jft_"), "a token was printed:\n{text}");
+    let _ = server.kill().await;
+}
+
+/// Serving without TLS or authentication is an explicit choice: without
+/// any security flag `serve` refuses to start, saying what is missing;
+/// with `--insecure` it serves, and warns at start about both.
+#[tokio::test]
+async fn serving_without_tls_or_callers_is_an_explicit_choice_warned_about() {
+    use tokio::io::AsyncBufReadExt;
+    let db = TestDb::new().await;
+    let bin = env!("CARGO_BIN_EXE_jobfence");
+    let serve = |extra: &[&str]| {
+        let mut cmd = tokio::process::Command::new(bin);
+        cmd.args(["serve", "--database-url", &db.url])
+            .args(["--listen", &format!("127.0.0.1:{}", free_port())])
+            .args(["--drain-delay", "0s"])
+            .args(extra)
+            .env("JOBFENCE_LOG", "info")
+            .env_remove("JOBFENCE_INSECURE")
+            .env_remove("JOBFENCE_TLS_CERT")
+            .env_remove("JOBFENCE_TLS_KEY")
+            .env_remove("JOBFENCE_CALLERS")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        cmd
+    };
+
+    let out = tokio::time::timeout(Duration::from_secs(30), serve(&[]).output())
+        .await
+        .expect("serve without security flags exits")
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains(
+            "refusing to serve without --tls-cert and --tls-key (TLS) and --callers (authentication)"
+        ),
+        "{stderr}"
+    );
+
+    let mut child = serve(&["--insecure"]).spawn().unwrap();
+    let mut lines = tokio::io::BufReader::new(child.stderr.take().unwrap()).lines();
+    let (mut no_tls, mut no_auth) = (false, false);
+    let mut seen = String::new();
+    tokio::time::timeout(Duration::from_secs(30), async {
+        while !(no_tls && no_auth) {
+            let Some(line) = lines.next_line().await.unwrap() else {
+                break;
+            };
+            no_tls |=
+                line.contains("WARN") && line.contains("serving gRPC without TLS (--insecure)");
+            no_auth |= line.contains("WARN")
+                && line.contains("serving gRPC without authentication (--insecure)");
+            seen.push_str(&line);
+            seen.push('\n');
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("no warnings within 30 s:\n{seen}"));
+    assert!(no_tls && no_auth, "both warnings at start:\n{seen}");
+    let _ = child.kill().await;
+}
+
+/// Issuing and revoking a token as docs/security.md says, on the real
+/// binary: `jobfence credentials token` prints only the callers-file line
+/// (the token goes to its file); the token works once the line is appended
+/// and the coordinator got SIGHUP, and stops working once the line is
+/// deleted and the coordinator got SIGHUP again. Its refusals are logged
+/// without it.
+#[tokio::test]
+async fn a_token_issued_with_the_cli_works_after_sighup_and_not_after_revocation() {
+    use jobfence::proto::job_coordinator_client::JobCoordinatorClient;
+    use jobfence::proto::EnqueueRequest;
+    use jobfence_worker::credentials::{BearerToken, Credentials};
+    let db = TestDb::new().await;
+    let bin = env!("CARGO_BIN_EXE_jobfence");
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("issue-and-revoke");
+    let _ = std::fs::remove_dir_all(&dir);
+    let out = std::process::Command::new(bin)
+        .args(["credentials", "dev"])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let callers = dir.join("callers");
+    let addr = format!("127.0.0.1:{}", free_port());
+    let mut server = tokio::process::Command::new(bin)
+        .args(["serve", "--database-url", &db.url, "--listen", &addr])
+        .arg("--tls-cert")
+        .arg(dir.join("server.pem"))
+        .arg("--tls-key")
+        .arg(dir.join("server-key.pem"))
+        .arg("--callers")
+        .arg(&callers)
+        .args(["--drain-delay", "0s"])
+        .env("JOBFENCE_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(dir.join("serve.log")).unwrap())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let pid = nix::unistd::Pid::from_raw(server.id().unwrap() as i32);
+
+    let token_file = dir.join("rust-7");
+    let out = std::process::Command::new(bin)
+        .args([
+            "credentials",
+            "token",
+            "--name",
+            "rust-7",
+            "--role",
+            "worker",
+        ])
+        .args(["--queues", "refunds", "--token-out"])
+        .arg(&token_file)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let line = String::from_utf8(out.stdout).unwrap();
+    let token = std::fs::read_to_string(&token_file).unwrap();
+    let token = token.trim();
+    assert!(
+        line.starts_with("rust-7") && line.contains("sha256:"),
+        "{line}"
+    );
+    assert!(
+        !line.contains(token),
+        "the printed line holds the token itself"
+    );
+
+    let creds = Credentials {
+        tls_ca_pem: Some(std::fs::read(dir.join("ca.pem")).unwrap()),
+        token: Some(BearerToken::new(token).unwrap()),
+        ..Credentials::default()
+    };
+    let mut channel = None;
+    for _ in 0..200 {
+        if let Ok(c) = creds
+            .endpoint(format!("https://{addr}"))
+            .unwrap()
+            .connect()
+            .await
+        {
+            channel = Some(c);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let channel = channel.expect("the coordinator listens");
+    let client = JobCoordinatorClient::new(tonic::service::interceptor::InterceptedService::new(
+        channel,
+        creds.authorization(),
+    ));
+    let mut n = 0;
+    let mut enqueue = || {
+        n += 1;
+        let mut client = client.clone();
+        async move {
+            client
+                .enqueue(EnqueueRequest {
+                    queue: "refunds".into(),
+                    operation_key: format!("refund-{n}"),
+                    payload: "{}".into(),
+                    delay: None,
+                })
+                .await
+        }
+    };
+    // Not in the callers file in force yet.
+    let refused = enqueue().await.unwrap_err();
+    assert_eq!(reason(&refused), "CREDENTIAL_INVALID", "{refused:?}");
+
+    // Issue: append the line, SIGHUP. The reload runs when the signal
+    // arrives: poll (bounded) until the token is accepted.
+    let mut text = std::fs::read_to_string(&callers).unwrap();
+    text.push_str(&line);
+    std::fs::write(&callers, &text).unwrap();
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGHUP).unwrap();
+    let mut accepted = false;
+    for _ in 0..100 {
+        match enqueue().await {
+            Ok(_) => {
+                accepted = true;
+                break;
+            }
+            Err(s) => assert_eq!(reason(&s), "CREDENTIAL_INVALID", "{s:?}"),
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(accepted, "the issued token never worked after SIGHUP");
+
+    // Revoke: delete its line, SIGHUP.
+    let kept: String = text
+        .lines()
+        .filter(|l| !l.starts_with("rust-7"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    std::fs::write(&callers, kept).unwrap();
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGHUP).unwrap();
+    let mut revoked = false;
+    for _ in 0..100 {
+        match enqueue().await {
+            Ok(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+            Err(s) => {
+                assert_eq!(reason(&s), "CREDENTIAL_INVALID", "{s:?}");
+                revoked = true;
+                break;
+            }
+        }
+    }
+    assert!(revoked, "the revoked token still works after SIGHUP");
+    assert!(
+        server.try_wait().unwrap().is_none(),
+        "SIGHUP does not stop it"
+    );
+    let _ = server.kill().await;
+    // Each refusal was logged, with its reason, never with the token.
+    let log = std::fs::read_to_string(dir.join("serve.log")).unwrap();
+    assert!(
+        log.lines().any(|l| l.contains("WARN")
+            && l.contains("call refused")
+            && l.contains("CREDENTIAL_INVALID")),
+        "{log}"
+    );
+    assert!(!log.contains(token), "the token was logged:\n{log}");
+    let _ = std::fs::remove_dir_all(&dir);
 }

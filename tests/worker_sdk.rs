@@ -659,6 +659,12 @@ fn the_sdk_reason_names_are_the_coordinators() {
         (sdk::OVERLOADED, server::OVERLOADED),
         (sdk::SERVER_SHUTTING_DOWN, server::SERVER_SHUTTING_DOWN),
         (sdk::NO_COORDINATOR_SERVING, server::NO_COORDINATOR_SERVING),
+        (sdk::CREDENTIAL_MISSING, server::CREDENTIAL_MISSING),
+        (sdk::CREDENTIAL_INVALID, server::CREDENTIAL_INVALID),
+        (sdk::CREDENTIAL_EXPIRED, server::CREDENTIAL_EXPIRED),
+        (sdk::ROLE_NOT_ALLOWED, server::ROLE_NOT_ALLOWED),
+        (sdk::QUEUE_NOT_ALLOWED, server::QUEUE_NOT_ALLOWED),
+        (sdk::OPERATOR_MISMATCH, server::OPERATOR_MISMATCH),
     ];
     for (mine, theirs) in pairs {
         assert_eq!(mine, theirs);

@@ -97,6 +97,48 @@ class ReasonsTest(unittest.TestCase):
         self.assertEqual(err.violations, [("lease", "too long")])
 
 
+    def test_a_denial_applied_nothing_and_is_never_retried(self):
+        for reason, code in [("CREDENTIAL_MISSING", grpc.StatusCode.UNAUTHENTICATED),
+                             ("CREDENTIAL_INVALID", grpc.StatusCode.UNAUTHENTICATED),
+                             ("CREDENTIAL_EXPIRED", grpc.StatusCode.UNAUTHENTICATED),
+                             ("ROLE_NOT_ALLOWED", grpc.StatusCode.PERMISSION_DENIED),
+                             ("QUEUE_NOT_ALLOWED", grpc.StatusCode.PERMISSION_DENIED),
+                             ("OPERATOR_MISMATCH", grpc.StatusCode.PERMISSION_DENIED)]:
+            err = from_status(code, "no", status(code, reason, {"queue": "payouts", "job_id": "7"}))
+            self.assertIsInstance(err, jw.NotAuthorized, reason)
+            family = jw.Unauthenticated if code == grpc.StatusCode.UNAUTHENTICATED else jw.PermissionDenied
+            self.assertIsInstance(err, family, reason)
+            self.assertFalse(retryable_claim(err) or retryable_write(err), reason)
+        err = from_status(grpc.StatusCode.PERMISSION_DENIED, "no", status(
+            grpc.StatusCode.PERMISSION_DENIED, "QUEUE_NOT_ALLOWED", {"queue": "payouts", "job_id": "7"}))
+        self.assertEqual((err.queue, err.job_id), ("payouts", 7))
+
+
+class CredentialsTest(unittest.TestCase):
+    def test_from_env_reads_the_token_file_and_never_shows_it(self):
+        import tempfile
+        with tempfile.NamedTemporaryFile("w", delete=False) as f:
+            f.write("jft_secret\n")
+        old = dict(os.environ)
+        try:
+            for k in list(os.environ):
+                if k.startswith("JOBFENCE_T"):
+                    del os.environ[k]
+            os.environ["JOBFENCE_TOKEN_FILE"] = f.name
+            c = jw.Credentials.from_env()
+            self.assertEqual(c.metadata(), [("authorization", "Bearer jft_secret")])
+            self.assertNotIn("jft_secret", repr(c))
+            self.assertIsNone(c.tls_ca_pem)
+            os.environ["JOBFENCE_TLS_CLIENT_CERT"] = f.name
+            with self.assertRaises(ValueError):
+                jw.Credentials.from_env()
+        finally:
+            os.environ.clear()
+            os.environ.update(old)
+            os.unlink(f.name)
+        self.assertEqual(jw.Credentials().metadata(), [])
+
+
 class DedupKeyTest(unittest.TestCase):
     def test_plain_when_short_hashed_when_long(self):
         self.assertEqual(jw.observation_dedup_key("w1", "re_1"), "worker:w1:re_1")

@@ -418,8 +418,10 @@ impl Report<'_> {
         let _ = writeln!(
             out,
             "- the coordinator is `jobfence serve` (this binary) as its own process, defaults but \
-             `--db-max-connections 32`; the load generator runs in the benchmark's process, one \
-             HTTP/2 connection per worker, on loopback"
+             `--db-max-connections 32` and `--insecure` (cleartext HTTP/2, no authentication, \
+             like the direct SQL it is compared with: TLS costs a handshake per connection, and \
+             the callers check one SHA-256 and a map lookup per call); the load generator runs \
+             in the benchmark's process, one HTTP/2 connection per worker, on loopback"
         );
         let _ = writeln!(
             out,

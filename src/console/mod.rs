@@ -12,10 +12,11 @@
 //! sentence), [`history`] (the queue trends behind the sparklines),
 //! [`view`] (the page shell, formatting and charts).
 //!
-//! There is no authentication yet (issue 8): the console serves loopback
-//! addresses only ([`require_loopback`]), and the operator names
-//! themselves in each form, recorded exactly as `JobAdmin` records the
-//! `operator` field of a request.
+//! The console serves loopback addresses only ([`require_loopback`]): it
+//! has no login of its own. When the coordinator authenticates, it acts
+//! with one operator credential, checked on every request, and records
+//! that credential's name; without authentication the operator names
+//! themselves in each form (see [`operator`]).
 
 pub mod csrf;
 pub mod forms;
@@ -26,7 +27,7 @@ pub mod timeline;
 pub mod view;
 
 use crate::coordinator::Coordinator;
-use axum::http::{header, HeaderValue};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 use axum::Router;
@@ -43,27 +44,43 @@ pub const DEFAULT_LISTEN: &str = "127.0.0.1:9465";
 pub struct Console {
     coordinator: Coordinator,
     history: Arc<Mutex<history::History>>,
+    identity: operator::Identity,
 }
 
 impl Console {
-    /// A console over `coordinator`.
+    /// A console over `coordinator`, where operators type their names
+    /// (a coordinator without authentication).
     pub fn new(coordinator: Coordinator) -> Self {
+        Self::with_identity(coordinator, operator::Identity::Typed)
+    }
+
+    /// A console over `coordinator` that knows its operator by `identity`.
+    pub fn with_identity(coordinator: Coordinator, identity: operator::Identity) -> Self {
         Console {
             coordinator,
             history: Arc::new(Mutex::new(history::History::default())),
+            identity,
+        }
+    }
+
+    /// What the resolution form shows of the operator.
+    pub fn operator_field(&self, headers: &HeaderMap) -> operator::OperatorField {
+        match self.identity.credential() {
+            Some(Ok(op)) => operator::OperatorField::Fixed(op.name),
+            _ => operator::OperatorField::Typed(operator::remembered(headers)),
         }
     }
 }
 
-/// Refuses an address that is not loopback: until operators authenticate
-/// (issue 8), anyone who reaches the console can resolve parked jobs under
-/// any name, so it must not be reachable from another machine.
+/// Refuses an address that is not loopback: the console has no login of
+/// its own (it acts with one credential, or under typed names), so it must
+/// not be reachable from another machine.
 pub fn require_loopback(addr: SocketAddr) -> anyhow::Result<()> {
     if addr.ip().is_loopback() {
         Ok(())
     } else {
         anyhow::bail!(
-            "refusing to serve the console on {addr}: it has no authentication yet, so it \
+            "refusing to serve the console on {addr}: it has no login of its own, so it \
              listens on loopback addresses only (e.g. {DEFAULT_LISTEN}); reach it through an \
              SSH tunnel"
         )
@@ -116,6 +133,27 @@ async fn security_headers(
     response
 }
 
+/// With an operator credential, every request first checks it: a revoked,
+/// expired or role-less token stops the console (403) until it is fixed.
+async fn require_credential(
+    axum::extract::State(console): axum::extract::State<Console>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    match console.identity.credential() {
+        Some(Err(refusal)) => {
+            tracing::warn!(error = %refusal, "console refused: its credential is not accepted");
+            (
+                StatusCode::FORBIDDEN,
+                format!("The console's operator credential is not accepted: {refusal}.\n"),
+            )
+                .into_response()
+        }
+        Some(Ok(op)) => view::ACTING_AS.scope(op.name, next.run(request)).await,
+        None => next.run(request).await,
+    }
+}
+
 /// Every route of the console.
 pub fn router(console: Console) -> Router {
     Router::new()
@@ -137,6 +175,10 @@ pub fn router(console: Console) -> Router {
             get(|| async { asset("text/javascript; charset=utf-8", JS) }),
         )
         .fallback(pages::not_found)
+        .layer(axum::middleware::from_fn_with_state(
+            console.clone(),
+            require_credential,
+        ))
         .layer(axum::middleware::from_fn(security_headers))
         .with_state(console)
 }
@@ -146,18 +188,33 @@ pub fn router(console: Console) -> Router {
 pub async fn serve(
     listener: TcpListener,
     coordinator: Coordinator,
+    identity: operator::Identity,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     let addr = listener.local_addr()?;
     require_loopback(addr)?;
-    tracing::warn!(
-        listen = %addr,
-        "serving the operator console without authentication: anyone who can reach its \
-         address can resolve parked jobs under any operator name"
-    );
-    axum::serve(listener, router(Console::new(coordinator)))
-        .with_graceful_shutdown(shutdown)
-        .await?;
+    match identity.credential() {
+        None => tracing::warn!(
+            listen = %addr,
+            "serving the operator console without authentication: anyone who can reach its \
+             address can resolve parked jobs under any operator name"
+        ),
+        Some(Ok(op)) => tracing::info!(
+            listen = %addr,
+            operator = %op.name,
+            "serving the operator console: it acts as this operator for anyone who can reach \
+             its loopback address"
+        ),
+        Some(Err(refusal)) => {
+            anyhow::bail!("the console's operator credential is not accepted: {refusal}")
+        }
+    }
+    axum::serve(
+        listener,
+        router(Console::with_identity(coordinator, identity)),
+    )
+    .with_graceful_shutdown(shutdown)
+    .await?;
     Ok(())
 }
 
@@ -170,7 +227,7 @@ mod tests {
         assert!(require_loopback("127.0.0.1:9465".parse().unwrap()).is_ok());
         assert!(require_loopback("[::1]:9465".parse().unwrap()).is_ok());
         let refused = require_loopback("0.0.0.0:9465".parse().unwrap()).unwrap_err();
-        assert!(refused.to_string().contains("no authentication"));
+        assert!(refused.to_string().contains("no login"));
         assert!(require_loopback("192.0.2.7:9465".parse().unwrap()).is_err());
     }
 }

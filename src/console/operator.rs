@@ -1,20 +1,83 @@
 //! Who acts in the console.
 //!
-//! Today the operator types their name into each form, and it is recorded
-//! exactly as `JobAdmin` records the `operator` field of a request (in the
-//! event's detail, the job's `state_reason` and the log). Nothing checks it:
-//! there is no authentication yet (issue 8). The name travels as an
-//! [`Operator`] with its [`OperatorSource`], so when credentials land the
-//! console takes the identity from the verified credential instead, the
-//! form field goes, and nothing below the console changes.
+//! When the coordinator authenticates its callers, the console acts with
+//! one operator credential of its own (`--console-token-file`), the way
+//! `kubectl proxy` acts with its user's: the token is checked against the
+//! callers file on every request (a revoked or expired one stops the
+//! console at once), and the operator recorded is that credential's name;
+//! the form has no name field. Anyone who can reach the console's loopback
+//! address acts as that operator, so it runs where that operator works.
+//!
+//! Without authentication (`--insecure`), the operator types their name
+//! into each form, recorded exactly as `JobAdmin` records the `operator`
+//! field of a request; nothing checks it. Either way the name travels as
+//! an [`Operator`] with its [`OperatorSource`].
 
+use crate::auth::{Action, Authenticator, Refusal};
 use axum::http::{HeaderMap, HeaderValue};
+use std::sync::Arc;
 
 /// Where the operator's identity came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OperatorSource {
-    /// Typed into the form by the person, unverified.
+    /// Typed into the form by the person, unverified (`--insecure`).
     Typed,
+    /// The console's operator credential, verified against the callers
+    /// file.
+    Credential,
+}
+
+/// How the console knows who acts.
+#[derive(Debug, Clone)]
+pub enum Identity {
+    /// Names typed into the forms (a coordinator without authentication).
+    Typed,
+    /// One operator credential, checked on every request.
+    Credential {
+        /// The coordinator's callers (reloaded with it on SIGHUP).
+        auth: Arc<Authenticator>,
+        /// The bearer token the console presents.
+        token: Arc<str>,
+    },
+}
+
+impl Identity {
+    /// The operator of the console's credential, checked now: `None` for
+    /// [`Identity::Typed`]; a refusal when the token is unknown, revoked,
+    /// expired, or holds no operator role.
+    pub fn credential(&self) -> Option<Result<Operator, Refusal>> {
+        let Identity::Credential { auth, token } = self else {
+            return None;
+        };
+        let header = format!("Bearer {token}");
+        Some(
+            auth.authenticate(Some(header.as_bytes()), None)
+                .and_then(|caller| {
+                    if caller.may(Action::Admin) {
+                        Ok(Operator {
+                            name: caller.name,
+                            source: OperatorSource::Credential,
+                        })
+                    } else {
+                        Err(Refusal::RoleNotAllowed {
+                            roles: caller.roles(),
+                            caller: caller.name,
+                            method: "the operator console".into(),
+                            required: Action::Admin.required_roles(),
+                        })
+                    }
+                }),
+        )
+    }
+}
+
+/// What the resolution form shows of the operator.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OperatorField {
+    /// A name field, prefilled with the remembered name if any.
+    Typed(Option<String>),
+    /// No field: the resolution is recorded under this credential's name.
+    Fixed(String),
 }
 
 /// The person resolving a job, as recorded.

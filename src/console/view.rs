@@ -85,6 +85,16 @@ fn notice(n: &Notice) -> Markup {
     }
 }
 
+tokio::task_local! {
+    /// The operator the console acts as during this request (set by the
+    /// console's credential check), for the top bar.
+    pub static ACTING_AS: String;
+}
+
+fn acting_as() -> Option<String> {
+    ACTING_AS.try_with(Clone::clone).ok()
+}
+
 /// The whole page around `body`.
 pub fn page(title: &str, nav: Nav, notices: &[Notice], body: Markup) -> Markup {
     let link = |to: Nav, href: &str, label: &str| {
@@ -109,8 +119,13 @@ pub fn page(title: &str, nav: Nav, notices: &[Notice], body: Markup) -> Markup {
                         (link(Nav::Review, "/review", "Manual review"))
                         (link(Nav::Events, "/events", "Events"))
                     }
-                    span.noauth title="Operator credentials are not implemented yet (issue 8); the console serves loopback addresses only." {
-                        "No authentication: names are typed, not verified"
+                    @match acting_as() {
+                        Some(name) => span.operator title="The console acts with this operator's credential, checked on every request; it serves loopback addresses only." {
+                            "Acting as " strong { (name) }
+                        },
+                        None => span.noauth title="The coordinator runs without authentication (--insecure); the console serves loopback addresses only." {
+                            "No authentication: names are typed, not verified"
+                        },
                     }
                 }
                 main {

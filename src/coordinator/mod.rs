@@ -17,8 +17,9 @@ pub mod validate;
 mod writes;
 
 use crate::domain::{
-    ClaimSlot, ClaimedJob, CoordinatorError, EnqueueOutcome, EnqueueRequest, FencedWrite, Job,
-    NextAction, Observation, QueuePolicies, QueuePolicy, RecordObservationRequest, TakeoverRequest,
+    ClaimSlot, ClaimedJob, CoordinatorError, EnqueueOutcome, EnqueueRequest, Job, NextAction,
+    Observation, QueuePolicies, QueuePolicy, QueueScope, RecordObservationRequest, ScopedWrite,
+    TakeoverRequest,
 };
 use crate::metrics::Metrics;
 use crate::store::{EnqueueResult, JobStore, WriteResult, MAX_CLAIM_TRANSACTION_JOBS};
@@ -105,7 +106,7 @@ type ClaimAnswer = Result<(Vec<ClaimedJob>, Option<Duration>), CoordinatorError>
 
 /// The batching pipelines and the long-poll waiters of one coordinator.
 struct Pipelines {
-    writes: Batcher<FencedWrite, WriteResult>,
+    writes: Batcher<ScopedWrite, WriteResult>,
     claims: Batcher<ClaimCall, ClaimAnswer>,
     enqueues: Batcher<EnqueueRequest, EnqueueResult>,
     waiters: Waiters,
@@ -143,9 +144,9 @@ impl Coordinator {
                 "write",
                 batching,
                 metrics.batch_sizes("write"),
-                move |writes: Vec<FencedWrite>| {
+                move |writes: Vec<ScopedWrite>| {
                     let (store, policies) = (store.clone(), policies.clone());
-                    async move { store.write_batch(&writes, &policies).await }
+                    async move { store.write_scoped_batch(&writes, &policies).await }
                 },
             )
         };
@@ -244,11 +245,17 @@ impl Coordinator {
     }
 
     /// Enqueue; see [`JobStore::enqueue`]. Concurrent Enqueues share one
-    /// transaction.
-    pub async fn enqueue(&self, req: EnqueueRequest) -> Result<EnqueueOutcome, CoordinatorError> {
+    /// transaction. `QueueNotAllowed` when `scope` does not cover the
+    /// queue (after validation; nothing written).
+    pub async fn enqueue(
+        &self,
+        req: EnqueueRequest,
+        scope: &QueueScope,
+    ) -> Result<EnqueueOutcome, CoordinatorError> {
         let mut v = Violations::default();
         check_enqueue(&mut v, "", &req);
         v.finish()?;
+        scope.check(&req.queue, None)?;
         let out = self
             .pipelines
             .enqueues
@@ -265,14 +272,20 @@ impl Coordinator {
     /// item is refused whole (INVALID_ARGUMENT naming `items[i].field` for
     /// each problem; nothing written). Otherwise one transaction, and each
     /// item gets its own answer, as a single Enqueue would (created, the
-    /// same request again, or `OperationKeyConflict`).
+    /// same request again, or `OperationKeyConflict`). A batch with any
+    /// item outside `scope` is refused whole (`QueueNotAllowed`, nothing
+    /// written).
     pub async fn enqueue_batch(
         &self,
         items: Vec<EnqueueRequest>,
+        scope: &QueueScope,
     ) -> Result<Vec<Result<EnqueueOutcome, CoordinatorError>>, CoordinatorError> {
         let mut v = Violations::default();
         self.check_enqueue_batch(&items, &mut v);
         v.finish()?;
+        for item in &items {
+            scope.check(&item.queue, None)?;
+        }
         let answers = self
             .store
             .enqueue_batch(&items)
@@ -318,8 +331,13 @@ impl Coordinator {
     /// [`JobStore::claim_batch`]); concurrent Claims of a queue share one
     /// claim transaction. With a `wait`, a Claim that finds nothing waits
     /// for work (see [`long_poll`]) and answers empty only when the wait
-    /// ends or the coordinator drains.
-    pub async fn claim(&self, req: Claim) -> Result<Vec<ClaimedJob>, CoordinatorError> {
+    /// ends or the coordinator drains. `QueueNotAllowed` when `scope` does
+    /// not cover the queue.
+    pub async fn claim(
+        &self,
+        req: Claim,
+        scope: &QueueScope,
+    ) -> Result<Vec<ClaimedJob>, CoordinatorError> {
         let mut v = Violations::default();
         v.queue("queue", &req.queue);
         v.key("worker_id", &req.worker_id);
@@ -331,6 +349,7 @@ impl Coordinator {
         }
         let lease = self.lease(&mut v, "lease", req.lease);
         v.finish()?;
+        scope.check(&req.queue, None)?;
         let policy = self.config.policies.get(&req.queue);
         let waiters = &self.pipelines.waiters;
         let mut waiting = waiters.register(&req.queue, req.wait);
@@ -374,8 +393,13 @@ impl Coordinator {
         Ok(claimed)
     }
 
-    /// Takeover; see [`JobStore::takeover`].
-    pub async fn takeover(&self, req: Takeover) -> Result<ClaimedJob, CoordinatorError> {
+    /// Takeover; see [`JobStore::takeover`] (the job's queue is checked
+    /// against `scope` under its row lock).
+    pub async fn takeover(
+        &self,
+        req: Takeover,
+        scope: &QueueScope,
+    ) -> Result<ClaimedJob, CoordinatorError> {
         let mut v = Violations::default();
         v.job_id(req.job_id);
         v.key("worker_id", &req.worker_id);
@@ -383,11 +407,14 @@ impl Coordinator {
         v.finish()?;
         let claimed = self
             .store
-            .takeover(&TakeoverRequest {
-                job_id: req.job_id,
-                worker_id: req.worker_id.clone(),
-                lease,
-            })
+            .takeover(
+                &TakeoverRequest {
+                    job_id: req.job_id,
+                    worker_id: req.worker_id.clone(),
+                    lease,
+                },
+                scope,
+            )
             .await
             .inspect_err(|e| self.metrics.commit_outcome("Takeover", e))?;
         tracing::Span::current().record("queue", claimed.job.queue.as_str());
@@ -417,10 +444,12 @@ impl Coordinator {
         }
     }
 
-    /// RecordObservation; see [`JobStore::record_observation`].
+    /// RecordObservation; see [`JobStore::record_observation`] (the job's
+    /// queue is checked against `scope` before anything is written).
     pub async fn record_observation(
         &self,
         req: RecordObservationRequest,
+        scope: &QueueScope,
     ) -> Result<(Observation, bool), CoordinatorError> {
         let mut v = Violations::default();
         v.job_id(req.job_id);
@@ -432,7 +461,7 @@ impl Coordinator {
         v.finish()?;
         let (observation, duplicate) = self
             .store
-            .record_observation(&req)
+            .record_observation(&req, scope)
             .await
             .inspect_err(|e| self.metrics.commit_outcome("RecordObservation", e))?;
         self.metrics
@@ -440,12 +469,19 @@ impl Coordinator {
         Ok((observation, duplicate))
     }
 
-    /// GetJob; see [`JobStore::get_job`].
-    pub async fn get_job(&self, job_id: u64) -> Result<(Job, Vec<Observation>), CoordinatorError> {
+    /// GetJob; see [`JobStore::get_job`]. A job outside `scope` is
+    /// refused `QueueNotAllowed` (it was read, and nothing is told).
+    pub async fn get_job(
+        &self,
+        job_id: u64,
+        scope: &QueueScope,
+    ) -> Result<(Job, Vec<Observation>), CoordinatorError> {
         let mut v = Violations::default();
         v.job_id(job_id);
         v.finish()?;
-        self.store.get_job(job_id).await
+        let (job, observations) = self.store.get_job(job_id).await?;
+        scope.check(&job.queue, Some(job_id))?;
+        Ok((job, observations))
     }
 }
 

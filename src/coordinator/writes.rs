@@ -7,7 +7,7 @@ use super::validate::{Violations, MAX_BODY_BYTES, MAX_ERROR_BYTES, MAX_KEY_BYTES
 use super::Coordinator;
 use crate::domain::{
     CompleteRequest, CoordinatorError, FailDisposition, FailOutcome, FailRequest, FencedOutcome,
-    FencedWrite, RenewLeaseRequest, WriteOutcome,
+    FencedWrite, QueueScope, RenewLeaseRequest, ScopedWrite, WriteOutcome,
 };
 use std::time::Duration;
 
@@ -31,19 +31,28 @@ pub struct Fail {
 
 impl Coordinator {
     /// RenewLease: extends the lease of the current attempt, never shortens
-    /// it. Refusals as for every fenced write (see `domain::fence`).
-    pub async fn renew_lease(&self, req: RenewLease) -> Result<WriteOutcome, CoordinatorError> {
+    /// it. Refusals as for every fenced write (see `domain::fence`), and
+    /// `QueueNotAllowed` for a job outside `scope` (checked under the row
+    /// lock, before the fence; nothing written).
+    pub async fn renew_lease(
+        &self,
+        req: RenewLease,
+        scope: &QueueScope,
+    ) -> Result<WriteOutcome, CoordinatorError> {
         let mut v = Violations::default();
         v.job_id(req.job_id);
         v.attempt(req.attempt);
         let lease = self.lease(&mut v, "lease", req.lease);
         v.finish()?;
         let out = self
-            .write(FencedWrite::RenewLease(RenewLeaseRequest {
-                job_id: req.job_id,
-                attempt: req.attempt,
-                lease,
-            }))
+            .write(
+                FencedWrite::RenewLease(RenewLeaseRequest {
+                    job_id: req.job_id,
+                    attempt: req.attempt,
+                    lease,
+                }),
+                scope,
+            )
             .await?;
         Ok(WriteOutcome {
             job: out.job,
@@ -52,7 +61,12 @@ impl Coordinator {
     }
 
     /// Complete: `succeeded` with the provider's reference and result.
-    pub async fn complete(&self, req: CompleteRequest) -> Result<WriteOutcome, CoordinatorError> {
+    /// Refusals as for [`renew_lease`](Self::renew_lease).
+    pub async fn complete(
+        &self,
+        req: CompleteRequest,
+        scope: &QueueScope,
+    ) -> Result<WriteOutcome, CoordinatorError> {
         let mut v = Violations::default();
         v.job_id(req.job_id);
         v.attempt(req.attempt);
@@ -63,7 +77,7 @@ impl Coordinator {
             v.max_bytes("result", r, MAX_BODY_BYTES);
         }
         v.finish()?;
-        let out = self.write(FencedWrite::Complete(req)).await?;
+        let out = self.write(FencedWrite::Complete(req), scope).await?;
         Ok(WriteOutcome {
             job: out.job,
             replayed: out.replayed,
@@ -73,7 +87,12 @@ impl Coordinator {
     /// Fail: applies the disposition, except a resend outside the queue's
     /// resend window or past its max dispatches, which goes to manual
     /// review (DESIGN.md rule 6); the answer says what was applied and why.
-    pub async fn fail(&self, req: Fail) -> Result<FailOutcome, CoordinatorError> {
+    /// Refusals as for [`renew_lease`](Self::renew_lease).
+    pub async fn fail(
+        &self,
+        req: Fail,
+        scope: &QueueScope,
+    ) -> Result<FailOutcome, CoordinatorError> {
         let mut v = Violations::default();
         v.job_id(req.job_id);
         v.attempt(req.attempt);
@@ -85,14 +104,17 @@ impl Coordinator {
         v.finish()?;
         // The queue (and so its policy) is read under the row lock.
         let out = self
-            .write(FencedWrite::Fail(FailRequest {
-                job_id: req.job_id,
-                attempt: req.attempt,
-                disposition: req.disposition,
-                error: req.error,
-                retry_delay: req.retry_delay,
-                expected_lease: self.config.default_lease,
-            }))
+            .write(
+                FencedWrite::Fail(FailRequest {
+                    job_id: req.job_id,
+                    attempt: req.attempt,
+                    disposition: req.disposition,
+                    error: req.error,
+                    retry_delay: req.retry_delay,
+                    expected_lease: self.config.default_lease,
+                }),
+                scope,
+            )
             .await?;
         let out = out.into_fail()?;
         if out.replayed {
@@ -153,9 +175,17 @@ impl Coordinator {
     /// span with the job's queue, and counts and logs a refused stale write
     /// (its queue read by primary key: the refusal does not carry it) and
     /// a commit whose outcome is unknown.
-    async fn write(&self, write: FencedWrite) -> Result<FencedOutcome, CoordinatorError> {
+    async fn write(
+        &self,
+        write: FencedWrite,
+        scope: &QueueScope,
+    ) -> Result<FencedOutcome, CoordinatorError> {
         let (rpc, job_id) = (write.rpc(), write.job_id());
-        let e = match self.pipelines.writes.submit(write).await.and_then(|r| r) {
+        let scoped = ScopedWrite {
+            write,
+            scope: scope.clone(),
+        };
+        let e = match self.pipelines.writes.submit(scoped).await.and_then(|r| r) {
             Ok(out) => {
                 let span = tracing::Span::current();
                 span.record("queue", out.job.queue.as_str());

@@ -14,6 +14,12 @@ use std::time::{Duration, Instant};
 use tokio::task::JoinHandle;
 use tonic::Code;
 
+/// The producer's channel, with its bearer token on every call.
+type Authed = tonic::service::interceptor::InterceptedService<
+    tonic::transport::Channel,
+    jobfence_worker::Authorization,
+>;
+
 /// How often the producer sends what is due.
 const TICK: Duration = Duration::from_millis(100);
 /// At most this many refunds in one EnqueueBatch.
@@ -34,10 +40,17 @@ pub(super) struct Arrivals {
 impl Arrivals {
     /// Starts sending `total` refunds to `addr`, evenly over `over` (all
     /// at once when zero).
-    pub fn start(addr: &str, total: u32, over: Duration, queue: &'static str) -> Result<Arrivals> {
-        let channel =
-            tonic::transport::Endpoint::from_shared(format!("http://{addr}"))?.connect_lazy();
-        let client = JobCoordinatorClient::new(channel);
+    pub fn start(
+        addr: &str,
+        credentials: &jobfence_worker::Credentials,
+        total: u32,
+        over: Duration,
+        queue: &'static str,
+    ) -> Result<Arrivals> {
+        let channel = credentials
+            .endpoint(format!("http://{addr}"))?
+            .connect_lazy();
+        let client = JobCoordinatorClient::with_interceptor(channel, credentials.authorization());
         let arrived = Arc::new(AtomicU32::new(0));
         let retried = Arc::new(AtomicU32::new(0));
         let task = tokio::spawn(produce(
@@ -123,7 +136,7 @@ fn worth_retrying(status: &tonic::Status) -> bool {
 }
 
 async fn produce(
-    mut client: JobCoordinatorClient<tonic::transport::Channel>,
+    mut client: JobCoordinatorClient<Authed>,
     total: u32,
     over: Duration,
     queue: &'static str,

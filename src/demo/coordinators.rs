@@ -19,23 +19,51 @@ pub const HAPROXY_TEMPLATE: &str = include_str!("../../deploy/haproxy/jobfence.c
 /// (the template's `errorfile 503`).
 pub const GRPC_UNAVAILABLE: &str = include_str!("../../deploy/haproxy/grpc-unavailable.http");
 
+/// HAProxy's TLS: it terminates the clients' TLS with `frontend_pem` and
+/// re-encrypts to the coordinators, verifying them against `ca`.
+#[derive(Debug, Clone)]
+pub struct HaproxyTls {
+    /// The certificate and its key in one PEM file (absolute path).
+    pub frontend_pem: PathBuf,
+    /// The CA that signed the coordinators' certificates (absolute path).
+    pub ca: PathBuf,
+}
+
 /// The HAProxy configuration for `servers` (name, gRPC address, metrics
 /// port), listening on `listen`, with its runtime API on `socket` and
-/// [`GRPC_UNAVAILABLE`] at `errorfile` (both absolute paths).
+/// [`GRPC_UNAVAILABLE`] at `errorfile` (both absolute paths); TLS on both
+/// sides with `tls`, cleartext HTTP/2 without.
 pub fn haproxy_config(
     listen: &str,
     socket: &Path,
     errorfile: &Path,
     servers: &[(String, String, u16)],
+    tls: Option<&HaproxyTls>,
 ) -> String {
+    let upstream = match tls {
+        Some(t) => format!(
+            "ssl verify required ca-file {} verifyhost localhost alpn h2 proto h2",
+            t.ca.display()
+        ),
+        None => "proto h2".to_owned(),
+    };
+    // Health checks go to the plain-HTTP metrics port either way.
+    let check_tls = if tls.is_some() { " no-check-ssl" } else { "" };
     let lines: Vec<String> = servers
         .iter()
         .map(|(name, grpc, metrics)| {
-            format!("    server {name} {grpc} proto h2 check port {metrics} check-proto h1")
+            format!(
+                "    server {name} {grpc} {upstream} check port {metrics} check-proto h1{check_tls}"
+            )
         })
         .collect();
+    let bind = match tls {
+        Some(t) => format!("ssl crt {} alpn h2", t.frontend_pem.display()),
+        None => "proto h2".to_owned(),
+    };
     HAPROXY_TEMPLATE
         .replace("@LISTEN@", listen)
+        .replace("@BIND@", &bind)
         .replace("@STATS_SOCKET@", &socket.display().to_string())
         .replace("@GRPC_UNAVAILABLE@", &errorfile.display().to_string())
         .replace("@SERVERS@", &lines.join("\n"))
@@ -100,6 +128,10 @@ impl Coordinator {
 /// How the coordinators are run.
 #[derive(Debug, Clone)]
 pub struct Settings {
+    /// TLS and callers for every coordinator, HAProxy's TLS, and the
+    /// credentials this process checks health with; `None` runs them
+    /// `--insecure`.
+    pub credentials: Option<super::credentials::DemoCredentials>,
     pub exe: PathBuf,
     pub logs: PathBuf,
     /// `jobfence serve` flags every coordinator gets (lease, window, …),
@@ -160,7 +192,7 @@ impl Coordinators {
             list.push(c);
         }
         for c in &list {
-            super::wait_coordinator(&c.grpc).await?;
+            super::wait_coordinator(&c.grpc, &settings.client()?).await?;
         }
         let (haproxy, addr) = if list.len() > 1 {
             let listen = format!("127.0.0.1:{}", free_port()?);
@@ -180,9 +212,10 @@ impl Coordinators {
                 })
                 .collect();
             let config = settings.logs.join("haproxy.cfg");
+            let tls = settings.credentials.as_ref().map(|c| c.haproxy());
             std::fs::write(
                 &config,
-                haproxy_config(&listen, &socket, &errorfile, &servers),
+                haproxy_config(&listen, &socket, &errorfile, &servers, tls.as_ref()),
             )?;
             let proc = Proc::spawn(
                 "haproxy",
@@ -191,7 +224,7 @@ impl Coordinators {
                 &[],
                 &settings.logs,
             )?;
-            super::wait_coordinator(&listen).await?;
+            super::wait_coordinator(&listen, &settings.client()?).await?;
             (Some((proc, socket)), listen)
         } else {
             (None, list[0].grpc.clone())
@@ -249,7 +282,7 @@ impl Coordinators {
         let c = &self.list[i];
         let (name, grpc, metrics) = (c.name.clone(), c.grpc.clone(), c.metrics.clone());
         self.list[i] = spawn(&self.settings, &self.db_url, &name, &grpc, &metrics)?;
-        super::wait_coordinator(&grpc).await?;
+        super::wait_coordinator(&grpc, &self.settings.client()?).await?;
         // A rolling restart moves on only once the load balancer sends
         // calls to this one again (two passed checks, about a second):
         // otherwise the next stop could leave no coordinator up.
@@ -321,6 +354,17 @@ impl Coordinators {
     }
 }
 
+impl Settings {
+    /// The credentials a health check of this process presents (health
+    /// needs none, but TLS needs the CA).
+    fn client(&self) -> Result<jobfence_worker::Credentials> {
+        match &self.credentials {
+            Some(c) => c.client(super::credentials::PRODUCER),
+            None => Ok(jobfence_worker::Credentials::default()),
+        }
+    }
+}
+
 fn spawn(
     settings: &Settings,
     db_url: &str,
@@ -337,6 +381,10 @@ fn spawn(
         "--metrics-listen".into(),
         metrics.into(),
     ];
+    match &settings.credentials {
+        Some(c) => args.extend(c.serve_flags()),
+        None => args.push("--insecure".into()),
+    }
     args.extend(settings.serve_flags.iter().cloned());
     if name.ends_with("-1") {
         args.extend(settings.first_only.iter().cloned());

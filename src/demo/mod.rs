@@ -11,6 +11,7 @@
 mod arrivals;
 mod chaos;
 pub mod coordinators;
+pub mod credentials;
 pub mod netcut;
 pub mod procs;
 pub mod report;
@@ -23,6 +24,7 @@ use arrivals::Arrivals;
 use chaos::{chaos_step, Chaos};
 use clap::Args;
 use coordinators::Coordinators;
+use credentials::DemoCredentials;
 use procs::{free_port, Proc};
 use report::Report;
 use sqlx::mysql::MySqlPool;
@@ -120,6 +122,12 @@ pub struct DemoArgs {
     /// one, and the database cut off for a few seconds.
     #[arg(long, default_value_t = 2)]
     pub coordinators: u32,
+    /// Run the coordinators without TLS and authentication. By default the
+    /// demo makes throw-away credentials (a CA, the coordinators'
+    /// certificate, one token per kind of caller) in <work-dir>/credentials
+    /// and runs with both on.
+    #[arg(long)]
+    pub insecure: bool,
 }
 
 /// The demo's processes.
@@ -131,9 +139,26 @@ struct Cluster {
     provider: Proc,
     workers: Vec<Proc>,
     lease: Duration,
+    credentials: Option<DemoCredentials>,
 }
 
 impl Cluster {
+    /// The environment of a worker process of `caller` (its TLS and token).
+    fn client_env(&self, caller: &str) -> Vec<(&'static str, String)> {
+        self.credentials
+            .as_ref()
+            .map(|c| c.client_env(caller))
+            .unwrap_or_default()
+    }
+
+    /// The credentials of `caller` for a client in this process.
+    fn client(&self, caller: &str) -> Result<jobfence_worker::Credentials> {
+        match &self.credentials {
+            Some(c) => c.client(caller),
+            None => Ok(jobfence_worker::Credentials::default()),
+        }
+    }
+
     fn rust_worker(&self, name: &str, concurrency: u32) -> Result<Proc> {
         let args: Vec<String> = [
             "refund-worker",
@@ -152,7 +177,8 @@ impl Cluster {
         ]
         .map(String::from)
         .to_vec();
-        Proc::spawn(name, &self.exe, &args, &[], &self.logs)
+        let env = self.client_env(credentials::RUST_WORKERS);
+        Proc::spawn(name, &self.exe, &args, &env, &self.logs)
     }
 }
 
@@ -183,11 +209,16 @@ fn serve_flags(lease: Duration, window: Duration, balanced: bool) -> Vec<String>
     .to_vec()
 }
 
-/// Waits (up to 30 s) until the coordinator at `addr` reports SERVING.
-pub async fn wait_coordinator(addr: &str) -> Result<()> {
+/// Waits (up to 30 s) until the coordinator at `addr` reports SERVING;
+/// `credentials` give the TLS to speak (health needs no token).
+pub async fn wait_coordinator(
+    addr: &str,
+    credentials: &jobfence_worker::Credentials,
+) -> Result<()> {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        if let Ok(ch) = tonic::transport::Channel::from_shared(format!("http://{addr}"))?
+        if let Ok(ch) = credentials
+            .endpoint(format!("http://{addr}"))?
             .connect()
             .await
         {
@@ -267,6 +298,16 @@ pub async fn run(args: DemoArgs) -> Result<bool> {
         std::fs::remove_file(entry?.path())?;
     }
     let exe = std::env::current_exe()?;
+    let demo_credentials = if args.insecure {
+        None
+    } else {
+        let c = DemoCredentials::create(&args.work_dir.join("credentials"))?;
+        say(&format!(
+            "TLS and authentication on; throw-away credentials in {}",
+            c.files.dir.display()
+        ));
+        Some(c)
+    };
     let pool = fresh_database(&args.database_url).await?;
     let database_durable = report::database_durable(&pool).await;
     say(&format!("database durable: {database_durable}"));
@@ -316,11 +357,15 @@ pub async fn run(args: DemoArgs) -> Result<bool> {
     let mut first_only = Vec::new();
     if let Some(c) = &console_listen {
         first_only.extend(["--console-listen".to_owned(), c.clone()]);
+        if let Some(creds) = &demo_credentials {
+            first_only.extend(creds.console_flags());
+        }
     }
     let coordinators = Coordinators::start(
         args.coordinators,
         &args.database_url,
         coordinators::Settings {
+            credentials: demo_credentials.clone(),
             exe: exe.clone(),
             logs: logs.clone(),
             serve_flags: serve_flags(args.lease, args.resend_window, args.coordinators > 1),
@@ -337,6 +382,7 @@ pub async fn run(args: DemoArgs) -> Result<bool> {
         provider,
         workers: Vec::new(),
         lease: args.lease,
+        credentials: demo_credentials,
     };
     let serving = cluster
         .coordinators
@@ -452,10 +498,11 @@ async fn run_workload(
             ];
             // The package from its source tree (its dependencies are in
             // the venv scripts/python-env made).
-            let path = [("PYTHONPATH", "python/src".to_owned())];
+            let mut env = vec![("PYTHONPATH", "python/src".to_owned())];
+            env.extend(cluster.client_env(credentials::PYTHON_WORKERS));
             cluster
                 .workers
-                .push(Proc::spawn(&name, python, &script, &path, &cluster.logs)?);
+                .push(Proc::spawn(&name, python, &script, &env, &cluster.logs)?);
         }
     }
     for i in 1..=args.node_workers {
@@ -475,12 +522,23 @@ async fn run_workload(
             "--concurrency".into(),
             args.concurrency.to_string(),
         ];
-        cluster
-            .workers
-            .push(Proc::spawn(&name, &args.node, &script, &[], &cluster.logs)?);
+        let env = cluster.client_env(credentials::NODE_WORKERS);
+        cluster.workers.push(Proc::spawn(
+            &name,
+            &args.node,
+            &script,
+            &env,
+            &cluster.logs,
+        )?);
     }
     wait_workers_started(&mut cluster.workers).await?;
-    let mut arrivals = Arrivals::start(&cluster.coordinators.addr, args.jobs, args.arrival, QUEUE)?;
+    let mut arrivals = Arrivals::start(
+        &cluster.coordinators.addr,
+        &cluster.client(credentials::PRODUCER)?,
+        args.jobs,
+        args.arrival,
+        QUEUE,
+    )?;
     say(&format!(
         "{} refunds arriving over {}",
         args.jobs,

@@ -6,7 +6,7 @@
 
 use super::{
     CoordinatorError, FailDisposition, FailOutcome, Job, ObservationOutcome, ObservationSource,
-    OverrideReason,
+    OverrideReason, QueueScope,
 };
 use std::time::Duration;
 
@@ -129,6 +129,24 @@ impl FencedWrite {
             FencedWrite::RenewLease(_) => "RenewLease",
             FencedWrite::Complete(_) => "Complete",
             FencedWrite::Fail(_) => "Fail",
+        }
+    }
+}
+
+/// A fenced write and the queues its caller may write to: the store
+/// checks the job's queue, read under the row lock, before the fence.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScopedWrite {
+    pub write: FencedWrite,
+    pub scope: QueueScope,
+}
+
+impl ScopedWrite {
+    /// `write` by a caller that may write to every queue.
+    pub fn unrestricted(write: FencedWrite) -> Self {
+        ScopedWrite {
+            write,
+            scope: QueueScope::Any,
         }
     }
 }

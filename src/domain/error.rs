@@ -129,9 +129,27 @@ pub enum CoordinatorError {
     #[error("coordinator overloaded: {pending} {what} calls already waiting for the database")]
     Overloaded { what: &'static str, pending: usize },
 
+    /// The caller's credential does not cover this queue (the request's
+    /// own queue, or the queue of the job it names, read from the job's
+    /// row). Nothing was written, not even a refusal event.
+    #[error("{}", queue_not_allowed(queue, job_id))]
+    QueueNotAllowed {
+        /// The queue the call would act on (`*` for "every queue").
+        queue: String,
+        /// The job named by the call, if it named one.
+        job_id: Option<u64>,
+    },
+
     /// Anything unexpected (a bug, or a schema the code does not match).
     #[error("internal error: {0}")]
     Internal(String),
+}
+
+fn queue_not_allowed(queue: &str, job_id: &Option<u64>) -> String {
+    match job_id {
+        Some(id) => format!("the caller may not act on queue {queue:?} (of job {id})"),
+        None => format!("the caller may not act on queue {queue:?}"),
+    }
 }
 
 fn describe(violations: &[FieldViolation]) -> String {

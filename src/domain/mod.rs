@@ -9,6 +9,7 @@ pub mod durability;
 pub mod error;
 pub mod fence;
 pub mod policy;
+pub mod scope;
 pub mod transition;
 
 use chrono::NaiveDateTime;
@@ -17,9 +18,10 @@ use std::str::FromStr;
 
 pub use calls::{
     ClaimSlot, CompleteRequest, EnqueueOutcome, EnqueueRequest, FailRequest, FencedOutcome,
-    FencedWrite, RecordObservationRequest, RenewLeaseRequest, TakeoverRequest,
+    FencedWrite, RecordObservationRequest, RenewLeaseRequest, ScopedWrite, TakeoverRequest,
 };
 pub use error::CoordinatorError;
+pub use scope::QueueScope;
 
 /// A timestamp from the database clock (UTC, microsecond precision).
 pub type DbTime = NaiveDateTime;

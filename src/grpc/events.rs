@@ -7,10 +7,10 @@
 //! stream would otherwise hold the graceful shutdown open), so a consumer
 //! reconnects from the last event it applied, to this replica or another.
 
-use super::finish;
 use super::status::{reason, ERROR_DOMAIN};
+use crate::auth::Action;
 use crate::coordinator::Coordinator;
-use crate::domain::CoordinatorError;
+use crate::domain::{CoordinatorError, QueueScope};
 use crate::proto::job_events_server::JobEvents;
 use crate::proto::{
     self, ListEventsRequest, ListEventsResponse, WatchEventsRequest, WatchEventsResponse,
@@ -70,6 +70,31 @@ impl JobEventsService {
             coordinator,
             poll_interval,
             shutdown,
+        }
+    }
+}
+
+impl JobEventsService {
+    fn finish<T>(&self, result: Result<T, CoordinatorError>) -> Result<Response<T>, Status> {
+        super::finish(self.coordinator.metrics(), result)
+    }
+
+    /// Refuses a feed of a queue outside the caller's scope; a feed of
+    /// every queue (no `queue` filter) needs a grant on `*`.
+    fn check_queue<T>(
+        &self,
+        request: &Request<T>,
+        queue: &str,
+        method: &str,
+    ) -> Result<(), Status> {
+        let caller = super::caller(request);
+        let scope: QueueScope = super::scope(caller.as_deref(), Action::ReadEvents, method)
+            .map_err(|r| super::refused(self.coordinator.metrics(), r))?;
+        // `*` is in no scope but the unrestricted one.
+        let queue = if queue.is_empty() { "*" } else { queue };
+        match scope.check(queue, None) {
+            Ok(()) => Ok(()),
+            Err(e) => self.finish::<()>(Err(e)).map(|_| ()),
         }
     }
 }
@@ -153,12 +178,13 @@ impl JobEvents for JobEventsService {
     #[instrument(
         name = "ListEvents",
         skip_all,
-        fields(after_event_id, queue, listed, next_after_event_id, outcome)
+        fields(caller, after_event_id, queue, listed, next_after_event_id, outcome)
     )]
     async fn list_events(
         &self,
         request: Request<ListEventsRequest>,
     ) -> Result<Response<ListEventsResponse>, Status> {
+        self.check_queue(&request, &request.get_ref().queue, "ListEvents")?;
         let r = request.into_inner();
         let span = Span::current();
         span.record("after_event_id", r.after_event_id);
@@ -176,16 +202,21 @@ impl JobEvents for JobEventsService {
                     next_after_event_id: page.next_after,
                 }
             });
-        finish(result)
+        self.finish(result)
     }
 
     type WatchEventsStream = WatchStream;
 
-    #[instrument(name = "WatchEvents", skip_all, fields(after_event_id, queue, outcome))]
+    #[instrument(
+        name = "WatchEvents",
+        skip_all,
+        fields(caller, after_event_id, queue, outcome)
+    )]
     async fn watch_events(
         &self,
         request: Request<WatchEventsRequest>,
     ) -> Result<Response<Self::WatchEventsStream>, Status> {
+        self.check_queue(&request, &request.get_ref().queue, "WatchEvents")?;
         let r = request.into_inner();
         let span = Span::current();
         span.record("after_event_id", r.after_event_id);
@@ -199,7 +230,7 @@ impl JobEvents for JobEventsService {
             .map(|_| ());
         if let Err(e) = checked {
             if !transient(&e) {
-                return finish(Err(e));
+                return self.finish(Err(e));
             }
         }
         span.record("outcome", "streaming");

@@ -5,7 +5,7 @@
 
 use super::convert::{self, duration, non_empty};
 use super::events::event_to_proto;
-use super::finish;
+use crate::auth::Refusal;
 use crate::coordinator::validate::Violations;
 use crate::coordinator::Coordinator;
 use crate::domain::JobState;
@@ -29,6 +29,22 @@ impl JobAdminService {
     /// The service over `coordinator`.
     pub fn new(coordinator: Coordinator) -> Self {
         JobAdminService { coordinator }
+    }
+
+    fn finish<T>(
+        &self,
+        result: Result<T, crate::domain::CoordinatorError>,
+    ) -> Result<Response<T>, Status> {
+        super::finish(self.coordinator.metrics(), result)
+    }
+
+    /// The operator to record: the credential's name when the server
+    /// authenticates (a request naming someone else is refused), else the
+    /// request's `operator` field.
+    fn operator<T>(&self, request: &Request<T>, requested: &str) -> Result<String, Status> {
+        let caller = super::caller(request);
+        Refusal::operator_for(caller.as_deref(), requested)
+            .map_err(|r| super::refused(self.coordinator.metrics(), r))
     }
 }
 
@@ -99,11 +115,12 @@ fn queue_stats(s: store::QueueStats) -> proto::QueueStats {
 
 #[tonic::async_trait]
 impl JobAdmin for JobAdminService {
-    #[instrument(name = "ListJobs", skip_all, fields(queue, listed, outcome))]
+    #[instrument(name = "ListJobs", skip_all, fields(caller, queue, listed, outcome))]
     async fn list_jobs(
         &self,
         request: Request<ListJobsRequest>,
     ) -> Result<Response<ListJobsResponse>, Status> {
+        super::caller(&request);
         let r = request.into_inner();
         let span = Span::current();
         span.record("queue", r.queue.as_str());
@@ -142,18 +159,19 @@ impl JobAdmin for JobAdminService {
             })
         }
         .await;
-        finish(result)
+        self.finish(result)
     }
 
     #[instrument(
         name = "AdminGetJob",
         skip_all,
-        fields(job_id, queue, operation_key, attempt, outcome)
+        fields(caller, job_id, queue, operation_key, attempt, outcome)
     )]
     async fn get_job(
         &self,
         request: Request<GetJobDetailRequest>,
     ) -> Result<Response<GetJobDetailResponse>, Status> {
+        super::caller(&request);
         let r = request.into_inner();
         let span = Span::current();
         span.record("job_id", r.job_id);
@@ -171,23 +189,26 @@ impl JobAdmin for JobAdminService {
                 events: d.events.into_iter().map(event_to_proto).collect(),
             }
         });
-        finish(result)
+        self.finish(result)
     }
 
     #[instrument(
         name = "ResolveManualReview",
         skip_all,
-        fields(job_id, queue, attempt, operator, resolution, replayed, outcome)
+        fields(
+            caller, job_id, queue, attempt, operator, resolution, replayed, outcome
+        )
     )]
     async fn resolve_manual_review(
         &self,
         request: Request<ResolveManualReviewRequest>,
     ) -> Result<Response<ResolveManualReviewResponse>, Status> {
+        let operator = self.operator(&request, &request.get_ref().operator)?;
         let r = request.into_inner();
         let span = Span::current();
         span.record("job_id", r.job_id);
         span.record("attempt", r.attempt);
-        span.record("operator", r.operator.as_str());
+        span.record("operator", operator.as_str());
         let result = async {
             let mut v = Violations::default();
             let resolution = resolution(&mut v, &r);
@@ -200,7 +221,7 @@ impl JobAdmin for JobAdminService {
                         job_id: r.job_id,
                         attempt: r.attempt,
                         resolution,
-                        operator: r.operator,
+                        operator,
                         reason: r.reason,
                     },
                     r.authorize_resend,
@@ -213,29 +234,30 @@ impl JobAdmin for JobAdminService {
             })
         }
         .await;
-        finish(result)
+        self.finish(result)
     }
 
     #[instrument(
         name = "CancelJob",
         skip_all,
-        fields(job_id, queue, attempt, operator, replayed, outcome)
+        fields(caller, job_id, queue, attempt, operator, replayed, outcome)
     )]
     async fn cancel_job(
         &self,
         request: Request<CancelJobRequest>,
     ) -> Result<Response<CancelJobResponse>, Status> {
+        let operator = self.operator(&request, &request.get_ref().operator)?;
         let r = request.into_inner();
         let span = Span::current();
         span.record("job_id", r.job_id);
         span.record("attempt", r.attempt);
-        span.record("operator", r.operator.as_str());
+        span.record("operator", operator.as_str());
         let result = self
             .coordinator
             .cancel_job(store::CancelRequest {
                 job_id: r.job_id,
                 attempt: r.attempt,
-                operator: r.operator,
+                operator,
                 reason: r.reason,
             })
             .await
@@ -247,14 +269,15 @@ impl JobAdmin for JobAdminService {
                     replayed: out.replayed,
                 }
             });
-        finish(result)
+        self.finish(result)
     }
 
-    #[instrument(name = "QueueStats", skip_all, fields(queue, outcome))]
+    #[instrument(name = "QueueStats", skip_all, fields(caller, queue, outcome))]
     async fn queue_stats(
         &self,
         request: Request<QueueStatsRequest>,
     ) -> Result<Response<QueueStatsResponse>, Status> {
+        super::caller(&request);
         let r = request.into_inner();
         Span::current().record("queue", r.queue.as_str());
         let result = async {
@@ -271,6 +294,6 @@ impl JobAdmin for JobAdminService {
             })
         }
         .await;
-        finish(result)
+        self.finish(result)
     }
 }

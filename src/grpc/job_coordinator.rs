@@ -1,10 +1,10 @@
 //! `jobfence.v1.JobCoordinator`: the worker-facing service.
 
 use super::convert::{self, duration, non_empty};
-use super::finish;
+use crate::auth::{Action, Refusal, Role};
 use crate::coordinator::validate::Violations;
 use crate::coordinator::{self, Coordinator};
-use crate::domain;
+use crate::domain::{self, CoordinatorError, QueueScope};
 use crate::proto::job_coordinator_server::JobCoordinator;
 use crate::proto::{
     enqueue_batch_result, ClaimRequest, ClaimResponse, CompleteRequest, CompleteResponse,
@@ -24,8 +24,25 @@ pub struct JobCoordinatorService {
 }
 
 impl JobCoordinatorService {
+    /// The service over `coordinator`.
     pub fn new(coordinator: Coordinator) -> Self {
         JobCoordinatorService { coordinator }
+    }
+
+    /// The queues the caller may act on for `action` (see [`super::scope`]).
+    fn scope<T>(
+        &self,
+        request: &Request<T>,
+        action: Action,
+        method: &str,
+    ) -> Result<QueueScope, Status> {
+        let caller = super::caller(request);
+        super::scope(caller.as_deref(), action, method)
+            .map_err(|r| super::refused(self.coordinator.metrics(), r))
+    }
+
+    fn finish<T>(&self, result: Result<T, CoordinatorError>) -> Result<Response<T>, Status> {
+        super::finish(self.coordinator.metrics(), result)
     }
 }
 
@@ -34,12 +51,13 @@ impl JobCoordinator for JobCoordinatorService {
     #[instrument(
         name = "Enqueue",
         skip_all,
-        fields(queue, operation_key, job_id, outcome)
+        fields(caller, queue, operation_key, job_id, outcome)
     )]
     async fn enqueue(
         &self,
         request: Request<EnqueueRequest>,
     ) -> Result<Response<EnqueueResponse>, Status> {
+        let scope = self.scope(&request, Action::Enqueue, "Enqueue")?;
         let r = request.into_inner();
         let span = Span::current();
         span.record("queue", r.queue.as_str());
@@ -50,12 +68,15 @@ impl JobCoordinator for JobCoordinatorService {
             v.finish()?;
             let out = self
                 .coordinator
-                .enqueue(domain::EnqueueRequest {
-                    queue: r.queue,
-                    operation_key: r.operation_key,
-                    payload: r.payload,
-                    delay: delay.unwrap_or_default(),
-                })
+                .enqueue(
+                    domain::EnqueueRequest {
+                        queue: r.queue,
+                        operation_key: r.operation_key,
+                        payload: r.payload,
+                        delay: delay.unwrap_or_default(),
+                    },
+                    &scope,
+                )
                 .await?;
             span.record("job_id", out.job.id);
             Ok(EnqueueResponse {
@@ -64,14 +85,19 @@ impl JobCoordinator for JobCoordinatorService {
             })
         }
         .await;
-        finish(result)
+        self.finish(result)
     }
 
-    #[instrument(name = "EnqueueBatch", skip_all, fields(items, created, outcome))]
+    #[instrument(
+        name = "EnqueueBatch",
+        skip_all,
+        fields(caller, items, created, outcome)
+    )]
     async fn enqueue_batch(
         &self,
         request: Request<EnqueueBatchRequest>,
     ) -> Result<Response<EnqueueBatchResponse>, Status> {
+        let scope = self.scope(&request, Action::Enqueue, "EnqueueBatch")?;
         let r = request.into_inner();
         let span = Span::current();
         span.record("items", r.items.len());
@@ -94,7 +120,7 @@ impl JobCoordinator for JobCoordinatorService {
                 self.coordinator.check_enqueue_batch(&items, &mut v);
                 v.finish()?;
             }
-            let answers = self.coordinator.enqueue_batch(items).await?;
+            let answers = self.coordinator.enqueue_batch(items, &scope).await?;
             span.record(
                 "created",
                 answers
@@ -118,14 +144,19 @@ impl JobCoordinator for JobCoordinatorService {
             })
         }
         .await;
-        finish(result)
+        self.finish(result)
     }
 
-    #[instrument(name = "Claim", skip_all, fields(queue, worker_id, claimed, outcome))]
+    #[instrument(
+        name = "Claim",
+        skip_all,
+        fields(caller, queue, worker_id, claimed, outcome)
+    )]
     async fn claim(
         &self,
         request: Request<ClaimRequest>,
     ) -> Result<Response<ClaimResponse>, Status> {
+        let scope = self.scope(&request, Action::Work, "Claim")?;
         let deadline = call_deadline(request.metadata());
         let r = request.into_inner();
         let span = Span::current();
@@ -143,13 +174,16 @@ impl JobCoordinator for JobCoordinatorService {
             };
             let jobs = self
                 .coordinator
-                .claim(coordinator::Claim {
-                    queue: r.queue,
-                    worker_id: r.worker_id,
-                    max_jobs: r.max_jobs,
-                    lease,
-                    wait,
-                })
+                .claim(
+                    coordinator::Claim {
+                        queue: r.queue,
+                        worker_id: r.worker_id,
+                        max_jobs: r.max_jobs,
+                        lease,
+                        wait,
+                    },
+                    &scope,
+                )
                 .await?;
             span.record("claimed", jobs.len());
             Ok(ClaimResponse {
@@ -157,18 +191,19 @@ impl JobCoordinator for JobCoordinatorService {
             })
         }
         .await;
-        finish(result)
+        self.finish(result)
     }
 
     #[instrument(
         name = "Takeover",
         skip_all,
-        fields(job_id, queue, worker_id, attempt, operation_key, outcome)
+        fields(caller, job_id, queue, worker_id, attempt, operation_key, outcome)
     )]
     async fn takeover(
         &self,
         request: Request<TakeoverRequest>,
     ) -> Result<Response<TakeoverResponse>, Status> {
+        let scope = self.scope(&request, Action::Work, "Takeover")?;
         let r = request.into_inner();
         let span = Span::current();
         span.record("job_id", r.job_id);
@@ -179,11 +214,14 @@ impl JobCoordinator for JobCoordinatorService {
             v.finish()?;
             let claimed = self
                 .coordinator
-                .takeover(coordinator::Takeover {
-                    job_id: r.job_id,
-                    worker_id: r.worker_id,
-                    lease,
-                })
+                .takeover(
+                    coordinator::Takeover {
+                        job_id: r.job_id,
+                        worker_id: r.worker_id,
+                        lease,
+                    },
+                    &scope,
+                )
                 .await?;
             span.record("attempt", claimed.job.attempt);
             span.record("operation_key", claimed.job.operation_key.as_str());
@@ -192,18 +230,19 @@ impl JobCoordinator for JobCoordinatorService {
             })
         }
         .await;
-        finish(result)
+        self.finish(result)
     }
 
     #[instrument(
         name = "RenewLease",
         skip_all,
-        fields(job_id, queue, attempt, operation_key, outcome)
+        fields(caller, job_id, queue, attempt, operation_key, outcome)
     )]
     async fn renew_lease(
         &self,
         request: Request<RenewLeaseRequest>,
     ) -> Result<Response<RenewLeaseResponse>, Status> {
+        let scope = self.scope(&request, Action::Work, "RenewLease")?;
         let r = request.into_inner();
         let span = Span::current();
         span.record("job_id", r.job_id);
@@ -214,11 +253,14 @@ impl JobCoordinator for JobCoordinatorService {
             v.finish()?;
             let out = self
                 .coordinator
-                .renew_lease(coordinator::RenewLease {
-                    job_id: r.job_id,
-                    attempt: r.attempt,
-                    lease,
-                })
+                .renew_lease(
+                    coordinator::RenewLease {
+                        job_id: r.job_id,
+                        attempt: r.attempt,
+                        lease,
+                    },
+                    &scope,
+                )
                 .await?;
             Ok(RenewLeaseResponse {
                 job: Some(convert::job(out.job)),
@@ -226,18 +268,19 @@ impl JobCoordinator for JobCoordinatorService {
             })
         }
         .await;
-        finish(result)
+        self.finish(result)
     }
 
     #[instrument(
         name = "Complete",
         skip_all,
-        fields(job_id, queue, attempt, operation_key, replayed, outcome)
+        fields(caller, job_id, queue, attempt, operation_key, replayed, outcome)
     )]
     async fn complete(
         &self,
         request: Request<CompleteRequest>,
     ) -> Result<Response<CompleteResponse>, Status> {
+        let scope = self.scope(&request, Action::Work, "Complete")?;
         let r = request.into_inner();
         let span = Span::current();
         span.record("job_id", r.job_id);
@@ -245,12 +288,15 @@ impl JobCoordinator for JobCoordinatorService {
         let result = async {
             let out = self
                 .coordinator
-                .complete(domain::CompleteRequest {
-                    job_id: r.job_id,
-                    attempt: r.attempt,
-                    provider_reference: non_empty(r.provider_reference),
-                    result: non_empty(r.result),
-                })
+                .complete(
+                    domain::CompleteRequest {
+                        job_id: r.job_id,
+                        attempt: r.attempt,
+                        provider_reference: non_empty(r.provider_reference),
+                        result: non_empty(r.result),
+                    },
+                    &scope,
+                )
                 .await?;
             span.record("operation_key", out.job.operation_key.as_str());
             span.record("replayed", out.replayed);
@@ -260,15 +306,25 @@ impl JobCoordinator for JobCoordinatorService {
             })
         }
         .await;
-        finish(result)
+        self.finish(result)
     }
 
     #[instrument(
         name = "Fail",
         skip_all,
-        fields(job_id, queue, attempt, operation_key, applied, replayed, outcome)
+        fields(
+            caller,
+            job_id,
+            queue,
+            attempt,
+            operation_key,
+            applied,
+            replayed,
+            outcome
+        )
     )]
     async fn fail(&self, request: Request<FailRequest>) -> Result<Response<FailResponse>, Status> {
+        let scope = self.scope(&request, Action::Work, "Fail")?;
         let r = request.into_inner();
         let span = Span::current();
         span.record("job_id", r.job_id);
@@ -280,13 +336,16 @@ impl JobCoordinator for JobCoordinatorService {
             v.finish()?;
             let out = self
                 .coordinator
-                .fail(coordinator::Fail {
-                    job_id: r.job_id,
-                    attempt: r.attempt,
-                    disposition,
-                    error: r.error,
-                    retry_delay: retry_delay.unwrap_or_default(),
-                })
+                .fail(
+                    coordinator::Fail {
+                        job_id: r.job_id,
+                        attempt: r.attempt,
+                        disposition,
+                        error: r.error,
+                        retry_delay: retry_delay.unwrap_or_default(),
+                    },
+                    &scope,
+                )
                 .await?;
             let applied = convert::disposition_to_proto(out.applied);
             span.record("operation_key", out.job.operation_key.as_str());
@@ -303,40 +362,70 @@ impl JobCoordinator for JobCoordinatorService {
             })
         }
         .await;
-        finish(result)
+        self.finish(result)
     }
 
     #[instrument(
         name = "RecordObservation",
         skip_all,
-        fields(job_id, attempt, source, observed, duplicate, outcome)
+        fields(caller, job_id, attempt, source, observed, duplicate, outcome)
     )]
     async fn record_observation(
         &self,
         request: Request<RecordObservationRequest>,
     ) -> Result<Response<RecordObservationResponse>, Status> {
+        let caller = super::caller(&request);
         let r = request.into_inner();
         let span = Span::current();
         span.record("job_id", r.job_id);
         span.record("attempt", r.attempt);
+        let mut v = Violations::default();
+        let source = convert::source(&mut v, r.source);
+        let outcome = convert::outcome(&mut v, r.outcome);
+        if let Err(e) = v.finish() {
+            return self.finish(Err(e));
+        }
+        span.record("source", source.as_str());
+        span.record("observed", outcome.as_str());
+        // A webhook reports webhooks only: the source decides the scope.
+        let scope = match caller.as_deref() {
+            None => QueueScope::Any,
+            Some(c) => match c.observe_scope(source) {
+                Some(scope) => scope,
+                None => {
+                    let required: Vec<&str> = Role::ALL
+                        .into_iter()
+                        .filter(|role| role.observes(source))
+                        .map(Role::as_str)
+                        .collect();
+                    let refusal = Refusal::RoleNotAllowed {
+                        caller: c.name.clone(),
+                        roles: c.roles(),
+                        method: format!(
+                            "RecordObservation with source {}",
+                            source.as_str().to_uppercase()
+                        ),
+                        required: required.join(" or "),
+                    };
+                    return Err(super::refused(self.coordinator.metrics(), refusal));
+                }
+            },
+        };
         let result = async {
-            let mut v = Violations::default();
-            let source = convert::source(&mut v, r.source);
-            let outcome = convert::outcome(&mut v, r.outcome);
-            v.finish()?;
-            span.record("source", source.as_str());
-            span.record("observed", outcome.as_str());
             let (observation, duplicate) = self
                 .coordinator
-                .record_observation(domain::RecordObservationRequest {
-                    job_id: r.job_id,
-                    attempt: r.attempt,
-                    source,
-                    outcome,
-                    provider_reference: non_empty(r.provider_reference),
-                    body: r.body,
-                    dedup_key: r.dedup_key,
-                })
+                .record_observation(
+                    domain::RecordObservationRequest {
+                        job_id: r.job_id,
+                        attempt: r.attempt,
+                        source,
+                        outcome,
+                        provider_reference: non_empty(r.provider_reference),
+                        body: r.body,
+                        dedup_key: r.dedup_key,
+                    },
+                    &scope,
+                )
                 .await?;
             span.record("duplicate", duplicate);
             Ok(RecordObservationResponse {
@@ -345,23 +434,24 @@ impl JobCoordinator for JobCoordinatorService {
             })
         }
         .await;
-        finish(result)
+        self.finish(result)
     }
 
     #[instrument(
         name = "GetJob",
         skip_all,
-        fields(job_id, queue, operation_key, attempt, outcome)
+        fields(caller, job_id, queue, operation_key, attempt, outcome)
     )]
     async fn get_job(
         &self,
         request: Request<GetJobRequest>,
     ) -> Result<Response<GetJobResponse>, Status> {
+        let scope = self.scope(&request, Action::ReadJob, "GetJob")?;
         let r = request.into_inner();
         Span::current().record("job_id", r.job_id);
         let result = self
             .coordinator
-            .get_job(r.job_id)
+            .get_job(r.job_id, &scope)
             .await
             .map(|(job, observations)| {
                 let span = Span::current();
@@ -373,7 +463,7 @@ impl JobCoordinator for JobCoordinatorService {
                     observations: observations.into_iter().map(convert::observation).collect(),
                 }
             });
-        finish(result)
+        self.finish(result)
     }
 }
 
@@ -381,21 +471,11 @@ impl JobCoordinator for JobCoordinatorService {
 /// it) for the answer to travel back.
 const DEADLINE_MARGIN: Duration = Duration::from_millis(100);
 
-/// The call's deadline, from its `grpc-timeout` header (gRPC over HTTP/2:
-/// an integer of at most 8 digits and a unit H, M, S, m, u or n).
+/// The call's deadline, from its `grpc-timeout` header (the server's
+/// admission layer cuts it to `--call-timeout`).
 fn call_deadline(metadata: &tonic::metadata::MetadataMap) -> Option<Duration> {
     let value = metadata.get("grpc-timeout")?.to_str().ok()?;
-    let (digits, unit) = value.split_at(value.len().checked_sub(1)?);
-    let n: u64 = digits.parse().ok()?;
-    Some(match unit {
-        "H" => Duration::from_secs(n.saturating_mul(3600)),
-        "M" => Duration::from_secs(n.saturating_mul(60)),
-        "S" => Duration::from_secs(n),
-        "m" => Duration::from_millis(n),
-        "u" => Duration::from_micros(n),
-        "n" => Duration::from_nanos(n),
-        _ => return None,
-    })
+    super::parse_grpc_timeout(value)
 }
 
 /// One item's refusal, as the status of an Enqueue of it alone would say.

@@ -4,8 +4,10 @@
 //! (domain [`ERROR_DOMAIN`]) whose reason a client in any language can
 //! switch on; never UNKNOWN or INTERNAL. INTERNAL is left for bugs.
 
+use crate::auth::Refusal;
 use crate::domain::CoordinatorError;
 use std::collections::HashMap;
+use std::time::Duration;
 use tonic::Code;
 use tonic_types::{ErrorDetails, StatusExt};
 
@@ -39,11 +41,34 @@ pub mod reason {
     /// serving, so the call was not forwarded; nothing was applied. Retry
     /// after a backoff.
     pub const NO_COORDINATOR_SERVING: &str = "NO_COORDINATOR_SERVING";
+    /// UNAUTHENTICATED: the call carried no credential (no
+    /// `authorization: Bearer` metadata, no client certificate). Nothing
+    /// was applied; never retried.
+    pub const CREDENTIAL_MISSING: &str = "CREDENTIAL_MISSING";
+    /// UNAUTHENTICATED: the credential is not one the coordinator knows
+    /// (a wrong, tampered or revoked token, a malformed header); metadata
+    /// `problem`. Nothing was applied; never retried.
+    pub const CREDENTIAL_INVALID: &str = "CREDENTIAL_INVALID";
+    /// UNAUTHENTICATED: the credential is known but expired (metadata
+    /// `caller`, `expired_at`). Nothing was applied; never retried.
+    pub const CREDENTIAL_EXPIRED: &str = "CREDENTIAL_EXPIRED";
+    /// PERMISSION_DENIED: the caller's roles do not include the method
+    /// (metadata `caller`, `method`, `required_role`; for a webhook, the
+    /// observation `source` it may not report). Nothing was applied.
+    pub const ROLE_NOT_ALLOWED: &str = "ROLE_NOT_ALLOWED";
+    /// PERMISSION_DENIED: the caller's grants do not cover the queue the
+    /// call acts on (metadata `queue`, and `job_id` when the call named a
+    /// job). Nothing was applied, not even a refusal event.
+    pub const QUEUE_NOT_ALLOWED: &str = "QUEUE_NOT_ALLOWED";
+    /// PERMISSION_DENIED: an operator call named another operator than
+    /// the credential's (metadata `caller`, `operator`). Nothing was
+    /// applied.
+    pub const OPERATOR_MISMATCH: &str = "OPERATOR_MISMATCH";
 }
 
 /// The backoff suggested (google.rpc.RetryInfo) to a call refused as
 /// OVERLOADED.
-const OVERLOADED_RETRY_DELAY: std::time::Duration = std::time::Duration::from_millis(100);
+const OVERLOADED_RETRY_DELAY: Duration = Duration::from_millis(100);
 
 fn meta<const N: usize>(pairs: [(&str, String); N]) -> HashMap<String, String> {
     pairs.into_iter().map(|(k, v)| (k.to_owned(), v)).collect()
@@ -67,6 +92,7 @@ pub fn code_and_reason(err: &CoordinatorError) -> (Code, &'static str) {
         DatabaseUnavailable(_) => (Code::Unavailable, reason::DATABASE_UNAVAILABLE),
         TransactionConflict(_) => (Code::Aborted, reason::TRANSACTION_CONFLICT),
         Overloaded { .. } => (Code::ResourceExhausted, reason::OVERLOADED),
+        QueueNotAllowed { .. } => (Code::PermissionDenied, reason::QUEUE_NOT_ALLOWED),
         Internal(_) => (Code::Internal, reason::INTERNAL),
     }
 }
@@ -143,6 +169,13 @@ pub fn metadata(err: &CoordinatorError) -> HashMap<String, String> {
             ("current_state", state.to_string()),
             ("dispatch_count", dispatch_count.to_string()),
         ]),
+        QueueNotAllowed { queue, job_id } => {
+            let mut m = meta([("queue", queue.clone())]);
+            if let Some(id) = job_id {
+                m.insert("job_id".into(), id.to_string());
+            }
+            m
+        }
         _ => HashMap::new(),
     }
 }
@@ -167,4 +200,97 @@ impl From<CoordinatorError> for tonic::Status {
         }
         tonic::Status::with_error_details(code, err.to_string(), details)
     }
+}
+
+/// The status code and ErrorInfo reason of a refusal for who the caller is.
+pub fn refusal_code_and_reason(refusal: &Refusal) -> (Code, &'static str) {
+    match refusal {
+        Refusal::CredentialMissing => (Code::Unauthenticated, reason::CREDENTIAL_MISSING),
+        Refusal::CredentialInvalid { .. } => (Code::Unauthenticated, reason::CREDENTIAL_INVALID),
+        Refusal::CredentialExpired { .. } => (Code::Unauthenticated, reason::CREDENTIAL_EXPIRED),
+        Refusal::RoleNotAllowed { .. } => (Code::PermissionDenied, reason::ROLE_NOT_ALLOWED),
+        Refusal::OperatorMismatch { .. } => (Code::PermissionDenied, reason::OPERATOR_MISMATCH),
+    }
+}
+
+impl From<&Refusal> for tonic::Status {
+    fn from(refusal: &Refusal) -> Self {
+        let (code, why) = refusal_code_and_reason(refusal);
+        let metadata = match refusal {
+            Refusal::CredentialMissing => HashMap::new(),
+            Refusal::CredentialInvalid { problem } => meta([("problem", (*problem).to_owned())]),
+            Refusal::CredentialExpired { caller, expired_at } => meta([
+                ("caller", caller.clone()),
+                ("expired_at", expired_at.to_rfc3339()),
+            ]),
+            Refusal::RoleNotAllowed {
+                caller,
+                roles,
+                method,
+                required,
+            } => meta([
+                ("caller", caller.clone()),
+                ("roles", roles.clone()),
+                ("method", method.clone()),
+                ("required_role", required.clone()),
+            ]),
+            Refusal::OperatorMismatch { caller, requested } => {
+                meta([("caller", caller.clone()), ("operator", requested.clone())])
+            }
+        };
+        let mut details = ErrorDetails::new();
+        details.set_error_info(why, ERROR_DOMAIN, metadata);
+        tonic::Status::with_error_details(code, refusal.to_string(), details)
+    }
+}
+
+impl From<Refusal> for tonic::Status {
+    fn from(refusal: Refusal) -> Self {
+        tonic::Status::from(&refusal)
+    }
+}
+
+/// INVALID_ARGUMENT / `INVALID_REQUEST` for a request message larger than
+/// `--max-request-size` (`limit` bytes), with a BadRequest violation of
+/// the field `request`. tonic's codec refuses such a message as
+/// OUT_OF_RANGE without an ErrorInfo; the admission layer
+/// (`crate::server::limits`) answers this instead, so clients see the same
+/// reason as for any other field over its limit. Nothing was applied.
+pub fn request_too_large(limit: usize) -> tonic::Status {
+    let mut details = ErrorDetails::new();
+    details.set_error_info(
+        reason::INVALID_REQUEST,
+        ERROR_DOMAIN,
+        meta([("max_request_bytes", limit.to_string())]),
+    );
+    details.add_bad_request_violation(
+        "request",
+        format!("the request message is larger than the server's limit of {limit} bytes"),
+    );
+    tonic::Status::with_error_details(
+        Code::InvalidArgument,
+        format!("request message larger than {limit} bytes (--max-request-size)"),
+        details,
+    )
+}
+
+/// RESOURCE_EXHAUSTED / `OVERLOADED`, with a RetryInfo: a call refused at
+/// once by a concurrency limit (`limit` names it: `global`, `caller`),
+/// before its request was read; nothing was applied.
+pub fn overloaded(limit: &str, in_flight: usize) -> tonic::Status {
+    let mut details = ErrorDetails::new();
+    details.set_error_info(
+        reason::OVERLOADED,
+        ERROR_DOMAIN,
+        meta([
+            ("limit", limit.to_owned()),
+            ("in_flight", in_flight.to_string()),
+        ]),
+    );
+    details.set_retry_info(Some(OVERLOADED_RETRY_DELAY));
+    tonic::Status::with_error_details(
+        Code::ResourceExhausted,
+        format!("coordinator overloaded: {in_flight} calls in flight ({limit} limit); retry later"),
+        details,
+    )
 }

@@ -68,6 +68,9 @@ struct Inner {
     batch_size: HistogramVec,
     overloaded: IntCounterVec,
     claim_waiters: IntGauge,
+    auth_refusals: IntCounterVec,
+    admission_refusals: IntCounterVec,
+    connections_refused: IntCounterVec,
     /// No label; absent until the settings were first read.
     database_durable: IntGaugeVec,
     /// Every queue the gauges were ever set for: a queue whose pending jobs
@@ -99,6 +102,16 @@ const COMMIT_RPCS: [&str; 10] = [
     "EnqueueBatch",
     "ResolveManualReview",
     "CancelJob",
+];
+
+/// The reasons of `jobfence_auth_refusals_total`, present from the start.
+const AUTH_REFUSAL_REASONS: [&str; 6] = [
+    "CREDENTIAL_MISSING",
+    "CREDENTIAL_INVALID",
+    "CREDENTIAL_EXPIRED",
+    "ROLE_NOT_ALLOWED",
+    "QUEUE_NOT_ALLOWED",
+    "OPERATOR_MISMATCH",
 ];
 
 impl Default for Metrics {
@@ -176,6 +189,24 @@ impl Metrics {
             ),
             batch_size,
             claim_waiters,
+            auth_refusals: counter(
+                &r,
+                "jobfence_auth_refusals_total",
+                "Calls refused for who their caller is, by ErrorInfo reason: UNAUTHENTICATED (CREDENTIAL_MISSING, CREDENTIAL_INVALID, CREDENTIAL_EXPIRED) or PERMISSION_DENIED (ROLE_NOT_ALLOWED, QUEUE_NOT_ALLOWED, OPERATOR_MISMATCH). Nothing of a refused call was written.",
+                &["reason"],
+            ),
+            admission_refusals: counter(
+                &r,
+                "jobfence_admission_refusals_total",
+                "Calls refused by a limit of the listener, by the limit they hit: global (--max-concurrent-calls) or caller (--max-calls-per-caller), refused at once with RESOURCE_EXHAUSTED / OVERLOADED before their request was read; request_size (--max-request-size), refused INVALID_ARGUMENT / INVALID_REQUEST.",
+                &["limit"],
+            ),
+            connections_refused: counter(
+                &r,
+                "jobfence_connections_refused_total",
+                "gRPC connections closed at accept or during their TLS handshake, by reason: max_connections (--max-connections reached), tls_handshake (failed, e.g. no client certificate under mutual TLS), tls_handshake_timeout.",
+                &["reason"],
+            ),
             takeovers: counter(
                 &r,
                 "jobfence_takeovers_total",
@@ -270,6 +301,9 @@ impl Metrics {
         for result in ["ok", "error"] {
             inner.pending_refreshes.with_label_values(&[result]);
         }
+        for reason in AUTH_REFUSAL_REASONS {
+            inner.auth_refusals.with_label_values(&[reason]);
+        }
         Metrics {
             inner: Arc::new(inner),
         }
@@ -325,6 +359,29 @@ impl Metrics {
         self.inner
             .claim_waiters
             .set(i64::try_from(n).unwrap_or(i64::MAX));
+    }
+
+    /// A call refused for who its caller is; `reason` is the ErrorInfo
+    /// reason.
+    pub fn auth_refusal(&self, reason: &str) {
+        self.inner.auth_refusals.with_label_values(&[reason]).inc();
+    }
+
+    /// A call refused by a limit of the listener (`global`, `caller`, or
+    /// `request_size`).
+    pub fn overload_refusal(&self, limit: &str) {
+        self.inner
+            .admission_refusals
+            .with_label_values(&[limit])
+            .inc();
+    }
+
+    /// A connection closed at accept or during its handshake.
+    pub fn connection_refused(&self, reason: &str) {
+        self.inner
+            .connections_refused
+            .with_label_values(&[reason])
+            .inc();
     }
 
     /// An answered RecordObservation.

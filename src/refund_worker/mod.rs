@@ -9,13 +9,15 @@ use crate::provider::ProviderClient;
 use anyhow::Context;
 use clap::Args;
 use handler::{RefundHandler, RefundTimings};
-use jobfence_worker::{Worker, WorkerClient, WorkerConfig};
+use jobfence_worker::{Credentials, Worker, WorkerClient, WorkerConfig};
 use std::time::Duration;
 
 /// Flags of `jobfence refund-worker`. Durations are humantime (`3s`).
 #[derive(Debug, Args)]
 pub struct RefundWorkerArgs {
-    /// The coordinator's gRPC endpoint.
+    /// The coordinator's gRPC endpoint. TLS and the bearer token come from
+    /// JOBFENCE_TLS_CA, JOBFENCE_TLS_CLIENT_CERT/_KEY and
+    /// JOBFENCE_TOKEN_FILE (see docs/workers.md).
     #[arg(
         long,
         env = "JOBFENCE_COORDINATOR",
@@ -56,6 +58,7 @@ impl RefundWorkerArgs {
             rpc_timeout: Duration::from_secs(5),
             shutdown_grace: Duration::from_secs(10),
             release_delay: Duration::from_secs(1),
+            credentials: Credentials::from_env()?,
             ..WorkerConfig::new(
                 self.worker_id
                     .unwrap_or_else(|| format!("refund-worker-{}", std::process::id())),

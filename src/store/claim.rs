@@ -19,7 +19,7 @@ use super::{commit, convert_sqlx_err, retry_conflicts, JobStore};
 use crate::domain::policy::claim_action;
 use crate::domain::{
     transition, ClaimSlot, ClaimedJob, CoordinatorError, DbTime, Job, JobState, NextAction,
-    QueuePolicy, TakeoverRequest,
+    QueuePolicy, QueueScope, TakeoverRequest,
 };
 use sqlx::MySqlConnection;
 use std::sync::LazyLock;
@@ -202,18 +202,31 @@ impl JobStore {
     /// Takes over one named job: only a `running` job whose lease has
     /// expired by the DB clock. Refusals: `JobNotFound`, `JobFinished`
     /// (terminal state), `JobNotRunning` (ready or manual_review),
-    /// `LeaseNotExpired`.
-    pub async fn takeover(&self, req: &TakeoverRequest) -> Result<ClaimedJob, CoordinatorError> {
-        retry_conflicts(|| self.takeover_once(req)).await
+    /// `LeaseNotExpired`, and `QueueNotAllowed` when `scope` does not cover
+    /// the job's queue (nothing written).
+    pub async fn takeover(
+        &self,
+        req: &TakeoverRequest,
+        scope: &QueueScope,
+    ) -> Result<ClaimedJob, CoordinatorError> {
+        retry_conflicts(|| self.takeover_once(req, scope)).await
     }
 
-    async fn takeover_once(&self, req: &TakeoverRequest) -> Result<ClaimedJob, CoordinatorError> {
+    async fn takeover_once(
+        &self,
+        req: &TakeoverRequest,
+        scope: &QueueScope,
+    ) -> Result<ClaimedJob, CoordinatorError> {
         let mut tx = self.begin().await?;
         let locked = reads::lock_job(&mut tx, req.job_id)
             .await?
             .ok_or(CoordinatorError::JobNotFound { job_id: req.job_id })?;
         let job = &locked.job;
-        let refusal = if job.state.is_terminal() {
+        // The queue is read under the lock; a caller of another queue
+        // learns nothing of the job's state.
+        let refusal = if let Err(e) = scope.check(&job.queue, Some(job.id)) {
+            Some(e)
+        } else if job.state.is_terminal() {
             Some(CoordinatorError::JobFinished {
                 job_id: job.id,
                 attempt: job.attempt,

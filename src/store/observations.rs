@@ -4,27 +4,41 @@
 //! reads it and decides.
 
 use super::errors::{error_number, is_unique_violation};
-use super::{commit, convert_sqlx_err, reads, retry_conflicts, JobStore};
-use crate::domain::{CoordinatorError, Observation, RecordObservationRequest};
+use super::{commit, convert_sqlx_err, reads, retry_conflicts, rows, JobStore};
+use crate::domain::{CoordinatorError, Observation, QueueScope, RecordObservationRequest};
 
 /// MySQL's "foreign key constraint fails" on insert: the job does not exist.
 const NO_REFERENCED_ROW: u16 = 1452;
 
 impl JobStore {
     /// Appends an observation, de-duplicated on (job, dedup_key). Returns it
-    /// and whether it already existed. `JobNotFound` for an unknown job.
+    /// and whether it already existed. `JobNotFound` for an unknown job;
+    /// `QueueNotAllowed` (nothing written) when `scope` does not cover the
+    /// job's queue.
     pub async fn record_observation(
         &self,
         req: &RecordObservationRequest,
+        scope: &QueueScope,
     ) -> Result<(Observation, bool), CoordinatorError> {
-        retry_conflicts(|| self.record_once(req)).await
+        retry_conflicts(|| self.record_once(req, scope)).await
     }
 
     async fn record_once(
         &self,
         req: &RecordObservationRequest,
+        scope: &QueueScope,
     ) -> Result<(Observation, bool), CoordinatorError> {
         let mut tx = self.begin().await?;
+        if !scope.is_any() {
+            // A job's queue never changes: a plain read decides.
+            let row = sqlx::query("SELECT queue FROM jobs WHERE id = ?")
+                .bind(req.job_id)
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(convert_sqlx_err)?
+                .ok_or(CoordinatorError::JobNotFound { job_id: req.job_id })?;
+            scope.check(&rows::text(&row, "queue")?, Some(req.job_id))?;
+        }
         let inserted = sqlx::query(include_str!("queries/observations/insert.sql"))
             .bind(req.job_id)
             .bind(req.attempt)

@@ -22,7 +22,7 @@ use crate::domain::policy::decide_fail;
 use crate::domain::{
     transition, CompleteRequest, CoordinatorError, DbTime, FailDisposition, FailOutcome,
     FailRequest, FencedOutcome, FencedWrite, Job, JobState, OverrideReason, QueuePolicies,
-    RenewLeaseRequest, WriteOutcome,
+    QueueScope, RenewLeaseRequest, ScopedWrite, WriteOutcome,
 };
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
@@ -82,7 +82,26 @@ impl JobStore {
             .expect("one answer per call")
     }
 
+    /// [`write_scoped_batch`](Self::write_scoped_batch) for callers that
+    /// may write to every queue.
+    pub async fn write_batch(
+        &self,
+        writes: &[FencedWrite],
+        policies: &QueuePolicies,
+    ) -> Vec<WriteResult> {
+        let scoped: Vec<ScopedWrite> = writes
+            .iter()
+            .cloned()
+            .map(ScopedWrite::unrestricted)
+            .collect();
+        self.write_scoped_batch(&scoped, policies).await
+    }
+
     /// Applies `writes` as group commits and answers each one, in order.
+    ///
+    /// A call whose caller's scope does not cover its job's queue (read
+    /// under the row lock) is refused `QueueNotAllowed` and writes nothing,
+    /// not even a refusal event.
     ///
     /// Calls to different jobs share one transaction. Calls to the same job
     /// (a retry racing its original, a renewal racing a Complete) are
@@ -91,17 +110,18 @@ impl JobStore {
     /// deadlock or lock wait timeout rolls a transaction back and it is run
     /// again (up to 3 times, then `TransactionConflict` for each of its
     /// calls); `policies` decide the resends of Fail.
-    pub async fn write_batch(
+    pub async fn write_scoped_batch(
         &self,
-        writes: &[FencedWrite],
+        writes: &[ScopedWrite],
         policies: &QueuePolicies,
     ) -> Vec<WriteResult> {
         let mut answers: Vec<Option<WriteResult>> = (0..writes.len()).map(|_| None).collect();
         let mut rest: Vec<usize> = (0..writes.len()).collect();
         while !rest.is_empty() {
             let mut jobs = HashSet::new();
-            let (round, later): (Vec<usize>, Vec<usize>) =
-                rest.iter().partition(|&&i| jobs.insert(writes[i].job_id()));
+            let (round, later): (Vec<usize>, Vec<usize>) = rest
+                .iter()
+                .partition(|&&i| jobs.insert(writes[i].write.job_id()));
             let mut tries = 0;
             let done = loop {
                 match self.write_round(writes, &round, policies).await {
@@ -141,11 +161,11 @@ impl JobStore {
     /// the commit's outcome unknown where `Ok` would claim otherwise).
     async fn write_round(
         &self,
-        writes: &[FencedWrite],
+        writes: &[ScopedWrite],
         round: &[usize],
         policies: &QueuePolicies,
     ) -> Result<Vec<WriteResult>, CoordinatorError> {
-        let ids: Vec<u64> = round.iter().map(|&i| writes[i].job_id()).collect();
+        let ids: Vec<u64> = round.iter().map(|&i| writes[i].write.job_id()).collect();
         let mut tx = self.begin_batch().await?;
         let started = Instant::now();
         let locked = batch::lock_jobs(&mut tx, &ids).await?;
@@ -166,7 +186,10 @@ impl JobStore {
         // Decide each call on its own locked row.
         let mut plans: Vec<Plan> = round
             .iter()
-            .map(|&i| plan(&writes[i], locked.get(&writes[i].job_id()), policies, now))
+            .map(|&i| {
+                let ScopedWrite { write, scope } = &writes[i];
+                plan(write, scope, locked.get(&write.job_id()), policies, now)
+            })
             .collect();
 
         // Refused calls that may be replays: one look in the events.
@@ -228,8 +251,9 @@ impl JobStore {
             .collect();
         drop(changes);
         self.pause("write.before_commit").await;
-        // Replays and unknown jobs write nothing; every other call has its
-        // event, appended in the round trip of the COMMIT.
+        // Replays, unknown jobs and forbidden calls write nothing; every
+        // other call has its event, appended in the round trip of the
+        // COMMIT.
         let commit_error = if new_events.is_empty() {
             tx.rollback().await?;
             None
@@ -257,6 +281,8 @@ impl JobStore {
 enum Plan<'a> {
     /// No such job.
     NotFound(u64),
+    /// The job's queue is outside the caller's scope: nothing is written.
+    Forbidden(CoordinatorError),
     /// The caller holds the job: write `after` and log `event`.
     Apply {
         after: Job,
@@ -311,6 +337,7 @@ impl AppliedEvent {
 
 fn plan<'a>(
     write: &'a FencedWrite,
+    scope: &QueueScope,
     locked: Option<&LockedJob>,
     policies: &QueuePolicies,
     now: DbTime,
@@ -319,6 +346,11 @@ fn plan<'a>(
         return Plan::NotFound(write.job_id());
     };
     let job = &locked.job;
+    // Before the fence: a caller of another queue learns nothing of the
+    // job's attempt, and its refusal leaves no event.
+    if let Err(e) = scope.check(&job.queue, Some(job.id)) {
+        return Plan::Forbidden(e);
+    }
     let digest = digest(write);
     match fence::check(job.id, job.state, job.attempt, write.attempt()) {
         // A renewal is never answered as a replay: a heartbeat repeats the
@@ -398,6 +430,7 @@ impl Plan<'_> {
     ) -> WriteResult {
         match self {
             Plan::NotFound(job_id) => Err(CoordinatorError::JobNotFound { job_id }),
+            Plan::Forbidden(e) => Err(e),
             Plan::Apply { after, fail, .. } => match commit_error {
                 Some(e) => Err(e.clone()),
                 None => Ok(FencedOutcome {

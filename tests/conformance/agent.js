@@ -7,7 +7,7 @@ const jw = require('../../sdk/node');
 const KINDS = [
   [jw.AttemptSuperseded, 'superseded'], [jw.JobNotRunning, 'not_running'], [jw.JobNotFound, 'not_found'],
   [jw.JobFinished, 'finished'], [jw.LeaseNotExpired, 'lease_not_expired'], [jw.InvalidRequest, 'invalid'],
-  [jw.OutcomeUnknown, 'outcome_unknown'], [jw.Unavailable, 'unavailable'],
+  [jw.OutcomeUnknown, 'outcome_unknown'], [jw.Unavailable, 'unavailable'], [jw.NotAuthorized, 'denied'],
 ];
 
 function error(err) {
@@ -18,7 +18,10 @@ function error(err) {
 
 async function main() {
   const [target, workerId, queue] = process.argv.slice(2);
-  const client = new jw.WorkerClient({ target, workerId, queue, leaseSeconds: 30 });
+  // TLS and a token when the driver gives them (JOBFENCE_TLS_CA, ...).
+  const client = new jw.WorkerClient({
+    target, workerId, queue, leaseSeconds: 30, credentials: jw.credentialsFromEnv(),
+  });
   const handles = [];
   const claimed = (job) => {
     handles.push(job);

@@ -15,6 +15,7 @@ KINDS = [
     (jw.JobNotFound, "not_found"), (jw.JobFinished, "finished"),
     (jw.LeaseNotExpired, "lease_not_expired"), (jw.InvalidRequest, "invalid"),
     (jw.OutcomeUnknown, "outcome_unknown"), (jw.Unavailable, "unavailable"),
+    (jw.NotAuthorized, "denied"),
 ]
 
 
@@ -33,8 +34,9 @@ async def done(value):
 async def main():
     use_aio = sys.argv[1] == "--aio"
     target, worker_id, queue = sys.argv[2:5] if use_aio else sys.argv[1:4]
+    # TLS and a token when the driver gives them (JOBFENCE_TLS_CA, ...).
     client = (AsyncWorkerClient if use_aio else WorkerClient)(
-        target, worker_id, queue, lease_seconds=30)
+        target, worker_id, queue, lease_seconds=30, credentials=jw.Credentials.from_env())
     handles = []
 
     def claimed(job):

@@ -4,17 +4,19 @@
 
 use jobfence_worker::proto::NextAction;
 use jobfence_worker::{
-    reason, ClaimError, ClaimedJob, Disposition, RetryPolicy, WorkerClient, WorkerConfig,
-    WriteError,
+    reason, ClaimError, ClaimedJob, Credentials, Disposition, RetryPolicy, WorkerClient,
+    WorkerConfig, WriteError,
 };
 use std::time::Duration;
 use tokio::sync::mpsc;
 
-/// Starts the agent: commands in, replies out.
+/// Starts the agent, presenting `credentials` (TLS and a token, or
+/// nothing): commands in, replies out.
 pub fn spawn(
     target: String,
     worker_id: String,
     queue: String,
+    credentials: Credentials,
 ) -> (
     mpsc::UnboundedSender<String>,
     mpsc::UnboundedReceiver<String>,
@@ -28,6 +30,7 @@ pub fn spawn(
                 initial_backoff: Duration::from_millis(50),
                 max_backoff: Duration::from_secs(2),
             },
+            credentials,
             ..WorkerConfig::new(worker_id, queue)
         };
         let client = WorkerClient::connect(format!("http://{target}"), config)
@@ -145,6 +148,7 @@ fn claim_error(e: &ClaimError) -> String {
         }
         ClaimError::Finished { .. } => error_line("finished", false, 0),
         ClaimError::NotRunning { .. } => error_line("not_running", false, 0),
+        ClaimError::Denied(_) => error_line("denied", false, 0),
         ClaimError::Other(_) => error_line("other", false, 0),
     }
 }
@@ -164,6 +168,7 @@ fn write_error(e: &WriteError) -> String {
         WriteError::Invalid(_) => error_line("invalid", false, 0),
         WriteError::OutcomeUnknown(_) => error_line("outcome_unknown", false, 0),
         WriteError::Unavailable(_) => error_line("unavailable", false, 0),
+        WriteError::Denied(_) => error_line("denied", false, 0),
         WriteError::Other(_) => error_line("other", false, 0),
     }
 }

@@ -27,12 +27,16 @@ from ._wire import (
     observation_dedup_key,
 )
 from .client import ClaimedJob, WorkerClient
+from .credentials import Credentials
 from .errors import (
     DOMAIN,
     REASONS,
     AttemptNotIssued,
     AttemptSuperseded,
     CommitOutcomeUnknown,
+    CredentialExpired,
+    CredentialInvalid,
+    CredentialMissing,
     DatabaseUnavailable,
     InternalError,
     InvalidRequest,
@@ -44,11 +48,17 @@ from .errors import (
     JobNotRunning,
     LeaseNotExpired,
     NoCoordinatorServing,
+    NotAuthorized,
     OperationKeyConflict,
+    OperatorMismatch,
     OutcomeUnknown,
     Overloaded,
+    PermissionDenied,
+    QueueNotAllowed,
+    RoleNotAllowed,
     ServerShuttingDown,
     TransactionConflict,
+    Unauthenticated,
     Unavailable,
     from_rpc_error,
     from_status,
@@ -58,10 +68,12 @@ __version__ = "0.1.0"
 
 __all__ = [
     "DOMAIN", "REASONS", "AttemptNotIssued", "AttemptSuperseded", "ClaimedJob",
-    "CommitOutcomeUnknown", "DatabaseUnavailable", "Disposition", "FailWritten", "InternalError",
+    "CommitOutcomeUnknown", "CredentialExpired", "CredentialInvalid", "CredentialMissing",
+    "Credentials", "DatabaseUnavailable", "Disposition", "FailWritten", "InternalError",
     "InvalidRequest", "JobFinished", "JobNotCancellable", "JobNotFound", "JobNotInManualReview",
-    "JobNotRunning", "JobfenceError", "LeaseNotExpired", "NoCoordinatorServing", "OperationKeyConflict", "OutcomeUnknown",
-    "Overloaded", "Recorded", "RetryPolicy", "ServerShuttingDown", "TransactionConflict",
-    "Unavailable", "WorkerClient", "Written", "from_rpc_error", "from_status",
-    "observation_dedup_key",
+    "JobNotRunning", "JobfenceError", "LeaseNotExpired", "NoCoordinatorServing", "NotAuthorized",
+    "OperationKeyConflict", "OperatorMismatch", "OutcomeUnknown", "Overloaded",
+    "PermissionDenied", "QueueNotAllowed", "Recorded", "RetryPolicy", "RoleNotAllowed",
+    "ServerShuttingDown", "TransactionConflict", "Unauthenticated", "Unavailable", "WorkerClient",
+    "Written", "from_rpc_error", "from_status", "observation_dedup_key",
 ]

@@ -18,6 +18,7 @@ from grpc_status import rpc_status
 
 from . import _wire
 from ._proto import coordinator_pb2 as pb
+from .credentials import Credentials
 from ._wire import Disposition, FailWritten, Recorded, RetryPolicy, Written
 from .errors import (
     AttemptSuperseded,
@@ -48,14 +49,19 @@ class AsyncWorkerClient:
 
     def __init__(self, target: str, worker_id: str, queue: str, lease_seconds: float = 30.0,
                  timeout_seconds: float = 10.0, retry: Optional[RetryPolicy] = None,
-                 channel: Optional[aio.Channel] = None) -> None:
+                 channel: Optional[aio.Channel] = None,
+                 credentials: Optional[Credentials] = None) -> None:
         self.pb = pb
         self.worker_id = worker_id
         self.queue = queue
         self.lease_seconds = lease_seconds
         self.timeout_seconds = timeout_seconds
         self.retry = retry or RetryPolicy()
-        self._channel = channel or aio.insecure_channel(target.replace("http://", ""))
+        credentials = credentials or Credentials()
+        # The token goes on every call as metadata (it works on a cleartext
+        # channel too, for a coordinator behind a TLS-terminating proxy).
+        self._metadata = tuple(credentials.metadata()) or None
+        self._channel = channel or credentials.aio_channel(target)
         self._calls = {name: self._channel.unary_unary(path, request_serializer=ser,
                                                        response_deserializer=de)
                        for name, (path, ser, de) in _wire.methods().items()}
@@ -76,7 +82,8 @@ class AsyncWorkerClient:
             tries += 1
             try:
                 return await self._calls[method](request,
-                                                 timeout=self.timeout_seconds + extra_seconds)
+                                                 timeout=self.timeout_seconds + extra_seconds,
+                                                 metadata=self._metadata)
             except aio.AioRpcError as err:
                 mapped = _from_aio_error(err)
                 if tries >= self.retry.max_tries or not retryable(mapped):

@@ -11,6 +11,7 @@ import grpc
 
 from . import _wire
 from ._proto import coordinator_pb2 as pb
+from .credentials import Credentials
 from ._wire import Disposition, FailWritten, Recorded, RetryPolicy, Written
 from .errors import (
     AttemptSuperseded,
@@ -28,19 +29,26 @@ class WorkerClient:
     """A worker's connection to one coordinator (``host:port``).
 
     ``lease_seconds`` is asked for on every Claim/Takeover (DB clock, within
-    the server's bounds); ``timeout_seconds`` is the deadline of one RPC.
+    the server's bounds); ``timeout_seconds`` is the deadline of one RPC;
+    ``credentials`` (``Credentials.from_env()``) give TLS and the bearer
+    token for a coordinator that authenticates its callers.
     """
 
     def __init__(self, target: str, worker_id: str, queue: str, lease_seconds: float = 30.0,
                  timeout_seconds: float = 10.0, retry: Optional[RetryPolicy] = None,
-                 channel: Optional[grpc.Channel] = None) -> None:
+                 channel: Optional[grpc.Channel] = None,
+                 credentials: Optional[Credentials] = None) -> None:
         self.pb = pb
         self.worker_id = worker_id
         self.queue = queue
         self.lease_seconds = lease_seconds
         self.timeout_seconds = timeout_seconds
         self.retry = retry or RetryPolicy()
-        self._channel = channel or grpc.insecure_channel(target.replace("http://", ""))
+        credentials = credentials or Credentials()
+        # The token goes on every call as metadata (it works on a cleartext
+        # channel too, for a coordinator behind a TLS-terminating proxy).
+        self._metadata = tuple(credentials.metadata()) or None
+        self._channel = channel or credentials.channel(target)
         self._calls = {name: self._channel.unary_unary(path, request_serializer=ser,
                                                        response_deserializer=de)
                        for name, (path, ser, de) in _wire.methods().items()}
@@ -60,7 +68,8 @@ class WorkerClient:
         while True:
             tries += 1
             try:
-                return self._calls[method](request, timeout=self.timeout_seconds + extra_seconds)
+                return self._calls[method](request, timeout=self.timeout_seconds + extra_seconds,
+                                           metadata=self._metadata)
             except grpc.RpcError as err:
                 mapped = from_rpc_error(err)
                 if tries >= self.retry.max_tries or not retryable(mapped):

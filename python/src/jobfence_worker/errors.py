@@ -10,7 +10,11 @@ The classes form three families a worker acts on:
 * ``OutcomeUnknown`` (``CommitOutcomeUnknown``, or a transport failure): the
   call may have been applied. After a Claim or Takeover: hold nothing;
 * ``Unavailable`` (``DatabaseUnavailable``, ``TransactionConflict``,
-  ``Overloaded``): nothing was applied; retry after a backoff.
+  ``Overloaded``): nothing was applied; retry after a backoff;
+* ``NotAuthorized`` (``Unauthenticated``: ``CredentialMissing``,
+  ``CredentialInvalid``, ``CredentialExpired``; ``PermissionDenied``:
+  ``RoleNotAllowed``, ``QueueNotAllowed``, ``OperatorMismatch``): the caller
+  may not make this call; nothing was applied and it is never retried.
 """
 
 from __future__ import annotations
@@ -178,6 +182,55 @@ class NoCoordinatorServing(Unavailable):
     forwarded nothing."""
 
 
+class NotAuthorized(JobfenceError):
+    """A refusal for who the caller is: nothing was applied, and the same
+    credential cannot change that. Never retried: fix the credential
+    (``Credentials``) or the coordinator's callers file."""
+
+
+class Unauthenticated(NotAuthorized):
+    """UNAUTHENTICATED: the coordinator does not know the caller."""
+
+
+class CredentialMissing(Unauthenticated):
+    """CREDENTIAL_MISSING: no ``authorization`` metadata, no client
+    certificate."""
+
+
+class CredentialInvalid(Unauthenticated):
+    """CREDENTIAL_INVALID: a token the coordinator does not know (wrong,
+    tampered with, revoked) or a malformed header; ``metadata['problem']``."""
+
+
+class CredentialExpired(Unauthenticated):
+    """CREDENTIAL_EXPIRED: the credential is past its ``expires``
+    (``metadata['expired_at']``)."""
+
+
+class PermissionDenied(NotAuthorized):
+    """PERMISSION_DENIED: a known caller outside its grants."""
+
+
+class RoleNotAllowed(PermissionDenied):
+    """ROLE_NOT_ALLOWED: no role of the caller allows the method
+    (``metadata['method']``, ``metadata['required_role']``)."""
+
+
+class QueueNotAllowed(PermissionDenied):
+    """QUEUE_NOT_ALLOWED: the caller's grants do not cover the queue
+    (``queue``, and ``job_id`` when the call named a job)."""
+
+    def __init__(self, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
+        super().__init__(*args, **kwargs)
+        self.queue: str = self.metadata.get("queue", "")
+        self.job_id: int = self._meta_int("job_id")
+
+
+class OperatorMismatch(PermissionDenied):
+    """OPERATOR_MISMATCH: an operator call named another operator than the
+    credential's."""
+
+
 class InternalError(JobfenceError):
     """INTERNAL: a bug in the coordinator."""
 
@@ -205,6 +258,12 @@ REASONS: Dict[str, Type[JobfenceError]] = {
     "OVERLOADED": Overloaded,
     "SERVER_SHUTTING_DOWN": ServerShuttingDown,
     "NO_COORDINATOR_SERVING": NoCoordinatorServing,
+    "CREDENTIAL_MISSING": CredentialMissing,
+    "CREDENTIAL_INVALID": CredentialInvalid,
+    "CREDENTIAL_EXPIRED": CredentialExpired,
+    "ROLE_NOT_ALLOWED": RoleNotAllowed,
+    "QUEUE_NOT_ALLOWED": QueueNotAllowed,
+    "OPERATOR_MISMATCH": OperatorMismatch,
 }
 
 
@@ -273,10 +332,12 @@ def retryable_claim(err: JobfenceError) -> bool:
 
 
 __all__ = [
-    "AttemptNotIssued", "AttemptSuperseded", "CommitOutcomeUnknown", "DOMAIN",
-    "DatabaseUnavailable", "InternalError", "InvalidRequest", "JobFinished", "JobNotCancellable",
-    "JobNotFound", "JobNotInManualReview", "JobNotRunning", "JobfenceError", "LeaseNotExpired",
-    "NoCoordinatorServing", "OperationKeyConflict", "OutcomeUnknown", "Overloaded", "REASONS", "ServerShuttingDown",
-    "TransactionConflict", "Unavailable", "from_rpc_error", "from_status", "retryable_claim",
+    "AttemptNotIssued", "AttemptSuperseded", "CommitOutcomeUnknown", "CredentialExpired",
+    "CredentialInvalid", "CredentialMissing", "DOMAIN", "DatabaseUnavailable", "InternalError",
+    "InvalidRequest", "JobFinished", "JobNotCancellable", "JobNotFound", "JobNotInManualReview",
+    "JobNotRunning", "JobfenceError", "LeaseNotExpired", "NoCoordinatorServing", "NotAuthorized",
+    "OperationKeyConflict", "OperatorMismatch", "OutcomeUnknown", "Overloaded", "PermissionDenied",
+    "QueueNotAllowed", "REASONS", "RoleNotAllowed", "ServerShuttingDown", "TransactionConflict",
+    "Unauthenticated", "Unavailable", "from_rpc_error", "from_status", "retryable_claim",
     "retryable_write",
 ]

@@ -33,6 +33,7 @@ import urllib.request
 
 from jobfence_worker import (
     AttemptSuperseded,
+    Credentials,
     Disposition,
     JobfenceError,
     JobNotRunning,
@@ -164,8 +165,9 @@ def main():
     provider = Provider(args.provider, args.provider_timeout)
     target = args.coordinator.replace("http://", "")
     handled = 0
+    # TLS and the token from JOBFENCE_TLS_CA, JOBFENCE_TOKEN_FILE, ...
     with WorkerClient(target, args.worker_id, args.queue, lease_seconds=args.lease_seconds,
-                      timeout_seconds=5.0) as client:
+                      timeout_seconds=5.0, credentials=Credentials.from_env()) as client:
         log.info("python refund worker %s on %s", args.worker_id, target)
         while not stopping:
             try:

@@ -83,12 +83,46 @@ function duration(seconds) {
 
 const sleep = (s) => new Promise((r) => setTimeout(r, s * 1000));
 
+/**
+ * TLS and bearer token from the environment every jobfence client reads:
+ * JOBFENCE_TLS_CA (the CA that signed the coordinator's certificate: TLS),
+ * JOBFENCE_TLS_CLIENT_CERT and JOBFENCE_TLS_CLIENT_KEY (mutual TLS), and
+ * JOBFENCE_TOKEN_FILE (a file whose first line is the token) or
+ * JOBFENCE_TOKEN.
+ */
+function credentialsFromEnv(env = process.env) {
+  const creds = {};
+  if (env.JOBFENCE_TLS_CA) creds.tlsCaPem = fs.readFileSync(env.JOBFENCE_TLS_CA);
+  const [cert, key] = [env.JOBFENCE_TLS_CLIENT_CERT, env.JOBFENCE_TLS_CLIENT_KEY];
+  if (Boolean(cert) !== Boolean(key)) {
+    throw new Error('set both JOBFENCE_TLS_CLIENT_CERT and JOBFENCE_TLS_CLIENT_KEY, or neither');
+  }
+  if (cert) {
+    creds.tlsClientCertPem = fs.readFileSync(cert);
+    creds.tlsClientKeyPem = fs.readFileSync(key);
+  }
+  if (env.JOBFENCE_TOKEN_FILE) {
+    const token = fs.readFileSync(env.JOBFENCE_TOKEN_FILE, 'utf8').split('\n')[0].trim();
+    if (!token) throw new Error(`the token file ${env.JOBFENCE_TOKEN_FILE} is empty`);
+    creds.token = token;
+  } else if (env.JOBFENCE_TOKEN) {
+    creds.token = env.JOBFENCE_TOKEN;
+  }
+  return creds;
+}
+
+/** grpc-js channel credentials: TLS with a CA, cleartext without. */
+function channelCredentials(creds = {}) {
+  if (!creds.tlsCaPem) return grpc.credentials.createInsecure();
+  return grpc.credentials.createSsl(creds.tlsCaPem, creds.tlsClientKeyPem || null, creds.tlsClientCertPem || null);
+}
+
 class WorkerClient {
   /**
    * target: `host:port`; leaseSeconds: asked for on every Claim/Takeover
    * (DB clock, within the server's bounds); timeoutSeconds: one RPC's deadline.
    */
-  constructor({ target, workerId, queue, leaseSeconds = 30, timeoutSeconds = 10, retry } = {}) {
+  constructor({ target, workerId, queue, leaseSeconds = 30, timeoutSeconds = 10, retry, credentials } = {}) {
     if (!target || !workerId || !queue) throw new TypeError('target, workerId and queue are required');
     const Service = coordinatorService();
     this.workerId = workerId;
@@ -96,7 +130,11 @@ class WorkerClient {
     this.leaseSeconds = leaseSeconds;
     this.timeoutSeconds = timeoutSeconds;
     this.retry = retry instanceof RetryPolicy ? retry : new RetryPolicy(retry);
-    this.stub = new Service(target.replace(/^http:\/\//, ''), grpc.credentials.createInsecure());
+    this.stub = new Service(target.replace(/^https?:\/\//, ''), channelCredentials(credentials));
+    // The token goes on every call as metadata (it works on a cleartext
+    // channel too, for a coordinator behind a TLS-terminating proxy).
+    this.metadata = new grpc.Metadata();
+    if (credentials && credentials.token) this.metadata.set('authorization', `Bearer ${credentials.token}`);
   }
 
   close() {
@@ -106,7 +144,7 @@ class WorkerClient {
   unary(method, request, extraSeconds = 0, signal = undefined) {
     const deadline = new Date(Date.now() + (this.timeoutSeconds + extraSeconds) * 1000);
     return new Promise((resolve, reject) => {
-      const call = this.stub[method](request, { deadline }, (err, response) => {
+      const call = this.stub[method](request, this.metadata, { deadline }, (err, response) => {
         signal?.removeEventListener('abort', cancel);
         if (err) reject(errors.fromServiceError(err));
         else resolve(response);
@@ -318,4 +356,6 @@ class ClaimedJob {
   }
 }
 
-module.exports = { WorkerClient, ClaimedJob, Disposition, RetryPolicy, observationDedupKey, protoRoot };
+module.exports = {
+  WorkerClient, ClaimedJob, Disposition, RetryPolicy, observationDedupKey, protoRoot, credentialsFromEnv,
+};

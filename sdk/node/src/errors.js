@@ -7,7 +7,11 @@
 // repeating the call cannot change the answer; OutcomeUnknown (a lost commit
 // or a transport failure), where the call may have been applied (after a
 // Claim or Takeover: hold nothing); Unavailable (DatabaseUnavailable,
-// TransactionConflict, Overloaded), where nothing was applied: retry later.
+// TransactionConflict, Overloaded), where nothing was applied: retry later;
+// NotAuthorized (Unauthenticated: CredentialMissing, CredentialInvalid,
+// CredentialExpired; PermissionDenied: RoleNotAllowed, QueueNotAllowed,
+// OperatorMismatch), where the caller may not make the call: nothing was
+// applied, never retried.
 
 const { status: Code } = require('@grpc/grpc-js');
 const protobuf = require('protobufjs');
@@ -146,6 +150,22 @@ class Overloaded extends Unavailable {
 class NoCoordinatorServing extends Unavailable {}
 class InternalError extends JobfenceError {}
 class ServerShuttingDown extends JobfenceError {}
+/** Refused for who the caller is: nothing applied, never retried; fix the credential. */
+class NotAuthorized extends JobfenceError {}
+class Unauthenticated extends NotAuthorized {}
+class CredentialMissing extends Unauthenticated {}
+class CredentialInvalid extends Unauthenticated {}
+class CredentialExpired extends Unauthenticated {}
+class PermissionDenied extends NotAuthorized {}
+class RoleNotAllowed extends PermissionDenied {}
+class QueueNotAllowed extends PermissionDenied {
+  constructor(...args) {
+    super(...args);
+    this.queue = this.metadata.queue || '';
+    this.jobId = this.metaInt('job_id');
+  }
+}
+class OperatorMismatch extends PermissionDenied {}
 
 /** Every ErrorInfo reason the coordinator sends, and its class. */
 const REASONS = Object.freeze({
@@ -166,6 +186,12 @@ const REASONS = Object.freeze({
   OVERLOADED: Overloaded,
   SERVER_SHUTTING_DOWN: ServerShuttingDown,
   NO_COORDINATOR_SERVING: NoCoordinatorServing,
+  CREDENTIAL_MISSING: CredentialMissing,
+  CREDENTIAL_INVALID: CredentialInvalid,
+  CREDENTIAL_EXPIRED: CredentialExpired,
+  ROLE_NOT_ALLOWED: RoleNotAllowed,
+  QUEUE_NOT_ALLOWED: QueueNotAllowed,
+  OPERATOR_MISMATCH: OperatorMismatch,
 });
 
 // Codes that, without a jobfence ErrorInfo, come from the transport
@@ -225,7 +251,9 @@ module.exports = {
   DOMAIN, REASONS, JobfenceError, AttemptSuperseded, AttemptNotIssued, JobNotRunning, JobNotFound,
   JobFinished, LeaseNotExpired, OperationKeyConflict, JobNotInManualReview, JobNotCancellable,
   InvalidRequest, OutcomeUnknown, CommitOutcomeUnknown, Unavailable, DatabaseUnavailable,
-  TransactionConflict, Overloaded, NoCoordinatorServing, InternalError, ServerShuttingDown, fromStatus, fromServiceError,
+  TransactionConflict, Overloaded, NoCoordinatorServing, InternalError, ServerShuttingDown, NotAuthorized,
+  Unauthenticated, CredentialMissing, CredentialInvalid, CredentialExpired, PermissionDenied, RoleNotAllowed,
+  QueueNotAllowed, OperatorMismatch, fromStatus, fromServiceError,
   retryableWrite, retryableClaim, encodeStatusForTests: (obj) => Status.encode(Status.fromObject(obj)).finish(),
   encodeDetailForTests: (type, obj) => ({
     type_url: 'type.googleapis.com/google.rpc.' + type,

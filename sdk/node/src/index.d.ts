@@ -60,9 +60,27 @@ export declare class RetryPolicy {
   wait(retry: number, err: unknown): number;
 }
 
+/**
+ * TLS settings and a bearer token (all absent for a coordinator run with
+ * --insecure). The token travels as `authorization: Bearer ...` metadata.
+ */
+export interface Credentials {
+  /** The CA certificate (PEM) that signed the coordinator's: TLS. */
+  tlsCaPem?: Buffer;
+  /** A client certificate and its key (PEM), for mutual TLS. */
+  tlsClientCertPem?: Buffer;
+  tlsClientKeyPem?: Buffer;
+  token?: string;
+}
+
+/** Reads JOBFENCE_TLS_CA, JOBFENCE_TLS_CLIENT_CERT/_KEY and JOBFENCE_TOKEN_FILE (or JOBFENCE_TOKEN). */
+export declare function credentialsFromEnv(): Credentials;
+
 export interface WorkerClientOptions {
   /** `host:port` of the coordinator. */
   target: string;
+  /** TLS and bearer token (`credentialsFromEnv()`); none by default. */
+  credentials?: Credentials;
   workerId: string;
   queue: string;
   /** Lease asked for on every Claim/Takeover, in seconds (default 30). */
@@ -145,6 +163,16 @@ export declare class Overloaded extends Unavailable { retryAfterSeconds: number 
 export declare class NoCoordinatorServing extends Unavailable {}
 export declare class InternalError extends JobfenceError {}
 export declare class ServerShuttingDown extends JobfenceError {}
+/** Refused for who the caller is: nothing was applied; never retried. */
+export declare class NotAuthorized extends JobfenceError {}
+export declare class Unauthenticated extends NotAuthorized {}
+export declare class CredentialMissing extends Unauthenticated {}
+export declare class CredentialInvalid extends Unauthenticated {}
+export declare class CredentialExpired extends Unauthenticated {}
+export declare class PermissionDenied extends NotAuthorized {}
+export declare class RoleNotAllowed extends PermissionDenied {}
+export declare class QueueNotAllowed extends PermissionDenied { queue: string; jobId: number }
+export declare class OperatorMismatch extends PermissionDenied {}
 
 export declare const DOMAIN: 'jobfence';
 /** Every ErrorInfo reason the coordinator sends, and its class. */

@@ -13,6 +13,7 @@ module.exports = {
   Disposition: client.Disposition,
   RetryPolicy: client.RetryPolicy,
   observationDedupKey: client.observationDedupKey,
+  credentialsFromEnv: client.credentialsFromEnv,
   errors,
   ...Object.fromEntries(Object.entries(errors).filter(([k]) => /^[A-Z]/.test(k))),
 };

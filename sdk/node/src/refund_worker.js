@@ -16,7 +16,7 @@
 
 const { parseArgs } = require('node:util');
 const {
-  WorkerClient, Disposition, AttemptSuperseded, JobNotRunning, OutcomeUnknown,
+  WorkerClient, Disposition, credentialsFromEnv, AttemptSuperseded, JobNotRunning, OutcomeUnknown,
 } = require('./index');
 
 class Unknown extends Error {}
@@ -142,6 +142,8 @@ async function main() {
   });
   const provider = new Provider(values.provider, Number(values['provider-timeout']));
   const client = new WorkerClient({
+    // TLS and the token from JOBFENCE_TLS_CA, JOBFENCE_TOKEN_FILE, ...
+    credentials: credentialsFromEnv(),
     target: values.coordinator, workerId: values['worker-id'], queue: values.queue,
     leaseSeconds: Number(values['lease-seconds']), timeoutSeconds: 5,
   });

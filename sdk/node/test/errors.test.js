@@ -81,3 +81,31 @@ test('the dedup key is the one every SDK derives', () => {
   const key = jw.observationDedupKey('w1', 'r'.repeat(255));
   assert.match(key, /^worker-sha256:[0-9a-f]{64}$/);
 });
+
+test('a denial applied nothing and is never retried', () => {
+  for (const [reason, code, Family] of [
+    ['CREDENTIAL_MISSING', Code.UNAUTHENTICATED, jw.Unauthenticated],
+    ['CREDENTIAL_INVALID', Code.UNAUTHENTICATED, jw.Unauthenticated],
+    ['CREDENTIAL_EXPIRED', Code.UNAUTHENTICATED, jw.Unauthenticated],
+    ['ROLE_NOT_ALLOWED', Code.PERMISSION_DENIED, jw.PermissionDenied],
+    ['QUEUE_NOT_ALLOWED', Code.PERMISSION_DENIED, jw.PermissionDenied],
+    ['OPERATOR_MISMATCH', Code.PERMISSION_DENIED, jw.PermissionDenied],
+  ]) {
+    const err = fromStatus(code, 'no', status(code, reason, { queue: 'payouts', job_id: '7' }));
+    assert.ok(err instanceof Family && err instanceof jw.NotAuthorized, reason);
+    assert.ok(!retryableClaim(err) && !retryableWrite(err), reason);
+  }
+  const q = fromStatus(Code.PERMISSION_DENIED, 'no', status(Code.PERMISSION_DENIED, 'QUEUE_NOT_ALLOWED', { queue: 'payouts', job_id: '7' }));
+  assert.deepStrictEqual([q.queue, q.jobId], ['payouts', 7]);
+});
+
+test('credentials come from the environment, the token from its file', () => {
+  const fs = require('node:fs');
+  const os = require('node:os');
+  const path = require('node:path');
+  const file = path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'jf-')), 'token');
+  fs.writeFileSync(file, 'jft_secret\n');
+  assert.deepStrictEqual(jw.credentialsFromEnv({ JOBFENCE_TOKEN_FILE: file }), { token: 'jft_secret' });
+  assert.deepStrictEqual(jw.credentialsFromEnv({}), {});
+  assert.throws(() => jw.credentialsFromEnv({ JOBFENCE_TLS_CLIENT_CERT: file }), /JOBFENCE_TLS_CLIENT_KEY/);
+});

@@ -1,8 +1,12 @@
 //! The minimal worker of the README ("Writing a worker"): claims refunds and
 //! completes them. `cargo run --example minimal_worker` with a coordinator
-//! on `$JOBFENCE_COORDINATOR` (default `http://127.0.0.1:50051`).
+//! on `$JOBFENCE_COORDINATOR` (default `https://127.0.0.1:50051`), and the
+//! TLS and token variables scripts/serve prints (`JOBFENCE_TLS_CA`,
+//! `JOBFENCE_TOKEN_FILE`).
 
-use jobfence_worker::{ClaimedJob, Handler, HandlerError, Worker, WorkerClient, WorkerConfig};
+use jobfence_worker::{
+    ClaimedJob, Credentials, Handler, HandlerError, Worker, WorkerClient, WorkerConfig,
+};
 
 struct Refunds;
 
@@ -18,8 +22,12 @@ impl Handler for Refunds {
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let endpoint = std::env::var("JOBFENCE_COORDINATOR")
-        .unwrap_or_else(|_| "http://127.0.0.1:50051".to_owned());
-    let config = WorkerConfig::new("rust-minimal-1", "refunds");
+        .unwrap_or_else(|_| "https://127.0.0.1:50051".to_owned());
+    let config = WorkerConfig {
+        // TLS and the bearer token: JOBFENCE_TLS_CA, JOBFENCE_TOKEN_FILE.
+        credentials: Credentials::from_env()?,
+        ..WorkerConfig::new("rust-minimal-1", "refunds")
+    };
     let client = WorkerClient::connect(endpoint, config).await?;
     let report = Worker::new(client)
         .run(Refunds, async {

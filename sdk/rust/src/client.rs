@@ -2,6 +2,7 @@
 //! (Claim, Takeover) or read jobs. Everything that writes to a job goes
 //! through the [`ClaimedJob`] handles it returns.
 
+use super::credentials::{Authorization, Credentials};
 use super::error::{self, ClaimError, ConnectError, WriteError};
 use super::handle::ClaimedJob;
 use super::retry::{retry, RetryPolicy};
@@ -10,7 +11,8 @@ use crate::proto::{self, ClaimRequest, GetJobRequest, TakeoverRequest};
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
-use tonic::transport::{Channel, Endpoint};
+use tonic::service::interceptor::InterceptedService;
+use tonic::transport::Channel;
 use tonic::{Request, Status};
 
 /// The largest `max_in_flight`: the coordinator's default maximum Claim
@@ -62,6 +64,10 @@ pub struct WorkerConfig {
     /// Retry delay of the `RetryReconcile` the runner sends for a job whose
     /// handler returned without writing back.
     pub release_delay: Duration,
+    /// TLS and bearer token (none by default: a coordinator run with
+    /// `--insecure`); [`Credentials::from_env`] reads the standard
+    /// `JOBFENCE_TLS_CA` / `JOBFENCE_TOKEN_FILE` variables.
+    pub credentials: Credentials,
 }
 
 impl Default for WorkerConfig {
@@ -82,6 +88,7 @@ impl Default for WorkerConfig {
             retry: RetryPolicy::default(),
             shutdown_grace: Duration::from_secs(30),
             release_delay: Duration::from_secs(5),
+            credentials: Credentials::default(),
         }
     }
 }
@@ -122,22 +129,27 @@ impl WorkerConfig {
 /// that a committed Claim or Takeover returned (DESIGN.md rules 3 and 4).
 #[derive(Debug, Clone)]
 pub struct WorkerClient {
-    pub(crate) rpc: JobCoordinatorClient<Channel>,
+    pub(crate) rpc: JobCoordinatorClient<InterceptedService<Channel, Authorization>>,
     pub(crate) config: Arc<WorkerConfig>,
 }
 
 impl WorkerClient {
-    /// Connects to a coordinator at `endpoint` (`http://host:port`).
+    /// Connects to a coordinator at `endpoint` (`http://host:port`, or
+    /// `https://host:port`; with a CA in `config.credentials` the client
+    /// speaks TLS either way).
     ///
     /// Errors: [`ConnectError::InvalidConfig`] for an unusable config,
     /// [`ConnectError::Transport`] if the endpoint is malformed or does not
-    /// answer within `config.connect_timeout`.
+    /// answer within `config.connect_timeout` (a TLS handshake the
+    /// coordinator refuses included).
     pub async fn connect(
         endpoint: impl Into<String>,
         config: WorkerConfig,
     ) -> Result<Self, ConnectError> {
         config.validate()?;
-        let channel = Endpoint::from_shared(endpoint.into())?
+        let channel = config
+            .credentials
+            .endpoint(endpoint)?
             .connect_timeout(config.connect_timeout)
             .connect()
             .await?;
@@ -145,11 +157,15 @@ impl WorkerClient {
     }
 
     /// A client over an existing channel (for example a lazily connecting
-    /// one, or one shared with other clients).
+    /// one, or one shared with other clients); the channel's TLS is its
+    /// own, the bearer token of `config.credentials` is added to every call.
     pub fn new(channel: Channel, config: WorkerConfig) -> Result<Self, ConnectError> {
         config.validate()?;
         Ok(WorkerClient {
-            rpc: JobCoordinatorClient::new(channel),
+            rpc: JobCoordinatorClient::with_interceptor(
+                channel,
+                config.credentials.authorization(),
+            ),
             config: Arc::new(config),
         })
     }

@@ -62,6 +62,14 @@ pub enum WriteError {
     /// database), still so after the retries: nothing was applied.
     #[error("coordinator unavailable: {}", .0.message())]
     Unavailable(Box<Status>),
+    /// Reason `CREDENTIAL_MISSING`, `CREDENTIAL_INVALID`,
+    /// `CREDENTIAL_EXPIRED` (UNAUTHENTICATED), `ROLE_NOT_ALLOWED`,
+    /// `QUEUE_NOT_ALLOWED` or `OPERATOR_MISMATCH` (PERMISSION_DENIED): the
+    /// caller may not make this call; nothing was applied. Never retried:
+    /// fix the credential (see [`Credentials`](crate::Credentials)) or the
+    /// coordinator's callers file.
+    #[error("denied ({}): {}", reason_of(.0), .0.message())]
+    Denied(Box<Status>),
     /// Anything else (for example `ATTEMPT_NOT_ISSUED`, which a handle
     /// cannot cause, or a status from a proxy without ErrorInfo).
     #[error("unexpected status: {0}")]
@@ -112,6 +120,10 @@ pub enum ClaimError {
         /// The job's state now.
         state: proto::JobState,
     },
+    /// A refusal for who the caller is, as [`WriteError::Denied`]: nothing
+    /// was taken. Never retried.
+    #[error("denied ({}): {}", reason_of(.0), .0.message())]
+    Denied(Box<Status>),
     /// Anything else.
     #[error("unexpected status: {0}")]
     Other(Box<Status>),
@@ -126,6 +138,15 @@ pub enum ConnectError {
     /// The endpoint is malformed or could not be reached.
     #[error("cannot connect: {0}")]
     Transport(#[from] tonic::transport::Error),
+    /// A credential could not be read or used (a named file missing, a
+    /// token that is not printable ASCII); says which.
+    #[error("unusable credentials: {0}")]
+    Credentials(String),
+}
+
+/// The ErrorInfo reason of a status, or `""`.
+fn reason_of(status: &Status) -> String {
+    error_info(status).map(|(r, _)| r).unwrap_or_default()
 }
 
 /// The jobfence ErrorInfo of a status: reason and metadata. `None` for a
@@ -236,6 +257,7 @@ pub(crate) fn write_error(status: Status) -> WriteError {
         | reason::TRANSACTION_CONFLICT
         | reason::OVERLOADED
         | reason::NO_COORDINATOR_SERVING => WriteError::Unavailable(Box::new(status)),
+        r if reason::DENIALS.contains(&r) => WriteError::Denied(Box::new(status)),
         _ => WriteError::Other(Box::new(status)),
     }
 }
@@ -265,6 +287,7 @@ pub(crate) fn claim_error(status: Status) -> ClaimError {
         reason::JOB_NOT_RUNNING => ClaimError::NotRunning {
             state: meta_state(&meta),
         },
+        r if reason::DENIALS.contains(&r) => ClaimError::Denied(Box::new(status)),
         _ => ClaimError::Other(Box::new(status)),
     }
 }
@@ -344,6 +367,21 @@ mod tests {
             ClaimError::Unavailable(_)
         ));
         assert!(matches!(write_error(busy), WriteError::Unavailable(_)));
+    }
+
+    #[test]
+    fn a_denial_is_never_retried() {
+        for why in reason::DENIALS {
+            let code = if why.starts_with("CREDENTIAL") {
+                Code::Unauthenticated
+            } else {
+                Code::PermissionDenied
+            };
+            let no = refusal(code, why, &[("queue", "payouts")]);
+            assert!(!retryable_write(&no) && !definitely_not_applied(&no));
+            assert!(matches!(write_error(no.clone()), WriteError::Denied(_)));
+            assert!(matches!(claim_error(no), ClaimError::Denied(_)));
+        }
     }
 
     #[test]

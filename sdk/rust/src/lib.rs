@@ -20,7 +20,10 @@
 //!   time, claims only for free slots, and shuts down gracefully.
 //! - Calls are retried with exponential backoff and jitter only where a
 //!   repeat cannot do harm (see [`WorkerClient::claim`] for why a Claim is
-//!   not one of them).
+//!   not one of them); a refusal for who the caller is
+//!   ([`WriteError::Denied`], [`ClaimError::Denied`]) never is.
+//! - [`Credentials`]: TLS (a CA, optionally a client certificate) and a
+//!   bearer token, for a coordinator that authenticates its callers.
 //!
 //! ```no_run
 //! use jobfence_worker::{ClaimedJob, Handler, HandlerError, Worker, WorkerClient, WorkerConfig};
@@ -40,6 +43,8 @@
 //! # async fn example() -> Result<(), Box<dyn std::error::Error>> {
 //! let config = WorkerConfig {
 //!     max_in_flight: 4,
+//!     // JOBFENCE_TLS_CA, JOBFENCE_TOKEN_FILE, ...
+//!     credentials: jobfence_worker::Credentials::from_env()?,
 //!     ..WorkerConfig::new("refund-worker-1", "refunds")
 //! };
 //! let client = WorkerClient::connect("http://127.0.0.1:50051", config).await?;
@@ -57,6 +62,7 @@
 #![deny(missing_docs)]
 
 mod client;
+pub mod credentials;
 mod error;
 mod handle;
 pub mod reason;
@@ -73,6 +79,7 @@ pub mod proto {
 }
 
 pub use client::{WorkerClient, WorkerConfig, MAX_IN_FLIGHT};
+pub use credentials::{Authorization, BearerToken, Credentials};
 pub use error::{ClaimError, ConnectError, WriteError};
 pub use handle::{observation_dedup_key, ClaimedJob, Disposition, FailWritten, Recorded, Written};
 pub use retry::RetryPolicy;

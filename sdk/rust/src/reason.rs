@@ -49,6 +49,22 @@ pub const SERVER_SHUTTING_DOWN: &str = "SERVER_SHUTTING_DOWN";
 /// configuration), not a coordinator: no coordinator was serving, the call
 /// was not forwarded; nothing was applied.
 pub const NO_COORDINATOR_SERVING: &str = "NO_COORDINATOR_SERVING";
+/// UNAUTHENTICATED: the call carried no credential.
+pub const CREDENTIAL_MISSING: &str = "CREDENTIAL_MISSING";
+/// UNAUTHENTICATED: a credential the coordinator does not know (wrong,
+/// tampered with, revoked, malformed); metadata `problem`.
+pub const CREDENTIAL_INVALID: &str = "CREDENTIAL_INVALID";
+/// UNAUTHENTICATED: the credential expired (metadata `expired_at`).
+pub const CREDENTIAL_EXPIRED: &str = "CREDENTIAL_EXPIRED";
+/// PERMISSION_DENIED: no role of the caller allows the method (metadata
+/// `method`, `required_role`).
+pub const ROLE_NOT_ALLOWED: &str = "ROLE_NOT_ALLOWED";
+/// PERMISSION_DENIED: the caller's grants do not cover the queue (metadata
+/// `queue`, `job_id`). Nothing was written.
+pub const QUEUE_NOT_ALLOWED: &str = "QUEUE_NOT_ALLOWED";
+/// PERMISSION_DENIED: an operator call named another operator than the
+/// credential's.
+pub const OPERATOR_MISMATCH: &str = "OPERATOR_MISMATCH";
 
 /// Every reason above, in the order listed.
 pub const ALL: &[&str] = &[
@@ -69,4 +85,22 @@ pub const ALL: &[&str] = &[
     OVERLOADED,
     SERVER_SHUTTING_DOWN,
     NO_COORDINATOR_SERVING,
+    CREDENTIAL_MISSING,
+    CREDENTIAL_INVALID,
+    CREDENTIAL_EXPIRED,
+    ROLE_NOT_ALLOWED,
+    QUEUE_NOT_ALLOWED,
+    OPERATOR_MISMATCH,
+];
+
+/// The reasons of a refusal for who the caller is (UNAUTHENTICATED or
+/// PERMISSION_DENIED): nothing was applied, and repeating the call with the
+/// same credential cannot change that. Never retried.
+pub const DENIALS: &[&str] = &[
+    CREDENTIAL_MISSING,
+    CREDENTIAL_INVALID,
+    CREDENTIAL_EXPIRED,
+    ROLE_NOT_ALLOWED,
+    QUEUE_NOT_ALLOWED,
+    OPERATOR_MISMATCH,
 ];

@@ -6,7 +6,7 @@
 use super::{refusal, resolve, view};
 use crate::console::forms::{self, Pairs};
 use crate::console::view::{when, Level, Nav, Notice};
-use crate::console::{csrf, operator, Console};
+use crate::console::{csrf, Console};
 use crate::coordinator::admin::JobDetail;
 use crate::domain::{Job, JobState, Observation};
 use axum::extract::{Path, Query, State};
@@ -105,7 +105,7 @@ pub async fn show(
         observations: obs,
         events,
     } = &detail;
-    let name = operator::remembered(headers);
+    let name = console.operator_field(headers);
     let body = html! {
         div.page-head {
             h1 { "Job " (job.id) }
@@ -115,7 +115,7 @@ pub async fn show(
         @if job.state == JobState::ManualReview {
             section.card.resolve-card {
                 h2 { "Resolve" }
-                (resolve::form(job, &token, name.as_deref(), prefill))
+                (resolve::form(job, &token, &name, prefill))
             }
         }
         div.columns {

@@ -9,6 +9,7 @@
 
 use super::{bad_input, job, refusal};
 use crate::console::forms::{self, Pairs};
+use crate::console::operator::OperatorField;
 use crate::console::view::{Level, Notice};
 use crate::console::{csrf, operator, Console};
 use crate::domain::{CoordinatorError, Job};
@@ -22,7 +23,7 @@ use maud::{html, Markup};
 pub fn form(
     job: &Job,
     csrf_token: &str,
-    operator: Option<&str>,
+    operator: &OperatorField,
     prefill: Option<&Pairs>,
 ) -> Markup {
     let id = job.id;
@@ -36,10 +37,15 @@ pub fn form(
             }
         }
     };
-    let name = prefill
-        .and_then(|p| forms::value(p, "operator"))
-        .or(operator)
-        .unwrap_or("");
+    let typed = match operator {
+        OperatorField::Typed(remembered) => Some(
+            prefill
+                .and_then(|p| forms::value(p, "operator"))
+                .or(remembered.as_deref())
+                .unwrap_or(""),
+        ),
+        OperatorField::Fixed(_) => None,
+    };
     html! {
         form.resolve method="post" action={ "/jobs/" (id) "/resolve" } data-job-id=(id) {
             input type="hidden" name=(csrf::FIELD) value=(csrf_token);
@@ -57,7 +63,11 @@ pub fn form(
                 label.check { input type="checkbox" name="authorize_resend" checked[!old("authorize_resend").is_empty()]; " I accept the resend risk" }
             }
             div.row {
-                label { "Your name" input type="text" name="operator" value=(name) required autocomplete="username" size="16"; }
+                @if let Some(name) = typed {
+                    label { "Your name" input type="text" name="operator" value=(name) required autocomplete="username" size="16"; }
+                } @else if let OperatorField::Fixed(name) = operator {
+                    span.muted.as-operator { "Recorded as " strong { (name) } " (the console's credential)" }
+                }
                 label.grow { "Reason (recorded)" input type="text" name="reason" value=(old("reason")) required placeholder="e.g. refund re_123 seen in the provider dashboard"; }
             }
             button.primary type="submit" { "Resolve job " (id) " (attempt " (job.attempt) ")" }
@@ -164,8 +174,21 @@ pub async fn post(
             .with_lines(["Reload this page and submit the form again.".to_owned()]);
         return job::show(&console, &headers, id, vec![n], StatusCode::FORBIDDEN, None).await;
     }
-    let who = operator::Operator::from_form(forms::value(&pairs, "operator").unwrap_or(""));
-    let remember = operator::remember(&who.name);
+    let who = match console.identity.credential() {
+        None => operator::Operator::from_form(forms::value(&pairs, "operator").unwrap_or("")),
+        Some(Ok(op)) => op,
+        // The middleware checked the credential a moment ago; a reload in
+        // between refuses here the same way.
+        Some(Err(refusal)) => {
+            let n = Notice::new(Level::Error, format!("Not applied: {refusal}."));
+            return job::show(&console, &headers, id, vec![n], StatusCode::FORBIDDEN, None).await;
+        }
+    };
+    // Only a typed name is remembered for the next form.
+    let remember = match who.source {
+        operator::OperatorSource::Typed => operator::remember(&who.name),
+        operator::OperatorSource::Credential => None,
+    };
     let (request, authorize) = match forms::resolve_request(id, &who.name, &pairs) {
         Ok(r) => r,
         Err(bad) => {

@@ -4,8 +4,9 @@
 
 use super::{refusal, resolve, view};
 use crate::console::forms::{self, query_string, Pairs};
+use crate::console::operator::OperatorField;
 use crate::console::view::{ago, Nav, Notice};
-use crate::console::{csrf, operator, Console};
+use crate::console::{csrf, Console};
 use crate::coordinator::admin::JobDetail;
 use crate::domain::JobState;
 use crate::store::ListJobsFilter;
@@ -17,7 +18,7 @@ use maud::{html, Markup};
 /// Events shown with each parked job (the full history is on its page).
 const LAST_EVENTS: usize = 6;
 
-fn parked(d: &JobDetail, token: &str, name: Option<&str>) -> Markup {
+fn parked(d: &JobDetail, token: &str, name: &OperatorField) -> Markup {
     let j = &d.job;
     let tail = d.events.len().saturating_sub(LAST_EVENTS);
     html! {
@@ -49,7 +50,7 @@ pub async fn page(
     Query(q): Query<Pairs>,
 ) -> Response {
     let (token, set_csrf) = csrf::ensure(&headers);
-    let name = operator::remembered(&headers);
+    let name = console.operator_field(&headers);
     let queue = forms::value(&q, "queue").map(str::to_owned);
     let mut notices: Vec<Notice> = vec![];
     let mut status = StatusCode::OK;
@@ -107,7 +108,7 @@ pub async fn page(
         @if cards.is_empty() && status.is_success() {
             p.empty { "Nothing is waiting for an operator." }
         }
-        @for d in &cards { (parked(d, &token, name.as_deref())) }
+        @for d in &cards { (parked(d, &token, &name)) }
         nav.pager {
             @if after > 0 { a href={ "/review?" (query_string(&[("queue", &q_owned)])) } { "← first page" } }
             @if let Some(n) = next {

@@ -1,9 +1,20 @@
 //! Assembly: the worker-facing service, the operator service and the events
 //! feed, standard gRPC health (following the database's reachability),
 //! the database's durability (warned about, or required), server
-//! reflection, the RPC latency layer, the optional `/metrics` endpoint with
-//! its pending-age refresher, and graceful shutdown.
+//! reflection, the layers every call passes (RPC latency, authentication,
+//! admission under the concurrency limits), the listener's TLS, the
+//! optional `/metrics` endpoint with its pending-age refresher, and
+//! graceful shutdown.
+//!
+//! - [`transport`]: accepting connections, TLS, the connection limit.
+//! - [`limits`]: the concurrency limits and the server-side deadline.
+//! - [`security`]: TLS and the callers file together, and their reload.
 
+pub mod limits;
+pub mod security;
+pub mod transport;
+
+use crate::auth::AuthLayer;
 use crate::coordinator::Coordinator;
 use crate::domain::durability::{self, Durability};
 use crate::domain::CoordinatorError;
@@ -14,13 +25,16 @@ use crate::proto::job_admin_server::JobAdminServer;
 use crate::proto::job_coordinator_server::JobCoordinatorServer;
 use crate::proto::job_events_server::JobEventsServer;
 use crate::store::{HealthProbe, JobStore};
+use limits::{AdmissionLayer, Limits};
 use std::future::Future;
 use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::{oneshot, watch};
 use tonic::server::NamedService;
-use tonic::transport::server::TcpIncoming;
 use tonic::transport::Server;
+use transport::ConnectionLimits;
+
+pub use security::Security;
 use tonic_health::server::HealthReporter;
 use tonic_health::ServingStatus;
 
@@ -82,6 +96,16 @@ pub struct OpsOptions {
     /// then stops with an error. Checked before the first RPC is accepted
     /// (when the database answers at start), then at every health check.
     pub require_durable_database: bool,
+    /// TLS and authentication of the gRPC listener (default: neither,
+    /// warned about at start).
+    pub security: Security,
+    /// Request size, connection, concurrency and deadline limits.
+    pub limits: Limits,
+    /// Serve gRPC reflection (without a credential, like health).
+    pub reflection: bool,
+    /// The operator token the console acts with when the coordinator
+    /// authenticates (`--console-token-file`); see [`crate::console`].
+    pub console_token: Option<String>,
 }
 
 impl Default for OpsOptions {
@@ -92,6 +116,10 @@ impl Default for OpsOptions {
             pending_refresh_interval: Duration::from_secs(15),
             events_poll_interval: Duration::from_millis(250),
             require_durable_database: false,
+            security: Security::default(),
+            limits: Limits::default(),
+            reflection: true,
+            console_token: None,
         }
     }
 }
@@ -346,13 +374,16 @@ pub async fn serve_with(
     }
     if let Some(console_listener) = ops.console_listener {
         crate::console::require_loopback(console_listener.local_addr()?)?;
+        let identity = console_identity(&ops.security, ops.console_token)?;
         let mut stop = stop_rx.clone();
         let served = coordinator.clone();
         tokio::spawn(async move {
             let shutdown = async move {
                 let _ = stop.wait_for(|s| *s).await;
             };
-            if let Err(e) = crate::console::serve(console_listener, served, shutdown).await {
+            if let Err(e) =
+                crate::console::serve(console_listener, served, identity, shutdown).await
+            {
                 tracing::error!(error = %e, "operator console stopped");
             }
         });
@@ -369,27 +400,49 @@ pub async fn serve_with(
         listen = %listener.local_addr()?,
         "serving jobfence.v1.JobCoordinator, JobAdmin and JobEvents"
     );
+    let security = ops.security;
+    security.announce();
+    if security.reload_on_sighup {
+        security.spawn_sighup_reload();
+    }
+    let limits = ops.limits;
+    let max_request = limits.max_request_bytes;
+    let incoming = transport::incoming(
+        listener,
+        security.tls.clone(),
+        ConnectionLimits {
+            max_connections: limits.max_connections,
+            handshake_timeout: limits.handshake_timeout,
+        },
+        metrics.clone(),
+    );
+    let (reflection_v1, reflection_v1alpha) = if ops.reflection {
+        (Some(reflection_v1), Some(reflection_v1alpha))
+    } else {
+        (None, None)
+    };
     let server = Server::builder()
-        .layer(RpcMetricsLayer::new(metrics))
+        .max_concurrent_streams(limits.max_streams_per_connection)
+        // Outermost first: every call is timed (refusals included), then
+        // authenticated, then admitted under the concurrency limits.
+        .layer(RpcMetricsLayer::new(metrics.clone()))
+        .layer(AuthLayer::new(security.auth.clone(), metrics.clone()))
+        .layer(AdmissionLayer::new(limits, metrics))
         .add_service(health_service)
-        .add_service(reflection_v1)
-        .add_service(reflection_v1alpha)
-        .add_service(JobAdminServer::new(JobAdminService::new(
-            coordinator.clone(),
-        )))
-        .add_service(JobEventsServer::new(events))
-        .add_service(JobCoordinatorServer::new(JobCoordinatorService::new(
-            coordinator,
-        )))
-        // TCP_NODELAY: a gRPC answer is several small writes (headers,
-        // message, trailers); with Nagle on, the last one can wait for the
-        // client's delayed ACK (40 ms on Linux).
-        .serve_with_incoming_shutdown(
-            TcpIncoming::from(listener).with_nodelay(Some(true)),
-            async {
-                let _ = stopped.await;
-            },
-        );
+        .add_optional_service(reflection_v1)
+        .add_optional_service(reflection_v1alpha)
+        .add_service(
+            JobAdminServer::new(JobAdminService::new(coordinator.clone()))
+                .max_decoding_message_size(max_request),
+        )
+        .add_service(JobEventsServer::new(events).max_decoding_message_size(max_request))
+        .add_service(
+            JobCoordinatorServer::new(JobCoordinatorService::new(coordinator))
+                .max_decoding_message_size(max_request),
+        )
+        .serve_with_incoming_shutdown(incoming, async {
+            let _ = stopped.await;
+        });
     tokio::pin!(server);
     tokio::select! {
         done = &mut server => done?,
@@ -422,6 +475,33 @@ pub async fn serve_with(
     }
     tracing::info!("stopped");
     Ok(())
+}
+
+/// How the console knows its operator: typed names without
+/// authentication; with it, the operator token it was given, checked now
+/// (a console that could not act is refused at start).
+fn console_identity(
+    security: &Security,
+    token: Option<String>,
+) -> anyhow::Result<crate::console::operator::Identity> {
+    use crate::console::operator::Identity;
+    let Some(auth) = &security.auth else {
+        return Ok(Identity::Typed);
+    };
+    let Some(token) = token else {
+        anyhow::bail!(
+            "the console needs an operator credential (--console-token-file) when the \
+             coordinator authenticates its callers"
+        );
+    };
+    let identity = Identity::Credential {
+        auth: auth.clone(),
+        token: token.into(),
+    };
+    if let Some(Err(refusal)) = identity.credential() {
+        anyhow::bail!("the console's operator credential is not accepted: {refusal}");
+    }
+    Ok(identity)
 }
 
 /// Completes on SIGTERM or Ctrl-C.
