@@ -396,7 +396,7 @@ async fn conforms(client: Client) {
                 LoseClaimCommit => {
                     let mut p = paused.take().expect("PauseClaimCommit first");
                     p.reached().await;
-                    support_sdk::kill_the_open_transaction(&h).await;
+                    support_sdk::kill_the_paused_session(&h, &p).await;
                     p.release();
                 }
                 Row(state, attempt) => {

@@ -215,7 +215,7 @@ async fn a_lost_commit_of_a_batch_is_unknown_for_every_write_and_replays_answer_
     };
     gate.reached().await;
     // The batch holds its rows' locks; its connection dies before COMMIT.
-    common::kill_the_open_transaction(&h).await;
+    common::kill_the_paused_session(&h, &gate).await;
     gate.release();
     let answers = writer.await.unwrap();
     for a in &answers {

@@ -262,7 +262,7 @@ async fn a_claim_whose_commit_is_lost_is_reported_unknown_and_hands_out_nothing(
     });
     gate.reached().await;
     // The connection dies just before COMMIT.
-    common::kill_the_open_transaction(&h).await;
+    common::kill_the_paused_session(&h, &gate).await;
     gate.release();
 
     let status = claim.await.unwrap().expect_err("no claim may be reported");

@@ -255,7 +255,7 @@ async fn a_claim_whose_commit_was_lost_hands_out_nothing() {
     let claim = tokio::spawn(async move { a.claim(1).await });
     paused.reached().await;
     // The claim's connection dies just before its COMMIT.
-    support_sdk::kill_the_open_transaction(&h).await;
+    support_sdk::kill_the_paused_session(&h, &paused).await;
     paused.release();
     match claim.await.unwrap() {
         Err(ClaimError::OutcomeUnknown(status)) => {

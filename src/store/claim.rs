@@ -179,7 +179,7 @@ impl JobStore {
             .map(|(c, _)| c.job.id)
             .collect();
         let mut observations = reads::observations(&mut tx, &with_observations).await?;
-        self.pause("claim.before_commit").await;
+        self.pause_in("claim.before_commit", &mut tx).await;
         events::append_and_commit(tx, &claimed).await?;
         drop(claimed);
         Ok(ClaimBatch {

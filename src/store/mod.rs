@@ -50,7 +50,7 @@ pub use enqueue::EnqueueResult;
 pub use errors::convert_sqlx_err;
 pub use events_feed::{FeedEvent, FeedPage};
 pub use health::HealthProbe;
-pub use pause::PausePoints;
+pub use pause::{Armed, PausePoints};
 pub use writeback::{WriteResult, MANUAL_REVIEW_REQUESTED};
 
 /// The schema migrations in `migrations/`, embedded in the binary.
@@ -209,6 +209,13 @@ impl JobStore {
     async fn pause(&self, point: &'static str) {
         if let Some(p) = &self.pauses {
             p.pause(point).await;
+        }
+    }
+
+    /// A pause point inside the transaction running on `conn`.
+    async fn pause_in(&self, point: &'static str, conn: &mut sqlx::MySqlConnection) {
+        if let Some(p) = &self.pauses {
+            p.pause_in(point, conn).await;
         }
     }
 

@@ -4,6 +4,7 @@
 //! releases the first one. Production stores carry no pause points, and an
 //! unarmed point costs one mutex lookup.
 
+use sqlx::MySqlConnection;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use tokio::sync::oneshot;
@@ -28,23 +29,34 @@ pub struct PausePoints {
 
 #[derive(Debug)]
 struct Gate {
-    reached: oneshot::Sender<()>,
+    reached: oneshot::Sender<Option<u64>>,
     release: oneshot::Receiver<()>,
 }
 
 /// The test's side of an armed point.
 #[derive(Debug)]
 pub struct Armed {
-    reached: oneshot::Receiver<()>,
+    reached: oneshot::Receiver<Option<u64>>,
+    connection_id: Option<u64>,
     release: Option<oneshot::Sender<()>>,
 }
 
 impl Armed {
     /// Waits until a call has reached the point and is paused there.
     pub async fn reached(&mut self) {
-        (&mut self.reached)
+        let id = (&mut self.reached)
             .await
             .expect("the paused call was dropped before reaching its pause point");
+        self.connection_id = id;
+    }
+
+    /// The database session (`CONNECTION_ID()`) of the paused transaction,
+    /// once [`reached`](Self::reached) returned, for points inside a
+    /// transaction (`claim.before_commit`, `write.before_commit`): a test
+    /// kills exactly that session to lose the COMMIT, without searching
+    /// `information_schema` (whose InnoDB views are cached snapshots).
+    pub fn connection_id(&self) -> Option<u64> {
+        self.connection_id
     }
 
     /// Lets the paused call go on.
@@ -79,20 +91,36 @@ impl PausePoints {
         );
         Armed {
             reached: reached_rx,
+            connection_id: None,
             release: Some(release_tx),
         }
     }
 
     /// Called by the store: pauses here if a test armed this point.
     pub(crate) async fn pause(&self, point: &'static str) {
-        let gate = self
-            .armed
-            .lock()
-            .expect("pause points poisoned")
-            .remove(point);
-        if let Some(gate) = gate {
-            let _ = gate.reached.send(());
+        if let Some(gate) = self.take(point) {
+            let _ = gate.reached.send(None);
             let _ = gate.release.await;
         }
+    }
+
+    /// Like [`pause`](Self::pause), inside a transaction: tells the test
+    /// which database session holds it.
+    pub(crate) async fn pause_in(&self, point: &'static str, conn: &mut MySqlConnection) {
+        if let Some(gate) = self.take(point) {
+            let id: Option<u64> = sqlx::query_scalar("SELECT CONNECTION_ID()")
+                .fetch_one(&mut *conn)
+                .await
+                .ok();
+            let _ = gate.reached.send(id);
+            let _ = gate.release.await;
+        }
+    }
+
+    fn take(&self, point: &'static str) -> Option<Gate> {
+        self.armed
+            .lock()
+            .expect("pause points poisoned")
+            .remove(point)
     }
 }

@@ -250,7 +250,7 @@ impl JobStore {
             })
             .collect();
         drop(changes);
-        self.pause("write.before_commit").await;
+        self.pause_in("write.before_commit", &mut tx).await;
         // Replays, unknown jobs and forbidden calls write nothing; every
         // other call has its event, appended in the round trip of the
         // COMMIT.

@@ -394,30 +394,16 @@ pub async fn open_transactions(h: &Harness) -> Vec<(u64, String)> {
     .collect()
 }
 
-/// Kills the session of the one open transaction in this test's database
-/// (a call paused at a pause point). Its COMMIT, when released, then
-/// meets a dead connection: the coordinator cannot know whether it
-/// committed (it did not: the kill rolled it back).
-///
-/// InnoDB serves `information_schema.innodb_trx` from a cache refreshed at
-/// most every 0.1 s, server-wide: a query by another test just before the
-/// pause was reached can leave a snapshot without it. So look again, for
-/// a bounded time, until the paused transaction shows.
-pub async fn kill_the_open_transaction(h: &Harness) {
-    let mut open = open_transactions(h).await;
-    for _ in 0..40 {
-        if !open.is_empty() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        open = open_transactions(h).await;
-    }
-    assert_eq!(
-        open.len(),
-        1,
-        "expected exactly the paused transaction: {open:?}"
-    );
-    sqlx::query(&format!("KILL CONNECTION {}", open[0].0))
+/// Kills the database session of the transaction paused at `gate` (a
+/// `claim.before_commit` or `write.before_commit` point that was
+/// reached). Its COMMIT, when released, then meets a dead connection: the
+/// coordinator cannot know whether it committed (it did not: the kill
+/// rolled it back).
+pub async fn kill_the_paused_session(h: &Harness, gate: &jobfence::store::Armed) {
+    let id = gate
+        .connection_id()
+        .expect("the pause point was reached inside a transaction");
+    sqlx::query(&format!("KILL CONNECTION {id}"))
         .execute(&h.pool)
         .await
         .expect("kill the paused session");

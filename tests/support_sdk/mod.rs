@@ -41,7 +41,7 @@ pub async fn observations(h: &Harness, job_id: u64) -> Vec<proto::Observation> {
         .observations
 }
 
-pub use crate::common::{kill_the_open_transaction, open_transactions};
+pub use crate::common::{kill_the_paused_session, open_transactions};
 
 /// Waits until some session of this test's database is blocked on a row
 /// lock (a retried call queued behind a paused one). Polls an observable
