@@ -155,7 +155,13 @@ impl Coordinator {
     /// a commit whose outcome is unknown.
     async fn write(&self, write: FencedWrite) -> Result<FencedOutcome, CoordinatorError> {
         let (rpc, job_id) = (write.rpc(), write.job_id());
-        let e = match self.pipelines.writes.submit(write).await.and_then(|r| r) {
+        let e = match self
+            .for_job(job_id)?
+            .writes
+            .submit(write)
+            .await
+            .and_then(|r| r)
+        {
             Ok(out) => {
                 let span = tracing::Span::current();
                 span.record("queue", out.job.queue.as_str());
@@ -178,7 +184,10 @@ impl Coordinator {
             _ => None,
         };
         if let Some((presented, current, state)) = stale {
-            let queue = self.store.queue_of(job_id).await.ok().flatten();
+            let queue = match self.shards.for_job(job_id) {
+                Ok(store) => store.queue_of(job_id).await.ok().flatten(),
+                Err(_) => None,
+            };
             let queue = queue.as_deref().unwrap_or("");
             tracing::Span::current().record("queue", queue);
             self.metrics.stale_rejection(queue, rpc);

@@ -34,7 +34,8 @@ pub(super) struct Arrivals {
 impl Arrivals {
     /// Starts sending `total` refunds to `addr`, evenly over `over` (all
     /// at once when zero).
-    pub fn start(addr: &str, total: u32, over: Duration, queue: &'static str) -> Result<Arrivals> {
+    /// Refund `i` goes to `queues[i % queues.len()]`.
+    pub fn start(addr: &str, total: u32, over: Duration, queues: Vec<String>) -> Result<Arrivals> {
         let channel =
             tonic::transport::Endpoint::from_shared(format!("http://{addr}"))?.connect_lazy();
         let client = JobCoordinatorClient::new(channel);
@@ -44,7 +45,7 @@ impl Arrivals {
             client,
             total,
             over,
-            queue,
+            queues,
             arrived.clone(),
             retried.clone(),
         ));
@@ -126,7 +127,7 @@ async fn produce(
     mut client: JobCoordinatorClient<tonic::transport::Channel>,
     total: u32,
     over: Duration,
-    queue: &'static str,
+    queues: Vec<String>,
     arrived: Arc<AtomicU32>,
     retried: Arc<AtomicU32>,
 ) -> Result<Duration> {
@@ -142,7 +143,9 @@ async fn produce(
         while sent < due {
             let upto = due.min(sent + BATCH);
             let request = EnqueueBatchRequest {
-                items: (sent..upto).map(|i| refund(i, queue)).collect(),
+                items: (sent..upto)
+                    .map(|i| refund(i, &queues[i as usize % queues.len()]))
+                    .collect(),
             };
             let since = Instant::now();
             let mut backoff = Duration::from_millis(50);

@@ -22,7 +22,7 @@ use anyhow::{bail, Context, Result};
 use arrivals::Arrivals;
 use chaos::{chaos_step, Chaos};
 use clap::Args;
-use coordinators::Coordinators;
+use coordinators::{Coordinators, Databases};
 use procs::{free_port, Proc};
 use report::Report;
 use sqlx::mysql::MySqlPool;
@@ -120,6 +120,22 @@ pub struct DemoArgs {
     /// one, and the database cut off for a few seconds.
     #[arg(long, default_value_t = 2)]
     pub coordinators: u32,
+    /// The database is a Galera cluster: --database-url lists its nodes,
+    /// comma-separated, and the coordinators write through the first. The
+    /// failures then include a SIGKILL of that node under load (with
+    /// --galera-script), started again afterwards.
+    #[arg(long)]
+    pub galera: bool,
+    /// What kills and restarts a Galera node (`SCRIPT kill 1`, `SCRIPT
+    /// restart 1`).
+    #[arg(long, default_value = "scripts/galera")]
+    pub galera_script: PathBuf,
+    /// Spread the refunds over this many databases on the server of
+    /// --database-url (the demo database, then `<name>_s1`, …), one queue
+    /// on each (`refunds`, `refunds-1`, …), each coordinator given all of
+    /// them in a shards file.
+    #[arg(long, default_value_t = 1)]
+    pub shards: u32,
 }
 
 /// The demo's processes.
@@ -131,10 +147,39 @@ struct Cluster {
     provider: Proc,
     workers: Vec<Proc>,
     lease: Duration,
+    /// The queues (one per database), handed to workers in turn
+    /// ([`Cluster::queue_for_worker`]).
+    queues: Vec<String>,
+    /// With --galera: the node control script, and a node restart under
+    /// way.
+    galera: Option<PathBuf>,
+    node_restart: Option<tokio::process::Child>,
 }
 
 impl Cluster {
+    /// The queue of the worker at `index` of `workers`: the first two
+    /// share the first queue (the first is frozen on the way, and its jobs
+    /// need someone to take them over), the others go round the queues
+    /// from the second. A queue of its own for each would leave the frozen
+    /// worker's queue, or the killed one's, unserved.
+    fn queue_for_worker(&self, index: usize) -> String {
+        let k = index.saturating_sub(1) % self.queues.len();
+        self.queues[k].clone()
+    }
+
+    /// The queue for the next worker started.
+    fn next_queue(&self) -> String {
+        self.queue_for_worker(self.workers.len())
+    }
+
+    /// A Rust worker on the next queue in turn.
     fn rust_worker(&self, name: &str, concurrency: u32) -> Result<Proc> {
+        self.rust_worker_on(name, concurrency, &self.next_queue())
+    }
+
+    /// A Rust worker on `queue` (a replacement takes over its
+    /// predecessor's queue, which would otherwise be left without one).
+    fn rust_worker_on(&self, name: &str, concurrency: u32, queue: &str) -> Result<Proc> {
         let args: Vec<String> = [
             "refund-worker",
             "--coordinator",
@@ -144,7 +189,7 @@ impl Cluster {
             "--worker-id",
             name,
             "--queue",
-            QUEUE,
+            queue,
             "--concurrency",
             &concurrency.to_string(),
             "--lease",
@@ -158,6 +203,23 @@ impl Cluster {
 
 const QUEUE: &str = "refunds";
 
+/// The queue placed on database `k` of a sharded demo.
+fn queue_of_shard(k: u32) -> String {
+    if k == 0 {
+        QUEUE.to_owned()
+    } else {
+        format!("{QUEUE}-{k}")
+    }
+}
+
+/// `url` with its database name suffixed `_s{k}` (k > 0).
+fn shard_url(url: &str, k: u32) -> String {
+    if k == 0 {
+        url.to_owned()
+    } else {
+        format!("{url}_s{k}")
+    }
+}
 /// The `jobfence serve` flags of every demo coordinator (its addresses
 /// and database come from [`Coordinators`]). Behind a load balancer a
 /// coordinator drains for a second on SIGTERM (HAProxy takes it out within
@@ -267,7 +329,39 @@ pub async fn run(args: DemoArgs) -> Result<bool> {
         std::fs::remove_file(entry?.path())?;
     }
     let exe = std::env::current_exe()?;
-    let pool = fresh_database(&args.database_url).await?;
+    let urls: Vec<String> = args
+        .database_url
+        .split(',')
+        .map(str::trim)
+        .filter(|u| !u.is_empty())
+        .map(str::to_owned)
+        .collect();
+    let first = urls.first().context("--database-url names no database")?;
+    let (databases, pools, queues) = if args.shards > 1 {
+        let mut list = Vec::new();
+        let mut pools = Vec::new();
+        for k in 0..args.shards {
+            let url = shard_url(first, k);
+            pools.push(fresh_database(&url).await?);
+            list.push((url, queue_of_shard(k)));
+        }
+        let queues = list.iter().map(|(_, q)| q.clone()).collect();
+        (Databases::Shards(list), pools, queues)
+    } else {
+        let mut pool = fresh_database(first).await?;
+        if urls.len() > 1 {
+            // The demo reads through the last node: the first one is
+            // killed on the way (--galera).
+            pool.close().await;
+            pool = store::connect(urls.last().expect("several"), &PoolSettings::default())?;
+        }
+        (
+            Databases::Nodes(urls.clone()),
+            vec![pool],
+            vec![QUEUE.to_owned()],
+        )
+    };
+    let pool = pools[0].clone();
     let database_durable = report::database_durable(&pool).await;
     say(&format!("database durable: {database_durable}"));
     let provider_addr = format!("127.0.0.1:{}", free_port()?);
@@ -319,7 +413,7 @@ pub async fn run(args: DemoArgs) -> Result<bool> {
     }
     let coordinators = Coordinators::start(
         args.coordinators,
-        &args.database_url,
+        &databases,
         coordinators::Settings {
             exe: exe.clone(),
             logs: logs.clone(),
@@ -337,6 +431,9 @@ pub async fn run(args: DemoArgs) -> Result<bool> {
         provider,
         workers: Vec::new(),
         lease: args.lease,
+        queues,
+        galera: args.galera.then(|| args.galera_script.clone()),
+        node_restart: None,
     };
     let serving = cluster
         .coordinators
@@ -368,7 +465,7 @@ pub async fn run(args: DemoArgs) -> Result<bool> {
     let interrupted = crate::server::shutdown_signal();
     tokio::pin!(interrupted);
     let outcome = tokio::select! {
-        r = run_workload(&mut cluster, &pool, &args, started, &python_cmd) => r,
+        r = run_workload(&mut cluster, &pools, &args, started, &python_cmd) => r,
         _ = &mut interrupted => Err(anyhow::anyhow!("interrupted; stopping the demo's processes")),
     };
     for w in &mut cluster.workers {
@@ -401,7 +498,11 @@ pub async fn run(args: DemoArgs) -> Result<bool> {
     }
     let _ = cluster.provider.stop(Duration::from_secs(5)).await;
     outcome?;
-    let mut report = Report::gather(&pool, &ledger?).await?;
+    if let Some(mut restart) = cluster.node_restart.take() {
+        say("waiting for the killed Galera node to rejoin");
+        let _ = restart.wait().await;
+    }
+    let mut report = Report::gather_all(&pools, &ledger?).await?;
     report.injected = outcome_injected;
     report.database_durable = database_durable;
     println!("{}", report.render());
@@ -420,7 +521,7 @@ pub async fn run(args: DemoArgs) -> Result<bool> {
 /// Enqueues the refunds, starts the workers, and drives the run.
 async fn run_workload(
     cluster: &mut Cluster,
-    pool: &MySqlPool,
+    pool: &[MySqlPool],
     args: &DemoArgs,
     started: Instant,
     python_cmd: &std::path::Path,
@@ -428,7 +529,17 @@ async fn run_workload(
     // Every worker starts first and says so, then the refunds arrive: the
     // workers that boot fastest (or long-poll) would otherwise take them all
     // before the slower ones (Python and Node load their stubs) are up.
-    for i in 1..=args.workers {
+    // Spread over several databases, every queue gets a worker, and the
+    // first queue two (see `Cluster::queue_for_worker`).
+    let rust_workers = if cluster.queues.len() > 1 {
+        let others = args.python_workers + args.node_workers;
+        args.workers
+            .max((cluster.queues.len() as u32 + 1).saturating_sub(others))
+            .max(2)
+    } else {
+        args.workers
+    };
+    for i in 1..=rust_workers {
         let w = cluster.rust_worker(&format!("rust-{i}"), args.concurrency)?;
         cluster.workers.push(w);
     }
@@ -446,7 +557,7 @@ async fn run_workload(
                 "--worker-id".into(),
                 name.clone(),
                 "--queue".into(),
-                QUEUE.into(),
+                cluster.next_queue(),
                 "--lease-seconds".into(),
                 args.lease.as_secs().max(1).to_string(),
             ];
@@ -469,7 +580,7 @@ async fn run_workload(
             "--worker-id".into(),
             name.clone(),
             "--queue".into(),
-            QUEUE.into(),
+            cluster.next_queue(),
             "--lease-seconds".into(),
             args.lease.as_secs().max(1).to_string(),
             "--concurrency".into(),
@@ -480,7 +591,12 @@ async fn run_workload(
             .push(Proc::spawn(&name, &args.node, &script, &[], &cluster.logs)?);
     }
     wait_workers_started(&mut cluster.workers).await?;
-    let mut arrivals = Arrivals::start(&cluster.coordinators.addr, args.jobs, args.arrival, QUEUE)?;
+    let mut arrivals = Arrivals::start(
+        &cluster.coordinators.addr,
+        args.jobs,
+        args.arrival,
+        cluster.queues.clone(),
+    )?;
     say(&format!(
         "{} refunds arriving over {}",
         args.jobs,
@@ -528,7 +644,7 @@ async fn wait_workers_started(workers: &mut [Proc]) -> Result<()> {
 /// finished (or the time is up).
 async fn drive(
     cluster: &mut Cluster,
-    pool: &MySqlPool,
+    pool: &[MySqlPool],
     args: &DemoArgs,
     started: Instant,
     arrivals: &mut Arrivals,
@@ -536,6 +652,11 @@ async fn drive(
     let mut arrived = false;
     let mut chaos: Vec<Chaos> = match (args.chaos, cluster.coordinators.balanced()) {
         (false, _) => Vec::new(),
+        (true, false) if cluster.galera.is_some() => vec![
+            Chaos::Pause,
+            Chaos::Kill,
+            Chaos::KillNode(Duration::from_secs(4)),
+        ],
         (true, false) => vec![Chaos::Pause, Chaos::Kill, Chaos::Restart],
         // The rolling restart leads to a coordinator's kill, then to the
         // database outage: one disturbance of the coordinators at a time.
@@ -599,7 +720,7 @@ async fn drive(
                 arrivals.retried()
             ));
         }
-        let states = report::states(pool).await?;
+        let states = report::states_all(pool).await?;
         let mut open =
             states.get("ready").copied().unwrap_or(0) + states.get("running").copied().unwrap_or(0);
         if !arrived {

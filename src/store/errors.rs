@@ -18,6 +18,10 @@ pub(crate) mod code {
     pub const READ_ONLY_TRANSACTION: u16 = 1792;
     /// Galera: the node is not ready (not in the primary component).
     pub const WSREP_NOT_READY: u16 = 1047;
+    /// ER_ERROR_DURING_COMMIT. Galera answers it to a statement that needs
+    /// to replicate while the node is losing the primary component ("Not
+    /// connected to Primary Component").
+    pub const ERROR_DURING_COMMIT: u16 = 1180;
 }
 
 /// The server's error number, if `err` is a server error.
@@ -39,8 +43,11 @@ pub(crate) fn is_unique_violation(err: &sqlx::Error) -> bool {
 /// happened, the transaction did not commit.
 ///
 /// Deadlock (1213) and lock wait timeout (1205) become `TransactionConflict`
-/// (retryable); a lost or refused connection becomes `DatabaseUnavailable`;
-/// anything else is `Internal`.
+/// (retryable); a lost or refused connection, and a Galera node outside the
+/// primary component (1047, or 1180 while it is leaving it), become
+/// `DatabaseUnavailable`; anything else is `Internal`. Every statement of
+/// ours that writes runs inside a transaction, so none of these errors can
+/// come from a statement that committed by itself.
 pub fn convert_sqlx_err(err: sqlx::Error) -> CoordinatorError {
     match error_number(&err) {
         Some(code::DEADLOCK | code::LOCK_WAIT_TIMEOUT) => {
@@ -53,7 +60,8 @@ pub fn convert_sqlx_err(err: sqlx::Error) -> CoordinatorError {
             | code::QUERY_INTERRUPTED
             | code::READ_ONLY
             | code::READ_ONLY_TRANSACTION
-            | code::WSREP_NOT_READY,
+            | code::WSREP_NOT_READY
+            | code::ERROR_DURING_COMMIT,
         ) => return CoordinatorError::DatabaseUnavailable(err.to_string()),
         _ => {}
     }
@@ -71,7 +79,9 @@ pub fn convert_sqlx_err(err: sqlx::Error) -> CoordinatorError {
 /// lock wait timeout (Galera reports certification failures as 1213) means
 /// the server rolled back: `TransactionConflict`. Anything else — the
 /// connection lost, killed, or the server shutting down while COMMIT was
-/// in flight — leaves the outcome unknown.
+/// in flight, a Galera node that lost the primary component during COMMIT
+/// (1047, 1180: its write set may have reached the other nodes) — leaves
+/// the outcome unknown.
 pub(crate) fn convert_commit_err(err: sqlx::Error) -> CoordinatorError {
     match error_number(&err) {
         Some(code::DEADLOCK | code::LOCK_WAIT_TIMEOUT) => {

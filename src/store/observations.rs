@@ -4,7 +4,7 @@
 //! reads it and decides.
 
 use super::errors::{error_number, is_unique_violation};
-use super::{commit, convert_sqlx_err, reads, retry_conflicts, JobStore};
+use super::{commit, convert_sqlx_err, reads, JobStore};
 use crate::domain::{CoordinatorError, Observation, RecordObservationRequest};
 
 /// MySQL's "foreign key constraint fails" on insert: the job does not exist.
@@ -17,7 +17,7 @@ impl JobStore {
         &self,
         req: &RecordObservationRequest,
     ) -> Result<(Observation, bool), CoordinatorError> {
-        retry_conflicts(|| self.record_once(req)).await
+        self.retry_conflicts(|| self.record_once(req)).await
     }
 
     async fn record_once(
