@@ -116,17 +116,29 @@ struct GaleraDb {
     name: String,
     /// Per node (index 0 = node 1).
     urls: Vec<String>,
+    /// Where it was created, and is dropped.
+    admin: String,
 }
 
 impl GaleraDb {
     async fn new() -> GaleraDb {
+        Self::on(node_urls()).await
+    }
+
+    /// The same on the single MariaDB server of `scripts/mariadb` (the
+    /// tests' JOBFENCE_TEST_DATABASE_URL): the baseline the cluster's
+    /// figures are compared with. Every "node" is that server.
+    async fn single_server() -> GaleraDb {
+        Self::on(vec![common::base_url()]).await
+    }
+
+    async fn on(nodes: Vec<String>) -> GaleraDb {
         static SEQ: AtomicUsize = AtomicUsize::new(0);
         let name = format!(
             "jf_test_{}_g{}",
             std::process::id(),
             SEQ.fetch_add(1, Ordering::Relaxed)
         );
-        let nodes = node_urls();
         let admin = MySqlPool::connect(&nodes[0]).await.unwrap();
         sqlx::query(&format!(
             "CREATE DATABASE `{name}` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"
@@ -139,18 +151,27 @@ impl GaleraDb {
         let pool = store::connect(&urls[0], &PoolSettings::default()).unwrap();
         store::MIGRATOR.run(&pool).await.expect("migrations apply");
         pool.close().await;
-        GaleraDb { name, urls }
+        GaleraDb {
+            name,
+            urls,
+            admin: nodes[0].clone(),
+        }
     }
 
     /// A pool on node `node` (1-based) whose reads wait for the cluster
     /// (wsrep_sync_wait=1): what the test asserts on is what every node
     /// agrees on.
     fn direct(&self, node: usize) -> MySqlPool {
-        store::connect(&self.urls[node - 1], &PoolSettings::default()).unwrap()
+        store::connect(&self.direct_url(node), &PoolSettings::default()).unwrap()
+    }
+
+    /// Node `node`'s URL (1-based); on a single server, the server's.
+    fn direct_url(&self, node: usize) -> String {
+        self.urls[(node - 1).min(self.urls.len() - 1)].clone()
     }
 
     async fn drop(self) {
-        if let Ok(admin) = MySqlPool::connect(&node_urls()[0]).await {
+        if let Ok(admin) = MySqlPool::connect(&self.admin).await {
             let _ = sqlx::query(&format!("DROP DATABASE `{}`", self.name))
                 .execute(&admin)
                 .await;
@@ -169,7 +190,7 @@ struct Coord {
 }
 
 async fn serve(db: &GaleraDb, nodes: &[usize], sync_wait: u8, lease: Duration) -> Coord {
-    let urls: Vec<String> = nodes.iter().map(|n| db.urls[n - 1].clone()).collect();
+    let urls: Vec<String> = nodes.iter().map(|&n| db.direct_url(n)).collect();
     let settings = PoolSettings {
         galera_sync_wait: sync_wait,
         ..PoolSettings::default()
@@ -445,35 +466,106 @@ async fn a_stale_complete_on_one_node_loses_to_a_takeover_on_another() {
     db.drop().await;
 }
 
+/// Runs `statement` on a connection of its own to `url`, and keeps that
+/// connection (to hold a lock, or read while one is held). Plain
+/// connections: the server's default `wsrep_sync_wait` (0).
+async fn session(url: &str, statement: &str) -> sqlx::MySqlConnection {
+    use sqlx::{Connection, Executor};
+    let mut conn = sqlx::MySqlConnection::connect(url).await.unwrap();
+    conn.execute(statement).await.unwrap();
+    conn
+}
+
+/// Whether a jobfence session on the node of `observer` runs a statement
+/// on `db`'s jobs table right now (the statement that waits).
+async fn waiting_on_jobs(observer: &mut sqlx::MySqlConnection, db: &str) -> bool {
+    let n: i64 = sqlx::query_scalar(
+        "SELECT COUNT(*) FROM information_schema.PROCESSLIST \
+         WHERE DB = ? AND COMMAND NOT IN ('Sleep', 'Daemon') AND INFO LIKE '%FROM jobs%' \
+         AND ID <> CONNECTION_ID()",
+    )
+    .bind(db)
+    .fetch_one(observer)
+    .await
+    .unwrap();
+    n > 0
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_write_through_another_node_right_after_a_claim_sees_the_claim() {
+async fn a_read_through_a_lagging_node_waits_for_the_claim_it_must_see() {
     let _cluster = serial().await;
     let db = GaleraDb::new().await;
     let a = serve(&db, &[1], 1, Duration::from_secs(30)).await;
     let b = serve(&db, &[2], 1, Duration::from_secs(30)).await;
-    let b_no_wait = serve(&db, &[3], 0, Duration::from_secs(30)).await;
-    let rounds = 100;
-    let mut refused = [0, 0];
-    for (which, writer) in [&b, &b_no_wait].into_iter().enumerate() {
-        for i in 0..rounds {
-            a.enqueue(&format!("refund-{which}-{i}")).await;
-            let held = a.claim("worker", 1).await.unwrap().remove(0);
-            // At once, through another node: the claim committed on node 1
-            // may not be applied there yet.
-            if writer.complete(held.job_id, held.attempt).await.is_err() {
-                refused[which] += 1;
-            }
-        }
-    }
-    println!(
-        "Complete through another node right after the Claim, {rounds} rounds each: refused \
-         {} with wsrep_sync_wait=1, {} with wsrep_sync_wait=0",
-        refused[0], refused[1]
-    );
+    let b_no_wait = serve(&db, &[2], 0, Duration::from_secs(30)).await;
+    let job = a.enqueue("refund-1").await;
+    // Wait until node 2 has the job (a read that waits for the cluster).
+    row(&db, 2, job.job_id).await;
+    // Node 2 stops applying what the others commit: FLUSH TABLES WITH
+    // READ LOCK pauses its appliers (a node that lags, made deterministic).
+    let mut lock = session(&db.urls[1], "FLUSH TABLES WITH READ LOCK").await;
+    let mut observer = session(&db.urls[1], "SELECT 1").await;
+    // The claim commits through node 1 (certified; node 2 applies it later).
+    let held = a.claim("worker", 1).await.unwrap().remove(0);
+    assert_eq!((held.job_id, held.attempt), (job.job_id, 1));
+    // Without wsrep_sync_wait node 2 answers from what it has applied: the
+    // attempt the worker holds is not there.
+    let (stale, _) = b_no_wait
+        .coordinator
+        .store()
+        .get_job(job.job_id)
+        .await
+        .unwrap();
     assert_eq!(
-        refused[0], 0,
-        "with wsrep_sync_wait=1 a read waits for what the cluster committed"
+        (stale.state, stale.attempt),
+        (JobState::Ready, 0),
+        "node 2 lags: without wsrep_sync_wait it shows the job as it was"
     );
+    // With wsrep_sync_wait=1 (the default) a read on node 2 waits until
+    // node 2 has applied what the cluster committed before it ...
+    let reading = {
+        let store = b.coordinator.store().clone();
+        let id = job.job_id;
+        tokio::spawn(async move { store.get_job(id).await })
+    };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !waiting_on_jobs(&mut observer, &db.name).await {
+        assert!(
+            !reading.is_finished(),
+            "the read answered while node 2 had not applied the claim: {:?}",
+            reading.await.unwrap().map(|(j, _)| (j.state, j.attempt))
+        );
+        if Instant::now() > deadline {
+            let rows: Vec<String> = sqlx::query_scalar(
+                "SELECT CONCAT_WS(' | ', ID, DB, COMMAND, STATE, INFO) \
+                 FROM information_schema.PROCESSLIST",
+            )
+            .fetch_all(&mut observer)
+            .await
+            .unwrap();
+            panic!("the read never reached node 2: {rows:#?}");
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // ... which it does once its appliers run again.
+    {
+        use sqlx::Executor;
+        lock.execute("UNLOCK TABLES").await.unwrap();
+    }
+    let (seen, _) = reading.await.unwrap().unwrap();
+    assert_eq!((seen.state, seen.attempt), (JobState::Running, 1));
+    // And the worker's Complete through node 2 finds the attempt it holds.
+    let done = b
+        .complete(held.job_id, held.attempt)
+        .await
+        .expect("the Complete through node 2 sees attempt 1 and applies");
+    assert_eq!(done.attempt, 1);
+    assert_eq!(row(&db, 3, job.job_id).await.0, JobState::Succeeded);
+    println!(
+        "node 2 lagging (appliers paused): a read there without wsrep_sync_wait showed attempt 0; \
+         with wsrep_sync_wait=1 it waited for the claim, and the Complete through node 2 applied"
+    );
+    drop((lock, observer));
     db.drop().await;
 }
 
@@ -490,12 +582,27 @@ struct Told {
     errors: HashMap<String, usize>,
 }
 
+/// A refusal's ErrorInfo reason; a status without one (which jobfence
+/// never sends on purpose) by its code and message.
 fn what(status: &tonic::Status) -> String {
     use tonic_types::StatusExt;
-    status
-        .get_details_error_info()
-        .map(|i| i.reason)
-        .unwrap_or_else(|| format!("{:?}", status.code()))
+    match status.get_details_error_info() {
+        Some(i) if i.reason != "INTERNAL" && i.reason != "UNKNOWN" => i.reason,
+        _ => format!("{:?}: {}", status.code(), status.message()),
+    }
+}
+
+/// Every refusal the workers saw was a typed one: no INTERNAL, UNKNOWN or
+/// status without a reason.
+fn assert_typed(told: &Told) {
+    for what in told.errors.keys() {
+        let reason = what.split_once(' ').map_or(what.as_str(), |(_, r)| r);
+        assert!(
+            reason.chars().all(|c| c.is_ascii_uppercase() || c == '_')
+                && !["INTERNAL", "UNKNOWN"].contains(&reason),
+            "an untyped error reached a worker: {what}"
+        );
+    }
 }
 
 /// A worker: claims one job at a time and completes it (sending the same
@@ -672,6 +779,7 @@ async fn run_load(db: &GaleraDb, coords: &[&Coord], workers: usize, total: usize
     let rate = total as f64 / started.elapsed().as_secs_f64();
     let told = Arc::try_unwrap(told).ok().unwrap().into_inner().unwrap();
     check_nothing_lost(db, &told, total).await;
+    assert_typed(&told);
     (rate, told)
 }
 
@@ -685,21 +793,32 @@ fn conflicts(coords: &[&Coord]) -> (u64, u64) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn writing_through_every_node_keeps_the_fence_and_costs_conflicts() {
     let _cluster = serial().await;
-    let total = 400;
+    let total = 800;
     let workers = 16;
     let mut lines = Vec::new();
-    // One writer node: both coordinators on node 1.
-    {
-        let db = GaleraDb::new().await;
-        let a = serve(&db, &[1], 1, Duration::from_secs(30)).await;
-        let b = serve(&db, &[1], 1, Duration::from_secs(30)).await;
+    // The baseline, one MariaDB server (not a cluster); then one writer
+    // node: both coordinators on node 1, with wsrep_sync_wait 1 (the
+    // default) and 0 (what the causal reads cost).
+    for (what, single, sync_wait) in [
+        ("one server, no Galera (2 coordinators)", true, 1),
+        ("one writer node (2 coordinators on node 1)", false, 1),
+        ("one writer node, wsrep_sync_wait=0", false, 0),
+    ] {
+        let db = if single {
+            GaleraDb::single_server().await
+        } else {
+            GaleraDb::new().await
+        };
+        let a = serve(&db, &[1], sync_wait, Duration::from_secs(30)).await;
+        let b = serve(&db, &[1], sync_wait, Duration::from_secs(30)).await;
         let (rate, told) = run_load(&db, &[&a, &b], workers, total).await;
         let (retried, reported) = conflicts(&[&a, &b]);
         lines.push(format!(
-            "one writer node (2 coordinators on node 1): {rate:.0} jobs/s, conflicts retried {retried}, \
-             reported {reported}, worker errors {:?}",
+            "{what}: {rate:.0} jobs/s, conflicts retried {retried}, reported {reported}, \
+             worker errors {:?}",
             told.errors
         ));
+        drop((a, b));
         db.drop().await;
     }
     // Every node written: the coordinators on nodes 1 and 2, the same
@@ -870,6 +989,7 @@ async fn a_node_killed_under_load_loses_nothing_acknowledged() {
     }
     let told = Arc::try_unwrap(told).ok().unwrap().into_inner().unwrap();
     check_nothing_lost(&db, &told, total).await;
+    assert_typed(&told);
     assert_eq!(c.coordinator.store().current_node(), 1, "moved to node 1");
     let unknown_completes = told.unknown.get("Complete").copied().unwrap_or(0);
     assert!(
@@ -900,5 +1020,34 @@ async fn a_node_killed_under_load_loses_nothing_acknowledged() {
         told.errors
     );
     galera_script(&["restart", "2"]);
+    db.drop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_demo_on_the_cluster_survives_its_writer_node_killed() {
+    let _cluster = serial().await;
+    let db = GaleraDb::new().await;
+    let run = common::run_short_demo(
+        "galera",
+        &[
+            "--database-url",
+            &db.urls.join(","),
+            "--galera",
+            "--galera-script",
+            "scripts/galera",
+        ],
+    )
+    .await;
+    let line = run
+        .report
+        .lines()
+        .find(|l| l.contains("Galera node 1 killed (SIGKILL) under load"))
+        .unwrap_or_else(|| panic!("node 1 was not killed\n{}", run.context()))
+        .trim()
+        .to_owned();
+    assert!(line.contains("every coordinator on node 2 after"), "{line}");
+    println!("{line}");
+    // The demo waits for node 1 to rejoin before its report.
+    assert!(node_ready(&node_urls()[0]).await, "node 1 is back");
     db.drop().await;
 }

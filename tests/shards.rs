@@ -434,3 +434,46 @@ async fn a_database_given_under_another_number_is_refused() {
     let err = used_alone.ensure_shard(2).await.unwrap_err();
     assert!(err.to_string().contains("outside its range"), "{err}");
 }
+
+#[tokio::test]
+async fn the_demo_over_two_databases_refunds_nothing_twice() {
+    let db = format!("jf_test_{}_demo_shards", std::process::id());
+    let (server, _) = common::base_url()
+        .rsplit_once('/')
+        .map(|(a, b)| (a.to_owned(), b.to_owned()))
+        .unwrap();
+    let url = format!("{server}/{db}");
+    let run = common::run_short_demo("shards", &["--database-url", &url, "--shards", "2"]).await;
+    // Both databases did work, each for its own queue, with ids in its
+    // own range.
+    for (k, (name, queue)) in [(&db, "refunds"), (&format!("{db}_s1"), "refunds-1")]
+        .into_iter()
+        .enumerate()
+    {
+        let pool = sqlx::mysql::MySqlPool::connect(&format!("{server}/{name}"))
+            .await
+            .unwrap();
+        let rows: Vec<(String, u64, i64)> = sqlx::query_as(
+            "SELECT CAST(queue AS CHAR), MIN(id), COUNT(*) FROM jobs WHERE state = 'succeeded' GROUP BY queue",
+        )
+        .fetch_all(&pool)
+        .await
+        .unwrap();
+        assert_eq!(rows.len(), 1, "database {k}: {rows:?}\n{}", run.context());
+        assert_eq!(rows[0].0, queue, "{}", run.context());
+        assert_eq!(shard_of(rows[0].1), k as u32);
+        assert!(rows[0].2 > 0);
+        println!(
+            "database {k}: {} refunds of queue {queue} succeeded",
+            rows[0].2
+        );
+        pool.close().await;
+        let _ = sqlx::query(&format!("DROP DATABASE `{name}`"))
+            .execute(
+                &sqlx::mysql::MySqlPool::connect(&common::base_url())
+                    .await
+                    .unwrap(),
+            )
+            .await;
+    }
+}
