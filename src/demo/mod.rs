@@ -1,28 +1,29 @@
 //! `jobfence demo`: the main job. Starts a coordinator and a fake payment
 //! provider, enqueues refunds, runs Rust, Python and Node workers on one
-//! queue, and
+//! queue (one per database with --shards), and
 //! makes the seed article's failures happen for real: a worker frozen past
 //! its lease and resumed after the takeover, a worker killed mid-request,
 //! responses cut after the refund was made, read-after-write lag, 503s, a
-//! coordinator restart. It ends with a report whose last line is
+//! coordinator restart, and with --galera the database node the
+//! coordinators write through killed. It ends with a report whose last line is
 //! `invariant: OK` or `invariant: VIOLATED (…)`, checked against the
 //! provider's own ledger.
 
 mod arrivals;
 mod chaos;
 pub mod coordinators;
+mod databases;
 pub mod netcut;
 pub mod procs;
 pub mod report;
 mod worker_logs;
 
 use crate::provider::ProviderClient;
-use crate::store::{self, PoolSettings};
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 use arrivals::Arrivals;
 use chaos::{chaos_step, Chaos};
 use clap::Args;
-use coordinators::{Coordinators, Databases};
+use coordinators::Coordinators;
 use procs::{free_port, Proc};
 use report::Report;
 use sqlx::mysql::MySqlPool;
@@ -201,25 +202,9 @@ impl Cluster {
     }
 }
 
+/// The demo's queue (the first of them, with --shards).
 const QUEUE: &str = "refunds";
 
-/// The queue placed on database `k` of a sharded demo.
-fn queue_of_shard(k: u32) -> String {
-    if k == 0 {
-        QUEUE.to_owned()
-    } else {
-        format!("{QUEUE}-{k}")
-    }
-}
-
-/// `url` with its database name suffixed `_s{k}` (k > 0).
-fn shard_url(url: &str, k: u32) -> String {
-    if k == 0 {
-        url.to_owned()
-    } else {
-        format!("{url}_s{k}")
-    }
-}
 /// The `jobfence serve` flags of every demo coordinator (its addresses
 /// and database come from [`Coordinators`]). Behind a load balancer a
 /// coordinator drains for a second on SIGTERM (HAProxy takes it out within
@@ -283,33 +268,6 @@ async fn wait_provider(client: &ProviderClient) -> Result<()> {
     Ok(())
 }
 
-/// Drops and creates the demo database, and migrates it.
-async fn fresh_database(url: &str) -> Result<MySqlPool> {
-    let (server, db) = url
-        .rsplit_once('/')
-        .context("the database URL needs a database name")?;
-    if db.is_empty() || !db.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
-        bail!("demo database name {db:?} must be [A-Za-z0-9_]+");
-    }
-    let admin = MySqlPool::connect(&format!("{server}/"))
-        .await
-        .with_context(|| {
-            format!("connecting to {server} (is MariaDB running? scripts/demo starts it)")
-        })?;
-    sqlx::query(&format!("DROP DATABASE IF EXISTS `{db}`"))
-        .execute(&admin)
-        .await?;
-    sqlx::query(&format!(
-        "CREATE DATABASE `{db}` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"
-    ))
-    .execute(&admin)
-    .await?;
-    admin.close().await;
-    let pool = store::connect(url, &PoolSettings::default())?;
-    store::MIGRATOR.run(&pool).await?;
-    Ok(pool)
-}
-
 fn default_python() -> PathBuf {
     let venv = PathBuf::from(".local/venv/bin/python");
     if venv.exists() {
@@ -329,38 +287,7 @@ pub async fn run(args: DemoArgs) -> Result<bool> {
         std::fs::remove_file(entry?.path())?;
     }
     let exe = std::env::current_exe()?;
-    let urls: Vec<String> = args
-        .database_url
-        .split(',')
-        .map(str::trim)
-        .filter(|u| !u.is_empty())
-        .map(str::to_owned)
-        .collect();
-    let first = urls.first().context("--database-url names no database")?;
-    let (databases, pools, queues) = if args.shards > 1 {
-        let mut list = Vec::new();
-        let mut pools = Vec::new();
-        for k in 0..args.shards {
-            let url = shard_url(first, k);
-            pools.push(fresh_database(&url).await?);
-            list.push((url, queue_of_shard(k)));
-        }
-        let queues = list.iter().map(|(_, q)| q.clone()).collect();
-        (Databases::Shards(list), pools, queues)
-    } else {
-        let mut pool = fresh_database(first).await?;
-        if urls.len() > 1 {
-            // The demo reads through the last node: the first one is
-            // killed on the way (--galera).
-            pool.close().await;
-            pool = store::connect(urls.last().expect("several"), &PoolSettings::default())?;
-        }
-        (
-            Databases::Nodes(urls.clone()),
-            vec![pool],
-            vec![QUEUE.to_owned()],
-        )
-    };
+    let (databases, pools, queues) = databases::prepare(&args.database_url, args.shards).await?;
     let pool = pools[0].clone();
     let database_durable = report::database_durable(&pool).await;
     say(&format!("database durable: {database_durable}"));
