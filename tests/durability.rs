@@ -147,6 +147,8 @@ impl Drop for PrivateMariadb {
 struct Served {
     child: tokio::process::Child,
     logs: Arc<Mutex<Vec<Value>>>,
+    /// Reads stderr into `logs` until the process closes it.
+    reader: Option<tokio::task::JoinHandle<()>>,
     metrics: String,
 }
 
@@ -176,7 +178,7 @@ impl Served {
         let logs = Arc::new(Mutex::new(Vec::new()));
         let mut lines = tokio::io::BufReader::new(child.stderr.take().unwrap()).lines();
         let sink = logs.clone();
-        tokio::spawn(async move {
+        let reader = tokio::spawn(async move {
             while let Ok(Some(line)) = lines.next_line().await {
                 // main's last word (`jobfence: …`) is not JSON: keep it as text.
                 let v = serde_json::from_str(&line).unwrap_or(Value::String(line));
@@ -186,6 +188,7 @@ impl Served {
         Served {
             child,
             logs,
+            reader: Some(reader),
             metrics,
         }
     }
@@ -263,11 +266,20 @@ impl Served {
             .join("\n")
     }
 
+    /// Waits for the process to exit, and for its last log lines to be
+    /// read (the exit can be seen before the reader has read them).
     async fn wait_exit(&mut self) -> ExitStatus {
-        tokio::time::timeout(Duration::from_secs(20), self.child.wait())
+        let status = tokio::time::timeout(Duration::from_secs(20), self.child.wait())
             .await
             .unwrap_or_else(|_| panic!("the server did not exit; logs:\n{}", self.dump()))
-            .unwrap()
+            .unwrap();
+        if let Some(reader) = self.reader.take() {
+            tokio::time::timeout(Duration::from_secs(20), reader)
+                .await
+                .expect("stderr closed after the exit")
+                .unwrap();
+        }
+        status
     }
 
     /// SIGTERM, and a clean exit.
