@@ -9,7 +9,8 @@ use crate::domain::{QueuePolicies, QueuePolicy};
 use crate::provider::cli::FakeProviderArgs;
 use crate::security_cli::{CredentialsArgs, LimitsArgs, SecurityArgs};
 use crate::server::{self, OpsOptions, ServeOptions};
-use crate::store::{self, JobStore, PoolSettings};
+use crate::store::shards::{Shards, ShardsConfig};
+use crate::store::{JobStore, PoolSettings};
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::net::SocketAddr;
@@ -86,9 +87,25 @@ pub enum Command {
 
 #[derive(Debug, Args)]
 pub struct DatabaseArgs {
-    /// MySQL/MariaDB URL.
+    /// MySQL/MariaDB URL; several, comma-separated, for the nodes of one
+    /// Galera cluster in order of preference: the coordinator writes
+    /// through the first node that is ready, moves to the next when that
+    /// one stops answering or leaves the primary component, and back when
+    /// it is synced again (docs/database.md).
     #[arg(long, env = "JOBFENCE_DATABASE_URL", default_value = DEFAULT_DATABASE_URL)]
     pub database_url: String,
+    /// Spread queues over several databases: a file listing the databases
+    /// (each one URL, or a Galera cluster's node URLs) and which queue
+    /// lives on which (see docs/database.md, "Queues on several
+    /// databases"). Replaces --database-url.
+    #[arg(long, env = "JOBFENCE_SHARDS")]
+    pub shards: Option<std::path::PathBuf>,
+    /// `wsrep_sync_wait` of every session on a Galera node (ignored
+    /// elsewhere): 1 makes every read wait until the node has applied what
+    /// the cluster committed before it; 0 turns that off (docs/database.md,
+    /// "Reads after writes").
+    #[arg(long, env = "JOBFENCE_GALERA_SYNC_WAIT", default_value_t = 1)]
+    pub galera_sync_wait: u8,
     /// Most database connections.
     #[arg(long, env = "JOBFENCE_DB_MAX_CONNECTIONS", default_value_t = 32)]
     pub db_max_connections: u32,
@@ -288,12 +305,55 @@ fn init_tracing(format: LogFormat) {
     }
 }
 
-fn open_store(db: &DatabaseArgs) -> anyhow::Result<JobStore> {
+/// The databases the flags name: the shards file's, or `--database-url`
+/// alone (database 0). Connects lazily; checks nothing yet.
+pub fn open_shards(db: &DatabaseArgs) -> anyhow::Result<Shards> {
     let settings = PoolSettings {
         max_connections: db.db_max_connections,
         acquire_timeout: db.db_acquire_timeout,
+        galera_sync_wait: db.galera_sync_wait,
     };
-    Ok(JobStore::new(store::connect(&db.database_url, &settings)?))
+    let Some(path) = &db.shards else {
+        let urls = split_urls(&db.database_url);
+        return Ok(Shards::single(JobStore::open(&urls, &settings)?));
+    };
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("reading the shards file {}", path.display()))?;
+    let config = ShardsConfig::parse(&text)
+        .map_err(|e| anyhow::anyhow!("shards file {}: {e}", path.display()))?;
+    let mut stores = std::collections::BTreeMap::new();
+    for (n, urls) in config.databases {
+        stores.insert(n, JobStore::open(&urls, &settings)?);
+    }
+    Ok(Shards::new(stores, config.placement))
+}
+
+/// A comma-separated URL list.
+fn split_urls(list: &str) -> Vec<String> {
+    list.split(',')
+        .map(str::trim)
+        .filter(|u| !u.is_empty())
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Migrates every database (with `migrate`), then checks each one's number
+/// (a shards file: see `store::shards`).
+async fn prepare(shards: &Shards, migrate: bool) -> anyhow::Result<()> {
+    if migrate {
+        for (n, store) in shards.all() {
+            store
+                .migrate()
+                .await
+                .with_context(|| format!("applying migrations to database {n}"))?;
+        }
+        tracing::info!("migrations applied");
+    }
+    shards
+        .prepare()
+        .await
+        .context("checking the databases' shard numbers")?;
+    Ok(())
 }
 
 impl Cli {
@@ -331,20 +391,15 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
 async fn run_server(command: Command) -> anyhow::Result<()> {
     match command {
         Command::Migrate(db) => {
-            let store = open_store(&db)?;
-            store.migrate().await.context("applying migrations")?;
-            tracing::info!("migrations applied");
-            Ok(())
+            let shards = open_shards(&db)?;
+            prepare(&shards, true).await
         }
         Command::Serve(args) => {
             let security = args.security.security()?;
             let console_token = args.security.console_token()?;
             let limits = args.limits.limits(args.max_claim_wait)?;
-            let store = open_store(&args.database)?;
-            if args.migrate {
-                store.migrate().await.context("applying migrations")?;
-                tracing::info!("migrations applied");
-            }
+            let shards = open_shards(&args.database)?;
+            prepare(&shards, args.migrate).await?;
             let listener = tokio::net::TcpListener::bind(args.listen)
                 .await
                 .with_context(|| format!("binding {}", args.listen))?;
@@ -376,7 +431,7 @@ async fn run_server(command: Command) -> anyhow::Result<()> {
                 }
                 None => None,
             };
-            let coordinator = Coordinator::new(store, args.coordinator_config());
+            let coordinator = Coordinator::over_shards(shards, args.coordinator_config());
             let options = ServeOptions {
                 health_interval: args.health_interval,
                 health_timeout: args.health_timeout,

@@ -64,7 +64,7 @@ impl Coordinator {
         v.finish()?;
         let limit = filter.limit as usize;
         filter.limit += 1;
-        let mut jobs = self.store().list_jobs(&filter).await?;
+        let mut jobs = self.shards().list_jobs(&filter).await?;
         let more = jobs.len() > limit;
         jobs.truncate(limit);
         let next = if more {
@@ -80,8 +80,9 @@ impl Coordinator {
         let mut v = Violations::default();
         v.job_id(job_id);
         v.finish()?;
-        let (job, observations) = self.store().get_job(job_id).await?;
-        let events = self.store().job_events(job_id).await?;
+        let store = self.shards().for_job(job_id)?;
+        let (job, observations) = store.get_job(job_id).await?;
+        let events = store.job_events(job_id).await?;
         Ok(JobDetail {
             job,
             observations,
@@ -124,7 +125,10 @@ impl Coordinator {
             }
         }
         v.finish()?;
-        let result = self.store().resolve_manual_review(&req).await;
+        let result = match self.shards().for_job(req.job_id) {
+            Ok(store) => store.resolve_manual_review(&req).await,
+            Err(e) => Err(e),
+        };
         let resolution = req.resolution.as_str();
         match &result {
             Ok(out) if !out.replayed => {
@@ -165,7 +169,10 @@ impl Coordinator {
         v.job_id(req.job_id);
         operator_fields(&mut v, &req.operator, &req.reason);
         v.finish()?;
-        let result = self.store().cancel_job(&req).await;
+        let result = match self.shards().for_job(req.job_id) {
+            Ok(store) => store.cancel_job(&req).await,
+            Err(e) => Err(e),
+        };
         match &result {
             Ok(out) if !out.replayed => {
                 let job = &out.job;
@@ -204,7 +211,7 @@ impl Coordinator {
         }
         v.delay("window", window);
         v.finish()?;
-        let stats = self.store().queue_stats(queue.as_deref(), window).await?;
+        let stats = self.shards().queue_stats(queue.as_deref(), window).await?;
         Ok((stats, window))
     }
 
@@ -228,7 +235,44 @@ impl Coordinator {
         } else {
             limit
         };
-        self.store().list_events(after, limit, queue).await
+        self.feed_of(after)?.list_events(after, limit, queue).await
+    }
+
+    /// The database whose feed a cursor reads: with several databases an
+    /// event id (and so a cursor) carries its database's number, and each
+    /// database's feed is followed on its own (see [`Self::feed_starts`]).
+    fn feed_of(&self, cursor: u64) -> Result<&crate::store::JobStore, CoordinatorError> {
+        let shards = self.shards();
+        match shards.index_for_id(cursor) {
+            Ok(i) => Ok(shards.at(i)),
+            Err(_) => Err(CoordinatorError::InvalidArgument(vec![
+                crate::domain::error::FieldViolation::new(
+                    "after_event_id",
+                    format!(
+                        "names database {}, which this coordinator does not have",
+                        crate::store::shards::shard_of(cursor)
+                    ),
+                ),
+            ])),
+        }
+    }
+
+    /// The cursor that reads each database's feed from its beginning, one
+    /// per database: `[0]` for one database alone, `k·2^48` for database
+    /// `k` of a shards file.
+    pub fn feed_starts(&self) -> Vec<u64> {
+        let shards = self.shards();
+        shards
+            .all()
+            .iter()
+            .map(|(n, _)| {
+                if shards.is_sharded() {
+                    crate::store::shards::range_start(*n)
+                } else {
+                    0
+                }
+            })
+            .collect()
     }
 
     /// The id of the newest event written (0 when there is none): where a

@@ -22,6 +22,7 @@ use crate::domain::{
     TakeoverRequest,
 };
 use crate::metrics::Metrics;
+use crate::store::shards::Shards;
 use crate::store::{EnqueueResult, JobStore, WriteResult, MAX_CLAIM_TRANSACTION_JOBS};
 use batcher::{BatchSettings, Batcher};
 use long_poll::{LongPollSettings, Waiters, Wake};
@@ -104,39 +105,23 @@ struct ClaimCall {
 /// next job is due if it was asked for.
 type ClaimAnswer = Result<(Vec<ClaimedJob>, Option<Duration>), CoordinatorError>;
 
-/// The batching pipelines and the long-poll waiters of one coordinator.
-struct Pipelines {
+/// The batching pipelines of one database: a batch is one transaction,
+/// and a transaction never spans two databases.
+struct DatabasePipelines {
     writes: Batcher<ScopedWrite, WriteResult>,
     claims: Batcher<ClaimCall, ClaimAnswer>,
     enqueues: Batcher<EnqueueRequest, EnqueueResult>,
+}
+
+/// The batching pipelines (one set per database, indexed like
+/// [`Shards::all`]) and the long-poll waiters of one coordinator.
+struct Pipelines {
+    databases: Vec<DatabasePipelines>,
     waiters: Waiters,
 }
 
-/// The coordinator. Cheap to clone. Create it inside a Tokio runtime: it
-/// starts its batching pipelines at once.
-#[derive(Clone)]
-pub struct Coordinator {
-    store: JobStore,
-    config: Arc<CoordinatorConfig>,
-    metrics: Metrics,
-    pipelines: Arc<Pipelines>,
-}
-
-impl std::fmt::Debug for Coordinator {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Coordinator")
-            .field("config", &self.config)
-            .field("writes", &self.pipelines.writes)
-            .field("claims", &self.pipelines.claims)
-            .field("enqueues", &self.pipelines.enqueues)
-            .finish_non_exhaustive()
-    }
-}
-
-impl Coordinator {
-    /// A coordinator with a fresh set of [`Metrics`] of its own.
-    pub fn new(store: JobStore, config: CoordinatorConfig) -> Self {
-        let metrics = Metrics::new();
+impl DatabasePipelines {
+    fn spawn(store: &JobStore, config: &CoordinatorConfig, metrics: &Metrics) -> Self {
         let batching = config.batching;
         let writes = {
             let (store, policies) = (store.clone(), config.policies.clone());
@@ -176,17 +161,56 @@ impl Coordinator {
                 },
             )
         };
+        DatabasePipelines {
+            writes,
+            claims,
+            enqueues,
+        }
+    }
+}
+
+/// The coordinator. Cheap to clone. Create it inside a Tokio runtime: it
+/// starts its batching pipelines at once.
+#[derive(Clone)]
+pub struct Coordinator {
+    shards: Shards,
+    config: Arc<CoordinatorConfig>,
+    metrics: Metrics,
+    pipelines: Arc<Pipelines>,
+}
+
+impl std::fmt::Debug for Coordinator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Coordinator")
+            .field("config", &self.config)
+            .field("databases", &self.shards.all().len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Coordinator {
+    /// A coordinator over one database, with a fresh set of [`Metrics`] of
+    /// its own.
+    pub fn new(store: JobStore, config: CoordinatorConfig) -> Self {
+        Self::over_shards(Shards::single(store), config)
+    }
+
+    /// A coordinator over several databases, each queue on the one its
+    /// placement names (see [`crate::store::shards`]); run
+    /// [`Shards::prepare`] first.
+    pub fn over_shards(shards: Shards, config: CoordinatorConfig) -> Self {
+        let metrics = Metrics::new();
+        let databases = shards
+            .all()
+            .iter()
+            .map(|(_, store)| DatabasePipelines::spawn(store, &config, &metrics))
+            .collect();
         let waiters = Waiters::new(config.long_poll);
         Coordinator {
-            store,
+            shards,
             config: Arc::new(config),
             metrics,
-            pipelines: Arc::new(Pipelines {
-                writes,
-                claims,
-                enqueues,
-                waiters,
-            }),
+            pipelines: Arc::new(Pipelines { databases, waiters }),
         }
     }
 
@@ -195,8 +219,25 @@ impl Coordinator {
         &self.metrics
     }
 
+    /// The store of the first database (the only one without a shards
+    /// file); see [`shards`](Self::shards) for all of them.
     pub fn store(&self) -> &JobStore {
-        &self.store
+        self.shards.at(0)
+    }
+
+    /// Every database and where queues live.
+    pub fn shards(&self) -> &Shards {
+        &self.shards
+    }
+
+    /// The pipelines of the database of `queue`.
+    fn for_queue(&self, queue: &str) -> Result<&DatabasePipelines, CoordinatorError> {
+        Ok(&self.pipelines.databases[self.shards.index_for_queue(queue)?])
+    }
+
+    /// The pipelines of the database that handed out job `job_id`.
+    fn for_job(&self, job_id: u64) -> Result<&DatabasePipelines, CoordinatorError> {
+        Ok(&self.pipelines.databases[self.shards.index_for_id(job_id)?])
     }
 
     pub fn config(&self) -> &CoordinatorConfig {
@@ -210,13 +251,15 @@ impl Coordinator {
     }
 
     /// Calls waiting for a batch, per pipeline (`write`, `claim`,
-    /// `enqueue`), and long-polling Claims waiting for work.
+    /// `enqueue`; summed over the databases), and long-polling Claims
+    /// waiting for work.
     pub fn waiting(&self) -> [(&'static str, usize); 4] {
         let p = &self.pipelines;
+        let sum = |f: fn(&DatabasePipelines) -> usize| p.databases.iter().map(f).sum();
         [
-            ("write", p.writes.waiting()),
-            ("claim", p.claims.waiting()),
-            ("enqueue", p.enqueues.waiting()),
+            ("write", sum(|d| d.writes.waiting())),
+            ("claim", sum(|d| d.claims.waiting())),
+            ("enqueue", sum(|d| d.enqueues.waiting())),
             ("long_poll", p.waiters.waiting()),
         ]
     }
@@ -257,7 +300,7 @@ impl Coordinator {
         v.finish()?;
         scope.check(&req.queue, None)?;
         let out = self
-            .pipelines
+            .for_queue(&req.queue)?
             .enqueues
             .submit(req)
             .await
@@ -270,11 +313,14 @@ impl Coordinator {
 
     /// EnqueueBatch: every item is checked first, and a batch with any bad
     /// item is refused whole (INVALID_ARGUMENT naming `items[i].field` for
-    /// each problem; nothing written). Otherwise one transaction, and each
-    /// item gets its own answer, as a single Enqueue would (created, the
-    /// same request again, or `OperationKeyConflict`). A batch with any
-    /// item outside `scope` is refused whole (`QueueNotAllowed`, nothing
-    /// written).
+    /// each problem; nothing written). Otherwise one transaction per
+    /// database its queues live on, and each item gets its own answer, as a
+    /// single Enqueue would (created, the same request again, or
+    /// `OperationKeyConflict`). A batch with any item outside `scope` is
+    /// refused whole (`QueueNotAllowed`, nothing written). With several databases an outer error
+    /// (nothing written, or the commit's outcome unknown) is that of the
+    /// first database that failed; the others' items may have been
+    /// written, and an Enqueue again is answered `created=false`.
     pub async fn enqueue_batch(
         &self,
         items: Vec<EnqueueRequest>,
@@ -282,15 +328,46 @@ impl Coordinator {
     ) -> Result<Vec<Result<EnqueueOutcome, CoordinatorError>>, CoordinatorError> {
         let mut v = Violations::default();
         self.check_enqueue_batch(&items, &mut v);
+        let mut by_database: std::collections::BTreeMap<usize, Vec<usize>> = Default::default();
+        for (i, item) in items.iter().enumerate() {
+            match self.shards.index_for_queue(&item.queue) {
+                Ok(d) => by_database.entry(d).or_default().push(i),
+                Err(CoordinatorError::InvalidArgument(why)) => {
+                    for f in why {
+                        v.add(&format!("items[{i}].{}", f.field), f.description);
+                    }
+                }
+                Err(other) => return Err(other),
+            }
+        }
         v.finish()?;
         for item in &items {
             scope.check(&item.queue, None)?;
         }
-        let answers = self
-            .store
-            .enqueue_batch(&items)
-            .await
-            .inspect_err(|e| self.metrics.commit_outcome("EnqueueBatch", e))?;
+        let mut answers: Vec<Option<Result<EnqueueOutcome, CoordinatorError>>> =
+            (0..items.len()).map(|_| None).collect();
+        let mut failed = None;
+        for (d, which) in by_database {
+            let part: Vec<EnqueueRequest> = which.iter().map(|&i| items[i].clone()).collect();
+            match self.shards.at(d).enqueue_batch(&part).await {
+                Ok(done) => {
+                    for (i, answer) in which.into_iter().zip(done) {
+                        answers[i] = Some(answer);
+                    }
+                }
+                Err(e) => {
+                    self.metrics.commit_outcome("EnqueueBatch", &e);
+                    failed.get_or_insert(e);
+                }
+            }
+        }
+        if let Some(e) = failed {
+            return Err(e);
+        }
+        let answers: Vec<_> = answers
+            .into_iter()
+            .map(|a| a.expect("every item answered"))
+            .collect();
         for out in answers.iter().flatten() {
             self.enqueued(out);
         }
@@ -351,13 +428,12 @@ impl Coordinator {
         v.finish()?;
         scope.check(&req.queue, None)?;
         let policy = self.config.policies.get(&req.queue);
+        let claims = &self.for_queue(&req.queue)?.claims;
         let waiters = &self.pipelines.waiters;
         let mut waiting = waiters.register(&req.queue, req.wait);
         self.metrics.set_claim_waiters(waiters.waiting());
         let claimed = loop {
-            let (claimed, next_due) = self
-                .pipelines
-                .claims
+            let (claimed, next_due) = claims
                 .submit(ClaimCall {
                     queue: req.queue.clone(),
                     policy,
@@ -406,7 +482,8 @@ impl Coordinator {
         let lease = self.lease(&mut v, "lease", req.lease);
         v.finish()?;
         let claimed = self
-            .store
+            .shards
+            .for_job(req.job_id)?
             .takeover(
                 &TakeoverRequest {
                     job_id: req.job_id,
@@ -460,7 +537,8 @@ impl Coordinator {
         }
         v.finish()?;
         let (observation, duplicate) = self
-            .store
+            .shards
+            .for_job(req.job_id)?
             .record_observation(&req, scope)
             .await
             .inspect_err(|e| self.metrics.commit_outcome("RecordObservation", e))?;
@@ -479,7 +557,7 @@ impl Coordinator {
         let mut v = Violations::default();
         v.job_id(job_id);
         v.finish()?;
-        let (job, observations) = self.store.get_job(job_id).await?;
+        let (job, observations) = self.shards.for_job(job_id)?.get_job(job_id).await?;
         scope.check(&job.queue, Some(job_id))?;
         Ok((job, observations))
     }

@@ -185,7 +185,13 @@ impl Coordinator {
             write,
             scope: scope.clone(),
         };
-        let e = match self.pipelines.writes.submit(scoped).await.and_then(|r| r) {
+        let e = match self
+            .for_job(job_id)?
+            .writes
+            .submit(scoped)
+            .await
+            .and_then(|r| r)
+        {
             Ok(out) => {
                 let span = tracing::Span::current();
                 span.record("queue", out.job.queue.as_str());
@@ -208,7 +214,10 @@ impl Coordinator {
             _ => None,
         };
         if let Some((presented, current, state)) = stale {
-            let queue = self.store.queue_of(job_id).await.ok().flatten();
+            let queue = match self.shards.for_job(job_id) {
+                Ok(store) => store.queue_of(job_id).await.ok().flatten(),
+                Err(_) => None,
+            };
             let queue = queue.as_deref().unwrap_or("");
             tracing::Span::current().record("queue", queue);
             self.metrics.stale_rejection(queue, rpc);

@@ -40,12 +40,13 @@ pub(super) struct Arrivals {
 impl Arrivals {
     /// Starts sending `total` refunds to `addr`, evenly over `over` (all
     /// at once when zero).
+    /// Refund `i` goes to `queues[i % queues.len()]`.
     pub fn start(
         addr: &str,
         credentials: &jobfence_worker::Credentials,
         total: u32,
         over: Duration,
-        queue: &'static str,
+        queues: Vec<String>,
     ) -> Result<Arrivals> {
         let channel = credentials
             .endpoint(format!("http://{addr}"))?
@@ -57,7 +58,7 @@ impl Arrivals {
             client,
             total,
             over,
-            queue,
+            queues,
             arrived.clone(),
             retried.clone(),
         ));
@@ -139,7 +140,7 @@ async fn produce(
     mut client: JobCoordinatorClient<Authed>,
     total: u32,
     over: Duration,
-    queue: &'static str,
+    queues: Vec<String>,
     arrived: Arc<AtomicU32>,
     retried: Arc<AtomicU32>,
 ) -> Result<Duration> {
@@ -155,7 +156,9 @@ async fn produce(
         while sent < due {
             let upto = due.min(sent + BATCH);
             let request = EnqueueBatchRequest {
-                items: (sent..upto).map(|i| refund(i, queue)).collect(),
+                items: (sent..upto)
+                    .map(|i| refund(i, &queues[i as usize % queues.len()]))
+                    .collect(),
             };
             let since = Instant::now();
             let mut backoff = Duration::from_millis(50);

@@ -29,6 +29,10 @@ pub(super) enum Chaos {
     /// Cut every coordinator off the database for a few seconds (once the
     /// demo has run this long).
     DatabaseOutage(Duration),
+    /// SIGKILL the Galera node the coordinators write through (node 1),
+    /// once the demo has run this long; it is started again in the
+    /// background.
+    KillNode(Duration),
 }
 
 /// The calm between two disturbances of the coordinators, so each one's
@@ -54,28 +58,39 @@ fn happened(what: String, next: Option<Chaos>) -> Option<Happened> {
     })
 }
 
-/// Jobs `owner` holds: (id, attempt).
-async fn held_by(pool: &MySqlPool, owner: &str) -> Result<Vec<(u64, u64)>> {
-    let rows =
-        sqlx::query("SELECT id, attempt FROM jobs WHERE state = 'running' AND lease_owner = ?")
-            .bind(owner)
-            .fetch_all(pool)
-            .await?;
-    rows.iter()
-        .map(|r| Ok((r.try_get("id")?, r.try_get("attempt")?)))
-        .collect()
+/// Jobs `owner` holds: (id, attempt), in every database.
+async fn held_by(pools: &[MySqlPool], owner: &str) -> Result<Vec<(u64, u64)>> {
+    let mut held = Vec::new();
+    for pool in pools {
+        let rows =
+            sqlx::query("SELECT id, attempt FROM jobs WHERE state = 'running' AND lease_owner = ?")
+                .bind(owner)
+                .fetch_all(pool)
+                .await?;
+        for r in rows {
+            held.push((r.try_get("id")?, r.try_get("attempt")?));
+        }
+    }
+    Ok(held)
+}
+
+/// The pool of the database that holds job `id` (ids name their database
+/// when there are several).
+fn pool_of(pools: &[MySqlPool], id: u64) -> &MySqlPool {
+    let shard = crate::store::shards::shard_of(id) as usize;
+    pools.get(shard).unwrap_or(&pools[0])
 }
 
 /// Of these (id, attempt): `None` while one is still running under that
 /// attempt, else how many were superseded by a takeover (the others the
 /// holder finished itself, with a write already on its way when it froze).
-async fn taken_over(pool: &MySqlPool, held: &[(u64, u64)]) -> Result<Option<usize>> {
+async fn taken_over(pools: &[MySqlPool], held: &[(u64, u64)]) -> Result<Option<usize>> {
     let mut superseded = 0;
     for (id, attempt) in held {
         let row =
             sqlx::query("SELECT attempt, state = 'running' AS running FROM jobs WHERE id = ?")
                 .bind(id)
-                .fetch_one(pool)
+                .fetch_one(pool_of(pools, *id))
                 .await?;
         let now: u64 = row.try_get("attempt")?;
         let running: i64 = row.try_get("running")?;
@@ -88,10 +103,31 @@ async fn taken_over(pool: &MySqlPool, held: &[(u64, u64)]) -> Result<Option<usiz
     Ok(Some(superseded))
 }
 
+/// The node index `jobfence_database_node{database="0"}` reports (the
+/// node of the list the coordinator writes through).
+fn node_of(metrics: &str) -> Option<u64> {
+    metrics
+        .lines()
+        .find(|l| l.starts_with("jobfence_database_node{database=\"0\"}"))
+        .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .map(|v| v as u64)
+}
+
+/// The sum of `jobfence_commit_outcome_unknown_total` over coordinators.
+fn unknown_commits(metrics: &[String]) -> u64 {
+    metrics
+        .iter()
+        .flat_map(|t| t.lines())
+        .filter(|l| l.starts_with("jobfence_commit_outcome_unknown_total{"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .map(|v| v as u64)
+        .sum()
+}
+
 /// Tries one failure; `Some` once it happened.
 pub(super) async fn chaos_step(
     cluster: &mut Cluster,
-    pool: &MySqlPool,
+    pool: &[MySqlPool],
     step: Chaos,
     elapsed: Duration,
 ) -> Result<Option<Happened>> {
@@ -133,7 +169,9 @@ pub(super) async fn chaos_step(
                 return Ok(None);
             }
             cluster.workers[1].kill().await?;
-            cluster.workers[1] = cluster.rust_worker(&format!("{name}-restarted"), 8)?;
+            // The replacement keeps its predecessor's queue served.
+            let queue = cluster.queue_for_worker(1);
+            cluster.workers[1] = cluster.rust_worker_on(&format!("{name}-restarted"), 8, &queue)?;
             happened(
                 format!("{name} killed mid-request (SIGKILL), replaced"),
                 None,
@@ -166,7 +204,11 @@ pub(super) async fn chaos_step(
                     stops.len(),
                     stops.join(" / ")
                 ),
-                next: Some(Chaos::KillCoordinator(elapsed + took.elapsed() + GAP)),
+                next: Some(if cluster.galera.is_some() {
+                    Chaos::KillNode(elapsed + took.elapsed() + GAP)
+                } else {
+                    Chaos::KillCoordinator(elapsed + took.elapsed() + GAP)
+                }),
                 window: Some((from, SystemTime::now())),
             })
         }
@@ -200,7 +242,53 @@ pub(super) async fn chaos_step(
                 window: Some((from, SystemTime::now())),
             })
         }
+        Chaos::KillNode(after) if elapsed >= after => {
+            let script = cluster.galera.clone().expect("KillNode only with --galera");
+            let from = SystemTime::now();
+            let unknown_before = unknown_commits(&cluster.coordinators.scrape().await);
+            let killed = std::time::Instant::now();
+            let status = tokio::process::Command::new(&script)
+                .args(["kill", "1"])
+                .status()
+                .await?;
+            anyhow::ensure!(status.success(), "{} kill 1 failed", script.display());
+            // Every coordinator reports which node it writes through.
+            let moved = loop {
+                let texts = cluster.coordinators.scrape().await;
+                if texts.iter().all(|t| node_of(t) == Some(1)) {
+                    break Some(killed.elapsed());
+                }
+                if killed.elapsed() > Duration::from_secs(30) {
+                    break None;
+                }
+                tokio::time::sleep(Duration::from_millis(25)).await;
+            };
+            cluster
+                .coordinators
+                .until_health(true, Duration::from_secs(30))
+                .await?;
+            let unknown = unknown_commits(&cluster.coordinators.scrape().await)
+                .saturating_sub(unknown_before);
+            cluster.node_restart = Some(
+                tokio::process::Command::new(&script)
+                    .args(["restart", "1"])
+                    .stdout(std::process::Stdio::null())
+                    .stderr(std::process::Stdio::null())
+                    .spawn()?,
+            );
+            Some(Happened {
+                what: format!(
+                    "Galera node 1 killed (SIGKILL) under load: every coordinator on node 2 after {}; \
+                     commits answered COMMIT_OUTCOME_UNKNOWN: {unknown}; node 1 restarting",
+                    moved.map_or("(not seen in 30 s)".to_owned(), |d| format!("{} ms", d.as_millis()))
+                ),
+                next: (cluster.coordinators.list.len() > 1)
+                    .then(|| Chaos::KillCoordinator(elapsed + killed.elapsed() + GAP)),
+                window: Some((from, SystemTime::now())),
+            })
+        }
         Chaos::Pause
+        | Chaos::KillNode(_)
         | Chaos::Restart
         | Chaos::RollingRestart
         | Chaos::KillCoordinator(_)

@@ -141,13 +141,61 @@ pub struct Settings {
     pub first_only: Vec<String>,
 }
 
-/// The coordinators, the load balancer in front of them, and the relay
-/// between them and the database.
+/// The databases the coordinators use.
+#[derive(Debug, Clone)]
+pub enum Databases {
+    /// One database, through these nodes (one URL, or a Galera cluster's
+    /// nodes in order of preference).
+    Nodes(Vec<String>),
+    /// Several databases, each `(URL, queue placed on it)`; database k is
+    /// the k-th.
+    Shards(Vec<(String, String)>),
+}
+
+/// `prefix`, `host:port` and `/db` of a `mysql://user:pass@IP:PORT/db` URL.
+fn split_url(url: &str) -> Result<(&str, std::net::SocketAddr, &str)> {
+    let (head, db) = url
+        .rsplit_once('/')
+        .context("the database URL needs a database name")?;
+    let (prefix, host_port) = match head.rfind('@') {
+        Some(i) => (&head[..=i], &head[i + 1..]),
+        None => ("mysql://", head.trim_start_matches("mysql://")),
+    };
+    let upstream = host_port
+        .parse()
+        .context("the demo needs the database as mysql://user:pass@IP:PORT/db")?;
+    Ok((prefix, upstream, db))
+}
+
+/// The relays: one per database server, and each URL rewritten to go
+/// through its server's relay.
+struct Relays {
+    cuts: Vec<NetCut>,
+}
+
+impl Relays {
+    async fn through(&mut self, url: &str) -> Result<String> {
+        let (prefix, upstream, db) = split_url(url)?;
+        let cut = match self.cuts.iter().position(|c| c.upstream == upstream) {
+            Some(i) => &self.cuts[i],
+            None => {
+                self.cuts.push(NetCut::start(upstream).await?);
+                self.cuts.last().expect("just pushed")
+            }
+        };
+        Ok(format!("{prefix}{}/{db}", cut.addr))
+    }
+}
+
+/// The coordinators, the load balancer in front of them, and the relays
+/// between them and the database servers.
 pub struct Coordinators {
     settings: Settings,
-    /// The database URL through the relay.
-    db_url: String,
-    pub db_cut: NetCut,
+    /// The `jobfence serve` flags that name the databases (through the
+    /// relays).
+    db_flags: Vec<String>,
+    /// One relay per database server.
+    pub db_cuts: Vec<NetCut>,
     pub list: Vec<Coordinator>,
     haproxy: Option<(Proc, PathBuf)>,
     /// The address workers and operators call.
@@ -155,27 +203,36 @@ pub struct Coordinators {
 }
 
 impl Coordinators {
-    /// Starts `n` coordinators on `database_url` (through a relay), and
+    /// Starts `n` coordinators on `databases` (through relays), and
     /// HAProxy in front of them when there are several. The first one's
     /// metrics go to `metrics_listen` when given.
     pub async fn start(
         n: u32,
-        database_url: &str,
+        databases: &Databases,
         settings: Settings,
         metrics_listen: Option<&str>,
     ) -> Result<Coordinators> {
-        let (head, db) = database_url
-            .rsplit_once('/')
-            .context("the database URL needs a database name")?;
-        let (prefix, host_port) = match head.rfind('@') {
-            Some(i) => (&head[..=i], &head[i + 1..]),
-            None => ("mysql://", head.trim_start_matches("mysql://")),
+        let mut relays = Relays { cuts: Vec::new() };
+        let db_flags = match databases {
+            Databases::Nodes(urls) => {
+                let mut through = Vec::new();
+                for u in urls {
+                    through.push(relays.through(u).await?);
+                }
+                vec!["--database-url".to_owned(), through.join(",")]
+            }
+            Databases::Shards(list) => {
+                let mut file = String::from("# written by jobfence demo --shards\n");
+                for (k, (url, queue)) in list.iter().enumerate() {
+                    file.push_str(&format!("database {k} {}\n", relays.through(url).await?));
+                    file.push_str(&format!("queue {queue} {k}\n"));
+                }
+                let path = std::fs::canonicalize(&settings.logs)?.join("shards.conf");
+                std::fs::write(&path, file)?;
+                vec!["--shards".to_owned(), path.display().to_string()]
+            }
         };
-        let upstream: std::net::SocketAddr = host_port
-            .parse()
-            .context("the demo needs the database as mysql://user:pass@IP:PORT/db")?;
-        let db_cut = NetCut::start(upstream).await?;
-        let db_url = format!("{prefix}{}/{db}", db_cut.addr);
+        let db_cuts = relays.cuts;
         let mut list = Vec::new();
         for i in 1..=n.max(1) {
             let metrics = match (i, metrics_listen) {
@@ -184,7 +241,7 @@ impl Coordinators {
             };
             let c = spawn(
                 &settings,
-                &db_url,
+                &db_flags,
                 &format!("coordinator-{i}"),
                 &format!("127.0.0.1:{}", free_port()?),
                 &metrics,
@@ -231,12 +288,34 @@ impl Coordinators {
         };
         Ok(Coordinators {
             settings,
-            db_url,
-            db_cut,
+            db_flags,
+            db_cuts,
             list,
             haproxy,
             addr,
         })
+    }
+
+    /// Waits until every coordinator reports `healthy` (SERVING or not),
+    /// up to `limit`; how long it took.
+    pub async fn until_health(&self, healthy: bool, limit: Duration) -> Result<Duration> {
+        self.until_all(healthy, limit).await
+    }
+
+    /// Each coordinator's `/metrics` text (empty for one that does not
+    /// answer).
+    pub async fn scrape(&self) -> Vec<String> {
+        let client = reqwest::Client::new();
+        let mut out = Vec::new();
+        for c in &self.list {
+            let url = format!("http://{}/metrics", c.metrics);
+            let text = match client.get(url).timeout(Duration::from_secs(2)).send().await {
+                Ok(r) => r.text().await.unwrap_or_default(),
+                Err(_) => String::new(),
+            };
+            out.push(text);
+        }
+        out
     }
 
     /// Whether a load balancer is in front.
@@ -281,7 +360,7 @@ impl Coordinators {
     async fn respawn(&mut self, i: usize) -> Result<()> {
         let c = &self.list[i];
         let (name, grpc, metrics) = (c.name.clone(), c.grpc.clone(), c.metrics.clone());
-        self.list[i] = spawn(&self.settings, &self.db_url, &name, &grpc, &metrics)?;
+        self.list[i] = spawn(&self.settings, &self.db_flags, &name, &grpc, &metrics)?;
         super::wait_coordinator(&grpc, &self.settings.client()?).await?;
         // A rolling restart moves on only once the load balancer sends
         // calls to this one again (two passed checks, about a second):
@@ -303,11 +382,15 @@ impl Coordinators {
     /// SERVING again once the database was back.
     pub async fn database_outage(&mut self, outage: Duration) -> Result<(Duration, Duration)> {
         let cut = Instant::now();
-        self.db_cut.cut();
+        for c in &self.db_cuts {
+            c.cut();
+        }
         let down = self.until_all(false, Duration::from_secs(10)).await?;
         let rest = outage.saturating_sub(cut.elapsed());
         tokio::time::sleep(rest).await;
-        self.db_cut.restore();
+        for c in &self.db_cuts {
+            c.restore();
+        }
         let up = self.until_all(true, Duration::from_secs(10)).await?;
         Ok((down, up))
     }
@@ -367,20 +450,19 @@ impl Settings {
 
 fn spawn(
     settings: &Settings,
-    db_url: &str,
+    db_flags: &[String],
     name: &str,
     grpc: &str,
     metrics: &str,
 ) -> Result<Coordinator> {
-    let mut args: Vec<String> = vec![
-        "serve".into(),
-        "--database-url".into(),
-        db_url.into(),
+    let mut args: Vec<String> = vec!["serve".into()];
+    args.extend(db_flags.iter().cloned());
+    args.extend([
         "--listen".into(),
         grpc.into(),
         "--metrics-listen".into(),
         metrics.into(),
-    ];
+    ]);
     match &settings.credentials {
         Some(c) => args.extend(c.serve_flags()),
         None => args.push("--insecure".into()),

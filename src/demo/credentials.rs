@@ -1,8 +1,8 @@
 //! The demo's throw-away credentials, made at the start of every run: a
 //! CA, the coordinators' certificate, and one bearer token per kind of
 //! caller, each with the narrowest role that does its work (the Rust,
-//! Python and Node workers: `worker` of `refunds`; the producer:
-//! `producer` of `refunds`; the console: `operator`). Every process gets
+//! Python and Node workers: `worker` of the demo's queues; the producer:
+//! `producer` of the same; the console: `operator`). Every process gets
 //! only its own token, by file, through the environment variables every
 //! client reads (`JOBFENCE_TLS_CA`, `JOBFENCE_TOKEN_FILE`).
 
@@ -34,13 +34,15 @@ pub struct DemoCredentials {
 }
 
 impl DemoCredentials {
-    /// Writes a fresh set into `dir`.
-    pub fn create(dir: &Path) -> Result<DemoCredentials> {
+    /// Writes a fresh set into `dir`; workers and the producer are scoped
+    /// to `queues` (the demo's queues, one per database).
+    pub fn create(dir: &Path, queues: &[String]) -> Result<DemoCredentials> {
+        let queues = queues.join(",");
         let callers: Vec<DevCaller> = [
-            (RUST_WORKERS, Role::Worker, super::QUEUE),
-            (PYTHON_WORKERS, Role::Worker, super::QUEUE),
-            (NODE_WORKERS, Role::Worker, super::QUEUE),
-            (PRODUCER, Role::Producer, super::QUEUE),
+            (RUST_WORKERS, Role::Worker, queues.as_str()),
+            (PYTHON_WORKERS, Role::Worker, &queues),
+            (NODE_WORKERS, Role::Worker, &queues),
+            (PRODUCER, Role::Producer, &queues),
             (CONSOLE, Role::Operator, "*"),
         ]
         .into_iter()

@@ -1,10 +1,11 @@
 //! `jobfence demo`: the main job. Starts a coordinator and a fake payment
 //! provider, enqueues refunds, runs Rust, Python and Node workers on one
-//! queue, and
+//! queue (one per database with --shards), and
 //! makes the seed article's failures happen for real: a worker frozen past
 //! its lease and resumed after the takeover, a worker killed mid-request,
 //! responses cut after the refund was made, read-after-write lag, 503s, a
-//! coordinator restart. It ends with a report whose last line is
+//! coordinator restart, and with --galera the database node the
+//! coordinators write through killed. It ends with a report whose last line is
 //! `invariant: OK` or `invariant: VIOLATED (…)`, checked against the
 //! provider's own ledger.
 
@@ -12,14 +13,14 @@ mod arrivals;
 mod chaos;
 pub mod coordinators;
 pub mod credentials;
+mod databases;
 pub mod netcut;
 pub mod procs;
 pub mod report;
 mod worker_logs;
 
 use crate::provider::ProviderClient;
-use crate::store::{self, PoolSettings};
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 use arrivals::Arrivals;
 use chaos::{chaos_step, Chaos};
 use clap::Args;
@@ -128,6 +129,22 @@ pub struct DemoArgs {
     /// and runs with both on.
     #[arg(long)]
     pub insecure: bool,
+    /// The database is a Galera cluster: --database-url lists its nodes,
+    /// comma-separated, and the coordinators write through the first. The
+    /// failures then include a SIGKILL of that node under load (with
+    /// --galera-script), started again afterwards.
+    #[arg(long)]
+    pub galera: bool,
+    /// What kills and restarts a Galera node (`SCRIPT kill 1`, `SCRIPT
+    /// restart 1`).
+    #[arg(long, default_value = "scripts/galera")]
+    pub galera_script: PathBuf,
+    /// Spread the refunds over this many databases on the server of
+    /// --database-url (the demo database, then `<name>_s1`, …), one queue
+    /// on each (`refunds`, `refunds-1`, …), each coordinator given all of
+    /// them in a shards file.
+    #[arg(long, default_value_t = 1)]
+    pub shards: u32,
 }
 
 /// The demo's processes.
@@ -140,6 +157,13 @@ struct Cluster {
     workers: Vec<Proc>,
     lease: Duration,
     credentials: Option<DemoCredentials>,
+    /// The queues (one per database), handed to workers in turn
+    /// ([`Cluster::queue_for_worker`]).
+    queues: Vec<String>,
+    /// With --galera: the node control script, and a node restart under
+    /// way.
+    galera: Option<PathBuf>,
+    node_restart: Option<tokio::process::Child>,
 }
 
 impl Cluster {
@@ -159,7 +183,29 @@ impl Cluster {
         }
     }
 
+    /// The queue of the worker at `index` of `workers`: the first two
+    /// share the first queue (the first is frozen on the way, and its jobs
+    /// need someone to take them over), the others go round the queues
+    /// from the second. A queue of its own for each would leave the frozen
+    /// worker's queue, or the killed one's, unserved.
+    fn queue_for_worker(&self, index: usize) -> String {
+        let k = index.saturating_sub(1) % self.queues.len();
+        self.queues[k].clone()
+    }
+
+    /// The queue for the next worker started.
+    fn next_queue(&self) -> String {
+        self.queue_for_worker(self.workers.len())
+    }
+
+    /// A Rust worker on the next queue in turn.
     fn rust_worker(&self, name: &str, concurrency: u32) -> Result<Proc> {
+        self.rust_worker_on(name, concurrency, &self.next_queue())
+    }
+
+    /// A Rust worker on `queue` (a replacement takes over its
+    /// predecessor's queue, which would otherwise be left without one).
+    fn rust_worker_on(&self, name: &str, concurrency: u32, queue: &str) -> Result<Proc> {
         let args: Vec<String> = [
             "refund-worker",
             "--coordinator",
@@ -169,7 +215,7 @@ impl Cluster {
             "--worker-id",
             name,
             "--queue",
-            QUEUE,
+            queue,
             "--concurrency",
             &concurrency.to_string(),
             "--lease",
@@ -182,6 +228,7 @@ impl Cluster {
     }
 }
 
+/// The demo's queue (the first of them, with --shards).
 const QUEUE: &str = "refunds";
 
 /// The `jobfence serve` flags of every demo coordinator (its addresses
@@ -252,33 +299,6 @@ async fn wait_provider(client: &ProviderClient) -> Result<()> {
     Ok(())
 }
 
-/// Drops and creates the demo database, and migrates it.
-async fn fresh_database(url: &str) -> Result<MySqlPool> {
-    let (server, db) = url
-        .rsplit_once('/')
-        .context("the database URL needs a database name")?;
-    if db.is_empty() || !db.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
-        bail!("demo database name {db:?} must be [A-Za-z0-9_]+");
-    }
-    let admin = MySqlPool::connect(&format!("{server}/"))
-        .await
-        .with_context(|| {
-            format!("connecting to {server} (is MariaDB running? scripts/demo starts it)")
-        })?;
-    sqlx::query(&format!("DROP DATABASE IF EXISTS `{db}`"))
-        .execute(&admin)
-        .await?;
-    sqlx::query(&format!(
-        "CREATE DATABASE `{db}` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"
-    ))
-    .execute(&admin)
-    .await?;
-    admin.close().await;
-    let pool = store::connect(url, &PoolSettings::default())?;
-    store::MIGRATOR.run(&pool).await?;
-    Ok(pool)
-}
-
 fn default_python() -> PathBuf {
     let venv = PathBuf::from(".local/venv/bin/python");
     if venv.exists() {
@@ -298,17 +318,18 @@ pub async fn run(args: DemoArgs) -> Result<bool> {
         std::fs::remove_file(entry?.path())?;
     }
     let exe = std::env::current_exe()?;
+    let (databases, pools, queues) = databases::prepare(&args.database_url, args.shards).await?;
+    let pool = pools[0].clone();
     let demo_credentials = if args.insecure {
         None
     } else {
-        let c = DemoCredentials::create(&args.work_dir.join("credentials"))?;
+        let c = DemoCredentials::create(&args.work_dir.join("credentials"), &queues)?;
         say(&format!(
             "TLS and authentication on; throw-away credentials in {}",
             c.files.dir.display()
         ));
         Some(c)
     };
-    let pool = fresh_database(&args.database_url).await?;
     let database_durable = report::database_durable(&pool).await;
     say(&format!("database durable: {database_durable}"));
     let provider_addr = format!("127.0.0.1:{}", free_port()?);
@@ -363,7 +384,7 @@ pub async fn run(args: DemoArgs) -> Result<bool> {
     }
     let coordinators = Coordinators::start(
         args.coordinators,
-        &args.database_url,
+        &databases,
         coordinators::Settings {
             credentials: demo_credentials.clone(),
             exe: exe.clone(),
@@ -383,6 +404,9 @@ pub async fn run(args: DemoArgs) -> Result<bool> {
         workers: Vec::new(),
         lease: args.lease,
         credentials: demo_credentials,
+        queues,
+        galera: args.galera.then(|| args.galera_script.clone()),
+        node_restart: None,
     };
     let serving = cluster
         .coordinators
@@ -414,7 +438,7 @@ pub async fn run(args: DemoArgs) -> Result<bool> {
     let interrupted = crate::server::shutdown_signal();
     tokio::pin!(interrupted);
     let outcome = tokio::select! {
-        r = run_workload(&mut cluster, &pool, &args, started, &python_cmd) => r,
+        r = run_workload(&mut cluster, &pools, &args, started, &python_cmd) => r,
         _ = &mut interrupted => Err(anyhow::anyhow!("interrupted; stopping the demo's processes")),
     };
     for w in &mut cluster.workers {
@@ -447,7 +471,11 @@ pub async fn run(args: DemoArgs) -> Result<bool> {
     }
     let _ = cluster.provider.stop(Duration::from_secs(5)).await;
     outcome?;
-    let mut report = Report::gather(&pool, &ledger?).await?;
+    if let Some(mut restart) = cluster.node_restart.take() {
+        say("waiting for the killed Galera node to rejoin");
+        let _ = restart.wait().await;
+    }
+    let mut report = Report::gather_all(&pools, &ledger?).await?;
     report.injected = outcome_injected;
     report.database_durable = database_durable;
     println!("{}", report.render());
@@ -466,7 +494,7 @@ pub async fn run(args: DemoArgs) -> Result<bool> {
 /// Enqueues the refunds, starts the workers, and drives the run.
 async fn run_workload(
     cluster: &mut Cluster,
-    pool: &MySqlPool,
+    pool: &[MySqlPool],
     args: &DemoArgs,
     started: Instant,
     python_cmd: &std::path::Path,
@@ -474,7 +502,17 @@ async fn run_workload(
     // Every worker starts first and says so, then the refunds arrive: the
     // workers that boot fastest (or long-poll) would otherwise take them all
     // before the slower ones (Python and Node load their stubs) are up.
-    for i in 1..=args.workers {
+    // Spread over several databases, every queue gets a worker, and the
+    // first queue two (see `Cluster::queue_for_worker`).
+    let rust_workers = if cluster.queues.len() > 1 {
+        let others = args.python_workers + args.node_workers;
+        args.workers
+            .max((cluster.queues.len() as u32 + 1).saturating_sub(others))
+            .max(2)
+    } else {
+        args.workers
+    };
+    for i in 1..=rust_workers {
         let w = cluster.rust_worker(&format!("rust-{i}"), args.concurrency)?;
         cluster.workers.push(w);
     }
@@ -492,7 +530,7 @@ async fn run_workload(
                 "--worker-id".into(),
                 name.clone(),
                 "--queue".into(),
-                QUEUE.into(),
+                cluster.next_queue(),
                 "--lease-seconds".into(),
                 args.lease.as_secs().max(1).to_string(),
             ];
@@ -516,7 +554,7 @@ async fn run_workload(
             "--worker-id".into(),
             name.clone(),
             "--queue".into(),
-            QUEUE.into(),
+            cluster.next_queue(),
             "--lease-seconds".into(),
             args.lease.as_secs().max(1).to_string(),
             "--concurrency".into(),
@@ -537,7 +575,7 @@ async fn run_workload(
         &cluster.client(credentials::PRODUCER)?,
         args.jobs,
         args.arrival,
-        QUEUE,
+        cluster.queues.clone(),
     )?;
     say(&format!(
         "{} refunds arriving over {}",
@@ -586,7 +624,7 @@ async fn wait_workers_started(workers: &mut [Proc]) -> Result<()> {
 /// finished (or the time is up).
 async fn drive(
     cluster: &mut Cluster,
-    pool: &MySqlPool,
+    pool: &[MySqlPool],
     args: &DemoArgs,
     started: Instant,
     arrivals: &mut Arrivals,
@@ -594,6 +632,11 @@ async fn drive(
     let mut arrived = false;
     let mut chaos: Vec<Chaos> = match (args.chaos, cluster.coordinators.balanced()) {
         (false, _) => Vec::new(),
+        (true, false) if cluster.galera.is_some() => vec![
+            Chaos::Pause,
+            Chaos::Kill,
+            Chaos::KillNode(Duration::from_secs(4)),
+        ],
         (true, false) => vec![Chaos::Pause, Chaos::Kill, Chaos::Restart],
         // The rolling restart leads to a coordinator's kill, then to the
         // database outage: one disturbance of the coordinators at a time.
@@ -657,7 +700,7 @@ async fn drive(
                 arrivals.retried()
             ));
         }
-        let states = report::states(pool).await?;
+        let states = report::states_all(pool).await?;
         let mut open =
             states.get("ready").copied().unwrap_or(0) + states.get("running").copied().unwrap_or(0);
         if !arrived {

@@ -15,6 +15,8 @@ use tokio::task::JoinHandle;
 pub struct NetCut {
     /// Where to connect instead of the upstream.
     pub addr: SocketAddr,
+    /// Where connections are relayed to.
+    pub upstream: SocketAddr,
     cut: Arc<AtomicBool>,
     links: Arc<Mutex<Vec<JoinHandle<()>>>>,
     accept: JoinHandle<()>,
@@ -48,6 +50,7 @@ impl NetCut {
         };
         Ok(NetCut {
             addr,
+            upstream,
             cut,
             links,
             accept,

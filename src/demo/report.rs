@@ -11,6 +11,17 @@ use sqlx::Row;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
+/// Counts by job state, over every database.
+pub async fn states_all(pools: &[MySqlPool]) -> Result<BTreeMap<String, i64>> {
+    let mut out = BTreeMap::new();
+    for pool in pools {
+        for (k, v) in states(pool).await? {
+            *out.entry(k).or_default() += v;
+        }
+    }
+    Ok(out)
+}
+
 /// Counts by job state.
 pub async fn states(pool: &MySqlPool) -> Result<BTreeMap<String, i64>> {
     let rows =
@@ -85,7 +96,33 @@ pub struct Report {
 }
 
 impl Report {
-    /// Reads the tables and checks the ledger.
+    /// Reads the tables of every database (one, or the demo's shards) and
+    /// checks the ledger.
+    pub async fn gather_all(pools: &[MySqlPool], ledger: &Ledger) -> Result<Report> {
+        let mut all = Report::default();
+        for pool in pools {
+            let r = Report::gather(pool, ledger).await?;
+            let add = |into: &mut BTreeMap<String, i64>, from: BTreeMap<String, i64>| {
+                for (k, v) in from {
+                    *into.entry(k).or_default() += v;
+                }
+            };
+            all.jobs += r.jobs;
+            add(&mut all.states, r.states);
+            add(&mut all.manual_reviews, r.manual_reviews);
+            add(&mut all.stale_rejected, r.stale_rejected);
+            add(&mut all.completed_by, r.completed_by);
+            all.takeovers += r.takeovers;
+            all.observations += r.observations;
+            all.resends_allowed += r.resends_allowed;
+            all.refunds_made += r.refunds_made;
+            all.unfinished.extend(r.unfinished);
+            all.violations.extend(r.violations);
+        }
+        Ok(all)
+    }
+
+    /// Reads the tables of one database and checks the ledger.
     pub async fn gather(pool: &MySqlPool, ledger: &Ledger) -> Result<Report> {
         let mut r = Report {
             states: states(pool).await?,

@@ -190,6 +190,7 @@ impl JobEvents for JobEventsService {
         span.record("after_event_id", r.after_event_id);
         span.record("queue", r.queue.as_str());
         let queue = super::convert::non_empty(r.queue);
+        let feed_starts = self.coordinator.feed_starts();
         let result = self
             .coordinator
             .list_events(r.after_event_id, r.limit, queue.as_deref())
@@ -200,6 +201,7 @@ impl JobEvents for JobEventsService {
                 ListEventsResponse {
                     events: page.events.into_iter().map(event_to_proto).collect(),
                     next_after_event_id: page.next_after,
+                    feed_starts,
                 }
             });
         self.finish(result)

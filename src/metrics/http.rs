@@ -5,11 +5,11 @@
 //! balancers that check over plain HTTP (HAProxy, see docs/operating.md).
 
 use super::Metrics;
+use crate::store::shards::Shards;
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
-use sqlx::mysql::MySqlPool;
 use std::convert::Infallible;
 use std::future::Future;
 use tokio::net::TcpListener;
@@ -21,7 +21,7 @@ pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
 fn respond(
     metrics: &Metrics,
-    pool: &MySqlPool,
+    shards: &Shards,
     health: &watch::Receiver<ServingStatus>,
     req: &http::Request<hyper::body::Incoming>,
 ) -> http::Response<Full<Bytes>> {
@@ -29,7 +29,10 @@ fn respond(
     match (req.method(), req.uri().path()) {
         (&http::Method::GET, "/metrics") => builder
             .header(http::header::CONTENT_TYPE, CONTENT_TYPE)
-            .body(Full::new(Bytes::from(metrics.render(Some(pool))))),
+            .body(Full::new(Bytes::from({
+                metrics.read_stores(shards);
+                metrics.render(None)
+            }))),
         (&http::Method::GET | &http::Method::HEAD, "/healthz") => {
             let status = *health.borrow();
             builder
@@ -56,7 +59,7 @@ fn respond(
 pub async fn serve(
     listener: TcpListener,
     metrics: Metrics,
-    pool: MySqlPool,
+    shards: Shards,
     health: watch::Receiver<ServingStatus>,
     shutdown: impl Future<Output = ()>,
 ) {
@@ -73,11 +76,11 @@ pub async fn serve(
             },
         };
         let metrics = metrics.clone();
-        let pool = pool.clone();
+        let shards = shards.clone();
         let health = health.clone();
         tokio::spawn(async move {
             let service = service_fn(move |req| {
-                let response = respond(&metrics, &pool, &health, &req);
+                let response = respond(&metrics, &shards, &health, &req);
                 async move { Ok::<_, Infallible>(response) }
             });
             if let Err(e) = hyper::server::conn::http1::Builder::new()

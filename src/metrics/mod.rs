@@ -14,6 +14,7 @@ pub mod http;
 pub mod layer;
 
 use crate::domain::CoordinatorError;
+use crate::store::shards::Shards;
 use crate::store::{JobStore, PendingAges};
 use prometheus::{
     Encoder, GaugeVec, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts,
@@ -65,6 +66,8 @@ struct Inner {
     pending_refreshes: IntCounterVec,
     pool_connections: IntGaugeVec,
     pool_max: IntGauge,
+    conflicts: IntCounterVec,
+    database_node: IntGaugeVec,
     batch_size: HistogramVec,
     overloaded: IntCounterVec,
     claim_waiters: IntGauge,
@@ -279,6 +282,24 @@ impl Metrics {
                 "Whole seconds since the creation of the oldest job of the queue not yet succeeded, failed or cancelled. 0 when none. DB clock, refreshed on an interval.",
                 &["queue"],
             ),
+            database_node: {
+                let g = IntGaugeVec::new(
+                    Opts::new(
+                        "jobfence_database_node",
+                        "Which node of its --database-url list each database is reached through now (0 = the first), by database number; read at scrape time. It changes when the node in use stops answering or leaves the Galera primary component, and back when an earlier node is synced again.",
+                    ),
+                    &["database"],
+                )
+                .expect("valid gauge");
+                r.register(Box::new(g.clone())).expect("unique metric name");
+                g
+            },
+            conflicts: counter(
+                &r,
+                "jobfence_transaction_conflicts_total",
+                "Transactions the database rolled back as conflicts (deadlock, lock wait timeout, Galera certification failure), by outcome: retried inside, or reported to the caller as ABORTED / TRANSACTION_CONFLICT after the retries. Read from the stores at scrape time.",
+                &["outcome"],
+            ),
             pending_refreshes: counter(
                 &r,
                 "jobfence_pending_age_refreshes_total",
@@ -461,6 +482,36 @@ impl Metrics {
         }
     }
 
+    /// Reads what the stores count themselves, now: the pool gauges
+    /// (summed over the databases, each on its current node) and the
+    /// conflict counters.
+    pub fn read_stores(&self, shards: &Shards) {
+        let (mut size, mut idle, mut max, mut retried, mut reported) = (0i64, 0i64, 0i64, 0, 0);
+        for (n, store) in shards.all() {
+            self.inner
+                .database_node
+                .with_label_values(&[n.to_string().as_str()])
+                .set(store.current_node() as i64);
+            let pool = store.pool();
+            size += i64::from(pool.size());
+            idle += i64::try_from(pool.num_idle()).unwrap_or(i64::MAX);
+            max += i64::from(pool.options().get_max_connections());
+            let (r, p) = store.conflicts();
+            retried += r;
+            reported += p;
+        }
+        let i = &self.inner;
+        i.pool_connections.with_label_values(&["idle"]).set(idle);
+        i.pool_connections
+            .with_label_values(&["in_use"])
+            .set((size - idle).max(0));
+        i.pool_max.set(max);
+        for (outcome, total) in [("retried", retried), ("reported", reported)] {
+            let c = i.conflicts.with_label_values(&[outcome]);
+            c.inc_by(total.saturating_sub(c.get()));
+        }
+    }
+
     /// The exposition text (Prometheus text format 0.0.4), with the pool
     /// gauges read from `pool` now.
     pub fn render(&self, pool: Option<&MySqlPool>) -> String {
@@ -486,7 +537,23 @@ impl Metrics {
 /// Reads the pending ages from the database and sets the gauges. An error
 /// is counted and logged; the gauges keep their last values.
 pub async fn refresh_pending(store: &JobStore, metrics: &Metrics) -> Result<(), CoordinatorError> {
-    match store.pending_ages().await {
+    record_pending(store.pending_ages().await, metrics)
+}
+
+/// [`refresh_pending`] over every database of a coordinator (the oldest of
+/// each queue wins).
+pub async fn refresh_pending_all(
+    shards: &Shards,
+    metrics: &Metrics,
+) -> Result<(), CoordinatorError> {
+    record_pending(shards.pending_ages().await, metrics)
+}
+
+fn record_pending(
+    ages: Result<PendingAges, CoordinatorError>,
+    metrics: &Metrics,
+) -> Result<(), CoordinatorError> {
+    match ages {
         Ok(ages) => {
             metrics.set_pending(&ages);
             metrics

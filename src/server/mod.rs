@@ -24,7 +24,8 @@ use crate::metrics::{self, Metrics};
 use crate::proto::job_admin_server::JobAdminServer;
 use crate::proto::job_coordinator_server::JobCoordinatorServer;
 use crate::proto::job_events_server::JobEventsServer;
-use crate::store::{HealthProbe, JobStore};
+use crate::store::shards::Shards;
+use crate::store::HealthProbe;
 use limits::{AdmissionLayer, Limits};
 use std::future::Future;
 use std::time::Duration;
@@ -126,14 +127,14 @@ impl Default for OpsOptions {
 
 /// Recomputes the pending-age gauges every `interval` until `stop`.
 async fn refresh_pending(
-    store: JobStore,
+    shards: Shards,
     metrics: Metrics,
     interval: Duration,
     mut stop: watch::Receiver<bool>,
 ) {
     loop {
         // Errors are counted and logged inside; the next tick tries again.
-        let _ = metrics::refresh_pending(&store, &metrics).await;
+        let _ = metrics::refresh_pending_all(&shards, &metrics).await;
         tokio::select! {
             _ = tokio::time::sleep(interval) => {}
             _ = stop.changed() => return,
@@ -166,13 +167,15 @@ enum DurabilityView {
     Unreadable(String),
 }
 
-/// Follows the database: health (SERVING only while it answers) and
-/// durability (DESIGN.md rule 9), read at every check because a database can
-/// come back, or be changed with `SET GLOBAL`, between two checks.
+/// Follows the databases: health (SERVING only while every one answers,
+/// each through a node that is ready: see `store::health`) and durability
+/// (DESIGN.md rule 9), read at every check because a database can come
+/// back, or be changed with `SET GLOBAL`, between two checks.
 struct DatabaseFollower {
     health: Health,
-    store: JobStore,
-    probe: HealthProbe,
+    shards: Shards,
+    /// One per database, indexed like `Shards::all`.
+    probes: Vec<HealthProbe>,
     /// Longest a check may take before the database counts as gone.
     timeout: Duration,
     metrics: Metrics,
@@ -188,11 +191,7 @@ impl DatabaseFollower {
     /// An error is a refusal to serve (only with `require_durable`); health
     /// is then left NOT_SERVING.
     async fn tick(&mut self) -> anyhow::Result<()> {
-        let checked = match self.probe.check(self.timeout).await {
-            Ok(settings) => Ok(DurabilityView::Read(durability::assess(settings))),
-            Err(CoordinatorError::DatabaseUnavailable(why)) => Err(why),
-            Err(other) => Ok(DurabilityView::Unreadable(other.to_string())),
-        };
+        let checked = self.check_all().await;
         if *self.stop.borrow() {
             return Ok(());
         }
@@ -211,7 +210,9 @@ impl DatabaseFollower {
             if status == ServingStatus::Serving && self.status.is_some() {
                 // Back from an outage: the batch pool's idle connections
                 // died with it.
-                self.store.renew_batch_connections();
+                for (_, store) in self.shards.all() {
+                    store.renew_batch_connections();
+                }
             }
             match &checked {
                 Ok(_) => tracing::info!(status = %status, "database health changed"),
@@ -223,6 +224,44 @@ impl DatabaseFollower {
             self.status = Some(status);
         }
         Ok(())
+    }
+
+    /// Checks every database; the first that does not answer decides the
+    /// error. With several databases the verdict on durability lists the
+    /// risks of all of them (the settings shown are the first one's).
+    async fn check_all(&mut self) -> Result<DurabilityView, String> {
+        let several = self.probes.len() > 1;
+        let mut combined: Option<DurabilityView> = None;
+        let mut down = None;
+        for (probe, (n, _)) in self.probes.iter_mut().zip(self.shards.all()) {
+            let view = match probe.check(self.timeout).await {
+                Ok(settings) => DurabilityView::Read(durability::assess(settings)),
+                Err(CoordinatorError::DatabaseUnavailable(why)) => {
+                    let why = if several {
+                        format!("database {n}: {why}")
+                    } else {
+                        why
+                    };
+                    down.get_or_insert(why);
+                    continue;
+                }
+                Err(other) => DurabilityView::Unreadable(other.to_string()),
+            };
+            combined = Some(match (combined, view) {
+                (None, v) => v,
+                (Some(DurabilityView::Read(mut a)), DurabilityView::Read(b)) => {
+                    a.risks.extend(b.risks);
+                    DurabilityView::Read(a)
+                }
+                (Some(u @ DurabilityView::Unreadable(_)), _)
+                | (_, u @ DurabilityView::Unreadable(_)) => u,
+            });
+        }
+        match (down, combined) {
+            (Some(why), _) => Err(why),
+            (None, Some(view)) => Ok(view),
+            (None, None) => Err("no database".to_owned()),
+        }
     }
 
     fn report(&self, view: &DurabilityView) -> anyhow::Result<()> {
@@ -335,10 +374,11 @@ pub async fn serve_with(
 
     let (stop_tx, stop_rx) = watch::channel(false);
     let metrics = coordinator.metrics().clone();
+    let shards = coordinator.shards().clone();
     let mut follower = DatabaseFollower {
         health: health.clone(),
-        store: coordinator.store().clone(),
-        probe: coordinator.store().health_probe(),
+        probes: shards.all().iter().map(|(_, s)| s.health_probe()).collect(),
+        shards: shards.clone(),
         timeout: options.health_timeout.min(options.health_interval),
         metrics: metrics.clone(),
         require_durable: ops.require_durable_database,
@@ -359,14 +399,14 @@ pub async fn serve_with(
         tokio::spawn(metrics::http::serve(
             metrics_listener,
             metrics.clone(),
-            coordinator.store().pool().clone(),
+            shards.clone(),
             health.mirror.subscribe(),
             async move {
                 let _ = stop.wait_for(|s| *s).await;
             },
         ));
         tokio::spawn(refresh_pending(
-            coordinator.store().clone(),
+            shards.clone(),
             metrics.clone(),
             ops.pending_refresh_interval,
             stop_rx.clone(),

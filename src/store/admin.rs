@@ -17,7 +17,7 @@ mod stats;
 
 use super::events::{self, call_digest, NewEvent};
 use super::reads;
-use super::{commit, convert_sqlx_err, micros, retry_conflicts, JobStore};
+use super::{commit, convert_sqlx_err, micros, JobStore};
 use crate::domain::{CoordinatorError, Job, JobState, NextAction, WriteOutcome};
 use std::time::Duration;
 
@@ -169,7 +169,7 @@ impl JobStore {
         &self,
         req: &ResolveRequest,
     ) -> Result<WriteOutcome, CoordinatorError> {
-        retry_conflicts(|| self.resolve_once(req)).await
+        self.retry_conflicts(|| self.resolve_once(req)).await
     }
 
     fn resolve_digest(req: &ResolveRequest) -> [u8; 32] {
@@ -312,7 +312,7 @@ impl JobStore {
     /// `JobNotCancellable`, `AttemptSuperseded`, `AttemptNotIssued`,
     /// `JobNotFound`.
     pub async fn cancel_job(&self, req: &CancelRequest) -> Result<WriteOutcome, CoordinatorError> {
-        retry_conflicts(|| self.cancel_once(req)).await
+        self.retry_conflicts(|| self.cancel_once(req)).await
     }
 
     async fn cancel_once(&self, req: &CancelRequest) -> Result<WriteOutcome, CoordinatorError> {

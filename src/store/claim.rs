@@ -15,7 +15,7 @@ use super::batch::{self, with_job_columns, Change};
 use super::events::{self, kind, NewEvent};
 use super::literal;
 use super::reads::{self, LockedJob};
-use super::{commit, convert_sqlx_err, retry_conflicts, JobStore};
+use super::{commit, convert_sqlx_err, JobStore};
 use crate::domain::policy::claim_action;
 use crate::domain::{
     transition, ClaimSlot, ClaimedJob, CoordinatorError, DbTime, Job, JobState, NextAction,
@@ -119,7 +119,8 @@ impl JobStore {
         slots: &[ClaimSlot],
         want_next_due: bool,
     ) -> Result<ClaimBatch, CoordinatorError> {
-        retry_conflicts(|| self.claim_once(queue, policy, slots, want_next_due)).await
+        self.retry_conflicts(|| self.claim_once(queue, policy, slots, want_next_due))
+            .await
     }
 
     async fn claim_once(
@@ -209,7 +210,8 @@ impl JobStore {
         req: &TakeoverRequest,
         scope: &QueueScope,
     ) -> Result<ClaimedJob, CoordinatorError> {
-        retry_conflicts(|| self.takeover_once(req, scope)).await
+        self.retry_conflicts(|| self.takeover_once(req, scope))
+            .await
     }
 
     async fn takeover_once(

@@ -16,7 +16,7 @@ impl JobStore {
     /// Errors: `DatabaseUnavailable` when the database cannot be reached,
     /// `Internal` for anything else the server answers.
     pub async fn durability_settings(&self) -> Result<DurabilitySettings, CoordinatorError> {
-        let mut conn = self.pool.acquire().await.map_err(convert_sqlx_err)?;
+        let mut conn = self.pool().acquire().await.map_err(convert_sqlx_err)?;
         read_settings(&mut conn).await
     }
 }

@@ -94,7 +94,12 @@ impl JobStore {
             match self.enqueue_once(items, &digests, &distinct).await {
                 Err(CoordinatorError::TransactionConflict(why)) if tries < CONFLICT_RETRIES => {
                     tries += 1;
+                    self.count_conflict(true);
                     tracing::debug!(tries, why, "enqueue conflict, running the batch again");
+                }
+                Err(e @ CoordinatorError::TransactionConflict(_)) => {
+                    self.count_conflict(false);
+                    return Err(e);
                 }
                 other => break other?,
             }

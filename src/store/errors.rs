@@ -18,6 +18,10 @@ pub(crate) mod code {
     pub const READ_ONLY_TRANSACTION: u16 = 1792;
     /// Galera: the node is not ready (not in the primary component).
     pub const WSREP_NOT_READY: u16 = 1047;
+    /// ER_ERROR_DURING_COMMIT. Galera answers it to a statement that needs
+    /// to replicate while the node is losing the primary component ("Not
+    /// connected to Primary Component").
+    pub const ERROR_DURING_COMMIT: u16 = 1180;
 }
 
 /// The server's error number, if `err` is a server error.
@@ -30,18 +34,43 @@ pub(crate) fn error_number(err: &sqlx::Error) -> Option<u16> {
     }
 }
 
-/// True if `err` is a unique-key violation.
+/// True if `err` is a unique-key violation of a key other than the
+/// primary key (an operation key, an observation key: a row that already
+/// exists). See [`is_id_collision`] for the primary key.
 pub(crate) fn is_unique_violation(err: &sqlx::Error) -> bool {
-    error_number(err) == Some(code::DUPLICATE_ENTRY)
+    error_number(err) == Some(code::DUPLICATE_ENTRY) && !is_id_collision(err)
+}
+
+/// True if `err` is a duplicate primary key. jobfence never writes an id
+/// itself (every id is AUTO_INCREMENT), so this is an id the server picked
+/// that another transaction took first: on Galera with several writer
+/// nodes whose AUTO_INCREMENT steps alike, a write set replicated from
+/// another node inserted it. Nothing of this transaction committed;
+/// running it again picks a fresh id, so it is a conflict like a deadlock.
+/// MariaDB names the key `'PRIMARY'`, MySQL 8 `'table.PRIMARY'`.
+pub(crate) fn is_id_collision(err: &sqlx::Error) -> bool {
+    match err {
+        sqlx::Error::Database(db) if error_number(err) == Some(code::DUPLICATE_ENTRY) => {
+            db.message().ends_with("PRIMARY'")
+        }
+        _ => false,
+    }
 }
 
 /// Translates an error from a statement that ran before COMMIT: whatever
 /// happened, the transaction did not commit.
 ///
-/// Deadlock (1213) and lock wait timeout (1205) become `TransactionConflict`
-/// (retryable); a lost or refused connection becomes `DatabaseUnavailable`;
-/// anything else is `Internal`.
+/// Deadlock (1213), lock wait timeout (1205) and an id taken by another
+/// transaction (1062 on a primary key, see [`is_id_collision`]) become
+/// `TransactionConflict` (retryable); a lost or refused connection, and a Galera node outside the
+/// primary component (1047, or 1180 while it is leaving it), become
+/// `DatabaseUnavailable`; anything else is `Internal`. Every statement of
+/// ours that writes runs inside a transaction, so none of these errors can
+/// come from a statement that committed by itself.
 pub fn convert_sqlx_err(err: sqlx::Error) -> CoordinatorError {
+    if is_id_collision(&err) {
+        return CoordinatorError::TransactionConflict(err.to_string());
+    }
     match error_number(&err) {
         Some(code::DEADLOCK | code::LOCK_WAIT_TIMEOUT) => {
             return CoordinatorError::TransactionConflict(err.to_string())
@@ -53,7 +82,8 @@ pub fn convert_sqlx_err(err: sqlx::Error) -> CoordinatorError {
             | code::QUERY_INTERRUPTED
             | code::READ_ONLY
             | code::READ_ONLY_TRANSACTION
-            | code::WSREP_NOT_READY,
+            | code::WSREP_NOT_READY
+            | code::ERROR_DURING_COMMIT,
         ) => return CoordinatorError::DatabaseUnavailable(err.to_string()),
         _ => {}
     }
@@ -71,8 +101,15 @@ pub fn convert_sqlx_err(err: sqlx::Error) -> CoordinatorError {
 /// lock wait timeout (Galera reports certification failures as 1213) means
 /// the server rolled back: `TransactionConflict`. Anything else — the
 /// connection lost, killed, or the server shutting down while COMMIT was
-/// in flight — leaves the outcome unknown.
+/// in flight, a Galera node that lost the primary component during COMMIT
+/// (1047, 1180: its write set may have reached the other nodes) — leaves
+/// the outcome unknown.
 pub(crate) fn convert_commit_err(err: sqlx::Error) -> CoordinatorError {
+    // From a statement sent with COMMIT in one round trip, before it: the
+    // server stopped there, and COMMIT never ran.
+    if is_id_collision(&err) {
+        return CoordinatorError::TransactionConflict(err.to_string());
+    }
     match error_number(&err) {
         Some(code::DEADLOCK | code::LOCK_WAIT_TIMEOUT) => {
             CoordinatorError::TransactionConflict(err.to_string())

@@ -141,7 +141,7 @@ impl JobStore {
         queue: Option<&str>,
     ) -> Result<FeedPage, CoordinatorError> {
         let limit = limit.max(1);
-        let mut conn = self.pool.acquire().await.map_err(convert_sqlx_err)?;
+        let mut conn = self.pool().acquire().await.map_err(convert_sqlx_err)?;
         let scanned = sqlx::query(include_str!("queries/events_feed/scan_ids.sql"))
             .bind(after)
             .bind(SCAN_IDS)
@@ -261,7 +261,7 @@ impl JobStore {
         let sql = format!("{SELECT_EVENTS} WHERE e.job_id = ? ORDER BY e.id");
         let fetched = sqlx::query(&sql)
             .bind(job_id)
-            .fetch_all(&self.pool)
+            .fetch_all(&self.pool())
             .await
             .map_err(convert_sqlx_err)?;
         fetched.iter().map(event).collect()
@@ -271,7 +271,7 @@ impl JobStore {
     /// there is none): one dive into the primary key.
     pub async fn last_event_id(&self) -> Result<u64, CoordinatorError> {
         let last: Option<u64> = sqlx::query_scalar("SELECT MAX(id) FROM job_events")
-            .fetch_one(&self.pool)
+            .fetch_one(&self.pool())
             .await
             .map_err(convert_sqlx_err)?;
         Ok(last.unwrap_or(0))

@@ -4,7 +4,7 @@
 //! reads it and decides.
 
 use super::errors::{error_number, is_unique_violation};
-use super::{commit, convert_sqlx_err, reads, retry_conflicts, rows, JobStore};
+use super::{commit, convert_sqlx_err, reads, rows, JobStore};
 use crate::domain::{CoordinatorError, Observation, QueueScope, RecordObservationRequest};
 
 /// MySQL's "foreign key constraint fails" on insert: the job does not exist.
@@ -20,7 +20,7 @@ impl JobStore {
         req: &RecordObservationRequest,
         scope: &QueueScope,
     ) -> Result<(Observation, bool), CoordinatorError> {
-        retry_conflicts(|| self.record_once(req, scope)).await
+        self.retry_conflicts(|| self.record_once(req, scope)).await
     }
 
     async fn record_once(

@@ -73,7 +73,7 @@ pub(crate) async fn observation_by_key(
 impl JobStore {
     /// A job and its observations (oldest first); `JobNotFound` if absent.
     pub async fn get_job(&self, id: u64) -> Result<(Job, Vec<Observation>), CoordinatorError> {
-        let mut conn = self.pool.acquire().await.map_err(convert_sqlx_err)?;
+        let mut conn = self.pool().acquire().await.map_err(convert_sqlx_err)?;
         let job = job(&mut conn, id)
             .await?
             .ok_or(CoordinatorError::JobNotFound { job_id: id })?;

@@ -127,11 +127,16 @@ impl JobStore {
                 match self.write_round(writes, &round, policies).await {
                     Err(CoordinatorError::TransactionConflict(why)) if tries < CONFLICT_RETRIES => {
                         tries += 1;
+                        self.count_conflict(true);
                         tracing::debug!(
                             tries,
                             why,
                             "transaction conflict, running the batch again"
                         );
+                    }
+                    Err(e @ CoordinatorError::TransactionConflict(_)) => {
+                        self.count_conflict(false);
+                        break Err(e);
                     }
                     other => break other,
                 }

@@ -408,3 +408,61 @@ pub async fn kill_the_paused_session(h: &Harness, gate: &jobfence::store::Armed)
         .await
         .expect("kill the paused session");
 }
+
+/// What a shortened `jobfence demo` printed.
+pub struct DemoRun {
+    /// The final report (stdout).
+    pub report: String,
+    /// Its progress lines (stderr), for failure messages.
+    pub progress: String,
+}
+
+/// Runs `jobfence demo` with Rust workers only, 200 refunds, the default
+/// failures and `args` (the database among them), and checks it ended with
+/// `invariant: OK`.
+pub async fn run_short_demo(name: &str, args: &[&str]) -> DemoRun {
+    let work = std::env::temp_dir().join(format!("jobfence-demo-{}-{name}", std::process::id()));
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_jobfence"))
+        .arg("demo")
+        .args(args)
+        .args([
+            "--jobs",
+            "200",
+            "--workers",
+            "2",
+            "--python-workers",
+            "0",
+            "--node-workers",
+            "0",
+            "--max-duration",
+            "150s",
+            "--seed",
+            "7",
+            "--work-dir",
+            work.to_str().unwrap(),
+        ])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .stdin(std::process::Stdio::null())
+        .output()
+        .await
+        .expect("run jobfence demo");
+    let run = DemoRun {
+        report: String::from_utf8_lossy(&out.stdout).into_owned(),
+        progress: String::from_utf8_lossy(&out.stderr).into_owned(),
+    };
+    assert!(out.status.success(), "demo failed\n{}", run.context());
+    assert_eq!(
+        run.report.trim_end().lines().last(),
+        Some("invariant: OK"),
+        "{}",
+        run.context()
+    );
+    run
+}
+
+impl DemoRun {
+    /// The report and the progress, for a failure message.
+    pub fn context(&self) -> String {
+        format!("report:\n{}\nprogress:\n{}", self.report, self.progress)
+    }
+}

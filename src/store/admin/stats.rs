@@ -143,7 +143,7 @@ impl JobStore {
         &self,
         queue: Option<&str>,
     ) -> Result<PendingAges, CoordinatorError> {
-        let mut conn = self.pool.acquire().await.map_err(convert_sqlx_err)?;
+        let mut conn = self.pool().acquire().await.map_err(convert_sqlx_err)?;
         let pairs = sqlx::query(include_str!("../queries/admin/pending_queues.sql"))
             .fetch_all(&mut *conn)
             .await
@@ -206,7 +206,7 @@ impl JobStore {
         }
         let fetched = query
             .bind(filter.limit.max(1))
-            .fetch_all(&self.pool)
+            .fetch_all(&self.pool())
             .await
             .map_err(convert_sqlx_err)?;
         fetched.iter().map(rows::job).collect()
@@ -227,7 +227,7 @@ impl JobStore {
             .bind(q),
             None => sqlx::query("SELECT queue, state, COUNT(*) AS n FROM jobs GROUP BY queue, state"),
         }
-        .fetch_all(&self.pool)
+        .fetch_all(&self.pool())
         .await
         .map_err(convert_sqlx_err)?;
         for row in &counts {
@@ -253,7 +253,7 @@ impl JobStore {
         }
         let windowed = sqlx::query(include_str!("../queries/admin/window_counts.sql"))
             .bind(micros(window))
-            .fetch_all(&self.pool)
+            .fetch_all(&self.pool())
             .await
             .map_err(convert_sqlx_err)?;
         for row in &windowed {
@@ -277,7 +277,7 @@ impl JobStore {
     pub async fn queue_of(&self, job_id: u64) -> Result<Option<String>, CoordinatorError> {
         let row = sqlx::query("SELECT queue FROM jobs WHERE id = ?")
             .bind(job_id)
-            .fetch_optional(&self.pool)
+            .fetch_optional(&self.pool())
             .await
             .map_err(convert_sqlx_err)?;
         row.map(|r| text(&r, "queue")).transpose()
