@@ -439,6 +439,12 @@ async fn conforms(client: Client) {
         assert_eq!(agent.reply(&context).await, denied, "{context}");
         agent.send(&format!("get {job}"));
         assert_eq!(agent.reply(&context).await, denied, "{context}");
+        if matches!(client, Client::Rust | Client::Node) {
+            // The clients with a runner: it stops at the refusal and says
+            // so, instead of claiming forever.
+            agent.send("run");
+            assert_eq!(agent.reply(&context).await, denied, "{context}: run");
+        }
         agent.quit().await;
     }
     let row = h.row(job).await;

@@ -696,3 +696,49 @@ async fn request_size_per_caller_concurrency_and_the_call_timeout_hold() {
     lock.rollback().await.unwrap();
     s.stop().await;
 }
+
+/// A handler the refused runners below must never reach.
+struct NeverCalled;
+
+impl jobfence_worker::Handler for NeverCalled {
+    async fn handle(
+        &self,
+        job: &mut jobfence_worker::ClaimedJob,
+    ) -> Result<(), jobfence_worker::HandlerError> {
+        panic!("a refused runner handed out job {}", job.job_id());
+    }
+}
+
+/// The Rust SDK's runner does not claim forever with a credential that
+/// cannot claim: another queue's worker, or a producer, stops at the first
+/// refusal, says why in its report, and wrote nothing.
+#[tokio::test]
+async fn a_runner_whose_claims_are_refused_stops_and_says_why() {
+    let s = Secure::start(false).await;
+    let mut shop = s.worker(Some("shop")).await;
+    shop.enqueue(enqueue("refunds", "r-1")).await.unwrap();
+    let before = s.counts().await;
+    for (caller, why) in [
+        ("payouts-worker", "QUEUE_NOT_ALLOWED"),
+        ("shop", "ROLE_NOT_ALLOWED"),
+    ] {
+        let config = jobfence_worker::WorkerConfig {
+            credentials: s.creds(Some(caller)),
+            ..jobfence_worker::WorkerConfig::new(caller, "refunds")
+        };
+        let client = jobfence_worker::WorkerClient::connect(format!("https://{}", s.addr), config)
+            .await
+            .unwrap();
+        let report = tokio::time::timeout(
+            std::time::Duration::from_secs(30),
+            jobfence_worker::Worker::new(client).run(NeverCalled, std::future::pending()),
+        )
+        .await
+        .unwrap_or_else(|_| panic!("{caller}: the runner kept claiming"));
+        let stopped_by = report.stopped_by.clone().unwrap_or_default();
+        assert!(stopped_by.contains(why), "{caller}: {report:?}");
+        assert_eq!((report.claimed, report.failed_claims), (0, 1), "{report:?}");
+    }
+    assert_eq!(s.counts().await, before, "a refused claim wrote something");
+    s.stop().await;
+}

@@ -40,6 +40,12 @@ async function main() {
       return jobs.length ? claimed(jobs[0]) : 'empty';
     },
     takeover: async (id) => claimed(await client.takeover(Number(id))),
+    // The runner with a handler that must not run: only sent when its
+    // claims are refused, so run() rejects.
+    run: async () => {
+      await client.run(async (job) => { throw new Error(`a refused runner got job ${job.jobId}`); });
+      return 'run ended';
+    },
     complete: async (i, ref) => {
       const written = await handles[Number(i)].complete(ref, JSON.stringify({ id: ref }));
       return `ok replayed=${written.replayed ? 1 : 0}`;

@@ -94,6 +94,19 @@ pub fn spawn(
                         Err(e) => write_error(&e),
                     }
                 }
+                // The runner (Worker::run) with a handler that must not
+                // run: only sent when its claims are refused, so it stops.
+                ["run"] => {
+                    let report = jobfence_worker::Worker::new(client.clone())
+                        .run(Refused, std::future::pending())
+                        .await;
+                    match report.stopped_by {
+                        Some(why) if why.starts_with("denied") => {
+                            "error denied recorded=0 current_attempt=0".to_owned()
+                        }
+                        other => format!("error other stopped_by={other:?}"),
+                    }
+                }
                 _ => format!("unknown command {line}"),
             };
             if reply_tx.send(reply).is_err() {
@@ -102,6 +115,15 @@ pub fn spawn(
         }
     });
     (cmd_tx, reply_rx)
+}
+
+/// The handler of the `run` command: its runner never gets a job.
+struct Refused;
+
+impl jobfence_worker::Handler for Refused {
+    async fn handle(&self, job: &mut ClaimedJob) -> Result<(), jobfence_worker::HandlerError> {
+        panic!("a refused runner was handed job {}", job.job_id());
+    }
 }
 
 fn claimed(handles: &mut Vec<ClaimedJob>, job: ClaimedJob) -> String {

@@ -213,13 +213,21 @@ class WorkerClient {
    * the handler leaves without a write that settled it is released with
    * RETRY_RECONCILE: the handler may have reached the provider. A claim
    * that failed after the client's retries (OutcomeUnknown: hold nothing;
-   * Unavailable) goes to `onClaimError`, then the loop backs off and claims
-   * again.
+   * Unavailable) goes to `onClaimError` (by default a line on stderr),
+   * then the loop backs off and claims again. A claim refused for who the caller is (NotAuthorized: no or a
+   * bad credential, another queue's, a role without Claim) or as an
+   * InvalidRequest cannot succeed by asking again: the loop stops
+   * claiming, lets the handlers in flight finish, and `run` rejects with
+   * that error.
    */
-  async run(handler, { concurrency = 1, waitSeconds = 10, signal, onClaimError } = {}) {
+  async run(handler, {
+    concurrency = 1, waitSeconds = 10, signal,
+    onClaimError = (err) => console.error(`jobfence: claim failed, claiming again: ${err.message}`),
+  } = {}) {
     const inFlight = new Set();
     let failures = 0;
-    while (!signal?.aborted) {
+    let fatal = null;
+    while (!signal?.aborted && !fatal) {
       if (inFlight.size >= concurrency) {
         await Promise.race(inFlight);
         continue;
@@ -230,6 +238,10 @@ class WorkerClient {
         failures = 0;
       } catch (err) {
         if (signal?.aborted) break;
+        if (err instanceof errors.NotAuthorized || err instanceof errors.InvalidRequest) {
+          fatal = err;
+          break;
+        }
         if (onClaimError) onClaimError(err);
         failures += 1;
         await sleep(this.retry.backoff(failures));
@@ -252,6 +264,7 @@ class WorkerClient {
       }
     }
     await Promise.allSettled(inFlight);
+    if (fatal) throw fatal;
   }
 }
 

@@ -106,7 +106,7 @@ export declare class WorkerClient {
   getJob(jobId: number): Promise<{ job: Job; observations: Observation[] }>;
   enqueue(queue: string, operationKey: string, payload: string, options?: { delaySeconds?: number }): Promise<{ job: Job; created: boolean }>;
   enqueueBatch(items: Array<{ queue: string; operationKey: string; payload: string }>): Promise<unknown[]>;
-  /** Claims and handles jobs until `signal` aborts; a claim that failed after the retries goes to `onClaimError`. */
+  /** Claims and handles jobs until `signal` aborts; a claim that failed after the retries goes to `onClaimError` (default: a line on stderr), then it claims again. Rejects with the error when a claim is refused for who the caller is (NotAuthorized) or as an InvalidRequest: asking again cannot succeed. */
   run(handler: (job: ClaimedJob) => Promise<void>, options?: { concurrency?: number; waitSeconds?: number; signal?: AbortSignal; onClaimError?: (err: Error) => void }): Promise<void>;
 }
 

@@ -58,6 +58,13 @@ pub struct RunReport {
     pub abandoned: u64,
     /// Handlers that panicked (their jobs likewise come back).
     pub panicked: u64,
+    /// Why the runner stopped claiming before `shutdown`: a Claim refused
+    /// for who the caller is ([`ClaimError::Denied`](super::ClaimError::Denied):
+    /// no or a bad credential, another queue's, a role without Claim) or
+    /// for the request itself ([`ClaimError::Invalid`](super::ClaimError::Invalid)).
+    /// Asking again cannot succeed, so the runner does not; `None` when
+    /// it ran until `shutdown`.
+    pub stopped_by: Option<String>,
 }
 
 /// What one handler task reports back to the runner.
@@ -91,7 +98,10 @@ impl Worker {
     ///   would make its outcome unknown. Its jobs, if any, are handled.
     /// - A Claim that fails hands out nothing and runs no handler; the next
     ///   one waits an exponential backoff with jitter
-    ///   ([`WorkerConfig::retry`](super::WorkerConfig::retry)).
+    ///   ([`WorkerConfig::retry`](super::WorkerConfig::retry)). A Claim
+    ///   refused for who the caller is, or as an invalid request, stops
+    ///   the claiming at once (handlers in flight finish as at a shutdown):
+    ///   see [`RunReport::stopped_by`].
     /// - A handler still running after the grace is aborted: its job stays
     ///   leased and a takeover reconciles it. A panicking handler's job
     ///   likewise comes back after its lease.
@@ -152,6 +162,12 @@ impl Worker {
                     // (long poll off, or a draining coordinator).
                     let waited = asked.elapsed() >= config.claim_wait / 2;
                     (idle && !waited).then_some(config.poll_interval)
+                }
+                Err(e @ (super::ClaimError::Denied(_) | super::ClaimError::Invalid(_))) => {
+                    report.failed_claims += 1;
+                    tracing::error!(error = %e, "claim refused; asking again cannot succeed: stopping");
+                    report.stopped_by = Some(e.to_string());
+                    break;
                 }
                 Err(e) => {
                     failures = failures.saturating_add(1);
