@@ -299,9 +299,22 @@ pub fn describe_status(status: &tonic::Status) -> String {
         let mut meta: Vec<_> = info.metadata.into_iter().collect();
         meta.sort();
         let meta: Vec<String> = meta.into_iter().map(|(k, v)| format!("{k}={v}")).collect();
-        s.push_str(&format!(": {} ({})", status.message(), meta.join(" ")));
+        s.push_str(&format!(": {}", status.message()));
+        if !meta.is_empty() {
+            s.push_str(&format!(" ({})", meta.join(" ")));
+        }
     } else {
         s.push_str(&format!(": {}", status.message()));
+        if matches!(
+            status.code(),
+            tonic::Code::Unknown | tonic::Code::Unavailable
+        ) {
+            // Not a coordinator's answer: most often TLS on one side only.
+            s.push_str(
+                " (no answer from a jobfence coordinator: check --endpoint; a coordinator \
+                 with TLS needs --tls-ca or JOBFENCE_TLS_CA, one run with --insecure an http:// endpoint)",
+            );
+        }
     }
     if let Some(bad) = status.get_details_bad_request() {
         for v in bad.field_violations {

@@ -130,6 +130,13 @@ impl Credentials {
     pub fn endpoint(&self, uri: impl Into<String>) -> Result<Endpoint, ConnectError> {
         let mut uri: String = uri.into();
         let Some(ca) = &self.tls_ca_pem else {
+            if uri.starts_with("https://") {
+                return Err(ConnectError::Credentials(format!(
+                    "{uri} is TLS, and no CA to check the coordinator's certificate was given: \
+                     set JOBFENCE_TLS_CA (or Credentials::tls_ca_pem) to its CA's PEM file, \
+                     or use http:// for a coordinator run with --insecure"
+                )));
+            }
             return Ok(Endpoint::from_shared(uri)?);
         };
         if let Some(rest) = uri.strip_prefix("http://") {
