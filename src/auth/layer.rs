@@ -58,6 +58,11 @@ impl<S> tower_layer::Layer<S> for AuthLayer {
     }
 }
 
+/// The gRPC method (`/package.Service/Method`) of an authenticated call,
+/// in its extensions: a refusal decided later by the handler logs it.
+#[derive(Debug, Clone)]
+pub struct CalledMethod(pub String);
+
 /// The service [`AuthLayer`] wraps around.
 #[derive(Debug, Clone)]
 pub struct Auth<S> {
@@ -118,6 +123,8 @@ where
             Ok(caller) => {
                 req.headers_mut().remove(http::header::AUTHORIZATION);
                 req.extensions_mut().insert(Arc::new(caller));
+                let method = CalledMethod(req.uri().path().to_owned());
+                req.extensions_mut().insert(method);
                 Box::pin(self.inner.call(req))
             }
             Err(refusal) => {

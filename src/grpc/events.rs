@@ -89,7 +89,7 @@ impl JobEventsService {
     ) -> Result<(), Status> {
         let caller = super::caller(request);
         let scope: QueueScope = super::scope(caller.as_deref(), Action::ReadEvents, method)
-            .map_err(|r| super::refused(self.coordinator.metrics(), r))?;
+            .map_err(|r| super::refused(self.coordinator.metrics(), request.extensions(), r))?;
         // `*` is in no scope but the unrestricted one.
         let queue = if queue.is_empty() { "*" } else { queue };
         match scope.check(queue, None) {

@@ -44,7 +44,7 @@ impl JobAdminService {
     fn operator<T>(&self, request: &Request<T>, requested: &str) -> Result<String, Status> {
         let caller = super::caller(request);
         Refusal::operator_for(caller.as_deref(), requested)
-            .map_err(|r| super::refused(self.coordinator.metrics(), r))
+            .map_err(|r| super::refused(self.coordinator.metrics(), request.extensions(), r))
     }
 }
 

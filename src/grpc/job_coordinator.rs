@@ -38,7 +38,7 @@ impl JobCoordinatorService {
     ) -> Result<QueueScope, Status> {
         let caller = super::caller(request);
         super::scope(caller.as_deref(), action, method)
-            .map_err(|r| super::refused(self.coordinator.metrics(), r))
+            .map_err(|r| super::refused(self.coordinator.metrics(), request.extensions(), r))
     }
 
     fn finish<T>(&self, result: Result<T, CoordinatorError>) -> Result<Response<T>, Status> {
@@ -375,7 +375,7 @@ impl JobCoordinator for JobCoordinatorService {
         request: Request<RecordObservationRequest>,
     ) -> Result<Response<RecordObservationResponse>, Status> {
         let caller = super::caller(&request);
-        let r = request.into_inner();
+        let (_, extensions, r) = request.into_parts();
         let span = Span::current();
         span.record("job_id", r.job_id);
         span.record("attempt", r.attempt);
@@ -407,7 +407,11 @@ impl JobCoordinator for JobCoordinatorService {
                         ),
                         required: required.join(" or "),
                     };
-                    return Err(super::refused(self.coordinator.metrics(), refusal));
+                    return Err(super::refused(
+                        self.coordinator.metrics(),
+                        &extensions,
+                        refusal,
+                    ));
                 }
             },
         };

@@ -51,10 +51,20 @@ pub(crate) fn finish<T>(
 
 /// A refusal decided by a handler (a webhook's observation source, an
 /// operator name): counted, logged, recorded on the span, answered.
-pub(crate) fn refused(metrics: &Metrics, refusal: Refusal) -> Status {
+/// `extensions` are the request's (they carry its method and peer).
+pub(crate) fn refused(
+    metrics: &Metrics,
+    extensions: &tonic::Extensions,
+    refusal: Refusal,
+) -> Status {
     let (_, reason) = status::refusal_code_and_reason(&refusal);
     Span::current().record("outcome", reason);
-    auth::layer::refuse(metrics, &refusal, "", None);
+    let method = extensions
+        .get::<auth::layer::CalledMethod>()
+        .map(|m| m.0.as_str())
+        .unwrap_or("");
+    let peer = extensions.get::<auth::layer::Peer>();
+    auth::layer::refuse(metrics, &refusal, method, peer);
     Status::from(refusal)
 }
 
