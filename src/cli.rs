@@ -62,9 +62,10 @@ pub enum Command {
     /// Serve a fake Stripe-style refund API with fault injection, for the
     /// demo and tests (see docs/fake-provider.md).
     FakeProvider(FakeProviderArgs),
-    /// The main job: coordinator, fake provider, Rust and Python refund
-    /// workers, injected failures, and a report checked against the
-    /// provider's ledger (exit status 1 if the invariant is violated).
+    /// The main job: coordinators behind HAProxy (TLS and tokens on), a
+    /// fake provider, Rust, Python and Node refund workers, injected
+    /// failures, and a report checked against the provider's ledger (exit
+    /// status 1 if the invariant is violated).
     Demo(crate::demo::DemoArgs),
     /// A refund worker: claims refunds and sends them to the provider.
     RefundWorker(crate::refund_worker::RefundWorkerArgs),
