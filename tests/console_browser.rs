@@ -12,7 +12,8 @@
 //! parked job: both load it, then the first posts and the second posts, in
 //! that order. Here the database is checked after it: one resolution by
 //! the first, one recorded refusal of the second, nothing from the forged
-//! post. It saves a screenshot of each page into docs/console/.
+//! post. It saves a screenshot of each page into target/console-screenshots/
+//! (`JOBFENCE_SCREENSHOTS=docs/console` refreshes the documentation's).
 //!
 //! Chromium and chromedriver: `$JOBFENCE_CHROMIUM` / `$JOBFENCE_CHROMEDRIVER`
 //! (scripts/test sets them with scripts/browser, which installs both),
@@ -411,7 +412,13 @@ async fn the_console_in_a_browser() {
     ));
     let story = traffic(addr, &pool).await;
 
-    let shots = repo().join("docs/console");
+    // Screenshots go to target/console-screenshots, so that a test run
+    // leaves the checkout as it was; JOBFENCE_SCREENSHOTS=docs/console
+    // refreshes the documentation's.
+    let shots = match std::env::var_os("JOBFENCE_SCREENSHOTS") {
+        Some(dir) => repo().join(dir),
+        None => repo().join("target/console-screenshots"),
+    };
     std::fs::create_dir_all(&shots).unwrap();
     let args = serde_json::json!({
         "url": format!("http://{console}"),

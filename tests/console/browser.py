@@ -74,7 +74,7 @@ def text(d, css):
 
 def shot(d, name, most=2400):
     """A screenshot of the whole page (at most `most` pixels high) into
-    docs/console/NAME.png."""
+    the screenshot directory the driver gave (NAME.png)."""
     height = d.execute_script("return document.documentElement.scrollHeight")
     metrics = {"width": WIDTH, "height": max(700, min(height, most)), "deviceScaleFactor": 1, "mobile": False}
     d.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", metrics)
