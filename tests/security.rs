@@ -525,6 +525,42 @@ async fn the_console_acts_with_its_operator_credential() {
     .unwrap();
     let console = format!("http://{}", s.console.unwrap());
     let http = reqwest::Client::new();
+    // A page of another site whose name resolves to 127.0.0.1 (DNS
+    // rebinding) is "same-origin" with itself: its requests name its host,
+    // and are refused before any page or form is served.
+    let csrf = jobfence::console::csrf::new_token();
+    let rebound = "evil.example:9465";
+    let read = http
+        .get(format!("{console}/jobs/{}", job.job_id))
+        .header("host", rebound)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(read.status(), reqwest::StatusCode::MISDIRECTED_REQUEST);
+    let before = s.counts().await;
+    let posted = http
+        .post(format!("{console}/jobs/{}/resolve", job.job_id))
+        .header("host", rebound)
+        .header("origin", format!("http://{rebound}"))
+        .header(
+            "cookie",
+            format!("{}={csrf}", jobfence::console::csrf::COOKIE_NAME),
+        )
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(
+            serde_urlencoded::to_string([
+                (jobfence::console::csrf::FIELD, csrf.as_str()),
+                ("attempt", &job.attempt.to_string()),
+                ("resolution", "failed"),
+                ("reason", "rebinding"),
+            ])
+            .unwrap(),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(posted.status(), reqwest::StatusCode::MISDIRECTED_REQUEST);
+    assert_eq!(s.counts().await, before, "a rebound post wrote something");
     // The form names the credential's operator and asks for no name.
     let page = http
         .get(format!("{console}/jobs/{}", job.job_id))
@@ -540,7 +576,6 @@ async fn the_console_acts_with_its_operator_credential() {
     );
     assert!(!page.contains(r#"name="operator""#), "{page}");
     // A typed name is ignored: the resolution is alice's.
-    let csrf = jobfence::console::csrf::new_token();
     let posted = http
         .post(format!("{console}/jobs/{}/resolve", job.job_id))
         .header(

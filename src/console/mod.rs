@@ -133,6 +133,51 @@ async fn security_headers(
     response
 }
 
+/// True when a request's `Host` names the loopback interface (`localhost`,
+/// `127.0.0.0/8` or `[::1]`, with any port). The console listens on
+/// loopback only; a request naming another host reached it through a
+/// name that resolves to 127.0.0.1 (DNS rebinding): that page's origin is
+/// not ours, however "same-origin" its own requests look.
+pub fn host_is_loopback(host: &str) -> bool {
+    let name = if let Some(rest) = host.strip_prefix('[') {
+        match rest.split_once(']') {
+            Some((ip, _)) => ip,
+            None => return false,
+        }
+    } else {
+        host.rsplit_once(':').map_or(host, |(name, _)| name)
+    };
+    name.eq_ignore_ascii_case("localhost")
+        || name
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
+/// Refuses (421 Misdirected Request) a request whose `Host` is not a
+/// loopback name ([`host_is_loopback`]): the defence against DNS
+/// rebinding, before any page or form is served.
+async fn require_loopback_host(
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let host = request
+        .headers()
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .or_else(|| request.uri().authority().map(|a| a.as_str()));
+    match host {
+        Some(h) if host_is_loopback(h) => next.run(request).await,
+        _ => {
+            tracing::warn!(host = ?host, "console refused a request for another host (DNS rebinding?)");
+            (
+                StatusCode::MISDIRECTED_REQUEST,
+                "The console answers only requests addressed to localhost or a loopback address.\n",
+            )
+                .into_response()
+        }
+    }
+}
+
 /// With an operator credential, every request first checks it: a revoked,
 /// expired or role-less token stops the console (403) until it is fixed.
 async fn require_credential(
@@ -179,6 +224,7 @@ pub fn router(console: Console) -> Router {
             console.clone(),
             require_credential,
         ))
+        .layer(axum::middleware::from_fn(require_loopback_host))
         .layer(axum::middleware::from_fn(security_headers))
         .with_state(console)
 }
