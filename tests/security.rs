@@ -291,6 +291,21 @@ async fn roles_are_checked_per_method() {
         "ROLE_NOT_ALLOWED",
     );
     assert!(meta(&status, "method").contains("WORKER"));
+    // A worker reporting as a webhook or an operator: evidence in manual
+    // review must say truly where it came from.
+    let mut worker = s.worker(Some("refunds-worker")).await;
+    for (source, key) in [
+        (ObservationSource::Webhook, "w1"),
+        (ObservationSource::Operator, "w2"),
+    ] {
+        refused(
+            worker
+                .record_observation(observation(job.job_id, source, key))
+                .await,
+            Code::PermissionDenied,
+            "ROLE_NOT_ALLOWED",
+        );
+    }
     // A producer claiming; an events reader enqueueing; a reader of
     // refunds reading every queue.
     let mut shop = s.worker(Some("shop")).await;
@@ -312,7 +327,7 @@ async fn roles_are_checked_per_method() {
         "QUEUE_NOT_ALLOWED",
     );
     assert_eq!(s.counts().await, before);
-    assert_eq!(s.refusals("ROLE_NOT_ALLOWED"), 5);
+    assert_eq!(s.refusals("ROLE_NOT_ALLOWED"), 7);
 
     // The same kinds of call with the right credential.
     let recorded = hook

@@ -82,18 +82,25 @@ impl Role {
         match self {
             Role::Worker => matches!(action, Enqueue | Work | Observe | ReadJob),
             Role::Producer => matches!(action, Enqueue | ReadJob),
-            Role::Operator => matches!(action, Admin),
+            Role::Operator => matches!(action, Admin | Observe),
             Role::EventsReader => matches!(action, ReadEvents),
             Role::Webhook => matches!(action, Observe),
         }
     }
 
-    /// Whether the role's Observe grant covers observations from `source`
-    /// (a webhook reports webhooks only).
+    /// Whether the role's Observe grant covers observations from `source`:
+    /// each reports under its own name only, so evidence an operator
+    /// weighs in manual review says truly where it came from. A worker
+    /// reports WORKER (what its provider call returned) and RECONCILER
+    /// (what a takeover's reconcile found); a webhook WEBHOOK; an operator
+    /// OPERATOR.
     pub fn observes(self, source: ObservationSource) -> bool {
+        use ObservationSource as S;
         match self {
-            Role::Webhook => source == ObservationSource::Webhook,
-            _ => self.allows(Action::Observe),
+            Role::Worker => matches!(source, S::Worker | S::Reconciler),
+            Role::Webhook => source == S::Webhook,
+            Role::Operator => source == S::Operator,
+            Role::Producer | Role::EventsReader => false,
         }
     }
 }
