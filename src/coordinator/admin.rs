@@ -138,12 +138,12 @@ impl Coordinator {
                 tracing::warn!(
                     job_id = job.id,
                     queue = %job.queue,
-                    operation_key = %job.operation_key,
+                    operation_key = %job.operation_key.escape_debug(),
                     attempt = req.attempt,
-                    operator = %req.operator,
+                    operator = %req.operator.escape_debug(),
                     resolution,
                     to_state = %job.state,
-                    reason = %req.reason,
+                    reason = %req.reason.escape_debug(),
                     "manual review resolved by operator"
                 );
             }
@@ -153,7 +153,7 @@ impl Coordinator {
                 tracing::info!(
                     job_id = req.job_id,
                     presented_attempt = req.attempt,
-                    operator = %req.operator,
+                    operator = %req.operator.escape_debug(),
                     resolution,
                     error = %e,
                     "manual review resolution refused"
@@ -180,16 +180,16 @@ impl Coordinator {
                 tracing::warn!(
                     job_id = job.id,
                     queue = %job.queue,
-                    operation_key = %job.operation_key,
-                    operator = %req.operator,
-                    reason = %req.reason,
+                    operation_key = %job.operation_key.escape_debug(),
+                    operator = %req.operator.escape_debug(),
+                    reason = %req.reason.escape_debug(),
                     "job cancelled by operator"
                 );
             }
             Ok(_) => {}
             Err(e) => {
                 self.metrics().commit_outcome("CancelJob", e);
-                tracing::info!(job_id = req.job_id, operator = %req.operator, error = %e, "cancel refused");
+                tracing::info!(job_id = req.job_id, operator = %req.operator.escape_debug(), error = %e, "cancel refused");
             }
         }
         result

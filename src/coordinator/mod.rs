@@ -511,10 +511,10 @@ impl Coordinator {
             tracing::info!(
                 job_id = job.id,
                 queue = %job.queue,
-                operation_key = %job.operation_key,
+                operation_key = %job.operation_key.escape_debug(),
                 attempt = job.attempt,
                 previous_attempt = job.attempt - 1,
-                worker_id = %worker_id,
+                worker_id = %worker_id.escape_debug(),
                 via,
                 "expired lease taken over"
             );

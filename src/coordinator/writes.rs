@@ -134,7 +134,7 @@ impl Coordinator {
             tracing::warn!(
                 job_id = job.id,
                 queue = %job.queue,
-                operation_key = %job.operation_key,
+                operation_key = %job.operation_key.escape_debug(),
                 attempt = req.attempt,
                 reason = why.as_str(),
                 dispatch_count = job.dispatch_count,
@@ -148,7 +148,7 @@ impl Coordinator {
             tracing::info!(
                 job_id = job.id,
                 queue = %job.queue,
-                operation_key = %job.operation_key,
+                operation_key = %job.operation_key.escape_debug(),
                 attempt = req.attempt,
                 dispatch_count = job.dispatch_count,
                 max_dispatches = policy.max_dispatches,
@@ -162,7 +162,7 @@ impl Coordinator {
             tracing::warn!(
                 job_id = job.id,
                 queue = %job.queue,
-                operation_key = %job.operation_key,
+                operation_key = %job.operation_key.escape_debug(),
                 attempt = req.attempt,
                 reason = crate::store::MANUAL_REVIEW_REQUESTED,
                 "moved to manual review"
