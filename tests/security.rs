@@ -138,8 +138,23 @@ async fn a_tampered_or_expired_token_is_unauthenticated() {
         "CREDENTIAL_EXPIRED",
     );
     assert_eq!(meta(&status, "caller"), EXPIRED);
+    // Two authorization headers (a valid one first) are malformed, not
+    // "the first wins".
+    let shop = std::fs::read_to_string(s.files.token("shop")).unwrap();
+    let mut anonymous = s.worker(None).await;
+    let mut twice = tonic::Request::new(enqueue("refunds", "k2"));
+    for token in [real.trim(), shop.trim()] {
+        twice
+            .metadata_mut()
+            .append("authorization", format!("Bearer {token}").parse().unwrap());
+    }
+    refused(
+        anonymous.enqueue(twice).await,
+        Code::Unauthenticated,
+        "CREDENTIAL_INVALID",
+    );
     assert_eq!(s.counts().await, before);
-    assert_eq!(s.refusals("CREDENTIAL_INVALID"), 1);
+    assert_eq!(s.refusals("CREDENTIAL_INVALID"), 2);
     assert_eq!(s.refusals("CREDENTIAL_EXPIRED"), 1);
     s.stop().await;
 }
@@ -431,6 +446,9 @@ async fn a_revoked_token_stops_working_on_reload() {
     );
     // A broken file is refused whole; the callers in force stay.
     std::fs::write(&s.files.callers, "this is not a callers file\n").unwrap();
+    assert!(s.security.reload().is_err());
+    // So is an empty one (a file caught half-written would lock out all).
+    std::fs::write(&s.files.callers, "# nothing yet\n").unwrap();
     assert!(s.security.reload().is_err());
     let mut shop = s.worker(Some("shop")).await;
     shop.enqueue(enqueue("refunds", "k3")).await.unwrap();

@@ -96,7 +96,17 @@ impl Callers {
     pub fn load(path: &Path) -> anyhow::Result<Callers> {
         let text = std::fs::read_to_string(path)
             .with_context(|| format!("reading the callers file {}", path.display()))?;
-        Callers::parse(&text).with_context(|| format!("in the callers file {}", path.display()))
+        let callers = Callers::parse(&text)
+            .with_context(|| format!("in the callers file {}", path.display()))?;
+        // Empty, every call would be refused: most likely a file caught
+        // half-written by a reload. Refused, so the callers in force stay.
+        if callers.tokens.is_empty() && callers.certificates.is_empty() {
+            anyhow::bail!(
+                "the callers file {} names no caller (every call would be refused)",
+                path.display()
+            );
+        }
+        Ok(callers)
     }
 
     fn add_line(&mut self, line: &str) -> anyhow::Result<()> {
@@ -206,6 +216,9 @@ fn parse_queues(field: &str) -> anyhow::Result<QueueScope> {
             anyhow::bail!("queue {q:?} is not * or 1..=128 bytes of [A-Za-z0-9._-]");
         }
         names.push(q);
+    }
+    if names.len() > 1 && names.contains(&"*") {
+        anyhow::bail!("queues {field:?}: `*` (every queue) stands alone, not in a list");
     }
     Ok(QueueScope::of(names))
 }
@@ -364,6 +377,9 @@ mod tests {
         }
         let twice = [line("a", "worker", "q", "t"), line("b", "worker", "q", "t")].join("\n");
         assert!(format!("{:#}", Callers::parse(&twice).unwrap_err()).contains("one caller"));
+        // `*` in a list would silently grant every queue.
+        let mixed = line("a", "worker", "refunds,*", "t");
+        assert!(format!("{:#}", Callers::parse(&mixed).unwrap_err()).contains("stands alone"));
     }
 
     #[test]

@@ -111,13 +111,16 @@ where
             return Box::pin(self.inner.call(req));
         };
         let peer = req.extensions().get::<Peer>();
+        // Two authorization headers are malformed, not "the first wins":
+        // an empty value makes the call CREDENTIAL_INVALID.
+        let mut authorization = req.headers().get_all(http::header::AUTHORIZATION).iter();
+        let presented = match (authorization.next(), authorization.next()) {
+            (Some(one), None) => Some(one.as_bytes()),
+            (None, _) => None,
+            (Some(_), Some(_)) => Some(&b""[..]),
+        };
         let checked = auth
-            .authenticate(
-                req.headers()
-                    .get(http::header::AUTHORIZATION)
-                    .map(|v| v.as_bytes()),
-                peer.and_then(|p| p.certificate_name.as_deref()),
-            )
+            .authenticate(presented, peer.and_then(|p| p.certificate_name.as_deref()))
             .and_then(|caller| permit(caller, action, req.uri().path()));
         match checked {
             Ok(caller) => {
