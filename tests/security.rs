@@ -810,3 +810,55 @@ async fn a_runner_whose_claims_are_refused_stops_and_says_why() {
     assert_eq!(s.counts().await, before, "a refused claim wrote something");
     s.stop().await;
 }
+
+/// Reflection needs no credential, so its streams have a pool of their
+/// own: anonymous streams held open are refused OVERLOADED past it, and
+/// never take the slots of authenticated callers, even when there are
+/// fewer of those than reflection streams.
+#[tokio::test]
+async fn anonymous_reflection_streams_cannot_take_the_callers_slots() {
+    use jobfence::server::limits::{Limits, REFLECTION_CALLS};
+    use tonic_reflection::pb::v1::server_reflection_client::ServerReflectionClient;
+    use tonic_reflection::pb::v1::server_reflection_request::MessageRequest;
+    use tonic_reflection::pb::v1::ServerReflectionRequest;
+    let s = Secure::with_limits(Limits {
+        max_calls: 2,
+        ..Limits::default()
+    })
+    .await;
+    let channel = s.channel(&s.creds(None)).await;
+    let mut held = Vec::new();
+    let mut senders = Vec::new();
+    for i in 0..=REFLECTION_CALLS {
+        let (tx, rx) = tokio::sync::mpsc::channel(1);
+        tx.send(ServerReflectionRequest {
+            host: String::new(),
+            message_request: Some(MessageRequest::ListServices(String::new())),
+        })
+        .await
+        .unwrap();
+        let mut client = ServerReflectionClient::new(channel.clone());
+        let answer = client
+            .server_reflection_info(tokio_stream::wrappers::ReceiverStream::new(rx))
+            .await;
+        if i < REFLECTION_CALLS {
+            let mut stream = answer
+                .expect("a reflection stream within the pool")
+                .into_inner();
+            // Answered once, then held open by the unsent rest.
+            stream.message().await.unwrap().expect("the services");
+            held.push(stream);
+            senders.push(tx);
+        } else {
+            let status = refused(answer, Code::ResourceExhausted, "OVERLOADED");
+            assert_eq!(meta(&status, "limit"), "reflection");
+        }
+    }
+    // Every reflection slot is taken; the two call slots are free.
+    let mut w = s.worker(Some("refunds-worker")).await;
+    w.enqueue(enqueue("refunds", "k1")).await.unwrap();
+    let mut shop = s.worker(Some("shop")).await;
+    shop.enqueue(enqueue("refunds", "k2")).await.unwrap();
+    drop((held, senders));
+    s.stop().await;
+}

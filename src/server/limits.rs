@@ -7,7 +7,9 @@
 //! [`Limits`]): request size, connections, HTTP/2 streams per connection.
 //!
 //! Health checks are exempt: a load balancer must see a busy coordinator
-//! as busy, not as down.
+//! as busy, not as down. Reflection, open to callers without a credential,
+//! has a small pool of its own ([`REFLECTION_CALLS`]): anonymous streams
+//! held open cannot take the slots of authenticated callers.
 
 use crate::auth::Caller;
 use crate::metrics::Metrics;
@@ -65,11 +67,16 @@ impl Default for Limits {
     }
 }
 
+/// Reflection calls (`grpc.reflection.*`, no credential needed) in flight
+/// at most; they do not count toward [`Limits::max_calls`].
+pub const REFLECTION_CALLS: usize = 8;
+
 /// Counts of the calls in flight.
 #[derive(Debug, Default)]
 struct InFlight {
     all: usize,
     by_caller: HashMap<String, usize>,
+    reflection: usize,
 }
 
 /// The shared state of [`AdmissionLayer`].
@@ -84,6 +91,8 @@ struct Admission {
 struct Slot {
     admission: Arc<Admission>,
     caller: Option<String>,
+    /// A slot of the reflection pool, not of the global one.
+    reflection: bool,
 }
 
 impl Drop for Slot {
@@ -93,6 +102,10 @@ impl Drop for Slot {
             .in_flight
             .lock()
             .unwrap_or_else(|e| e.into_inner());
+        if self.reflection {
+            f.reflection -= 1;
+            return;
+        }
         f.all -= 1;
         if let Some(name) = &self.caller {
             if let Some(n) = f.by_caller.get_mut(name) {
@@ -128,6 +141,24 @@ impl Admission {
         Ok(Slot {
             admission: self.clone(),
             caller: caller.map(|c| c.name.clone()),
+            reflection: false,
+        })
+    }
+
+    /// A slot of the reflection pool, or the status refusing it.
+    fn admit_reflection(self: &Arc<Self>) -> Result<Slot, tonic::Status> {
+        let mut f = self.in_flight.lock().unwrap_or_else(|e| e.into_inner());
+        if f.reflection >= REFLECTION_CALLS {
+            let n = f.reflection;
+            drop(f);
+            self.metrics.overload_refusal("reflection");
+            return Err(crate::grpc::status::overloaded("reflection", n));
+        }
+        f.reflection += 1;
+        Ok(Slot {
+            admission: self.clone(),
+            caller: None,
+            reflection: true,
         })
     }
 }
@@ -206,7 +237,12 @@ where
             return Box::pin(async move { Ok(call.await?.map(SlotBody::free)) });
         }
         let caller = req.extensions().get::<Arc<Caller>>().cloned();
-        let slot = match self.admission.admit(caller.as_deref()) {
+        let admitted = if req.uri().path().starts_with("/grpc.reflection.") {
+            self.admission.admit_reflection()
+        } else {
+            self.admission.admit(caller.as_deref())
+        };
+        let slot = match admitted {
             Ok(slot) => slot,
             Err(status) => {
                 return Box::pin(std::future::ready(Ok(status
