@@ -281,6 +281,13 @@ fn credentials(conn: &Connection) -> anyhow::Result<Credentials> {
 
 async fn channel(conn: &Connection) -> anyhow::Result<Authed> {
     let creds = credentials(conn)?;
+    if creds.token.is_some() && creds.tls_ca_pem.is_none() {
+        eprintln!(
+            "jobfence: warning: sending the bearer token without TLS to {} \
+             (give --tls-ca or JOBFENCE_TLS_CA for a coordinator with TLS)",
+            conn.endpoint
+        );
+    }
     let channel = creds
         .endpoint(with_scheme(&conn.endpoint))
         .with_context(|| format!("bad endpoint {}", conn.endpoint))?

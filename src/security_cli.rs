@@ -140,6 +140,11 @@ pub struct LimitsArgs {
     /// How long a client has to finish its TLS handshake.
     #[arg(long, env = "JOBFENCE_TLS_HANDSHAKE_TIMEOUT", value_parser = humantime::parse_duration, default_value = "10s")]
     pub tls_handshake_timeout: Duration,
+    /// With a callers file: how long a connection may stay open before a
+    /// call on it authenticated (health checks and reflection do not
+    /// count); then it is closed.
+    #[arg(long, env = "JOBFENCE_UNAUTHENTICATED_CONNECTION_TIMEOUT", value_parser = humantime::parse_duration, default_value = "10s")]
+    pub unauthenticated_connection_timeout: Duration,
 }
 
 impl LimitsArgs {
@@ -163,6 +168,7 @@ impl LimitsArgs {
             max_calls_per_caller: self.max_calls_per_caller,
             call_timeout: self.call_timeout,
             handshake_timeout: self.tls_handshake_timeout,
+            unauthenticated_connection_timeout: self.unauthenticated_connection_timeout,
         })
     }
 }

@@ -862,3 +862,70 @@ async fn anonymous_reflection_streams_cannot_take_the_callers_slots() {
     drop((held, senders));
     s.stop().await;
 }
+
+/// `jobfence_connections_refused_total{reason}` now.
+fn connections_closed(s: &Secure, reason: &str) -> u64 {
+    let text = s.coordinator.metrics().render(None);
+    let prefix = format!("jobfence_connections_refused_total{{reason=\"{reason}\"}} ");
+    text.lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .map_or(0, |v| v.trim().parse().unwrap())
+}
+
+/// Connections held open without a credential cannot keep their slots:
+/// one that made no authenticated call is closed after
+/// `--unauthenticated-connection-timeout`, while a worker's connection,
+/// authenticated once, outlives it.
+#[tokio::test]
+async fn a_connection_without_an_authenticated_call_is_closed() {
+    use jobfence::server::limits::Limits;
+    use std::time::Duration;
+    use tokio::io::AsyncReadExt;
+    use tokio_rustls::rustls::pki_types::pem::PemObject;
+    let timeout = Duration::from_millis(500);
+    let s = Secure::with_limits(Limits {
+        unauthenticated_connection_timeout: timeout,
+        ..Limits::default()
+    })
+    .await;
+    // A worker's connection: authenticated by its first call.
+    let mut w = s.worker(Some("refunds-worker")).await;
+    w.enqueue(enqueue("refunds", "k1")).await.unwrap();
+    // An attacker's: TLS done, then silence.
+    let mut roots = tokio_rustls::rustls::RootCertStore::empty();
+    for cert in tokio_rustls::rustls::pki_types::CertificateDer::pem_file_iter(&s.files.ca).unwrap()
+    {
+        roots.add(cert.unwrap()).unwrap();
+    }
+    let config = tokio_rustls::rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
+        tokio_rustls::rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    let tcp = tokio::net::TcpStream::connect(s.addr).await.unwrap();
+    let mut idle = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config))
+        .connect("localhost".try_into().unwrap(), tcp)
+        .await
+        .expect("TLS handshake");
+    let started = std::time::Instant::now();
+    let mut buf = [0u8; 64];
+    let closed = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            match idle.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(_) => continue, // the server's SETTINGS, then GOAWAY
+            }
+        }
+    })
+    .await;
+    assert!(closed.is_ok(), "the silent connection was never closed");
+    assert!(started.elapsed() >= timeout, "closed before its deadline");
+    assert_eq!(connections_closed(&s, "unauthenticated_timeout"), 1);
+    // Well past the deadline, the worker's connection still serves.
+    tokio::time::sleep(timeout * 2).await;
+    w.enqueue(enqueue("refunds", "k2")).await.unwrap();
+    assert_eq!(connections_closed(&s, "unauthenticated_timeout"), 1);
+    s.stop().await;
+}

@@ -29,6 +29,10 @@ pub struct Peer {
     /// The subject common name of the client certificate, verified against
     /// `--tls-client-ca` during the TLS handshake.
     pub certificate_name: Option<String>,
+    /// Set by the first call on this connection that authenticated: until
+    /// then the connection lives at most
+    /// `--unauthenticated-connection-timeout` (see `server::transport`).
+    pub authenticated: Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// Authenticates and checks the roles of every call (see the module docs).
@@ -110,7 +114,8 @@ where
         let Some(auth) = self.auth.as_ref().filter(|_| action != Action::Open) else {
             return Box::pin(self.inner.call(req));
         };
-        let peer = req.extensions().get::<Peer>();
+        let peer = req.extensions().get::<Peer>().cloned();
+        let peer = peer.as_ref();
         // Two authorization headers are malformed, not "the first wins":
         // an empty value makes the call CREDENTIAL_INVALID.
         let mut authorization = req.headers().get_all(http::header::AUTHORIZATION).iter();
@@ -124,6 +129,10 @@ where
             .and_then(|caller| permit(caller, action, req.uri().path()));
         match checked {
             Ok(caller) => {
+                if let Some(p) = peer {
+                    p.authenticated
+                        .store(true, std::sync::atomic::Ordering::Relaxed);
+                }
                 req.headers_mut().remove(http::header::AUTHORIZATION);
                 req.extensions_mut().insert(Arc::new(caller));
                 let method = CalledMethod(req.uri().path().to_owned());

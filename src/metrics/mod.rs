@@ -207,7 +207,7 @@ impl Metrics {
             connections_refused: counter(
                 &r,
                 "jobfence_connections_refused_total",
-                "gRPC connections closed at accept or during their TLS handshake, by reason: max_connections (--max-connections reached), tls_handshake (failed, e.g. no client certificate under mutual TLS), tls_handshake_timeout.",
+                "gRPC connections closed at accept, during their TLS handshake, or for want of an authenticated call, by reason: max_connections (--max-connections reached), tls_handshake (failed, e.g. no client certificate under mutual TLS), tls_handshake_timeout, unauthenticated_timeout (no authenticated call within --unauthenticated-connection-timeout).",
                 &["reason"],
             ),
             takeovers: counter(

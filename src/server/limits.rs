@@ -51,6 +51,12 @@ pub struct Limits {
     pub call_timeout: Duration,
     /// How long a client has to finish its TLS handshake.
     pub handshake_timeout: Duration,
+    /// How long a connection may stay open without a call that
+    /// authenticated (`--unauthenticated-connection-timeout`), when the
+    /// server authenticates its callers: connections held open by someone
+    /// without a credential cannot take every connection slot for good.
+    /// Health checks and reflection calls do not count as authenticated.
+    pub unauthenticated_connection_timeout: Duration,
 }
 
 impl Default for Limits {
@@ -63,6 +69,7 @@ impl Default for Limits {
             max_calls_per_caller: 256,
             call_timeout: Duration::from_secs(60),
             handshake_timeout: Duration::from_secs(10),
+            unauthenticated_connection_timeout: Duration::from_secs(10),
         }
     }
 }

@@ -453,6 +453,10 @@ pub async fn serve_with(
         ConnectionLimits {
             max_connections: limits.max_connections,
             handshake_timeout: limits.handshake_timeout,
+            unauthenticated_timeout: security
+                .auth
+                .is_some()
+                .then_some(limits.unauthenticated_connection_timeout),
         },
         metrics.clone(),
     );

@@ -125,6 +125,9 @@ pub struct ConnectionLimits {
     pub max_connections: usize,
     /// How long a client has to finish its TLS handshake.
     pub handshake_timeout: Duration,
+    /// With authentication on: how long a connection lives without a call
+    /// that authenticated; `None` (no authentication) never closes one.
+    pub unauthenticated_timeout: Option<Duration>,
 }
 
 enum Io {
@@ -138,6 +141,59 @@ pub struct Conn {
     io: Io,
     peer: Peer,
     _slot: OwnedSemaphorePermit,
+    /// Until a call authenticated: when the connection is closed.
+    deadline: Option<Pin<Box<tokio::time::Sleep>>>,
+    metrics: Metrics,
+}
+
+impl Conn {
+    fn new(
+        io: Io,
+        peer: Peer,
+        slot: OwnedSemaphorePermit,
+        limits: &ConnectionLimits,
+        metrics: Metrics,
+    ) -> Conn {
+        Conn {
+            io,
+            peer,
+            _slot: slot,
+            deadline: limits
+                .unauthenticated_timeout
+                .map(|d| Box::pin(tokio::time::sleep(d))),
+            metrics,
+        }
+    }
+
+    /// An error once the connection outlived its deadline without an
+    /// authenticated call (the server then closes it); polled with every
+    /// read, which hyper keeps pending on an idle connection.
+    fn check_deadline(&mut self, cx: &mut TaskContext<'_>) -> io::Result<()> {
+        let Some(deadline) = &mut self.deadline else {
+            return Ok(());
+        };
+        if self
+            .peer
+            .authenticated
+            .load(std::sync::atomic::Ordering::Relaxed)
+        {
+            self.deadline = None;
+            return Ok(());
+        }
+        if std::future::Future::poll(deadline.as_mut(), cx).is_ready() {
+            self.deadline = None;
+            self.metrics.connection_refused("unauthenticated_timeout");
+            tracing::info!(
+                peer = ?self.peer.addr,
+                "connection closed: no authenticated call within --unauthenticated-connection-timeout"
+            );
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "no authenticated call in time",
+            ));
+        }
+        Ok(())
+    }
 }
 
 impl tonic::transport::server::Connected for Conn {
@@ -154,7 +210,11 @@ impl AsyncRead for Conn {
         cx: &mut TaskContext<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        match &mut self.get_mut().io {
+        let this = self.get_mut();
+        if let Err(e) = this.check_deadline(cx) {
+            return Poll::Ready(Err(e));
+        }
+        match &mut this.io {
             Io::Plain(s) => Pin::new(s).poll_read(cx, buf),
             Io::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
         }
@@ -267,14 +327,10 @@ pub fn incoming(
             let _ = tcp.set_nodelay(true);
             let mut peer = Peer {
                 addr: Some(addr),
-                certificate_name: None,
+                ..Peer::default()
             };
             let Some(tls) = &tls else {
-                let conn = Conn {
-                    io: Io::Plain(tcp),
-                    peer,
-                    _slot: slot,
-                };
+                let conn = Conn::new(Io::Plain(tcp), peer, slot, &limits, metrics.clone());
                 if tx.send(Ok(conn)).await.is_err() {
                     return;
                 }
@@ -308,11 +364,7 @@ pub fn incoming(
                     .peer_certificates()
                     .and_then(|chain| chain.first())
                     .and_then(|leaf| common_name(leaf.as_ref()));
-                let conn = Conn {
-                    io: Io::Tls(Box::new(stream)),
-                    peer,
-                    _slot: slot,
-                };
+                let conn = Conn::new(Io::Tls(Box::new(stream)), peer, slot, &limits, metrics);
                 let _ = tx.send(Ok(conn)).await;
             });
         }
