@@ -438,6 +438,70 @@ async fn a_database_given_under_another_number_is_refused() {
     assert!(err.to_string().contains("outside its range"), "{err}");
 }
 
+/// `jobfence ARGS` as a child process: whether it exited successfully,
+/// and its stderr. A command still running after 60 s (a coordinator that
+/// started serving) is killed and counted as a success.
+async fn jobfence(args: &[&str]) -> (bool, String) {
+    let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_jobfence"))
+        .args(args)
+        .env("JOBFENCE_LOG", "info")
+        .env_remove("JOBFENCE_SHARDS")
+        .env_remove("JOBFENCE_DATABASE_URL")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("run jobfence");
+    match tokio::time::timeout(Duration::from_secs(60), child.wait_with_output()).await {
+        Ok(out) => {
+            let out = out.unwrap();
+            (
+                out.status.success(),
+                String::from_utf8_lossy(&out.stderr).into_owned(),
+            )
+        }
+        Err(_) => (true, "still running after 60 s".to_owned()),
+    }
+}
+
+#[tokio::test]
+async fn a_shards_file_placing_anything_twice_is_refused_with_both_lines() {
+    let head = "database 0 mysql://a/x\ndatabase 1 mysql://b/x\n";
+    let twice = [
+        "queue dupq 0\nqueue dupq 1\n",
+        "queue dupq 1\nqueue dupq 1\n",
+        "prefix dup- 0\nprefix dup- 1\n",
+        "default 0\ndefault 1\n",
+        "database 2 mysql://c/x\ndatabase 2 mysql://d/x\n",
+    ];
+    for lines in twice {
+        let text = format!("{head}# the same thing twice\n{lines}");
+        let err = ShardsConfig::parse(&text).unwrap_err();
+        assert!(
+            err.contains("line 4") && err.contains("line 5"),
+            "{err:?} should name lines 4 and 5 of\n{text}"
+        );
+    }
+    // Different queues, prefixes and databases are no conflict.
+    ShardsConfig::parse(&format!(
+        "{head}queue a 0\nqueue b 1\nprefix a- 0\nprefix b- 1\ndefault 1\n"
+    ))
+    .unwrap();
+
+    // The command refuses the file before it connects to anything.
+    let path = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("shards-twice-{}.conf", std::process::id()));
+    std::fs::write(&path, format!("{head}queue dupq 0\nqueue dupq 1\n")).unwrap();
+    let (ok, stderr) = jobfence(&["migrate", "--shards", path.to_str().unwrap()]).await;
+    let _ = std::fs::remove_file(&path);
+    assert!(!ok, "{stderr}");
+    assert!(
+        stderr.contains("line 3") && stderr.contains("line 4"),
+        "{stderr}"
+    );
+}
+
 #[tokio::test]
 async fn the_demo_over_two_databases_refunds_nothing_twice() {
     let db = format!("jf_test_{}_demo_shards", std::process::id());

@@ -106,11 +106,15 @@ impl ShardsConfig {
     /// Parses the shards file (see the type's docs).
     ///
     /// Errors: a line that does not parse (with its number), a database
-    /// number of [`MAX_SHARDS`] or more or given twice, a placement naming
-    /// a database the file does not list, or no database at all.
+    /// number of [`MAX_SHARDS`] or more, a database, a queue, a prefix or
+    /// the default given twice (with both lines: the last one would
+    /// silently win), a placement naming a database the file does not
+    /// list, or no database at all.
     pub fn parse(text: &str) -> Result<ShardsConfig, String> {
         let mut databases = BTreeMap::new();
         let mut placement = Placement::default();
+        // The line that gave each thing, to name it when it is given again.
+        let mut given: BTreeMap<String, usize> = BTreeMap::new();
         for (n, line) in text.lines().enumerate() {
             let line = line.split('#').next().unwrap_or("").trim();
             if line.is_empty() {
@@ -128,22 +132,39 @@ impl ShardsConfig {
                 }
                 Ok(s)
             };
+            let mut once = |what: String| match given.get(&what) {
+                Some(first) => Err(at(&format!("{what} is given on line {first} already"))),
+                None => {
+                    given.insert(what, n + 1);
+                    Ok(())
+                }
+            };
             match words.as_slice() {
                 ["database", s, urls] => {
+                    let s = shard(s)?;
+                    once(format!("database {s}"))?;
                     let urls: Vec<String> = urls
                         .split(',')
                         .filter(|u| !u.is_empty())
                         .map(str::to_owned)
                         .collect();
-                    if databases.insert(shard(s)?, urls).is_some() {
-                        return Err(at("database given twice"));
-                    }
+                    databases.insert(s, urls);
                 }
                 ["queue", q, s] => {
-                    placement.exact.insert((*q).to_owned(), shard(s)?);
+                    let s = shard(s)?;
+                    once(format!("queue {q}"))?;
+                    placement.exact.insert((*q).to_owned(), s);
                 }
-                ["prefix", p, s] => placement.prefixes.push(((*p).to_owned(), shard(s)?)),
-                ["default", s] => placement.default = Some(shard(s)?),
+                ["prefix", p, s] => {
+                    let s = shard(s)?;
+                    once(format!("prefix {p}"))?;
+                    placement.prefixes.push(((*p).to_owned(), s));
+                }
+                ["default", s] => {
+                    let s = shard(s)?;
+                    once("default".to_owned())?;
+                    placement.default = Some(s);
+                }
                 _ => {
                     return Err(at(
                         "expected `database N URL[,URL…]`, `queue NAME N`, `prefix TEXT N` or `default N`",
