@@ -17,7 +17,7 @@ use jobfence::proto::{
     QueueStatsRequest,
 };
 use jobfence::server::{self, ServeOptions};
-use jobfence::store::shards::{range_start, shard_of, Shards, ShardsConfig};
+use jobfence::store::shards::{range_start, shard_of, Placement, Shards, ShardsConfig};
 use jobfence::store::JobStore;
 use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;
@@ -438,6 +438,17 @@ async fn a_database_given_under_another_number_is_refused() {
     assert!(err.to_string().contains("outside its range"), "{err}");
 }
 
+/// The number recorded in `db`'s `jobfence_shard` table, if any.
+async fn recorded(db: &TestDb) -> Option<u32> {
+    let pool = db.pool();
+    let n = sqlx::query_scalar("SELECT shard FROM jobfence_shard")
+        .fetch_optional(&pool)
+        .await
+        .unwrap();
+    pool.close().await;
+    n
+}
+
 /// `jobfence ARGS` as a child process: whether it exited successfully,
 /// and its stderr. A command still running after 60 s (a coordinator that
 /// started serving) is killed and counted as a success.
@@ -500,6 +511,53 @@ async fn a_shards_file_placing_anything_twice_is_refused_with_both_lines() {
         stderr.contains("line 3") && stderr.contains("line 4"),
         "{stderr}"
     );
+}
+
+#[tokio::test]
+async fn a_refused_start_records_no_number() {
+    // A database used alone before databases had numbers: one job (id 1),
+    // no `jobfence_shard` row.
+    let old = TestDb::new().await;
+    let store = JobStore::open(std::slice::from_ref(&old.url), &Default::default()).unwrap();
+    let c = Coordinator::new(store.clone(), common::test_config());
+    let job = c
+        .enqueue(
+            jobfence::domain::EnqueueRequest {
+                queue: "refunds".into(),
+                operation_key: "alone-1".into(),
+                payload: "{}".into(),
+                delay: Duration::ZERO,
+            },
+            &jobfence::domain::scope::ANY_QUEUE,
+        )
+        .await
+        .unwrap();
+    assert_eq!(job.job.id, 1);
+    assert_eq!(recorded(&old).await, None);
+
+    // Listed as database 2 next to a new database 0: refused, and neither
+    // database was given a number.
+    let fresh = TestDb::new().await;
+    let stores = BTreeMap::from([
+        (
+            0,
+            JobStore::open(std::slice::from_ref(&fresh.url), &Default::default()).unwrap(),
+        ),
+        (2, store.clone()),
+    ]);
+    let err = Shards::new(stores, Placement::everything_on(0))
+        .prepare()
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("outside its range"), "{err}");
+    assert_eq!((recorded(&fresh).await, recorded(&old).await), (None, None));
+    let err = store.ensure_shard(2).await.unwrap_err();
+    assert!(err.to_string().contains("outside its range"), "{err}");
+    assert_eq!(recorded(&old).await, None);
+
+    // Listed as what it is, database 0, it is accepted.
+    store.ensure_shard(0).await.expect("database 0");
+    assert_eq!(recorded(&old).await, Some(0));
 }
 
 #[tokio::test]
