@@ -477,6 +477,106 @@ async fn jobfence(args: &[&str]) -> (bool, String) {
 }
 
 #[tokio::test]
+async fn a_database_recorded_under_another_number_is_refused_when_used_alone() {
+    // Database 1 of a shards file, given alone (as database 0): its ids
+    // would land in database 1's range while the shards file of every
+    // other coordinator places the queue on database 0.
+    let s = two_shards().await;
+    for command in [
+        &["migrate", "--database-url", &s.dbs[1].url][..],
+        &[
+            "serve",
+            "--insecure",
+            "--listen",
+            "127.0.0.1:0",
+            "--database-url",
+            &s.dbs[1].url,
+        ],
+    ] {
+        let (ok, stderr) = jobfence(command).await;
+        assert!(!ok, "{} was not refused:\n{stderr}", command[0]);
+        assert!(
+            stderr.contains("shard 1") && stderr.contains("--shards"),
+            "{} should name the number and what to do:\n{stderr}",
+            command[0]
+        );
+    }
+    assert_eq!(recorded(&s.dbs[1]).await, Some(1), "left as it was");
+
+    // A database never numbered, used alone, is recorded as database 0,
+    // so listing it under another number later is refused.
+    let fresh = TestDb::empty().await;
+    let (ok, stderr) = jobfence(&["migrate", "--database-url", &fresh.url]).await;
+    assert!(ok, "{stderr}");
+    assert_eq!(recorded(&fresh).await, Some(0));
+    let alone = JobStore::open(std::slice::from_ref(&fresh.url), &Default::default()).unwrap();
+    let err = alone.ensure_shard(1).await.unwrap_err();
+    assert!(err.to_string().contains("is shard 0"), "{err}");
+    // Database 0 itself, alone, is accepted.
+    let (ok, stderr) = jobfence(&["migrate", "--database-url", &s.dbs[0].url]).await;
+    assert!(ok, "{stderr}");
+}
+
+#[tokio::test]
+async fn a_database_down_at_start_is_checked_when_it_answers() {
+    // Database 1 of a shards file, given alone while it does not answer:
+    // the coordinator starts (as it always did with its database down),
+    // and refuses to go on serving once the database answers.
+    let s = two_shards().await;
+    let upstream = common::url_host_port(&s.dbs[1].url);
+    let relay = common::proxy::Proxy::start(upstream).await.unwrap();
+    relay.cut();
+    let via = s.dbs[1]
+        .url
+        .replace(&upstream.to_string(), &relay.addr.to_string());
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_jobfence"))
+        .args(["serve", "--insecure", "--listen", "127.0.0.1:0"])
+        .args(["--database-url", &via])
+        .args(["--health-interval", "100ms", "--health-timeout", "100ms"])
+        .args(["--drain-delay", "0s"])
+        .env("JOBFENCE_LOG", "info")
+        .env_remove("JOBFENCE_SHARDS")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    use tokio::io::AsyncBufReadExt;
+    let mut lines = tokio::io::BufReader::new(child.stderr.take().unwrap()).lines();
+    let mut seen = Vec::new();
+    let started = tokio::time::timeout(Duration::from_secs(60), async {
+        while let Some(line) = lines.next_line().await.unwrap() {
+            seen.push(line);
+            if seen.last().unwrap().contains("serving jobfence.v1") {
+                return true;
+            }
+        }
+        false
+    })
+    .await;
+    assert_eq!(started, Ok(true), "{}", seen.join("\n"));
+    assert!(
+        seen.iter().any(|l| l.contains("checked when it does")),
+        "{}",
+        seen.join("\n")
+    );
+    relay.restore();
+    let status = tokio::time::timeout(Duration::from_secs(60), async {
+        while let Some(line) = lines.next_line().await.unwrap() {
+            seen.push(line);
+        }
+        child.wait().await.unwrap()
+    })
+    .await
+    .unwrap_or_else(|_| panic!("still serving:\n{}", seen.join("\n")));
+    let all = seen.join("\n");
+    assert!(!status.success(), "{all}");
+    assert!(all.contains("shard 1") && all.contains("--shards"), "{all}");
+    assert_eq!(recorded(&s.dbs[1]).await, Some(1));
+}
+
+#[tokio::test]
 async fn a_shards_file_placing_anything_twice_is_refused_with_both_lines() {
     let head = "database 0 mysql://a/x\ndatabase 1 mysql://b/x\n";
     let twice = [

@@ -203,7 +203,8 @@ pub struct Shards {
 
 impl Shards {
     /// One database used alone (database 0): every queue and every id is
-    /// its own.
+    /// its own ([`prepare`](Self::prepare) checks that it is not another
+    /// shard).
     pub fn single(store: JobStore) -> Shards {
         Shards {
             stores: vec![(0, store)],
@@ -275,10 +276,21 @@ impl Shards {
 
     /// Checks (and on first use, records) each database's number; see
     /// [`JobStore::ensure_shard`]. When one database is refused, none is
-    /// given a number. Nothing to do for one database alone.
+    /// given a number. One database used alone must be database 0: it is
+    /// recorded as 0 the first time, so a shards file cannot later list it
+    /// under another number.
+    ///
+    /// Errors: `InvalidArgument` for a database that cannot have its
+    /// number (alone: one recorded as another shard, which belongs in the
+    /// shards file that lists it); `DatabaseUnavailable` when one cannot be
+    /// reached.
     pub async fn prepare(&self) -> Result<(), CoordinatorError> {
         if !self.sharded {
-            return Ok(());
+            return self.stores[0]
+                .1
+                .number(0, true)
+                .await?
+                .map_err(refuse_alone);
         }
         // Every database is checked before any is given its number, so a
         // refused start records nothing anywhere. `ensure_shard` checks
@@ -476,6 +488,27 @@ impl JobStore {
             return Ok(Ok(()));
         }
     }
+}
+
+/// The refusal of a database used alone (database 0).
+fn refuse_alone(why: Refusal) -> CoordinatorError {
+    let why = match why {
+        Refusal::RecordedAs(r) => format!(
+            "the database is shard {r} of a shards file (recorded in its jobfence_shard \
+             table), and a database used alone is shard 0: its new jobs would get shard {r}'s \
+             ids on queues the shards file may place on another database. Start this \
+             coordinator with the shards file that lists it (--shards FILE) instead of \
+             --database-url"
+        ),
+        Refusal::OutOfRange { table, id } => format!(
+            "the database holds {table} id {id}, outside the range of a database used alone \
+             (shard 0: ids below {}): it was used as shard {} of a shards file. Start this \
+             coordinator with that file (--shards FILE) instead of --database-url",
+            range_start(1),
+            shard_of(id)
+        ),
+    };
+    CoordinatorError::InvalidArgument(vec![FieldViolation::new("database_url", why)])
 }
 
 /// The refusal of a database given as shard `shard` of a shards file.
