@@ -5,7 +5,7 @@ use crate::admin_cli::{self, EventsArgs, JobsArgs, Operation, StatsArgs};
 use crate::coordinator::batcher::BatchSettings;
 use crate::coordinator::long_poll::LongPollSettings;
 use crate::coordinator::{Coordinator, CoordinatorConfig};
-use crate::domain::{QueuePolicies, QueuePolicy};
+use crate::domain::{CoordinatorError, QueuePolicies, QueuePolicy};
 use crate::provider::cli::FakeProviderArgs;
 use crate::security_cli::{CredentialsArgs, LimitsArgs, SecurityArgs};
 use crate::server::{self, OpsOptions, ServeOptions};
@@ -339,8 +339,13 @@ fn split_urls(list: &str) -> Vec<String> {
 }
 
 /// Migrates every database (with `migrate`), then checks each one's number
-/// (a shards file: see `store::shards`).
-async fn prepare(shards: &Shards, migrate: bool) -> anyhow::Result<()> {
+/// (see `Shards::prepare`: one database alone must be database 0).
+///
+/// With `serving`, one database used alone that does not answer yet is
+/// left to be checked when it does (as before numbers were checked, a
+/// coordinator starts while its only database is down): returns true
+/// then, for [`OpsOptions::check_shard_numbers`].
+async fn prepare(shards: &Shards, migrate: bool, serving: bool) -> anyhow::Result<bool> {
     if migrate {
         for (n, store) in shards.all() {
             store
@@ -350,11 +355,17 @@ async fn prepare(shards: &Shards, migrate: bool) -> anyhow::Result<()> {
         }
         tracing::info!("migrations applied");
     }
-    shards
-        .prepare()
-        .await
-        .context("checking the databases' shard numbers")?;
-    Ok(())
+    match shards.prepare().await {
+        Ok(()) => Ok(false),
+        Err(CoordinatorError::DatabaseUnavailable(why)) if serving && !shards.is_sharded() => {
+            tracing::warn!(
+                error = %why,
+                "the database does not answer: its shard number is checked when it does"
+            );
+            Ok(true)
+        }
+        Err(e) => Err(anyhow::Error::new(e).context("checking the databases' shard numbers")),
+    }
 }
 
 impl Cli {
@@ -393,14 +404,14 @@ async fn run_server(command: Command) -> anyhow::Result<()> {
     match command {
         Command::Migrate(db) => {
             let shards = open_shards(&db)?;
-            prepare(&shards, true).await
+            prepare(&shards, true, false).await.map(|_| ())
         }
         Command::Serve(args) => {
             let security = args.security.security()?;
             let console_token = args.security.console_token()?;
             let limits = args.limits.limits(args.max_claim_wait)?;
             let shards = open_shards(&args.database)?;
-            prepare(&shards, args.migrate).await?;
+            let check_shard_numbers = prepare(&shards, args.migrate, true).await?;
             let listener = tokio::net::TcpListener::bind(args.listen)
                 .await
                 .with_context(|| format!("binding {}", args.listen))?;
@@ -445,6 +456,7 @@ async fn run_server(command: Command) -> anyhow::Result<()> {
                 pending_refresh_interval: args.pending_refresh_interval,
                 events_poll_interval: args.events_poll_interval,
                 require_durable_database: args.require_durable_database,
+                check_shard_numbers,
                 security,
                 limits,
                 reflection: args.security.reflection,

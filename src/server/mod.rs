@@ -97,6 +97,11 @@ pub struct OpsOptions {
     /// then stops with an error. Checked before the first RPC is accepted
     /// (when the database answers at start), then at every health check.
     pub require_durable_database: bool,
+    /// The databases' numbers could not be checked at start (see
+    /// `Shards::prepare`; the database did not answer): check them when
+    /// every database answers, before health turns SERVING, and stop with
+    /// an error if one is refused.
+    pub check_shard_numbers: bool,
     /// TLS and authentication of the gRPC listener (default: neither,
     /// warned about at start).
     pub security: Security,
@@ -117,6 +122,7 @@ impl Default for OpsOptions {
             pending_refresh_interval: Duration::from_secs(15),
             events_poll_interval: Duration::from_millis(250),
             require_durable_database: false,
+            check_shard_numbers: false,
             security: Security::default(),
             limits: Limits::default(),
             reflection: true,
@@ -180,6 +186,8 @@ struct DatabaseFollower {
     timeout: Duration,
     metrics: Metrics,
     require_durable: bool,
+    /// See [`OpsOptions::check_shard_numbers`]; false once checked.
+    check_shard_numbers: bool,
     stop: watch::Receiver<bool>,
     status: Option<ServingStatus>,
     durability: Option<DurabilityView>,
@@ -188,12 +196,23 @@ struct DatabaseFollower {
 impl DatabaseFollower {
     /// One check. The durability is reported (logged, and set on the gauge)
     /// at start, whenever the database comes back, and whenever it changes.
-    /// An error is a refusal to serve (only with `require_durable`); health
-    /// is then left NOT_SERVING.
+    /// An error is a refusal to serve (with `require_durable`, or a database
+    /// refused its shard number, see `check_shard_numbers`); health is then
+    /// left NOT_SERVING.
     async fn tick(&mut self) -> anyhow::Result<()> {
-        let checked = self.check_all().await;
+        let mut checked = self.check_all().await;
         if *self.stop.borrow() {
             return Ok(());
+        }
+        if checked.is_ok() && self.check_shard_numbers {
+            match self.shards.prepare().await {
+                Ok(()) => self.check_shard_numbers = false,
+                Err(CoordinatorError::DatabaseUnavailable(why)) => checked = Err(why),
+                Err(refused) => {
+                    return Err(anyhow::Error::new(refused)
+                        .context("refusing to serve: checking the databases' shard numbers"))
+                }
+            }
         }
         let status = match &checked {
             Ok(_) => ServingStatus::Serving,
@@ -382,6 +401,7 @@ pub async fn serve_with(
         timeout: options.health_timeout.min(options.health_interval),
         metrics: metrics.clone(),
         require_durable: ops.require_durable_database,
+        check_shard_numbers: ops.check_shard_numbers,
         stop: stop_rx.clone(),
         status: None,
         durability: None,

@@ -106,11 +106,15 @@ impl ShardsConfig {
     /// Parses the shards file (see the type's docs).
     ///
     /// Errors: a line that does not parse (with its number), a database
-    /// number of [`MAX_SHARDS`] or more or given twice, a placement naming
-    /// a database the file does not list, or no database at all.
+    /// number of [`MAX_SHARDS`] or more, a database, a queue, a prefix or
+    /// the default given twice (with both lines: the last one would
+    /// silently win), a placement naming a database the file does not
+    /// list, or no database at all.
     pub fn parse(text: &str) -> Result<ShardsConfig, String> {
         let mut databases = BTreeMap::new();
         let mut placement = Placement::default();
+        // The line that gave each thing, to name it when it is given again.
+        let mut given: BTreeMap<String, usize> = BTreeMap::new();
         for (n, line) in text.lines().enumerate() {
             let line = line.split('#').next().unwrap_or("").trim();
             if line.is_empty() {
@@ -128,22 +132,39 @@ impl ShardsConfig {
                 }
                 Ok(s)
             };
+            let mut once = |what: String| match given.get(&what) {
+                Some(first) => Err(at(&format!("{what} is given on line {first} already"))),
+                None => {
+                    given.insert(what, n + 1);
+                    Ok(())
+                }
+            };
             match words.as_slice() {
                 ["database", s, urls] => {
+                    let s = shard(s)?;
+                    once(format!("database {s}"))?;
                     let urls: Vec<String> = urls
                         .split(',')
                         .filter(|u| !u.is_empty())
                         .map(str::to_owned)
                         .collect();
-                    if databases.insert(shard(s)?, urls).is_some() {
-                        return Err(at("database given twice"));
-                    }
+                    databases.insert(s, urls);
                 }
                 ["queue", q, s] => {
-                    placement.exact.insert((*q).to_owned(), shard(s)?);
+                    let s = shard(s)?;
+                    once(format!("queue {q}"))?;
+                    placement.exact.insert((*q).to_owned(), s);
                 }
-                ["prefix", p, s] => placement.prefixes.push(((*p).to_owned(), shard(s)?)),
-                ["default", s] => placement.default = Some(shard(s)?),
+                ["prefix", p, s] => {
+                    let s = shard(s)?;
+                    once(format!("prefix {p}"))?;
+                    placement.prefixes.push(((*p).to_owned(), s));
+                }
+                ["default", s] => {
+                    let s = shard(s)?;
+                    once("default".to_owned())?;
+                    placement.default = Some(s);
+                }
                 _ => {
                     return Err(at(
                         "expected `database N URL[,URL…]`, `queue NAME N`, `prefix TEXT N` or `default N`",
@@ -182,7 +203,8 @@ pub struct Shards {
 
 impl Shards {
     /// One database used alone (database 0): every queue and every id is
-    /// its own.
+    /// its own ([`prepare`](Self::prepare) checks that it is not another
+    /// shard).
     pub fn single(store: JobStore) -> Shards {
         Shards {
             stores: vec![(0, store)],
@@ -253,10 +275,28 @@ impl Shards {
     }
 
     /// Checks (and on first use, records) each database's number; see
-    /// [`JobStore::ensure_shard`]. Nothing to do for one database alone.
+    /// [`JobStore::ensure_shard`]. When one database is refused, none is
+    /// given a number. One database used alone must be database 0: it is
+    /// recorded as 0 the first time, so a shards file cannot later list it
+    /// under another number.
+    ///
+    /// Errors: `InvalidArgument` for a database that cannot have its
+    /// number (alone: one recorded as another shard, which belongs in the
+    /// shards file that lists it); `DatabaseUnavailable` when one cannot be
+    /// reached.
     pub async fn prepare(&self) -> Result<(), CoordinatorError> {
         if !self.sharded {
-            return Ok(());
+            return self.stores[0]
+                .1
+                .number(0, true)
+                .await?
+                .map_err(refuse_alone);
+        }
+        // Every database is checked before any is given its number, so a
+        // refused start records nothing anywhere. `ensure_shard` checks
+        // again, under the lock.
+        for (n, store) in &self.stores {
+            store.check_shard(*n).await?;
         }
         for (n, store) in &self.stores {
             store.ensure_shard(*n).await?;
@@ -340,69 +380,150 @@ fn merge_pending(into: &mut super::QueuePending, other: super::QueuePending) {
     into.unfinished = into.unfinished.max(other.unfinished);
 }
 
+/// Why a database cannot be given a number.
+enum Refusal {
+    /// Its `jobfence_shard` table records another number.
+    RecordedAs(u32),
+    /// `table` holds an id outside the number's range.
+    OutOfRange { table: &'static str, id: u64 },
+}
+
 impl JobStore {
     /// Makes this database shard `shard`: records the number the first
     /// time (table `jobfence_shard`) and starts the AUTO_INCREMENT of
     /// `jobs` and `job_events` at [`range_start`]`(shard) + 1`, so every id
     /// it hands out names it. Run at start, before any call is served.
     ///
+    /// The checks and the recording are one transaction (the row locked):
+    /// a refused database is left as it was.
+    ///
     /// Errors: `InvalidArgument` when the database was recorded as another
     /// shard, or holds ids outside this shard's range (it was used alone,
     /// or as another shard): routing by id would send calls elsewhere.
     /// `DatabaseUnavailable` when it cannot be reached.
     pub async fn ensure_shard(&self, shard: u32) -> Result<(), CoordinatorError> {
+        self.number(shard, true)
+            .await?
+            .map_err(|r| refuse_shard(shard, r))
+    }
+
+    /// The checks of [`ensure_shard`](Self::ensure_shard), writing nothing.
+    async fn check_shard(&self, shard: u32) -> Result<(), CoordinatorError> {
+        self.number(shard, false)
+            .await?
+            .map_err(|r| refuse_shard(shard, r))
+    }
+
+    /// Checks that this database can be shard `shard` (its recorded number,
+    /// the largest id of each table) and, with `record`, records the number
+    /// in the same transaction, the row locked, and moves the
+    /// AUTO_INCREMENT of its empty tables into the range. Nothing is
+    /// written when a check fails.
+    async fn number(
+        &self,
+        shard: u32,
+        record: bool,
+    ) -> Result<Result<(), Refusal>, CoordinatorError> {
         use super::convert_sqlx_err;
-        let pool = self.pool();
-        sqlx::query(
-            "INSERT IGNORE INTO jobfence_shard (singleton, shard, created_at) \
-             VALUES (1, ?, UTC_TIMESTAMP(6))",
-        )
-        .bind(shard)
-        .execute(&pool)
-        .await
-        .map_err(convert_sqlx_err)?;
-        let recorded: u32 = sqlx::query_scalar("SELECT shard FROM jobfence_shard")
-            .fetch_one(&pool)
+        let (low, high) = (range_start(shard), range_start(shard + 1));
+        loop {
+            let mut tx = self.begin().await?;
+            let recorded: Option<u32> = sqlx::query_scalar(
+                "SELECT shard FROM jobfence_shard WHERE singleton = 1 FOR UPDATE",
+            )
+            .fetch_optional(&mut *tx)
             .await
             .map_err(convert_sqlx_err)?;
-        let refuse = |why: String| {
-            CoordinatorError::InvalidArgument(vec![FieldViolation::new("shards", why)])
-        };
-        if recorded != shard {
-            return Err(refuse(format!(
-                "the database given as shard {shard} is shard {recorded}"
-            )));
-        }
-        let (low, high) = (range_start(shard), range_start(shard + 1));
-        for table in ["jobs", "job_events"] {
-            let max: Option<u64> = sqlx::query_scalar(&format!("SELECT MAX(id) FROM {table}"))
-                .fetch_one(&pool)
-                .await
-                .map_err(convert_sqlx_err)?;
-            match max {
-                Some(m) if m >= high || (m < low && shard > 0) => {
-                    return Err(refuse(format!(
-                        "the database given as shard {shard} holds {table} id {m}, outside its range {low}..{high}"
-                    )))
-                }
-                Some(_) => {}
-                // Empty: start its ids in this shard's range. AUTO_INCREMENT
-                // never goes below the largest id, and InnoDB keeps the
-                // counter across restarts (MariaDB 10.2+, MySQL 8.0+).
-                None if shard > 0 => {
-                    sqlx::raw_sql(&format!(
-                        "ALTER TABLE {table} AUTO_INCREMENT = {}",
-                        low + 1
-                    ))
-                    .execute(&pool)
+            if let Some(r) = recorded.filter(|r| *r != shard) {
+                return Ok(Err(Refusal::RecordedAs(r)));
+            }
+            let mut empty = Vec::new();
+            for table in ["jobs", "job_events"] {
+                let max: Option<u64> = sqlx::query_scalar(&format!("SELECT MAX(id) FROM {table}"))
+                    .fetch_one(&mut *tx)
                     .await
                     .map_err(convert_sqlx_err)?;
+                match max {
+                    Some(id) if id >= high || (id < low && shard > 0) => {
+                        return Ok(Err(Refusal::OutOfRange { table, id }));
+                    }
+                    Some(_) => {}
+                    None => empty.push(table),
                 }
-                None => {}
             }
+            if !record {
+                return Ok(Ok(()));
+            }
+            if recorded.is_none() {
+                let inserted = sqlx::query(
+                    "INSERT IGNORE INTO jobfence_shard (singleton, shard, created_at) \
+                     VALUES (1, ?, UTC_TIMESTAMP(6))",
+                )
+                .bind(shard)
+                .execute(&mut *tx)
+                .await
+                .map_err(convert_sqlx_err)?
+                .rows_affected();
+                if inserted == 0 {
+                    // Another coordinator recorded a number since the
+                    // SELECT (no row to lock then): look again.
+                    continue;
+                }
+            }
+            super::commit(tx).await?;
+            // Empty: start its ids in this shard's range. AUTO_INCREMENT
+            // never goes below the largest id, and InnoDB keeps the counter
+            // across restarts (MariaDB 10.2+, MySQL 8.0+). DDL commits by
+            // itself, hence after the transaction; a start that stops
+            // between the two sets it the next time (the table is still
+            // empty).
+            if shard > 0 {
+                for table in empty {
+                    sqlx::raw_sql(&format!("ALTER TABLE {table} AUTO_INCREMENT = {}", low + 1))
+                        .execute(&self.pool())
+                        .await
+                        .map_err(convert_sqlx_err)?;
+                }
+            }
+            return Ok(Ok(()));
         }
-        Ok(())
     }
+}
+
+/// The refusal of a database used alone (database 0).
+fn refuse_alone(why: Refusal) -> CoordinatorError {
+    let why = match why {
+        Refusal::RecordedAs(r) => format!(
+            "the database is shard {r} of a shards file (recorded in its jobfence_shard \
+             table), and a database used alone is shard 0: its new jobs would get shard {r}'s \
+             ids on queues the shards file may place on another database. Start this \
+             coordinator with the shards file that lists it (--shards FILE) instead of \
+             --database-url"
+        ),
+        Refusal::OutOfRange { table, id } => format!(
+            "the database holds {table} id {id}, outside the range of a database used alone \
+             (shard 0: ids below {}): it was used as shard {} of a shards file. Start this \
+             coordinator with that file (--shards FILE) instead of --database-url",
+            range_start(1),
+            shard_of(id)
+        ),
+    };
+    CoordinatorError::InvalidArgument(vec![FieldViolation::new("database_url", why)])
+}
+
+/// The refusal of a database given as shard `shard` of a shards file.
+fn refuse_shard(shard: u32, why: Refusal) -> CoordinatorError {
+    let why = match why {
+        Refusal::RecordedAs(r) => {
+            format!("the database given as shard {shard} is shard {r}")
+        }
+        Refusal::OutOfRange { table, id } => format!(
+            "the database given as shard {shard} holds {table} id {id}, outside its range {}..{}",
+            range_start(shard),
+            range_start(shard + 1)
+        ),
+    };
+    CoordinatorError::InvalidArgument(vec![FieldViolation::new("shards", why)])
 }
 
 #[cfg(test)]
