@@ -286,11 +286,16 @@ impl Shards {
     /// reached.
     pub async fn prepare(&self) -> Result<(), CoordinatorError> {
         if !self.sharded {
-            return self.stores[0]
-                .1
-                .number(0, true)
-                .await?
-                .map_err(refuse_alone);
+            let store = &self.stores[0].1;
+            if !store.is_migrated().await? {
+                // Nothing of jobfence's here yet: nothing to check, and
+                // the calls will say what is missing.
+                tracing::warn!(
+                    "the database has no jobfence tables: run `jobfence migrate` (or serve --migrate)"
+                );
+                return Ok(());
+            }
+            return store.number(0, true).await?.map_err(refuse_alone);
         }
         // Every database is checked before any is given its number, so a
         // refused start records nothing anywhere. `ensure_shard` checks
@@ -405,6 +410,21 @@ impl JobStore {
         self.number(shard, true)
             .await?
             .map_err(|r| refuse_shard(shard, r))
+    }
+
+    /// Whether the migrations made this database's `jobfence_shard`
+    /// table.
+    async fn is_migrated(&self) -> Result<bool, CoordinatorError> {
+        let mut tx = self.begin().await?;
+        let n: i64 = sqlx::query_scalar(
+            "SELECT COUNT(*) FROM information_schema.tables \
+             WHERE table_schema = DATABASE() AND table_name = 'jobfence_shard'",
+        )
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(super::convert_sqlx_err)?;
+        tx.rollback().await.map_err(super::convert_sqlx_err)?;
+        Ok(n > 0)
     }
 
     /// The checks of [`ensure_shard`](Self::ensure_shard), writing nothing.
