@@ -357,10 +357,14 @@ async fn prepare(shards: &Shards, migrate: bool, serving: bool) -> anyhow::Resul
     }
     match shards.prepare().await {
         Ok(()) => Ok(false),
-        Err(CoordinatorError::DatabaseUnavailable(why)) if serving && !shards.is_sharded() => {
+        Err(
+            e @ (CoordinatorError::DatabaseUnavailable(_)
+            | CoordinatorError::TransactionConflict(_)
+            | CoordinatorError::CommitOutcomeUnknown(_)),
+        ) if serving && !shards.is_sharded() => {
             tracing::warn!(
-                error = %why,
-                "the database does not answer: its shard number is checked when it does"
+                error = %e,
+                "the database's shard number could not be read now (the database is down or busy): it is checked when it does answer"
             );
             Ok(true)
         }

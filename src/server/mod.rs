@@ -207,11 +207,16 @@ impl DatabaseFollower {
         if checked.is_ok() && self.check_shard_numbers {
             match self.shards.prepare().await {
                 Ok(()) => self.check_shard_numbers = false,
-                Err(CoordinatorError::DatabaseUnavailable(why)) => checked = Err(why),
-                Err(refused) => {
+                // A refusal (this database is another shard) stops the
+                // coordinator; anything else (the node gone again, a lock
+                // wait on the number's row while another coordinator
+                // checks it too, a certification conflict) is checked
+                // again at the next tick, NOT_SERVING until then.
+                Err(refused @ CoordinatorError::InvalidArgument(_)) => {
                     return Err(anyhow::Error::new(refused)
                         .context("refusing to serve: checking the databases' shard numbers"))
                 }
+                Err(other) => checked = Err(other.to_string()),
             }
         }
         let status = match &checked {
