@@ -134,7 +134,8 @@ pub(super) async fn chaos_step(
     Ok(match step {
         Chaos::Pause if elapsed >= Duration::from_secs(1) => {
             let name = cluster.workers[0].name.clone();
-            let held = held_by(pool, &name).await?;
+            let held =
+                super::report::observe("the jobs a worker holds", || held_by(pool, &name)).await?;
             if held.is_empty() {
                 return Ok(None);
             }
@@ -145,7 +146,12 @@ pub(super) async fn chaos_step(
             )
         }
         Chaos::Resume(held) => {
-            let Some(superseded) = taken_over(pool, &held).await? else {
+            let Some(superseded) =
+                super::report::observe("whether held jobs were taken over", || {
+                    taken_over(pool, &held)
+                })
+                .await?
+            else {
                 return Ok(None);
             };
             cluster.workers[0].resume()?;
@@ -165,7 +171,10 @@ pub(super) async fn chaos_step(
         }
         Chaos::Kill if cluster.workers.len() > 1 && elapsed >= Duration::from_millis(1500) => {
             let name = cluster.workers[1].name.clone();
-            if held_by(pool, &name).await?.is_empty() {
+            if super::report::observe("the jobs a worker holds", || held_by(pool, &name))
+                .await?
+                .is_empty()
+            {
                 return Ok(None);
             }
             cluster.workers[1].kill().await?;

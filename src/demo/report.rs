@@ -11,11 +11,34 @@ use sqlx::Row;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
+/// Runs one of the demo's own reads again while it fails, for up to 15 s:
+/// on Galera a node rejoining after the demo killed it can hold a causal
+/// read (`wsrep_sync_wait`) past its timeout (1205), which says nothing
+/// about the jobs. The reads change nothing, so running them again is safe.
+pub async fn observe<T, F, Fut>(what: &str, mut read: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T>>,
+{
+    let mut tries = 0;
+    loop {
+        match read().await {
+            Ok(v) => return Ok(v),
+            Err(e) if tries < 30 => {
+                tries += 1;
+                tracing::debug!(error = %e, what, "the demo's read failed; reading again");
+                tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+            }
+            Err(e) => return Err(e.context(format!("reading {what}"))),
+        }
+    }
+}
+
 /// Counts by job state, over every database.
 pub async fn states_all(pools: &[MySqlPool]) -> Result<BTreeMap<String, i64>> {
     let mut out = BTreeMap::new();
     for pool in pools {
-        for (k, v) in states(pool).await? {
+        for (k, v) in observe("the jobs by state", || states(pool)).await? {
             *out.entry(k).or_default() += v;
         }
     }
