@@ -23,7 +23,6 @@ use jobfence::coordinator::{Coordinator, CoordinatorConfig};
 use jobfence::domain::JobState;
 use jobfence::proto::job_coordinator_client::JobCoordinatorClient;
 use jobfence::proto::{self, ClaimRequest, CompleteRequest, EnqueueRequest, TakeoverRequest};
-use jobfence::server::{self, ServeOptions};
 use jobfence::store::{self, JobStore, PausePoints, PoolSettings};
 use sqlx::mysql::MySqlPool;
 use sqlx::Row;
@@ -205,33 +204,14 @@ async fn serve(db: &GaleraDb, nodes: &[usize], sync_wait: u8, lease: Duration) -
         ..CoordinatorConfig::default()
     };
     let coordinator = Coordinator::new(store, config);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-    tokio::spawn(server::serve(
-        coordinator.clone(),
-        listener,
-        ServeOptions {
-            health_interval: Duration::from_millis(100),
-            health_timeout: Duration::from_millis(500),
-            drain_delay: Duration::ZERO,
-            shutdown_timeout: Duration::from_secs(5),
-        },
-        async {
-            let _ = rx.await;
-        },
-    ));
-    let channel = Channel::from_shared(format!("http://{addr}"))
-        .unwrap()
-        .connect()
-        .await
-        .unwrap();
+    let served = common::serve_in_process(coordinator.clone(), Duration::from_millis(500)).await;
+    let channel = served.channel;
     let c = Coord {
         coordinator,
         client: JobCoordinatorClient::new(channel.clone()),
         health: HealthClient::new(channel),
         pauses,
-        _stop: tx,
+        _stop: served.stop,
     };
     c.until_health(ServingStatus::Serving, Duration::from_secs(20))
         .await;

@@ -16,7 +16,6 @@ use jobfence::proto::{
     FailRequest, GetJobDetailRequest, GetJobRequest, ListEventsRequest, ListJobsRequest,
     QueueStatsRequest,
 };
-use jobfence::server::{self, ServeOptions};
 use jobfence::store::shards::{range_start, shard_of, Placement, Shards, ShardsConfig};
 use jobfence::store::JobStore;
 use std::collections::{BTreeMap, HashSet};
@@ -51,33 +50,28 @@ async fn two_shards() -> TwoShards {
         .await
         .expect("the databases take their numbers");
     let coordinator = Coordinator::over_shards(shards, common::test_config());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-    tokio::spawn(server::serve(
-        coordinator.clone(),
-        listener,
-        ServeOptions {
-            health_interval: Duration::from_millis(100),
-            health_timeout: Duration::from_millis(100),
-            drain_delay: Duration::ZERO,
-            shutdown_timeout: Duration::from_secs(5),
-        },
-        async {
-            let _ = rx.await;
-        },
-    ));
-    let channel = Channel::from_shared(format!("http://{addr}"))
-        .unwrap()
-        .connect()
-        .await
-        .unwrap();
+    let served = common::serve_in_process(coordinator.clone(), Duration::from_millis(100)).await;
     TwoShards {
         dbs,
         _coordinator: coordinator,
-        channel,
-        _stop: tx,
+        channel: served.channel,
+        _stop: served.stop,
     }
+}
+
+/// A refunds job enqueued straight through `c`, without gRPC.
+async fn enqueue_alone(c: &Coordinator, key: &str) -> jobfence::domain::EnqueueOutcome {
+    c.enqueue(
+        jobfence::domain::EnqueueRequest {
+            queue: "refunds".into(),
+            operation_key: key.into(),
+            payload: "{}".into(),
+            delay: Duration::ZERO,
+        },
+        &jobfence::domain::scope::ANY_QUEUE,
+    )
+    .await
+    .unwrap()
 }
 
 impl TwoShards {
@@ -421,18 +415,7 @@ async fn a_database_given_under_another_number_is_refused() {
     let fresh = TestDb::new().await;
     let used_alone = JobStore::open(std::slice::from_ref(&fresh.url), &Default::default()).unwrap();
     let c = Coordinator::new(used_alone.clone(), common::test_config());
-    let job = c
-        .enqueue(
-            jobfence::domain::EnqueueRequest {
-                queue: "refunds".into(),
-                operation_key: "alone-1".into(),
-                payload: "{}".into(),
-                delay: Duration::ZERO,
-            },
-            &jobfence::domain::scope::ANY_QUEUE,
-        )
-        .await
-        .unwrap();
+    let job = enqueue_alone(&c, "alone-1").await;
     assert_eq!(shard_of(job.job.id), 0);
     let err = used_alone.ensure_shard(2).await.unwrap_err();
     assert!(err.to_string().contains("outside its range"), "{err}");
@@ -620,18 +603,7 @@ async fn a_refused_start_records_no_number() {
     let old = TestDb::new().await;
     let store = JobStore::open(std::slice::from_ref(&old.url), &Default::default()).unwrap();
     let c = Coordinator::new(store.clone(), common::test_config());
-    let job = c
-        .enqueue(
-            jobfence::domain::EnqueueRequest {
-                queue: "refunds".into(),
-                operation_key: "alone-1".into(),
-                payload: "{}".into(),
-                delay: Duration::ZERO,
-            },
-            &jobfence::domain::scope::ANY_QUEUE,
-        )
-        .await
-        .unwrap();
+    let job = enqueue_alone(&c, "alone-1").await;
     assert_eq!(job.job.id, 1);
     assert_eq!(recorded(&old).await, None);
 

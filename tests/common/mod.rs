@@ -321,6 +321,40 @@ pub struct Replica {
     _stop: tokio::sync::oneshot::Sender<()>,
 }
 
+/// Serves `coordinator` over gRPC on a loopback port in this process,
+/// with health checks every 100 ms, until the returned `stop` is sent or
+/// dropped; `channel` is connected to it.
+pub async fn serve_in_process(coordinator: Coordinator, health_timeout: Duration) -> InProcess {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(server::serve(
+        coordinator,
+        listener,
+        ServeOptions {
+            health_interval: Duration::from_millis(100),
+            health_timeout,
+            drain_delay: Duration::ZERO,
+            shutdown_timeout: Duration::from_secs(5),
+        },
+        async {
+            let _ = stopped.await;
+        },
+    ));
+    let channel = Channel::from_shared(format!("http://{addr}"))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    InProcess { channel, stop }
+}
+
+/// A coordinator of [`serve_in_process`].
+pub struct InProcess {
+    pub channel: Channel,
+    pub stop: tokio::sync::oneshot::Sender<()>,
+}
+
 /// `host:port` of a database URL (numeric loopback address expected).
 pub fn url_host_port(url: &str) -> std::net::SocketAddr {
     let after_at = url.rsplit_once('@').map(|(_, r)| r).unwrap_or(url);
