@@ -40,6 +40,7 @@ async fn parked(h: &Harness, key: &str) -> proto::Job {
             disposition: FailDisposition::ManualReview as i32,
             error: "provider says unknown".into(),
             retry_delay: None,
+            provider_retry_after: None,
         })
         .await
         .unwrap()
@@ -213,6 +214,7 @@ async fn resolutions_are_validated_replayed_and_fenced_on_the_attempt() {
             disposition: FailDisposition::ManualReview as i32,
             error: "still unknown".into(),
             retry_delay: None,
+            provider_retry_after: None,
         })
         .await
         .unwrap();
@@ -269,6 +271,7 @@ async fn only_a_job_never_dispatched_can_be_cancelled() {
             disposition: FailDisposition::RetryReconcile as i32,
             error: "timeout".into(),
             retry_delay: secs(600),
+            provider_retry_after: None,
         })
         .await
         .unwrap();

@@ -130,6 +130,7 @@ impl Worker {
                 disposition: disposition as i32,
                 error: error.into(),
                 retry_delay: secs(0),
+                provider_retry_after: None,
             })
             .await
             .map(|r| r.into_inner())

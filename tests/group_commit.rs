@@ -83,6 +83,7 @@ async fn a_stale_write_in_a_batch_is_refused_alone_and_the_others_apply() {
             disposition: FailDisposition::RetryReconcile,
             error: "timeout".into(),
             retry_delay: Duration::from_secs(60),
+            provider_retry_after: None,
             expected_lease: Duration::from_secs(30),
         }),
         complete(jobs[2].job_id, jobs[2].attempt, "re_zombie"),

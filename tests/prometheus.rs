@@ -238,6 +238,7 @@ async fn traffic(addr: &str, db: &TestDb) {
         disposition: FailDisposition::ManualReview as i32,
         error: "needs a human".into(),
         retry_delay: None,
+        provider_retry_after: None,
     })
     .await
     .unwrap();

@@ -184,6 +184,7 @@ async fn a_worker_of_another_queue_cannot_touch_a_job_even_with_its_attempt() {
                 disposition: FailDisposition::Failed as i32,
                 error: "mine now".into(),
                 retry_delay: None,
+                provider_retry_after: None,
             })
             .await,
         "Fail",
@@ -387,6 +388,7 @@ async fn the_operator_recorded_is_the_credentials_name() {
         disposition: FailDisposition::ManualReview as i32,
         error: "provider says unknown".into(),
         retry_delay: None,
+        provider_retry_after: None,
     })
     .await
     .unwrap();
@@ -553,6 +555,7 @@ async fn the_console_acts_with_its_operator_credential() {
         disposition: FailDisposition::ManualReview as i32,
         error: "unknown at the provider".into(),
         retry_delay: None,
+        provider_retry_after: None,
     })
     .await
     .unwrap();

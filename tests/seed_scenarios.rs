@@ -31,6 +31,7 @@ fn fail(job_id: u64, attempt: u64, d: FailDisposition) -> FailRequest {
         disposition: d as i32,
         error: "socket timeout".into(),
         retry_delay: secs(0),
+        provider_retry_after: None,
     }
 }
 

@@ -195,6 +195,7 @@ async fn each_queue_lives_on_its_database_and_ids_route_the_writes() {
             disposition: FailDisposition::Failed as i32,
             error: "card closed".into(),
             retry_delay: None,
+            provider_retry_after: None,
         })
         .await
         .expect("fail on database 0")

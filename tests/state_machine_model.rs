@@ -215,6 +215,7 @@ async fn run(ops: Vec<Op>) {
                         disposition: d as i32,
                         error: format!("error of op {n}"),
                         retry_delay: secs(0),
+                        provider_retry_after: None,
                     })
                     .await;
                 if want.is_none() {

@@ -155,6 +155,7 @@ async fn malformed_worker_calls_are_refused_and_write_nothing() {
             disposition: 99,
             error: String::new(),
             retry_delay: None,
+            provider_retry_after: None,
         })
         .await
         .unwrap_err();
@@ -166,6 +167,7 @@ async fn malformed_worker_calls_are_refused_and_write_nothing() {
             disposition: 0,
             error: "x".into(),
             retry_delay: secs(-1),
+            provider_retry_after: None,
         })
         .await
         .unwrap_err();
@@ -177,6 +179,7 @@ async fn malformed_worker_calls_are_refused_and_write_nothing() {
             disposition: 1,
             error: String::new(),
             retry_delay: None,
+            provider_retry_after: None,
         })
         .await
         .unwrap_err();

@@ -665,6 +665,12 @@ fn the_sdk_reason_names_are_the_coordinators() {
         (sdk::ROLE_NOT_ALLOWED, server::ROLE_NOT_ALLOWED),
         (sdk::QUEUE_NOT_ALLOWED, server::QUEUE_NOT_ALLOWED),
         (sdk::OPERATOR_MISMATCH, server::OPERATOR_MISMATCH),
+        (
+            sdk::PROVIDER_BUDGET_EXHAUSTED,
+            server::PROVIDER_BUDGET_EXHAUSTED,
+        ),
+        (sdk::PROVIDER_PAUSED, server::PROVIDER_PAUSED),
+        (sdk::PROVIDER_THROTTLED, server::PROVIDER_THROTTLED),
     ];
     for (mine, theirs) in pairs {
         assert_eq!(mine, theirs);

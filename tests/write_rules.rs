@@ -39,6 +39,7 @@ fn fail(job_id: u64, attempt: u64, d: FailDisposition, delay_secs: i64) -> FailR
         disposition: d as i32,
         error: "provider said not found".into(),
         retry_delay: secs(delay_secs),
+        provider_retry_after: None,
     }
 }
 
@@ -180,8 +181,12 @@ async fn exhausted_dispatches_go_to_manual_review() {
     h.finish().await;
 }
 
+/// A resend is checked again when it is handed out (DESIGN.md rule 6):
+/// one that waited in the queue (or for the provider's budget) until its
+/// window would close within the lease is not sent, and not handed out
+/// either: it goes to manual review with the reason Fail gives.
 #[tokio::test]
-async fn an_execute_that_waited_past_the_window_is_handed_out_as_reconcile() {
+async fn an_execute_that_waited_past_the_window_is_parked_not_handed_out() {
     let h = harness(Duration::from_secs(3600), 3).await;
     let job = h.enqueue(Q, "refund-1", "{}").await;
     let a = h.claim_one(Q, "w").await;
@@ -197,9 +202,16 @@ async fn an_execute_that_waited_past_the_window_is_handed_out_as_reconcile() {
         .unwrap();
     // The queue was backed up: by the time it is claimed the window closed.
     first_dispatched_ago(&h, job.job_id, 90).await;
-    let b = h.claim_one(Q, "w").await;
-    assert_eq!(b.next_action, jobfence::proto::NextAction::Reconcile as i32);
-    assert_eq!(b.dispatch_count, 1, "a reconcile is not a dispatch");
+    assert!(
+        h.claim(Q, "w", 5).await.is_empty(),
+        "a resend past its window is never handed out"
+    );
+    let row = h.row(job.job_id).await;
+    assert_eq!(row.state, JobState::ManualReview);
+    assert_eq!(row.state_reason.as_deref(), Some("RESEND_WINDOW_CLOSED"));
+    assert_eq!(row.attempt, a.attempt, "nobody was handed a new attempt");
+    assert_eq!(row.dispatch_count, 1, "nothing was dispatched again");
+    assert_eq!(h.count_events(job.job_id, "manual_review").await, 1);
     h.finish().await;
 }
 

@@ -9,10 +9,12 @@
 //! - [`long_poll`]: Claims that wait for work instead of polling.
 //! - `writes.rs`: RenewLease, Complete and Fail.
 //! - [`admin`]: the operator calls and the events feed.
+//! - [`providers`]: provider budgets and stored queue policies.
 
 pub mod admin;
 pub mod batcher;
 pub mod long_poll;
+pub mod providers;
 pub mod validate;
 mod writes;
 
@@ -136,12 +138,12 @@ impl DatabasePipelines {
             )
         };
         let claims = {
-            let store = store.clone();
+            let (store, m) = (store.clone(), metrics.clone());
             Batcher::spawn(
                 "claim",
                 batching,
                 metrics.batch_sizes("claim"),
-                move |calls: Vec<ClaimCall>| run_claims(store.clone(), calls),
+                move |calls: Vec<ClaimCall>| run_claims(store.clone(), calls, m.clone()),
             )
         };
         let enqueues = {
@@ -493,7 +495,12 @@ impl Coordinator {
                 scope,
             )
             .await
-            .inspect_err(|e| self.metrics.commit_outcome("Takeover", e))?;
+            .inspect_err(|e| {
+                self.metrics.commit_outcome("Takeover", e);
+                if let CoordinatorError::ProviderHoldback { provider, why, .. } = e {
+                    self.metrics.provider_deferred(provider, *why);
+                }
+            })?;
         tracing::Span::current().record("queue", claimed.job.queue.as_str());
         self.handed_out(&claimed, &req.worker_id, "takeover", lease);
         Ok(claimed)
@@ -504,6 +511,9 @@ impl Coordinator {
     fn handed_out(&self, c: &ClaimedJob, worker_id: &str, via: &'static str, lease: Duration) {
         let job = &c.job;
         self.metrics.claimed(&job.queue, job.next_action.as_str());
+        if let Some(p) = &c.provider {
+            self.metrics.provider_handout(p, job.next_action.as_str());
+        }
         self.pipelines.waiters.due_in(&job.queue, lease);
         if c.takeover {
             debug_assert_eq!(job.next_action, NextAction::Reconcile);
@@ -572,10 +582,27 @@ fn check_enqueue(v: &mut Violations, prefix: &str, req: &EnqueueRequest) {
     v.delay(&format!("{prefix}delay"), req.delay);
 }
 
+/// Counts and logs a due resend a claim parked in manual review instead
+/// of handing it out (its window would close within the lease).
+fn parked(metrics: &Metrics, job: &Job) {
+    let reason = job.state_reason.as_deref().unwrap_or_default();
+    metrics.resend_decision(&job.queue, "refused");
+    metrics.manual_review_entered(&job.queue, reason);
+    tracing::warn!(
+        job_id = job.id,
+        queue = %job.queue,
+        operation_key = %job.operation_key.escape_debug(),
+        attempt = job.attempt,
+        reason,
+        dispatch_count = job.dispatch_count,
+        "resend not handed out: its window would close within the lease; moved to manual review"
+    );
+}
+
 /// Runs one batch of Claims: one claim transaction per queue (split so
 /// none takes more than [`MAX_CLAIM_TRANSACTION_JOBS`]), the queues side by
 /// side.
-async fn run_claims(store: JobStore, calls: Vec<ClaimCall>) -> Vec<ClaimAnswer> {
+async fn run_claims(store: JobStore, calls: Vec<ClaimCall>, metrics: Metrics) -> Vec<ClaimAnswer> {
     // Group by queue, keeping arrival order inside each group, and split a
     // group that would take too many jobs in one transaction.
     let mut chunks: Vec<(Vec<usize>, u32)> = Vec::new();
@@ -617,6 +644,12 @@ async fn run_claims(store: JobStore, calls: Vec<ClaimCall>) -> Vec<ClaimAnswer> 
         let chunk = &chunks[k].0;
         match result {
             Ok(batch) => {
+                if let Some(report) = &batch.budget {
+                    metrics.provider_claim(report);
+                }
+                for job in &batch.parked {
+                    parked(&metrics, job);
+                }
                 let next_due = batch.next_due;
                 for (&i, jobs) in chunk.iter().zip(batch.jobs) {
                     answers[i] = Some(Ok((jobs, next_due)));

@@ -5,6 +5,7 @@
 
 use super::validate::{Violations, MAX_BODY_BYTES, MAX_ERROR_BYTES, MAX_KEY_BYTES};
 use super::Coordinator;
+use crate::domain::budget::MAX_PROVIDER_RETRY_AFTER;
 use crate::domain::{
     CompleteRequest, CoordinatorError, FailDisposition, FailOutcome, FailRequest, FencedOutcome,
     FencedWrite, QueueScope, RenewLeaseRequest, ScopedWrite, WriteOutcome,
@@ -27,6 +28,10 @@ pub struct Fail {
     pub disposition: FailDisposition,
     pub error: String,
     pub retry_delay: Duration,
+    /// The provider's Retry-After, when the worker got a 429 (or a 503
+    /// with Retry-After): hand-outs for the job's provider stop until
+    /// then, on every coordinator.
+    pub provider_retry_after: Option<Duration>,
 }
 
 impl Coordinator {
@@ -101,6 +106,22 @@ impl Coordinator {
         }
         v.max_bytes("error", &req.error, MAX_ERROR_BYTES);
         v.delay("retry_delay", req.retry_delay);
+        if let Some(d) = req.provider_retry_after {
+            if d.is_zero() {
+                v.add(
+                    "provider_retry_after",
+                    "must be positive when set (leave it unset when the provider gave none)",
+                );
+            } else if d > MAX_PROVIDER_RETRY_AFTER {
+                v.add(
+                    "provider_retry_after",
+                    format!(
+                        "must be at most {}",
+                        humantime::format_duration(MAX_PROVIDER_RETRY_AFTER)
+                    ),
+                );
+            }
+        }
         v.finish()?;
         // The queue (and so its policy) is read under the row lock.
         let out = self
@@ -112,6 +133,7 @@ impl Coordinator {
                     error: req.error,
                     retry_delay: req.retry_delay,
                     expected_lease: self.config.default_lease,
+                    provider_retry_after: req.provider_retry_after,
                 }),
                 scope,
             )
@@ -127,7 +149,16 @@ impl Coordinator {
         ) {
             self.pipelines.waiters.due_in(&job.queue, req.retry_delay);
         }
-        let policy = self.config.policies.get(&job.queue);
+        if let (Some(provider), Some(d)) = (&out.throttled, req.provider_retry_after) {
+            self.metrics.provider_throttle_report(provider);
+            tracing::warn!(
+                job_id = job.id,
+                queue = %job.queue,
+                provider = %provider,
+                retry_after_ms = d.as_millis() as u64,
+                "provider throttled: hand-outs held until its Retry-After"
+            );
+        }
         if let Some(why) = out.override_reason {
             self.metrics.resend_decision(&job.queue, "refused");
             self.metrics.manual_review_entered(&job.queue, why.as_str());
@@ -138,8 +169,6 @@ impl Coordinator {
                 attempt = req.attempt,
                 reason = why.as_str(),
                 dispatch_count = job.dispatch_count,
-                max_dispatches = policy.max_dispatches,
-                resend_window_secs = policy.resend_window.as_secs(),
                 retry_delay_ms = req.retry_delay.as_millis() as u64,
                 "resend refused, moved to manual review"
             );
@@ -151,8 +180,6 @@ impl Coordinator {
                 operation_key = %job.operation_key.escape_debug(),
                 attempt = req.attempt,
                 dispatch_count = job.dispatch_count,
-                max_dispatches = policy.max_dispatches,
-                resend_window_secs = policy.resend_window.as_secs(),
                 retry_delay_ms = req.retry_delay.as_millis() as u64,
                 "resend allowed"
             );

@@ -78,6 +78,10 @@ pub struct FailRequest {
     /// The lease the next claim is expected to get (the coordinator's
     /// default lease): a resend must fit in the window with it.
     pub expected_lease: Duration,
+    /// The provider's Retry-After, when the worker reports a 429: nothing
+    /// is handed out for the job's provider until then (applied with the
+    /// Fail, never by a refused one).
+    pub provider_retry_after: Option<Duration>,
 }
 
 /// A validated RecordObservation.
@@ -160,6 +164,9 @@ pub struct FencedOutcome {
     pub replayed: bool,
     /// Set for Fail only.
     pub fail: Option<(FailDisposition, Option<OverrideReason>)>,
+    /// The provider a Fail's throttle report held (its Retry-After), if
+    /// it was applied now.
+    pub throttled: Option<String>,
 }
 
 impl FencedOutcome {
@@ -177,6 +184,7 @@ impl FencedOutcome {
             applied,
             override_reason,
             replayed: self.replayed,
+            throttled: self.throttled,
         })
     }
 }

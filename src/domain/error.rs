@@ -140,6 +140,20 @@ pub enum CoordinatorError {
         job_id: Option<u64>,
     },
 
+    /// A Takeover whose reconcile the provider's budget cannot pay for now
+    /// (DESIGN.md rule 11): too few units, the in-flight cap, an
+    /// operator's pause, or the provider's own Retry-After reported by a
+    /// worker. Nothing was written; ask again after `retry_after` (`None`:
+    /// only an operator's resume or a job leaving flight changes it).
+    #[error("{}", holdback(provider, why, retry_after))]
+    ProviderHoldback {
+        provider: String,
+        why: super::budget::Holdback,
+        retry_after: Option<std::time::Duration>,
+        /// Set when `why` is a throttle.
+        throttled_until: Option<DbTime>,
+    },
+
     /// Anything unexpected (a bug, or a schema the code does not match).
     #[error("internal error: {0}")]
     Internal(String),
@@ -149,6 +163,29 @@ fn queue_not_allowed(queue: &str, job_id: &Option<u64>) -> String {
     match job_id {
         Some(id) => format!("the caller may not act on queue {queue:?} (of job {id})"),
         None => format!("the caller may not act on queue {queue:?}"),
+    }
+}
+
+fn holdback(
+    provider: &str,
+    why: &super::budget::Holdback,
+    retry_after: &Option<std::time::Duration>,
+) -> String {
+    use super::budget::Holdback::*;
+    let what = match why {
+        Rate | FairShare => "has no budget left for a reconcile now",
+        InFlight => "has as many jobs in flight as its cap allows",
+        Paused => "is paused by an operator",
+        Throttled => "asked to wait (a worker reported its Retry-After)",
+    };
+    match retry_after {
+        Some(d) => format!(
+            "provider {provider:?} {what}; retry in {}",
+            humantime::format_duration(std::time::Duration::from_millis(
+                d.as_millis().max(1) as u64
+            ))
+        ),
+        None => format!("provider {provider:?} {what}; retry later"),
     }
 }
 

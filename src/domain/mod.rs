@@ -4,11 +4,13 @@
 //! the first is the business identity sent to the provider as its idempotency
 //! key, the second is the fencing token that decides who may write back.
 
+pub mod budget;
 pub mod calls;
 pub mod durability;
 pub mod error;
 pub mod fence;
 pub mod policy;
+pub mod providers;
 pub mod scope;
 pub mod transition;
 
@@ -246,6 +248,9 @@ pub struct ClaimedJob {
     /// True when an expired lease was taken over (next_action is `reconcile`).
     pub takeover: bool,
     pub observations: Vec<Observation>,
+    /// The provider whose budget paid for the hand-out, if the queue has
+    /// one.
+    pub provider: Option<String>,
 }
 
 /// Per-queue rules the coordinator enforces (DESIGN.md rule 6).
@@ -331,4 +336,6 @@ pub struct FailOutcome {
     pub applied: FailDisposition,
     pub override_reason: Option<OverrideReason>,
     pub replayed: bool,
+    /// The provider held by this Fail's throttle report, if any.
+    pub throttled: Option<String>,
 }

@@ -50,31 +50,52 @@ pub fn decide_fail(
     (FailDisposition::RetryExecute, None)
 }
 
-/// The next action a claim hands out, and whether it counts as a dispatch.
+/// What a claim does with a job it found due.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClaimDecision {
+    /// Hand it out with `action`; `dispatch` counts the hand-out as a send.
+    HandOut { action: NextAction, dispatch: bool },
+    /// Do not hand it out: park it in manual review for this reason.
+    Park(OverrideReason),
+}
+
+/// What a claim does with a due job.
 ///
 /// A takeover always reconciles first (rule 5). A stored `execute` of a job
-/// already dispatched is handed out as `reconcile` when the provider's
-/// window would close before the end of this claim's `lease` (the worker
-/// may send at any moment of it): the worker must look before it may ask to
-/// send again.
+/// already dispatched is a resend, and a resend is checked again when it is
+/// handed out, not only when Fail accepted it: if the provider's window
+/// would close before the end of this claim's `lease` (the worker may send
+/// at any moment of it) — a resend that waited in the queue, or for the
+/// provider's budget, until then — it is not handed out but parked in
+/// manual review as RESEND_WINDOW_CLOSED, the reason Fail gives for a
+/// resend it refuses (rule 6). Nothing is spent on it.
 pub fn claim_action(
     takeover: bool,
     stored: NextAction,
     lease: Duration,
     facts: DispatchFacts,
     policy: QueuePolicy,
-) -> (NextAction, bool) {
+) -> ClaimDecision {
     if takeover {
-        return (NextAction::Reconcile, false);
+        return ClaimDecision::HandOut {
+            action: NextAction::Reconcile,
+            dispatch: false,
+        };
     }
     match (stored, facts.since_first_dispatch) {
         (NextAction::Execute, Some(elapsed))
             if elapsed.saturating_add(lease) >= policy.resend_window =>
         {
-            (NextAction::Reconcile, false)
+            ClaimDecision::Park(OverrideReason::ResendWindowClosed)
         }
-        (NextAction::Execute, _) => (NextAction::Execute, true),
-        (NextAction::Reconcile, _) => (NextAction::Reconcile, false),
+        (NextAction::Execute, _) => ClaimDecision::HandOut {
+            action: NextAction::Execute,
+            dispatch: true,
+        },
+        (NextAction::Reconcile, _) => ClaimDecision::HandOut {
+            action: NextAction::Reconcile,
+            dispatch: false,
+        },
     }
 }
 
@@ -83,6 +104,14 @@ mod tests {
     use super::*;
 
     const HOUR: Duration = Duration::from_secs(3600);
+    const SEND: ClaimDecision = ClaimDecision::HandOut {
+        action: NextAction::Execute,
+        dispatch: true,
+    };
+    const RECONCILE: ClaimDecision = ClaimDecision::HandOut {
+        action: NextAction::Reconcile,
+        dispatch: false,
+    };
     const LEASE: Duration = Duration::from_secs(30);
 
     fn policy() -> QueuePolicy {
@@ -161,7 +190,7 @@ mod tests {
             ),
             (FailDisposition::RetryExecute, None)
         );
-        // The same at claim time: 23 h 30 min in, a 45 min lease reconciles.
+        // The same at hand-out: 23 h 30 min in, a 45 min lease parks it.
         assert_eq!(
             claim_action(
                 false,
@@ -170,11 +199,11 @@ mod tests {
                 at(23 * 60 + 30),
                 policy()
             ),
-            (NextAction::Reconcile, false)
+            ClaimDecision::Park(OverrideReason::ResendWindowClosed)
         );
         assert_eq!(
             claim_action(false, NextAction::Execute, lease, at(23 * 60), policy()),
-            (NextAction::Execute, true)
+            SEND
         );
     }
 
@@ -213,14 +242,14 @@ mod tests {
     fn takeover_always_reconciles_and_never_dispatches() {
         for stored in [NextAction::Execute, NextAction::Reconcile] {
             assert_eq!(
-                claim_action(true, stored, LEASE, facts(None, 0), policy()),
-                (NextAction::Reconcile, false)
+                claim_action(true, stored, LEASE, facts(Some(100), 9), policy()),
+                RECONCILE
             );
         }
     }
 
     #[test]
-    fn stale_execute_is_handed_out_as_reconcile() {
+    fn a_resend_past_its_window_is_parked_at_hand_out() {
         assert_eq!(
             claim_action(
                 false,
@@ -229,7 +258,7 @@ mod tests {
                 facts(Some(25), 1),
                 policy()
             ),
-            (NextAction::Reconcile, false)
+            ClaimDecision::Park(OverrideReason::ResendWindowClosed)
         );
         assert_eq!(
             claim_action(
@@ -239,11 +268,22 @@ mod tests {
                 facts(Some(2), 1),
                 policy()
             ),
-            (NextAction::Execute, true)
+            SEND
         );
+        // A first send has no window to miss; a reconcile sends nothing.
         assert_eq!(
             claim_action(false, NextAction::Execute, LEASE, facts(None, 0), policy()),
-            (NextAction::Execute, true)
+            SEND
+        );
+        assert_eq!(
+            claim_action(
+                false,
+                NextAction::Reconcile,
+                LEASE,
+                facts(Some(25), 1),
+                policy()
+            ),
+            RECONCILE
         );
     }
 }

@@ -7,7 +7,10 @@
 //! still fenced on the `state` and `attempt` it was computed from, so the
 //! answer a caller gets is the row as committed without reading it again.
 
-use super::{DbTime, FailDisposition, Job, JobState, NextAction};
+use super::{
+    CoordinatorError, DbTime, FailDisposition, Job, JobState, NextAction, OverrideReason,
+    QueueScope,
+};
 use std::time::Duration;
 
 /// `now + d`, to the microsecond (the precision of `DATETIME(6)`),
@@ -41,6 +44,54 @@ pub fn hand_out(
             (true, None) => Some(now),
             (_, first) => first,
         },
+        updated_at: now,
+        ..job.clone()
+    }
+}
+
+/// Why a named Takeover of `job` (read under its row lock) must not
+/// happen, if it must not: a caller of another queue (it learns nothing of
+/// the job's state), a finished job, a job that is not running, a lease
+/// that has not expired by the DB clock (rule 1: expiry only opens a job
+/// to takeover).
+pub fn takeover_refusal(
+    job: &Job,
+    lease_expired: bool,
+    scope: &QueueScope,
+) -> Option<CoordinatorError> {
+    if let Err(e) = scope.check(&job.queue, Some(job.id)) {
+        Some(e)
+    } else if job.state.is_terminal() {
+        Some(CoordinatorError::JobFinished {
+            job_id: job.id,
+            attempt: job.attempt,
+            state: job.state,
+        })
+    } else if job.state != JobState::Running {
+        Some(CoordinatorError::JobNotRunning {
+            job_id: job.id,
+            attempt: job.attempt,
+            state: job.state,
+        })
+    } else if !lease_expired {
+        Some(CoordinatorError::LeaseNotExpired {
+            job_id: job.id,
+            attempt: job.attempt,
+            lease_until: job.lease_until.unwrap_or(job.updated_at),
+        })
+    } else {
+        None
+    }
+}
+
+/// A due resend that a claim does not hand out (see
+/// [`super::policy::ClaimDecision::Park`]): parked in `manual_review` with
+/// the reason, under the attempt it already had (nobody was handed it).
+pub fn park(job: &Job, reason: OverrideReason, now: DbTime) -> Job {
+    Job {
+        state: JobState::ManualReview,
+        state_reason: Some(reason.as_str().to_owned()),
+        lease_until: None,
         updated_at: now,
         ..job.clone()
     }

@@ -5,15 +5,23 @@
 
 use super::convert::{self, duration, non_empty};
 use super::events::event_to_proto;
+use super::providers as conv;
 use crate::auth::Refusal;
 use crate::coordinator::validate::Violations;
 use crate::coordinator::Coordinator;
+use crate::domain::budget::Pause;
+use crate::domain::providers::{ChangeBy, PutProvider, PutQueuePolicy, SetPause};
 use crate::domain::JobState;
 use crate::proto::job_admin_server::JobAdmin;
 use crate::proto::{
-    self, CancelJobRequest, CancelJobResponse, GetJobDetailRequest, GetJobDetailResponse,
-    ListJobsRequest, ListJobsResponse, QueueStatsRequest, QueueStatsResponse,
-    ResolveManualReviewRequest, ResolveManualReviewResponse,
+    self, CancelJobRequest, CancelJobResponse, DeleteProviderRequest, DeleteProviderResponse,
+    DeleteQueuePolicyRequest, DeleteQueuePolicyResponse, GetJobDetailRequest, GetJobDetailResponse,
+    ListJobsRequest, ListJobsResponse, ListPolicyChangesRequest, ListPolicyChangesResponse,
+    ListProvidersRequest, ListProvidersResponse, ListQueuePoliciesRequest,
+    ListQueuePoliciesResponse, PauseProviderRequest, PauseProviderResponse, PutProviderRequest,
+    PutProviderResponse, PutQueuePolicyRequest, PutQueuePolicyResponse, QueueStatsRequest,
+    QueueStatsResponse, ResolveManualReviewRequest, ResolveManualReviewResponse,
+    ResumeProviderRequest, ResumeProviderResponse,
 };
 use crate::store::{self, ListJobsFilter, Resolution};
 use tonic::{Request, Response, Status};
@@ -294,6 +302,255 @@ impl JobAdmin for JobAdminService {
             })
         }
         .await;
+        self.finish(result)
+    }
+
+    #[instrument(
+        name = "PutProvider",
+        skip_all,
+        fields(caller, provider, operator, created, outcome)
+    )]
+    async fn put_provider(
+        &self,
+        request: Request<PutProviderRequest>,
+    ) -> Result<Response<PutProviderResponse>, Status> {
+        let operator = self.operator(&request, &request.get_ref().operator)?;
+        let r = request.into_inner();
+        let span = Span::current();
+        span.record("provider", r.name.as_str());
+        span.record("operator", operator.as_str());
+        let result = async {
+            let mut v = Violations::default();
+            let budget = conv::budget(&mut v, r.budget);
+            v.finish()?;
+            let (provider, created) = self
+                .coordinator
+                .put_provider(PutProvider {
+                    name: r.name,
+                    budget,
+                    queues: r.queues,
+                    by: ChangeBy {
+                        operator,
+                        reason: r.reason,
+                    },
+                })
+                .await?;
+            span.record("created", created);
+            Ok(PutProviderResponse {
+                provider: Some(conv::provider(provider)),
+                created,
+            })
+        }
+        .await;
+        self.finish(result)
+    }
+
+    #[instrument(
+        name = "DeleteProvider",
+        skip_all,
+        fields(caller, provider, operator, outcome)
+    )]
+    async fn delete_provider(
+        &self,
+        request: Request<DeleteProviderRequest>,
+    ) -> Result<Response<DeleteProviderResponse>, Status> {
+        let operator = self.operator(&request, &request.get_ref().operator)?;
+        let r = request.into_inner();
+        Span::current().record("provider", r.name.as_str());
+        let result = self
+            .coordinator
+            .delete_provider(
+                &r.name,
+                ChangeBy {
+                    operator,
+                    reason: r.reason,
+                },
+            )
+            .await
+            .map(|p| DeleteProviderResponse {
+                provider: Some(conv::provider(p)),
+            });
+        self.finish(result)
+    }
+
+    #[instrument(name = "ListProviders", skip_all, fields(caller, outcome))]
+    async fn list_providers(
+        &self,
+        request: Request<ListProvidersRequest>,
+    ) -> Result<Response<ListProvidersResponse>, Status> {
+        super::caller(&request);
+        let result = self
+            .coordinator
+            .list_providers()
+            .await
+            .map(|all| ListProvidersResponse {
+                providers: all.into_iter().map(conv::provider).collect(),
+            });
+        self.finish(result)
+    }
+
+    #[instrument(
+        name = "PauseProvider",
+        skip_all,
+        fields(caller, provider, pause, operator, outcome)
+    )]
+    async fn pause_provider(
+        &self,
+        request: Request<PauseProviderRequest>,
+    ) -> Result<Response<PauseProviderResponse>, Status> {
+        let operator = self.operator(&request, &request.get_ref().operator)?;
+        let r = request.into_inner();
+        Span::current().record("provider", r.name.as_str());
+        let result = async {
+            let mut v = Violations::default();
+            let pause = conv::pause(&mut v, r.pause);
+            v.finish()?;
+            Span::current().record("pause", pause.as_str());
+            let p = self
+                .coordinator
+                .set_provider_pause(SetPause {
+                    name: r.name,
+                    pause,
+                    by: ChangeBy {
+                        operator,
+                        reason: r.reason,
+                    },
+                })
+                .await?;
+            Ok(PauseProviderResponse {
+                provider: Some(conv::provider(p)),
+            })
+        }
+        .await;
+        self.finish(result)
+    }
+
+    #[instrument(
+        name = "ResumeProvider",
+        skip_all,
+        fields(caller, provider, operator, outcome)
+    )]
+    async fn resume_provider(
+        &self,
+        request: Request<ResumeProviderRequest>,
+    ) -> Result<Response<ResumeProviderResponse>, Status> {
+        let operator = self.operator(&request, &request.get_ref().operator)?;
+        let r = request.into_inner();
+        Span::current().record("provider", r.name.as_str());
+        let result = self
+            .coordinator
+            .set_provider_pause(SetPause {
+                name: r.name,
+                pause: Pause::None,
+                by: ChangeBy {
+                    operator,
+                    reason: r.reason,
+                },
+            })
+            .await
+            .map(|p| ResumeProviderResponse {
+                provider: Some(conv::provider(p)),
+            });
+        self.finish(result)
+    }
+
+    #[instrument(
+        name = "PutQueuePolicy",
+        skip_all,
+        fields(caller, queue, operator, outcome)
+    )]
+    async fn put_queue_policy(
+        &self,
+        request: Request<PutQueuePolicyRequest>,
+    ) -> Result<Response<PutQueuePolicyResponse>, Status> {
+        let operator = self.operator(&request, &request.get_ref().operator)?;
+        let r = request.into_inner();
+        Span::current().record("queue", r.queue.as_str());
+        let result = async {
+            let mut v = Violations::default();
+            let policy = conv::queue_policy(&mut v, &r);
+            v.finish()?;
+            let stored = self
+                .coordinator
+                .put_queue_policy(PutQueuePolicy {
+                    queue: r.queue,
+                    policy,
+                    by: ChangeBy {
+                        operator,
+                        reason: r.reason,
+                    },
+                })
+                .await?;
+            Ok(PutQueuePolicyResponse {
+                policy: Some(conv::queue_policy_to_proto(stored)),
+            })
+        }
+        .await;
+        self.finish(result)
+    }
+
+    #[instrument(
+        name = "DeleteQueuePolicy",
+        skip_all,
+        fields(caller, queue, operator, outcome)
+    )]
+    async fn delete_queue_policy(
+        &self,
+        request: Request<DeleteQueuePolicyRequest>,
+    ) -> Result<Response<DeleteQueuePolicyResponse>, Status> {
+        let operator = self.operator(&request, &request.get_ref().operator)?;
+        let r = request.into_inner();
+        Span::current().record("queue", r.queue.as_str());
+        let result = self
+            .coordinator
+            .delete_queue_policy(
+                &r.queue,
+                ChangeBy {
+                    operator,
+                    reason: r.reason,
+                },
+            )
+            .await
+            .map(|p| DeleteQueuePolicyResponse {
+                policy: Some(conv::queue_policy_to_proto(p)),
+            });
+        self.finish(result)
+    }
+
+    #[instrument(name = "ListQueuePolicies", skip_all, fields(caller, outcome))]
+    async fn list_queue_policies(
+        &self,
+        request: Request<ListQueuePoliciesRequest>,
+    ) -> Result<Response<ListQueuePoliciesResponse>, Status> {
+        super::caller(&request);
+        let result =
+            self.coordinator
+                .list_queue_policies()
+                .await
+                .map(|all| ListQueuePoliciesResponse {
+                    policies: all.into_iter().map(conv::queue_policy_to_proto).collect(),
+                });
+        self.finish(result)
+    }
+
+    #[instrument(name = "ListPolicyChanges", skip_all, fields(caller, outcome))]
+    async fn list_policy_changes(
+        &self,
+        request: Request<ListPolicyChangesRequest>,
+    ) -> Result<Response<ListPolicyChangesResponse>, Status> {
+        super::caller(&request);
+        let r = request.into_inner();
+        let result = self
+            .coordinator
+            .list_policy_changes(
+                non_empty(r.subject).as_deref(),
+                (r.before_change_id > 0).then_some(r.before_change_id),
+                r.limit,
+            )
+            .await
+            .map(|all| ListPolicyChangesResponse {
+                changes: all.into_iter().map(conv::change).collect(),
+            });
         self.finish(result)
     }
 }

@@ -333,6 +333,8 @@ impl JobCoordinator for JobCoordinatorService {
             let mut v = Violations::default();
             let disposition = convert::disposition(&mut v, r.disposition);
             let retry_delay = duration(&mut v, "retry_delay", r.retry_delay);
+            let provider_retry_after =
+                duration(&mut v, "provider_retry_after", r.provider_retry_after);
             v.finish()?;
             let out = self
                 .coordinator
@@ -343,6 +345,7 @@ impl JobCoordinator for JobCoordinatorService {
                         disposition,
                         error: r.error,
                         retry_delay: retry_delay.unwrap_or_default(),
+                        provider_retry_after,
                     },
                     &scope,
                 )

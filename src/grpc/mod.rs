@@ -10,6 +10,7 @@ pub mod convert;
 pub mod events;
 mod job_admin;
 mod job_coordinator;
+mod providers;
 pub mod status;
 
 pub use events::JobEventsService;

@@ -5,6 +5,7 @@
 //! switch on; never UNKNOWN or INTERNAL. INTERNAL is left for bugs.
 
 use crate::auth::Refusal;
+use crate::domain::budget::Holdback;
 use crate::domain::CoordinatorError;
 use std::collections::HashMap;
 use std::time::Duration;
@@ -64,7 +65,23 @@ pub mod reason {
     /// the credential's (metadata `caller`, `operator`). Nothing was
     /// applied.
     pub const OPERATOR_MISMATCH: &str = "OPERATOR_MISMATCH";
+    /// RESOURCE_EXHAUSTED: a Takeover whose reconcile the provider's
+    /// budget cannot pay for now (metadata `provider`, `limit`: `rate` or
+    /// `in_flight`), with a RetryInfo for when the next unit is due.
+    /// Nothing was written. DESIGN.md rule 11.
+    pub const PROVIDER_BUDGET_EXHAUSTED: &str = "PROVIDER_BUDGET_EXHAUSTED";
+    /// RESOURCE_EXHAUSTED: an operator paused the provider (metadata
+    /// `provider`); retry after the RetryInfo delay. Nothing was written.
+    pub const PROVIDER_PAUSED: &str = "PROVIDER_PAUSED";
+    /// RESOURCE_EXHAUSTED: a worker reported the provider's 429 and its
+    /// Retry-After runs (metadata `provider`, `throttled_until`), with a
+    /// RetryInfo until then. Nothing was written.
+    pub const PROVIDER_THROTTLED: &str = "PROVIDER_THROTTLED";
 }
+
+/// The RetryInfo of a Takeover held by a provider's pause or in-flight
+/// cap, which no clock ends: look again after this.
+const PROVIDER_HOLD_RETRY_DELAY: Duration = Duration::from_secs(1);
 
 /// The backoff suggested (google.rpc.RetryInfo) to a call refused as
 /// OVERLOADED.
@@ -93,6 +110,16 @@ pub fn code_and_reason(err: &CoordinatorError) -> (Code, &'static str) {
         TransactionConflict(_) => (Code::Aborted, reason::TRANSACTION_CONFLICT),
         Overloaded { .. } => (Code::ResourceExhausted, reason::OVERLOADED),
         QueueNotAllowed { .. } => (Code::PermissionDenied, reason::QUEUE_NOT_ALLOWED),
+        ProviderHoldback { why, .. } => (
+            Code::ResourceExhausted,
+            match why {
+                Holdback::Paused => reason::PROVIDER_PAUSED,
+                Holdback::Throttled => reason::PROVIDER_THROTTLED,
+                Holdback::Rate | Holdback::FairShare | Holdback::InFlight => {
+                    reason::PROVIDER_BUDGET_EXHAUSTED
+                }
+            },
+        ),
         Internal(_) => (Code::Internal, reason::INTERNAL),
     }
 }
@@ -169,6 +196,30 @@ pub fn metadata(err: &CoordinatorError) -> HashMap<String, String> {
             ("current_state", state.to_string()),
             ("dispatch_count", dispatch_count.to_string()),
         ]),
+        ProviderHoldback {
+            provider,
+            why,
+            retry_after,
+            throttled_until,
+        } => {
+            let mut m = meta([("provider", provider.clone())]);
+            match why {
+                Holdback::Rate | Holdback::FairShare => {
+                    m.insert("limit".into(), "rate".into());
+                }
+                Holdback::InFlight => {
+                    m.insert("limit".into(), "in_flight".into());
+                }
+                _ => {}
+            }
+            if let Some(d) = retry_after {
+                m.insert("retry_after_ms".into(), d.as_millis().to_string());
+            }
+            if let Some(t) = throttled_until {
+                m.insert("throttled_until".into(), t.and_utc().to_rfc3339());
+            }
+            m
+        }
         QueueNotAllowed { queue, job_id } => {
             let mut m = meta([("queue", queue.clone())]);
             if let Some(id) = job_id {
@@ -194,6 +245,13 @@ impl From<CoordinatorError> for tonic::Status {
         }
         if let Overloaded { .. } = &err {
             details.set_retry_info(Some(OVERLOADED_RETRY_DELAY));
+        }
+        if let ProviderHoldback { retry_after, .. } = &err {
+            details.set_retry_info(Some(
+                retry_after
+                    .unwrap_or(PROVIDER_HOLD_RETRY_DELAY)
+                    .max(Duration::from_millis(1)),
+            ));
         }
         if matches!(err, Internal(_)) {
             tracing::error!(error = %err, "internal error");

@@ -12,6 +12,7 @@
 
 pub mod http;
 pub mod layer;
+mod providers;
 
 use crate::domain::CoordinatorError;
 use crate::store::shards::Shards;
@@ -76,6 +77,7 @@ struct Inner {
     connections_refused: IntCounterVec,
     /// No label; absent until the settings were first read.
     database_durable: IntGaugeVec,
+    providers: providers::ProviderMetrics,
     /// Every queue the gauges were ever set for: a queue whose pending jobs
     /// are all gone reads 0 instead of keeping its last value.
     seen_queues: Mutex<BTreeSet<String>>,
@@ -310,6 +312,7 @@ impl Metrics {
             pool_connections,
             pool_max,
             database_durable,
+            providers: providers::ProviderMetrics::new(&r),
             registry: r,
             seen_queues: Mutex::new(BTreeSet::new()),
         };
@@ -349,6 +352,36 @@ impl Metrics {
             .claimed_jobs
             .with_label_values(&[queue, next_action])
             .inc();
+    }
+
+    /// A job handed out for `provider` (its budget paid for it).
+    pub fn provider_handout(&self, provider: &str, next_action: &str) {
+        self.inner.providers.handout(provider, next_action);
+    }
+
+    /// What one claim transaction did against its provider's budget: the
+    /// due jobs it held back, by cause, and the units left after it.
+    pub fn provider_claim(&self, report: &crate::store::BudgetReport) {
+        let p = &self.inner.providers;
+        for (cause, n) in &report.deferred {
+            p.deferred(&report.provider, *cause, *n);
+        }
+        p.set_units(&report.provider, report.units_left, report.in_flight);
+    }
+
+    /// A Takeover refused for the provider's budget.
+    pub fn provider_deferred(&self, provider: &str, cause: crate::domain::budget::Holdback) {
+        self.inner.providers.deferred(provider, cause, 1);
+    }
+
+    /// A worker's report of the provider's 429 / Retry-After, applied.
+    pub fn provider_throttle_report(&self, provider: &str) {
+        self.inner.providers.throttle_report(provider);
+    }
+
+    /// Sets the provider gauges from one read of every provider.
+    pub fn set_providers(&self, records: &[crate::domain::providers::ProviderRecord]) {
+        self.inner.providers.set_all(records);
     }
 
     /// A Claim that found nothing due.

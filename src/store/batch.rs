@@ -123,6 +123,27 @@ pub(crate) async fn lock_jobs(
         .collect()
 }
 
+/// Runs `text` (several statements, literals only: see `literal`) in one
+/// round trip and returns the rows of each statement, in order (an empty
+/// list for a statement that returns none, or no rows at all).
+pub(crate) async fn result_sets(
+    conn: &mut MySqlConnection,
+    text: &str,
+) -> Result<Vec<Vec<sqlx::mysql::MySqlRow>>, CoordinatorError> {
+    use tokio_stream::StreamExt;
+    let mut sets = vec![Vec::new()];
+    let mut results = sqlx::raw_sql(text).fetch_many(conn);
+    while let Some(item) = results.next().await {
+        match item.map_err(convert_sqlx_err)? {
+            sqlx::Either::Left(_) => sets.push(Vec::new()),
+            sqlx::Either::Right(row) => sets.last_mut().expect("a set").push(row),
+        }
+    }
+    // Every statement ends with its summary: the last set is empty.
+    sets.pop();
+    Ok(sets)
+}
+
 /// The database clock, read again (see `writeback`: a batch that waited
 /// long for its locks must not stamp its changes with the time it started).
 pub(crate) async fn db_now(conn: &mut MySqlConnection) -> Result<DbTime, CoordinatorError> {

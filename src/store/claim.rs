@@ -12,16 +12,20 @@
 //! row) and one event insert for the whole batch.
 
 use super::batch::{self, with_job_columns, Change};
+use super::budget::{self, BudgetReport, LockedProvider, Rules};
 use super::events::{self, kind, NewEvent};
 use super::literal;
 use super::reads::{self, LockedJob};
 use super::{commit, convert_sqlx_err, JobStore};
-use crate::domain::policy::claim_action;
+use crate::domain::budget::{Allowance, Holdback};
+use crate::domain::policy::{claim_action, ClaimDecision};
 use crate::domain::{
     transition, ClaimSlot, ClaimedJob, CoordinatorError, DbTime, Job, JobState, NextAction,
     QueuePolicy, QueueScope, TakeoverRequest,
 };
+use sqlx::mysql::MySqlRow;
 use sqlx::MySqlConnection;
+use std::collections::BTreeMap;
 use std::sync::LazyLock;
 use std::time::Duration;
 
@@ -30,34 +34,64 @@ static SCAN_EXPIRED: LazyLock<String> =
 static SCAN_READY: LazyLock<String> =
     LazyLock::new(|| with_job_columns(include_str!("queries/jobs/scan_ready.sql")));
 
-/// Both claim scans, as one text query (one round trip): running jobs
-/// whose lease expired, then due ready jobs, each up to `limit` rows and
-/// locked with SKIP LOCKED. Rows of the first scan come first. When the
-/// first finds some, the second may lock a few more ready rows than are
-/// handed out; they are released at the claim's commit.
-async fn scan_both(
+/// What a claim transaction read in its first round trip.
+struct Scan {
+    rules: Rules,
+    /// Running jobs whose lease expired (inline takeovers), then due
+    /// ready jobs.
+    expired: Vec<LockedJob>,
+    ready: Vec<LockedJob>,
+}
+
+/// The queue's stored rules (its provider's row locked first; see
+/// `budget.rs`) and both claim scans, as one text query (one round trip):
+/// running jobs whose lease expired, then due ready jobs, each up to
+/// `limit` rows and locked with SKIP LOCKED. When the first scan finds
+/// some, the second may lock a few more ready rows than are handed out;
+/// they are released at the claim's commit, as are rows the budget holds
+/// back. `reconcile_only` limits the ready scan to jobs whose next action
+/// is `reconcile` (a provider whose sends are paused).
+async fn scan(
     conn: &mut MySqlConnection,
     queue: &str,
     limit: u32,
-) -> Result<(Vec<LockedJob>, Vec<LockedJob>), CoordinatorError> {
-    use tokio_stream::StreamExt;
+    reconcile_only: bool,
+) -> Result<Scan, CoordinatorError> {
     let q = literal::queue(queue)?;
     let fill = |sql: &str| {
         sql.replace("{queue}", &q)
             .replace("{limit}", &limit.to_string())
+            .replace(
+                "{only}",
+                if reconcile_only {
+                    "AND next_action = 'reconcile'"
+                } else {
+                    ""
+                },
+            )
     };
-    let text = format!("{}; {}", fill(&SCAN_EXPIRED), fill(&SCAN_READY));
-    let mut results = sqlx::raw_sql(&text).fetch_many(conn);
-    let (mut expired, mut ready) = (Vec::new(), Vec::new());
-    let mut first = true;
-    while let Some(item) = results.next().await {
-        match item.map_err(convert_sqlx_err)? {
-            sqlx::Either::Left(_) => first = false,
-            sqlx::Either::Right(row) if first => expired.push(batch::locked_job(&row)?),
-            sqlx::Either::Right(row) => ready.push(batch::locked_job(&row)?),
-        }
+    let mut statements = budget::rules_statements(queue)?;
+    statements.push(fill(&SCAN_EXPIRED));
+    statements.push(fill(&SCAN_READY));
+    let mut sets = batch::result_sets(conn, &statements.join(";\n")).await?;
+    if sets.len() != budget::RULES_RESULTS + 2 {
+        return Err(CoordinatorError::Internal(format!(
+            "a claim's scan gave {} result sets",
+            sets.len()
+        )));
     }
-    Ok((expired, ready))
+    let ready = locked_jobs(&sets.pop().unwrap_or_default())?;
+    let expired = locked_jobs(&sets.pop().unwrap_or_default())?;
+    let rules = Rules::parse(queue, &sets)?;
+    Ok(Scan {
+        rules,
+        expired,
+        ready,
+    })
+}
+
+fn locked_jobs(rows: &[MySqlRow]) -> Result<Vec<LockedJob>, CoordinatorError> {
+    rows.iter().map(batch::locked_job).collect()
 }
 
 /// Most jobs one claim transaction takes; the coordinator splits larger
@@ -78,12 +112,28 @@ pub struct ClaimRequest {
 
 /// What a coalesced claim handed out: the jobs of each slot, in the order
 /// of the slots, and, when asked for and some slot got fewer jobs than it
-/// wanted, how long until the next job of the queue becomes claimable
-/// (`Some(ZERO)`: already; `None`: nothing pending).
+/// wanted, how long until it is worth asking again (`Some(ZERO)`: already;
+/// `None`: nothing pending, or only an operator can change it): when the
+/// next job of the queue becomes claimable or, if the provider's budget
+/// held due jobs back, when its next unit is due.
 #[derive(Debug, Default)]
 pub struct ClaimBatch {
     pub jobs: Vec<Vec<ClaimedJob>>,
     pub next_due: Option<Duration>,
+    /// What the claim did against its provider's budget, when the queue
+    /// dispatches to one.
+    pub budget: Option<BudgetReport>,
+    /// Due resends parked in manual review instead of being handed out
+    /// (their window would close within the lease; DESIGN.md rule 6).
+    pub parked: Vec<Job>,
+}
+
+/// A job a claim decided on: handed to slot `slot`, or parked.
+struct Decided<'a> {
+    locked: &'a LockedJob,
+    after: Job,
+    /// `None`: parked in manual review, not handed out.
+    slot: Option<usize>,
 }
 
 impl JobStore {
@@ -106,12 +156,22 @@ impl JobStore {
     /// `reconcile`), then due ready jobs, oldest first, handed out to the
     /// slots in order (each up to its `max_jobs`). Rows locked by a
     /// concurrent claim are skipped, so two claims never get the same job.
-    /// With `want_next_due`, a batch that left a slot short also reads when
-    /// the next job becomes due (for long-polling callers).
+    ///
+    /// `policy` is the coordinator's default for the queue; a policy stored
+    /// in the database wins (DESIGN.md rule 13). When the queue dispatches
+    /// to a provider, the transaction locks the provider's row and hands
+    /// out only what its budget allows now (rules 11 and 12): each job
+    /// spends the cost of its next action, and the units are spent in the
+    /// same COMMIT as the hand-outs, so a claim that does not commit spends
+    /// nothing. A due resend whose window would close within the lease is
+    /// parked in manual review instead (rule 6). With `want_next_due`, a
+    /// batch that left a slot short also says when to look again.
     ///
     /// Errors are for every slot: `CommitOutcomeUnknown` (nobody may act on
-    /// what the batch would have handed out), `DatabaseUnavailable`,
-    /// `TransactionConflict` after 3 tries.
+    /// what the batch would have handed out; the units it would have spent
+    /// may or may not be spent, exactly as its hand-outs may or may not be
+    /// committed), `DatabaseUnavailable`, `TransactionConflict` after 3
+    /// tries.
     pub async fn claim_batch(
         &self,
         queue: &str,
@@ -126,77 +186,120 @@ impl JobStore {
     async fn claim_once(
         &self,
         queue: &str,
-        policy: QueuePolicy,
+        default_policy: QueuePolicy,
         slots: &[ClaimSlot],
         want_next_due: bool,
     ) -> Result<ClaimBatch, CoordinatorError> {
         let wanted: u32 = slots.iter().map(|s| s.max_jobs).sum();
         let mut tx = self.begin_batch().await?;
-        let (mut candidates, ready) = scan_both(&mut tx, queue, wanted).await?;
+        let Scan {
+            rules,
+            expired: mut candidates,
+            ready,
+        } = scan(&mut tx, queue, wanted, false).await?;
         let room = (wanted as usize).saturating_sub(candidates.len());
         candidates.extend(ready.into_iter().take(room));
         self.pause("claim.after_scan").await;
-        let short = (candidates.len() as u32) < wanted;
-        let next_due = if short && want_next_due {
-            next_due(&mut tx, queue).await?
-        } else {
-            None
+        let provider = rules.provider.as_ref();
+        // The latest clock reading of the scans: every lease runs from it.
+        let now = candidates
+            .iter()
+            .map(|c| c.now)
+            .chain(provider.map(|p| p.now))
+            .max();
+        let claiming = now.map(|now| Claiming {
+            slots,
+            policy: rules.policy.unwrap_or(default_policy),
+            provider,
+            now,
+        });
+        let mut allowance = provider.map_or_else(Allowance::unlimited, |p| p.allowance(queue));
+        let mut held = Holds::default();
+        // Declared before what borrows it (jobs found by a second scan).
+        let mut extra: Vec<LockedJob> = Vec::new();
+        let mut decided = match &claiming {
+            Some(c) => decide(&candidates, c, &mut allowance, &mut held, &[]),
+            None => Vec::new(),
         };
-        if candidates.is_empty() {
-            tx.rollback().await?;
+        // Sends paused and the slots not full: reconciles may wait behind
+        // the held sends in run_at order; look for them.
+        if held.count(Holdback::Paused) > 0 && room_left(&decided, slots) > 0 {
+            let taken: std::collections::HashSet<u64> =
+                candidates.iter().map(|c| c.job.id).collect();
+            extra = scan(&mut tx, queue, wanted, true)
+                .await?
+                .ready
+                .into_iter()
+                .filter(|c| !taken.contains(&c.job.id))
+                .collect();
+        }
+        if let Some(c) = &claiming {
+            let more = decide(&extra, c, &mut allowance, &mut held, &decided);
+            decided.extend(more);
+        }
+
+        let handed = decided.iter().filter(|d| d.slot.is_some()).count();
+        let short = (handed as u32) < wanted;
+        let budget_held = held.budget_total() > 0;
+        let report = provider.map(|p| BudgetReport {
+            provider: p.name.clone(),
+            deferred: held.counts(),
+            units_left: allowance.units.min(p.gcra().available()),
+            in_flight: p.in_flight.map(|n| n + handed as u64),
+        });
+        let next_due = match (short && want_next_due, provider) {
+            (false, _) => None,
+            (true, Some(p)) if !held.is_empty() => held.due_in(p, allowance.spent),
+            (true, _) => next_due(&mut tx, queue).await?,
+        };
+        let after = match provider {
+            Some(p) => p.after_claim(queue, allowance.spent, budget_held)?,
+            None => Vec::new(),
+        };
+        if decided.is_empty() {
+            if after.is_empty() {
+                tx.rollback().await?;
+            } else {
+                tx.commit_after(&after).await?;
+            }
             return Ok(ClaimBatch {
                 jobs: vec![Vec::new(); slots.len()],
                 next_due,
+                budget: report,
+                parked: Vec::new(),
             });
         }
-        // The latest clock reading of the scans: every lease runs from it.
-        let now = candidates.iter().map(|c| c.now).max().expect("candidates");
-        // Hand the rows out to the slots in order.
-        let mut rows = candidates.iter();
-        let mut handed: Vec<Vec<(&LockedJob, Job)>> = Vec::with_capacity(slots.len());
-        for slot in slots {
-            let mut mine = Vec::new();
-            for c in rows.by_ref().take(slot.max_jobs as usize) {
-                let takeover = c.job.state == JobState::Running;
-                let (action, dispatch) =
-                    claim_action(takeover, c.job.next_action, slot.lease, c.dispatch, policy);
-                let after = transition::hand_out(
-                    &c.job,
-                    action,
-                    dispatch,
-                    slot.lease,
-                    &slot.worker_id,
-                    now,
-                );
-                mine.push((c, after));
-            }
-            handed.push(mine);
-        }
-        let all: Vec<&(&LockedJob, Job)> = handed.iter().flatten().collect();
-        let claimed = write_hand_outs(&mut tx, &all, now).await?;
-        let with_observations: Vec<u64> = all
+        let now = claiming
+            .map(|c| c.now)
+            .ok_or_else(|| CoordinatorError::Internal("a claim decided without a clock".into()))?;
+        let events = write_decided(&mut tx, &decided, now).await?;
+        let with_observations: Vec<u64> = decided
             .iter()
-            .filter(|(c, _)| c.has_observations)
-            .map(|(c, _)| c.job.id)
+            .filter(|d| d.slot.is_some() && d.locked.has_observations)
+            .map(|d| d.locked.job.id)
             .collect();
         let mut observations = reads::observations(&mut tx, &with_observations).await?;
         self.pause_in("claim.before_commit", &mut tx).await;
-        events::append_and_commit(tx, &claimed).await?;
-        drop(claimed);
+        events::append_and_commit_with(tx, &events, &after).await?;
+        drop(events);
+        let mut jobs: Vec<Vec<ClaimedJob>> = vec![Vec::new(); slots.len()];
+        let mut parked = Vec::new();
+        for d in decided {
+            match d.slot {
+                Some(i) => jobs[i].push(ClaimedJob {
+                    takeover: d.locked.job.state == JobState::Running,
+                    observations: observations.remove(&d.after.id).unwrap_or_default(),
+                    job: d.after,
+                    provider: provider.map(|p| p.name.clone()),
+                }),
+                None => parked.push(d.after),
+            }
+        }
         Ok(ClaimBatch {
-            jobs: handed
-                .into_iter()
-                .map(|mine| {
-                    mine.into_iter()
-                        .map(|(c, job)| ClaimedJob {
-                            takeover: c.job.state == JobState::Running,
-                            observations: observations.remove(&job.id).unwrap_or_default(),
-                            job,
-                        })
-                        .collect()
-                })
-                .collect(),
+            jobs,
             next_due,
+            budget: report,
+            parked,
         })
     }
 
@@ -204,7 +307,11 @@ impl JobStore {
     /// expired by the DB clock. Refusals: `JobNotFound`, `JobFinished`
     /// (terminal state), `JobNotRunning` (ready or manual_review),
     /// `LeaseNotExpired`, and `QueueNotAllowed` when `scope` does not cover
-    /// the job's queue (nothing written).
+    /// the job's queue (nothing written). When the job's queue dispatches
+    /// to a provider, the takeover's reconcile spends its budget like any
+    /// hand-out (DESIGN.md rule 11): with too few units left, its sends
+    /// paused entirely or its Retry-After running, `ProviderHoldback` with
+    /// when to ask again, and nothing written.
     pub async fn takeover(
         &self,
         req: &TakeoverRequest,
@@ -224,36 +331,36 @@ impl JobStore {
             .await?
             .ok_or(CoordinatorError::JobNotFound { job_id: req.job_id })?;
         let job = &locked.job;
-        // The queue is read under the lock; a caller of another queue
-        // learns nothing of the job's state.
-        let refusal = if let Err(e) = scope.check(&job.queue, Some(job.id)) {
-            Some(e)
-        } else if job.state.is_terminal() {
-            Some(CoordinatorError::JobFinished {
-                job_id: job.id,
-                attempt: job.attempt,
-                state: job.state,
-            })
-        } else if job.state != JobState::Running {
-            Some(CoordinatorError::JobNotRunning {
-                job_id: job.id,
-                attempt: job.attempt,
-                state: job.state,
-            })
-        } else if !locked.lease_expired {
-            Some(CoordinatorError::LeaseNotExpired {
-                job_id: job.id,
-                attempt: job.attempt,
-                lease_until: job.lease_until.unwrap_or(job.updated_at),
-            })
-        } else {
-            None
-        };
-        if let Some(refusal) = refusal {
+        if let Some(refusal) = transition::takeover_refusal(job, locked.lease_expired, scope) {
             tx.rollback().await.map_err(convert_sqlx_err)?;
             return Err(refusal);
         }
         self.pause("takeover.after_lock").await;
+        // The provider's row after the job's (see budget.rs: lock order).
+        let rules_text = budget::rules_statements(&job.queue)?.join(";\n");
+        let sets = batch::result_sets(&mut tx, &rules_text).await?;
+        let rules = Rules::parse(&job.queue, &sets)?;
+        let mut spend = Vec::new();
+        if let Some(p) = &rules.provider {
+            let cost = p.cost(NextAction::Reconcile);
+            // A named takeover takes turns with no queue: it is one job an
+            // operator or a worker asked for by name.
+            let mut allowance = Allowance {
+                units: p.gcra().available(),
+                shared: false,
+                ..p.allowance(&job.queue)
+            };
+            if let Err(why) = allowance.take(NextAction::Reconcile, cost) {
+                tx.rollback().await.map_err(convert_sqlx_err)?;
+                return Err(CoordinatorError::ProviderHoldback {
+                    provider: p.name.clone(),
+                    why,
+                    retry_after: p.due_in(why, 0, cost),
+                    throttled_until: p.throttled_until.filter(|_| why == Holdback::Throttled),
+                });
+            }
+            spend = p.after_claim(&job.queue, allowance.spent, false)?;
+        }
         // The row lock may have been waited for: stamp the lease from now.
         let now = batch::db_now(&mut tx).await?;
         let after = transition::hand_out(
@@ -264,10 +371,17 @@ impl JobStore {
             &req.worker_id,
             now,
         );
-        let handed = (&locked, after.clone());
-        let taken = write_hand_outs(&mut tx, &[&handed], now).await?;
+        let decided = [Decided {
+            locked: &locked,
+            after: after.clone(),
+            slot: Some(0),
+        }];
+        let taken = write_decided(&mut tx, &decided, now).await?;
         events::append_all(&mut tx, &taken).await?;
         drop(taken);
+        if !spend.is_empty() {
+            batch::result_sets(&mut tx, &spend.join(";\n")).await?;
+        }
         let mut observations = if locked.has_observations {
             reads::observations(&mut tx, &[job.id]).await?
         } else {
@@ -278,8 +392,163 @@ impl JobStore {
             observations: observations.remove(&after.id).unwrap_or_default(),
             job: after,
             takeover: true,
+            provider: rules.provider.map(|p| p.name),
         })
     }
+}
+
+/// Due jobs a claim did not hand out, by why.
+#[derive(Debug, Default)]
+struct Holds {
+    counts: BTreeMap<HoldKey, u32>,
+    /// The smallest cost among the jobs held for units.
+    min_cost: Option<u32>,
+}
+
+/// [`Holdback`] in a stable order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+struct HoldKey(u8);
+
+const HOLDBACKS: [Holdback; 5] = [
+    Holdback::Rate,
+    Holdback::FairShare,
+    Holdback::InFlight,
+    Holdback::Throttled,
+    Holdback::Paused,
+];
+
+impl Holds {
+    fn add(&mut self, why: Holdback, cost: u32) {
+        let k = HOLDBACKS.iter().position(|h| *h == why).unwrap_or(0) as u8;
+        *self.counts.entry(HoldKey(k)).or_default() += 1;
+        if matches!(why, Holdback::Rate | Holdback::FairShare) {
+            self.min_cost = Some(self.min_cost.map_or(cost, |c| c.min(cost)));
+        }
+    }
+
+    fn count(&self, why: Holdback) -> u32 {
+        let k = HOLDBACKS.iter().position(|h| *h == why).unwrap_or(0) as u8;
+        self.counts.get(&HoldKey(k)).copied().unwrap_or(0)
+    }
+
+    fn is_empty(&self) -> bool {
+        self.counts.is_empty()
+    }
+
+    fn counts(&self) -> Vec<(Holdback, u32)> {
+        self.counts
+            .iter()
+            .map(|(k, n)| (HOLDBACKS[usize::from(k.0)], *n))
+            .collect()
+    }
+
+    /// Held for the budget itself (rate, share, in-flight cap), not for an
+    /// operator's pause or a throttle: what makes a queue wait its turn.
+    fn budget_total(&self) -> u32 {
+        [Holdback::Rate, Holdback::FairShare, Holdback::InFlight]
+            .iter()
+            .map(|h| self.count(*h))
+            .sum()
+    }
+
+    /// When the first held job could go, as far as the provider row
+    /// tells (`None`: a pause or the in-flight cap; the poll decides).
+    fn due_in(&self, p: &LockedProvider, spent: u32) -> Option<Duration> {
+        let mut due: Option<Duration> = None;
+        for (why, _) in self.counts() {
+            let cost = self.min_cost.unwrap_or(1);
+            match p.due_in(why, spent, cost) {
+                Some(d) => due = Some(due.map_or(d, |x| x.min(d))),
+                None if why == Holdback::Paused && p.pause == crate::domain::budget::Pause::All => {
+                    return None;
+                }
+                None => {}
+            }
+        }
+        due
+    }
+}
+
+/// Room left in the slots after `decided`.
+fn room_left(decided: &[Decided<'_>], slots: &[ClaimSlot]) -> u32 {
+    let handed = decided.iter().filter(|d| d.slot.is_some()).count() as u32;
+    slots
+        .iter()
+        .map(|s| s.max_jobs)
+        .sum::<u32>()
+        .saturating_sub(handed)
+}
+
+/// The claim's facts: the slots, the policy, the provider and the clock
+/// (every lease runs from `now`, the latest reading of the scans).
+#[derive(Clone, Copy)]
+struct Claiming<'s> {
+    slots: &'s [ClaimSlot],
+    policy: QueuePolicy,
+    provider: Option<&'s LockedProvider>,
+    now: DbTime,
+}
+
+/// Decides each candidate in scan order (after the decisions `before`):
+/// parked (a resend past its window), handed to the next slot with room,
+/// or held back by the provider's budget.
+fn decide<'a>(
+    candidates: &'a [LockedJob],
+    claiming: &Claiming<'_>,
+    allowance: &mut Allowance,
+    held: &mut Holds,
+    before: &[Decided<'_>],
+) -> Vec<Decided<'a>> {
+    let Claiming {
+        slots,
+        policy,
+        provider,
+        now,
+    } = *claiming;
+    let mut filled: Vec<u32> = vec![0; slots.len()];
+    for d in before {
+        if let Some(i) = d.slot {
+            filled[i] += 1;
+        }
+    }
+    let mut out = Vec::new();
+    let mut slot = 0;
+    for c in candidates {
+        while slot < slots.len() && filled[slot] >= slots[slot].max_jobs {
+            slot += 1;
+        }
+        let Some(s) = slots.get(slot) else { break };
+        let takeover = c.job.state == JobState::Running;
+        match claim_action(takeover, c.job.next_action, s.lease, c.dispatch, policy) {
+            ClaimDecision::Park(reason) => out.push(Decided {
+                locked: c,
+                after: transition::park(&c.job, reason, now),
+                slot: None,
+            }),
+            ClaimDecision::HandOut { action, dispatch } => {
+                let cost = provider.map_or(0, |p| p.cost(action));
+                match allowance.take(action, cost) {
+                    Ok(()) => {
+                        filled[slot] += 1;
+                        out.push(Decided {
+                            locked: c,
+                            after: transition::hand_out(
+                                &c.job,
+                                action,
+                                dispatch,
+                                s.lease,
+                                &s.worker_id,
+                                now,
+                            ),
+                            slot: Some(slot),
+                        });
+                    }
+                    Err(why) => held.add(why, cost),
+                }
+            }
+        }
+    }
+    out
 }
 
 /// How long until the next job of `queue` becomes claimable (see
@@ -303,40 +572,57 @@ async fn next_due(
         .map(|us| Duration::from_micros(us.max(0) as u64)))
 }
 
-/// Writes the new attempts of locked rows (fenced on the state and attempt
-/// read under the lock), and returns their `claimed` / `taken_over` events
-/// (appended by the caller, with its COMMIT).
-async fn write_hand_outs<'a>(
+/// Writes what a claim decided (new attempts, fenced on the state and
+/// attempt read under the lock; parked resends), and returns their events (`claimed`, `taken_over`,
+/// `manual_review`), appended by the caller with its COMMIT.
+async fn write_decided<'a>(
     conn: &mut MySqlConnection,
-    handed: &[&'a (&LockedJob, Job)],
+    decided: &'a [Decided<'_>],
     now: DbTime,
 ) -> Result<Vec<NewEvent<'a>>, CoordinatorError> {
-    let changes: Vec<Change> = handed
+    let changes: Vec<Change> = decided
         .iter()
-        .map(|(before, after)| Change {
-            before: &before.job,
-            after,
+        .map(|d| Change {
+            before: &d.locked.job,
+            after: &d.after,
         })
         .collect();
     batch::write_images(&mut *conn, &changes).await?;
-    Ok(handed
+    Ok(decided
         .iter()
-        .map(|(before, after)| {
-            let takeover = before.job.state == JobState::Running;
+        .map(|d| {
+            let before = &d.locked.job;
+            let after = &d.after;
+            let (kind, to_state, detail) = match d.slot {
+                None => (
+                    kind::MANUAL_REVIEW,
+                    JobState::ManualReview,
+                    format!(
+                        "hand_out:{}",
+                        after.state_reason.as_deref().unwrap_or_default()
+                    ),
+                ),
+                Some(_) if before.state == JobState::Running => (
+                    kind::TAKEN_OVER,
+                    JobState::Running,
+                    after.next_action.as_str().to_owned(),
+                ),
+                Some(_) => (
+                    kind::CLAIMED,
+                    JobState::Running,
+                    after.next_action.as_str().to_owned(),
+                ),
+            };
             NewEvent {
                 job_id: after.id,
                 queue: &after.queue,
                 attempt: after.attempt,
-                kind: if takeover {
-                    kind::TAKEN_OVER
-                } else {
-                    kind::CLAIMED
-                },
-                from_state: Some(before.job.state),
-                to_state: Some(JobState::Running),
+                kind,
+                from_state: Some(before.state),
+                to_state: Some(to_state),
                 current_attempt: after.attempt,
                 request_digest: None,
-                detail: Some(after.next_action.as_str().to_owned()),
+                detail: Some(detail),
                 created_at: now,
             }
         })

@@ -112,16 +112,35 @@ pub(crate) async fn append_all(
 /// (see [`Tx::commit_after`]); a large one is appended as one JSON array,
 /// then committed. Errors as for [`Tx::commit`].
 pub(crate) async fn append_and_commit(
-    mut tx: Tx,
+    tx: Tx,
     events: &[NewEvent<'_>],
 ) -> Result<(), CoordinatorError> {
-    if events.is_empty() {
-        return tx.commit().await;
-    }
+    append_and_commit_with(tx, events, &[]).await
+}
+
+/// [`append_and_commit`], running `before` (text statements: a provider's
+/// spent units) in the round trip of the COMMIT.
+pub(crate) async fn append_and_commit_with(
+    mut tx: Tx,
+    events: &[NewEvent<'_>],
+    before: &[String],
+) -> Result<(), CoordinatorError> {
     if events.len() > VALUES_ROWS {
         append_all(&mut tx, events).await?;
-        return tx.commit().await;
+        if before.is_empty() {
+            return tx.commit().await;
+        }
+        return tx.commit_after(before).await;
     }
+    let mut statements = before.to_vec();
+    if !events.is_empty() {
+        statements.push(insert_literal(events));
+    }
+    tx.commit_after(&statements).await
+}
+
+/// The INSERT of a few `events`, with literals.
+fn insert_literal(events: &[NewEvent<'_>]) -> String {
     let mut rows = String::new();
     for (i, e) in events.iter().enumerate() {
         if i > 0 {
@@ -143,8 +162,7 @@ pub(crate) async fn append_and_commit(
             ],
         );
     }
-    let insert = include_str!("queries/batch/insert_events.sql").replace("{rows}", &rows);
-    tx.commit_after(&insert).await
+    include_str!("queries/batch/insert_events.sql").replace("{rows}", &rows)
 }
 
 /// Appends one event in the caller's transaction.

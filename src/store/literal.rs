@@ -100,6 +100,23 @@ pub(crate) fn queue(name: &str) -> Result<String, CoordinatorError> {
     Ok(format!("'{name}'"))
 }
 
+/// A provider name as a quoted literal (validated like a queue name).
+pub(crate) fn provider(name: &str) -> Result<String, CoordinatorError> {
+    queue(name).map_err(|_| {
+        CoordinatorError::invalid(
+            "provider",
+            "may contain only A-Z, a-z, 0-9, '.', '_' and '-'",
+        )
+    })
+}
+
+/// A DB timestamp as a literal.
+pub(crate) fn time(t: DbTime) -> String {
+    let mut s = String::new();
+    t.write_sql(&mut s);
+    s
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

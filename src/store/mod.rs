@@ -24,6 +24,7 @@
 
 mod admin;
 mod batch;
+mod budget;
 mod claim;
 mod durability;
 mod enqueue;
@@ -35,6 +36,7 @@ mod literal;
 mod nodes;
 mod observations;
 pub mod pause;
+mod providers;
 mod reads;
 mod rows;
 pub mod shards;
@@ -53,6 +55,7 @@ pub use admin::{
     CancelRequest, ListJobsFilter, OldestJob, PendingAges, QueuePending, QueueStats, Resolution,
     ResolveRequest,
 };
+pub use budget::BudgetReport;
 pub use claim::{ClaimBatch, ClaimRequest, MAX_CLAIM_TRANSACTION_JOBS};
 pub use enqueue::EnqueueResult;
 pub use errors::convert_sqlx_err;

@@ -43,27 +43,37 @@ impl Tx {
         done.map(|_| ()).map_err(convert_commit_err)
     }
 
-    /// Runs `statement` (text, no placeholders: see `literal`) and COMMIT
-    /// in one round trip. The server refusing `statement` is its own error
+    /// Runs `statements` (text, no placeholders: see `literal`) and COMMIT
+    /// in one round trip. The server refusing a statement is its own error
     /// (it runs nothing after it; the transaction is abandoned). A failure
     /// of COMMIT, or of the connection at any point (COMMIT may have run),
     /// is as for [`commit`](Self::commit).
-    pub async fn commit_after(mut self, statement: &str) -> Result<(), CoordinatorError> {
+    pub async fn commit_after<S: AsRef<str>>(
+        mut self,
+        statements: &[S],
+    ) -> Result<(), CoordinatorError> {
         use tokio_stream::StreamExt;
-        let text = format!("{statement}; COMMIT");
+        let mut text = String::new();
+        for s in statements {
+            text.push_str(s.as_ref());
+            text.push_str(";\n");
+        }
+        text.push_str("COMMIT");
         let mut results = sqlx::raw_sql(&text).execute_many(&mut *self.conn);
-        match results.next().await {
-            Some(Ok(_)) => {}
-            // The server refused the statement: it ran nothing after it,
-            // so COMMIT never ran.
-            Some(Err(e @ sqlx::Error::Database(_))) => return Err(convert_sqlx_err(e)),
-            // The connection failed with COMMIT sent or on its way: the
-            // server may have run both (DESIGN.md rule 4).
-            Some(Err(e)) => return Err(CoordinatorError::CommitOutcomeUnknown(e.to_string())),
-            None => {
-                return Err(CoordinatorError::Internal(
-                    "no result for the last statement".into(),
-                ))
+        for _ in statements {
+            match results.next().await {
+                Some(Ok(_)) => {}
+                // The server refused the statement: it ran nothing after
+                // it, so COMMIT never ran.
+                Some(Err(e @ sqlx::Error::Database(_))) => return Err(convert_sqlx_err(e)),
+                // The connection failed with COMMIT sent or on its way:
+                // the server may have run everything (DESIGN.md rule 4).
+                Some(Err(e)) => return Err(CoordinatorError::CommitOutcomeUnknown(e.to_string())),
+                None => {
+                    return Err(CoordinatorError::Internal(
+                        "no result for a statement before COMMIT".into(),
+                    ))
+                }
             }
         }
         match results.next().await {

@@ -22,7 +22,7 @@ use crate::domain::policy::decide_fail;
 use crate::domain::{
     transition, CompleteRequest, CoordinatorError, DbTime, FailDisposition, FailOutcome,
     FailRequest, FencedOutcome, FencedWrite, Job, JobState, OverrideReason, QueuePolicies,
-    QueueScope, RenewLeaseRequest, ScopedWrite, WriteOutcome,
+    QueuePolicy, QueueScope, RenewLeaseRequest, ScopedWrite, WriteOutcome,
 };
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
@@ -188,6 +188,36 @@ impl JobStore {
         };
         self.pause("write.after_lock").await;
 
+        // A resend is decided on the queue's stored policy (DESIGN.md rule
+        // 13), and a throttle report names the queue's provider: both read
+        // in this transaction, only when a call needs them.
+        let needs_rules: Vec<&str> = round
+            .iter()
+            .filter_map(|&i| match &writes[i].write {
+                FencedWrite::Fail(f)
+                    if f.disposition == FailDisposition::RetryExecute
+                        || f.provider_retry_after.is_some() =>
+                {
+                    locked.get(&f.job_id).map(|l| l.job.queue.as_str())
+                }
+                _ => None,
+            })
+            .collect();
+        let stored = queue_rules(&mut tx, &needs_rules).await?;
+        let effective;
+        let policies = if stored.values().any(|(p, _)| p.is_some()) {
+            let mut merged = policies.clone();
+            for (queue, (policy, _)) in &stored {
+                if let Some(p) = policy {
+                    merged.by_queue.insert(queue.clone(), *p);
+                }
+            }
+            effective = merged;
+            &effective
+        } else {
+            policies
+        };
+
         // Decide each call on its own locked row.
         let mut plans: Vec<Plan> = round
             .iter()
@@ -196,6 +226,22 @@ impl JobStore {
                 plan(write, scope, locked.get(&write.job_id()), policies, now)
             })
             .collect();
+        // Applied Fails that report the provider's Retry-After hold its
+        // hand-outs until then, on every coordinator, committed with them.
+        let mut throttles = Vec::new();
+        for p in plans.iter_mut() {
+            if let Plan::Apply {
+                throttle: Some((queue, retry_after)),
+                throttled,
+                ..
+            } = p
+            {
+                if let Some((_, Some(provider))) = stored.get(queue.as_str()) {
+                    throttles.push(throttle_statement(provider, *retry_after, now)?);
+                    *throttled = Some(provider.clone());
+                }
+            }
+        }
 
         // Refused calls that may be replays: one look in the events.
         let keys: Vec<CallKey> = plans
@@ -263,7 +309,7 @@ impl JobStore {
             tx.rollback().await?;
             None
         } else {
-            match events::append_and_commit(tx, &new_events).await {
+            match events::append_and_commit_with(tx, &new_events, &throttles).await {
                 Ok(()) => None,
                 Err(e @ CoordinatorError::TransactionConflict(_)) => return Err(e),
                 Err(e @ CoordinatorError::CommitOutcomeUnknown(_)) => Some(e),
@@ -293,6 +339,10 @@ enum Plan<'a> {
         after: Job,
         event: AppliedEvent,
         fail: Option<(FailDisposition, Option<OverrideReason>)>,
+        /// A Fail's throttle report: the job's queue and the Retry-After.
+        throttle: Option<(String, Duration)>,
+        /// The provider the report held (set once it is written).
+        throttled: Option<String>,
     },
     /// The caller does not hold the job (unless the events show this very
     /// call was applied before).
@@ -409,6 +459,10 @@ fn plan<'a>(
                     )
                 }
             };
+            let throttle = match write {
+                FencedWrite::Fail(r) => r.provider_retry_after.map(|d| (job.queue.clone(), d)),
+                _ => None,
+            };
             Plan::Apply {
                 event: AppliedEvent {
                     job_id: job.id,
@@ -420,6 +474,8 @@ fn plan<'a>(
                 },
                 after,
                 fail,
+                throttle,
+                throttled: None,
             }
         }
     }
@@ -436,12 +492,18 @@ impl Plan<'_> {
         match self {
             Plan::NotFound(job_id) => Err(CoordinatorError::JobNotFound { job_id }),
             Plan::Forbidden(e) => Err(e),
-            Plan::Apply { after, fail, .. } => match commit_error {
+            Plan::Apply {
+                after,
+                fail,
+                throttled,
+                ..
+            } => match commit_error {
                 Some(e) => Err(e.clone()),
                 None => Ok(FencedOutcome {
                     job: after,
                     replayed: false,
                     fail,
+                    throttled,
                 }),
             },
             // Nothing of the job changed: the refusal stands even if its
@@ -456,9 +518,61 @@ impl Plan<'_> {
                 job: locked[&job_id].job.clone(),
                 replayed: true,
                 fail,
+                throttled: None,
             }),
         }
     }
+}
+
+/// The stored rules of `queues`, read in the write's transaction (a
+/// plain read: they change only by an operator's call): each queue's
+/// stored resend policy and its provider. Empty without a query when
+/// `queues` is.
+async fn queue_rules(
+    conn: &mut sqlx::MySqlConnection,
+    queues: &[&str],
+) -> Result<
+    std::collections::HashMap<String, (Option<QueuePolicy>, Option<String>)>,
+    CoordinatorError,
+> {
+    let mut out = std::collections::HashMap::new();
+    if queues.is_empty() {
+        return Ok(out);
+    }
+    let sql = format!(
+        "SELECT queue, provider, resend_window_us, max_dispatches FROM queue_policies WHERE queue IN ({})",
+        vec!["?"; queues.len()].join(", ")
+    );
+    let mut q = sqlx::query(&sql);
+    for queue in queues {
+        q = q.bind(*queue);
+    }
+    for row in q.fetch_all(conn).await.map_err(super::convert_sqlx_err)? {
+        out.insert(
+            super::rows::text(&row, "queue")?,
+            (
+                super::budget::stored_policy(&row)?,
+                super::rows::opt_text(&row, "provider")?,
+            ),
+        );
+    }
+    Ok(out)
+}
+
+/// The statement that holds `provider`'s hand-outs for `retry_after` from
+/// `now` (never shortening a longer hold already stored), counting the
+/// report.
+fn throttle_statement(
+    provider: &str,
+    retry_after: Duration,
+    now: DbTime,
+) -> Result<String, CoordinatorError> {
+    let until = super::literal::time(transition::after(now, retry_after));
+    Ok(format!(
+        "UPDATE providers SET throttled_until = GREATEST(COALESCE(throttled_until, {until}), {until}), \
+         throttle_reports = throttle_reports + 1 WHERE name = {}",
+        super::literal::provider(provider)?
+    ))
 }
 
 /// The call's name inside its digest and refusal detail (kept from the

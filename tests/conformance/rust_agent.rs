@@ -171,6 +171,7 @@ fn claim_error(e: &ClaimError) -> String {
         ClaimError::Finished { .. } => error_line("finished", false, 0),
         ClaimError::NotRunning { .. } => error_line("not_running", false, 0),
         ClaimError::Denied(_) => error_line("denied", false, 0),
+        ClaimError::ProviderHeld { .. } => error_line("provider_held", false, 0),
         ClaimError::Other(_) => error_line("other", false, 0),
     }
 }

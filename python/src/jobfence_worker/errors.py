@@ -231,6 +231,33 @@ class OperatorMismatch(PermissionDenied):
     credential's."""
 
 
+class ProviderHeld(JobfenceError):
+    """RESOURCE_EXHAUSTED from a Takeover: the budget of the job's provider
+    cannot pay for the reconcile now (DESIGN.md rule 11). Nothing was
+    taken; ``retry_after`` (seconds, from google.rpc.RetryInfo, or None)
+    says when to ask again, ``provider`` names the provider."""
+
+    def __init__(self, *args, retry_after: Optional[float] = None,
+                 **kwargs) -> None:  # type: ignore[no-untyped-def]
+        super().__init__(*args, **kwargs)
+        self.retry_after = retry_after
+        self.provider: str = self.metadata.get("provider", "")
+
+
+class ProviderBudgetExhausted(ProviderHeld):
+    """PROVIDER_BUDGET_EXHAUSTED: no units left now (``metadata['limit']``:
+    ``rate`` or ``in_flight``)."""
+
+
+class ProviderPaused(ProviderHeld):
+    """PROVIDER_PAUSED: an operator paused the provider."""
+
+
+class ProviderThrottled(ProviderHeld):
+    """PROVIDER_THROTTLED: a worker reported the provider's 429 and its
+    Retry-After runs (``metadata['throttled_until']``)."""
+
+
 class InternalError(JobfenceError):
     """INTERNAL: a bug in the coordinator."""
 
@@ -264,6 +291,9 @@ REASONS: Dict[str, Type[JobfenceError]] = {
     "ROLE_NOT_ALLOWED": RoleNotAllowed,
     "QUEUE_NOT_ALLOWED": QueueNotAllowed,
     "OPERATOR_MISMATCH": OperatorMismatch,
+    "PROVIDER_BUDGET_EXHAUSTED": ProviderBudgetExhausted,
+    "PROVIDER_PAUSED": ProviderPaused,
+    "PROVIDER_THROTTLED": ProviderThrottled,
 }
 
 
@@ -299,9 +329,9 @@ def from_status(code: grpc.StatusCode, message: str, status_proto: object) -> Jo
         violations = tuple((v.field, v.description) for v in (bad.field_violations if bad else []))
         return InvalidRequest(code, message, reason=info.reason, metadata=info.metadata,
                               violations=violations)
-    if cls is Overloaded:
-        return Overloaded(code, message, reason=info.reason, metadata=info.metadata,
-                          retry_after=retry_after)
+    if cls is Overloaded or issubclass(cls, ProviderHeld):
+        return cls(code, message, reason=info.reason, metadata=info.metadata,  # type: ignore[call-arg]
+                   retry_after=retry_after)
     return cls(code, message, reason=info.reason, metadata=info.metadata)
 
 
@@ -337,6 +367,7 @@ __all__ = [
     "InvalidRequest", "JobFinished", "JobNotCancellable", "JobNotFound", "JobNotInManualReview",
     "JobNotRunning", "JobfenceError", "LeaseNotExpired", "NoCoordinatorServing", "NotAuthorized",
     "OperationKeyConflict", "OperatorMismatch", "OutcomeUnknown", "Overloaded", "PermissionDenied",
+    "ProviderBudgetExhausted", "ProviderHeld", "ProviderPaused", "ProviderThrottled",
     "QueueNotAllowed", "REASONS", "RoleNotAllowed", "ServerShuttingDown", "TransactionConflict",
     "Unauthenticated", "Unavailable", "from_rpc_error", "from_status", "retryable_claim",
     "retryable_write",

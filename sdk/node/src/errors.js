@@ -148,6 +148,23 @@ class Overloaded extends Unavailable {
 }
 /** The load balancer found no coordinator serving and forwarded nothing. */
 class NoCoordinatorServing extends Unavailable {}
+/**
+ * A Takeover the budget of the job's provider cannot pay for now (DESIGN.md
+ * rule 11): nothing taken; ask again after retryAfterSeconds.
+ */
+class ProviderHeld extends JobfenceError {
+  constructor(code, message, reason, metadata, retryAfterSeconds = null) {
+    super(code, message, reason, metadata);
+    this.retryAfterSeconds = retryAfterSeconds;
+    this.provider = (metadata && metadata.provider) || '';
+  }
+}
+/** PROVIDER_BUDGET_EXHAUSTED: no units left now (metadata.limit: rate or in_flight). */
+class ProviderBudgetExhausted extends ProviderHeld {}
+/** PROVIDER_PAUSED: an operator paused the provider. */
+class ProviderPaused extends ProviderHeld {}
+/** PROVIDER_THROTTLED: a worker reported the provider's 429; its Retry-After runs. */
+class ProviderThrottled extends ProviderHeld {}
 class InternalError extends JobfenceError {}
 class ServerShuttingDown extends JobfenceError {}
 /** Refused for who the caller is: nothing applied, never retried; fix the credential. */
@@ -192,6 +209,9 @@ const REASONS = Object.freeze({
   ROLE_NOT_ALLOWED: RoleNotAllowed,
   QUEUE_NOT_ALLOWED: QueueNotAllowed,
   OPERATOR_MISMATCH: OperatorMismatch,
+  PROVIDER_BUDGET_EXHAUSTED: ProviderBudgetExhausted,
+  PROVIDER_PAUSED: ProviderPaused,
+  PROVIDER_THROTTLED: ProviderThrottled,
 });
 
 // Codes that, without a jobfence ErrorInfo, come from the transport
@@ -227,7 +247,9 @@ function fromStatus(code, message, statusBytes) {
   const Cls = REASONS[info.reason] || JobfenceError;
   const metadata = info.metadata || {};
   if (Cls === InvalidRequest) return new InvalidRequest(code, message, info.reason, metadata, violations);
-  if (Cls === Overloaded) return new Overloaded(code, message, info.reason, metadata, retryAfter);
+  if (Cls === Overloaded || Cls.prototype instanceof ProviderHeld) {
+    return new Cls(code, message, info.reason, metadata, retryAfter);
+  }
   return new Cls(code, message, info.reason, metadata);
 }
 
@@ -253,7 +275,8 @@ module.exports = {
   InvalidRequest, OutcomeUnknown, CommitOutcomeUnknown, Unavailable, DatabaseUnavailable,
   TransactionConflict, Overloaded, NoCoordinatorServing, InternalError, ServerShuttingDown, NotAuthorized,
   Unauthenticated, CredentialMissing, CredentialInvalid, CredentialExpired, PermissionDenied, RoleNotAllowed,
-  QueueNotAllowed, OperatorMismatch, fromStatus, fromServiceError,
+  QueueNotAllowed, OperatorMismatch, ProviderHeld, ProviderBudgetExhausted, ProviderPaused, ProviderThrottled,
+  fromStatus, fromServiceError,
   retryableWrite, retryableClaim, encodeStatusForTests: (obj) => Status.encode(Status.fromObject(obj)).finish(),
   encodeDetailForTests: (type, obj) => ({
     type_url: 'type.googleapis.com/google.rpc.' + type,

@@ -173,6 +173,11 @@ export declare class PermissionDenied extends NotAuthorized {}
 export declare class RoleNotAllowed extends PermissionDenied {}
 export declare class QueueNotAllowed extends PermissionDenied { queue: string; jobId: number }
 export declare class OperatorMismatch extends PermissionDenied {}
+/** A Takeover the provider's budget cannot pay for now: nothing taken; ask again after retryAfterSeconds. */
+export declare class ProviderHeld extends JobfenceError { retryAfterSeconds: number | null; provider: string }
+export declare class ProviderBudgetExhausted extends ProviderHeld {}
+export declare class ProviderPaused extends ProviderHeld {}
+export declare class ProviderThrottled extends ProviderHeld {}
 
 export declare const DOMAIN: 'jobfence';
 /** Every ErrorInfo reason the coordinator sends, and its class. */

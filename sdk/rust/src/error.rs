@@ -124,6 +124,19 @@ pub enum ClaimError {
     /// was taken. Never retried.
     #[error("denied ({}): {}", reason_of(.0), .0.message())]
     Denied(Box<Status>),
+    /// Takeover only, reasons `PROVIDER_BUDGET_EXHAUSTED`, `PROVIDER_PAUSED`
+    /// and `PROVIDER_THROTTLED` (RESOURCE_EXHAUSTED): the provider's budget
+    /// cannot pay for the takeover's reconcile now (DESIGN.md rule 11).
+    /// Nothing was taken; ask again after `retry_after`.
+    #[error("provider {provider:?} held the takeover ({reason}); retry after {retry_after:?}")]
+    ProviderHeld {
+        /// The ErrorInfo reason.
+        reason: String,
+        /// The provider of the job's queue.
+        provider: String,
+        /// The coordinator's RetryInfo delay, if it gave one.
+        retry_after: Option<std::time::Duration>,
+    },
     /// Anything else.
     #[error("unexpected status: {0}")]
     Other(Box<Status>),
@@ -288,6 +301,13 @@ pub(crate) fn claim_error(status: Status) -> ClaimError {
             state: meta_state(&meta),
         },
         r if reason::DENIALS.contains(&r) => ClaimError::Denied(Box::new(status)),
+        reason::PROVIDER_BUDGET_EXHAUSTED
+        | reason::PROVIDER_PAUSED
+        | reason::PROVIDER_THROTTLED => ClaimError::ProviderHeld {
+            retry_after: status.get_details_retry_info().and_then(|r| r.retry_delay),
+            provider: meta.get("provider").cloned().unwrap_or_default(),
+            reason: why,
+        },
         _ => ClaimError::Other(Box::new(status)),
     }
 }

@@ -294,12 +294,40 @@ impl ClaimedJob {
         error: &str,
         retry_delay: Duration,
     ) -> Result<FailWritten, WriteError> {
+        self.fail_with(disposition, error, retry_delay, None).await
+    }
+
+    /// Like [`fail`](Self::fail), for a provider that pushed back (HTTP
+    /// 429, or 503 with Retry-After): `provider_retry_after` is how long it
+    /// asked to wait. The coordinator then hands out nothing for the
+    /// provider until then, on every coordinator, so the other workers
+    /// stop hitting it too; the job is disposed of as asked (a throttled
+    /// send was not processed: `RetryExecute` sends it again later).
+    pub async fn fail_throttled(
+        &mut self,
+        disposition: Disposition,
+        error: &str,
+        retry_delay: Duration,
+        provider_retry_after: Duration,
+    ) -> Result<FailWritten, WriteError> {
+        self.fail_with(disposition, error, retry_delay, Some(provider_retry_after))
+            .await
+    }
+
+    async fn fail_with(
+        &mut self,
+        disposition: Disposition,
+        error: &str,
+        retry_delay: Duration,
+        provider_retry_after: Option<Duration>,
+    ) -> Result<FailWritten, WriteError> {
         let message = FailRequest {
             job_id: self.job.job_id,
             attempt: self.attempt,
             disposition: disposition.to_proto() as i32,
             error: error.to_owned(),
             retry_delay: Some(proto_duration(retry_delay)),
+            provider_retry_after: provider_retry_after.map(proto_duration),
         };
         let client = &self.client;
         let outcome = retry(&client.config.retry, error::retryable_write, || {

@@ -65,6 +65,15 @@ pub const QUEUE_NOT_ALLOWED: &str = "QUEUE_NOT_ALLOWED";
 /// PERMISSION_DENIED: an operator call named another operator than the
 /// credential's.
 pub const OPERATOR_MISMATCH: &str = "OPERATOR_MISMATCH";
+/// RESOURCE_EXHAUSTED (Takeover): the provider's budget cannot pay for the
+/// reconcile now (metadata `provider`, `limit`); RetryInfo says when.
+/// Nothing was written.
+pub const PROVIDER_BUDGET_EXHAUSTED: &str = "PROVIDER_BUDGET_EXHAUSTED";
+/// RESOURCE_EXHAUSTED (Takeover): an operator paused the provider.
+pub const PROVIDER_PAUSED: &str = "PROVIDER_PAUSED";
+/// RESOURCE_EXHAUSTED (Takeover): a worker reported the provider's 429 and
+/// its Retry-After runs (metadata `throttled_until`).
+pub const PROVIDER_THROTTLED: &str = "PROVIDER_THROTTLED";
 
 /// Every reason above, in the order listed.
 pub const ALL: &[&str] = &[
@@ -91,6 +100,9 @@ pub const ALL: &[&str] = &[
     ROLE_NOT_ALLOWED,
     QUEUE_NOT_ALLOWED,
     OPERATOR_MISMATCH,
+    PROVIDER_BUDGET_EXHAUSTED,
+    PROVIDER_PAUSED,
+    PROVIDER_THROTTLED,
 ];
 
 /// The reasons of a refusal for who the caller is (UNAUTHENTICATED or

@@ -286,18 +286,20 @@ class CompleteResponse(_message.Message):
     def __init__(self, job: _Optional[_Union[Job, _Mapping]] = ..., replayed: _Optional[bool] = ...) -> None: ...
 
 class FailRequest(_message.Message):
-    __slots__ = ("job_id", "attempt", "disposition", "error", "retry_delay")
+    __slots__ = ("job_id", "attempt", "disposition", "error", "retry_delay", "provider_retry_after")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
     DISPOSITION_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
     RETRY_DELAY_FIELD_NUMBER: _ClassVar[int]
+    PROVIDER_RETRY_AFTER_FIELD_NUMBER: _ClassVar[int]
     job_id: int
     attempt: int
     disposition: FailDisposition
     error: str
     retry_delay: _duration_pb2.Duration
-    def __init__(self, job_id: _Optional[int] = ..., attempt: _Optional[int] = ..., disposition: _Optional[_Union[FailDisposition, str]] = ..., error: _Optional[str] = ..., retry_delay: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+    provider_retry_after: _duration_pb2.Duration
+    def __init__(self, job_id: _Optional[int] = ..., attempt: _Optional[int] = ..., disposition: _Optional[_Union[FailDisposition, str]] = ..., error: _Optional[str] = ..., retry_delay: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., provider_retry_after: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
 
 class FailResponse(_message.Message):
     __slots__ = ("job", "applied", "override_reason", "replayed")

@@ -4,7 +4,8 @@
 -- filesort (which the optimizer may pick on a small or fresh table) would
 -- lock every due row it sorted, and concurrent claims would find nothing.
 -- Sent as text, in one round trip with the expired-lease scan: the queue
--- and the limit are written in as literals (see store::literal).
+-- and the limit are written in as literals (see store::literal); {only} is
+-- empty, or limits the scan to reconciles while a provider's sends are paused.
 -- Finished jobs are under other `state` values of the index, so however
 -- many pile up, this range never reads them.
 SELECT {job_columns},
@@ -13,7 +14,7 @@ SELECT {job_columns},
        EXISTS (SELECT 1 FROM job_observations o WHERE o.job_id = jobs.id) AS has_observations,
        UTC_TIMESTAMP(6) AS now
 FROM jobs FORCE INDEX (ix_jobs_claim_ready)
-WHERE queue = {queue} AND state = 'ready' AND run_at <= UTC_TIMESTAMP(6)
+WHERE queue = {queue} AND state = 'ready' AND run_at <= UTC_TIMESTAMP(6) {only}
 ORDER BY run_at
 LIMIT {limit}
 FOR UPDATE SKIP LOCKED

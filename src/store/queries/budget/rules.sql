@@ -1,0 +1,27 @@
+-- The stored rules of one queue, read first in its claim or takeover
+-- transaction (DESIGN.md rules 11-13), in the claim's one round trip. Sent
+-- as text: {queue} is written in as a literal (see store::literal).
+--
+-- 1. The provider the queue dispatches to, its row locked until COMMIT:
+--    claims of one provider queue here, on every coordinator, so each one
+--    sees the units the previous one spent. The look-up of the name is a
+--    plain read (no lock on queue_policies); 2. tells if it moved since.
+SELECT name, rate_per_second, burst, max_in_flight, execute_cost, reconcile_cost,
+       tat, pause, throttled_until, UTC_TIMESTAMP(6) AS now
+FROM providers
+WHERE name = (SELECT provider FROM queue_policies WHERE queue = {queue})
+FOR UPDATE;
+-- 2. The queue's own row (its stored resend policy, its provider) and the
+--    rows of the other queues of its provider (to share the units).
+SELECT queue, provider, resend_window_us, max_dispatches, last_granted_at, last_short_at
+FROM queue_policies
+WHERE queue = {queue}
+   OR provider = (SELECT provider FROM queue_policies WHERE queue = {queue});
+-- 3. The provider's jobs in flight (running with a live lease), counted
+--    only when it has a cap: one range of the claim index per queue.
+SELECT COUNT(*) AS in_flight
+FROM queue_policies qp
+JOIN jobs j FORCE INDEX (ix_jobs_claim_expired)
+  ON j.queue = qp.queue AND j.state = 'running' AND j.lease_until > UTC_TIMESTAMP(6)
+WHERE qp.provider = (SELECT provider FROM queue_policies WHERE queue = {queue})
+  AND (SELECT max_in_flight FROM providers p WHERE p.name = qp.provider) IS NOT NULL
