@@ -448,6 +448,12 @@ async fn run_server(command: Command) -> anyhow::Result<()> {
                 None => None,
             };
             let coordinator = Coordinator::over_shards(shards, args.coordinator_config());
+            // DESIGN.md rule 13: a stored policy wins over the flags; say so
+            // where they differ. A database that does not answer yet is
+            // not waited for.
+            if let Err(e) = coordinator.warn_flags_differ_from_stored().await {
+                tracing::warn!(error = %e, "stored queue policies not compared with the flags");
+            }
             let options = ServeOptions {
                 health_interval: args.health_interval,
                 health_timeout: args.health_timeout,

@@ -131,7 +131,8 @@ impl Default for OpsOptions {
     }
 }
 
-/// Recomputes the pending-age gauges every `interval` until `stop`.
+/// Recomputes the pending-age and provider gauges every `interval` until
+/// `stop`.
 async fn refresh_pending(
     shards: Shards,
     metrics: Metrics,
@@ -141,11 +142,28 @@ async fn refresh_pending(
     loop {
         // Errors are counted and logged inside; the next tick tries again.
         let _ = metrics::refresh_pending_all(&shards, &metrics).await;
+        refresh_providers(&shards, &metrics).await;
         tokio::select! {
             _ = tokio::time::sleep(interval) => {}
             _ = stop.changed() => return,
         }
     }
+}
+
+/// Sets the provider gauges (units available, in flight, paused,
+/// throttled) from every database.
+async fn refresh_providers(shards: &Shards, metrics: &Metrics) {
+    let mut all = Vec::new();
+    for (n, store) in shards.all() {
+        match store.list_providers().await {
+            Ok(found) => all.extend(found),
+            Err(e) => {
+                tracing::warn!(database = n, error = %e, "provider gauges not refreshed");
+                return;
+            }
+        }
+    }
+    metrics.set_providers(&all);
 }
 
 /// The serving status, told to the gRPC health service (the source of

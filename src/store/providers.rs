@@ -334,7 +334,6 @@ impl JobStore {
             &provider_detail(b, &queues, pause),
         )
         .await?;
-        self.pause("providers.before_commit").await;
         commit(tx).await?;
         Ok(before.is_none())
     }

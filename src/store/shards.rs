@@ -458,7 +458,7 @@ impl JobStore {
                 return Ok(Err(Refusal::RecordedAs(r)));
             }
             let mut empty = Vec::new();
-            for table in ["jobs", "job_events"] {
+            for table in ["jobs", "job_events", "policy_changes"] {
                 let max: Option<u64> = sqlx::query_scalar(&format!("SELECT MAX(id) FROM {table}"))
                     .fetch_one(&mut *tx)
                     .await
