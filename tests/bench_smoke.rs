@@ -32,6 +32,10 @@ fn a_short_benchmark_run_checks_every_phase_and_writes_its_report() {
             "50",
             "--finished-rows",
             "3000",
+            "--budget-rate",
+            "40",
+            "--budget-seconds",
+            "2",
             "--log-dir",
         ])
         .arg(dir.join("logs"))
@@ -42,13 +46,21 @@ fn a_short_benchmark_run_checks_every_phase_and_writes_its_report() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "bench failed\n{stdout}\n{stderr}");
-    // Every lifecycle phase was checked: 2 worker counts × 3, the ceiling,
-    // and the finished-rows phase.
+    // Every lifecycle phase was checked: 2 worker counts × 3, the budget
+    // far above the load at 4 workers, the ceiling, and the finished-rows
+    // phase; and the paced phase handed out nothing twice.
     let checked = stderr
         .lines()
         .filter(|l| l.contains("checked: 200 jobs succeeded once"))
         .count();
-    assert_eq!(checked, 8, "{stderr}");
+    assert_eq!(checked, 9, "{stderr}");
+    assert_eq!(
+        stderr
+            .matches("against a budget of 40/s (burst 4; checked: none twice)")
+            .count(),
+        1,
+        "{stderr}"
+    );
     assert_eq!(
         stderr.matches("checked: 400 jobs in the table").count(),
         3,
@@ -61,11 +73,14 @@ fn a_short_benchmark_run_checks_every_phase_and_writes_its_report() {
         "| coordinator, Claim(8) | 1 |",
         "enqueue: EnqueueBatch(50)",
         "3000 finished rows",
+        "| coordinator, Claim(1), budget far above the load | 4 |",
+        "budget 40/s (burst 4) below the load",
         "innodb_flush_log_at_trx_commit: 1",
         "## Targets",
     ] {
         assert!(md.contains(needle), "no {needle:?} in\n{md}");
     }
     assert!(stdout.contains("coordinator ≥ 3× direct"), "{stdout}");
+    assert!(stdout.contains("within 10% of no budget"), "{stdout}");
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -25,6 +25,19 @@ async fn connect(addr: &str) -> Result<JobCoordinatorClient<Channel>> {
 /// `workers` clients each Claim(max_jobs) and Complete every job they got
 /// (side by side), until a Claim finds nothing.
 pub async fn lifecycle(addr: &str, queue: &str, workers: usize, max_jobs: u32) -> Result<PhaseRun> {
+    lifecycle_until(addr, queue, workers, max_jobs, None).await
+}
+
+/// [`lifecycle`], but with long-polling Claims (1 s) until `until`: the
+/// workers of a queue whose provider's budget paces the hand-outs, which
+/// keep asking while jobs wait for units.
+pub async fn lifecycle_until(
+    addr: &str,
+    queue: &str,
+    workers: usize,
+    max_jobs: u32,
+    until: Option<Instant>,
+) -> Result<PhaseRun> {
     let mut clients = Vec::with_capacity(workers);
     for _ in 0..workers {
         clients.push(connect(addr).await?);
@@ -38,6 +51,9 @@ pub async fn lifecycle(addr: &str, queue: &str, workers: usize, max_jobs: u32) -
             let mut lat = Latencies::default();
             let worker_id = format!("grpc-{w}");
             loop {
+                if until.is_some_and(|u| Instant::now() >= u) {
+                    return Ok::<_, anyhow::Error>(lat);
+                }
                 let t = Instant::now();
                 let jobs = client
                     .clone()
@@ -46,14 +62,17 @@ pub async fn lifecycle(addr: &str, queue: &str, workers: usize, max_jobs: u32) -
                         worker_id: worker_id.clone(),
                         max_jobs,
                         lease: None,
-                        wait: None,
+                        wait: until.map(|_| prost_types::Duration {
+                            seconds: 1,
+                            nanos: 0,
+                        }),
                     })
                     .await
                     .context("Claim")?
                     .into_inner()
                     .jobs;
                 lat.claim.push(t.elapsed());
-                if jobs.is_empty() {
+                if jobs.is_empty() && until.is_none() {
                     return Ok::<_, anyhow::Error>(lat);
                 }
                 let completes = jobs.into_iter().map(|c| {

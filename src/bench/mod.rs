@@ -8,6 +8,10 @@
 //!    doing Claim(max_jobs=1) then Complete;
 //! 3. **coordinator, batching clients**: the same with Claim(max_jobs=K);
 //!
+//! at the largest N also 2b. the coordinator phase with the queue under a
+//! **provider budget far above the load** (what the budget row costs a
+//! claim), and once 2c. a **budget below the load** (the hand-out rate the
+//! database recorded against the configured one);
 //! then once: 4. the **batched direct ceiling** (32 jobs per transaction),
 //! 5. **enqueue**: single-row inserts, Enqueue and EnqueueBatch, and
 //! optionally 6. the coordinator phase again with a million finished jobs
@@ -74,6 +78,14 @@ pub struct BenchArgs {
     /// down as finished rows pile up (0: skip).
     #[arg(long, default_value_t = 0)]
     pub finished_rows: u64,
+    /// Units per second of the provider budget below the load (the paced
+    /// phase: how close the hand-out rate comes to it); 0 skips both
+    /// budget phases.
+    #[arg(long, default_value_t = 200.0)]
+    pub budget_rate: f64,
+    /// How long the paced phase runs, in seconds.
+    #[arg(long, default_value_t = 30)]
+    pub budget_seconds: u64,
     /// Run every phase this many times, interleaved (direct, coordinator,
     /// batching, direct, …), and report the median run of each.
     #[arg(long, default_value_t = 1)]
@@ -222,6 +234,7 @@ impl Bench {
     async fn all(&mut self, args: &BenchArgs, addr: &str) -> Result<()> {
         let pool = self.pool.clone();
         let reps = args.repeat.max(1);
+        let max_workers = args.workers.iter().copied().max().unwrap_or(1);
         // The phases being compared run one after the other, `reps` times
         // round: drift of a shared machine hits them alike.
         for &n in &args.workers {
@@ -234,12 +247,28 @@ impl Bench {
                     grpc::lifecycle(addr, QUEUE, n, 1)
                 })
                 .await?;
+                if n == max_workers && args.budget_rate > 0.0 {
+                    // The same phase with the queue under a provider
+                    // budget far above the load: what the budget row in
+                    // every claim transaction costs.
+                    self.with_budget(1_000_000.0, 1_000_000).await?;
+                    let measured = self
+                        .lifecycle(Phase::CoordinatorBudget, n, args.jobs, || {
+                            grpc::lifecycle(addr, QUEUE, n, 1)
+                        })
+                        .await;
+                    self.without_budget().await?;
+                    measured?;
+                }
                 let k = args.claim_batch;
                 self.lifecycle(Phase::CoordinatorBatching(k), n, args.jobs, || {
                     grpc::lifecycle(addr, QUEUE, n, k)
                 })
                 .await?;
             }
+        }
+        if args.budget_rate > 0.0 {
+            self.paced(args, addr, max_workers).await?;
         }
         let (c, b) = (args.ceiling_connections, args.ceiling_batch);
         for _ in 0..reps {
@@ -284,6 +313,98 @@ impl Bench {
                 )
                 .await?;
             }
+        }
+        Ok(())
+    }
+
+    /// Puts the benchmark queue under provider [`PROVIDER`] with this
+    /// budget.
+    async fn with_budget(&self, rate: f64, burst: u32) -> Result<()> {
+        use crate::domain::budget::Budget;
+        use crate::domain::providers::{ChangeBy, PutProvider};
+        JobStore::new(self.pool.clone())
+            .put_provider(&PutProvider {
+                name: PROVIDER.into(),
+                budget: Budget {
+                    rate_per_second: rate,
+                    burst,
+                    max_in_flight: None,
+                    execute_cost: 1,
+                    reconcile_cost: 1,
+                },
+                queues: vec![QUEUE.into()],
+                by: ChangeBy {
+                    operator: "bench".into(),
+                    reason: "benchmark phase".into(),
+                },
+            })
+            .await?;
+        // A fresh budget: its whole burst, from now.
+        sqlx::query("UPDATE providers SET tat = UTC_TIMESTAMP(6) WHERE name = ?")
+            .bind(PROVIDER)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    /// Takes the benchmark queue out of every budget.
+    async fn without_budget(&self) -> Result<()> {
+        use crate::domain::providers::ChangeBy;
+        let store = JobStore::new(self.pool.clone());
+        if store.get_provider(PROVIDER).await?.is_some() {
+            store
+                .delete_provider(
+                    PROVIDER,
+                    &ChangeBy {
+                        operator: "bench".into(),
+                        reason: "benchmark phase over".into(),
+                    },
+                )
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// The paced phase: a budget below the load, `workers` long-polling
+    /// workers for `--budget-seconds`, and the hand-out rate the database
+    /// recorded (the `claimed` events, DB clock) after the initial burst.
+    /// Checked: no job was handed out or completed twice.
+    async fn paced(&mut self, args: &BenchArgs, addr: &str, workers: usize) -> Result<()> {
+        let rate = args.budget_rate;
+        let burst = ((rate / 10.0).ceil() as u32).max(1);
+        let seconds = args.budget_seconds.max(1);
+        for _ in 0..args.repeat.max(1) {
+            self.reset().await?;
+            let jobs = (rate * (seconds + 5) as f64) as u64 + u64::from(burst);
+            fill(&self.pool, jobs).await?;
+            self.with_budget(rate, burst).await?;
+            let phase = Phase::BudgetPaced {
+                rate_milli: (rate * 1000.0) as u64,
+                burst,
+            };
+            let label = format!("{} N={workers}", phase.name());
+            eprint!("bench: {label:<44} ");
+            let until = Instant::now() + Duration::from_secs(seconds);
+            let measured = self
+                .measure(phase, workers, || {
+                    grpc::lifecycle_until(addr, QUEUE, workers, 1, Some(until))
+                })
+                .await;
+            self.without_budget().await?;
+            let mut measured = measured?;
+            let (handed, span) = handed_out(&self.pool).await?;
+            ensure!(
+                handed > u64::from(burst),
+                "{label}: only {handed} jobs handed out"
+            );
+            // The pace after the burst, by the database clock.
+            measured.run.jobs = handed - u64::from(burst);
+            measured.run.elapsed = span;
+            eprintln!(
+                "{:>8.1} hand-outs/s against a budget of {rate}/s (burst {burst}; checked: none twice)",
+                measured.rate()
+            );
+            self.measured.push(measured);
         }
         Ok(())
     }
@@ -570,6 +691,32 @@ async fn db_status(pool: &MySqlPool) -> Result<DbStatus> {
 
 /// The queue every phase uses.
 const QUEUE: &str = "bench";
+
+/// The provider of the budget phases.
+const PROVIDER: &str = "bench-provider";
+
+/// How many jobs the paced phase handed out, and the time from the first
+/// hand-out to the last (DB clock); fails if a job was handed out or
+/// completed more than once.
+async fn handed_out(pool: &MySqlPool) -> Result<(u64, Duration)> {
+    let row = sqlx::query(
+        "SELECT COUNT(*) AS handed,            CAST(TIMESTAMPDIFF(MICROSECOND, MIN(created_at), MAX(created_at)) AS SIGNED) AS span_us,            (SELECT COUNT(*) FROM (SELECT job_id FROM job_events WHERE queue = ? AND kind IN ('claimed', 'completed')               GROUP BY job_id, kind HAVING COUNT(*) > 1) AS twice) AS twice          FROM job_events WHERE queue = ? AND kind = 'claimed'",
+    )
+    .bind(QUEUE)
+    .bind(QUEUE)
+    .fetch_one(pool)
+    .await?;
+    let (handed, span_us, twice): (i64, Option<i64>, i64) =
+        (row.get("handed"), row.get("span_us"), row.get("twice"));
+    ensure!(
+        twice == 0,
+        "VIOLATED: {twice} jobs handed out or completed twice"
+    );
+    Ok((
+        handed.max(0) as u64,
+        Duration::from_micros(span_us.unwrap_or(0).max(1) as u64),
+    ))
+}
 
 /// Enqueues `jobs` ready jobs (not timed).
 async fn fill(pool: &MySqlPool, jobs: u64) -> Result<()> {

@@ -29,6 +29,12 @@ pub enum Phase {
     EnqueueBatch(u64),
     /// The coordinator phase with this many finished jobs in the table.
     CoordinatorFinished(u64),
+    /// The coordinator phase, its queue under a provider budget far above
+    /// the load.
+    CoordinatorBudget,
+    /// Long-polling workers against a budget below the load: jobs/s is
+    /// the hand-out rate after the burst, by the database clock.
+    BudgetPaced { rate_milli: u64, burst: u32 },
 }
 
 impl Phase {
@@ -42,6 +48,11 @@ impl Phase {
             Phase::Enqueue => "enqueue: Enqueue RPC".into(),
             Phase::EnqueueBatch(b) => format!("enqueue: EnqueueBatch({b})"),
             Phase::CoordinatorFinished(n) => format!("coordinator, Claim(1), {n} finished rows"),
+            Phase::CoordinatorBudget => "coordinator, Claim(1), budget far above the load".into(),
+            Phase::BudgetPaced { rate_milli, burst } => format!(
+                "budget {}/s (burst {burst}) below the load: hand-outs/s",
+                *rate_milli as f64 / 1000.0
+            ),
         }
     }
 
@@ -53,13 +64,15 @@ impl Phase {
                 | Phase::Enqueue
                 | Phase::EnqueueBatch(_)
                 | Phase::CoordinatorFinished(_)
+                | Phase::CoordinatorBudget
+                | Phase::BudgetPaced { .. }
         )
     }
 
     fn is_lifecycle(&self) -> bool {
         !matches!(
             self,
-            Phase::Inserts | Phase::Enqueue | Phase::EnqueueBatch(_)
+            Phase::Inserts | Phase::Enqueue | Phase::EnqueueBatch(_) | Phase::BudgetPaced { .. }
         )
     }
 }
@@ -207,7 +220,9 @@ impl Report<'_> {
             .into_iter()
             .map(|m| {
                 let direct = match m.phase {
-                    Phase::Coordinator | Phase::CoordinatorBatching(_) => {
+                    Phase::Coordinator
+                    | Phase::CoordinatorBatching(_)
+                    | Phase::CoordinatorBudget => {
                         self.find(Phase::Direct, m.workers).map(Measured::rate)
                     }
                     Phase::Enqueue | Phase::EnqueueBatch(_) => self
@@ -353,6 +368,34 @@ impl Report<'_> {
             ratio(finished, coord_max).map(|r| r * 100.0),
             " %",
             &|r| r >= 80.0,
+        ));
+        out.push(check(
+            format!(
+                "{n_max} workers under a provider budget far above the load: claim throughput within 10% of no budget"
+            ),
+            ratio(at(Phase::CoordinatorBudget, n_max), coord_max).map(|r| r * 100.0),
+            " %",
+            &|r| r >= 90.0,
+        ));
+        let paced = medians
+            .iter()
+            .copied()
+            .find(|m| matches!(m.phase, Phase::BudgetPaced { .. }));
+        let configured = paced.and_then(|m| match m.phase {
+            Phase::BudgetPaced { rate_milli, .. } => Some(rate_milli as f64 / 1000.0),
+            _ => None,
+        });
+        out.push(check(
+            format!(
+                "a budget below the load ({}/s): hand-out rate within 5% of it over {} s",
+                configured.map_or("–".into(), |r| format!("{r}")),
+                self.args.budget_seconds
+            ),
+            paced
+                .zip(configured)
+                .map(|(m, r)| (m.rate() - r) / r * 100.0),
+            " % off",
+            &|off| off.abs() <= 5.0,
         ));
         out
     }
