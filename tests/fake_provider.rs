@@ -4,14 +4,22 @@
 //! Time-dependent behaviour (retention, pending settlement, read lag, the
 //! rate limit) is tested by advancing the provider's clock, never by
 //! sleeping; injected latency and hangs are real time, bounded by the
-//! client's timeout.
+//! client's timeout. The refund-worker tests at the end also need the test
+//! database (an in-process coordinator, `tests/common`).
 
+mod common;
+
+use jobfence::domain::{JobState, NextAction};
+use jobfence::proto::job_admin_client::JobAdminClient;
+use jobfence::proto::{ListProvidersRequest, ProviderBudget, PutProviderRequest};
 use jobfence::provider::faults::parse_fault_header;
 use jobfence::provider::{
     spawn, Clock, FaultConfig, FaultKind, ProviderClient, ProviderConfig, ProviderError,
     ProviderHandle, RateLimitConfig, RefundParams, RefundStatus, FAULT_HEADER,
     IDEMPOTENCY_KEY_HEADER, IDEMPOTENT_REPLAYED_HEADER, RETRY_AFTER_MS_HEADER,
 };
+use jobfence::refund_worker::handler::{RefundHandler, RefundTimings};
+use jobfence_worker::{Handler, WorkerClient, WorkerConfig};
 use std::io::BufRead;
 use std::time::{Duration, Instant};
 
@@ -774,4 +782,175 @@ async fn the_subcommand_prints_its_port_and_serves() {
         },
         "the flags set the limit"
     );
+}
+
+// The Rust refund worker against a provider past its rate limit: it must
+// report the 429 with its Fail (provider_retry_after), so the coordinator
+// holds every worker's hand-outs for the provider (DESIGN.md rule 11).
+
+const WORKER_QUEUE: &str = "refunds";
+/// The provider's interval at 0.01 requests/s: a 429 asks for 100 s.
+const RETRY_AFTER: Duration = Duration::from_secs(100);
+
+/// A harness whose queue dispatches to the provider `fake` (a budget far
+/// above what the test spends), and a fake provider whose one-request
+/// burst is already spent, on a clock that stands still: its next `/v1`
+/// request is refused with a Retry-After of exactly [`RETRY_AFTER`].
+async fn throttling_provider() -> (
+    common::Harness,
+    JobAdminClient<tonic::transport::Channel>,
+    ProviderHandle,
+    ProviderClient,
+) {
+    let h = common::Harness::start().await;
+    let mut admin = JobAdminClient::connect(format!("http://{}", h.addr))
+        .await
+        .unwrap();
+    admin
+        .put_provider(PutProviderRequest {
+            name: "fake".into(),
+            budget: Some(ProviderBudget {
+                rate_per_second: 1000.0,
+                burst: 100,
+                ..ProviderBudget::default()
+            }),
+            queues: vec![WORKER_QUEUE.into()],
+            operator: "test".into(),
+            reason: "the fake provider's budget".into(),
+        })
+        .await
+        .expect("put the provider");
+    let (handle, client) = limited_provider(RateLimitConfig::per_second(0.01)).await;
+    client
+        .find_by_merchant_reference("someone-else", OK)
+        .await
+        .expect("the one request of the burst");
+    (h, admin, handle, client)
+}
+
+/// Claims the one due job with the SDK and lets the refund worker's handler
+/// handle it.
+async fn run_the_refund_worker(h: &common::Harness, provider: &ProviderClient) {
+    let worker = WorkerClient::connect(
+        format!("http://{}", h.addr),
+        WorkerConfig::new("rust-refund-worker", WORKER_QUEUE),
+    )
+    .await
+    .unwrap();
+    let mut jobs = worker.claim(1).await.expect("claim");
+    assert_eq!(jobs.len(), 1, "one job is due");
+    let handler = RefundHandler::new(provider.clone(), RefundTimings::default());
+    handler
+        .handle(&mut jobs[0])
+        .await
+        .expect("the handler writes back");
+}
+
+/// The provider's throttle as the coordinator stored it: reports received,
+/// and how long from now (database clock) it holds hand-outs.
+async fn stored_throttle(
+    h: &common::Harness,
+    admin: &mut JobAdminClient<tonic::transport::Channel>,
+) -> (u64, Duration) {
+    let listed = admin
+        .list_providers(ListProvidersRequest {})
+        .await
+        .unwrap()
+        .into_inner()
+        .providers;
+    assert_eq!(listed.len(), 1);
+    let held_us: i64 = sqlx::query_scalar(
+        "SELECT TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), throttled_until) FROM providers WHERE name = 'fake'",
+    )
+    .fetch_one(&h.pool)
+    .await
+    .expect("the provider is throttled");
+    (
+        listed[0].throttle_reports,
+        Duration::from_micros(u64::try_from(held_us).expect("in the future")),
+    )
+}
+
+/// How long from now (database clock) the job is due again.
+async fn due_in(h: &common::Harness, job_id: u64) -> Duration {
+    let us: i64 = sqlx::query_scalar(
+        "SELECT TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), run_at) FROM jobs WHERE id = ?",
+    )
+    .bind(job_id)
+    .fetch_one(&h.pool)
+    .await
+    .unwrap();
+    Duration::from_micros(u64::try_from(us).expect("due in the future"))
+}
+
+/// Within the time the test took since the Fail: `d` counts down from
+/// [`RETRY_AFTER`] on the database clock.
+fn about_retry_after(d: Duration) -> bool {
+    d <= RETRY_AFTER && d > RETRY_AFTER - Duration::from_secs(30)
+}
+
+const PAYLOAD: &str = r#"{"payment_id":"pay_1","amount":500,"currency":"twd"}"#;
+
+#[tokio::test]
+async fn the_refund_worker_reports_a_429_to_a_send_with_provider_retry_after() {
+    let (h, mut admin, handle, provider) = throttling_provider().await;
+    let job = h.enqueue(WORKER_QUEUE, "refund-pay_1-500", PAYLOAD).await;
+
+    run_the_refund_worker(&h, &provider).await;
+
+    // The send was refused before anything was done: the same send, later.
+    let row = h.row(job.job_id).await;
+    assert_eq!(
+        (row.state, row.next_action),
+        (JobState::Ready, NextAction::Execute)
+    );
+    assert!(
+        row.last_error.as_deref().unwrap_or("").contains("429"),
+        "{:?}",
+        row.last_error
+    );
+    let due = due_in(&h, job.job_id).await;
+    assert!(about_retry_after(due), "due again in {due:?}");
+    // The Fail carried the provider's Retry-After: the coordinator holds
+    // the provider's hand-outs for every worker until then.
+    let (reports, held) = stored_throttle(&h, &mut admin).await;
+    assert_eq!(reports, 1);
+    assert!(about_retry_after(held), "held for {held:?}");
+    assert_eq!(
+        provider
+            .ledger()
+            .await
+            .unwrap()
+            .by_merchant_reference("refund-pay_1-500")
+            .refunds,
+        0
+    );
+    assert_eq!(handle.stats().rate_limited, 1);
+    h.finish().await;
+}
+
+#[tokio::test]
+async fn the_refund_worker_reports_a_429_to_a_lookup_with_provider_retry_after() {
+    let (h, mut admin, handle, provider) = throttling_provider().await;
+    let job = h.enqueue(WORKER_QUEUE, "refund-pay_1-500", PAYLOAD).await;
+    // Its first worker vanished: the job comes back as a takeover, which
+    // reconciles first.
+    h.claim_one(WORKER_QUEUE, "vanished").await;
+    h.force_lease_expired(job.job_id).await;
+
+    run_the_refund_worker(&h, &provider).await;
+
+    let row = h.row(job.job_id).await;
+    assert_eq!(
+        (row.state, row.next_action, row.attempt),
+        (JobState::Ready, NextAction::Reconcile, 2),
+        "a lookup refused is a reconcile still to do, never a send"
+    );
+    let due = due_in(&h, job.job_id).await;
+    assert!(about_retry_after(due), "due again in {due:?}");
+    let (reports, held) = stored_throttle(&h, &mut admin).await;
+    assert_eq!(reports, 1);
+    assert!(about_retry_after(held), "held for {held:?}");
+    assert_eq!(handle.stats().rate_limited, 1);
+    h.finish().await;
 }
