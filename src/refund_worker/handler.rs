@@ -7,6 +7,7 @@
 //! the coordinator holds every worker's hand-outs for that provider until
 //! its Retry-After (DESIGN.md rule 11): no worker keeps a rate limiter.
 
+use crate::domain::budget::MAX_PROVIDER_RETRY_AFTER;
 use crate::provider::{ProviderClient, ProviderError, Refund, RefundParams, RefundStatus};
 use jobfence_worker::proto::{NextAction, ObservationOutcome};
 use jobfence_worker::{ClaimedJob, Disposition, Handler, HandlerError, WriteError};
@@ -66,8 +67,6 @@ enum Outcome {
 
 /// The Retry-After assumed when a 429 came without one.
 const DEFAULT_RETRY_AFTER: Duration = Duration::from_secs(1);
-/// The longest `provider_retry_after` the coordinator accepts.
-const MAX_RETRY_AFTER: Duration = Duration::from_secs(24 * 3600);
 
 /// A 429 to a call whose job would be disposed of with `disposition`: the
 /// provider did nothing, so the job goes back as it was, due after the
@@ -75,7 +74,7 @@ const MAX_RETRY_AFTER: Duration = Duration::from_secs(24 * 3600);
 fn throttled(disposition: Disposition, call: &str, retry_after: Option<Duration>) -> Outcome {
     let wait = retry_after
         .unwrap_or(DEFAULT_RETRY_AFTER)
-        .clamp(Duration::from_millis(1), MAX_RETRY_AFTER);
+        .clamp(Duration::from_millis(1), MAX_PROVIDER_RETRY_AFTER);
     Outcome::Throttled(
         disposition,
         format!(
