@@ -1,15 +1,25 @@
-//! The fake payment provider, driven through the real client over loopback.
+//! The fake payment provider, driven through the real client over loopback,
+//! and the Rust refund worker meeting its rate limit.
 //!
-//! Time-dependent behaviour (retention, pending settlement, read lag) is
-//! tested by advancing the provider's clock, never by sleeping; injected
-//! latency and hangs are real time, bounded by the client's timeout.
+//! Time-dependent behaviour (retention, pending settlement, read lag, the
+//! rate limit) is tested by advancing the provider's clock, never by
+//! sleeping; injected latency and hangs are real time, bounded by the
+//! client's timeout. The refund-worker tests at the end also need the test
+//! database (an in-process coordinator, `tests/common`).
 
+mod common;
+
+use jobfence::domain::{JobState, NextAction};
+use jobfence::proto::job_admin_client::JobAdminClient;
+use jobfence::proto::{ListProvidersRequest, ProviderBudget, PutProviderRequest};
 use jobfence::provider::faults::parse_fault_header;
 use jobfence::provider::{
     spawn, Clock, FaultConfig, FaultKind, ProviderClient, ProviderConfig, ProviderError,
-    ProviderHandle, RefundParams, RefundStatus, FAULT_HEADER, IDEMPOTENCY_KEY_HEADER,
-    IDEMPOTENT_REPLAYED_HEADER,
+    ProviderHandle, RateLimitConfig, RefundParams, RefundStatus, FAULT_HEADER,
+    IDEMPOTENCY_KEY_HEADER, IDEMPOTENT_REPLAYED_HEADER, RETRY_AFTER_MS_HEADER,
 };
+use jobfence::refund_worker::handler::{RefundHandler, RefundTimings};
+use jobfence_worker::{Handler, WorkerClient, WorkerConfig};
 use std::io::BufRead;
 use std::time::{Duration, Instant};
 
@@ -491,6 +501,219 @@ async fn faults_are_read_and_replaced_at_run_time() {
     );
 }
 
+/// A provider on a clock that moves only when the test moves it, limited
+/// to `limit`.
+async fn limited_provider(limit: RateLimitConfig) -> (ProviderHandle, ProviderClient) {
+    provider(ProviderConfig {
+        clock: Clock::manual(),
+        rate_limit: limit,
+        seed: Some(11),
+        ..ProviderConfig::default()
+    })
+    .await
+}
+
+fn expect_rate_limited(r: Result<impl std::fmt::Debug, ProviderError>) -> Option<Duration> {
+    match r {
+        Err(ref e @ ProviderError::RateLimited { retry_after, .. }) => {
+            assert!(!e.refund_may_exist(), "a 429 did nothing");
+            retry_after
+        }
+        other => panic!("expected a 429, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn a_burst_past_the_rate_limit_gets_exactly_the_excess_refused_and_nothing_recorded() {
+    let (handle, client) = limited_provider(RateLimitConfig::per_second(5.0)).await;
+    let keys: Vec<String> = (0..12).map(|i| format!("op-{i}")).collect();
+    let mut burst = tokio::task::JoinSet::new();
+    for key in &keys {
+        let (client, key) = (client.clone(), key.clone());
+        burst.spawn(async move {
+            let r = client
+                .create_refund(&key, &refund("pay_1", 500, &key), OK)
+                .await;
+            (key, r)
+        });
+    }
+    let (mut made, mut refused) = (Vec::new(), Vec::new());
+    while let Some(done) = burst.join_next().await {
+        let (key, r) = done.unwrap();
+        match r {
+            Ok(_) => made.push(key),
+            Err(ProviderError::RateLimited { retry_after, .. }) => refused.push((key, retry_after)),
+            Err(e) => panic!("{key}: {e:?}"),
+        }
+    }
+    // The clock stood still: the burst of 5 passed, the other 7 did not.
+    assert_eq!((made.len(), refused.len()), (5, 7));
+    for (key, retry_after) in &refused {
+        assert_eq!(*retry_after, Some(Duration::from_millis(200)), "{key}");
+    }
+    let ledger = client.ledger().await.unwrap();
+    assert_eq!(ledger.by_payment("pay_1").refunds, 5);
+    for (key, _) in &refused {
+        assert_eq!(ledger.by_merchant_reference(key).refunds, 0, "{key}");
+    }
+    // No key of a refused create was stored: other parameters are accepted
+    // with it once the limit lets the request through.
+    handle.clock().advance(Duration::from_millis(200));
+    let (key, _) = &refused[0];
+    let r = client
+        .create_refund(key, &refund("pay_1", 400, key), OK)
+        .await
+        .expect("a refused key is new to the provider");
+    assert_eq!(r.amount, 400);
+
+    let stats = handle.stats();
+    assert_eq!(
+        (
+            stats.requests,
+            stats.rate_limited,
+            stats.peak_requests_per_second
+        ),
+        (13, 7, 13),
+        "every request in one second, refused ones counted"
+    );
+    assert_eq!(client.stats().await.unwrap(), stats, "GET /_admin/stats");
+}
+
+#[tokio::test]
+async fn lookups_share_the_limit_and_it_refills_one_request_per_interval() {
+    let (handle, client) = limited_provider(RateLimitConfig {
+        rate_per_second: Some(2.0),
+        burst: Some(3),
+    })
+    .await;
+    let clock = handle.clock().clone();
+    let made = client
+        .create_refund("op-1", &refund("pay_1", 500, "op-1"), OK)
+        .await
+        .unwrap();
+    client.get_refund(&made.id, OK).await.unwrap().unwrap();
+    client.find_by_merchant_reference("op-1", OK).await.unwrap();
+    // The burst of 3 is spent, by a create and two lookups.
+    let wait = expect_rate_limited(client.find_by_payment_id("pay_1", OK).await);
+    assert_eq!(wait, Some(Duration::from_millis(500)));
+    expect_rate_limited(client.get_refund(&made.id, OK).await);
+
+    clock.advance(Duration::from_millis(300));
+    let wait = expect_rate_limited(
+        client
+            .create_refund("op-2", &refund("pay_2", 500, "op-2"), OK)
+            .await,
+    );
+    assert_eq!(wait, Some(Duration::from_millis(200)), "what is left of it");
+    clock.advance(Duration::from_millis(200));
+    client
+        .create_refund("op-2", &refund("pay_2", 500, "op-2"), OK)
+        .await
+        .expect("one interval later, one request");
+    expect_rate_limited(client.find_by_merchant_reference("op-2", OK).await);
+
+    // The wire: Retry-After in whole seconds (rounded up), and in ms.
+    let raw = reqwest::Client::builder().no_proxy().build().unwrap();
+    let resp = raw
+        .get(format!("{}v1/refunds?payment_id=pay_1", handle.base_url()))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 429);
+    assert_eq!(resp.headers()["retry-after"], "1");
+    assert_eq!(resp.headers()[RETRY_AFTER_MS_HEADER], "500");
+    let body: serde_json::Value = resp.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "rate_limit");
+
+    // Admin calls are neither limited nor counted.
+    for _ in 0..5 {
+        client.ledger().await.unwrap();
+        client.health().await.unwrap();
+    }
+    let stats = client.stats().await.unwrap();
+    assert_eq!((stats.requests, stats.rate_limited), (9, 5));
+    assert_eq!(stats.peak_requests_per_second, 9, "all in the first second");
+    assert_eq!(
+        client.ledger().await.unwrap().by_payment("pay_2").refunds,
+        1
+    );
+    // The next second starts its own count.
+    clock.advance(Duration::from_secs(1));
+    client.find_by_payment_id("pay_2", OK).await.unwrap();
+    let stats = client.stats().await.unwrap();
+    assert_eq!(
+        (
+            stats.requests,
+            stats.rate_limited,
+            stats.peak_requests_per_second
+        ),
+        (10, 5, 9)
+    );
+}
+
+#[tokio::test]
+async fn the_rate_limit_is_read_and_replaced_at_run_time() {
+    let (handle, client) = limited_provider(RateLimitConfig::default()).await;
+    assert_eq!(
+        client.rate_limit().await.unwrap(),
+        RateLimitConfig::default()
+    );
+    for i in 0..20 {
+        let key = format!("op-{i}");
+        client
+            .create_refund(&key, &refund("pay_1", 1, &key), OK)
+            .await
+            .expect("no limit by default");
+    }
+    let set = client
+        .set_rate_limit(&RateLimitConfig::per_second(0.5))
+        .await
+        .unwrap();
+    assert_eq!(
+        set,
+        RateLimitConfig {
+            rate_per_second: Some(0.5),
+            burst: Some(1)
+        },
+        "the burst in force is returned"
+    );
+    assert_eq!(client.rate_limit().await.unwrap(), set);
+    client.find_by_payment_id("pay_1", OK).await.unwrap();
+    let wait = expect_rate_limited(client.find_by_payment_id("pay_1", OK).await);
+    assert_eq!(wait, Some(Duration::from_secs(2)));
+
+    for bad in [
+        r#"{"rate_per_second": 0}"#,
+        r#"{"rate_per_second": -1}"#,
+        r#"{"rate_per_second": 1, "burst": 0}"#,
+        r#"{"burst": 4}"#,
+        r#"{"rate": 4}"#,
+    ] {
+        let raw = reqwest::Client::builder().no_proxy().build().unwrap();
+        let resp = raw
+            .put(format!("{}_admin/rate-limit", handle.base_url()))
+            .body(bad)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 400, "{bad}");
+    }
+    assert_eq!(
+        client.rate_limit().await.unwrap(),
+        set,
+        "bad limits change nothing"
+    );
+
+    // In process, and off again.
+    assert!(handle
+        .set_rate_limit(RateLimitConfig::per_second(f64::INFINITY))
+        .is_err());
+    handle.set_rate_limit(RateLimitConfig::default()).unwrap();
+    client.find_by_payment_id("pay_1", OK).await.unwrap();
+    let stats = handle.stats();
+    assert_eq!((stats.requests, stats.rate_limited), (23, 1));
+}
+
 #[test]
 fn fault_headers_and_probabilities_are_validated() {
     assert_eq!(parse_fault_header("none").unwrap(), []);
@@ -522,6 +745,7 @@ async fn the_subcommand_prints_its_port_and_serves() {
     let mut child = Child(
         std::process::Command::new(env!("CARGO_BIN_EXE_jobfence"))
             .args(["fake-provider", "--listen", "127.0.0.1:0", "--seed", "9"])
+            .args(["--rate-limit", "0.5", "--rate-limit-burst", "3"])
             .env("JOBFENCE_LOG", "warn")
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::null())
@@ -550,4 +774,183 @@ async fn the_subcommand_prints_its_port_and_serves() {
         .await
         .unwrap();
     assert_eq!(r.status, RefundStatus::Succeeded);
+    assert_eq!(
+        client.rate_limit().await.unwrap(),
+        RateLimitConfig {
+            rate_per_second: Some(0.5),
+            burst: Some(3)
+        },
+        "the flags set the limit"
+    );
+}
+
+// The Rust refund worker against a provider past its rate limit: it must
+// report the 429 with its Fail (provider_retry_after), so the coordinator
+// holds every worker's hand-outs for the provider (DESIGN.md rule 11).
+
+const WORKER_QUEUE: &str = "refunds";
+/// The provider's interval at 0.01 requests/s: a 429 asks for 100 s.
+const RETRY_AFTER: Duration = Duration::from_secs(100);
+
+/// A harness whose queue dispatches to the provider `fake` (a budget far
+/// above what the test spends), and a fake provider whose one-request
+/// burst is already spent, on a clock that stands still: its next `/v1`
+/// request is refused with a Retry-After of exactly [`RETRY_AFTER`].
+async fn throttling_provider() -> (
+    common::Harness,
+    JobAdminClient<tonic::transport::Channel>,
+    ProviderHandle,
+    ProviderClient,
+) {
+    let h = common::Harness::start().await;
+    let mut admin = JobAdminClient::connect(format!("http://{}", h.addr))
+        .await
+        .unwrap();
+    admin
+        .put_provider(PutProviderRequest {
+            name: "fake".into(),
+            budget: Some(ProviderBudget {
+                rate_per_second: 1000.0,
+                burst: 100,
+                ..ProviderBudget::default()
+            }),
+            queues: vec![WORKER_QUEUE.into()],
+            operator: "test".into(),
+            reason: "the fake provider's budget".into(),
+        })
+        .await
+        .expect("put the provider");
+    let (handle, client) = limited_provider(RateLimitConfig::per_second(0.01)).await;
+    client
+        .find_by_merchant_reference("someone-else", OK)
+        .await
+        .expect("the one request of the burst");
+    (h, admin, handle, client)
+}
+
+/// Claims the one due job with the SDK and lets the refund worker's handler
+/// handle it.
+async fn run_the_refund_worker(h: &common::Harness, provider: &ProviderClient) {
+    let worker = WorkerClient::connect(
+        format!("http://{}", h.addr),
+        WorkerConfig::new("rust-refund-worker", WORKER_QUEUE),
+    )
+    .await
+    .unwrap();
+    let mut jobs = worker.claim(1).await.expect("claim");
+    assert_eq!(jobs.len(), 1, "one job is due");
+    let handler = RefundHandler::new(provider.clone(), RefundTimings::default());
+    handler
+        .handle(&mut jobs[0])
+        .await
+        .expect("the handler writes back");
+}
+
+/// The provider's throttle as the coordinator stored it: reports received,
+/// and how long from now (database clock) it holds hand-outs.
+async fn stored_throttle(
+    h: &common::Harness,
+    admin: &mut JobAdminClient<tonic::transport::Channel>,
+) -> (u64, Duration) {
+    let listed = admin
+        .list_providers(ListProvidersRequest {})
+        .await
+        .unwrap()
+        .into_inner()
+        .providers;
+    assert_eq!(listed.len(), 1);
+    let held_us: i64 = sqlx::query_scalar(
+        "SELECT TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), throttled_until) FROM providers WHERE name = 'fake'",
+    )
+    .fetch_one(&h.pool)
+    .await
+    .expect("the provider is throttled");
+    (
+        listed[0].throttle_reports,
+        Duration::from_micros(u64::try_from(held_us).expect("in the future")),
+    )
+}
+
+/// How long from now (database clock) the job is due again.
+async fn due_in(h: &common::Harness, job_id: u64) -> Duration {
+    let us: i64 = sqlx::query_scalar(
+        "SELECT TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), run_at) FROM jobs WHERE id = ?",
+    )
+    .bind(job_id)
+    .fetch_one(&h.pool)
+    .await
+    .unwrap();
+    Duration::from_micros(u64::try_from(us).expect("due in the future"))
+}
+
+/// Within the time the test took since the Fail: `d` counts down from
+/// [`RETRY_AFTER`] on the database clock.
+fn about_retry_after(d: Duration) -> bool {
+    d <= RETRY_AFTER && d > RETRY_AFTER - Duration::from_secs(30)
+}
+
+const PAYLOAD: &str = r#"{"payment_id":"pay_1","amount":500,"currency":"twd"}"#;
+
+#[tokio::test]
+async fn the_refund_worker_reports_a_429_to_a_send_with_provider_retry_after() {
+    let (h, mut admin, handle, provider) = throttling_provider().await;
+    let job = h.enqueue(WORKER_QUEUE, "refund-pay_1-500", PAYLOAD).await;
+
+    run_the_refund_worker(&h, &provider).await;
+
+    // The send was refused before anything was done: the same send, later.
+    let row = h.row(job.job_id).await;
+    assert_eq!(
+        (row.state, row.next_action),
+        (JobState::Ready, NextAction::Execute)
+    );
+    assert!(
+        row.last_error.as_deref().unwrap_or("").contains("429"),
+        "{:?}",
+        row.last_error
+    );
+    let due = due_in(&h, job.job_id).await;
+    assert!(about_retry_after(due), "due again in {due:?}");
+    // The Fail carried the provider's Retry-After: the coordinator holds
+    // the provider's hand-outs for every worker until then.
+    let (reports, held) = stored_throttle(&h, &mut admin).await;
+    assert_eq!(reports, 1);
+    assert!(about_retry_after(held), "held for {held:?}");
+    assert_eq!(
+        provider
+            .ledger()
+            .await
+            .unwrap()
+            .by_merchant_reference("refund-pay_1-500")
+            .refunds,
+        0
+    );
+    assert_eq!(handle.stats().rate_limited, 1);
+    h.finish().await;
+}
+
+#[tokio::test]
+async fn the_refund_worker_reports_a_429_to_a_lookup_with_provider_retry_after() {
+    let (h, mut admin, handle, provider) = throttling_provider().await;
+    let job = h.enqueue(WORKER_QUEUE, "refund-pay_1-500", PAYLOAD).await;
+    // Its first worker vanished: the job comes back as a takeover, which
+    // reconciles first.
+    h.claim_one(WORKER_QUEUE, "vanished").await;
+    h.force_lease_expired(job.job_id).await;
+
+    run_the_refund_worker(&h, &provider).await;
+
+    let row = h.row(job.job_id).await;
+    assert_eq!(
+        (row.state, row.next_action, row.attempt),
+        (JobState::Ready, NextAction::Reconcile, 2),
+        "a lookup refused is a reconcile still to do, never a send"
+    );
+    let due = due_in(&h, job.job_id).await;
+    assert!(about_retry_after(due), "due again in {due:?}");
+    let (reports, held) = stored_throttle(&h, &mut admin).await;
+    assert_eq!(reports, 1);
+    assert!(about_retry_after(held), "held for {held:?}");
+    assert_eq!(handle.stats().rate_limited, 1);
+    h.finish().await;
 }

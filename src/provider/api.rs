@@ -1,17 +1,21 @@
-//! HTTP routes: the Stripe-style `/v1` refund API (where faults apply), the
-//! `/_admin` endpoints (never faulted) and `/healthz`.
+//! HTTP routes: the Stripe-style `/v1` refund API (where the rate limit and
+//! faults apply), the `/_admin` endpoints (never limited or faulted) and
+//! `/healthz`.
 
 use super::faults::{parse_fault_header, FaultConfig, FaultInjector, Faults, FAULT_HEADER};
+use super::limit::{RateLimitConfig, RateLimiter};
 use super::model::{ErrorBody, ErrorDetail, RefundList, RefundParams};
 use super::state::{Created, KeyReused, RefundBook};
 use axum::body::Bytes;
-use axum::extract::{Path, Query, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::extract::{Path, Query, Request, State};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Extension, Json, Router};
 use serde::Deserialize;
 use std::sync::Arc;
+use std::time::Duration;
 use tokio::sync::Notify;
 
 /// Request header carrying the idempotency key of a create.
@@ -19,6 +23,9 @@ pub const IDEMPOTENCY_KEY_HEADER: &str = "idempotency-key";
 /// Response header set to `true` when a create was answered from the
 /// idempotency record instead of making a refund.
 pub const IDEMPOTENT_REPLAYED_HEADER: &str = "idempotent-replayed";
+/// Response header of a `429`: how long to wait, in milliseconds (rounded
+/// up), next to the standard `Retry-After`, which has whole seconds only.
+pub const RETRY_AFTER_MS_HEADER: &str = "retry-after-ms";
 /// Longest idempotency key accepted (Stripe's limit).
 const MAX_KEY_LEN: usize = 255;
 
@@ -27,6 +34,7 @@ const MAX_KEY_LEN: usize = 255;
 pub(crate) struct AppState {
     pub(crate) book: RefundBook,
     pub(crate) faults: FaultInjector,
+    pub(crate) limit: RateLimiter,
 }
 
 /// Per-connection handle a handler uses to drop its own connection without
@@ -44,13 +52,52 @@ impl CutSignal {
 }
 
 pub(crate) fn router(state: Arc<AppState>) -> Router {
-    Router::new()
-        .route("/healthz", get(|| async { "ok" }))
+    // The limit is a layer in front of the handlers: a refused request never
+    // reaches one, so it cannot make a refund or record a key.
+    let v1 = Router::new()
         .route("/v1/refunds", get(list_refunds).post(create_refund))
         .route("/v1/refunds/{id}", get(get_refund))
+        .route_layer(middleware::from_fn_with_state(state.clone(), rate_limit));
+    Router::new()
+        .route("/healthz", get(|| async { "ok" }))
+        .merge(v1)
         .route("/_admin/ledger", get(ledger))
         .route("/_admin/faults", get(get_faults).put(put_faults))
+        .route("/_admin/stats", get(stats))
+        .route(
+            "/_admin/rate-limit",
+            get(get_rate_limit).put(put_rate_limit),
+        )
         .with_state(state)
+}
+
+/// Counts every `/v1` request and answers `429` past the rate limit, before
+/// the request's faults are drawn and before any work.
+async fn rate_limit(State(app): State<Arc<AppState>>, request: Request, next: Next) -> Response {
+    match app.limit.admit() {
+        Ok(()) => next.run(request).await,
+        Err(wait) => {
+            tracing::debug!(retry_after_ms = wait.as_millis() as u64, "rate limited");
+            too_many_requests(wait)
+        }
+    }
+}
+
+/// Stripe's answer past its rate limit, with how long to wait in whole
+/// seconds (`Retry-After`, rounded up) and in milliseconds.
+fn too_many_requests(wait: Duration) -> Response {
+    let ms = wait.as_nanos().div_ceil(1_000_000);
+    let secs = wait.as_nanos().div_ceil(1_000_000_000);
+    let mut response = error(
+        StatusCode::TOO_MANY_REQUESTS,
+        "invalid_request_error",
+        Some("rate_limit"),
+        format!("Too many requests: the rate limit was exceeded; retry after {ms} ms (nothing was done)"),
+    );
+    let headers = response.headers_mut();
+    headers.insert(header::RETRY_AFTER, HeaderValue::from(secs as u64));
+    headers.insert(RETRY_AFTER_MS_HEADER, HeaderValue::from(ms as u64));
+    response
 }
 
 fn error(status: StatusCode, error_type: &str, code: Option<&str>, message: String) -> Response {
@@ -252,6 +299,28 @@ async fn put_faults(State(app): State<Arc<AppState>>, body: Bytes) -> Response {
         Ok(()) => {
             tracing::info!(?config, "fault configuration replaced");
             Json(config).into_response()
+        }
+        Err(message) => invalid(message),
+    }
+}
+
+async fn stats(State(app): State<Arc<AppState>>) -> Response {
+    Json(app.limit.stats()).into_response()
+}
+
+async fn get_rate_limit(State(app): State<Arc<AppState>>) -> Response {
+    Json(app.limit.config()).into_response()
+}
+
+async fn put_rate_limit(State(app): State<Arc<AppState>>, body: Bytes) -> Response {
+    let config: RateLimitConfig = match serde_json::from_slice(&body) {
+        Ok(c) => c,
+        Err(e) => return invalid(format!("invalid rate limit: {e}")),
+    };
+    match app.limit.set_config(config) {
+        Ok(in_force) => {
+            tracing::info!(?in_force, "rate limit replaced");
+            Json(in_force).into_response()
         }
         Err(message) => invalid(message),
     }

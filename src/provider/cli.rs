@@ -1,6 +1,6 @@
 //! `jobfence fake-provider`: flags and the run loop.
 
-use super::{serve, Clock, FaultConfig, ProviderConfig};
+use super::{serve, Clock, FaultConfig, ProviderConfig, RateLimitConfig};
 use anyhow::Context;
 use clap::Args;
 use std::io::Write;
@@ -55,6 +55,19 @@ pub struct FakeProviderArgs {
     /// Read-after-write lag of the lag fault.
     #[arg(long, env = "JOBFENCE_PROVIDER_LAG", value_parser = humantime::parse_duration, default_value = "2s")]
     pub lag: Duration,
+    /// Requests per second the /v1 API accepts, creates and lookups
+    /// together (fractions allowed); past it, 429 with Retry-After. Off
+    /// unless set.
+    #[arg(long, env = "JOBFENCE_PROVIDER_RATE_LIMIT")]
+    pub rate_limit: Option<f64>,
+    /// Requests the rate limit lets through at once after a quiet spell;
+    /// default ceil(--rate-limit), at least 1.
+    #[arg(
+        long,
+        env = "JOBFENCE_PROVIDER_RATE_LIMIT_BURST",
+        requires = "rate_limit"
+    )]
+    pub rate_limit_burst: Option<u32>,
 }
 
 fn parse_probability(s: &str) -> Result<f64, String> {
@@ -85,6 +98,10 @@ impl FakeProviderArgs {
                 error_5xx: self.fault_error_5xx,
                 lag: self.fault_lag,
                 lag_ms: millis(self.lag),
+            },
+            rate_limit: RateLimitConfig {
+                rate_per_second: self.rate_limit,
+                burst: self.rate_limit_burst,
             },
             seed: self.seed,
             clock: Clock::new(),

@@ -1,14 +1,16 @@
 //! Typed client of the fake provider, for workers and the demo.
 //!
-//! Its errors say what a refund worker may conclude. Only two are proof that
-//! a create made no refund ([`ProviderError::Unavailable`],
-//! [`ProviderError::Rejected`]); every other failure is an unknown outcome,
-//! which the worker must turn into `reconcile`, never into "not refunded"
-//! (DESIGN.md rule 5).
+//! Its errors say what a refund worker may conclude. Only three are proof
+//! that a create made no refund ([`ProviderError::Unavailable`],
+//! [`ProviderError::RateLimited`], [`ProviderError::Rejected`]); every other
+//! failure is an unknown outcome, which the worker must turn into
+//! `reconcile`, never into "not refunded" (DESIGN.md rule 5).
 
 use super::faults::{FaultConfig, FaultKind, FAULT_HEADER};
+use super::limit::{ProviderStats, RateLimitConfig};
 use super::model::{ErrorBody, Ledger, Refund, RefundList, RefundParams};
-use super::IDEMPOTENCY_KEY_HEADER;
+use super::{IDEMPOTENCY_KEY_HEADER, RETRY_AFTER_MS_HEADER};
+use reqwest::header::{HeaderMap, RETRY_AFTER};
 use reqwest::{StatusCode, Url};
 use serde::de::DeserializeOwned;
 use std::net::SocketAddr;
@@ -44,7 +46,21 @@ pub enum ProviderError {
         /// The provider's message or the transport error.
         message: String,
     },
-    /// A 4xx: the provider refused the request. **No refund was made** by
+    /// A `429`: the provider's rate limit refused the request before doing
+    /// anything. **No refund was made** by this call; send it again with the
+    /// same idempotency key after `retry_after`, and tell the coordinator
+    /// (`FailRequest.provider_retry_after`), which holds every worker's
+    /// hand-outs for this provider until then.
+    #[error("rate limited by the provider (retry after {retry_after:?}): {message}")]
+    RateLimited {
+        /// How long the provider asked to wait: its `Retry-After-Ms` header,
+        /// else `Retry-After` (delta-seconds); `None` if it sent neither (or
+        /// an HTTP date, which this client does not read).
+        retry_after: Option<Duration>,
+        /// The provider's message.
+        message: String,
+    },
+    /// Any other 4xx: the provider refused the request. **No refund was made** by
     /// this call (`idempotency_error`: the key already belongs to a refund
     /// with other parameters, which this call did not change).
     #[error("rejected with {status} {error_type}: {message}")]
@@ -147,7 +163,7 @@ impl ProviderClient {
         &self,
         request: reqwest::RequestBuilder,
         timeout: Duration,
-    ) -> Result<(StatusCode, Vec<u8>), ProviderError> {
+    ) -> Result<Answer, ProviderError> {
         let request = match &self.fault_header {
             Some(value) => request.header(FAULT_HEADER, value),
             None => request,
@@ -173,8 +189,7 @@ impl ProviderClient {
             .post(self.url(&["v1", "refunds"]))
             .header(IDEMPOTENCY_KEY_HEADER, idempotency_key)
             .json(params);
-        let (status, body) = self.send(request, timeout).await?;
-        decode(status, &body)
+        decode(self.send(request, timeout).await?)
     }
 
     /// `GET /v1/refunds/{id}`. `Ok(None)`: the provider does not show it
@@ -185,15 +200,15 @@ impl ProviderClient {
         timeout: Duration,
     ) -> Result<Option<Refund>, ProviderError> {
         let request = self.http.get(self.url(&["v1", "refunds", id]));
-        let (status, body) = self.send(request, timeout).await?;
-        if status == StatusCode::NOT_FOUND {
-            let missing = serde_json::from_slice::<ErrorBody>(&body)
+        let answer = self.send(request, timeout).await?;
+        if answer.status == StatusCode::NOT_FOUND {
+            let missing = serde_json::from_slice::<ErrorBody>(&answer.body)
                 .is_ok_and(|b| b.error.code.as_deref() == Some("resource_missing"));
             if missing {
                 return Ok(None);
             }
         }
-        decode(status, &body).map(Some)
+        decode(answer).map(Some)
     }
 
     /// `GET /v1/refunds?merchant_reference=…`: the reconcile lookup, newest
@@ -223,8 +238,7 @@ impl ProviderClient {
         timeout: Duration,
     ) -> Result<Vec<Refund>, ProviderError> {
         let request = self.http.get(self.url(&["v1", "refunds"])).query(query);
-        let (status, body) = self.send(request, timeout).await?;
-        decode::<RefundList>(status, &body).map(|l| l.data)
+        decode::<RefundList>(self.send(request, timeout).await?).map(|l| l.data)
     }
 
     /// `GET /_admin/ledger`: the money actually moved (never faulted or
@@ -246,14 +260,41 @@ impl ProviderClient {
             .await
     }
 
+    /// `GET /_admin/stats`: requests counted, refused by the rate limit,
+    /// and the peak per second.
+    pub async fn stats(&self) -> Result<ProviderStats, ProviderError> {
+        self.admin(self.http.get(self.url(&["_admin", "stats"])))
+            .await
+    }
+
+    /// `GET /_admin/rate-limit`.
+    pub async fn rate_limit(&self) -> Result<RateLimitConfig, ProviderError> {
+        self.admin(self.http.get(self.url(&["_admin", "rate-limit"])))
+            .await
+    }
+
+    /// `PUT /_admin/rate-limit`: replaces the rate limit (the budget starts
+    /// full again); returns the one in force.
+    pub async fn set_rate_limit(
+        &self,
+        limit: &RateLimitConfig,
+    ) -> Result<RateLimitConfig, ProviderError> {
+        self.admin(
+            self.http
+                .put(self.url(&["_admin", "rate-limit"]))
+                .json(limit),
+        )
+        .await
+    }
+
     /// `GET /healthz`: `Ok` once the provider serves.
     pub async fn health(&self) -> Result<(), ProviderError> {
         let request = self.http.get(self.url(&["healthz"]));
-        let (status, body) = exchange(request, ADMIN_TIMEOUT).await?;
-        if status.is_success() {
+        let answer = exchange(request, ADMIN_TIMEOUT).await?;
+        if answer.status.is_success() {
             Ok(())
         } else {
-            Err(rejection(status, &body))
+            Err(rejection(answer))
         }
     }
 
@@ -262,39 +303,80 @@ impl ProviderClient {
         &self,
         request: reqwest::RequestBuilder,
     ) -> Result<T, ProviderError> {
-        let (status, body) = exchange(request, ADMIN_TIMEOUT).await?;
-        decode(status, &body)
+        decode(exchange(request, ADMIN_TIMEOUT).await?)
     }
+}
+
+/// A complete answer, whatever its status.
+struct Answer {
+    status: StatusCode,
+    body: Vec<u8>,
+    /// From `Retry-After-Ms`, else `Retry-After` (delta-seconds).
+    retry_after: Option<Duration>,
 }
 
 async fn exchange(
     request: reqwest::RequestBuilder,
     timeout: Duration,
-) -> Result<(StatusCode, Vec<u8>), ProviderError> {
+) -> Result<Answer, ProviderError> {
     let response = request.timeout(timeout).send().await.map_err(transport)?;
     let status = response.status();
+    let retry_after = retry_after(response.headers());
     let body = response.bytes().await.map_err(transport)?;
-    Ok((status, body.to_vec()))
+    Ok(Answer {
+        status,
+        body: body.to_vec(),
+        retry_after,
+    })
 }
 
-fn decode<T: DeserializeOwned>(status: StatusCode, body: &[u8]) -> Result<T, ProviderError> {
-    if !status.is_success() {
-        return Err(rejection(status, body));
+/// The wait a provider asked for: `Retry-After-Ms` (milliseconds, this
+/// fake's precise one) if present, else `Retry-After` as delta-seconds.
+fn retry_after(headers: &HeaderMap) -> Option<Duration> {
+    let number = |name| {
+        headers
+            .get(name)?
+            .to_str()
+            .ok()?
+            .trim()
+            .parse::<f64>()
+            .ok()
+            .filter(|n| n.is_finite() && *n >= 0.0)
+    };
+    number(RETRY_AFTER_MS_HEADER)
+        .map(|ms| ms / 1000.0)
+        .or_else(|| number(RETRY_AFTER.as_str()))
+        .and_then(|secs| Duration::try_from_secs_f64(secs).ok())
+}
+
+fn decode<T: DeserializeOwned>(answer: Answer) -> Result<T, ProviderError> {
+    if !answer.status.is_success() {
+        return Err(rejection(answer));
     }
-    serde_json::from_slice(body).map_err(|e| ProviderError::Decode {
+    serde_json::from_slice(&answer.body).map_err(|e| ProviderError::Decode {
         message: e.to_string(),
     })
 }
 
-fn rejection(status: StatusCode, body: &[u8]) -> ProviderError {
-    let detail = serde_json::from_slice::<ErrorBody>(body)
+fn rejection(answer: Answer) -> ProviderError {
+    let Answer {
+        status,
+        body,
+        retry_after,
+    } = answer;
+    let detail = serde_json::from_slice::<ErrorBody>(&body)
         .ok()
         .map(|b| b.error);
     let message = detail.as_ref().map_or_else(
-        || String::from_utf8_lossy(body).into_owned(),
+        || String::from_utf8_lossy(&body).into_owned(),
         |d| d.message.clone(),
     );
-    if status.is_server_error() {
+    if status == StatusCode::TOO_MANY_REQUESTS {
+        ProviderError::RateLimited {
+            retry_after,
+            message,
+        }
+    } else if status.is_server_error() {
         ProviderError::Unavailable {
             status: Some(status.as_u16()),
             message,

@@ -6,6 +6,7 @@ use super::api::{self, AppState, CutSignal};
 use super::client::ProviderClient;
 use super::clock::Clock;
 use super::faults::FaultInjector;
+use super::limit::{ProviderStats, RateLimitConfig, RateLimiter};
 use super::state::RefundBook;
 use super::ProviderConfig;
 use axum::Router;
@@ -31,7 +32,15 @@ pub async fn serve(
     config: ProviderConfig,
     shutdown: impl Future<Output = ()> + Send,
 ) -> io::Result<()> {
-    let router = api::router(Arc::new(app_state(config)?));
+    serve_app(listener, Arc::new(app_state(config)?), shutdown).await
+}
+
+async fn serve_app(
+    listener: TcpListener,
+    app: Arc<AppState>,
+    shutdown: impl Future<Output = ()> + Send,
+) -> io::Result<()> {
+    let router = api::router(app);
     // Dropped on return, which ends every connection task.
     let (_stop_tx, stop_rx) = watch::channel(());
     tokio::pin!(shutdown);
@@ -59,6 +68,7 @@ fn app_state(config: ProviderConfig) -> io::Result<AppState> {
     Ok(AppState {
         book: RefundBook::new(config.settlement(), config.clock.clone(), config.seed),
         faults: FaultInjector::new(config.faults, config.seed),
+        limit: RateLimiter::new(config.rate_limit, config.clock.clone()),
     })
 }
 
@@ -90,6 +100,7 @@ async fn serve_connection(stream: TcpStream, router: Router, mut stop: watch::Re
 pub struct ProviderHandle {
     addr: SocketAddr,
     clock: Clock,
+    app: Arc<AppState>,
     task: JoinHandle<io::Result<()>>,
 }
 
@@ -102,12 +113,15 @@ pub async fn spawn(config: ProviderConfig) -> io::Result<ProviderHandle> {
     let listener = TcpListener::bind(("127.0.0.1", 0)).await?;
     let addr = listener.local_addr()?;
     let clock = config.clock.clone();
-    // Validate here so a bad config fails the call, not the task.
-    config
-        .validate()
-        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
-    let task = tokio::spawn(serve(listener, config, std::future::pending()));
-    Ok(ProviderHandle { addr, clock, task })
+    // Built (and validated) here so a bad config fails the call, not the task.
+    let app = Arc::new(app_state(config)?);
+    let task = tokio::spawn(serve_app(listener, app.clone(), std::future::pending()));
+    Ok(ProviderHandle {
+        addr,
+        clock,
+        app,
+        task,
+    })
 }
 
 impl ProviderHandle {
@@ -127,9 +141,23 @@ impl ProviderHandle {
     }
 
     /// The provider's clock; [`Clock::advance`] moves its retention,
-    /// settlement and lag forward.
+    /// settlement, lag and rate limit forward.
     pub fn clock(&self) -> &Clock {
         &self.clock
+    }
+
+    /// What it counted so far: requests, those refused by the rate limit,
+    /// the peak per second (as `GET /_admin/stats`).
+    pub fn stats(&self) -> ProviderStats {
+        self.app.limit.stats()
+    }
+
+    /// Replaces the rate limit (as `PUT /_admin/rate-limit`) and returns
+    /// the one in force; the budget starts full again.
+    ///
+    /// Errors: an invalid limit (see [`RateLimitConfig::validate`]).
+    pub fn set_rate_limit(&self, limit: RateLimitConfig) -> Result<RateLimitConfig, String> {
+        self.app.limit.set_config(limit)
     }
 
     /// Stops the provider and waits for its accept loop to end.

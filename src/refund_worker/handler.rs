@@ -2,8 +2,12 @@
 //! client. Every decision follows the seed: an unknown outcome is
 //! reconciled, never taken for "not refunded"; "not found" at the provider
 //! is not proof, so a resend is only *asked for* (Fail with RETRY_EXECUTE)
-//! and the coordinator allows it only inside the resend window.
+//! and the coordinator allows it only inside the resend window. A `429`
+//! from the provider is reported with the Fail (`provider_retry_after`), so
+//! the coordinator holds every worker's hand-outs for that provider until
+//! its Retry-After (DESIGN.md rule 11): no worker keeps a rate limiter.
 
+use crate::domain::budget::MAX_PROVIDER_RETRY_AFTER;
 use crate::provider::{ProviderClient, ProviderError, Refund, RefundParams, RefundStatus};
 use jobfence_worker::proto::{NextAction, ObservationOutcome};
 use jobfence_worker::{ClaimedJob, Disposition, Handler, HandlerError, WriteError};
@@ -55,6 +59,30 @@ pub struct RefundHandler {
 enum Outcome {
     Complete(Refund),
     Fail(Disposition, String, Duration),
+    /// The provider pushed back (429) and did nothing: Fail with this
+    /// disposition, due again after the Retry-After, which is also reported
+    /// to the coordinator as `provider_retry_after`.
+    Throttled(Disposition, String, Duration),
+}
+
+/// The Retry-After assumed when a 429 came without one.
+const DEFAULT_RETRY_AFTER: Duration = Duration::from_secs(1);
+
+/// A 429 to a call whose job would be disposed of with `disposition`: the
+/// provider did nothing, so the job goes back as it was, due after the
+/// provider's Retry-After (clamped to what the coordinator accepts).
+fn throttled(disposition: Disposition, call: &str, retry_after: Option<Duration>) -> Outcome {
+    let wait = retry_after
+        .unwrap_or(DEFAULT_RETRY_AFTER)
+        .clamp(Duration::from_millis(1), MAX_PROVIDER_RETRY_AFTER);
+    Outcome::Throttled(
+        disposition,
+        format!(
+            "provider rate limit (429) on the {call}: nothing was done; retry after {}",
+            humantime::format_duration(wait)
+        ),
+        wait,
+    )
 }
 
 impl RefundHandler {
@@ -95,6 +123,10 @@ impl RefundHandler {
         let t = &self.timings;
         match sent {
             Ok(refund) => self.settled(refund),
+            // Refused before anything was done: the same send, later.
+            Err(ProviderError::RateLimited { retry_after, .. }) => {
+                throttled(Disposition::RetryExecute, "send", retry_after)
+            }
             Err(e) if e.refund_may_exist() => Outcome::Fail(
                 Disposition::RetryReconcile,
                 format!("outcome unknown, reconcile: {e}"),
@@ -122,6 +154,9 @@ impl RefundHandler {
             .await
         {
             Ok(found) => found,
+            Err(ProviderError::RateLimited { retry_after, .. }) => {
+                return throttled(Disposition::RetryReconcile, "lookup", retry_after)
+            }
             Err(e) => {
                 return Outcome::Fail(
                     Disposition::RetryReconcile,
@@ -159,25 +194,33 @@ impl RefundHandler {
 
     /// Evidence handed over with the claim (a late success of a stale
     /// worker, a webhook): verified with the provider before it is used.
-    async fn verified_evidence(&self, job: &ClaimedJob) -> Option<Refund> {
+    /// `Err(retry_after)`: the provider's rate limit refused a lookup; ask
+    /// it nothing more for this job now.
+    async fn verified_evidence(
+        &self,
+        job: &ClaimedJob,
+    ) -> Result<Option<Refund>, Option<Duration>> {
         for o in job.observations().iter().rev() {
             if o.outcome != ObservationOutcome::Succeeded as i32 || o.provider_reference.is_empty()
             {
                 continue;
             }
-            if let Ok(Some(r)) = self
+            match self
                 .provider
                 .get_refund(&o.provider_reference, self.timings.provider_timeout)
                 .await
             {
-                if r.status == RefundStatus::Succeeded
-                    && r.merchant_reference == job.operation_key()
+                Ok(Some(r))
+                    if r.status == RefundStatus::Succeeded
+                        && r.merchant_reference == job.operation_key() =>
                 {
-                    return Some(r);
+                    return Ok(Some(r));
                 }
+                Err(ProviderError::RateLimited { retry_after, .. }) => return Err(retry_after),
+                _ => {}
             }
         }
-        None
+        Ok(None)
     }
 
     fn settled(&self, refund: Refund) -> Outcome {
@@ -202,9 +245,15 @@ impl Handler for RefundHandler {
         let outcome = match Self::params(job) {
             Err(why) => Outcome::Fail(Disposition::ManualReview, why, Duration::ZERO),
             Ok(params) => match self.verified_evidence(job).await {
-                Some(refund) => Outcome::Complete(refund),
-                None if job.next_action() == NextAction::Reconcile => self.reconcile(job).await,
-                None => self.execute(job, &params).await,
+                Ok(Some(refund)) => Outcome::Complete(refund),
+                // Nothing was sent yet: the job goes back with its own next
+                // action.
+                Err(retry_after) if job.next_action() == NextAction::Reconcile => {
+                    throttled(Disposition::RetryReconcile, "lookup", retry_after)
+                }
+                Err(retry_after) => throttled(Disposition::RetryExecute, "lookup", retry_after),
+                Ok(None) if job.next_action() == NextAction::Reconcile => self.reconcile(job).await,
+                Ok(None) => self.execute(job, &params).await,
             },
         };
         let written = match outcome {
@@ -215,6 +264,17 @@ impl Handler for RefundHandler {
                     .map(|_| ())
             }
             Outcome::Fail(d, why, delay) => job.fail(d, &why, delay).await.map(|_| ()),
+            Outcome::Throttled(d, why, retry_after) => {
+                tracing::info!(
+                    job_id = job.job_id(),
+                    attempt = job.attempt(),
+                    retry_after_ms = retry_after.as_millis() as u64,
+                    "provider rate limit: reporting its retry-after"
+                );
+                job.fail_throttled(d, &why, retry_after, retry_after)
+                    .await
+                    .map(|_| ())
+            }
         };
         match written {
             Ok(()) => Ok(()),

@@ -7,7 +7,7 @@ import enum
 import hashlib
 import random
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Tuple
+from typing import Any, Callable, Dict, Optional, Tuple
 
 from google.protobuf import duration_pb2
 
@@ -127,10 +127,14 @@ def complete_request(job_id: int, attempt: int, provider_reference: str,
 
 
 def fail_request(job_id: int, attempt: int, disposition: Disposition, error: str,
-                 retry_delay_seconds: float) -> pb.FailRequest:
-    return pb.FailRequest(job_id=job_id, attempt=attempt,
-                          disposition=pb.FailDisposition.Value(disposition.value), error=error,
-                          retry_delay=duration(retry_delay_seconds))
+                 retry_delay_seconds: float,
+                 provider_retry_after_seconds: Optional[float] = None) -> pb.FailRequest:
+    request = pb.FailRequest(job_id=job_id, attempt=attempt,
+                             disposition=pb.FailDisposition.Value(disposition.value), error=error,
+                             retry_delay=duration(retry_delay_seconds))
+    if provider_retry_after_seconds is not None:
+        request.provider_retry_after.CopyFrom(duration(provider_retry_after_seconds))
+    return request
 
 
 def renew_request(job_id: int, attempt: int, lease_seconds: float) -> pb.RenewLeaseRequest:

@@ -145,10 +145,18 @@ class AsyncClaimedJob(_wire.HandleBase):
         return Written(response.replayed, response.job)
 
     async def fail(self, disposition: Disposition, error: str,
-                   retry_delay_seconds: float = 0.0) -> FailWritten:
-        """Reports a failure; see ``Disposition``. ``error`` is required."""
+                   retry_delay_seconds: float = 0.0, *,
+                   provider_retry_after_seconds: Optional[float] = None) -> FailWritten:
+        """Reports a failure; see ``Disposition``. ``error`` is required.
+
+        ``provider_retry_after_seconds``: set it when the provider pushed
+        back (HTTP 429, or 503 with Retry-After) to how long it asked to
+        wait (positive, at most 24 h). The coordinator then hands out
+        nothing for the provider until then, on every coordinator, so the
+        other workers stop hitting it too; the job is disposed of as asked
+        (a throttled send was not processed: ``RETRY_EXECUTE``)."""
         request = _wire.fail_request(self.job_id, self._attempt, disposition, error,
-                                     retry_delay_seconds)
+                                     retry_delay_seconds, provider_retry_after_seconds)
         response = await self._client._call("Fail", request, retryable_write)
         self.job = response.job
         return _wire.fail_written(response)

@@ -16,6 +16,11 @@ The rules it follows:
   * RECONCILE: look the refund up by merchant reference. Succeeded ->
     Complete; pending -> reconcile again later; not found -> ask for a
     resend, which the coordinator allows only inside the resend window.
+  * A 429 (the provider's rate limit) did nothing: Fail with the same next
+    action (RETRY_EXECUTE for a send, RETRY_RECONCILE for a lookup), due
+    after the Retry-After, and report that Retry-After as
+    provider_retry_after so the coordinator holds every worker's hand-outs
+    for the provider until then. No client-side rate limiter.
   * A refused write (AttemptSuperseded, JobNotRunning) means someone else
     holds the job: stop; the client keeps any provider result as evidence.
 """
@@ -23,6 +28,7 @@ The rules it follows:
 import argparse
 import json
 import logging
+import math
 import signal
 import socket
 import sys
@@ -57,6 +63,39 @@ class Refused(Exception):
     """A 4xx: the provider refused the request; nothing was done."""
 
 
+class Throttled(Exception):
+    """A 429: the provider's rate limit refused the request; nothing was
+    done. ``retry_after``: seconds it asked to wait."""
+
+    def __init__(self, message, retry_after):
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+# A 429 without Retry-After counts as this (seconds); the coordinator
+# accepts at most 24 h.
+DEFAULT_RETRY_AFTER = 1.0
+MAX_RETRY_AFTER = 24 * 3600.0
+
+
+def retry_after_seconds(headers):
+    """The wait a 429 asked for: Retry-After-Ms (the fake provider's precise
+    one), else Retry-After as delta-seconds, else DEFAULT_RETRY_AFTER;
+    clamped to what the coordinator accepts."""
+    wait = None
+    for name, scale in (("Retry-After-Ms", 0.001), ("Retry-After", 1.0)):
+        try:
+            value = float(headers.get(name, ""))
+        except (TypeError, ValueError):
+            continue
+        if math.isfinite(value) and value >= 0:
+            wait = value * scale
+            break
+    if wait is None:
+        wait = DEFAULT_RETRY_AFTER
+    return min(max(wait, 0.001), MAX_RETRY_AFTER)
+
+
 class Provider:
     def __init__(self, base_url, timeout):
         self.base = base_url.rstrip("/") + "/"
@@ -67,6 +106,8 @@ class Provider:
             with urllib.request.urlopen(req, timeout=self.timeout) as resp:
                 return json.loads(resp.read().decode())
         except urllib.error.HTTPError as e:
+            if e.code == 429:
+                raise Throttled("HTTP 429", retry_after_seconds(e.headers)) from None
             if e.code >= 500:
                 raise NothingDone("HTTP %d" % e.code) from None
             raise Refused("HTTP %d: %s" % (e.code, e.read().decode(errors="replace"))) from None
@@ -88,8 +129,16 @@ class Provider:
         return self._send(urllib.request.Request(self.base + "v1/refunds?" + query))["data"]
 
 
+def throttled(disposition, call, err):
+    why = "provider rate limit (429) on the %s: nothing was done; retry after %gs" % (
+        call, err.retry_after)
+    return "throttled", (disposition, why, err.retry_after)
+
+
 def decide(job, provider):
-    """(action, argument): ("complete", refund) or ("fail", (disposition, why, delay))."""
+    """(action, argument): ("complete", refund), ("fail", (disposition, why,
+    delay)), or ("throttled", (disposition, why, retry_after)) when the
+    provider's rate limit refused the call."""
     try:
         p = json.loads(job.payload)
         params = {"payment_id": p["payment_id"], "amount": p["amount"],
@@ -100,6 +149,8 @@ def decide(job, provider):
     if job.next_action == "NEXT_ACTION_RECONCILE":
         try:
             found = provider.find_by_merchant_reference(job.operation_key)
+        except Throttled as e:
+            return throttled(Disposition.RETRY_RECONCILE, "lookup", e)
         except (Unknown, NothingDone, Refused) as e:
             return "fail", (Disposition.RETRY_RECONCILE, "lookup failed: %s" % e, 1.0)
         done = [r for r in found if r["status"] == "succeeded"]
@@ -114,6 +165,9 @@ def decide(job, provider):
 
     try:
         refund = provider.create_refund(job.operation_key, params)
+    except Throttled as e:
+        # Refused before anything was done: the same send, later.
+        return throttled(Disposition.RETRY_EXECUTE, "send", e)
     except Unknown as e:
         return "fail", (Disposition.RETRY_RECONCILE, "outcome unknown, reconcile: %s" % e, 1.0)
     except NothingDone as e:
@@ -133,6 +187,12 @@ def handle(job, provider):
         if action == "complete":
             job.complete(arg["id"], json.dumps(arg))
             log.info("job %s attempt %s completed with %s", job.job_id, job.attempt, arg["id"])
+        elif action == "throttled":
+            disposition, why, retry_after = arg
+            out = job.fail(disposition, why, retry_after,
+                           provider_retry_after_seconds=retry_after)
+            log.info("job %s attempt %s: %s -> %s %s", job.job_id, job.attempt, why,
+                     out.applied.name, out.override_reason)
         else:
             disposition, why, delay = arg
             out = job.fail(disposition, why, delay)

@@ -324,11 +324,21 @@ class ClaimedJob {
     return { replayed: response.replayed, job: response.job };
   }
 
-  /** Reports a failure with a Disposition; `error` is required. */
-  async fail(disposition, error, retryDelaySeconds = 0) {
+  /**
+   * Reports a failure with a Disposition; `error` is required. Set
+   * `providerRetryAfterSeconds` when the provider pushed back (HTTP 429, or
+   * 503 with Retry-After) to how long it asked to wait (positive, at most
+   * 24 h): the coordinator then hands out nothing for the provider until
+   * then, on every coordinator; the job is disposed of as asked (a
+   * throttled send was not processed: RETRY_EXECUTE).
+   */
+  async fail(disposition, error, retryDelaySeconds = 0, { providerRetryAfterSeconds } = {}) {
     const request = {
       jobId: this.jobId, attempt: this.attempt, disposition, error, retryDelay: duration(retryDelaySeconds),
     };
+    if (providerRetryAfterSeconds !== undefined && providerRetryAfterSeconds !== null) {
+      request.providerRetryAfter = duration(providerRetryAfterSeconds);
+    }
     let response;
     try {
       response = await this.client.call('Fail', request, errors.retryableWrite);

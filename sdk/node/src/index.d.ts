@@ -91,6 +91,10 @@ export interface WorkerClientOptions {
 }
 
 export interface Written { replayed: boolean; job: Job }
+export interface FailOptions {
+  /** The provider's Retry-After, seconds; sent as FailRequest.provider_retry_after. Unset: not sent. */
+  providerRetryAfterSeconds?: number;
+}
 export interface FailWritten extends Written { applied: DispositionValue; overrideReason: string }
 export interface Recorded { observation: Observation; duplicate: boolean }
 
@@ -125,7 +129,13 @@ export declare class ClaimedJob {
   /** True once a write told this handle it no longer holds the job. */
   readonly settled: boolean;
   complete(providerReference: string, result?: string): Promise<Written>;
-  fail(disposition: DispositionValue, error: string, retryDelaySeconds?: number): Promise<FailWritten>;
+  /**
+   * Reports a failure. Set `providerRetryAfterSeconds` when the provider
+   * pushed back (HTTP 429, or 503 with Retry-After) to how long it asked to
+   * wait (positive, at most 24 h): the coordinator then hands out nothing
+   * for the provider until then, on every coordinator.
+   */
+  fail(disposition: DispositionValue, error: string, retryDelaySeconds?: number, options?: FailOptions): Promise<FailWritten>;
   renewLease(leaseSeconds: number): Promise<Written>;
   recordObservation(outcome: ObservationOutcome, providerReference: string, body: string, dedupKey: string): Promise<Recorded>;
 }

@@ -12,7 +12,12 @@
 // or a cut connection is an unknown outcome (reconcile, never "not
 // refunded"); a 503 did nothing (ask for a resend). RECONCILE looks the
 // refund up: succeeded -> Complete; pending -> reconcile later; not found ->
-// ask for a resend, which the coordinator allows only inside its window.
+// ask for a resend, which the coordinator allows only inside its window. A
+// 429 (the provider's rate limit) did nothing: fail with the same next action
+// (RETRY_EXECUTE for a send, RETRY_RECONCILE for a lookup), due after the
+// Retry-After, and report it as provider_retry_after so the coordinator holds
+// every worker's hand-outs for the provider until then. No client-side rate
+// limiter.
 
 const { parseArgs } = require('node:util');
 const {
@@ -22,6 +27,36 @@ const {
 class Unknown extends Error {}
 class NothingDone extends Error {}
 class Refused extends Error {}
+/** A 429: the provider's rate limit refused the request; nothing was done. */
+class Throttled extends Error {
+  constructor(message, retryAfterSeconds) {
+    super(message);
+    this.retryAfterSeconds = retryAfterSeconds;
+  }
+}
+
+// A 429 without Retry-After counts as this (seconds); the coordinator
+// accepts at most 24 h.
+const DEFAULT_RETRY_AFTER = 1;
+const MAX_RETRY_AFTER = 24 * 3600;
+
+/**
+ * The wait a 429 asked for, seconds: Retry-After-Ms (the fake provider's
+ * precise one), else Retry-After as delta-seconds, else DEFAULT_RETRY_AFTER;
+ * clamped to what the coordinator accepts. `headers`: a fetch Headers.
+ */
+function retryAfterSeconds(headers) {
+  let wait = DEFAULT_RETRY_AFTER;
+  for (const [name, scale] of [['retry-after-ms', 0.001], ['retry-after', 1]]) {
+    const raw = headers.get(name);
+    const value = raw === null || raw.trim() === '' ? NaN : Number(raw);
+    if (Number.isFinite(value) && value >= 0) {
+      wait = value * scale;
+      break;
+    }
+  }
+  return Math.min(Math.max(wait, 0.001), MAX_RETRY_AFTER);
+}
 
 function log(...words) {
   process.stderr.write(`${new Date().toISOString()} ${words.join(' ')}\n`);
@@ -49,6 +84,7 @@ class Provider {
     } catch (err) {
       throw new Unknown(`body cut: ${err.message}`);
     }
+    if (response.status === 429) throw new Throttled('HTTP 429', retryAfterSeconds(response.headers));
     if (response.status >= 500) throw new NothingDone(`HTTP ${response.status}`);
     if (response.status >= 400) throw new Refused(`HTTP ${response.status}: ${text}`);
     try {
@@ -72,7 +108,16 @@ class Provider {
   }
 }
 
-/** ['complete', refund] or ['fail', [disposition, why, delaySeconds]]. */
+function throttled(disposition, call, err) {
+  const why = `provider rate limit (429) on the ${call}: nothing was done; retry after ${err.retryAfterSeconds}s`;
+  return ['throttled', [disposition, why, err.retryAfterSeconds]];
+}
+
+/**
+ * ['complete', refund], ['fail', [disposition, why, delaySeconds]], or
+ * ['throttled', [disposition, why, retryAfterSeconds]] when the provider's
+ * rate limit refused the call.
+ */
 async function decide(job, provider) {
   let params;
   try {
@@ -87,6 +132,7 @@ async function decide(job, provider) {
     try {
       found = await provider.findByMerchantReference(job.operationKey);
     } catch (err) {
+      if (err instanceof Throttled) return throttled(Disposition.RETRY_RECONCILE, 'lookup', err);
       return ['fail', [Disposition.RETRY_RECONCILE, `lookup failed: ${err.message}`, 1]];
     }
     const done = found.filter((r) => r.status === 'succeeded');
@@ -99,6 +145,8 @@ async function decide(job, provider) {
   try {
     refund = await provider.createRefund(job.operationKey, params);
   } catch (err) {
+    // Refused before anything was done: the same send, later.
+    if (err instanceof Throttled) return throttled(Disposition.RETRY_EXECUTE, 'send', err);
     if (err instanceof NothingDone) return ['fail', [Disposition.RETRY_EXECUTE, `provider did nothing: ${err.message}`, 0.5]];
     if (err instanceof Refused) return ['fail', [Disposition.MANUAL_REVIEW, `provider refused: ${err.message}`, 0]];
     return ['fail', [Disposition.RETRY_RECONCILE, `outcome unknown, reconcile: ${err.message}`, 1]];
@@ -114,6 +162,10 @@ async function handle(job, provider) {
     if (action === 'complete') {
       await job.complete(arg.id, JSON.stringify(arg));
       log(`job ${job.jobId} attempt ${job.attempt} completed with ${arg.id}`);
+    } else if (action === 'throttled') {
+      const [disposition, why, retryAfter] = arg;
+      const out = await job.fail(disposition, why, retryAfter, { providerRetryAfterSeconds: retryAfter });
+      log(`job ${job.jobId} attempt ${job.attempt}: ${why} -> ${out.applied} ${out.overrideReason}`);
     } else {
       const [disposition, why, delay] = arg;
       const out = await job.fail(disposition, why, delay);
@@ -175,4 +227,6 @@ if (require.main === module) {
   });
 }
 
-module.exports = { decide, Provider };
+module.exports = {
+  decide, handle, Provider, Throttled, retryAfterSeconds, DEFAULT_RETRY_AFTER, MAX_RETRY_AFTER,
+};
