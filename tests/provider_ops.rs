@@ -27,9 +27,14 @@ use support_security::Secure;
 /// Runs `jobfence GROUP [ARGS…]` as the operator `alice` (her token, the
 /// coordinator's CA); returns what it printed, or its error text.
 async fn cli(s: &Secure, args: &[&str]) -> Result<String, String> {
+    cli_as(s, "alice", args).await
+}
+
+/// [`cli`] with the token of `caller`.
+async fn cli_as(s: &Secure, caller: &str, args: &[&str]) -> Result<String, String> {
     let endpoint = format!("https://{}", s.addr);
     let ca = s.files.ca.display().to_string();
-    let token = s.files.token("alice").display().to_string();
+    let token = s.files.token(caller).display().to_string();
     let mut argv = vec!["jobfence", args[0]];
     argv.extend_from_slice(&[
         "--endpoint",
@@ -595,6 +600,20 @@ async fn bad_provider_input_names_each_flag_and_writes_nothing() {
         "{taken}"
     );
     assert_eq!(policy_rows(&s).await, (1, 1, 1));
+
+    // Every provider call is an operator's: a worker may not even list.
+    for args in [
+        &["providers", "list"][..],
+        &["providers", "pause", "psp", "--reason", "mine now"],
+        &["queue-policies", "list"],
+    ] {
+        let denied = cli_as(&s, "refunds-worker", args).await.unwrap_err();
+        assert!(
+            denied.starts_with("PermissionDenied ROLE_NOT_ALLOWED"),
+            "{args:?}: {denied}"
+        );
+    }
+    assert_eq!(policy_rows(&s).await, (1, 1, 1));
     s.stop().await;
 }
 
@@ -735,6 +754,10 @@ async fn the_console_shows_providers_and_pauses_one_as_its_operator() {
         page.contains(r#"<tr data-queue="refunds"><td><a href="/jobs?queue=refunds">refunds</a></td><td>psp</td><td>24h</td><td class="num">3</td>"#),
         "{page}"
     );
+
+    // No GET changes anything.
+    let (status, _) = b.get("/providers/psp/pause").await;
+    assert_eq!(status, reqwest::StatusCode::METHOD_NOT_ALLOWED);
 
     // A post whose field does not match the browser's cookie is refused.
     let before = policy_rows(&s).await;
