@@ -1,8 +1,11 @@
 //! Operator commands: `jobfence jobs list|show|resolve|cancel`,
-//! `jobfence stats` and `jobfence events list|watch`. They talk gRPC to a
-//! running coordinator (JobAdmin, JobEvents), print human-readable tables by
-//! default and JSON with `--json`. A refusal is printed with its ErrorInfo
-//! reason and metadata and makes the command exit non-zero.
+//! `jobfence stats`, `jobfence events list|watch`, `jobfence providers
+//! list|set|delete|pause|resume|history` and `jobfence queue-policies
+//! list|set|delete|history`. They talk gRPC to a running coordinator
+//! (JobAdmin, JobEvents), print human-readable tables by default and JSON
+//! with `--json`. A refusal is printed with its ErrorInfo reason and
+//! metadata (and each bad field, named by its flag where there is one) and
+//! makes the command exit non-zero.
 
 mod render;
 
@@ -55,7 +58,8 @@ pub struct Connection {
     )]
     pub tls_client_key: Option<PathBuf>,
     /// A file whose first line is your bearer token (an operator's for
-    /// `jobs` and `stats`, an events-reader's for `events`).
+    /// `jobs`, `stats`, `providers` and `queue-policies`, an
+    /// events-reader's for `events`).
     #[arg(long, global = true, env = "JOBFENCE_TOKEN_FILE")]
     pub token_file: Option<PathBuf>,
 }
@@ -245,6 +249,159 @@ pub enum EventsCommand {
     },
 }
 
+/// `jobfence providers …`
+#[derive(Debug, Args)]
+pub struct ProvidersArgs {
+    /// Endpoint and output format.
+    #[command(flatten)]
+    pub conn: Connection,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: ProvidersCommand,
+}
+
+/// Who changes a provider or a policy, and why (both recorded).
+#[derive(Debug, Args)]
+pub struct ChangeArgs {
+    /// Your name, recorded with the change. A coordinator that
+    /// authenticates records your credential's name instead: leave this
+    /// out, or give that same name (another is refused, OPERATOR_MISMATCH).
+    #[arg(long, env = "JOBFENCE_OPERATOR", default_value = "")]
+    pub operator: String,
+    /// Why; recorded with the change.
+    #[arg(long)]
+    pub reason: String,
+}
+
+/// The `providers` subcommands.
+#[derive(Debug, Subcommand)]
+pub enum ProvidersCommand {
+    /// Every provider: its budget, its queues, what is left of the budget
+    /// now, jobs in flight, pause and throttle.
+    List,
+    /// Create a provider or replace its budget and its queues (the change
+    /// applies to every claim that starts after it, on every coordinator).
+    Set(SetProviderArgs),
+    /// Delete a provider: its queues are no longer limited.
+    Delete {
+        /// The provider.
+        name: String,
+        #[command(flatten)]
+        change: ChangeArgs,
+    },
+    /// Stop hand-outs for a provider (an incident at the provider): all of
+    /// them, or with --sends-only only sends, while reconciles go on.
+    Pause {
+        /// The provider.
+        name: String,
+        /// Hold sends (first sends and resends) only; reconciles, takeovers
+        /// included, go on within the budget.
+        #[arg(long, default_value_t = false)]
+        sends_only: bool,
+        #[command(flatten)]
+        change: ChangeArgs,
+    },
+    /// End a pause, and any throttle a worker reported (a 429).
+    Resume {
+        /// The provider.
+        name: String,
+        #[command(flatten)]
+        change: ChangeArgs,
+    },
+    /// The recorded changes of providers and queue policies, newest first.
+    History(HistoryArgs),
+}
+
+/// Arguments of `providers set`.
+#[derive(Debug, Args)]
+pub struct SetProviderArgs {
+    /// The provider (1..=128 bytes of [A-Za-z0-9._-]).
+    pub name: String,
+    /// Units per second on average (fractions allowed: 0.5 is one every
+    /// 2 s). Leave headroom for calls made outside jobfence.
+    #[arg(long)]
+    pub rate: f64,
+    /// Units that may be spent at once after an idle period (at least the
+    /// largest cost).
+    #[arg(long)]
+    pub burst: u32,
+    /// Most jobs of its queues running with a live lease at once (no cap
+    /// when left out).
+    #[arg(long)]
+    pub max_in_flight: Option<u32>,
+    /// Units a send (next_action execute) costs (1 when left out).
+    #[arg(long)]
+    pub execute_cost: Option<u32>,
+    /// Units a reconcile costs (1 when left out; 2 when a reconcile takes
+    /// two lookups at the provider).
+    #[arg(long)]
+    pub reconcile_cost: Option<u32>,
+    /// A queue that dispatches to it (repeat for each). Replaces the
+    /// provider's list: name every queue it keeps.
+    #[arg(long = "queue", required = true)]
+    pub queues: Vec<String>,
+    #[command(flatten)]
+    pub change: ChangeArgs,
+}
+
+/// Arguments of `providers history` and `queue-policies history`.
+#[derive(Debug, Args)]
+pub struct HistoryArgs {
+    /// Only the changes of this provider (or queue); all when left out.
+    pub name: Option<String>,
+    /// At most this many changes (1..=500).
+    #[arg(long, default_value_t = 50)]
+    pub limit: u32,
+    /// Changes older than this change id (the next page).
+    #[arg(long)]
+    pub before: Option<u64>,
+}
+
+/// `jobfence queue-policies …`
+#[derive(Debug, Args)]
+pub struct QueuePoliciesArgs {
+    /// Endpoint and output format.
+    #[command(flatten)]
+    pub conn: Connection,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: QueuePoliciesCommand,
+}
+
+/// The `queue-policies` subcommands.
+#[derive(Debug, Subcommand)]
+pub enum QueuePoliciesCommand {
+    /// Every queue with a stored policy or a provider. A queue without a
+    /// stored policy follows each coordinator's --resend-window and
+    /// --max-dispatches flags.
+    List,
+    /// Store a queue's resend policy; it wins over every coordinator's
+    /// --resend-window / --max-dispatches flags.
+    Set {
+        /// The queue.
+        queue: String,
+        /// The provider's idempotency window, counted from a job's first
+        /// dispatch (e.g. 24h for Stripe).
+        #[arg(long, value_parser = humantime::parse_duration)]
+        resend_window: Duration,
+        /// The most times a job may be handed out to be sent (execute).
+        #[arg(long)]
+        max_dispatches: u32,
+        #[command(flatten)]
+        change: ChangeArgs,
+    },
+    /// Remove a queue's stored resend policy: the flags apply again.
+    Delete {
+        /// The queue.
+        queue: String,
+        #[command(flatten)]
+        change: ChangeArgs,
+    },
+    /// The recorded changes of one queue's policy (or of every provider
+    /// and queue), newest first.
+    History(HistoryArgs),
+}
+
 /// One operator command.
 #[derive(Debug)]
 pub enum Operation {
@@ -254,6 +411,10 @@ pub enum Operation {
     Stats(StatsArgs),
     /// `jobfence events …`
     Events(EventsArgs),
+    /// `jobfence providers …`
+    Providers(ProvidersArgs),
+    /// `jobfence queue-policies …`
+    QueuePolicies(QueuePoliciesArgs),
 }
 
 /// A channel to the coordinator, authenticated as the flags say.
@@ -297,8 +458,65 @@ async fn channel(conn: &Connection) -> anyhow::Result<Authed> {
     Ok(InterceptedService::new(channel, creds.authorization()))
 }
 
-/// A refusal as one line: code, ErrorInfo reason, message, metadata.
+/// A refusal as one line: code, ErrorInfo reason, message, metadata; then
+/// each bad field of a BadRequest on a line of its own.
 pub fn describe_status(status: &tonic::Status) -> String {
+    describe_status_with_flags(status, &[])
+}
+
+/// Request fields and the flags that set them: `(field, flag)`, where a
+/// field ending in `[` stands for every element of a list (`queues[0]`).
+type FlagNames = [(&'static str, &'static str)];
+
+/// The flags of `providers set`, `delete`, `pause` and `resume`.
+const PROVIDER_FLAGS: &FlagNames = &[
+    ("name", "NAME"),
+    ("budget.rate_per_second", "--rate"),
+    ("budget.burst", "--burst"),
+    ("budget.max_in_flight", "--max-in-flight"),
+    ("budget.execute_cost", "--execute-cost"),
+    ("budget.reconcile_cost", "--reconcile-cost"),
+    ("queues[", "--queue"),
+    ("queues", "--queue"),
+    ("operator", "--operator"),
+    ("reason", "--reason"),
+];
+
+/// The flags of `queue-policies set` and `delete`.
+const QUEUE_POLICY_FLAGS: &FlagNames = &[
+    ("queue", "QUEUE"),
+    ("resend_window", "--resend-window"),
+    ("max_dispatches", "--max-dispatches"),
+    ("operator", "--operator"),
+    ("reason", "--reason"),
+];
+
+/// The flag that sets request field `field`, if any.
+fn flag_of(field: &str, flags: &FlagNames) -> Option<&'static str> {
+    flags.iter().find_map(|(f, flag)| {
+        let hit = if f.ends_with('[') {
+            field.starts_with(f)
+        } else {
+            field == *f
+        };
+        hit.then_some(*flag)
+    })
+}
+
+/// [`describe_status`], naming the flag of each bad field (`budget.burst
+/// (--burst): …`).
+pub fn describe_status_with_flags(status: &tonic::Status, flags: &FlagNames) -> String {
+    let violations = status
+        .get_details_bad_request()
+        .map(|b| b.field_violations)
+        .unwrap_or_default();
+    // The message repeats every violation on one line; they follow, one
+    // per line, so say instead what an INVALID_ARGUMENT means.
+    let message = if violations.is_empty() {
+        status.message().to_owned()
+    } else {
+        "nothing was written; fix each field below".to_owned()
+    };
     let mut s = format!("{:?}", status.code());
     if let Some(info) = status.get_details_error_info() {
         s.push(' ');
@@ -306,7 +524,7 @@ pub fn describe_status(status: &tonic::Status) -> String {
         let mut meta: Vec<_> = info.metadata.into_iter().collect();
         meta.sort();
         let meta: Vec<String> = meta.into_iter().map(|(k, v)| format!("{k}={v}")).collect();
-        s.push_str(&format!(": {}", status.message()));
+        s.push_str(&format!(": {message}"));
         if !meta.is_empty() {
             s.push_str(&format!(" ({})", meta.join(" ")));
         }
@@ -323,9 +541,10 @@ pub fn describe_status(status: &tonic::Status) -> String {
             );
         }
     }
-    if let Some(bad) = status.get_details_bad_request() {
-        for v in bad.field_violations {
-            s.push_str(&format!("\n  {}: {}", v.field, v.description));
+    for v in violations {
+        match flag_of(&v.field, flags) {
+            Some(flag) => s.push_str(&format!("\n  {} ({flag}): {}", v.field, v.description)),
+            None => s.push_str(&format!("\n  {}: {}", v.field, v.description)),
         }
     }
     s
@@ -333,6 +552,14 @@ pub fn describe_status(status: &tonic::Status) -> String {
 
 fn refused(status: tonic::Status) -> anyhow::Error {
     anyhow::anyhow!(describe_status(&status))
+}
+
+fn refused_provider(status: tonic::Status) -> anyhow::Error {
+    anyhow::anyhow!(describe_status_with_flags(&status, PROVIDER_FLAGS))
+}
+
+fn refused_queue_policy(status: tonic::Status) -> anyhow::Error {
+    anyhow::anyhow!(describe_status_with_flags(&status, QUEUE_POLICY_FLAGS))
 }
 
 fn duration(d: Duration) -> prost_types::Duration {
@@ -359,6 +586,8 @@ pub async fn run(op: Operation, out: &mut (dyn Write + Send)) -> anyhow::Result<
             render::stats(out, &stats, args.conn.json)
         }
         Operation::Events(args) => events(args, out).await,
+        Operation::Providers(args) => providers(args, out).await,
+        Operation::QueuePolicies(args) => queue_policies(args, out).await,
     }
 }
 
@@ -464,6 +693,172 @@ async fn events(args: EventsArgs, out: &mut (dyn Write + Send)) -> anyhow::Resul
                 }
             }
             Ok(())
+        }
+    }
+}
+
+async fn history(
+    client: &mut JobAdminClient<Authed>,
+    subject: String,
+    h: HistoryArgs,
+    out: &mut (dyn Write + Send),
+    json: bool,
+) -> anyhow::Result<()> {
+    let changes = client
+        .list_policy_changes(proto::ListPolicyChangesRequest {
+            subject,
+            limit: h.limit,
+            before_change_id: h.before.unwrap_or(0),
+        })
+        .await
+        .map_err(refused)?
+        .into_inner();
+    render::policy_changes(out, &changes, h.limit, json)
+}
+
+async fn providers(args: ProvidersArgs, out: &mut (dyn Write + Send)) -> anyhow::Result<()> {
+    let json = args.conn.json;
+    let mut client = JobAdminClient::new(channel(&args.conn).await?);
+    match args.command {
+        ProvidersCommand::List => {
+            let all = client
+                .list_providers(proto::ListProvidersRequest {})
+                .await
+                .map_err(refused)?
+                .into_inner();
+            render::providers(out, &all.providers, json)
+        }
+        ProvidersCommand::Set(s) => {
+            let done = client
+                .put_provider(proto::PutProviderRequest {
+                    name: s.name,
+                    budget: Some(proto::ProviderBudget {
+                        rate_per_second: s.rate,
+                        burst: s.burst,
+                        max_in_flight: s.max_in_flight,
+                        execute_cost: s.execute_cost,
+                        reconcile_cost: s.reconcile_cost,
+                    }),
+                    queues: s.queues,
+                    operator: s.change.operator,
+                    reason: s.change.reason,
+                })
+                .await
+                .map_err(refused_provider)?
+                .into_inner();
+            let verb = if done.created { "created" } else { "updated" };
+            render::provider_changed(out, verb, done.provider.as_ref(), json)
+        }
+        ProvidersCommand::Delete { name, change } => {
+            let done = client
+                .delete_provider(proto::DeleteProviderRequest {
+                    name,
+                    operator: change.operator,
+                    reason: change.reason,
+                })
+                .await
+                .map_err(refused_provider)?
+                .into_inner();
+            render::provider_changed(out, "deleted", done.provider.as_ref(), json)
+        }
+        ProvidersCommand::Pause {
+            name,
+            sends_only,
+            change,
+        } => {
+            let pause = if sends_only {
+                proto::ProviderPause::Sends
+            } else {
+                proto::ProviderPause::All
+            };
+            let done = client
+                .pause_provider(proto::PauseProviderRequest {
+                    name,
+                    pause: pause as i32,
+                    operator: change.operator,
+                    reason: change.reason,
+                })
+                .await
+                .map_err(refused_provider)?
+                .into_inner();
+            render::provider_changed(out, "paused", done.provider.as_ref(), json)
+        }
+        ProvidersCommand::Resume { name, change } => {
+            let done = client
+                .resume_provider(proto::ResumeProviderRequest {
+                    name,
+                    operator: change.operator,
+                    reason: change.reason,
+                })
+                .await
+                .map_err(refused_provider)?
+                .into_inner();
+            render::provider_changed(out, "resumed", done.provider.as_ref(), json)
+        }
+        ProvidersCommand::History(h) => {
+            let subject = h
+                .name
+                .as_deref()
+                .map(crate::domain::providers::provider_subject)
+                .unwrap_or_default();
+            history(&mut client, subject, h, out, json).await
+        }
+    }
+}
+
+async fn queue_policies(
+    args: QueuePoliciesArgs,
+    out: &mut (dyn Write + Send),
+) -> anyhow::Result<()> {
+    let json = args.conn.json;
+    let mut client = JobAdminClient::new(channel(&args.conn).await?);
+    match args.command {
+        QueuePoliciesCommand::List => {
+            let all = client
+                .list_queue_policies(proto::ListQueuePoliciesRequest {})
+                .await
+                .map_err(refused)?
+                .into_inner();
+            render::queue_policies(out, &all.policies, json)
+        }
+        QueuePoliciesCommand::Set {
+            queue,
+            resend_window,
+            max_dispatches,
+            change,
+        } => {
+            let done = client
+                .put_queue_policy(proto::PutQueuePolicyRequest {
+                    queue,
+                    resend_window: Some(duration(resend_window)),
+                    max_dispatches: Some(max_dispatches),
+                    operator: change.operator,
+                    reason: change.reason,
+                })
+                .await
+                .map_err(refused_queue_policy)?
+                .into_inner();
+            render::queue_policy_changed(out, "stored", done.policy.as_ref(), json)
+        }
+        QueuePoliciesCommand::Delete { queue, change } => {
+            let done = client
+                .delete_queue_policy(proto::DeleteQueuePolicyRequest {
+                    queue,
+                    operator: change.operator,
+                    reason: change.reason,
+                })
+                .await
+                .map_err(refused_queue_policy)?
+                .into_inner();
+            render::queue_policy_changed(out, "deleted", done.policy.as_ref(), json)
+        }
+        QueuePoliciesCommand::History(h) => {
+            let subject = h
+                .name
+                .as_deref()
+                .map(crate::domain::providers::queue_subject)
+                .unwrap_or_default();
+            history(&mut client, subject, h, out, json).await
         }
     }
 }

@@ -1,7 +1,9 @@
 //! The `jobfence` command line. Every flag can also be set by the
 //! `JOBFENCE_*` environment variable named in its help.
 
-use crate::admin_cli::{self, EventsArgs, JobsArgs, Operation, StatsArgs};
+use crate::admin_cli::{
+    self, EventsArgs, JobsArgs, Operation, ProvidersArgs, QueuePoliciesArgs, StatsArgs,
+};
 use crate::coordinator::batcher::BatchSettings;
 use crate::coordinator::long_poll::LongPollSettings;
 use crate::coordinator::{Coordinator, CoordinatorConfig};
@@ -76,6 +78,14 @@ pub enum Command {
     Stats(StatsArgs),
     /// Read the events feed (the outbox) by cursor.
     Events(EventsArgs),
+    /// Operator: provider budgets (rate, burst, in-flight cap, costs), the
+    /// queues they govern, pauses during a provider incident, and the
+    /// record of every change.
+    Providers(ProvidersArgs),
+    /// Operator: queues' stored resend policies (resend window, max
+    /// dispatches), which win over every coordinator's flags.
+    #[command(visible_alias = "queue-policy")]
+    QueuePolicies(QueuePoliciesArgs),
     /// Issue credentials: a bearer token and its callers-file line, or a
     /// throw-away development CA with tokens (see docs/security.md).
     Credentials(CredentialsArgs),
@@ -395,6 +405,8 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Jobs(a) => Operation::Jobs(a),
         Command::Stats(a) => Operation::Stats(a),
         Command::Events(a) => Operation::Events(a),
+        Command::Providers(a) => Operation::Providers(a),
+        Command::QueuePolicies(a) => Operation::QueuePolicies(a),
         Command::Credentials(a) => return crate::security_cli::run(a),
         server_command => {
             init_tracing(cli.log_format);
@@ -481,7 +493,12 @@ async fn run_server(command: Command) -> anyhow::Result<()> {
             )
             .await
         }
-        Command::Jobs(_) | Command::Stats(_) | Command::Events(_) | Command::Credentials(_) => {
+        Command::Jobs(_)
+        | Command::Stats(_)
+        | Command::Events(_)
+        | Command::Providers(_)
+        | Command::QueuePolicies(_)
+        | Command::Credentials(_) => {
             unreachable!("operator commands are run by admin_cli")
         }
         Command::FakeProvider(args) => args.run(server::shutdown_signal()).await,

@@ -10,9 +10,10 @@
 //! timeline, checks bad input gets a message, resolves a parked job,
 //! posts a form with a forged token, and races two browser sessions on one
 //! parked job: both load it, then the first posts and the second posts, in
-//! that order. Here the database is checked after it: one resolution by
-//! the first, one recorded refusal of the second, nothing from the forged
-//! post. It saves a screenshot of each page into target/console-screenshots/
+//! that order; and on the Providers page, pauses a provider for sends
+//! only during an "incident". Here the database is checked after it: one
+//! resolution by the first, one recorded refusal of the second, nothing
+//! from the forged post, the provider paused under the typed name. It saves a screenshot of each page into target/console-screenshots/
 //! (`JOBFENCE_SCREENSHOTS=docs/console` refreshes the documentation's).
 //!
 //! Chromium and chromedriver: `$JOBFENCE_CHROMIUM` / `$JOBFENCE_CHROMEDRIVER`
@@ -24,6 +25,8 @@ mod common;
 
 use common::{secs, TestDb};
 use jobfence::coordinator::Coordinator;
+use jobfence::domain::budget::{Budget, Pause};
+use jobfence::domain::providers::{ChangeBy, PutProvider};
 use jobfence::domain::{JobState, QueuePolicy};
 use jobfence::proto::job_coordinator_client::JobCoordinatorClient;
 use jobfence::proto::{
@@ -389,6 +392,7 @@ async fn the_console_in_a_browser() {
         },
     );
     let coordinator = Coordinator::new(JobStore::new(db.pool()), config);
+    let operator = coordinator.clone();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let console_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -412,6 +416,30 @@ async fn the_console_in_a_browser() {
         },
     ));
     let story = traffic(addr, &pool).await;
+    // Providers, stored once the traffic is done (it is not budgeted).
+    for (name, rate, burst, queues) in [
+        ("stripe", 80.0, 10, vec![Q.to_owned(), Q2.to_owned()]),
+        ("acquirer", 5.0, 5, vec!["chargebacks".to_owned()]),
+    ] {
+        operator
+            .put_provider(PutProvider {
+                name: name.into(),
+                budget: Budget {
+                    rate_per_second: rate,
+                    burst,
+                    max_in_flight: Some(50),
+                    execute_cost: 1,
+                    reconcile_cost: 2,
+                },
+                queues,
+                by: ChangeBy {
+                    operator: "dana".into(),
+                    reason: format!("{name}'s published limit, with headroom"),
+                },
+            })
+            .await
+            .unwrap();
+    }
 
     // Screenshots go to target/console-screenshots, so that a test run
     // leaves the checkout as it was; JOBFENCE_SCREENSHOTS=docs/console
@@ -506,6 +534,28 @@ async fn the_console_in_a_browser() {
         state(story.script).await.state,
         JobState::ManualReview,
         "the script job is only looked at"
+    );
+    let providers = operator.list_providers().await.unwrap();
+    let pause = |name: &str| {
+        let p = providers.iter().find(|p| p.name == name).unwrap();
+        (p.pause, p.pause_reason.clone())
+    };
+    assert_eq!(
+        pause("stripe"),
+        (
+            Pause::Sends,
+            Some("INC-42: refunds API answers 5xx".to_owned())
+        )
+    );
+    assert_eq!(pause("acquirer"), (Pause::None, None));
+    let last = &operator.list_policy_changes(None, None, 1).await.unwrap()[0];
+    assert_eq!(
+        (
+            last.operator.as_str(),
+            last.action.as_str(),
+            last.subject.as_str()
+        ),
+        ("carol", "pause_provider", "provider:stripe")
     );
 
     let _ = stop.send(());

@@ -14,10 +14,12 @@
 mod common;
 
 use common::TestDb;
+use jobfence::proto::job_admin_client::JobAdminClient;
 use jobfence::proto::job_coordinator_client::JobCoordinatorClient;
 use jobfence::proto::{
     ClaimRequest, CompleteRequest, EnqueueRequest, FailDisposition, FailRequest,
-    ObservationOutcome, ObservationSource, RecordObservationRequest,
+    ObservationOutcome, ObservationSource, ProviderBudget, PutProviderRequest,
+    RecordObservationRequest,
 };
 use serde_json::Value;
 use std::collections::BTreeSet;
@@ -68,7 +70,7 @@ async fn promtool(args: &[&str]) -> String {
 #[tokio::test]
 async fn promtool_checks_and_unit_tests_the_rules() {
     let checked = promtool(&["check", "rules", "jobfence.rules.yml"]).await;
-    assert!(checked.contains("SUCCESS: 12 rules found"), "{checked}");
+    assert!(checked.contains("SUCCESS: 16 rules found"), "{checked}");
     let tested = promtool(&["test", "rules", "jobfence.rules.test.yml"]).await;
     assert!(tested.contains("SUCCESS"), "{tested}");
 }
@@ -155,7 +157,7 @@ fn metric_names_are_read_from_expressions() {
         ["jobfence_a_total", "jobfence_b", "up"]
     );
     let rules = rule_exprs();
-    assert_eq!(rules.len(), 12, "{rules:?}");
+    assert_eq!(rules.len(), 16, "{rules:?}");
 }
 
 async fn get_json(http: &reqwest::Client, url: &str) -> Value {
@@ -169,9 +171,26 @@ async fn get_json(http: &reqwest::Client, url: &str) -> Value {
 }
 
 /// Calls that make the coordinator count every kind of event the rules
-/// watch: hand-outs (execute and reconcile), a takeover, a stale write, an
-/// empty claim, a job parked in manual review, an observation.
+/// watch: hand-outs (execute and reconcile) of a queue with a provider (so
+/// the provider's series exist), a takeover, a stale write, an empty
+/// claim, a job parked in manual review, an observation.
 async fn traffic(addr: &str, db: &TestDb) {
+    JobAdminClient::connect(format!("http://{addr}"))
+        .await
+        .unwrap()
+        .put_provider(PutProviderRequest {
+            name: "psp".into(),
+            budget: Some(ProviderBudget {
+                rate_per_second: 1000.0,
+                burst: 1000,
+                ..ProviderBudget::default()
+            }),
+            queues: vec![Q.into()],
+            operator: "prometheus-test".into(),
+            reason: "the provider series exist".into(),
+        })
+        .await
+        .unwrap();
     let mut c = JobCoordinatorClient::connect(format!("http://{addr}"))
         .await
         .unwrap();
@@ -342,7 +361,7 @@ async fn a_real_prometheus_scrapes_every_metric_the_rules_and_the_dashboard_use(
                     .collect()
             })
             .unwrap_or_default();
-        let evaluated = rules.len() == 12
+        let evaluated = rules.len() == 16
             && rules.iter().all(|r| {
                 r["lastEvaluation"]
                     .as_str()
@@ -363,7 +382,7 @@ async fn a_real_prometheus_scrapes_every_metric_the_rules_and_the_dashboard_use(
         missing.is_empty(),
         "metric names used by the rules or the dashboard that the coordinator does not export: {missing:?}"
     );
-    assert_eq!(rules_state.len(), 12, "rules loaded: {rules_state:?}");
+    assert_eq!(rules_state.len(), 16, "rules loaded: {rules_state:?}");
     for rule in &rules_state {
         assert_eq!(rule["health"], "ok", "{rule}");
     }

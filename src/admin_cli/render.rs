@@ -449,6 +449,330 @@ pub fn event_line(out: &mut dyn Write, e: &proto::JobEvent, json: bool) -> anyho
     Ok(())
 }
 
+/// A span of time as an operator writes it: `24h`, `1h30m`, `45s`,
+/// `250ms`; empty when unset.
+fn span(d: &Option<prost_types::Duration>) -> String {
+    let Some(d) = d else {
+        return String::new();
+    };
+    let total_ms = d.seconds.max(0) * 1000 + i64::from(d.nanos.max(0)) / 1_000_000;
+    if total_ms < 1000 {
+        return format!("{total_ms}ms");
+    }
+    if total_ms < 10_000 && total_ms % 1000 != 0 {
+        return format!("{:.1}s", total_ms as f64 / 1000.0);
+    }
+    let s = total_ms / 1000;
+    let (h, m, s) = (s / 3600, (s / 60) % 60, s % 60);
+    let mut out = String::new();
+    if h > 0 {
+        out.push_str(&format!("{h}h"));
+    }
+    if m > 0 {
+        out.push_str(&format!("{m}m"));
+    }
+    if s > 0 || out.is_empty() {
+        out.push_str(&format!("{s}s"));
+    }
+    out
+}
+
+fn span_seconds(d: &Option<prost_types::Duration>) -> Option<f64> {
+    d.as_ref()
+        .map(|d| d.seconds as f64 + f64::from(d.nanos) / 1e9)
+}
+
+fn pause_name(raw: i32) -> String {
+    proto::ProviderPause::try_from(raw)
+        .map(|p| enum_name(p.as_str_name(), "PROVIDER_PAUSE_"))
+        .unwrap_or_default()
+}
+
+fn provider_json(p: &proto::Provider) -> Value {
+    let b = p.budget.unwrap_or_default();
+    json!({
+        "name": p.name,
+        "rate_per_second": b.rate_per_second,
+        "burst": b.burst,
+        "max_in_flight": b.max_in_flight,
+        "execute_cost": b.execute_cost.unwrap_or(1),
+        "reconcile_cost": b.reconcile_cost.unwrap_or(1),
+        "queues": p.queues,
+        "pause": pause_name(p.pause),
+        "pause_reason": p.pause_reason,
+        "throttled_until": time(&p.throttled_until),
+        "units_available": p.units_available,
+        "next_unit_in_seconds": span_seconds(&p.next_unit_in),
+        "in_flight": p.in_flight,
+        "throttle_reports": p.throttle_reports,
+        "updated_at": time(&p.updated_at),
+        "updated_by": p.updated_by,
+    })
+}
+
+fn provider_table(out: &mut dyn Write, all: &[proto::Provider]) -> anyhow::Result<()> {
+    let rows: Vec<Vec<String>> = all
+        .iter()
+        .map(|p| {
+            let b = p.budget.unwrap_or_default();
+            let pause = match pause_name(p.pause).as_str() {
+                "none" => String::new(),
+                "sends" => "SENDS".to_owned(),
+                other => other.to_uppercase(),
+            };
+            let in_flight = match b.max_in_flight {
+                Some(max) => format!("{}/{max}", p.in_flight),
+                None => p.in_flight.to_string(),
+            };
+            vec![
+                p.name.clone(),
+                b.rate_per_second.to_string(),
+                b.burst.to_string(),
+                b.execute_cost.unwrap_or(1).to_string(),
+                b.reconcile_cost.unwrap_or(1).to_string(),
+                p.queues.join(","),
+                format!("{}/{}", p.units_available, b.burst),
+                span(&p.next_unit_in),
+                in_flight,
+                pause,
+                time(&p.throttled_until),
+                p.updated_by.clone(),
+                p.pause_reason.clone(),
+            ]
+        })
+        .collect();
+    table(
+        out,
+        &[
+            "PROVIDER",
+            "RATE/S",
+            "BURST",
+            "SEND_COST",
+            "RECONCILE_COST",
+            "QUEUES",
+            "AVAILABLE",
+            "NEXT_UNIT",
+            "IN_FLIGHT",
+            "PAUSED",
+            "THROTTLED_UNTIL (UTC)",
+            "CHANGED_BY",
+            "PAUSE_REASON",
+        ],
+        &rows,
+    )?;
+    Ok(())
+}
+
+/// `providers list`.
+pub fn providers(out: &mut dyn Write, all: &[proto::Provider], json: bool) -> anyhow::Result<()> {
+    if json {
+        return print_json(
+            out,
+            &json!({ "providers": all.iter().map(provider_json).collect::<Vec<_>>() }),
+        );
+    }
+    if all.is_empty() {
+        writeln!(
+            out,
+            "no providers: every queue is unlimited (jobfence providers set NAME --rate R --burst B --queue Q --reason …)"
+        )?;
+        return Ok(());
+    }
+    provider_table(out, all)?;
+    writeln!(
+        out,
+        "AVAILABLE: units that could be spent now, of the burst (database clock); IN_FLIGHT: running with a live lease[/cap]"
+    )?;
+    Ok(())
+}
+
+/// `providers set|delete|pause|resume`: what the change did, then the
+/// provider as stored (as it was, for a delete).
+pub fn provider_changed(
+    out: &mut dyn Write,
+    verb: &str,
+    provider: Option<&proto::Provider>,
+    json: bool,
+) -> anyhow::Result<()> {
+    let Some(p) = provider else {
+        anyhow::bail!("the server answered without the provider");
+    };
+    if json {
+        return print_json(
+            out,
+            &json!({ "action": verb, "provider": provider_json(p) }),
+        );
+    }
+    let queues = if p.queues.is_empty() {
+        "no queues".to_owned()
+    } else {
+        format!("queues {}", p.queues.join(", "))
+    };
+    let what = match (verb, pause_name(p.pause).as_str()) {
+        ("deleted", _) => format!("{queues} no longer limited"),
+        ("paused", "sends") => "sends held, reconciles go on".to_owned(),
+        ("paused", _) => "nothing is handed out".to_owned(),
+        ("resumed", _) => "hand-outs go on within the budget".to_owned(),
+        _ => {
+            let b = p.budget.unwrap_or_default();
+            format!("{}/s, burst {}, for {queues}", b.rate_per_second, b.burst)
+        }
+    };
+    writeln!(out, "provider {} {verb}: {what}", p.name)?;
+    provider_table(out, std::slice::from_ref(p))
+}
+
+fn queue_policy_json(q: &proto::QueuePolicy) -> Value {
+    json!({
+        "queue": q.queue,
+        "provider": q.provider,
+        "resend_window_seconds": secs(&q.resend_window),
+        "max_dispatches": q.max_dispatches,
+        "updated_at": time(&q.updated_at),
+        "updated_by": q.updated_by,
+    })
+}
+
+fn queue_policy_rows(all: &[proto::QueuePolicy]) -> Vec<Vec<String>> {
+    all.iter()
+        .map(|q| {
+            let stored = q.resend_window.is_some();
+            vec![
+                q.queue.clone(),
+                q.provider.clone(),
+                if stored {
+                    span(&q.resend_window)
+                } else {
+                    "(flags)".to_owned()
+                },
+                q.max_dispatches
+                    .map_or_else(|| "(flags)".to_owned(), |n| n.to_string()),
+                time(&q.updated_at),
+                q.updated_by.clone(),
+            ]
+        })
+        .collect()
+}
+
+const QUEUE_POLICY_HEADERS: [&str; 6] = [
+    "QUEUE",
+    "PROVIDER",
+    "RESEND_WINDOW",
+    "MAX_DISPATCHES",
+    "CHANGED (UTC)",
+    "CHANGED_BY",
+];
+
+/// `queue-policies list`.
+pub fn queue_policies(
+    out: &mut dyn Write,
+    all: &[proto::QueuePolicy],
+    json: bool,
+) -> anyhow::Result<()> {
+    if json {
+        return print_json(
+            out,
+            &json!({ "policies": all.iter().map(queue_policy_json).collect::<Vec<_>>() }),
+        );
+    }
+    table(out, &QUEUE_POLICY_HEADERS, &queue_policy_rows(all))?;
+    writeln!(
+        out,
+        "(flags): no stored resend policy; each coordinator's --resend-window / --max-dispatches apply. Queues not listed: no provider, flags."
+    )?;
+    Ok(())
+}
+
+/// `queue-policies set|delete`.
+pub fn queue_policy_changed(
+    out: &mut dyn Write,
+    verb: &str,
+    policy: Option<&proto::QueuePolicy>,
+    json: bool,
+) -> anyhow::Result<()> {
+    let Some(q) = policy else {
+        anyhow::bail!("the server answered without the policy");
+    };
+    if json {
+        return print_json(
+            out,
+            &json!({ "action": verb, "policy": queue_policy_json(q) }),
+        );
+    }
+    let what = if verb == "deleted" {
+        "the coordinators' --resend-window / --max-dispatches flags apply again".to_owned()
+    } else {
+        format!(
+            "resend window {}, at most {} dispatches, on every coordinator",
+            span(&q.resend_window),
+            q.max_dispatches.unwrap_or_default()
+        )
+    };
+    writeln!(out, "policy of queue {} {verb}: {what}", q.queue)?;
+    table(
+        out,
+        &QUEUE_POLICY_HEADERS,
+        &queue_policy_rows(std::slice::from_ref(q)),
+    )?;
+    Ok(())
+}
+
+/// `providers history` and `queue-policies history`, newest first.
+pub fn policy_changes(
+    out: &mut dyn Write,
+    page: &proto::ListPolicyChangesResponse,
+    limit: u32,
+    json: bool,
+) -> anyhow::Result<()> {
+    let full = limit > 0 && page.changes.len() >= limit as usize;
+    let next = page.changes.last().filter(|_| full).map(|c| c.change_id);
+    if json {
+        let changes: Vec<Value> = page
+            .changes
+            .iter()
+            .map(|c| {
+                json!({
+                    "change_id": c.change_id,
+                    "changed_at": time(&c.changed_at),
+                    "operator": c.operator,
+                    "subject": c.subject,
+                    "action": c.action,
+                    "reason": c.reason,
+                    "detail": serde_json::from_str::<Value>(&c.detail)
+                        .unwrap_or_else(|_| Value::String(c.detail.clone())),
+                })
+            })
+            .collect();
+        return print_json(out, &json!({ "changes": changes, "next_before": next }));
+    }
+    let rows: Vec<Vec<String>> = page
+        .changes
+        .iter()
+        .map(|c| {
+            vec![
+                c.change_id.to_string(),
+                time(&c.changed_at),
+                c.operator.clone(),
+                c.subject.clone(),
+                c.action.clone(),
+                c.reason.clone(),
+                c.detail.clone(),
+            ]
+        })
+        .collect();
+    table(
+        out,
+        &[
+            "CHANGE", "AT (UTC)", "OPERATOR", "SUBJECT", "ACTION", "REASON", "DETAIL",
+        ],
+        &rows,
+    )?;
+    if let Some(id) = next {
+        writeln!(out, "more: --before {id}")?;
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -483,5 +807,17 @@ mod tests {
         assert_eq!(age(&d(61)), "1m01s");
         assert_eq!(age(&d(3723)), "1h02m03s");
         assert_eq!(age(&None), "");
+    }
+
+    #[test]
+    fn spans_read_as_an_operator_writes_them() {
+        let d = |seconds, nanos| Some(prost_types::Duration { seconds, nanos });
+        assert_eq!(span(&d(86_400, 0)), "24h");
+        assert_eq!(span(&d(5_400, 0)), "1h30m");
+        assert_eq!(span(&d(45, 0)), "45s");
+        assert_eq!(span(&d(0, 250_000_000)), "250ms");
+        assert_eq!(span(&d(1, 500_000_000)), "1.5s");
+        assert_eq!(span(&d(0, 0)), "0ms");
+        assert_eq!(span(&None), "");
     }
 }

@@ -6,6 +6,7 @@
 //! bare 400. The limits themselves (queue names, key lengths, delays) are
 //! the coordinator's, checked where `JobAdmin`'s are.
 
+use crate::domain::budget::{Budget, Pause};
 use crate::domain::error::FieldViolation;
 use crate::domain::JobState;
 use crate::store::{ListJobsFilter, Resolution, ResolveRequest};
@@ -203,6 +204,89 @@ pub fn resolve_request(
     }
 }
 
+/// A whole number field of a form: `None` when blank, a violation when not
+/// a number from 0 to u32::MAX.
+fn count(v: &mut Vec<FieldViolation>, pairs: &Pairs, key: &str) -> Option<u32> {
+    let raw = value(pairs, key)?;
+    match raw.parse::<u32>() {
+        Ok(n) => Some(n),
+        Err(_) => {
+            v.push(FieldViolation::new(
+                key,
+                format!("{raw:?} is not a whole number of units"),
+            ));
+            None
+        }
+    }
+}
+
+/// A budget form: `rate_per_second` and `burst` (required),
+/// `max_in_flight` (blank: no cap), `execute_cost` and `reconcile_cost`
+/// (blank: 1), and `queues` (names separated by commas or spaces). Returns
+/// the budget and the queues, or every field that is not even a number;
+/// the limits (positive rate, burst at least the costs, queue names) are
+/// the coordinator's, checked as for `PutProvider`.
+pub fn budget(pairs: &Pairs) -> Result<(Budget, Vec<String>), Vec<FieldViolation>> {
+    let mut v = Vec::new();
+    let rate = match value(pairs, "rate_per_second") {
+        None => {
+            v.push(FieldViolation::new(
+                "rate_per_second",
+                "is required: units per second, e.g. 80 (or 0.5 for one every 2 s)",
+            ));
+            0.0
+        }
+        Some(raw) => raw.parse::<f64>().unwrap_or_else(|_| {
+            v.push(FieldViolation::new(
+                "rate_per_second",
+                format!("{raw:?} is not a number of units per second (e.g. 80 or 0.5)"),
+            ));
+            0.0
+        }),
+    };
+    let burst = count(&mut v, pairs, "burst");
+    if value(pairs, "burst").is_none() {
+        v.push(FieldViolation::new(
+            "burst",
+            "is required: units that may be spent at once, e.g. 100",
+        ));
+    }
+    let budget = Budget {
+        rate_per_second: rate,
+        burst: burst.unwrap_or(0),
+        max_in_flight: count(&mut v, pairs, "max_in_flight"),
+        execute_cost: count(&mut v, pairs, "execute_cost").unwrap_or(1),
+        reconcile_cost: count(&mut v, pairs, "reconcile_cost").unwrap_or(1),
+    };
+    let queues = value(pairs, "queues")
+        .unwrap_or("")
+        .split(|c: char| c == ',' || c.is_whitespace())
+        .filter(|q| !q.is_empty())
+        .map(str::to_owned)
+        .collect();
+    if v.is_empty() {
+        Ok((budget, queues))
+    } else {
+        Err(v)
+    }
+}
+
+/// The pause form's choice (`pause` = `all` or `sends`).
+pub fn pause(pairs: &Pairs) -> Result<Pause, FieldViolation> {
+    match value(pairs, "pause") {
+        Some("all") => Ok(Pause::All),
+        Some("sends") => Ok(Pause::Sends),
+        Some(other) => Err(FieldViolation::new(
+            "pause",
+            format!("{other:?} is not a pause; choose all or sends"),
+        )),
+        None => Err(FieldViolation::new(
+            "pause",
+            "choose what to hold: everything, or sends only (reconciles go on)",
+        )),
+    }
+}
+
 /// A query string from pairs, percent-encoded, without empty values.
 pub fn query_string(pairs: &[(&str, &str)]) -> String {
     let kept: Vec<_> = pairs.iter().filter(|(_, v)| !v.is_empty()).collect();
@@ -317,6 +401,47 @@ mod tests {
         )
         .unwrap_err();
         assert_eq!(bad[0].field, "delay");
+    }
+
+    #[test]
+    fn a_budget_form_becomes_the_budget_and_its_queues() {
+        let (b, queues) = budget(&pairs(&[
+            ("rate_per_second", "0.5"),
+            ("burst", "10"),
+            ("max_in_flight", ""),
+            ("reconcile_cost", "2"),
+            ("queues", "refunds, payouts  chargebacks"),
+        ]))
+        .unwrap();
+        assert_eq!(
+            b,
+            Budget {
+                rate_per_second: 0.5,
+                burst: 10,
+                max_in_flight: None,
+                execute_cost: 1,
+                reconcile_cost: 2,
+            }
+        );
+        assert_eq!(queues, ["refunds", "payouts", "chargebacks"]);
+        let bad = budget(&pairs(&[
+            ("rate_per_second", "fast"),
+            ("max_in_flight", "-1"),
+        ]))
+        .unwrap_err();
+        let fields: Vec<_> = bad.iter().map(|b| b.field.as_str()).collect();
+        assert_eq!(fields, ["rate_per_second", "burst", "max_in_flight"]);
+    }
+
+    #[test]
+    fn a_pause_form_names_all_or_sends() {
+        assert_eq!(pause(&pairs(&[("pause", "sends")])), Ok(Pause::Sends));
+        assert_eq!(pause(&pairs(&[("pause", "all")])), Ok(Pause::All));
+        assert_eq!(
+            pause(&pairs(&[("pause", "none")])).unwrap_err().field,
+            "pause"
+        );
+        assert_eq!(pause(&pairs(&[])).unwrap_err().field, "pause");
     }
 
     #[test]

@@ -209,6 +209,13 @@ pub fn router(console: Console) -> Router {
         .route("/jobs/{id}", get(pages::job::page))
         .route("/jobs/{id}/resolve", post(pages::resolve::post))
         .route("/review", get(pages::review::page))
+        .route(
+            "/providers",
+            get(pages::providers::page).post(pages::providers::create),
+        )
+        .route("/providers/{name}/pause", post(pages::providers::pause))
+        .route("/providers/{name}/resume", post(pages::providers::resume))
+        .route("/providers/{name}/budget", post(pages::providers::budget))
         .route("/events", get(pages::events::page))
         .route("/events/live", get(pages::events::live))
         .route(

@@ -24,6 +24,8 @@ pub enum Nav {
     Jobs,
     /// `/review`.
     Review,
+    /// `/providers`.
+    Providers,
     /// `/events`.
     Events,
     /// A page of none of them (not found).
@@ -117,6 +119,7 @@ pub fn page(title: &str, nav: Nav, notices: &[Notice], body: Markup) -> Markup {
                         (link(Nav::Queues, "/queues", "Queues"))
                         (link(Nav::Jobs, "/jobs", "Jobs"))
                         (link(Nav::Review, "/review", "Manual review"))
+                        (link(Nav::Providers, "/providers", "Providers"))
                         (link(Nav::Events, "/events", "Events"))
                     }
                     @match acting_as() {

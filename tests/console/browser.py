@@ -248,6 +248,31 @@ def main():
         assert int(top) > int(before), (top, before)
         shot(feed, "events", most=1300)
         say("events live ok")
+
+        # Providers: an incident at the provider; pause its sends only.
+        a.get(URL + "/providers")
+        card = a.find_element(By.CSS_SELECTOR, 'section.provider[data-provider="stripe"]')
+        assert "handing out within the budget" in card.text, card.text
+        assert not card.find_elements(By.CSS_SELECTOR, "form.resume"), "nothing to resume"
+        form = card.find_element(By.CSS_SELECTOR, "form.pause")
+        form.find_element(By.CSS_SELECTOR, 'input[name=pause][value="sends"]').click()
+        who = form.find_element(By.NAME, "operator")
+        who.clear()
+        who.send_keys("carol")
+        form.find_element(By.NAME, "reason").send_keys("INC-42: refunds API answers 5xx")
+        submit(a, form)
+        assert "Provider stripe is paused for sends" in notice(a, "ok")
+        card = a.find_element(By.CSS_SELECTOR, 'section.provider[data-provider="stripe"]')
+        assert card.get_attribute("data-pause") == "sends", card.get_attribute("outerHTML")
+        assert "PAUSED: sends held, reconciles go on" in card.text, card.text
+        assert "Why paused: INC-42: refunds API answers 5xx" in card.text, card.text
+        assert card.find_elements(By.CSS_SELECTOR, "form.resume"), "a paused provider can be resumed"
+        other = a.find_element(By.CSS_SELECTOR, 'section.provider[data-provider="acquirer"]')
+        assert other.get_attribute("data-pause") == "none"
+        first = a.find_elements(By.CSS_SELECTOR, "table.changes tbody tr")[0]
+        assert first.get_attribute("data-action") == "pause_provider" and "carol" in first.text, first.text
+        shot(a, "providers")
+        say("providers ok: stripe paused for sends by carol")
     finally:
         for d in (a, b, feed):
             d.quit()

@@ -1,11 +1,12 @@
 //! One module per page: its handler (parse the request with
 //! [`super::forms`], call the coordinator, map a refusal to a notice) and
-//! its view. No GET changes anything; the one post is
-//! [`resolve::post`], behind [`super::csrf`].
+//! its view. No GET changes anything; the posts ([`resolve::post`], and
+//! the provider forms of [`providers`]) are behind [`super::csrf`].
 
 pub mod events;
 pub mod job;
 pub mod jobs;
+pub mod providers;
 pub mod queues;
 pub mod resolve;
 pub mod review;
