@@ -479,7 +479,7 @@ async fn a_throttle_report_holds_hand_outs_on_every_coordinator() {
     assert_eq!(reason(&held), "PROVIDER_THROTTLED");
     let wait = retry_delay(&held);
     assert!(
-        wait > Duration::from_secs(25) && wait <= Duration::from_secs(30),
+        wait > Duration::from_secs(15) && wait <= Duration::from_secs(30),
         "{wait:?}"
     );
     assert_eq!(

@@ -10,7 +10,7 @@
 //! |---|---|---|
 //! | `worker` | Enqueue, EnqueueBatch, Claim, Takeover, RenewLease, Complete, Fail, RecordObservation, GetJob | yes |
 //! | `producer` | Enqueue, EnqueueBatch, GetJob | yes |
-//! | `operator` | JobAdmin; the operator recorded is the credential's name | no (every queue) |
+//! | `operator` | JobAdmin (jobs, providers and their budgets, queue policies); the operator recorded is the credential's name | no (every queue) |
 //! | `events-reader` | JobEvents | yes |
 //! | `webhook` | RecordObservation with source WEBHOOK only | yes |
 //!
@@ -47,7 +47,8 @@ pub enum Role {
     Worker,
     /// Enqueues jobs of its queues and reads them.
     Producer,
-    /// JobAdmin: inspects, resolves and cancels jobs of every queue.
+    /// JobAdmin: inspects, resolves and cancels jobs of every queue, and
+    /// manages provider budgets, pauses and stored queue policies.
     Operator,
     /// Reads the events feed of its queues.
     EventsReader,
