@@ -180,7 +180,11 @@ pub(super) async fn chaos_step(
             cluster.workers[1].kill().await?;
             // The replacement keeps its predecessor's queue served.
             let queue = cluster.queue_for_worker(1);
-            cluster.workers[1] = cluster.rust_worker_on(&format!("{name}-restarted"), 8, &queue)?;
+            cluster.workers[1] = cluster.rust_worker_on(
+                &format!("{name}-restarted"),
+                cluster.concurrency,
+                &queue,
+            )?;
             happened(
                 format!("{name} killed mid-request (SIGKILL), replaced"),
                 None,

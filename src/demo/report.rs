@@ -3,7 +3,7 @@
 //! exactly 1 for every succeeded job and at most 1 for every other.
 
 use crate::domain::durability;
-use crate::provider::Ledger;
+use crate::provider::{Ledger, ProviderStats};
 use crate::store::JobStore;
 use anyhow::Result;
 use sqlx::mysql::MySqlPool;
@@ -92,6 +92,17 @@ pub async fn database_durable(pool: &MySqlPool) -> String {
     }
 }
 
+/// The provider's side: its limit, what it saw, and the budget under it.
+#[derive(Debug, Clone)]
+pub struct ProviderSide {
+    /// The limit (`… requests/s (burst …)`).
+    pub limit: String,
+    /// The budget (`… units/s …` or `off (--no-budget)`).
+    pub budget: String,
+    /// What the provider counted (`GET /_admin/stats`).
+    pub stats: ProviderStats,
+}
+
 /// Everything the final report prints.
 #[derive(Debug, Default)]
 pub struct Report {
@@ -116,6 +127,9 @@ pub struct Report {
     pub injected: Vec<String>,
     /// Invariant violations, one line each.
     pub violations: Vec<String>,
+    /// The provider's limit, requests, 429s and the budget; not printed
+    /// when unknown.
+    pub provider: Option<ProviderSide>,
 }
 
 impl Report {
@@ -267,6 +281,19 @@ impl Report {
             join(&self.manual_reviews)
         );
         let _ = writeln!(s, "  refunds made (ledger)   {}", self.refunds_made);
+        if let Some(p) = &self.provider {
+            let _ = writeln!(
+                s,
+                "  provider limit          {}; peak {} requests/s",
+                p.limit, p.stats.peak_requests_per_second
+            );
+            let _ = writeln!(
+                s,
+                "  provider 429s           {} of {} requests",
+                p.stats.rate_limited, p.stats.requests
+            );
+            let _ = writeln!(s, "  provider budget         {}", p.budget);
+        }
         for u in self.unfinished.iter().take(10) {
             let _ = writeln!(s, "  not finished: {u}");
         }
