@@ -61,6 +61,11 @@ pub struct Fleet {
 }
 
 impl Fleet {
+    /// Jobs the workers can hold at once.
+    pub fn slots(&self) -> u32 {
+        (self.rust + self.node) * self.concurrency + self.python * PYTHON_BATCH
+    }
+
     /// The most provider calls that can still come from jobs the workers
     /// hold at any moment: each Rust slot up to [`RECONCILE_COST`] calls,
     /// each Python or Node slot one.

@@ -5,12 +5,13 @@
 //! its lease and resumed after the takeover, a worker killed mid-request,
 //! responses cut after the refund was made, read-after-write lag, 503s, a
 //! coordinator restart, and with --galera the database node the
-//! coordinators write through killed. The provider has a rate limit, and
-//! the queue a provider budget under it (`budget.rs`), so the workers reach
-//! the provider at the budget's pace (`--no-budget`: as fast as they go,
-//! and the provider answers 429). It ends with a report whose last line is
-//! `invariant: OK` or `invariant: VIOLATED (…)`, checked against the
-//! provider's own ledger.
+//! coordinators write through killed, and a takeover storm: every
+//! coordinator stopped for longer than the lease. The provider has a rate
+//! limit, and the queue a provider budget under it (`budget.rs`), so the
+//! storm's flood reaches the provider at the budget's pace (`--no-budget`:
+//! as fast as the workers go, and the provider answers 429). It ends with a
+//! report whose last line is `invariant: OK` or `invariant: VIOLATED (…)`,
+//! checked against the provider's own ledger.
 
 mod arrivals;
 pub mod budget;
@@ -51,8 +52,9 @@ pub struct DemoArgs {
     #[arg(long, default_value_t = 2000)]
     pub jobs: u32,
     /// The refunds arrive evenly over this long (`0s`: all at once), so the
-    /// failures happen while work flows. 30 s: a pace (about 67/s) the
-    /// budget carries with room to spare.
+    /// failures happen while work flows. 30 s: every failure of the
+    /// schedule, the takeover storm included, happens while refunds still
+    /// arrive, at a pace (about 67/s) the budget carries with room to spare.
     #[arg(long, value_parser = humantime::parse_duration, default_value = "30s")]
     pub arrival: Duration,
     /// Rust refund workers.
@@ -107,8 +109,8 @@ pub struct DemoArgs {
     /// own pace (about 80 requests/s with their reconciles and resends,
     /// some 95 budget units/s) takes 60% of the budget of 80% of it, which
     /// leaves room to work off the backlog each failure leaves; and the
-    /// workers together can go about twice as fast, so a backlog's flood
-    /// meets 429s without a budget.
+    /// workers together can go about twice as fast, so the flood after the
+    /// takeover storm meets 429s without a budget.
     #[arg(long, default_value_t = 200.0)]
     pub provider_rate_limit: f64,
     /// Run without the provider budget: the queue dispatches to the
@@ -178,6 +180,9 @@ struct Cluster {
     provider_url: String,
     coordinators: Coordinators,
     provider: Proc,
+    provider_client: ProviderClient,
+    /// Jobs the workers can hold at once, all together.
+    slots: usize,
     workers: Vec<Proc>,
     lease: Duration,
     /// Jobs each Rust worker (a replacement too) handles at once.
@@ -453,6 +458,8 @@ pub async fn run(args: DemoArgs) -> Result<bool> {
         provider_url: provider_url.clone(),
         coordinators,
         provider,
+        provider_client: provider_client.clone(),
+        slots: fleet.slots() as usize,
         workers: Vec::new(),
         lease: args.lease,
         concurrency: args.concurrency,
@@ -516,6 +523,7 @@ pub async fn run(args: DemoArgs) -> Result<bool> {
     let outcome_injected: Vec<String> = match &outcome {
         Ok(happened) => happened
             .iter()
+            .filter(|h| h.storm.is_none())
             .map(|h| match h.window {
                 Some((from, to)) => format!(
                     "{}; worker calls failed after retries: {}",
@@ -532,6 +540,10 @@ pub async fn run(args: DemoArgs) -> Result<bool> {
         let _ = cluster.provider.stop(Duration::from_secs(5)).await;
         return outcome.map(|_| false);
     }
+    let storm = match &outcome {
+        Ok(happened) => happened.iter().find_map(|h| h.storm.clone()),
+        Err(_) => None,
+    };
     let ledger = provider_client.ledger().await;
     let provider_stats = provider_client.stats().await;
     if console_listen.is_none() {
@@ -546,6 +558,7 @@ pub async fn run(args: DemoArgs) -> Result<bool> {
     let mut report = Report::gather_all(&pools, &ledger?).await?;
     report.injected = outcome_injected;
     report.database_durable = database_durable;
+    report.storm = storm;
     report.provider = Some(report::ProviderSide {
         limit: plan.limit_text(),
         budget: plan.budget_text(),
@@ -790,8 +803,9 @@ async fn drive(
         );
         if open == 0 {
             // Nothing left to disturb; a frozen worker still gets resumed
-            // by its own step on the next turn.
-            chaos.retain(|c| matches!(c, Chaos::Resume(_)));
+            // by its own step on the next turn, and a storm's end is still
+            // measured.
+            chaos.retain(|c| matches!(c, Chaos::Resume(_) | Chaos::StormDrain(_)));
         }
         if tty {
             eprint!("\r{line}  {note:<60}");
