@@ -954,3 +954,106 @@ async fn the_refund_worker_reports_a_429_to_a_lookup_with_provider_retry_after()
     assert_eq!(handle.stats().rate_limited, 1);
     h.finish().await;
 }
+
+/// Handles the one due job of [`WORKER_QUEUE`] with the Rust refund
+/// worker's handler (retry delays of zero, so the next hand-out is due at
+/// once) and returns the provider requests it made.
+async fn requests_of_one_hand_out(
+    h: &common::Harness,
+    handle: &ProviderHandle,
+    provider: &ProviderClient,
+) -> (NextAction, u64) {
+    let worker = WorkerClient::connect(
+        format!("http://{}", h.addr),
+        WorkerConfig::new("rust-refund-worker", WORKER_QUEUE),
+    )
+    .await
+    .unwrap();
+    let mut jobs = worker.claim(1).await.expect("claim");
+    assert_eq!(jobs.len(), 1, "one job is due");
+    let action = match jobs[0].next_action() {
+        jobfence_worker::proto::NextAction::Reconcile => NextAction::Reconcile,
+        _ => NextAction::Execute,
+    };
+    let timings = RefundTimings {
+        reconcile_delay: Duration::ZERO,
+        resend_delay: Duration::ZERO,
+        ..RefundTimings::default()
+    };
+    let before = handle.stats().requests;
+    RefundHandler::new(provider.clone(), timings)
+        .handle(&mut jobs[0])
+        .await
+        .expect("the handler writes back");
+    (action, handle.stats().requests - before)
+}
+
+// A provider budget can only keep a worker under the provider's limit if
+// the cost of a hand-out covers every call the worker makes for it: the
+// demo charges execute 1 and reconcile 2 for the refund workers' queue.
+// Evidence handed over with a claim is checked with one lookup however
+// many observations the job has, and a send never follows evidence the
+// provider could not confirm in the same hand-out.
+#[tokio::test]
+async fn the_refund_worker_calls_the_provider_at_most_once_per_execute_and_twice_per_reconcile() {
+    let h = common::Harness::start().await;
+    let (handle, provider) = default_provider().await;
+    let job = h.enqueue(WORKER_QUEUE, "refund-pay_1-500", PAYLOAD).await;
+    let first = h.claim_one(WORKER_QUEUE, "gone").await;
+    // Two late receipts the provider cannot confirm (no such refunds).
+    for reference in ["re_unknown_1", "re_unknown_2"] {
+        h.client
+            .clone()
+            .record_observation(jobfence::proto::RecordObservationRequest {
+                job_id: job.job_id,
+                attempt: first.attempt,
+                source: jobfence::proto::ObservationSource::Worker as i32,
+                outcome: jobfence::proto::ObservationOutcome::Succeeded as i32,
+                provider_reference: reference.into(),
+                body: "{}".into(),
+                dedup_key: format!("gone:{reference}"),
+            })
+            .await
+            .expect("record the observation");
+    }
+    h.client
+        .clone()
+        .fail(jobfence::proto::FailRequest {
+            job_id: job.job_id,
+            attempt: first.attempt,
+            disposition: jobfence::proto::FailDisposition::RetryExecute as i32,
+            error: "gone".into(),
+            retry_delay: None,
+            provider_retry_after: None,
+        })
+        .await
+        .expect("a resend inside the window");
+
+    // The send carries the evidence: one lookup, no send after it.
+    assert_eq!(
+        requests_of_one_hand_out(&h, &handle, &provider).await,
+        (NextAction::Execute, 1)
+    );
+    let row = h.row(job.job_id).await;
+    assert_eq!(
+        (row.state, row.next_action),
+        (JobState::Ready, NextAction::Reconcile),
+        "evidence not confirmed: reconcile before any send"
+    );
+    // The reconcile: the evidence, then the lookup by merchant reference.
+    assert_eq!(
+        requests_of_one_hand_out(&h, &handle, &provider).await,
+        (NextAction::Reconcile, 2)
+    );
+    assert_eq!(
+        provider
+            .ledger()
+            .await
+            .unwrap()
+            .by_merchant_reference("refund-pay_1-500")
+            .refunds,
+        0,
+        "nothing was sent"
+    );
+    h.finish().await;
+}

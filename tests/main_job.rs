@@ -1,6 +1,7 @@
 //! The main job end to end, with real worker processes: the seed's zombie
-//! story step by step, and a shortened `jobfence demo` with every fault
-//! kind enabled, checked against the fake provider's ledger.
+//! story step by step, a shortened `jobfence demo` with every fault kind
+//! enabled, checked against the fake provider's ledger, and the same short
+//! flood with and without the provider budget (DESIGN.md rule 11).
 
 mod common;
 
@@ -230,12 +231,13 @@ async fn the_demo_with_every_fault_kind_refunds_nothing_twice() {
         "the demo ran without TLS and authentication\n{context}"
     );
     // The failures really happened, the coordinators' too: two behind
-    // HAProxy (the default), restarted in turn, one killed, the database
-    // cut off.
+    // HAProxy (the default), restarted in turn, all killed for longer than
+    // the lease, one killed, the database cut off.
     for what in [
         "frozen (SIGSTOP)",
         "killed mid-request",
         "rolling restart of 2 coordinators",
+        "takeover storm: every coordinator killed (SIGKILL)",
         "coordinator-2 killed (SIGKILL), restarted; HAProxy took it out after",
         "database unreachable for 3 s",
     ] {
@@ -268,10 +270,99 @@ async fn the_demo_with_every_fault_kind_refunds_nothing_twice() {
         "{context}"
     );
     assert!(line("by final state").contains("succeeded"), "{context}");
+    // The budget was on (the default), and the provider refused nothing,
+    // the storm's flood included.
+    let number = |name: &str| {
+        common::numbers(
+            &common::report_line(&report, name)
+                .unwrap_or_else(|| panic!("no {name} line\n{context}")),
+        )
+    };
+    assert_eq!(number("provider 429s")[0], 0, "{context}");
+    assert!(number("provider 429s")[1] > 0, "{context}");
+    assert!(line("provider budget").contains("160 units/s"), "{context}");
+    let storm = number("takeover storm");
+    assert!(storm[0] > 0, "no lease expired in the storm\n{context}");
+    assert!(
+        storm[1] > 0,
+        "nothing taken over after the storm\n{context}"
+    );
     if let Ok(admin) = sqlx::mysql::MySqlPool::connect(&base_url()).await {
         let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS `{db}`"))
             .execute(&admin)
             .await;
     }
     let _ = std::fs::remove_dir_all(work);
+}
+
+/// The same short demo (Rust workers only, 400 refunds over 20 s, a
+/// provider limit of 60 requests/s) once without and once with the budget.
+/// Without it the flood after the takeover storm goes past the provider's
+/// limit, the provider answers 429, and still nothing is refunded twice;
+/// with it the provider refuses nothing.
+#[tokio::test]
+async fn the_provider_budget_keeps_the_same_flood_under_the_providers_limit() {
+    let (server, _) = base_url()
+        .rsplit_once('/')
+        .map(|(a, b)| (a.to_owned(), b.to_owned()))
+        .unwrap();
+    let mut runs = Vec::new();
+    for (name, extra) in [("no-budget", Some("--no-budget")), ("budget", None)] {
+        let db = format!("jf_test_{}_{}", std::process::id(), name.replace('-', "_"));
+        let url = format!("{server}/{db}");
+        let mut args = vec![
+            "--database-url",
+            &url,
+            "--jobs",
+            "400",
+            "--arrival",
+            "20s",
+            "--workers",
+            "3",
+            "--concurrency",
+            "8",
+            "--provider-rate-limit",
+            "60",
+        ];
+        args.extend(extra);
+        runs.push(common::run_short_demo(name, &args).await);
+        if let Ok(admin) = sqlx::mysql::MySqlPool::connect(&base_url()).await {
+            let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS `{db}`"))
+                .execute(&admin)
+                .await;
+        }
+    }
+    let (without, with) = (&runs[0], &runs[1]);
+    for run in &runs {
+        assert!(
+            run.report
+                .contains("takeover storm: every coordinator killed (SIGKILL)"),
+            "{}",
+            run.context()
+        );
+        assert_eq!(run.numbers("provider limit")[0], 60, "{}", run.context());
+    }
+    assert_eq!(without.line("provider budget"), "off (--no-budget)");
+    let refused = without.numbers("provider 429s")[0];
+    assert!(
+        refused > 0,
+        "without a budget the flood met no 429\n{}",
+        without.context()
+    );
+    assert!(
+        with.line("provider budget").starts_with("48 units/s"),
+        "{}",
+        with.context()
+    );
+    assert_eq!(
+        with.numbers("provider 429s")[0],
+        0,
+        "the budget let the provider refuse requests\n{}",
+        with.context()
+    );
+    println!(
+        "provider 429s: {refused} without the budget, 0 with it; peak {} and {} requests/s",
+        without.numbers("provider limit")[2],
+        with.numbers("provider limit")[2]
+    );
 }

@@ -3,12 +3,19 @@
 //! fenced out for real), kill another mid-request, restart the coordinator;
 //! with several coordinators behind HAProxy, restart each in turn (a
 //! rolling restart), kill one, and cut the database off for a few seconds.
+//! After the first disturbance of the coordinators comes a takeover storm:
+//! every coordinator stopped for longer than the lease while the workers
+//! hold jobs and refunds keep arriving, so that when they come back every
+//! held lease has expired at once and the backlog floods the provider (the
+//! provider budget's test, DESIGN.md rule 11).
 
+use super::report::Storm;
 use super::Cluster;
+use crate::provider::FaultConfig;
 use anyhow::Result;
 use sqlx::mysql::MySqlPool;
 use sqlx::Row;
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 /// The failures the demo makes happen, in order.
 #[derive(Debug, Clone, PartialEq)]
@@ -33,6 +40,22 @@ pub(super) enum Chaos {
     /// once the demo has run this long; it is started again in the
     /// background.
     KillNode(Duration),
+    /// The takeover storm (once the demo has run this long): SIGKILL every
+    /// coordinator at once, keep them down for longer than the lease,
+    /// start them all again.
+    Storm(Duration),
+    /// Wait until the storm's expired leases are taken over and their
+    /// reconciles written back.
+    StormDrain(StormWatch),
+}
+
+/// The leases the storm let expire, and when the coordinators were back.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct StormWatch {
+    /// (id, attempt) of every job running with an expired lease just
+    /// before the coordinators started again.
+    expired: Vec<(u64, u64)>,
+    back: Instant,
 }
 
 /// The calm between two disturbances of the coordinators, so each one's
@@ -42,12 +65,27 @@ const GAP: Duration = Duration::from_secs(2);
 /// How long the demo keeps the database unreachable.
 const OUTAGE: Duration = Duration::from_secs(3);
 
+/// How long the provider answers late before the storm, at most: the
+/// workers hold their jobs meanwhile.
+const SLOW_PROVIDER: Duration = Duration::from_secs(2);
+
+/// How late it answers then: within the workers' 2 s timeout, so the
+/// refunds are made and answered, only after the coordinators are gone.
+const SLOW_ANSWER_MS: u64 = 1000;
+
+/// How long the storm's reconciles may take to drain before the report
+/// says they did not.
+const DRAIN_PATIENCE: Duration = Duration::from_secs(60);
+
 /// One failure that happened: what, what to try next, and when it lasted
 /// (wall clock), for counting the calls workers saw fail meanwhile.
 pub(super) struct Happened {
     pub what: String,
     pub next: Option<Chaos>,
     pub window: Option<(SystemTime, SystemTime)>,
+    /// Set by the end of the takeover storm: its own line of the report
+    /// (not one of the failures injected).
+    pub storm: Option<Storm>,
 }
 
 fn happened(what: String, next: Option<Chaos>) -> Option<Happened> {
@@ -55,7 +93,107 @@ fn happened(what: String, next: Option<Chaos>) -> Option<Happened> {
         what,
         next,
         window: None,
+        storm: None,
     })
+}
+
+/// Jobs running now, in every database.
+async fn running(pools: &[MySqlPool]) -> Result<usize> {
+    let mut n = 0;
+    for pool in pools {
+        let c: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM jobs WHERE state = 'running'")
+            .fetch_one(pool)
+            .await?;
+        n += c as usize;
+    }
+    Ok(n)
+}
+
+/// (id, attempt) of the jobs running with an expired lease (database
+/// clock), in every database.
+async fn expired_leases(pools: &[MySqlPool]) -> Result<Vec<(u64, u64)>> {
+    let mut out = Vec::new();
+    for pool in pools {
+        let rows = sqlx::query(
+            "SELECT id, attempt FROM jobs WHERE state = 'running' AND lease_until <= UTC_TIMESTAMP(6)",
+        )
+        .fetch_all(pool)
+        .await?;
+        for r in rows {
+            out.push((r.try_get("id")?, r.try_get("attempt")?));
+        }
+    }
+    Ok(out)
+}
+
+/// Of the storm's expired leases: how many were taken over (a later
+/// attempt), and how many are still running under the expired attempt or
+/// under the takeover's (its reconcile not yet written back).
+async fn storm_progress(pools: &[MySqlPool], expired: &[(u64, u64)]) -> Result<(usize, usize)> {
+    let (mut taken_over, mut pending) = (0, 0);
+    for (id, attempt) in expired {
+        let row =
+            sqlx::query("SELECT attempt, state = 'running' AS running FROM jobs WHERE id = ?")
+                .bind(id)
+                .fetch_one(pool_of(pools, *id))
+                .await?;
+        let now: u64 = row.try_get("attempt")?;
+        let running: i64 = row.try_get("running")?;
+        if now > *attempt {
+            taken_over += 1;
+        }
+        if running != 0 && now <= attempt + 1 {
+            pending += 1;
+        }
+    }
+    Ok((taken_over, pending))
+}
+
+/// How long the storm's reconciles took, by the database clock, over the
+/// jobs that were taken over: from the first takeover to the last one (the
+/// hand-outs), and to the last event a takeover's attempt wrote (its
+/// reconcile's Complete or Fail).
+async fn storm_span(
+    pools: &[MySqlPool],
+    expired: &[(u64, u64)],
+) -> Result<Option<(Duration, Duration)>> {
+    let (mut first, mut last_taken, mut last): (Option<i64>, Option<i64>, Option<i64>) =
+        (None, None, None);
+    for (id, attempt) in expired {
+        let row = sqlx::query(
+            "SELECT CAST(UNIX_TIMESTAMP(MIN(IF(kind = 'taken_over', created_at, NULL))) * 1000000 AS SIGNED) AS taken, \
+             CAST(UNIX_TIMESTAMP(MAX(created_at)) * 1000000 AS SIGNED) AS done \
+             FROM job_events WHERE job_id = ? AND attempt = ?",
+        )
+        .bind(id)
+        .bind(attempt + 1)
+        .fetch_one(pool_of(pools, *id))
+        .await?;
+        let taken: Option<i64> = row.try_get("taken")?;
+        let done: Option<i64> = row.try_get("done")?;
+        if let (Some(t), Some(d)) = (taken, done) {
+            first = Some(first.map_or(t, |f| f.min(t)));
+            last_taken = Some(last_taken.map_or(t, |l| l.max(t)));
+            last = Some(last.map_or(d, |l| l.max(d)));
+        }
+    }
+    let since = |f: i64, t: i64| Duration::from_micros(t.saturating_sub(f).max(0) as u64);
+    Ok(match (first, last_taken, last) {
+        (Some(f), Some(t), Some(l)) => Some((since(f, t), since(f, l))),
+        _ => None,
+    })
+}
+
+/// What comes after the storm: the next disturbance of the coordinators
+/// (the schedule goes on as before it), if any.
+fn after_storm(cluster: &Cluster, elapsed: Duration) -> Option<Chaos> {
+    if !cluster.coordinators.balanced() {
+        None
+    } else if cluster.galera.is_some() {
+        Some(Chaos::KillNode(elapsed + GAP))
+    } else {
+        Some(Chaos::KillCoordinator(elapsed + GAP))
+    }
 }
 
 /// Jobs `owner` holds: (id, attempt), in every database.
@@ -180,7 +318,11 @@ pub(super) async fn chaos_step(
             cluster.workers[1].kill().await?;
             // The replacement keeps its predecessor's queue served.
             let queue = cluster.queue_for_worker(1);
-            cluster.workers[1] = cluster.rust_worker_on(&format!("{name}-restarted"), 8, &queue)?;
+            cluster.workers[1] = cluster.rust_worker_on(
+                &format!("{name}-restarted"),
+                cluster.concurrency,
+                &queue,
+            )?;
             happened(
                 format!("{name} killed mid-request (SIGKILL), replaced"),
                 None,
@@ -192,11 +334,13 @@ pub(super) async fn chaos_step(
         Chaos::Kill => None,
         Chaos::Restart if elapsed >= Duration::from_secs(2) => {
             let from = SystemTime::now();
+            let took = Instant::now();
             cluster.coordinators.restart(0).await?;
             Some(Happened {
                 what: "coordinator restarted (SIGTERM, start)".to_owned(),
-                next: None,
+                next: Some(Chaos::Storm(elapsed + took.elapsed() + GAP)),
                 window: Some((from, SystemTime::now())),
+                storm: None,
             })
         }
         Chaos::RollingRestart if elapsed >= Duration::from_secs(2) => {
@@ -213,12 +357,9 @@ pub(super) async fn chaos_step(
                     stops.len(),
                     stops.join(" / ")
                 ),
-                next: Some(if cluster.galera.is_some() {
-                    Chaos::KillNode(elapsed + took.elapsed() + GAP)
-                } else {
-                    Chaos::KillCoordinator(elapsed + took.elapsed() + GAP)
-                }),
+                next: Some(Chaos::Storm(elapsed + took.elapsed() + GAP)),
                 window: Some((from, SystemTime::now())),
+                storm: None,
             })
         }
         Chaos::KillCoordinator(after) if elapsed >= after => {
@@ -234,6 +375,7 @@ pub(super) async fn chaos_step(
                 ),
                 next: Some(Chaos::DatabaseOutage(elapsed + took.elapsed() + GAP)),
                 window: Some((from, SystemTime::now())),
+                storm: None,
             })
         }
         Chaos::DatabaseOutage(after) if elapsed >= after => {
@@ -249,6 +391,7 @@ pub(super) async fn chaos_step(
                 ),
                 next: None,
                 window: Some((from, SystemTime::now())),
+                storm: None,
             })
         }
         Chaos::KillNode(after) if elapsed >= after => {
@@ -291,9 +434,112 @@ pub(super) async fn chaos_step(
                      commits answered COMMIT_OUTCOME_UNKNOWN: {unknown}; node 1 restarting",
                     moved.map_or("(not seen in 30 s)".to_owned(), |d| format!("{} ms", d.as_millis()))
                 ),
-                next: (cluster.coordinators.list.len() > 1)
-                    .then(|| Chaos::KillCoordinator(elapsed + killed.elapsed() + GAP)),
+                // Alone, the coordinator meets the storm after the node.
+                next: Some(if cluster.coordinators.list.len() > 1 {
+                    Chaos::KillCoordinator(elapsed + killed.elapsed() + GAP)
+                } else {
+                    Chaos::Storm(elapsed + killed.elapsed() + GAP)
+                }),
                 window: Some((from, SystemTime::now())),
+                storm: None,
+            })
+        }
+        Chaos::Storm(after) if elapsed >= after => {
+            // The provider answers late for a moment, as real providers do
+            // under load: every call the workers make meanwhile keeps its
+            // job in their hands, so the coordinators go down while the
+            // workers hold many jobs (half their slots, or what they hold
+            // after SLOW_PROVIDER).
+            let faults = cluster.provider_client.faults().await?;
+            cluster
+                .provider_client
+                .set_faults(&FaultConfig {
+                    latency: 1.0,
+                    latency_ms: SLOW_ANSWER_MS,
+                    ..faults
+                })
+                .await?;
+            let slow = Instant::now();
+            let held = loop {
+                let held =
+                    super::report::observe("the jobs workers hold", || running(pool)).await?;
+                if held * 2 >= cluster.slots || slow.elapsed() >= SLOW_PROVIDER {
+                    break held;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            };
+            let from = SystemTime::now();
+            let killed = Instant::now();
+            // SIGKILL, not SIGTERM: a draining coordinator would let the
+            // workers write back what they hold; nor SIGSTOP: the calls
+            // queued in a frozen process would be served when it resumes,
+            // racing the takeovers.
+            cluster.coordinators.kill_all().await?;
+            cluster.provider_client.set_faults(&faults).await?;
+            // Twice the lease: every lease held at the kill has expired
+            // well before they are back, and refunds keep arriving.
+            let down = cluster.lease * 2;
+            tokio::time::sleep(down.saturating_sub(killed.elapsed())).await;
+            let expired =
+                super::report::observe("the expired leases", || expired_leases(pool)).await?;
+            let stopped = killed.elapsed();
+            cluster.coordinators.start_all().await?;
+            Some(Happened {
+                what: format!(
+                    "takeover storm: every coordinator killed (SIGKILL) while the workers held \
+                     {held} jobs (the provider answering {} s late), started again after {:.1} s \
+                     (lease {}) with {} leases expired",
+                    SLOW_ANSWER_MS as f64 / 1000.0,
+                    stopped.as_secs_f64(),
+                    humantime::format_duration(cluster.lease),
+                    expired.len()
+                ),
+                next: Some(Chaos::StormDrain(StormWatch {
+                    expired,
+                    back: Instant::now(),
+                })),
+                window: Some((from, SystemTime::now())),
+                storm: None,
+            })
+        }
+        Chaos::StormDrain(watch) => {
+            let (taken_over, pending) = super::report::observe("the storm's takeovers", || {
+                storm_progress(pool, &watch.expired)
+            })
+            .await?;
+            let waited = watch.back.elapsed();
+            if pending > 0 && waited < DRAIN_PATIENCE {
+                return Ok(None);
+            }
+            let span = if pending == 0 {
+                super::report::observe("the storm's events", || storm_span(pool, &watch.expired))
+                    .await?
+            } else {
+                None
+            };
+            let storm = Storm {
+                expired: watch.expired.len(),
+                taken_over,
+                handed_out: span.map(|s| s.0),
+                drained: span.map(|s| s.1),
+            };
+            Some(Happened {
+                what: format!(
+                    "takeover storm over: {taken_over} of {} expired leases taken over{}",
+                    storm.expired,
+                    match (storm.drained, pending) {
+                        (Some(d), _) =>
+                            format!(", their reconciles drained in {:.1} s", d.as_secs_f64()),
+                        (None, 0) => String::new(),
+                        (None, _) => format!(
+                            ", {pending} still running after {}",
+                            humantime::format_duration(DRAIN_PATIENCE)
+                        ),
+                    }
+                ),
+                next: after_storm(cluster, elapsed),
+                window: None,
+                storm: Some(storm),
             })
         }
         Chaos::Pause
@@ -301,6 +547,7 @@ pub(super) async fn chaos_step(
         | Chaos::Restart
         | Chaos::RollingRestart
         | Chaos::KillCoordinator(_)
-        | Chaos::DatabaseOutage(_) => None,
+        | Chaos::DatabaseOutage(_)
+        | Chaos::Storm(_) => None,
     })
 }

@@ -357,10 +357,43 @@ impl Coordinators {
         Ok(noticed)
     }
 
-    async fn respawn(&mut self, i: usize) -> Result<()> {
+    /// SIGKILL to every coordinator at once: no drain, no answer to the
+    /// calls in flight, and HAProxy answers every call itself
+    /// (UNAVAILABLE) until they are started again ([`Self::start_all`]).
+    pub async fn kill_all(&mut self) -> Result<()> {
+        for c in &mut self.list {
+            c.proc.kill().await?;
+        }
+        Ok(())
+    }
+
+    /// Starts every coordinator again on its addresses, all at once, and
+    /// waits until each serves and HAProxy sends it calls.
+    pub async fn start_all(&mut self) -> Result<()> {
+        for i in 0..self.list.len() {
+            self.spawn_again(i)?;
+        }
+        for i in 0..self.list.len() {
+            self.until_up(i).await?;
+        }
+        Ok(())
+    }
+
+    fn spawn_again(&mut self, i: usize) -> Result<()> {
         let c = &self.list[i];
         let (name, grpc, metrics) = (c.name.clone(), c.grpc.clone(), c.metrics.clone());
         self.list[i] = spawn(&self.settings, &self.db_flags, &name, &grpc, &metrics)?;
+        Ok(())
+    }
+
+    async fn respawn(&mut self, i: usize) -> Result<()> {
+        self.spawn_again(i)?;
+        self.until_up(i).await
+    }
+
+    /// Waits until coordinator `i` serves, and HAProxy marks it up.
+    async fn until_up(&self, i: usize) -> Result<()> {
+        let (name, grpc) = (self.list[i].name.clone(), self.list[i].grpc.clone());
         super::wait_coordinator(&grpc, &self.settings.client()?).await?;
         // A rolling restart moves on only once the load balancer sends
         // calls to this one again (two passed checks, about a second):

@@ -5,11 +5,16 @@
 //! its lease and resumed after the takeover, a worker killed mid-request,
 //! responses cut after the refund was made, read-after-write lag, 503s, a
 //! coordinator restart, and with --galera the database node the
-//! coordinators write through killed. It ends with a report whose last line is
-//! `invariant: OK` or `invariant: VIOLATED (…)`, checked against the
-//! provider's own ledger.
+//! coordinators write through killed, and a takeover storm: every
+//! coordinator stopped for longer than the lease. The provider has a rate
+//! limit, and the queue a provider budget under it (`budget.rs`), so the
+//! storm's flood reaches the provider at the budget's pace (`--no-budget`:
+//! as fast as the workers go, and the provider answers 429). It ends with a
+//! report whose last line is `invariant: OK` or `invariant: VIOLATED (…)`,
+//! checked against the provider's own ledger.
 
 mod arrivals;
+pub mod budget;
 mod chaos;
 pub mod coordinators;
 pub mod credentials;
@@ -47,8 +52,10 @@ pub struct DemoArgs {
     #[arg(long, default_value_t = 2000)]
     pub jobs: u32,
     /// The refunds arrive evenly over this long (`0s`: all at once), so the
-    /// failures happen while work flows.
-    #[arg(long, value_parser = humantime::parse_duration, default_value = "15s")]
+    /// failures happen while work flows. 30 s: every failure of the
+    /// schedule, the takeover storm included, happens while refunds still
+    /// arrive, at a pace (about 67/s) the budget carries with room to spare.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "30s")]
     pub arrival: Duration,
     /// Rust refund workers.
     #[arg(long, default_value_t = 3)]
@@ -60,8 +67,10 @@ pub struct DemoArgs {
     /// `npm ci` there).
     #[arg(long, default_value_t = 1)]
     pub node_workers: u32,
-    /// Jobs each worker handles at once.
-    #[arg(long, default_value_t = 8)]
+    /// Jobs each Rust and Node worker handles at once (the Python worker
+    /// claims 4 and handles them in turn). 16: together the workers can
+    /// send well past the provider's limit, which is what a budget is for.
+    #[arg(long, default_value_t = 16)]
     pub concurrency: u32,
     /// Lease of every claim.
     #[arg(long, value_parser = humantime::parse_duration, default_value = "3s")]
@@ -94,6 +103,23 @@ pub struct DemoArgs {
     /// Share of refunds that stay pending for a second.
     #[arg(long, default_value_t = 0.1)]
     pub pending_ratio: f64,
+    /// The fake provider's rate limit: requests per second, every endpoint
+    /// together, answered 429 past it (its burst: one second's worth, or
+    /// more if the workers could otherwise outrun it). 200: the refunds'
+    /// own pace (about 80 requests/s with their reconciles and resends,
+    /// some 95 budget units/s) takes 60% of the budget of 80% of it, which
+    /// leaves room to work off the backlog each failure leaves; and the
+    /// workers together can go about twice as fast, so the flood after the
+    /// takeover storm meets 429s without a budget.
+    #[arg(long, default_value_t = 200.0)]
+    pub provider_rate_limit: f64,
+    /// Run without the provider budget: the queue dispatches to the
+    /// provider as fast as the workers take jobs, and the report counts the
+    /// 429s. By default the demo puts a budget of 80% of
+    /// --provider-rate-limit on its queue (JobAdmin PutProvider; execute 1
+    /// unit, reconcile 2, what the refund workers can spend per hand-out).
+    #[arg(long)]
+    pub no_budget: bool,
     /// Pause, kill and restart processes during the run.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     pub chaos: bool,
@@ -154,8 +180,13 @@ struct Cluster {
     provider_url: String,
     coordinators: Coordinators,
     provider: Proc,
+    provider_client: ProviderClient,
+    /// Jobs the workers can hold at once, all together.
+    slots: usize,
     workers: Vec<Proc>,
     lease: Duration,
+    /// Jobs each Rust worker (a replacement too) handles at once.
+    concurrency: u32,
     credentials: Option<DemoCredentials>,
     /// The queues (one per database), handed to workers in turn
     /// ([`Cluster::queue_for_worker`]).
@@ -299,6 +330,19 @@ async fn wait_provider(client: &ProviderClient) -> Result<()> {
     Ok(())
 }
 
+/// The Rust workers the demo starts: `--workers`, or with several
+/// databases enough for every queue to have one and the first two.
+fn rust_workers(args: &DemoArgs, queues: usize) -> u32 {
+    if queues > 1 {
+        let others = args.python_workers + args.node_workers;
+        args.workers
+            .max((queues as u32 + 1).saturating_sub(others))
+            .max(2)
+    } else {
+        args.workers
+    }
+}
+
 fn default_python() -> PathBuf {
     let venv = PathBuf::from(".local/venv/bin/python");
     if venv.exists() {
@@ -372,6 +416,19 @@ pub async fn run(args: DemoArgs) -> Result<bool> {
     if let Some(seed) = args.seed {
         provider_args.extend(["--seed".into(), seed.to_string()]);
     }
+    let fleet = budget::Fleet {
+        rust: rust_workers(&args, queues.len()),
+        python: args.python_workers,
+        node: args.node_workers,
+        concurrency: args.concurrency,
+    };
+    let plan = budget::Plan::new(
+        args.provider_rate_limit,
+        !args.no_budget,
+        queues.len() as u32,
+        fleet,
+    )?;
+    provider_args.extend(plan.provider_flags());
     let provider = Proc::spawn("provider", &exe, &provider_args, &[], &logs)?;
     let provider_client = ProviderClient::new(provider_url.parse()?);
     wait_provider(&provider_client).await?;
@@ -401,8 +458,11 @@ pub async fn run(args: DemoArgs) -> Result<bool> {
         provider_url: provider_url.clone(),
         coordinators,
         provider,
+        provider_client: provider_client.clone(),
+        slots: fleet.slots() as usize,
         workers: Vec::new(),
         lease: args.lease,
+        concurrency: args.concurrency,
         credentials: demo_credentials,
         queues,
         galera: args.galera.then(|| args.galera_script.clone()),
@@ -432,6 +492,20 @@ pub async fn run(args: DemoArgs) -> Result<bool> {
             logs.display()
         )
     });
+    // The budget goes on before any worker starts: every hand-out is under
+    // it from the first.
+    plan.put(
+        &cluster.coordinators.addr,
+        &cluster.client(credentials::CONSOLE)?,
+        credentials::CONSOLE,
+        &cluster.queues,
+    )
+    .await?;
+    say(&format!(
+        "fake provider limit {}; provider budget {}",
+        plan.limit_text(),
+        plan.budget_text()
+    ));
     // On Ctrl-C or SIGTERM, still resume and stop every child (a frozen
     // worker would otherwise stay stopped for ever).
     let python_cmd = args.python.clone().unwrap_or_else(default_python);
@@ -449,6 +523,7 @@ pub async fn run(args: DemoArgs) -> Result<bool> {
     let outcome_injected: Vec<String> = match &outcome {
         Ok(happened) => happened
             .iter()
+            .filter(|h| h.storm.is_none())
             .map(|h| match h.window {
                 Some((from, to)) => format!(
                     "{}; worker calls failed after retries: {}",
@@ -465,7 +540,12 @@ pub async fn run(args: DemoArgs) -> Result<bool> {
         let _ = cluster.provider.stop(Duration::from_secs(5)).await;
         return outcome.map(|_| false);
     }
+    let storm = match &outcome {
+        Ok(happened) => happened.iter().find_map(|h| h.storm.clone()),
+        Err(_) => None,
+    };
     let ledger = provider_client.ledger().await;
+    let provider_stats = provider_client.stats().await;
     if console_listen.is_none() {
         cluster.coordinators.stop().await;
     }
@@ -478,6 +558,12 @@ pub async fn run(args: DemoArgs) -> Result<bool> {
     let mut report = Report::gather_all(&pools, &ledger?).await?;
     report.injected = outcome_injected;
     report.database_durable = database_durable;
+    report.storm = storm;
+    report.provider = Some(report::ProviderSide {
+        limit: plan.limit_text(),
+        budget: plan.budget_text(),
+        stats: provider_stats?,
+    });
     println!("{}", report.render());
     if let Some(console) = &console_listen {
         println!(
@@ -504,14 +590,7 @@ async fn run_workload(
     // before the slower ones (Python and Node load their stubs) are up.
     // Spread over several databases, every queue gets a worker, and the
     // first queue two (see `Cluster::queue_for_worker`).
-    let rust_workers = if cluster.queues.len() > 1 {
-        let others = args.python_workers + args.node_workers;
-        args.workers
-            .max((cluster.queues.len() as u32 + 1).saturating_sub(others))
-            .max(2)
-    } else {
-        args.workers
-    };
+    let rust_workers = rust_workers(args, cluster.queues.len());
     for i in 1..=rust_workers {
         let w = cluster.rust_worker(&format!("rust-{i}"), args.concurrency)?;
         cluster.workers.push(w);
@@ -533,6 +612,8 @@ async fn run_workload(
                 cluster.next_queue(),
                 "--lease-seconds".into(),
                 args.lease.as_secs().max(1).to_string(),
+                "--batch".into(),
+                budget::PYTHON_BATCH.to_string(),
             ];
             // The package from its source tree (its dependencies are in
             // the venv scripts/python-env made).
@@ -722,8 +803,9 @@ async fn drive(
         );
         if open == 0 {
             // Nothing left to disturb; a frozen worker still gets resumed
-            // by its own step on the next turn.
-            chaos.retain(|c| matches!(c, Chaos::Resume(_)));
+            // by its own step on the next turn, and a storm's end is still
+            // measured.
+            chaos.retain(|c| matches!(c, Chaos::Resume(_) | Chaos::StormDrain(_)));
         }
         if tty {
             eprint!("\r{line}  {note:<60}");

@@ -3,7 +3,7 @@
 //! exactly 1 for every succeeded job and at most 1 for every other.
 
 use crate::domain::durability;
-use crate::provider::Ledger;
+use crate::provider::{Ledger, ProviderStats};
 use crate::store::JobStore;
 use anyhow::Result;
 use sqlx::mysql::MySqlPool;
@@ -92,6 +92,37 @@ pub async fn database_durable(pool: &MySqlPool) -> String {
     }
 }
 
+/// The takeover storm: every coordinator stopped for longer than the
+/// lease, so every lease the workers held had expired when they came back.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Storm {
+    /// Jobs running with an expired lease just before the coordinators
+    /// started again.
+    pub expired: usize,
+    /// Of those, taken over (the others their holder finished itself, a
+    /// write already on its way).
+    pub taken_over: usize,
+    /// From the first takeover of those jobs to the last (database clock):
+    /// how the budget spread the storm's reconciles.
+    pub handed_out: Option<std::time::Duration>,
+    /// From the first takeover of those jobs to the last write-back of a
+    /// takeover's reconcile (database clock); `None` if they had not all
+    /// been written back when the demo stopped waiting, or none was taken
+    /// over.
+    pub drained: Option<std::time::Duration>,
+}
+
+/// The provider's side: its limit, what it saw, and the budget under it.
+#[derive(Debug, Clone)]
+pub struct ProviderSide {
+    /// The limit (`… requests/s (burst …)`).
+    pub limit: String,
+    /// The budget (`… units/s …` or `off (--no-budget)`).
+    pub budget: String,
+    /// What the provider counted (`GET /_admin/stats`).
+    pub stats: ProviderStats,
+}
+
 /// Everything the final report prints.
 #[derive(Debug, Default)]
 pub struct Report {
@@ -116,6 +147,11 @@ pub struct Report {
     pub injected: Vec<String>,
     /// Invariant violations, one line each.
     pub violations: Vec<String>,
+    /// The provider's limit, requests, 429s and the budget; not printed
+    /// when unknown.
+    pub provider: Option<ProviderSide>,
+    /// The takeover storm, when it happened.
+    pub storm: Option<Storm>,
 }
 
 impl Report {
@@ -254,6 +290,23 @@ impl Report {
         let _ = writeln!(s, "  by final state          {}", join(&self.states));
         let _ = writeln!(s, "  completed by            {}", join(&self.completed_by));
         let _ = writeln!(s, "  takeovers               {}", self.takeovers);
+        if let Some(storm) = &self.storm {
+            let _ = writeln!(
+                s,
+                "  takeover storm          {} leases expired at once, {} taken over; {}",
+                storm.expired,
+                storm.taken_over,
+                match (storm.handed_out, storm.drained) {
+                    (Some(h), Some(d)) => format!(
+                        "their reconciles handed out within {:.1} s, all written back within {:.1} s",
+                        h.as_secs_f64(),
+                        d.as_secs_f64()
+                    ),
+                    _ if storm.taken_over == 0 => "no reconcile".to_owned(),
+                    _ => "their reconciles had not drained when the demo stopped".to_owned(),
+                }
+            );
+        }
         let _ = writeln!(
             s,
             "  stale writes rejected   {}",
@@ -267,6 +320,19 @@ impl Report {
             join(&self.manual_reviews)
         );
         let _ = writeln!(s, "  refunds made (ledger)   {}", self.refunds_made);
+        if let Some(p) = &self.provider {
+            let _ = writeln!(
+                s,
+                "  provider limit          {}; peak {} requests/s",
+                p.limit, p.stats.peak_requests_per_second
+            );
+            let _ = writeln!(
+                s,
+                "  provider 429s           {} of {} requests",
+                p.stats.rate_limited, p.stats.requests
+            );
+            let _ = writeln!(s, "  provider budget         {}", p.budget);
+        }
         for u in self.unfinished.iter().take(10) {
             let _ = writeln!(s, "  not finished: {u}");
         }

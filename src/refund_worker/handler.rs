@@ -6,6 +6,12 @@
 //! from the provider is reported with the Fail (`provider_retry_after`), so
 //! the coordinator holds every worker's hand-outs for that provider until
 //! its Retry-After (DESIGN.md rule 11): no worker keeps a rate limiter.
+//!
+//! One hand-out makes at most one provider call for an EXECUTE (the send,
+//! or the check of evidence handed over with it) and two for a RECONCILE
+//! (the check of evidence, then the lookup): the costs a provider budget
+//! must charge this worker's queue so that the budget bounds the calls
+//! (`jobfence demo` puts execute 1, reconcile 2).
 
 use crate::domain::budget::MAX_PROVIDER_RETRY_AFTER;
 use crate::provider::{ProviderClient, ProviderError, Refund, RefundParams, RefundStatus};
@@ -67,6 +73,19 @@ enum Outcome {
 
 /// The Retry-After assumed when a 429 came without one.
 const DEFAULT_RETRY_AFTER: Duration = Duration::from_secs(1);
+
+/// What the evidence handed over with a claim showed ([`RefundHandler::check_evidence`]).
+enum Evidence {
+    /// No success with a provider reference was observed.
+    None,
+    /// The provider confirmed it: a succeeded refund of this operation_key.
+    Verified(Refund),
+    /// The lookup of this reference did not confirm it (not found yet,
+    /// another refund, an error).
+    Unconfirmed(String),
+    /// The provider's rate limit refused the lookup.
+    Throttled(Option<Duration>),
+}
 
 /// A 429 to a call whose job would be disposed of with `disposition`: the
 /// provider did nothing, so the job goes back as it was, due after the
@@ -193,34 +212,31 @@ impl RefundHandler {
     }
 
     /// Evidence handed over with the claim (a late success of a stale
-    /// worker, a webhook): verified with the provider before it is used.
-    /// `Err(retry_after)`: the provider's rate limit refused a lookup; ask
-    /// it nothing more for this job now.
-    async fn verified_evidence(
-        &self,
-        job: &ClaimedJob,
-    ) -> Result<Option<Refund>, Option<Duration>> {
-        for o in job.observations().iter().rev() {
-            if o.outcome != ObservationOutcome::Succeeded as i32 || o.provider_reference.is_empty()
+    /// worker, a webhook): the newest success with a provider reference,
+    /// checked with **one** lookup, never more, whatever the number of
+    /// observations: every provider call a hand-out can cause must be paid
+    /// for by its cost in the provider's budget (DESIGN.md rule 11), and a
+    /// lookup per observation had no bound.
+    async fn check_evidence(&self, job: &ClaimedJob) -> Evidence {
+        let Some(o) = job.observations().iter().rev().find(|o| {
+            o.outcome == ObservationOutcome::Succeeded as i32 && !o.provider_reference.is_empty()
+        }) else {
+            return Evidence::None;
+        };
+        match self
+            .provider
+            .get_refund(&o.provider_reference, self.timings.provider_timeout)
+            .await
+        {
+            Ok(Some(r))
+                if r.status == RefundStatus::Succeeded
+                    && r.merchant_reference == job.operation_key() =>
             {
-                continue;
+                Evidence::Verified(r)
             }
-            match self
-                .provider
-                .get_refund(&o.provider_reference, self.timings.provider_timeout)
-                .await
-            {
-                Ok(Some(r))
-                    if r.status == RefundStatus::Succeeded
-                        && r.merchant_reference == job.operation_key() =>
-                {
-                    return Ok(Some(r));
-                }
-                Err(ProviderError::RateLimited { retry_after, .. }) => return Err(retry_after),
-                _ => {}
-            }
+            Err(ProviderError::RateLimited { retry_after, .. }) => Evidence::Throttled(retry_after),
+            _ => Evidence::Unconfirmed(o.provider_reference.clone()),
         }
-        Ok(None)
     }
 
     fn settled(&self, refund: Refund) -> Outcome {
@@ -244,16 +260,24 @@ impl Handler for RefundHandler {
     async fn handle(&self, job: &mut ClaimedJob) -> Result<(), HandlerError> {
         let outcome = match Self::params(job) {
             Err(why) => Outcome::Fail(Disposition::ManualReview, why, Duration::ZERO),
-            Ok(params) => match self.verified_evidence(job).await {
-                Ok(Some(refund)) => Outcome::Complete(refund),
-                // Nothing was sent yet: the job goes back with its own next
-                // action.
-                Err(retry_after) if job.next_action() == NextAction::Reconcile => {
+            Ok(params) => match (self.check_evidence(job).await, job.next_action()) {
+                (Evidence::Verified(refund), _) => Outcome::Complete(refund),
+                // A refused lookup is never turned into a send.
+                (Evidence::Throttled(retry_after), _) => {
                     throttled(Disposition::RetryReconcile, "lookup", retry_after)
                 }
-                Err(retry_after) => throttled(Disposition::RetryExecute, "lookup", retry_after),
-                Ok(None) if job.next_action() == NextAction::Reconcile => self.reconcile(job).await,
-                Ok(None) => self.execute(job, &params).await,
+                (Evidence::None | Evidence::Unconfirmed(_), NextAction::Reconcile) => {
+                    self.reconcile(job).await
+                }
+                // Someone saw this refund succeed, and the lookup could not
+                // confirm it (lag, a 503): reconcile rather than send, so
+                // this hand-out makes one provider call, not two.
+                (Evidence::Unconfirmed(reference), _) => Outcome::Fail(
+                    Disposition::RetryReconcile,
+                    format!("evidence of refund {reference} not confirmed yet; reconcile before any send"),
+                    self.timings.reconcile_delay,
+                ),
+                (Evidence::None, _) => self.execute(job, &params).await,
             },
         };
         let written = match outcome {
