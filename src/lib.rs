@@ -38,12 +38,9 @@ pub mod security_cli;
 pub mod server;
 pub mod store;
 
-/// Generated protobuf and gRPC code for `jobfence.v1`.
+/// Generated protobuf and gRPC code for `jobfence.v1`: the crate
+/// `jobfence-api` (`proto/`).
 pub mod proto {
-    #![allow(missing_docs, clippy::all)]
-    tonic::include_proto!("jobfence.v1");
-
-    /// Encoded file descriptor set of `proto/`, served by reflection.
-    pub const FILE_DESCRIPTOR_SET: &[u8] =
-        include_bytes!(concat!(env!("OUT_DIR"), "/jobfence_descriptor.bin"));
+    pub use jobfence_api::v1::*;
+    pub use jobfence_api::FILE_DESCRIPTOR_SET;
 }

@@ -324,16 +324,12 @@ impl Agent {
     }
 }
 
-/// The ErrorInfo reasons of the coordinator (src/grpc/status.rs), sorted.
+/// The ErrorInfo reasons of the coordinator (the enum ErrorReason of
+/// errors.proto, from which its status mapping is generated), sorted.
 fn server_reasons() -> Vec<String> {
-    let text = std::fs::read_to_string(repo().join("src/grpc/status.rs")).unwrap();
-    let block = &text[text.find("pub mod reason {").expect("mod reason")..];
-    let block = &block[..block.find("\n}\n").unwrap()];
-    let mut out: Vec<String> = block
-        .lines()
-        .filter_map(|l| l.trim().strip_prefix("pub const "))
-        .filter_map(|l| l.split('"').nth(1))
-        .map(str::to_owned)
+    let mut out: Vec<String> = jobfence::proto::ErrorReason::ALL
+        .iter()
+        .map(|r| r.as_str_name().to_owned())
         .collect();
     out.sort();
     out
@@ -350,7 +346,7 @@ async fn conforms(client: Client) {
     assert_eq!(
         agent.reply("reasons").await,
         format!("reasons {}", server_reasons().join(" ")),
-        "the client's reasons differ from the coordinator's (src/grpc/status.rs)"
+        "the client's reasons differ from the coordinator's (errors.proto)"
     );
     agent.quit().await;
 

@@ -21,7 +21,7 @@ use std::time::Duration;
 use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::Stream;
-use tonic::{Code, Request, Response, Status};
+use tonic::{Request, Response, Status};
 use tonic_types::{ErrorDetails, StatusExt};
 use tracing::{instrument, Instrument, Span};
 
@@ -107,7 +107,7 @@ fn shutting_down() -> Status {
         std::collections::HashMap::new(),
     );
     Status::with_error_details(
-        Code::Unavailable,
+        jobfence_api::v1::ErrorReason::ServerShuttingDown.code(),
         "server shutting down; reconnect from the last event you applied",
         details,
     )

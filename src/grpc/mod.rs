@@ -5,7 +5,6 @@
 //! - `job_admin.rs`: the operator service `JobAdmin`.
 //! - `events.rs`: the events feed `JobEvents` (ListEvents, WatchEvents).
 
-pub mod codec;
 pub mod convert;
 pub mod events;
 mod job_admin;

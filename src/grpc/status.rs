@@ -12,72 +12,8 @@ use std::time::Duration;
 use tonic::Code;
 use tonic_types::{ErrorDetails, StatusExt};
 
-/// The ErrorInfo domain of every jobfence error.
-pub const ERROR_DOMAIN: &str = "jobfence";
-
-/// ErrorInfo reasons, as clients see them.
-pub mod reason {
-    pub const INVALID_REQUEST: &str = "INVALID_REQUEST";
-    pub const JOB_NOT_FOUND: &str = "JOB_NOT_FOUND";
-    pub const ATTEMPT_SUPERSEDED: &str = "ATTEMPT_SUPERSEDED";
-    pub const ATTEMPT_NOT_ISSUED: &str = "ATTEMPT_NOT_ISSUED";
-    pub const JOB_NOT_RUNNING: &str = "JOB_NOT_RUNNING";
-    pub const JOB_FINISHED: &str = "JOB_FINISHED";
-    pub const LEASE_NOT_EXPIRED: &str = "LEASE_NOT_EXPIRED";
-    pub const OPERATION_KEY_CONFLICT: &str = "OPERATION_KEY_CONFLICT";
-    pub const JOB_NOT_IN_MANUAL_REVIEW: &str = "JOB_NOT_IN_MANUAL_REVIEW";
-    pub const JOB_NOT_CANCELLABLE: &str = "JOB_NOT_CANCELLABLE";
-    pub const COMMIT_OUTCOME_UNKNOWN: &str = "COMMIT_OUTCOME_UNKNOWN";
-    pub const DATABASE_UNAVAILABLE: &str = "DATABASE_UNAVAILABLE";
-    pub const TRANSACTION_CONFLICT: &str = "TRANSACTION_CONFLICT";
-    pub const INTERNAL: &str = "INTERNAL";
-    /// RESOURCE_EXHAUSTED: too many calls already wait for the database;
-    /// nothing was written. Retry after the RetryInfo delay.
-    pub const OVERLOADED: &str = "OVERLOADED";
-    /// WatchEvents ended because the server is shutting down: reconnect
-    /// (to another replica) from the last event applied.
-    pub const SERVER_SHUTTING_DOWN: &str = "SERVER_SHUTTING_DOWN";
-    /// UNAVAILABLE, sent by the load balancer, never by a coordinator
-    /// (`deploy/haproxy/grpc-unavailable.http`): no coordinator was
-    /// serving, so the call was not forwarded; nothing was applied. Retry
-    /// after a backoff.
-    pub const NO_COORDINATOR_SERVING: &str = "NO_COORDINATOR_SERVING";
-    /// UNAUTHENTICATED: the call carried no credential (no
-    /// `authorization: Bearer` metadata, no client certificate). Nothing
-    /// was applied; never retried.
-    pub const CREDENTIAL_MISSING: &str = "CREDENTIAL_MISSING";
-    /// UNAUTHENTICATED: the credential is not one the coordinator knows
-    /// (a wrong, tampered or revoked token, a malformed header); metadata
-    /// `problem`. Nothing was applied; never retried.
-    pub const CREDENTIAL_INVALID: &str = "CREDENTIAL_INVALID";
-    /// UNAUTHENTICATED: the credential is known but expired (metadata
-    /// `caller`, `expired_at`). Nothing was applied; never retried.
-    pub const CREDENTIAL_EXPIRED: &str = "CREDENTIAL_EXPIRED";
-    /// PERMISSION_DENIED: the caller's roles do not include the method
-    /// (metadata `caller`, `method`, `required_role`; for a webhook, the
-    /// observation `source` it may not report). Nothing was applied.
-    pub const ROLE_NOT_ALLOWED: &str = "ROLE_NOT_ALLOWED";
-    /// PERMISSION_DENIED: the caller's grants do not cover the queue the
-    /// call acts on (metadata `queue`, and `job_id` when the call named a
-    /// job). Nothing was applied, not even a refusal event.
-    pub const QUEUE_NOT_ALLOWED: &str = "QUEUE_NOT_ALLOWED";
-    /// PERMISSION_DENIED: an operator call named another operator than
-    /// the credential's (metadata `caller`, `operator`). Nothing was
-    /// applied.
-    pub const OPERATOR_MISMATCH: &str = "OPERATOR_MISMATCH";
-    /// RESOURCE_EXHAUSTED: a Takeover whose reconcile the provider's
-    /// budget cannot pay for now (metadata `provider`, `limit`: `rate` or
-    /// `in_flight`), with a RetryInfo for when the next unit is due.
-    /// Nothing was written. DESIGN.md rule 11.
-    pub const PROVIDER_BUDGET_EXHAUSTED: &str = "PROVIDER_BUDGET_EXHAUSTED";
-    /// RESOURCE_EXHAUSTED: an operator paused the provider (metadata
-    /// `provider`); retry after the RetryInfo delay. Nothing was written.
-    pub const PROVIDER_PAUSED: &str = "PROVIDER_PAUSED";
-    /// RESOURCE_EXHAUSTED: a worker reported the provider's 429 and its
-    /// Retry-After runs (metadata `provider`, `throttled_until`), with a
-    /// RetryInfo until then. Nothing was written.
-    pub const PROVIDER_THROTTLED: &str = "PROVIDER_THROTTLED";
-}
+use jobfence_api::v1::ErrorReason;
+pub use jobfence_api::{reason, ERROR_DOMAIN};
 
 /// The RetryInfo of a Takeover held by a provider's pause or in-flight
 /// cap, which no clock ends: look again after this.
@@ -91,37 +27,40 @@ fn meta<const N: usize>(pairs: [(&str, String); N]) -> HashMap<String, String> {
     pairs.into_iter().map(|(k, v)| (k.to_owned(), v)).collect()
 }
 
+/// The ErrorInfo reason of `err`; its status code is the reason's own
+/// (`grpc_code` in errors.proto).
+pub fn reason_of(err: &CoordinatorError) -> ErrorReason {
+    use CoordinatorError::*;
+    use ErrorReason as R;
+    match err {
+        InvalidArgument(_) => R::InvalidRequest,
+        JobNotFound { .. } => R::JobNotFound,
+        AttemptSuperseded { .. } => R::AttemptSuperseded,
+        AttemptNotIssued { .. } => R::AttemptNotIssued,
+        JobNotRunning { .. } => R::JobNotRunning,
+        JobFinished { .. } => R::JobFinished,
+        LeaseNotExpired { .. } => R::LeaseNotExpired,
+        OperationKeyConflict { .. } => R::OperationKeyConflict,
+        JobNotInManualReview { .. } => R::JobNotInManualReview,
+        JobNotCancellable { .. } => R::JobNotCancellable,
+        CommitOutcomeUnknown(_) => R::CommitOutcomeUnknown,
+        DatabaseUnavailable(_) => R::DatabaseUnavailable,
+        TransactionConflict(_) => R::TransactionConflict,
+        Overloaded { .. } => R::Overloaded,
+        QueueNotAllowed { .. } => R::QueueNotAllowed,
+        ProviderHoldback { why, .. } => match why {
+            Holdback::Paused => R::ProviderPaused,
+            Holdback::Throttled => R::ProviderThrottled,
+            Holdback::Rate | Holdback::FairShare | Holdback::InFlight => R::ProviderBudgetExhausted,
+        },
+        Internal(_) => R::Internal,
+    }
+}
+
 /// The status code and ErrorInfo reason of `err`.
 pub fn code_and_reason(err: &CoordinatorError) -> (Code, &'static str) {
-    use CoordinatorError::*;
-    match err {
-        InvalidArgument(_) => (Code::InvalidArgument, reason::INVALID_REQUEST),
-        JobNotFound { .. } => (Code::NotFound, reason::JOB_NOT_FOUND),
-        AttemptSuperseded { .. } => (Code::FailedPrecondition, reason::ATTEMPT_SUPERSEDED),
-        AttemptNotIssued { .. } => (Code::FailedPrecondition, reason::ATTEMPT_NOT_ISSUED),
-        JobNotRunning { .. } => (Code::FailedPrecondition, reason::JOB_NOT_RUNNING),
-        JobFinished { .. } => (Code::FailedPrecondition, reason::JOB_FINISHED),
-        LeaseNotExpired { .. } => (Code::FailedPrecondition, reason::LEASE_NOT_EXPIRED),
-        OperationKeyConflict { .. } => (Code::AlreadyExists, reason::OPERATION_KEY_CONFLICT),
-        JobNotInManualReview { .. } => (Code::FailedPrecondition, reason::JOB_NOT_IN_MANUAL_REVIEW),
-        JobNotCancellable { .. } => (Code::FailedPrecondition, reason::JOB_NOT_CANCELLABLE),
-        CommitOutcomeUnknown(_) => (Code::Unavailable, reason::COMMIT_OUTCOME_UNKNOWN),
-        DatabaseUnavailable(_) => (Code::Unavailable, reason::DATABASE_UNAVAILABLE),
-        TransactionConflict(_) => (Code::Aborted, reason::TRANSACTION_CONFLICT),
-        Overloaded { .. } => (Code::ResourceExhausted, reason::OVERLOADED),
-        QueueNotAllowed { .. } => (Code::PermissionDenied, reason::QUEUE_NOT_ALLOWED),
-        ProviderHoldback { why, .. } => (
-            Code::ResourceExhausted,
-            match why {
-                Holdback::Paused => reason::PROVIDER_PAUSED,
-                Holdback::Throttled => reason::PROVIDER_THROTTLED,
-                Holdback::Rate | Holdback::FairShare | Holdback::InFlight => {
-                    reason::PROVIDER_BUDGET_EXHAUSTED
-                }
-            },
-        ),
-        Internal(_) => (Code::Internal, reason::INTERNAL),
-    }
+    let reason = reason_of(err);
+    (reason.code(), reason.as_str_name())
 }
 
 /// The ErrorInfo metadata of `err`: the ids and attempts a client needs
@@ -260,15 +199,21 @@ impl From<CoordinatorError> for tonic::Status {
     }
 }
 
+/// The ErrorInfo reason of a refusal for who the caller is.
+pub fn refusal_reason(refusal: &Refusal) -> ErrorReason {
+    match refusal {
+        Refusal::CredentialMissing => ErrorReason::CredentialMissing,
+        Refusal::CredentialInvalid { .. } => ErrorReason::CredentialInvalid,
+        Refusal::CredentialExpired { .. } => ErrorReason::CredentialExpired,
+        Refusal::RoleNotAllowed { .. } => ErrorReason::RoleNotAllowed,
+        Refusal::OperatorMismatch { .. } => ErrorReason::OperatorMismatch,
+    }
+}
+
 /// The status code and ErrorInfo reason of a refusal for who the caller is.
 pub fn refusal_code_and_reason(refusal: &Refusal) -> (Code, &'static str) {
-    match refusal {
-        Refusal::CredentialMissing => (Code::Unauthenticated, reason::CREDENTIAL_MISSING),
-        Refusal::CredentialInvalid { .. } => (Code::Unauthenticated, reason::CREDENTIAL_INVALID),
-        Refusal::CredentialExpired { .. } => (Code::Unauthenticated, reason::CREDENTIAL_EXPIRED),
-        Refusal::RoleNotAllowed { .. } => (Code::PermissionDenied, reason::ROLE_NOT_ALLOWED),
-        Refusal::OperatorMismatch { .. } => (Code::PermissionDenied, reason::OPERATOR_MISMATCH),
-    }
+    let reason = refusal_reason(refusal);
+    (reason.code(), reason.as_str_name())
 }
 
 impl From<&Refusal> for tonic::Status {
@@ -326,7 +271,7 @@ pub fn request_too_large(limit: usize) -> tonic::Status {
         format!("the request message is larger than the server's limit of {limit} bytes"),
     );
     tonic::Status::with_error_details(
-        Code::InvalidArgument,
+        ErrorReason::InvalidRequest.code(),
         format!("request message larger than {limit} bytes (--max-request-size)"),
         details,
     )
@@ -347,7 +292,7 @@ pub fn overloaded(limit: &str, in_flight: usize) -> tonic::Status {
     );
     details.set_retry_info(Some(OVERLOADED_RETRY_DELAY));
     tonic::Status::with_error_details(
-        Code::ResourceExhausted,
+        ErrorReason::Overloaded.code(),
         format!("coordinator overloaded: {in_flight} calls in flight ({limit} limit); retry later"),
         details,
     )

@@ -109,15 +109,10 @@ const COMMIT_RPCS: [&str; 10] = [
     "CancelJob",
 ];
 
-/// The reasons of `jobfence_auth_refusals_total`, present from the start.
-const AUTH_REFUSAL_REASONS: [&str; 6] = [
-    "CREDENTIAL_MISSING",
-    "CREDENTIAL_INVALID",
-    "CREDENTIAL_EXPIRED",
-    "ROLE_NOT_ALLOWED",
-    "QUEUE_NOT_ALLOWED",
-    "OPERATOR_MISMATCH",
-];
+/// The reasons of `jobfence_auth_refusals_total`, present from the start:
+/// every reason of a refusal for who the caller is (UNAUTHENTICATED or
+/// PERMISSION_DENIED in errors.proto).
+const AUTH_REFUSAL_REASONS: &[&str] = jobfence_api::reason::DENIALS;
 
 impl Default for Metrics {
     fn default() -> Self {

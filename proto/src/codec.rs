@@ -1,16 +1,17 @@
-//! The protobuf codec of every jobfence service: prost's, except that a
-//! message that does not decode (a string field that is not UTF-8, a
+//! The protobuf codec of every jobfence server: prost's, except that a
+//! request that does not decode (a string field that is not UTF-8, a
 //! truncated body) is INVALID_ARGUMENT with reason INVALID_REQUEST, as any
-//! other bad input, instead of tonic's INTERNAL.
+//! other bad input, instead of tonic's INTERNAL. Clients keep prost's own
+//! codec: an answer that does not decode is not the caller's bad input.
 
-use super::status::{reason, ERROR_DOMAIN};
+use crate::{reason, ERROR_DOMAIN};
 use std::collections::HashMap;
 use tonic::codec::{BufferSettings, Codec as TonicCodec, DecodeBuf, Decoder as TonicDecoder};
 use tonic::{Code, Status};
 use tonic_prost::{ProstCodec, ProstDecoder};
 use tonic_types::{ErrorDetails, StatusExt};
 
-/// Generated clients and servers use this codec (see build.rs).
+/// The generated servers use this codec (see build.rs).
 #[derive(Debug, Clone)]
 pub struct Codec<T, U>(ProstCodec<T, U>);
 
@@ -56,7 +57,7 @@ impl<U: prost::Message + Default> TonicDecoder for Decoder<U> {
             details.set_error_info(reason::INVALID_REQUEST, ERROR_DOMAIN, HashMap::new());
             details.add_bad_request_violation("(message)", status.message());
             Status::with_error_details(
-                Code::InvalidArgument,
+                crate::v1::ErrorReason::InvalidRequest.code(),
                 format!("the message does not decode: {}", status.message()),
                 details,
             )
