@@ -29,7 +29,7 @@ pub mod cli;
 pub mod console;
 pub mod coordinator;
 pub mod demo;
-pub mod domain;
+pub use jobfence_domain as domain;
 pub mod grpc;
 pub mod metrics;
 pub mod provider;

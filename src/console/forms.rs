@@ -7,7 +7,7 @@
 //! the coordinator's, checked where `JobAdmin`'s are.
 
 use crate::domain::budget::{Budget, Pause};
-use crate::domain::error::FieldViolation;
+use crate::domain::FieldViolation;
 use crate::domain::JobState;
 use crate::store::{ListJobsFilter, Resolution, ResolveRequest};
 use std::time::Duration;

@@ -1,8 +1,8 @@
 //! The operator calls (JobAdmin) and the events feed (JobEvents): request
 //! limits, then the store, then the log line and the metric.
 
-use super::validate::{Violations, MAX_BODY_BYTES, MAX_DELAY, MAX_ERROR_BYTES};
 use super::Coordinator;
+use crate::domain::validate::{Violations, MAX_BODY_BYTES, MAX_DELAY, MAX_ERROR_BYTES};
 use crate::domain::{CoordinatorError, Job, Observation, WriteOutcome};
 use crate::store::{
     CancelRequest, FeedEvent, FeedPage, ListJobsFilter, QueueStats, Resolution, ResolveRequest,
@@ -246,7 +246,7 @@ impl Coordinator {
         match shards.index_for_id(cursor) {
             Ok(i) => Ok(shards.at(i)),
             Err(_) => Err(CoordinatorError::InvalidArgument(vec![
-                crate::domain::error::FieldViolation::new(
+                crate::domain::FieldViolation::new(
                     "after_event_id",
                     format!(
                         "names database {}, which this coordinator does not have",

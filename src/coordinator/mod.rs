@@ -15,9 +15,9 @@ pub mod admin;
 pub mod batcher;
 pub mod long_poll;
 pub mod providers;
-pub mod validate;
 mod writes;
 
+use crate::domain::validate::{Violations, MAX_BODY_BYTES, MAX_KEY_BYTES};
 use crate::domain::{
     ClaimSlot, ClaimedJob, CoordinatorError, EnqueueOutcome, EnqueueRequest, Job, NextAction,
     Observation, QueuePolicies, QueuePolicy, QueueScope, RecordObservationRequest, ScopedWrite,
@@ -30,7 +30,6 @@ use batcher::{BatchSettings, Batcher};
 use long_poll::{LongPollSettings, Waiters, Wake};
 use std::sync::Arc;
 use std::time::Duration;
-use validate::{Violations, MAX_BODY_BYTES, MAX_KEY_BYTES};
 
 pub use writes::{Fail, RenewLease};
 

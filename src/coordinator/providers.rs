@@ -3,13 +3,13 @@
 //! govern (so a claim's transaction reads them with its jobs), logged, and
 //! waking the long-polling Claims a change may let through.
 
-use super::validate::{Violations, MAX_DELAY, MAX_ERROR_BYTES};
 use super::Coordinator;
 use crate::domain::budget::Pause;
 use crate::domain::providers::{
     ChangeBy, PolicyChange, ProviderRecord, PutProvider, PutQueuePolicy, QueuePolicyRecord,
     SetPause,
 };
+use crate::domain::validate::{Violations, MAX_DELAY, MAX_ERROR_BYTES};
 use crate::domain::{CoordinatorError, QueuePolicy};
 use crate::store::JobStore;
 use std::collections::BTreeSet;

@@ -3,9 +3,9 @@
 //! concurrent writes share one transaction (a group commit), each still
 //! fenced on its own row (see `store::writeback`).
 
-use super::validate::{Violations, MAX_BODY_BYTES, MAX_ERROR_BYTES, MAX_KEY_BYTES};
 use super::Coordinator;
 use crate::domain::budget::MAX_PROVIDER_RETRY_AFTER;
+use crate::domain::validate::{Violations, MAX_BODY_BYTES, MAX_ERROR_BYTES, MAX_KEY_BYTES};
 use crate::domain::{
     CompleteRequest, CoordinatorError, FailDisposition, FailOutcome, FailRequest, FencedOutcome,
     FencedWrite, QueueScope, RenewLeaseRequest, ScopedWrite, WriteOutcome,

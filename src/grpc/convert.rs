@@ -2,7 +2,7 @@
 //! checked by the coordinator. Unknown or unset enum values and negative
 //! durations are field violations.
 
-use crate::coordinator::validate::Violations;
+use crate::domain::validate::Violations;
 use crate::domain::{
     self, ClaimedJob, DbTime, FailDisposition, Job, JobState, NextAction, Observation,
     ObservationOutcome, ObservationSource,

@@ -158,7 +158,7 @@ async fn follow(
                 tracing::warn!(cursor, error = %e, "events feed: retrying after a transient error");
             }
             Err(e) => {
-                let _ = tx.send(Err(e.into())).await;
+                let _ = tx.send(Err(super::status::to_status(e))).await;
                 return;
             }
         }

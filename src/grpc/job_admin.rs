@@ -7,10 +7,10 @@ use super::convert::{self, duration, non_empty};
 use super::events::event_to_proto;
 use super::providers as conv;
 use crate::auth::Refusal;
-use crate::coordinator::validate::Violations;
 use crate::coordinator::Coordinator;
 use crate::domain::budget::Pause;
 use crate::domain::providers::{ChangeBy, PutProvider, PutQueuePolicy, SetPause};
+use crate::domain::validate::Violations;
 use crate::domain::JobState;
 use crate::proto::job_admin_server::JobAdmin;
 use crate::proto::{

@@ -2,8 +2,8 @@
 
 use super::convert::{self, duration, non_empty};
 use crate::auth::{Action, Refusal, Role};
-use crate::coordinator::validate::Violations;
 use crate::coordinator::{self, Coordinator};
+use crate::domain::validate::Violations;
 use crate::domain::{self, CoordinatorError, QueueScope};
 use crate::proto::job_coordinator_server::JobCoordinator;
 use crate::proto::{

@@ -44,7 +44,7 @@ pub(crate) fn finish<T>(
                 metrics.auth_refusal(reason);
                 tracing::warn!(reason, error = %e, "call refused");
             }
-            Err(e.into())
+            Err(status::to_status(e))
         }
     }
 }

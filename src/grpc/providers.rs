@@ -3,9 +3,9 @@
 //! with the other operator calls.
 
 use super::convert::{self, duration};
-use crate::coordinator::validate::Violations;
 use crate::domain::budget::{Budget, Pause};
 use crate::domain::providers::{PolicyChange, ProviderRecord, QueuePolicyRecord};
+use crate::domain::validate::Violations;
 use crate::domain::QueuePolicy;
 use crate::proto;
 

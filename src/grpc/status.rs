@@ -170,33 +170,35 @@ pub fn metadata(err: &CoordinatorError) -> HashMap<String, String> {
     }
 }
 
-impl From<CoordinatorError> for tonic::Status {
-    fn from(err: CoordinatorError) -> Self {
-        use CoordinatorError::*;
-        let (code, why) = code_and_reason(&err);
-        let metadata = metadata(&err);
-        let mut details = ErrorDetails::new();
-        details.set_error_info(why, ERROR_DOMAIN, metadata);
-        if let InvalidArgument(violations) = &err {
-            for v in violations {
-                details.add_bad_request_violation(&v.field, &v.description);
-            }
+/// The status a coordinator answers `err` with: the reason's code, an
+/// ErrorInfo with its metadata, a BadRequest for invalid fields, and a
+/// RetryInfo where waiting helps. (A function, not `From`: both types are
+/// other crates'.)
+pub fn to_status(err: CoordinatorError) -> tonic::Status {
+    use CoordinatorError::*;
+    let (code, why) = code_and_reason(&err);
+    let metadata = metadata(&err);
+    let mut details = ErrorDetails::new();
+    details.set_error_info(why, ERROR_DOMAIN, metadata);
+    if let InvalidArgument(violations) = &err {
+        for v in violations {
+            details.add_bad_request_violation(&v.field, &v.description);
         }
-        if let Overloaded { .. } = &err {
-            details.set_retry_info(Some(OVERLOADED_RETRY_DELAY));
-        }
-        if let ProviderHoldback { retry_after, .. } = &err {
-            details.set_retry_info(Some(
-                retry_after
-                    .unwrap_or(PROVIDER_HOLD_RETRY_DELAY)
-                    .max(Duration::from_millis(1)),
-            ));
-        }
-        if matches!(err, Internal(_)) {
-            tracing::error!(error = %err, "internal error");
-        }
-        tonic::Status::with_error_details(code, err.to_string(), details)
     }
+    if let Overloaded { .. } = &err {
+        details.set_retry_info(Some(OVERLOADED_RETRY_DELAY));
+    }
+    if let ProviderHoldback { retry_after, .. } = &err {
+        details.set_retry_info(Some(
+            retry_after
+                .unwrap_or(PROVIDER_HOLD_RETRY_DELAY)
+                .max(Duration::from_millis(1)),
+        ));
+    }
+    if matches!(err, Internal(_)) {
+        tracing::error!(error = %err, "internal error");
+    }
+    tonic::Status::with_error_details(code, err.to_string(), details)
 }
 
 /// The ErrorInfo reason of a refusal for who the caller is.

@@ -138,7 +138,7 @@ fn pool_options(settings: &PoolSettings, autocommit: bool) -> MySqlPoolOptions {
 
 fn parse_url(url: &str) -> Result<MySqlConnectOptions, CoordinatorError> {
     MySqlConnectOptions::from_str(url).map_err(|e| {
-        CoordinatorError::InvalidArgument(vec![crate::domain::error::FieldViolation::new(
+        CoordinatorError::InvalidArgument(vec![crate::domain::FieldViolation::new(
             "database_url",
             e.to_string(),
         )])
@@ -236,7 +236,7 @@ impl JobStore {
             .collect::<Result<Vec<_>, _>>()?;
         let Some(first) = nodes.first().cloned() else {
             return Err(CoordinatorError::InvalidArgument(vec![
-                crate::domain::error::FieldViolation::new("database_url", "names no database"),
+                crate::domain::FieldViolation::new("database_url", "names no database"),
             ]));
         };
         let pools = Pools {

@@ -21,7 +21,7 @@
 //!   stay where they are, reachable by id, while new ones go elsewhere.
 
 use super::{JobStore, ListJobsFilter, PendingAges, QueueStats};
-use crate::domain::error::FieldViolation;
+use crate::domain::FieldViolation;
 use crate::domain::{CoordinatorError, Job};
 use std::collections::BTreeMap;
 

@@ -12,8 +12,8 @@ pub mod resolve;
 pub mod review;
 
 use super::view::{self, Level, Nav, Notice};
-use crate::domain::error::FieldViolation;
 use crate::domain::CoordinatorError;
+use crate::domain::FieldViolation;
 use axum::http::StatusCode;
 use axum::response::Response;
 use maud::html;

@@ -17,11 +17,11 @@ use crate::console::operator::{self, OperatorField};
 use crate::console::view::{age, ago, when, Level, Nav, Notice};
 use crate::console::{csrf, Console};
 use crate::domain::budget::Pause;
-use crate::domain::error::FieldViolation;
 use crate::domain::providers::{
     ChangeBy, PolicyChange, ProviderRecord, PutProvider, QueuePolicyRecord, SetPause,
 };
 use crate::domain::CoordinatorError;
+use crate::domain::FieldViolation;
 use axum::extract::{Path, Query, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Redirect, Response};

@@ -1,7 +1,8 @@
-//! Input limits. Every violation of a request is collected, so a caller
-//! sees all of them at once; nothing is written for a rejected request.
+//! Request validation: the input limits, and a collector of violations.
+//! Every violation of a request is collected, so a caller sees all of them
+//! at once; nothing is written for a rejected request.
 
-use crate::domain::error::FieldViolation;
+use crate::violation::FieldViolation;
 use std::time::Duration;
 
 /// Longest queue name, in bytes ([A-Za-z0-9._-] only).
@@ -17,22 +18,27 @@ pub const MAX_DELAY: Duration = Duration::from_secs(30 * 24 * 3600);
 
 /// Collects field violations.
 #[derive(Debug, Default)]
-pub struct Violations(pub Vec<FieldViolation>);
+pub struct Violations(
+    /// The violations so far, in the order found.
+    pub Vec<FieldViolation>,
+);
 
 impl Violations {
+    /// Adds a violation of `field`.
     pub fn add(&mut self, field: &str, description: impl Into<String>) {
         self.0.push(FieldViolation::new(field, description));
     }
 
     /// `Err(InvalidArgument)` if anything was added.
-    pub fn finish(self) -> Result<(), crate::domain::CoordinatorError> {
+    pub fn finish(self) -> Result<(), crate::CoordinatorError> {
         if self.0.is_empty() {
             Ok(())
         } else {
-            Err(crate::domain::CoordinatorError::InvalidArgument(self.0))
+            Err(crate::CoordinatorError::InvalidArgument(self.0))
         }
     }
 
+    /// A queue name: 1 to [`MAX_QUEUE_BYTES`] bytes of `[A-Za-z0-9._-]`.
     pub fn queue(&mut self, field: &str, queue: &str) {
         if queue.is_empty() {
             self.add(field, "must not be empty");
@@ -46,6 +52,8 @@ impl Violations {
         }
     }
 
+    /// A required key (worker_id, provider_reference, …): 1 to
+    /// [`MAX_KEY_BYTES`] bytes.
     pub fn key(&mut self, field: &str, key: &str) {
         if key.is_empty() {
             self.add(field, "must not be empty");
@@ -69,6 +77,7 @@ impl Violations {
         }
     }
 
+    /// At most `max` bytes.
     pub fn max_bytes(&mut self, field: &str, value: &str, max: usize) {
         if value.len() > max {
             self.add(
@@ -78,12 +87,14 @@ impl Violations {
         }
     }
 
+    /// A job id: ids start at 1.
     pub fn job_id(&mut self, job_id: u64) {
         if job_id == 0 {
             self.add("job_id", "is required (job ids start at 1)");
         }
     }
 
+    /// A presented attempt: attempts start at 1.
     pub fn attempt(&mut self, attempt: u64) {
         if attempt == 0 {
             self.add(
@@ -93,6 +104,7 @@ impl Violations {
         }
     }
 
+    /// A delay: at most [`MAX_DELAY`].
     pub fn delay(&mut self, field: &str, delay: Duration) {
         if delay > MAX_DELAY {
             self.add(

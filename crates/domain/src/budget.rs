@@ -15,8 +15,8 @@
 //! A budget only ever *delays* a hand-out: it never changes a fenced write,
 //! never turns a reconcile into a send, never lets a stale attempt write.
 
-use super::error::FieldViolation;
 use super::{DbTime, NextAction, UnknownValue};
+use crate::violation::FieldViolation;
 use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;

@@ -1,25 +1,10 @@
 //! The coordinator's one error type. Expected outcomes (a stale attempt, a
 //! finished job) are variants of their own so the gRPC layer can turn each
-//! into a precise status a worker in any language can switch on; see
-//! `grpc::status` for the mapping.
+//! into a precise status a worker in any language can switch on; see the
+//! server's `grpc::status` for the mapping.
 
 use super::{DbTime, JobState};
-
-/// A field of a request that failed validation, and why.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FieldViolation {
-    pub field: String,
-    pub description: String,
-}
-
-impl FieldViolation {
-    pub fn new(field: impl Into<String>, description: impl Into<String>) -> Self {
-        FieldViolation {
-            field: field.into(),
-            description: description.into(),
-        }
-    }
-}
+use crate::violation::FieldViolation;
 
 /// Everything a coordinator call can refuse or fail with.
 #[derive(Debug, Clone, thiserror::Error)]

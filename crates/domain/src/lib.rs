@@ -1,8 +1,18 @@
-//! The job model of DESIGN.md, independent of MySQL and of gRPC.
+//! The job model of DESIGN.md and its pure rules, independent of MySQL and
+//! of gRPC (this crate depends on neither sqlx nor tonic): the bottom of
+//! jobfence's layers, which every other crate of the coordinator uses.
 //!
 //! `operation_key` and `attempt` are two identities that are never mixed:
 //! the first is the business identity sent to the provider as its idempotency
 //! key, the second is the fencing token that decides who may write back.
+//!
+//! - [`fence`]: who may write (the attempt check); [`transition`]: the row
+//!   image each write produces; [`policy`]: the resend window.
+//! - [`budget`], [`providers`]: provider budgets (GCRA) and their records.
+//! - [`calls`]: the domain calls; [`validate`]: request validation and the
+//!   input limits; [`violation`]: one bad field.
+//! - [`error`]: the one error type; [`scope`]: the queues a caller may act
+//!   on; [`durability`]: whether the database can lose a commit.
 
 pub mod budget;
 pub mod calls;
@@ -13,6 +23,8 @@ pub mod policy;
 pub mod providers;
 pub mod scope;
 pub mod transition;
+pub mod validate;
+pub mod violation;
 
 use chrono::NaiveDateTime;
 use std::fmt;
@@ -24,6 +36,7 @@ pub use calls::{
 };
 pub use error::CoordinatorError;
 pub use scope::QueueScope;
+pub use violation::FieldViolation;
 
 /// A timestamp from the database clock (UTC, microsecond precision).
 pub type DbTime = NaiveDateTime;
