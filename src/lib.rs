@@ -36,7 +36,7 @@ pub mod provider;
 pub mod refund_worker;
 pub mod security_cli;
 pub mod server;
-pub mod store;
+pub use jobfence_store as store;
 
 /// Generated protobuf and gRPC code for `jobfence.v1`: the crate
 /// `jobfence-api` (`proto/`).

@@ -17,9 +17,9 @@ use super::batch::{self, Change};
 use super::events::{self, call_digest, kind, CallKey, NewEvent};
 use super::reads::LockedJob;
 use super::{micros, JobStore, CONFLICT_RETRIES};
-use crate::domain::fence::{self, FenceCheck};
-use crate::domain::policy::decide_fail;
-use crate::domain::{
+use jobfence_domain::fence::{self, FenceCheck};
+use jobfence_domain::policy::decide_fail;
+use jobfence_domain::{
     transition, CompleteRequest, CoordinatorError, DbTime, FailDisposition, FailOutcome,
     FailRequest, FencedOutcome, FencedWrite, Job, JobState, OverrideReason, QueuePolicies,
     QueuePolicy, QueueScope, RenewLeaseRequest, ScopedWrite, WriteOutcome,

@@ -5,7 +5,7 @@
 use super::super::reads::elapsed;
 use super::super::rows::{self, get, text, JOB_COLUMNS};
 use super::super::{convert_sqlx_err, micros, JobStore};
-use crate::domain::{CoordinatorError, Job, JobState};
+use jobfence_domain::{CoordinatorError, Job, JobState};
 use sqlx::MySqlConnection;
 use std::collections::BTreeMap;
 use std::time::Duration;

@@ -17,7 +17,7 @@
 
 use super::errors::convert_sqlx_err;
 use super::rows_text;
-use crate::domain::CoordinatorError;
+use jobfence_domain::CoordinatorError;
 use sqlx::{Executor, MySqlConnection};
 
 /// Sets the session's `wsrep_sync_wait` on a Galera node (`wsrep_on` is

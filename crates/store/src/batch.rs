@@ -12,8 +12,8 @@
 use super::convert_sqlx_err;
 use super::reads::{elapsed, LockedJob};
 use super::rows::{self, JOB_COLUMNS};
-use crate::domain::policy::DispatchFacts;
-use crate::domain::{CoordinatorError, DbTime, Job};
+use jobfence_domain::policy::DispatchFacts;
+use jobfence_domain::{CoordinatorError, DbTime, Job};
 use sqlx::MySqlConnection;
 use std::collections::HashMap;
 use std::sync::LazyLock;

@@ -14,8 +14,8 @@
 
 use super::literal;
 use super::rows;
-use crate::domain::budget::{fair_share, Allowance, Budget, Gcra, Holdback, Pause, QueueShare};
-use crate::domain::{CoordinatorError, DbTime, NextAction, QueuePolicy};
+use jobfence_domain::budget::{fair_share, Allowance, Budget, Gcra, Holdback, Pause, QueueShare};
+use jobfence_domain::{CoordinatorError, DbTime, NextAction, QueuePolicy};
 use sqlx::mysql::MySqlRow;
 use std::sync::LazyLock;
 use std::time::Duration;
@@ -208,7 +208,7 @@ impl LockedProvider {
             }
             Holdback::Throttled => self.throttled_until.map(|t| {
                 Duration::from_micros(
-                    crate::domain::budget::micros_between(self.now, t).max(0) as u64
+                    jobfence_domain::budget::micros_between(self.now, t).max(0) as u64
                 )
             }),
             Holdback::Paused | Holdback::InFlight => None,
@@ -244,14 +244,14 @@ impl LockedProvider {
         // few times per fair window (a write per empty claim would be a
         // commit per poll).
         if short && self.shares.len() > 1 {
-            let window = crate::domain::budget::fair_window(&self.budget);
+            let window = jobfence_domain::budget::fair_window(&self.budget);
             let stale = self
                 .shares
                 .iter()
                 .find(|s| s.queue == queue)
                 .and_then(|s| s.last_short_at)
                 .is_none_or(|t| {
-                    crate::domain::budget::micros_between(t, self.now)
+                    jobfence_domain::budget::micros_between(t, self.now)
                         > (window.as_micros() / 4) as i64
                 });
             if stale {

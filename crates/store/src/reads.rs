@@ -2,8 +2,8 @@
 
 use super::rows::{self, JOB_COLUMNS, OBSERVATION_COLUMNS};
 use super::{convert_sqlx_err, JobStore};
-use crate::domain::policy::DispatchFacts;
-use crate::domain::{CoordinatorError, DbTime, Job, Observation};
+use jobfence_domain::policy::DispatchFacts;
+use jobfence_domain::{CoordinatorError, DbTime, Job, Observation};
 use sqlx::MySqlConnection;
 use std::collections::HashMap;
 use std::sync::LazyLock;

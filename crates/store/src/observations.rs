@@ -5,7 +5,7 @@
 
 use super::errors::{error_number, is_unique_violation};
 use super::{commit, convert_sqlx_err, reads, rows, JobStore};
-use crate::domain::{CoordinatorError, Observation, QueueScope, RecordObservationRequest};
+use jobfence_domain::{CoordinatorError, Observation, QueueScope, RecordObservationRequest};
 
 /// MySQL's "foreign key constraint fails" on insert: the job does not exist.
 const NO_REFERENCED_ROW: u16 = 1452;

@@ -11,7 +11,7 @@
 
 use super::convert_sqlx_err;
 use super::errors::convert_commit_err;
-use crate::domain::CoordinatorError;
+use jobfence_domain::CoordinatorError;
 use sqlx::pool::PoolConnection;
 use sqlx::{Executor, MySql, MySqlConnection, MySqlPool};
 use std::ops::{Deref, DerefMut};

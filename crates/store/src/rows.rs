@@ -4,7 +4,7 @@
 //! byte; MySQL flags such columns BINARY, which sqlx will not decode as
 //! `String`, so they are read as bytes and checked as UTF-8 here.
 
-use crate::domain::{CoordinatorError, DbTime, Job, Observation};
+use jobfence_domain::{CoordinatorError, DbTime, Job, Observation};
 use sqlx::mysql::MySqlRow;
 use sqlx::Row;
 

@@ -5,7 +5,7 @@
 //! string as a hex literal (`_utf8mb4 X'…'`), which no byte of the string
 //! can break out of, whatever the server's SQL mode.
 
-use crate::domain::{CoordinatorError, DbTime};
+use jobfence_domain::{CoordinatorError, DbTime};
 use std::fmt::Write;
 
 /// A value as SQL text.

@@ -6,7 +6,7 @@ use super::batch::{db_time, expand, hex, json};
 use super::literal;
 use super::tx::Tx;
 use super::{convert_sqlx_err, rows};
-use crate::domain::{CoordinatorError, DbTime, Job, JobState};
+use jobfence_domain::{CoordinatorError, DbTime, Job, JobState};
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 use sqlx::MySqlConnection;

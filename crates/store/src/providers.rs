@@ -8,13 +8,13 @@
 
 use super::budget::{budget, stored_policy};
 use super::{commit, convert_sqlx_err, rows, JobStore};
-use crate::domain::budget::{Budget, Gcra, Pause};
-use crate::domain::providers::{
+use jobfence_domain::budget::{Budget, Gcra, Pause};
+use jobfence_domain::providers::{
     provider_subject, queue_subject, ChangeBy, PolicyAction, PolicyChange, ProviderRecord,
     PutProvider, PutQueuePolicy, QueuePolicyRecord, SetPause,
 };
-use crate::domain::FieldViolation;
-use crate::domain::{CoordinatorError, DbTime, QueuePolicy};
+use jobfence_domain::FieldViolation;
+use jobfence_domain::{CoordinatorError, DbTime, QueuePolicy};
 use sqlx::mysql::MySqlRow;
 use sqlx::{MySql, MySqlConnection, Transaction};
 use std::collections::BTreeMap;

@@ -21,8 +21,8 @@
 //!   stay where they are, reachable by id, while new ones go elsewhere.
 
 use super::{JobStore, ListJobsFilter, PendingAges, QueueStats};
-use crate::domain::FieldViolation;
-use crate::domain::{CoordinatorError, Job};
+use jobfence_domain::FieldViolation;
+use jobfence_domain::{CoordinatorError, Job};
 use std::collections::BTreeMap;
 
 /// Bits of an id below its database number.

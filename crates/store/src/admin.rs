@@ -18,7 +18,7 @@ mod stats;
 use super::events::{self, call_digest, NewEvent};
 use super::reads;
 use super::{commit, convert_sqlx_err, micros, JobStore};
-use crate::domain::{CoordinatorError, Job, JobState, NextAction, WriteOutcome};
+use jobfence_domain::{CoordinatorError, Job, JobState, NextAction, WriteOutcome};
 use std::time::Duration;
 
 pub use stats::{ListJobsFilter, OldestJob, PendingAges, QueuePending, QueueStats};

@@ -13,7 +13,7 @@ use super::events::{self, call_digest, kind, NewEvent};
 use super::literal;
 use super::tx::Tx;
 use super::{convert_sqlx_err, micros, rows, JobStore, CONFLICT_RETRIES};
-use crate::domain::{CoordinatorError, EnqueueOutcome, EnqueueRequest, Job, JobState};
+use jobfence_domain::{CoordinatorError, EnqueueOutcome, EnqueueRequest, Job, JobState};
 use serde::Serialize;
 use sqlx::mysql::MySqlRow;
 use sqlx::MySqlConnection;

@@ -2,8 +2,8 @@
 //! verdict on them is `domain::durability::assess`.
 
 use super::{convert_sqlx_err, JobStore};
-use crate::domain::durability::DurabilitySettings;
-use crate::domain::CoordinatorError;
+use jobfence_domain::durability::DurabilitySettings;
+use jobfence_domain::CoordinatorError;
 use sqlx::{Executor, MySqlConnection, Row};
 
 impl JobStore {

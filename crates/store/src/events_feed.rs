@@ -47,7 +47,7 @@
 use super::errors::{code, error_number};
 use super::rows::{self, get, opt_text, text};
 use super::{convert_sqlx_err, JobStore};
-use crate::domain::{CoordinatorError, DbTime, JobState};
+use jobfence_domain::{CoordinatorError, DbTime, JobState};
 use sqlx::mysql::MySqlRow;
 use sqlx::MySqlConnection;
 use std::collections::BTreeSet;

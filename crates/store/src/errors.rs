@@ -1,6 +1,6 @@
 //! sqlx errors translated once, into the coordinator's error type.
 
-use crate::domain::CoordinatorError;
+use jobfence_domain::CoordinatorError;
 use sqlx::mysql::MySqlDatabaseError;
 
 /// MySQL/MariaDB error numbers we act on.

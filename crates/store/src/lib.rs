@@ -43,7 +43,7 @@ pub mod shards;
 mod tx;
 mod writeback;
 
-use crate::domain::CoordinatorError;
+use jobfence_domain::CoordinatorError;
 use sqlx::mysql::{MySqlConnectOptions, MySqlPool, MySqlPoolOptions};
 use sqlx::{Executor, MySql, Transaction};
 use std::str::FromStr;
@@ -65,7 +65,7 @@ pub use pause::{Armed, PausePoints};
 pub use writeback::{WriteResult, MANUAL_REVIEW_REQUESTED};
 
 /// The schema migrations in `migrations/`, embedded in the binary.
-pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
+pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations");
 
 /// How many times a transaction rolled back by a deadlock or lock wait
 /// timeout is run again before the conflict is reported.
@@ -138,7 +138,7 @@ fn pool_options(settings: &PoolSettings, autocommit: bool) -> MySqlPoolOptions {
 
 fn parse_url(url: &str) -> Result<MySqlConnectOptions, CoordinatorError> {
     MySqlConnectOptions::from_str(url).map_err(|e| {
-        CoordinatorError::InvalidArgument(vec![crate::domain::FieldViolation::new(
+        CoordinatorError::InvalidArgument(vec![jobfence_domain::FieldViolation::new(
             "database_url",
             e.to_string(),
         )])
@@ -236,7 +236,7 @@ impl JobStore {
             .collect::<Result<Vec<_>, _>>()?;
         let Some(first) = nodes.first().cloned() else {
             return Err(CoordinatorError::InvalidArgument(vec![
-                crate::domain::FieldViolation::new("database_url", "names no database"),
+                jobfence_domain::FieldViolation::new("database_url", "names no database"),
             ]));
         };
         let pools = Pools {

@@ -14,8 +14,8 @@
 use super::durability::read_settings;
 use super::nodes::node_state;
 use super::JobStore;
-use crate::domain::durability::DurabilitySettings;
-use crate::domain::CoordinatorError;
+use jobfence_domain::durability::DurabilitySettings;
+use jobfence_domain::CoordinatorError;
 use sqlx::{ConnectOptions, Connection, MySqlConnection};
 use std::time::Duration;
 

@@ -17,9 +17,9 @@ use super::events::{self, kind, NewEvent};
 use super::literal;
 use super::reads::{self, LockedJob};
 use super::{commit, convert_sqlx_err, JobStore};
-use crate::domain::budget::{Allowance, Holdback};
-use crate::domain::policy::{claim_action, ClaimDecision};
-use crate::domain::{
+use jobfence_domain::budget::{Allowance, Holdback};
+use jobfence_domain::policy::{claim_action, ClaimDecision};
+use jobfence_domain::{
     transition, ClaimSlot, ClaimedJob, CoordinatorError, DbTime, Job, JobState, NextAction,
     QueuePolicy, QueueScope, TakeoverRequest,
 };
@@ -459,7 +459,9 @@ impl Holds {
             let cost = self.min_cost.unwrap_or(1);
             match p.due_in(why, spent, cost) {
                 Some(d) => due = Some(due.map_or(d, |x| x.min(d))),
-                None if why == Holdback::Paused && p.pause == crate::domain::budget::Pause::All => {
+                None if why == Holdback::Paused
+                    && p.pause == jobfence_domain::budget::Pause::All =>
+                {
                     return None;
                 }
                 None => {}
