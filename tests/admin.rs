@@ -74,7 +74,7 @@ async fn two_operators_resolve_the_same_job_and_exactly_one_wins() {
     assert_eq!(job.attempt, 1);
 
     // Alice's resolution holds the row lock and stops there.
-    let mut alice_at_lock = h.pauses.arm("admin.resolve.after_lock");
+    let mut alice_at_lock = h.pauses.arm(jobfence::store::PausePoint::ResolveAfterLock);
     let mut a = admin(&h).await;
     let alice = tokio::spawn(async move {
         a.resolve_manual_review(resolve(job.job_id, 1, "alice", Resolution::Succeeded))

@@ -310,7 +310,7 @@ async fn a_claim_that_does_not_commit_spends_nothing() {
     put(&h, P, budget(0.001, 1), &[Q]).await;
     let job = h.enqueue(Q, "refund-1", "{}").await;
     let before = tat(&h, P).await;
-    let mut gate = h.pauses.arm("claim.before_commit");
+    let mut gate = h.pauses.arm(jobfence::store::PausePoint::ClaimBeforeCommit);
     let client = h.another_client().await;
     let claim = tokio::spawn(async move { claim_on(&client, Q, 1, None).await });
     gate.reached().await;

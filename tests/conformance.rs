@@ -388,7 +388,9 @@ async fn conforms(client: Client) {
                     proxy.cut();
                     proxy.swallow_responses(false);
                 }
-                PauseClaimCommit => paused = Some(h.pauses.arm("claim.before_commit")),
+                PauseClaimCommit => {
+                    paused = Some(h.pauses.arm(jobfence::store::PausePoint::ClaimBeforeCommit))
+                }
                 LoseClaimCommit => {
                     let mut p = paused.take().expect("PauseClaimCommit first");
                     p.reached().await;

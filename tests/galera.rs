@@ -324,7 +324,7 @@ async fn a_claim_race_across_nodes_is_lost_at_commit_and_hands_out_nothing_twice
     let job = a.enqueue("refund-1").await;
     // A locks the job on node 1 and writes attempt 1, then stops before
     // COMMIT.
-    let mut gate = a.pauses.arm("claim.before_commit");
+    let mut gate = a.pauses.arm(jobfence::store::PausePoint::ClaimBeforeCommit);
     let claiming = {
         let a_client = a.client.clone();
         tokio::spawn(async move {
@@ -390,7 +390,7 @@ async fn a_stale_complete_on_one_node_loses_to_a_takeover_on_another() {
     direct.close().await;
     // The zombie's Complete locks the row on node 1 and writes `succeeded`,
     // then stops before COMMIT.
-    let mut gate = a.pauses.arm("write.before_commit");
+    let mut gate = a.pauses.arm(jobfence::store::PausePoint::WriteBeforeCommit);
     let completing = {
         let a_client = a.client.clone();
         let id = job.job_id;
@@ -939,7 +939,7 @@ async fn a_node_killed_under_load_loses_nothing_acknowledged() {
     let done = Arc::new(AtomicUsize::new(0));
     let told = Arc::new(Mutex::new(Told::default()));
     // A group commit stops before its COMMIT ...
-    let mut gate = c.pauses.arm("write.before_commit");
+    let mut gate = c.pauses.arm(jobfence::store::PausePoint::WriteBeforeCommit);
     let mut tasks = Vec::new();
     for w in 0..8 {
         tasks.push(tokio::spawn(worker(

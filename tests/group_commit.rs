@@ -209,7 +209,7 @@ async fn a_lost_commit_of_a_batch_is_unknown_for_every_write_and_replays_answer_
         .iter()
         .map(|j| complete(j.job_id, j.attempt, "re_x"))
         .collect();
-    let mut gate = h.pauses.arm("write.before_commit");
+    let mut gate = h.pauses.arm(jobfence::store::PausePoint::WriteBeforeCommit);
     let writer = {
         let (store, batch) = (store.clone(), batch.clone());
         tokio::spawn(async move { store.write_batch(&batch, &QueuePolicies::default()).await })
@@ -266,7 +266,7 @@ async fn concurrent_grpc_writes_share_a_transaction_and_each_gets_its_own_answer
     let current = take_over(&h, jobs[3].job_id).await;
 
     // The first write holds the only slot, paused under its row lock.
-    let mut gate = h.pauses.arm("write.after_lock");
+    let mut gate = h.pauses.arm(jobfence::store::PausePoint::WriteAfterLock);
     let mut c = h.another_client().await;
     let first = jobs[0].clone();
     let held = tokio::spawn(async move {

@@ -72,7 +72,7 @@ async fn two_racing_claims_never_get_the_same_job() {
         ids.insert(h.enqueue(Q, &format!("refund-{i}"), "{}").await.job_id);
     }
     // A scans and locks three rows, then stops before updating them.
-    let mut gate = h.pauses.arm("claim.after_scan");
+    let mut gate = h.pauses.arm(jobfence::store::PausePoint::ClaimAfterScan);
     let a = {
         let mut c = h.another_client().await;
         tokio::spawn(async move {
@@ -109,7 +109,7 @@ async fn two_racing_claims_never_get_the_same_job() {
 async fn a_claim_paused_on_the_only_job_leaves_the_other_claimer_empty_handed() {
     let h = Harness::start().await;
     let job = h.enqueue(Q, "refund-1", "{}").await;
-    let mut gate = h.pauses.arm("claim.after_scan");
+    let mut gate = h.pauses.arm(jobfence::store::PausePoint::ClaimAfterScan);
     let a = {
         let h_client = h.another_client().await;
         tokio::spawn(async move {
@@ -141,7 +141,7 @@ async fn two_racing_takeovers_exactly_one_wins() {
     h.force_lease_expired(job.job_id).await;
 
     // B holds the row lock with the lease seen expired...
-    let mut gate = h.pauses.arm("takeover.after_lock");
+    let mut gate = h.pauses.arm(jobfence::store::PausePoint::TakeoverAfterLock);
     let mut b_client = h.another_client().await;
     let b = tokio::spawn(async move { b_client.takeover(takeover(job.job_id, "worker-b")).await });
     gate.reached().await;
@@ -177,7 +177,7 @@ async fn complete_holding_the_lock_beats_a_takeover() {
     let a = h.claim_one(Q, "worker-a").await;
     h.force_lease_expired(job.job_id).await;
 
-    let mut gate = h.pauses.arm("write.after_lock");
+    let mut gate = h.pauses.arm(jobfence::store::PausePoint::WriteAfterLock);
     let mut a_client = h.another_client().await;
     let complete = tokio::spawn(async move {
         a_client
@@ -212,7 +212,7 @@ async fn takeover_holding_the_lock_beats_a_late_complete() {
     let a = h.claim_one(Q, "worker-a").await;
     h.force_lease_expired(job.job_id).await;
 
-    let mut gate = h.pauses.arm("takeover.after_lock");
+    let mut gate = h.pauses.arm(jobfence::store::PausePoint::TakeoverAfterLock);
     let mut b_client = h.another_client().await;
     let take =
         tokio::spawn(async move { b_client.takeover(takeover(job.job_id, "worker-b")).await });
@@ -247,7 +247,7 @@ async fn takeover_holding_the_lock_beats_a_late_complete() {
 async fn a_claim_whose_commit_is_lost_is_reported_unknown_and_hands_out_nothing() {
     let h = Harness::start().await;
     let job = h.enqueue(Q, "refund-1", "{}").await;
-    let mut gate = h.pauses.arm("claim.before_commit");
+    let mut gate = h.pauses.arm(jobfence::store::PausePoint::ClaimBeforeCommit);
     let mut a_client = h.another_client().await;
     let claim = tokio::spawn(async move {
         a_client

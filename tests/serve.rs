@@ -113,7 +113,7 @@ async fn graceful_shutdown_reports_not_serving_and_drains_in_flight_calls() {
     watch_until(&mut service, ServingStatus::Serving).await;
 
     // A Complete is in flight, holding its row lock, when SIGTERM arrives.
-    let mut gate = h.pauses.arm("write.after_lock");
+    let mut gate = h.pauses.arm(jobfence::store::PausePoint::WriteAfterLock);
     let mut c = h.another_client().await;
     let in_flight = tokio::spawn(async move {
         c.complete(CompleteRequest {

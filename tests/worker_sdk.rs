@@ -251,7 +251,7 @@ async fn a_claim_whose_commit_was_lost_hands_out_nothing() {
     let h = Harness::start().await;
     let enqueued = h.enqueue(Q, "refund-lost-commit", "{}").await;
     let a = sdk(&h, config("worker-a", Q)).await;
-    let mut paused = h.pauses.arm("claim.before_commit");
+    let mut paused = h.pauses.arm(jobfence::store::PausePoint::ClaimBeforeCommit);
     let claim = tokio::spawn(async move { a.claim(1).await });
     paused.reached().await;
     // The claim's connection dies just before its COMMIT.

@@ -6,10 +6,11 @@
 //! bare 400. The limits themselves (queue names, key lengths, delays) are
 //! the coordinator's, checked where `JobAdmin`'s are.
 
+use crate::domain::admin::{ListJobsFilter, Resolution, ResolveRequest};
 use crate::domain::budget::{Budget, Pause};
 use crate::domain::FieldViolation;
 use crate::domain::JobState;
-use crate::store::{ListJobsFilter, Resolution, ResolveRequest};
+
 use std::time::Duration;
 
 /// A query string or a form body, in order.

@@ -7,8 +7,9 @@
 //! someone opens the page, is per replica, and is lost on restart, which
 //! the page says.
 
+use crate::domain::admin::QueueStats;
 use crate::domain::JobState;
-use crate::store::QueueStats;
+
 use std::collections::{BTreeMap, VecDeque};
 use std::time::{Duration, Instant};
 

@@ -4,7 +4,9 @@
 //! Pure functions of the event, so the Job page, the Manual review page
 //! and the Events feed tell it the same way.
 
-use crate::store::FeedEvent;
+use crate::domain::event::parse_fail_detail;
+use crate::domain::feed::FeedEvent;
+use crate::domain::{EventKind, FailDisposition, NextAction, OverrideReason};
 
 /// How an entry is coloured.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -62,16 +64,16 @@ fn json_field(detail: &str, key: &str) -> Option<String> {
     v.get(key)?.as_str().map(str::to_owned)
 }
 
-fn override_reason(why: Option<&str>) -> &'static str {
+fn override_reason(why: Option<OverrideReason>) -> &'static str {
     match why {
-        Some("RESEND_WINDOW_CLOSED") => {
+        Some(OverrideReason::ResendWindowClosed) => {
             "a resend was refused: the provider's idempotency window, counted from the first \
              dispatch, is closed, so the provider may no longer de-duplicate it"
         }
-        Some("MAX_DISPATCHES_REACHED") => {
+        Some(OverrideReason::MaxDispatchesReached) => {
             "a resend was refused: the queue's dispatches are used up"
         }
-        _ => "the worker asked for an operator",
+        None => "the worker asked for an operator",
     }
 }
 
@@ -83,27 +85,32 @@ fn state_name(s: Option<crate::domain::JobState>) -> &'static str {
 pub fn tell(e: &FeedEvent) -> Told {
     let a = e.attempt;
     let detail = e.detail.as_deref().unwrap_or("");
-    let (head, why) = match detail.split_once(':') {
-        Some((h, w)) => (h, Some(w.trim())),
-        None => (detail, None),
+    // A refused write's detail starts with the call (`fail: …`).
+    let head = detail.split_once(':').map_or(detail, |(h, _)| h);
+    // A Fail's detail says what was applied, and why it differs from the
+    // request (domain::event::fail_detail).
+    let fail = parse_fail_detail(detail);
+    let Some(kind) = e.event_kind() else {
+        // A kind a newer coordinator wrote: told as it is.
+        return told(Tone::Info, e.kind.clone(), detail.to_owned());
     };
-    match e.kind.as_str() {
-        "enqueued" => told(
+    match kind {
+        EventKind::Enqueued => told(
             Tone::Info,
             "Enqueued",
             format!("in queue {}, operation_key {}", e.queue, e.operation_key),
         ),
-        "claimed" => told(
+        EventKind::Claimed => told(
             Tone::Info,
             format!("Claimed: attempt {a}"),
-            if detail == "reconcile" {
+            if matches!(detail.parse(), Ok(NextAction::Reconcile)) {
                 "handed out to a worker, to reconcile first (ask the provider what happened)"
                     .to_owned()
             } else {
                 "handed out to a worker, to send the operation".to_owned()
             },
         ),
-        "taken_over" => told(
+        EventKind::TakenOver => told(
             Tone::Warn,
             format!("Taken over: attempt {a}"),
             format!(
@@ -113,38 +120,43 @@ pub fn tell(e: &FeedEvent) -> Told {
                 a.saturating_sub(1)
             ),
         ),
-        "lease_renewed" => told(
+        EventKind::LeaseRenewed => told(
             Tone::Info,
             format!("Lease renewed by attempt {a}"),
             "the worker is still on it",
         ),
-        "completed" => told(
+        EventKind::Completed => told(
             Tone::Good,
             format!("Completed by attempt {a}"),
             "the job succeeded",
         ),
-        "retry_scheduled" if head == "retry_execute" => told(
-            Tone::Warn,
-            format!("Resend allowed for attempt {a}"),
-            "the outcome was unknown and the provider's idempotency window is still open: \
+        EventKind::RetryScheduled if matches!(fail, Some((FailDisposition::RetryExecute, _))) => {
+            told(
+                Tone::Warn,
+                format!("Resend allowed for attempt {a}"),
+                "the outcome was unknown and the provider's idempotency window is still open: \
              the operation will be sent again with the same operation_key",
-        ),
-        "retry_scheduled" => told(
+            )
+        }
+        EventKind::RetryScheduled => told(
             Tone::Info,
             format!("Retry scheduled by attempt {a}"),
             "back to ready; the next worker reconciles first",
         ),
-        "failed" => told(
+        EventKind::Failed => told(
             Tone::Bad,
             format!("Failed by attempt {a}"),
             "the outcome is known: the operation did not and will not happen",
         ),
-        "manual_review" => told(
+        EventKind::ManualReview => told(
             Tone::Warn,
             "Parked for manual review",
-            format!("attempt {a}: {}", override_reason(why)),
+            format!(
+                "attempt {a}: {}",
+                override_reason(fail.and_then(|(_, why)| why))
+            ),
         ),
-        "stale_write_rejected" => told(
+        EventKind::StaleWriteRejected => told(
             Tone::Fence,
             format!("Stale write refused: attempt {a}"),
             format!(
@@ -155,7 +167,7 @@ pub fn tell(e: &FeedEvent) -> Told {
                 state_name(e.from_state),
             ),
         ),
-        "observation_recorded" => {
+        EventKind::ObservationRecorded => {
             let (source, outcome) = detail.split_once(' ').unwrap_or((detail, ""));
             let stale = if a < e.current_attempt {
                 format!(
@@ -176,7 +188,7 @@ pub fn tell(e: &FeedEvent) -> Told {
                 format!("the provider's answer, recorded{stale}"),
             )
         }
-        "manual_review_resolved" => {
+        EventKind::ManualReviewResolved => {
             let operator = json_field(detail, "operator").unwrap_or_default();
             let action = json_field(detail, "action").unwrap_or_default();
             let reason = json_field(detail, "reason").unwrap_or_default();
@@ -186,10 +198,10 @@ pub fn tell(e: &FeedEvent) -> Told {
                 format!("now {}; reason: {reason}", state_name(e.to_state)),
             )
         }
-        "resolve_rejected" | "cancel_rejected" => {
+        EventKind::ResolveRejected | EventKind::CancelRejected => {
             let operator = json_field(detail, "operator").unwrap_or_default();
             let refused = json_field(detail, "refused").unwrap_or_default();
-            let what = if e.kind == "cancel_rejected" {
+            let what = if kind == EventKind::CancelRejected {
                 "Cancel"
             } else {
                 "Resolution"
@@ -200,7 +212,7 @@ pub fn tell(e: &FeedEvent) -> Told {
                 format!("presented attempt {a}: {refused}"),
             )
         }
-        "cancelled" => {
+        EventKind::Cancelled => {
             let operator = json_field(detail, "operator").unwrap_or_default();
             let reason = json_field(detail, "reason").unwrap_or_default();
             told(
@@ -209,7 +221,6 @@ pub fn tell(e: &FeedEvent) -> Told {
                 format!("never dispatched; reason: {reason}"),
             )
         }
-        other => told(Tone::Info, other.to_owned(), detail.to_owned()),
     }
 }
 

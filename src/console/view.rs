@@ -8,8 +8,10 @@
 //! any script but the console's own file on top.
 
 use super::timeline;
+use crate::domain::feed::FeedEvent;
+use crate::domain::EventKind;
 use crate::domain::{DbTime, JobState};
-use crate::store::FeedEvent;
+
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use maud::{html, Markup, DOCTYPE};
@@ -242,8 +244,8 @@ pub fn timeline(events: &[FeedEvent]) -> Markup {
     for e in events {
         match rows.last_mut() {
             Some((prev, n))
-                if e.kind == "lease_renewed"
-                    && prev.kind == "lease_renewed"
+                if e.event_kind() == Some(EventKind::LeaseRenewed)
+                    && prev.event_kind() == Some(EventKind::LeaseRenewed)
                     && prev.attempt == e.attempt =>
             {
                 *n += 1

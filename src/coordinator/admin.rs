@@ -2,11 +2,11 @@
 //! limits, then the store, then the log line and the metric.
 
 use super::Coordinator;
+use crate::domain::admin::{CancelRequest, ListJobsFilter, QueueStats, Resolution, ResolveRequest};
+use crate::domain::feed::{FeedEvent, FeedPage};
 use crate::domain::validate::{Violations, MAX_BODY_BYTES, MAX_DELAY, MAX_ERROR_BYTES};
 use crate::domain::{CoordinatorError, Job, Observation, WriteOutcome};
-use crate::store::{
-    CancelRequest, FeedEvent, FeedPage, ListJobsFilter, QueueStats, Resolution, ResolveRequest,
-};
+
 use std::time::Duration;
 
 /// Most jobs one ListJobs page returns.

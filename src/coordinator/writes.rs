@@ -185,13 +185,13 @@ impl Coordinator {
             );
         } else if out.applied == FailDisposition::ManualReview {
             self.metrics
-                .manual_review_entered(&job.queue, crate::store::MANUAL_REVIEW_REQUESTED);
+                .manual_review_entered(&job.queue, crate::domain::MANUAL_REVIEW_REQUESTED);
             tracing::warn!(
                 job_id = job.id,
                 queue = %job.queue,
                 operation_key = %job.operation_key.escape_debug(),
                 attempt = req.attempt,
-                reason = crate::store::MANUAL_REVIEW_REQUESTED,
+                reason = crate::domain::MANUAL_REVIEW_REQUESTED,
                 "moved to manual review"
             );
         }

@@ -10,12 +10,13 @@
 use super::status::{reason, ERROR_DOMAIN};
 use crate::auth::Action;
 use crate::coordinator::Coordinator;
+use crate::domain::feed::FeedEvent;
 use crate::domain::{CoordinatorError, QueueScope};
 use crate::proto::job_events_server::JobEvents;
 use crate::proto::{
     self, ListEventsRequest, ListEventsResponse, WatchEventsRequest, WatchEventsResponse,
 };
-use crate::store::FeedEvent;
+
 use std::pin::Pin;
 use std::time::Duration;
 use tokio::sync::{mpsc, watch};

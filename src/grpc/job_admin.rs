@@ -8,6 +8,7 @@ use super::events::event_to_proto;
 use super::providers as conv;
 use crate::auth::Refusal;
 use crate::coordinator::Coordinator;
+use crate::domain::admin::{ListJobsFilter, Resolution};
 use crate::domain::budget::Pause;
 use crate::domain::providers::{ChangeBy, PutProvider, PutQueuePolicy, SetPause};
 use crate::domain::validate::Violations;
@@ -23,7 +24,6 @@ use crate::proto::{
     QueueStatsResponse, ResolveManualReviewRequest, ResolveManualReviewResponse,
     ResumeProviderRequest, ResumeProviderResponse,
 };
-use crate::store::{self, ListJobsFilter, Resolution};
 use tonic::{Request, Response, Status};
 use tracing::{instrument, Span};
 
@@ -92,8 +92,8 @@ fn resolution(v: &mut Violations, r: &ResolveManualReviewRequest) -> Resolution 
     }
 }
 
-fn queue_stats(s: store::QueueStats) -> proto::QueueStats {
-    let oldest = store::QueuePending::STATES
+fn queue_stats(s: crate::domain::admin::QueueStats) -> proto::QueueStats {
+    let oldest = crate::domain::admin::QueuePending::STATES
         .iter()
         .zip(s.pending.oldest)
         .filter_map(|(state, o)| {
@@ -225,7 +225,7 @@ impl JobAdmin for JobAdminService {
             let out = self
                 .coordinator
                 .resolve_manual_review(
-                    store::ResolveRequest {
+                    crate::domain::admin::ResolveRequest {
                         job_id: r.job_id,
                         attempt: r.attempt,
                         resolution,
@@ -262,7 +262,7 @@ impl JobAdmin for JobAdminService {
         span.record("operator", operator.as_str());
         let result = self
             .coordinator
-            .cancel_job(store::CancelRequest {
+            .cancel_job(crate::domain::admin::CancelRequest {
                 job_id: r.job_id,
                 attempt: r.attempt,
                 operator,

@@ -53,7 +53,7 @@ pub fn reason_of(err: &CoordinatorError) -> ErrorReason {
             Holdback::Throttled => R::ProviderThrottled,
             Holdback::Rate | Holdback::FairShare | Holdback::InFlight => R::ProviderBudgetExhausted,
         },
-        Internal(_) => R::Internal,
+        Internal(_) | Unanswered { .. } => R::Internal,
     }
 }
 
@@ -195,7 +195,7 @@ pub fn to_status(err: CoordinatorError) -> tonic::Status {
                 .max(Duration::from_millis(1)),
         ));
     }
-    if matches!(err, Internal(_)) {
+    if matches!(err, Internal(_) | Unanswered { .. }) {
         tracing::error!(error = %err, "internal error");
     }
     tonic::Status::with_error_details(code, err.to_string(), details)

@@ -14,9 +14,10 @@ pub mod http;
 pub mod layer;
 mod providers;
 
+use crate::domain::admin::PendingAges;
 use crate::domain::CoordinatorError;
 use crate::store::shards::Shards;
-use crate::store::{JobStore, PendingAges};
+use crate::store::JobStore;
 use prometheus::{
     Encoder, GaugeVec, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts,
     Registry, TextEncoder,
@@ -356,7 +357,7 @@ impl Metrics {
 
     /// What one claim transaction did against its provider's budget: the
     /// due jobs it held back, by cause, and the units left after it.
-    pub fn provider_claim(&self, report: &crate::store::BudgetReport) {
+    pub fn provider_claim(&self, report: &crate::domain::budget::BudgetReport) {
         let p = &self.inner.providers;
         for (cause, n) in &report.deferred {
             p.deferred(&report.provider, *cause, *n);

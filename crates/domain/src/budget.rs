@@ -393,6 +393,20 @@ impl Allowance {
     }
 }
 
+/// What a claim did against its provider's budget, for the metrics and
+/// for when to look again.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct BudgetReport {
+    /// The provider of the claim's queue.
+    pub provider: String,
+    /// Due jobs not handed out, by why.
+    pub deferred: Vec<(Holdback, u32)>,
+    /// Units left after the claim (at its clock).
+    pub units_left: u32,
+    /// Jobs in flight after the claim, when the provider has a cap.
+    pub in_flight: Option<u64>,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -139,6 +139,15 @@ pub enum CoordinatorError {
         throttled_until: Option<DbTime>,
     },
 
+    /// A batched call got no answer from its batch: a bug in the batching
+    /// (every call of a batch must be answered once). Nothing says whether
+    /// it was applied.
+    #[error("internal error: a batched {what} call got no answer")]
+    Unanswered {
+        /// The pipeline (`write`, `claim`, `enqueue`).
+        what: &'static str,
+    },
+
     /// Anything unexpected (a bug, or a schema the code does not match).
     #[error("internal error: {0}")]
     Internal(String),

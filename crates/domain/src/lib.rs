@@ -9,15 +9,42 @@
 //! - [`fence`]: who may write (the attempt check); [`transition`]: the row
 //!   image each write produces; [`policy`]: the resend window.
 //! - [`budget`], [`providers`]: provider budgets (GCRA) and their records.
-//! - [`calls`]: the domain calls; [`validate`]: request validation and the
+//! - [`calls`]: the domain calls; [`write_plan`]: what a fenced write does
+//!   to its locked row; [`admin`]: the operator's calls and reads;
+//!   [`event`], [`feed`]: the events log and the outbox read from it; [`validate`]: request validation and the
 //!   input limits; [`violation`]: one bad field.
 //! - [`error`]: the one error type; [`scope`]: the queues a caller may act
 //!   on; [`durability`]: whether the database can lose a commit.
 
+/// `FromStr` and `Display` for an enum with `as_str`: the stored or
+/// logged spelling of each value, parsed back with [`UnknownValue`] for a
+/// value the code does not know.
+macro_rules! impl_str_enum {
+    ($ty:ty, $kind:literal, [$($variant:expr),+ $(,)?]) => {
+        impl std::str::FromStr for $ty {
+            type Err = $crate::UnknownValue;
+            fn from_str(s: &str) -> Result<Self, Self::Err> {
+                [$($variant),+]
+                    .into_iter()
+                    .find(|v| v.as_str() == s)
+                    .ok_or_else(|| $crate::UnknownValue { kind: $kind, value: s.to_owned() })
+            }
+        }
+        impl std::fmt::Display for $ty {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+    };
+}
+
+pub mod admin;
 pub mod budget;
 pub mod calls;
 pub mod durability;
 pub mod error;
+pub mod event;
+pub mod feed;
 pub mod fence;
 pub mod policy;
 pub mod providers;
@@ -25,16 +52,16 @@ pub mod scope;
 pub mod transition;
 pub mod validate;
 pub mod violation;
+pub mod write_plan;
 
 use chrono::NaiveDateTime;
-use std::fmt;
-use std::str::FromStr;
 
 pub use calls::{
     ClaimSlot, CompleteRequest, EnqueueOutcome, EnqueueRequest, FailRequest, FencedOutcome,
     FencedWrite, RecordObservationRequest, RenewLeaseRequest, ScopedWrite, TakeoverRequest,
 };
 pub use error::CoordinatorError;
+pub use event::EventKind;
 pub use scope::QueueScope;
 pub use violation::FieldViolation;
 
@@ -155,25 +182,6 @@ impl ObservationOutcome {
 pub struct UnknownValue {
     pub kind: &'static str,
     pub value: String,
-}
-
-macro_rules! impl_str_enum {
-    ($ty:ty, $kind:literal, [$($variant:expr),+ $(,)?]) => {
-        impl FromStr for $ty {
-            type Err = UnknownValue;
-            fn from_str(s: &str) -> Result<Self, Self::Err> {
-                [$($variant),+]
-                    .into_iter()
-                    .find(|v| v.as_str() == s)
-                    .ok_or_else(|| UnknownValue { kind: $kind, value: s.to_owned() })
-            }
-        }
-        impl fmt::Display for $ty {
-            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str(self.as_str())
-            }
-        }
-    };
 }
 
 impl_str_enum!(
@@ -314,6 +322,29 @@ pub enum FailDisposition {
     ManualReview,
 }
 
+impl FailDisposition {
+    /// The name used in events (a Fail's detail), call digests and logs.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FailDisposition::RetryReconcile => "retry_reconcile",
+            FailDisposition::RetryExecute => "retry_execute",
+            FailDisposition::Failed => "failed",
+            FailDisposition::ManualReview => "manual_review",
+        }
+    }
+}
+
+impl_str_enum!(
+    FailDisposition,
+    "fail disposition",
+    [
+        FailDisposition::RetryReconcile,
+        FailDisposition::RetryExecute,
+        FailDisposition::Failed,
+        FailDisposition::ManualReview
+    ]
+);
+
 /// Why the coordinator did not apply a RetryExecute as asked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OverrideReason {
@@ -333,6 +364,19 @@ impl OverrideReason {
         }
     }
 }
+
+impl_str_enum!(
+    OverrideReason,
+    "override reason",
+    [
+        OverrideReason::ResendWindowClosed,
+        OverrideReason::MaxDispatchesReached
+    ]
+);
+
+/// `state_reason` of a job a worker itself asked to park (the other
+/// reasons of manual review are the [`OverrideReason`]s).
+pub const MANUAL_REVIEW_REQUESTED: &str = "REQUESTED";
 
 /// The result of a fenced write: the job afterwards, and whether this exact
 /// call had already been applied (a replay after a lost response).

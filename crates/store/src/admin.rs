@@ -16,99 +16,15 @@
 mod stats;
 
 use super::events::{self, call_digest, NewEvent};
+use super::pause::PausePoint;
 use super::reads;
 use super::{commit, convert_sqlx_err, micros, JobStore};
-use jobfence_domain::{CoordinatorError, Job, JobState, NextAction, WriteOutcome};
-use std::time::Duration;
+use jobfence_domain::{CoordinatorError, EventKind, Job, JobState, NextAction, WriteOutcome};
 
-pub use stats::{ListJobsFilter, OldestJob, PendingAges, QueuePending, QueueStats};
+use jobfence_domain::admin::{CancelRequest, Resolution, ResolveRequest};
 
 /// Longest `state_reason` stored (the column is VARCHAR(255)), in bytes.
 const STATE_REASON_BYTES: usize = 255;
-
-/// Event kinds written here, as stored in `job_events.kind`.
-pub(crate) mod kind {
-    pub const RESOLVED: &str = "manual_review_resolved";
-    pub const RESOLVE_REJECTED: &str = "resolve_rejected";
-    pub const CANCELLED: &str = "cancelled";
-    pub const CANCEL_REJECTED: &str = "cancel_rejected";
-}
-
-/// Where an operator sends a job parked in manual review.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Resolution {
-    /// Confirmed succeeded at the provider, with its reference.
-    Succeeded {
-        /// The provider's reference for the operation (required).
-        provider_reference: String,
-        /// The provider's result text, if any.
-        result: Option<String>,
-    },
-    /// Confirmed not done and never to be done.
-    Failed,
-    /// Back to ready after `delay`; the next worker reconciles first.
-    RetryReconcile {
-        /// Until the job is due again (DB clock).
-        delay: Duration,
-    },
-    /// Back to ready after `delay`; the next worker sends again with the
-    /// same operation_key. An explicitly authorized resend: the resend
-    /// window restarts from the next dispatch (DESIGN.md rule 6 would
-    /// otherwise turn it back into a reconcile).
-    RetryExecute {
-        /// Until the job is due again (DB clock).
-        delay: Duration,
-    },
-}
-
-impl Resolution {
-    /// The name used in events, logs and metrics.
-    pub fn as_str(&self) -> &'static str {
-        match self {
-            Resolution::Succeeded { .. } => "succeeded",
-            Resolution::Failed => "failed",
-            Resolution::RetryReconcile { .. } => "retry_reconcile",
-            Resolution::RetryExecute { .. } => "retry_execute",
-        }
-    }
-
-    /// The state the job moves to.
-    pub fn to_state(&self) -> JobState {
-        match self {
-            Resolution::Succeeded { .. } => JobState::Succeeded,
-            Resolution::Failed => JobState::Failed,
-            Resolution::RetryReconcile { .. } | Resolution::RetryExecute { .. } => JobState::Ready,
-        }
-    }
-}
-
-/// A validated ResolveManualReview.
-#[derive(Debug, Clone)]
-pub struct ResolveRequest {
-    /// The parked job.
-    pub job_id: u64,
-    /// The attempt the operator saw on the parked job.
-    pub attempt: u64,
-    /// Where the job goes.
-    pub resolution: Resolution,
-    /// Who resolves it.
-    pub operator: String,
-    /// Why.
-    pub reason: String,
-}
-
-/// A validated CancelJob.
-#[derive(Debug, Clone)]
-pub struct CancelRequest {
-    /// The job to cancel.
-    pub job_id: u64,
-    /// The attempt the operator saw (0 for a job never claimed).
-    pub attempt: u64,
-    /// Who cancels it.
-    pub operator: String,
-    /// Why.
-    pub reason: String,
-}
 
 /// `"<verb> by <operator>: <reason>"`, cut to fit `state_reason`.
 fn state_reason(verb: &str, operator: &str, reason: &str) -> String {
@@ -206,7 +122,7 @@ impl JobStore {
         let locked = reads::lock_job(&mut tx, req.job_id)
             .await?
             .ok_or(CoordinatorError::JobNotFound { job_id: req.job_id })?;
-        self.pause("admin.resolve.after_lock").await;
+        self.pause(PausePoint::ResolveAfterLock).await;
         let job = &locked.job;
         let refusal = if job.state != JobState::ManualReview {
             Some(CoordinatorError::JobNotInManualReview {
@@ -225,7 +141,7 @@ impl JobStore {
                 operator: &req.operator,
                 reason: &req.reason,
                 presented: req.attempt,
-                kind: kind::RESOLVE_REJECTED,
+                kind: EventKind::ResolveRejected,
             };
             return refused.answer(tx, locked, &digest, refusal).await;
         }
@@ -288,7 +204,7 @@ impl JobStore {
                 job_id: job.id,
                 queue: &job.queue,
                 attempt: req.attempt,
-                kind: kind::RESOLVED,
+                kind: EventKind::ManualReviewResolved,
                 from_state: Some(JobState::ManualReview),
                 to_state: Some(to_state),
                 current_attempt: job.attempt,
@@ -327,7 +243,7 @@ impl JobStore {
         let locked = reads::lock_job(&mut tx, req.job_id)
             .await?
             .ok_or(CoordinatorError::JobNotFound { job_id: req.job_id })?;
-        self.pause("admin.cancel.after_lock").await;
+        self.pause(PausePoint::CancelAfterLock).await;
         let job = &locked.job;
         let refusal = if job.state != JobState::Ready || job.dispatch_count > 0 {
             Some(CoordinatorError::JobNotCancellable {
@@ -345,7 +261,7 @@ impl JobStore {
                 operator: &req.operator,
                 reason: &req.reason,
                 presented: req.attempt,
-                kind: kind::CANCEL_REJECTED,
+                kind: EventKind::CancelRejected,
             };
             return refused.answer(tx, locked, &digest, refusal).await;
         }
@@ -368,7 +284,7 @@ impl JobStore {
                 job_id: job.id,
                 queue: &job.queue,
                 attempt: req.attempt,
-                kind: kind::CANCELLED,
+                kind: EventKind::Cancelled,
                 from_state: Some(JobState::Ready),
                 to_state: Some(JobState::Cancelled),
                 current_attempt: job.attempt,
@@ -395,7 +311,7 @@ struct Refused<'a> {
     operator: &'a str,
     reason: &'a str,
     presented: u64,
-    kind: &'static str,
+    kind: EventKind,
 }
 
 impl Refused<'_> {

@@ -12,16 +12,18 @@
 //! row) and one event insert for the whole batch.
 
 use super::batch::{self, with_job_columns, Change};
-use super::budget::{self, BudgetReport, LockedProvider, Rules};
-use super::events::{self, kind, NewEvent};
+use super::budget::{self, LockedProvider, Rules};
+use super::events::{self, NewEvent};
 use super::literal;
+use super::pause::PausePoint;
 use super::reads::{self, LockedJob};
 use super::{commit, convert_sqlx_err, JobStore};
+use jobfence_domain::budget::BudgetReport;
 use jobfence_domain::budget::{Allowance, Holdback};
 use jobfence_domain::policy::{claim_action, ClaimDecision};
 use jobfence_domain::{
-    transition, ClaimSlot, ClaimedJob, CoordinatorError, DbTime, Job, JobState, NextAction,
-    QueuePolicy, QueueScope, TakeoverRequest,
+    transition, ClaimSlot, ClaimedJob, CoordinatorError, DbTime, EventKind, Job, JobState,
+    NextAction, QueuePolicy, QueueScope, TakeoverRequest,
 };
 use sqlx::mysql::MySqlRow;
 use sqlx::MySqlConnection;
@@ -199,7 +201,7 @@ impl JobStore {
         } = scan(&mut tx, queue, wanted, false).await?;
         let room = (wanted as usize).saturating_sub(candidates.len());
         candidates.extend(ready.into_iter().take(room));
-        self.pause("claim.after_scan").await;
+        self.pause(PausePoint::ClaimAfterScan).await;
         let provider = rules.provider.as_ref();
         // The latest clock reading of the scans: every lease runs from it.
         let now = candidates
@@ -279,7 +281,7 @@ impl JobStore {
             .map(|d| d.locked.job.id)
             .collect();
         let mut observations = reads::observations(&mut tx, &with_observations).await?;
-        self.pause_in("claim.before_commit", &mut tx).await;
+        self.pause_in(PausePoint::ClaimBeforeCommit, &mut tx).await;
         events::append_and_commit_with(tx, &events, &after).await?;
         drop(events);
         let mut jobs: Vec<Vec<ClaimedJob>> = vec![Vec::new(); slots.len()];
@@ -335,7 +337,7 @@ impl JobStore {
             tx.rollback().await.map_err(convert_sqlx_err)?;
             return Err(refusal);
         }
-        self.pause("takeover.after_lock").await;
+        self.pause(PausePoint::TakeoverAfterLock).await;
         // The provider's row after the job's (see budget.rs: lock order).
         let rules_text = budget::rules_statements(&job.queue)?.join(";\n");
         let sets = batch::result_sets(&mut tx, &rules_text).await?;
@@ -597,7 +599,7 @@ async fn write_decided<'a>(
             let after = &d.after;
             let (kind, to_state, detail) = match d.slot {
                 None => (
-                    kind::MANUAL_REVIEW,
+                    EventKind::ManualReview,
                     JobState::ManualReview,
                     format!(
                         "hand_out:{}",
@@ -605,12 +607,12 @@ async fn write_decided<'a>(
                     ),
                 ),
                 Some(_) if before.state == JobState::Running => (
-                    kind::TAKEN_OVER,
+                    EventKind::TakenOver,
                     JobState::Running,
                     after.next_action.as_str().to_owned(),
                 ),
                 Some(_) => (
-                    kind::CLAIMED,
+                    EventKind::Claimed,
                     JobState::Running,
                     after.next_action.as_str().to_owned(),
                 ),

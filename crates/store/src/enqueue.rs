@@ -9,7 +9,7 @@
 
 use super::batch::{hex, json, with_job_columns};
 use super::errors::{convert_commit_err, is_unique_violation};
-use super::events::{self, call_digest, kind, NewEvent};
+use super::events::{self, call_digest, NewEvent};
 use super::literal;
 use super::tx::Tx;
 use super::{convert_sqlx_err, micros, rows, JobStore, CONFLICT_RETRIES};
@@ -171,7 +171,7 @@ impl JobStore {
                 job_id: job.id,
                 queue: &job.queue,
                 attempt: 0,
-                kind: kind::ENQUEUED,
+                kind: jobfence_domain::EventKind::Enqueued,
                 from_state: None,
                 to_state: Some(JobState::Ready),
                 current_attempt: 0,

@@ -6,24 +6,11 @@ use super::batch::{db_time, expand, hex, json};
 use super::literal;
 use super::tx::Tx;
 use super::{convert_sqlx_err, rows};
-use jobfence_domain::{CoordinatorError, DbTime, Job, JobState};
+use jobfence_domain::{CoordinatorError, DbTime, EventKind, Job, JobState};
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 use sqlx::MySqlConnection;
 use std::collections::HashMap;
-
-/// What kind of entry, as stored in `job_events.kind`.
-pub(crate) mod kind {
-    pub const ENQUEUED: &str = "enqueued";
-    pub const CLAIMED: &str = "claimed";
-    pub const TAKEN_OVER: &str = "taken_over";
-    pub const LEASE_RENEWED: &str = "lease_renewed";
-    pub const COMPLETED: &str = "completed";
-    pub const RETRY_SCHEDULED: &str = "retry_scheduled";
-    pub const FAILED: &str = "failed";
-    pub const MANUAL_REVIEW: &str = "manual_review";
-    pub const STALE_WRITE_REJECTED: &str = "stale_write_rejected";
-}
 
 /// One entry to append.
 #[derive(Debug, Serialize)]
@@ -32,7 +19,8 @@ pub(crate) struct NewEvent<'a> {
     pub queue: &'a str,
     /// The attempt that caused it (for a rejection, the one presented).
     pub attempt: u64,
-    pub kind: &'static str,
+    #[serde(serialize_with = "kind")]
+    pub kind: EventKind,
     #[serde(serialize_with = "opt_state")]
     pub from_state: Option<JobState>,
     #[serde(serialize_with = "opt_state")]
@@ -46,6 +34,10 @@ pub(crate) struct NewEvent<'a> {
     /// The DB clock read in the transaction (the change's `now`).
     #[serde(serialize_with = "db_time")]
     pub created_at: DbTime,
+}
+
+fn kind<S: serde::Serializer>(k: &EventKind, ser: S) -> Result<S::Ok, S::Error> {
+    ser.serialize_str(k.as_str())
 }
 
 fn opt_state<S: serde::Serializer>(s: &Option<JobState>, ser: S) -> Result<S::Ok, S::Error> {
@@ -87,7 +79,7 @@ pub(crate) async fn append_all(
                     .bind(e.job_id)
                     .bind(e.queue)
                     .bind(e.attempt)
-                    .bind(e.kind)
+                    .bind(e.kind.as_str())
                     .bind(e.from_state.map(JobState::as_str))
                     .bind(e.to_state.map(JobState::as_str))
                     .bind(e.current_attempt)
@@ -152,7 +144,7 @@ fn insert_literal(events: &[NewEvent<'_>]) -> String {
                 &e.job_id,
                 &e.queue,
                 &e.attempt,
-                &e.kind,
+                &e.kind.as_str(),
                 &e.from_state.map(JobState::as_str),
                 &e.to_state.map(JobState::as_str),
                 &e.current_attempt,
@@ -233,7 +225,7 @@ pub(crate) async fn find_applied(
 pub(crate) fn refusal<'a>(
     job: &'a Job,
     presented: u64,
-    kind: &'static str,
+    kind: EventKind,
     detail: String,
     now: DbTime,
 ) -> NewEvent<'a> {
@@ -258,14 +250,14 @@ pub(crate) async fn refuse<T>(
     mut tx: sqlx::Transaction<'static, sqlx::MySql>,
     job: &Job,
     presented: u64,
-    kind: &'static str,
+    kind: EventKind,
     detail: String,
     now: DbTime,
     refused: CoordinatorError,
 ) -> Result<T, CoordinatorError> {
     append(&mut tx, refusal(job, presented, kind, detail, now)).await?;
     if let Err(e) = super::commit(tx).await {
-        tracing::warn!(job_id = job.id, kind, error = %e, "could not log a refused write");
+        tracing::warn!(job_id = job.id, kind = kind.as_str(), error = %e, "could not log a refused write");
     }
     Err(refused)
 }

@@ -45,9 +45,11 @@
 //! is held across a provider call).
 
 use super::errors::{code, error_number};
+use super::pause::PausePoint;
 use super::rows::{self, get, opt_text, text};
 use super::{convert_sqlx_err, JobStore};
-use jobfence_domain::{CoordinatorError, DbTime, JobState};
+use jobfence_domain::feed::{FeedEvent, FeedPage};
+use jobfence_domain::{CoordinatorError, JobState};
 use sqlx::mysql::MySqlRow;
 use sqlx::MySqlConnection;
 use std::collections::BTreeSet;
@@ -63,43 +65,6 @@ pub const ALLOCATION_GRACE: Duration = Duration::from_secs(2);
 /// MySQL's error for a NOWAIT locking read that met a lock (MariaDB
 /// reports a lock wait timeout, 1205, instead).
 const LOCK_NOWAIT: u16 = 3572;
-
-/// One entry of the outbox.
-#[derive(Debug, Clone, PartialEq)]
-pub struct FeedEvent {
-    /// The cursor value: strictly increasing in the order served.
-    pub id: u64,
-    /// The job it is about.
-    pub job_id: u64,
-    /// The job's queue.
-    pub queue: String,
-    /// The job's business identity (the provider's idempotency key).
-    pub operation_key: String,
-    /// The attempt that caused the event (for a refusal: the one presented).
-    pub attempt: u64,
-    /// What happened (`completed`, `taken_over`, …).
-    pub kind: String,
-    /// The state before, when it applies.
-    pub from_state: Option<JobState>,
-    /// The state the event moved the job to; `None` when it did not move.
-    pub to_state: Option<JobState>,
-    /// The job's attempt when the event was written.
-    pub current_attempt: u64,
-    /// Free text or JSON, depending on the kind.
-    pub detail: Option<String>,
-    /// When it was written (DB clock, UTC).
-    pub created_at: DbTime,
-}
-
-/// One page of the feed.
-#[derive(Debug, Clone, PartialEq)]
-pub struct FeedPage {
-    /// In id order.
-    pub events: Vec<FeedEvent>,
-    /// The cursor for the next call: at or past the last event returned,
-    /// never past an event that may still commit.
-    pub next_after: u64,
-}
 
 const SELECT_EVENTS: &str = "SELECT e.id, e.job_id, e.queue, j.operation_key, e.attempt, e.kind, \
      e.from_state, e.to_state, e.current_attempt, e.detail, e.created_at \
@@ -153,7 +118,7 @@ impl JobStore {
             .map(|r| Ok((get::<u64>(r, "id")?, get::<Option<i64>>(r, "age_us")?)))
             .collect::<Result<Vec<_>, CoordinatorError>>()?;
         let horizon = self.horizon(&mut conn, after, &ids).await?;
-        self.pause("events.after_horizon").await;
+        self.pause(PausePoint::EventsAfterHorizon).await;
         if horizon == after {
             return Ok(FeedPage {
                 events: Vec::new(),

@@ -51,18 +51,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-pub use admin::{
-    CancelRequest, ListJobsFilter, OldestJob, PendingAges, QueuePending, QueueStats, Resolution,
-    ResolveRequest,
-};
-pub use budget::BudgetReport;
 pub use claim::{ClaimBatch, ClaimRequest, MAX_CLAIM_TRANSACTION_JOBS};
 pub use enqueue::EnqueueResult;
 pub use errors::convert_sqlx_err;
-pub use events_feed::{FeedEvent, FeedPage};
 pub use health::HealthProbe;
+pub use pause::PausePoint;
+#[cfg(feature = "testsuite")]
 pub use pause::{Armed, PausePoints};
-pub use writeback::{WriteResult, MANUAL_REVIEW_REQUESTED};
+pub use writeback::WriteResult;
 
 /// The schema migrations in `migrations/`, embedded in the binary.
 pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations");
@@ -177,6 +173,8 @@ pub struct JobStore {
     /// preference.
     nodes: Arc<Vec<MySqlConnectOptions>>,
     settings: PoolSettings,
+    /// Where tests stop this store's calls (`testsuite` only).
+    #[cfg(feature = "testsuite")]
     pauses: Option<PausePoints>,
     conflicts: Arc<ConflictCounts>,
 }
@@ -193,15 +191,6 @@ struct ConflictCounts {
 impl JobStore {
     /// A store over `pool` (see [`connect`]): one node.
     pub fn new(pool: MySqlPool) -> Self {
-        Self::over(pool, None)
-    }
-
-    /// A store that stops at the armed points of `pauses` (tests only).
-    pub fn with_pause_points(pool: MySqlPool, pauses: PausePoints) -> Self {
-        Self::over(pool, Some(pauses))
-    }
-
-    fn over(pool: MySqlPool, pauses: Option<PausePoints>) -> Self {
         let options = pool.options();
         let settings = PoolSettings {
             max_connections: options.get_max_connections(),
@@ -218,9 +207,16 @@ impl JobStore {
             })),
             nodes: Arc::new(vec![node]),
             settings,
-            pauses,
+            #[cfg(feature = "testsuite")]
+            pauses: None,
             conflicts: Arc::default(),
         }
+    }
+
+    /// A store that stops at the armed points of `pauses` (tests only).
+    #[cfg(feature = "testsuite")]
+    pub fn with_pause_points(pool: MySqlPool, pauses: PausePoints) -> Self {
+        Self::new(pool).pausing_at(pauses)
     }
 
     /// A store over the nodes `urls` (at least one), in order of
@@ -248,12 +244,14 @@ impl JobStore {
             pools: Arc::new(RwLock::new(pools)),
             nodes: Arc::new(nodes),
             settings: settings.clone(),
+            #[cfg(feature = "testsuite")]
             pauses: None,
             conflicts: Arc::default(),
         })
     }
 
     /// This store, stopping at the armed points of `pauses` (tests only).
+    #[cfg(feature = "testsuite")]
     pub fn pausing_at(mut self, pauses: PausePoints) -> Self {
         self.pauses = Some(pauses);
         self
@@ -319,17 +317,24 @@ impl JobStore {
             .map_err(|e| e.to_string())
     }
 
-    async fn pause(&self, point: &'static str) {
+    /// A pause point (see [`PausePoint`]); nothing without `testsuite`.
+    async fn pause(&self, point: PausePoint) {
+        #[cfg(feature = "testsuite")]
         if let Some(p) = &self.pauses {
             p.pause(point).await;
         }
+        #[cfg(not(feature = "testsuite"))]
+        let _ = point;
     }
 
     /// A pause point inside the transaction running on `conn`.
-    async fn pause_in(&self, point: &'static str, conn: &mut sqlx::MySqlConnection) {
+    async fn pause_in(&self, point: PausePoint, conn: &mut sqlx::MySqlConnection) {
+        #[cfg(feature = "testsuite")]
         if let Some(p) = &self.pauses {
             p.pause_in(point, conn).await;
         }
+        #[cfg(not(feature = "testsuite"))]
+        let _ = (point, conn);
     }
 
     async fn begin(&self) -> Result<Transaction<'static, MySql>, CoordinatorError> {

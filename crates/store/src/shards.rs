@@ -20,7 +20,8 @@
 //! - Moving a queue to another database is not supported: its jobs would
 //!   stay where they are, reachable by id, while new ones go elsewhere.
 
-use super::{JobStore, ListJobsFilter, PendingAges, QueueStats};
+use super::JobStore;
+use jobfence_domain::admin::{ListJobsFilter, PendingAges, QueueStats};
 use jobfence_domain::FieldViolation;
 use jobfence_domain::{CoordinatorError, Job};
 use std::collections::BTreeMap;
@@ -374,7 +375,10 @@ impl Shards {
     }
 }
 
-fn merge_pending(into: &mut super::QueuePending, other: super::QueuePending) {
+fn merge_pending(
+    into: &mut jobfence_domain::admin::QueuePending,
+    other: jobfence_domain::admin::QueuePending,
+) {
     for (mine, theirs) in into.oldest.iter_mut().zip(other.oldest) {
         if let Some(t) = theirs {
             if mine.is_none_or(|m| t.age > m.age) {

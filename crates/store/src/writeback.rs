@@ -14,21 +14,20 @@
 //! outcome is unknown is unknown for every write in it (rule 4).
 
 use super::batch::{self, Change};
-use super::events::{self, call_digest, kind, CallKey, NewEvent};
+use super::events::{self, call_digest, CallKey, NewEvent};
+use super::pause::PausePoint;
 use super::reads::LockedJob;
+use super::tx::Tx;
 use super::{micros, JobStore, CONFLICT_RETRIES};
-use jobfence_domain::fence::{self, FenceCheck};
-use jobfence_domain::policy::decide_fail;
+use jobfence_domain::event::parse_fail_detail;
+use jobfence_domain::write_plan::{self, AppliedWrite, WritePlan};
 use jobfence_domain::{
-    transition, CompleteRequest, CoordinatorError, DbTime, FailDisposition, FailOutcome,
-    FailRequest, FencedOutcome, FencedWrite, Job, JobState, OverrideReason, QueuePolicies,
-    QueuePolicy, QueueScope, RenewLeaseRequest, ScopedWrite, WriteOutcome,
+    transition, CompleteRequest, CoordinatorError, DbTime, EventKind, FailDisposition, FailOutcome,
+    FailRequest, FencedOutcome, FencedWrite, JobState, OverrideReason, QueuePolicies, QueuePolicy,
+    QueueScope, RenewLeaseRequest, ScopedWrite, WriteOutcome,
 };
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
-
-/// `state_reason` of a job a worker itself asked to park.
-pub const MANUAL_REVIEW_REQUESTED: &str = "REQUESTED";
 
 /// A batch whose row locks took longer than this to get re-reads the DB
 /// clock before stamping its changes (a lease must start when it is given,
@@ -71,7 +70,7 @@ impl JobStore {
             .write_batch(&[FencedWrite::Fail(req.clone())], policies)
             .await
             .pop()
-            .expect("one answer per call")?;
+            .unwrap_or(Err(CoordinatorError::Unanswered { what: "write" }))?;
         out.into_fail()
     }
 
@@ -79,7 +78,7 @@ impl JobStore {
         self.write_batch(&[write], &QueuePolicies::default())
             .await
             .pop()
-            .expect("one answer per call")
+            .unwrap_or(Err(CoordinatorError::Unanswered { what: "write" }))
     }
 
     /// [`write_scoped_batch`](Self::write_scoped_batch) for callers that
@@ -157,7 +156,7 @@ impl JobStore {
         }
         answers
             .into_iter()
-            .map(|a| a.expect("every call answered"))
+            .map(|a| a.unwrap_or(Err(CoordinatorError::Unanswered { what: "write" })))
             .collect()
     }
 
@@ -172,25 +171,118 @@ impl JobStore {
     ) -> Result<Vec<WriteResult>, CoordinatorError> {
         let ids: Vec<u64> = round.iter().map(|&i| writes[i].write.job_id()).collect();
         let mut tx = self.begin_batch().await?;
-        let started = Instant::now();
-        let locked = batch::lock_jobs(&mut tx, &ids).await?;
-        let now = match locked.values().next() {
-            Some(_) if started.elapsed() > STALE_NOW => batch::db_now(&mut tx).await?,
-            Some(l) => l.now,
-            None => {
-                // Not one of the jobs exists.
-                tx.rollback().await?;
-                return Ok(ids
-                    .iter()
-                    .map(|&job_id| Err(CoordinatorError::JobNotFound { job_id }))
-                    .collect());
-            }
+        let Some((locked, now)) = lock_round(&mut tx, &ids).await? else {
+            // Not one of the jobs exists.
+            tx.rollback().await?;
+            return Ok(ids
+                .iter()
+                .map(|&job_id| Err(CoordinatorError::JobNotFound { job_id }))
+                .collect());
         };
-        self.pause("write.after_lock").await;
+        self.pause(PausePoint::WriteAfterLock).await;
+        let rules = RoundRules::read(&mut tx, writes, round, &locked, policies).await?;
+        // Decide each call on its own locked row.
+        let mut plans: Vec<Plan> = round
+            .iter()
+            .map(|&i| {
+                let ScopedWrite { write, scope } = &writes[i];
+                plan(
+                    write,
+                    scope,
+                    locked.get(&write.job_id()),
+                    rules.policies(policies),
+                    now,
+                )
+            })
+            .collect();
+        let throttles = rules.hold_throttled(&mut plans, &locked, now)?;
+        mark_replays(&mut tx, &mut plans).await?;
+        let commit_error = self
+            .write_and_commit(tx, &plans, &locked, &throttles, now)
+            .await?;
+        Ok(plans
+            .into_iter()
+            .map(|p| p.answer(&locked, commit_error.as_ref()))
+            .collect())
+    }
 
-        // A resend is decided on the queue's stored policy (DESIGN.md rule
-        // 13), and a throttle report names the queue's provider: both read
-        // in this transaction, only when a call needs them.
+    /// Writes every change and every event of a round, the events in the
+    /// round trip of the COMMIT. `Ok(Some(e))`: the COMMIT's outcome is
+    /// unknown (`e`); `Err`: nothing was applied.
+    async fn write_and_commit(
+        &self,
+        mut tx: Tx,
+        plans: &[Plan<'_>],
+        locked: &HashMap<u64, LockedJob>,
+        throttles: &[String],
+        now: DbTime,
+    ) -> Result<Option<CoordinatorError>, CoordinatorError> {
+        let changes: Vec<Change> = plans
+            .iter()
+            .filter_map(|p| match p {
+                Plan::Apply { applied, .. } => Some(Change {
+                    before: &locked[&applied.after.id].job,
+                    after: &applied.after,
+                }),
+                _ => None,
+            })
+            .collect();
+        batch::write_images(&mut tx, &changes).await?;
+        let new_events: Vec<NewEvent> = plans.iter().filter_map(|p| p.event(locked, now)).collect();
+        drop(changes);
+        self.pause_in(PausePoint::WriteBeforeCommit, &mut tx).await;
+        // Replays, unknown jobs and forbidden calls write nothing; every
+        // other call has its event, appended in the round trip of the
+        // COMMIT.
+        if new_events.is_empty() {
+            tx.rollback().await?;
+            return Ok(None);
+        }
+        match events::append_and_commit_with(tx, &new_events, throttles).await {
+            Ok(()) => Ok(None),
+            Err(e @ CoordinatorError::CommitOutcomeUnknown(_)) => Ok(Some(e)),
+            // A conflict, or refused before COMMIT ran: nothing applied.
+            Err(e) => Err(e),
+        }
+    }
+}
+
+/// Locks the rows of a round and reads the DB clock: `None` when not one
+/// of the jobs exists. A round whose locks took long re-reads the clock (a
+/// lease must start when it is given, not when the round began to wait).
+async fn lock_round(
+    tx: &mut Tx,
+    ids: &[u64],
+) -> Result<Option<(HashMap<u64, LockedJob>, DbTime)>, CoordinatorError> {
+    let started = Instant::now();
+    let locked = batch::lock_jobs(tx, ids).await?;
+    let now = match locked.values().next() {
+        Some(_) if started.elapsed() > STALE_NOW => batch::db_now(tx).await?,
+        Some(l) => l.now,
+        None => return Ok(None),
+    };
+    Ok(Some((locked, now)))
+}
+
+/// The stored rules of a round's queues: a resend is decided on the
+/// queue's stored policy (DESIGN.md rule 13), and a throttle report names
+/// the queue's provider. Read in the round's transaction, only when a call
+/// needs them.
+struct RoundRules {
+    stored: HashMap<String, (Option<QueuePolicy>, Option<String>)>,
+    /// The coordinator's policies with the stored ones over them, when any
+    /// is stored.
+    merged: Option<QueuePolicies>,
+}
+
+impl RoundRules {
+    async fn read(
+        tx: &mut Tx,
+        writes: &[ScopedWrite],
+        round: &[usize],
+        locked: &HashMap<u64, LockedJob>,
+        policies: &QueuePolicies,
+    ) -> Result<RoundRules, CoordinatorError> {
         let needs_rules: Vec<&str> = round
             .iter()
             .filter_map(|&i| match &writes[i].write {
@@ -203,145 +295,111 @@ impl JobStore {
                 _ => None,
             })
             .collect();
-        let stored = queue_rules(&mut tx, &needs_rules).await?;
-        let effective;
-        let policies = if stored.values().any(|(p, _)| p.is_some()) {
+        let stored = queue_rules(tx, &needs_rules).await?;
+        let merged = stored.values().any(|(p, _)| p.is_some()).then(|| {
             let mut merged = policies.clone();
             for (queue, (policy, _)) in &stored {
                 if let Some(p) = policy {
                     merged.by_queue.insert(queue.clone(), *p);
                 }
             }
-            effective = merged;
-            &effective
-        } else {
-            policies
-        };
+            merged
+        });
+        Ok(RoundRules { stored, merged })
+    }
 
-        // Decide each call on its own locked row.
-        let mut plans: Vec<Plan> = round
-            .iter()
-            .map(|&i| {
-                let ScopedWrite { write, scope } = &writes[i];
-                plan(write, scope, locked.get(&write.job_id()), policies, now)
-            })
-            .collect();
-        // Applied Fails that report the provider's Retry-After hold its
-        // hand-outs until then, on every coordinator, committed with them.
+    /// The policies the round decides resends on.
+    fn policies<'a>(&'a self, flags: &'a QueuePolicies) -> &'a QueuePolicies {
+        self.merged.as_ref().unwrap_or(flags)
+    }
+
+    /// Applied Fails that report the provider's Retry-After hold its
+    /// hand-outs until then, on every coordinator, committed with them:
+    /// the statements to send with the COMMIT.
+    fn hold_throttled(
+        &self,
+        plans: &mut [Plan<'_>],
+        locked: &HashMap<u64, LockedJob>,
+        now: DbTime,
+    ) -> Result<Vec<String>, CoordinatorError> {
         let mut throttles = Vec::new();
         for p in plans.iter_mut() {
             if let Plan::Apply {
-                throttle: Some((queue, retry_after)),
+                applied:
+                    AppliedWrite {
+                        after,
+                        throttle: Some(retry_after),
+                        ..
+                    },
                 throttled,
                 ..
             } = p
             {
-                if let Some((_, Some(provider))) = stored.get(queue.as_str()) {
+                let queue = locked[&after.id].job.queue.as_str();
+                if let Some((_, Some(provider))) = self.stored.get(queue) {
                     throttles.push(throttle_statement(provider, *retry_after, now)?);
                     *throttled = Some(provider.clone());
                 }
             }
         }
-
-        // Refused calls that may be replays: one look in the events.
-        let keys: Vec<CallKey> = plans
-            .iter()
-            .filter_map(|p| match p {
-                Plan::Refuse { write, digest, .. }
-                    if !matches!(write, FencedWrite::RenewLease(_)) =>
-                {
-                    Some(CallKey::new(write.job_id(), write.attempt(), digest))
-                }
-                _ => None,
-            })
-            .collect();
-        let applied_before = events::find_applied_all(&mut tx, &keys).await?;
-        for p in plans.iter_mut() {
-            if let Plan::Refuse { write, .. } = p {
-                if let Some((_, detail)) = applied_before.get(&write.job_id()) {
-                    if !matches!(write, FencedWrite::RenewLease(_)) {
-                        *p = Plan::Replay {
-                            job_id: write.job_id(),
-                            fail: match write {
-                                FencedWrite::Fail(_) => {
-                                    detail.as_deref().and_then(parse_fail_detail)
-                                }
-                                _ => None,
-                            },
-                        };
-                    }
-                }
-            }
-        }
-
-        // Write every change and every event of the batch.
-        let changes: Vec<Change> = plans
-            .iter()
-            .filter_map(|p| match p {
-                Plan::Apply { after, .. } => Some(Change {
-                    before: &locked[&after.id].job,
-                    after,
-                }),
-                _ => None,
-            })
-            .collect();
-        batch::write_images(&mut tx, &changes).await?;
-        let new_events: Vec<NewEvent> = plans
-            .iter()
-            .filter_map(|p| match p {
-                Plan::Apply { event, .. } => Some(event.as_event(&locked, now)),
-                Plan::Refuse { write, why, .. } => Some(events::refusal(
-                    &locked[&write.job_id()].job,
-                    write.attempt(),
-                    kind::STALE_WRITE_REJECTED,
-                    format!("{}: {why}", digest_name(write)),
-                    now,
-                )),
-                _ => None,
-            })
-            .collect();
-        drop(changes);
-        self.pause_in("write.before_commit", &mut tx).await;
-        // Replays, unknown jobs and forbidden calls write nothing; every
-        // other call has its event, appended in the round trip of the
-        // COMMIT.
-        let commit_error = if new_events.is_empty() {
-            tx.rollback().await?;
-            None
-        } else {
-            match events::append_and_commit_with(tx, &new_events, &throttles).await {
-                Ok(()) => None,
-                Err(e @ CoordinatorError::TransactionConflict(_)) => return Err(e),
-                Err(e @ CoordinatorError::CommitOutcomeUnknown(_)) => Some(e),
-                // Refused before COMMIT ran: nothing applied.
-                Err(e) => return Err(e),
-            }
-        };
-        drop(new_events);
-        Ok(plans
-            .into_iter()
-            .map(|p| p.answer(&locked, commit_error.as_ref()))
-            .collect())
+        Ok(throttles)
     }
 }
 
-/// What a batch does with one call, decided on its locked row.
-// Nearly every plan is an `Apply`: boxing its job would only add an
-// allocation per call.
+/// Refused calls that are this very call applied before (a replay after a
+/// lost response) become replays: one look in the events for all of them.
+/// A renewal is never answered as a replay: a heartbeat repeats the very
+/// same call many times, each one applied, so an earlier one would tell a
+/// superseded holder its lease was renewed.
+async fn mark_replays(tx: &mut Tx, plans: &mut [Plan<'_>]) -> Result<(), CoordinatorError> {
+    let keys: Vec<CallKey> = plans
+        .iter()
+        .filter_map(|p| match p {
+            Plan::Refuse { write, digest, .. } if !matches!(write, FencedWrite::RenewLease(_)) => {
+                Some(CallKey::new(write.job_id(), write.attempt(), digest))
+            }
+            _ => None,
+        })
+        .collect();
+    let applied_before = events::find_applied_all(tx, &keys).await?;
+    for p in plans.iter_mut() {
+        if let Plan::Refuse { write, .. } = p {
+            if matches!(write, FencedWrite::RenewLease(_)) {
+                continue;
+            }
+            if let Some((_, detail)) = applied_before.get(&write.job_id()) {
+                *p = Plan::Replay {
+                    job_id: write.job_id(),
+                    fail: match write {
+                        FencedWrite::Fail(_) => detail.as_deref().and_then(parse_fail_detail),
+                        _ => None,
+                    },
+                };
+            }
+        }
+    }
+    Ok(())
+}
+
+/// What a round does with one call: the domain's decision
+/// ([`write_plan::plan`]), with what the transaction adds to it (the call's
+/// digest, the provider a throttle report held, a replay found in the
+/// events).
+// Nearly every plan is an `Apply`: boxing it would only add an allocation
+// per call.
 #[allow(clippy::large_enum_variant)]
 enum Plan<'a> {
     /// No such job.
     NotFound(u64),
     /// The job's queue is outside the caller's scope: nothing is written.
     Forbidden(CoordinatorError),
-    /// The caller holds the job: write `after` and log `event`.
+    /// The caller holds the job: write the new image and log its event.
     Apply {
-        after: Job,
-        event: AppliedEvent,
-        fail: Option<(FailDisposition, Option<OverrideReason>)>,
-        /// A Fail's throttle report: the job's queue and the Retry-After.
-        throttle: Option<(String, Duration)>,
-        /// The provider the report held (set once it is written).
+        write: &'a FencedWrite,
+        applied: AppliedWrite,
+        digest: [u8; 32],
+        /// The provider the call's throttle report held (set once it is
+        /// written).
         throttled: Option<String>,
     },
     /// The caller does not hold the job (unless the events show this very
@@ -359,37 +417,6 @@ enum Plan<'a> {
     },
 }
 
-/// The event of an applied call.
-struct AppliedEvent {
-    job_id: u64,
-    attempt: u64,
-    kind: &'static str,
-    to_state: JobState,
-    digest: [u8; 32],
-    detail: Option<String>,
-}
-
-impl AppliedEvent {
-    fn as_event<'a>(
-        &self,
-        locked: &'a std::collections::HashMap<u64, LockedJob>,
-        now: DbTime,
-    ) -> NewEvent<'a> {
-        NewEvent {
-            job_id: self.job_id,
-            queue: &locked[&self.job_id].job.queue,
-            attempt: self.attempt,
-            kind: self.kind,
-            from_state: Some(JobState::Running),
-            to_state: Some(self.to_state),
-            current_attempt: self.attempt,
-            request_digest: Some(self.digest),
-            detail: self.detail.clone(),
-            created_at: now,
-        }
-    }
-}
-
 fn plan<'a>(
     write: &'a FencedWrite,
     scope: &QueueScope,
@@ -397,112 +424,79 @@ fn plan<'a>(
     policies: &QueuePolicies,
     now: DbTime,
 ) -> Plan<'a> {
-    let Some(locked) = locked else {
-        return Plan::NotFound(write.job_id());
-    };
-    let job = &locked.job;
-    // Before the fence: a caller of another queue learns nothing of the
-    // job's attempt, and its refusal leaves no event.
-    if let Err(e) = scope.check(&job.queue, Some(job.id)) {
-        return Plan::Forbidden(e);
-    }
-    let digest = digest(write);
-    match fence::check(job.id, job.state, job.attempt, write.attempt()) {
-        // A renewal is never answered as a replay: a heartbeat repeats the
-        // very same call many times, each one applied, so an earlier one
-        // would tell a superseded holder its lease was renewed. Once the
-        // caller no longer holds the job there is no lease to renew.
-        FenceCheck::NotHolder(why) => Plan::Refuse { write, digest, why },
-        FenceCheck::Holder => {
-            let (after, kind, detail, fail) = match write {
-                FencedWrite::RenewLease(r) => (
-                    transition::renew(job, r.lease, now),
-                    kind::LEASE_RENEWED,
-                    None,
-                    None,
-                ),
-                FencedWrite::Complete(r) => (
-                    transition::complete(
-                        job,
-                        r.provider_reference.as_deref(),
-                        r.result.as_deref(),
-                        now,
-                    ),
-                    kind::COMPLETED,
-                    r.provider_reference.clone(),
-                    None,
-                ),
-                FencedWrite::Fail(r) => {
-                    let (applied, why) = decide_fail(
-                        r.disposition,
-                        r.retry_delay,
-                        r.expected_lease,
-                        locked.dispatch,
-                        policies.get(&job.queue),
-                    );
-                    // Why it is parked: the coordinator's override, or the
-                    // worker's own request.
-                    let reason = (applied == FailDisposition::ManualReview)
-                        .then(|| why.map_or(MANUAL_REVIEW_REQUESTED, OverrideReason::as_str));
-                    let kind = match applied {
-                        FailDisposition::RetryReconcile | FailDisposition::RetryExecute => {
-                            kind::RETRY_SCHEDULED
-                        }
-                        FailDisposition::Failed => kind::FAILED,
-                        FailDisposition::ManualReview => kind::MANUAL_REVIEW,
-                    };
-                    (
-                        transition::fail(job, applied, &r.error, r.retry_delay, reason, now),
-                        kind,
-                        Some(fail_detail(applied, why)),
-                        Some((applied, why)),
-                    )
-                }
-            };
-            let throttle = match write {
-                FencedWrite::Fail(r) => r.provider_retry_after.map(|d| (job.queue.clone(), d)),
-                _ => None,
-            };
-            Plan::Apply {
-                event: AppliedEvent {
-                    job_id: job.id,
-                    attempt: write.attempt(),
-                    kind,
-                    to_state: after.state,
-                    digest,
-                    detail,
-                },
-                after,
-                fail,
-                throttle,
-                throttled: None,
-            }
-        }
+    match write_plan::plan(
+        write,
+        scope,
+        locked.map(|l| (&l.job, l.dispatch)),
+        policies,
+        now,
+    ) {
+        WritePlan::NotFound(job_id) => Plan::NotFound(job_id),
+        WritePlan::Forbidden(e) => Plan::Forbidden(e),
+        WritePlan::Refuse(why) => Plan::Refuse {
+            write,
+            digest: digest(write),
+            why,
+        },
+        WritePlan::Apply(applied) => Plan::Apply {
+            write,
+            applied,
+            digest: digest(write),
+            throttled: None,
+        },
     }
 }
 
 impl Plan<'_> {
+    /// The event this call leaves: its transition, or its refusal.
+    fn event<'a>(&self, locked: &'a HashMap<u64, LockedJob>, now: DbTime) -> Option<NewEvent<'a>> {
+        match self {
+            Plan::Apply {
+                write,
+                applied,
+                digest,
+                ..
+            } => Some(NewEvent {
+                job_id: applied.after.id,
+                queue: &locked[&applied.after.id].job.queue,
+                attempt: write.attempt(),
+                kind: applied.kind,
+                from_state: Some(JobState::Running),
+                to_state: Some(applied.after.state),
+                current_attempt: write.attempt(),
+                request_digest: Some(*digest),
+                detail: applied.detail.clone(),
+                created_at: now,
+            }),
+            Plan::Refuse { write, why, .. } => Some(events::refusal(
+                &locked[&write.job_id()].job,
+                write.attempt(),
+                EventKind::StaleWriteRejected,
+                format!("{}: {why}", digest_name(write)),
+                now,
+            )),
+            _ => None,
+        }
+    }
+
     /// The caller's answer once the transaction ended; `commit_error` is
     /// set when the COMMIT's outcome is unknown.
     fn answer(
         self,
-        locked: &std::collections::HashMap<u64, LockedJob>,
+        locked: &HashMap<u64, LockedJob>,
         commit_error: Option<&CoordinatorError>,
     ) -> WriteResult {
         match self {
             Plan::NotFound(job_id) => Err(CoordinatorError::JobNotFound { job_id }),
             Plan::Forbidden(e) => Err(e),
             Plan::Apply {
-                after,
-                fail,
-                throttled,
-                ..
+                applied, throttled, ..
             } => match commit_error {
                 Some(e) => Err(e.clone()),
                 None => Ok(FencedOutcome {
-                    job: after,
+                    job: applied.after,
                     replayed: false,
-                    fail,
+                    fail: applied.fail,
                     throttled,
                 }),
             },
@@ -604,53 +598,9 @@ fn digest(write: &FencedWrite) -> [u8; 32] {
             name,
             &job_id,
             &attempt,
-            disposition_str(r.disposition).as_bytes(),
+            r.disposition.as_str().as_bytes(),
             r.error.as_bytes(),
             &micros(r.retry_delay).to_be_bytes(),
         ]),
     }
-}
-
-fn disposition_str(d: FailDisposition) -> &'static str {
-    match d {
-        FailDisposition::RetryReconcile => "retry_reconcile",
-        FailDisposition::RetryExecute => "retry_execute",
-        FailDisposition::Failed => "failed",
-        FailDisposition::ManualReview => "manual_review",
-    }
-}
-
-/// `applied[:OVERRIDE_REASON]`, stored as the event detail of a Fail.
-fn fail_detail(applied: FailDisposition, why: Option<OverrideReason>) -> String {
-    match why {
-        Some(why) => format!("{}:{}", disposition_str(applied), why.as_str()),
-        None => disposition_str(applied).to_owned(),
-    }
-}
-
-fn parse_fail_detail(detail: &str) -> Option<(FailDisposition, Option<OverrideReason>)> {
-    let (applied, why) = match detail.split_once(':') {
-        Some((a, w)) => (a, Some(w)),
-        None => (detail, None),
-    };
-    let applied = [
-        FailDisposition::RetryReconcile,
-        FailDisposition::RetryExecute,
-        FailDisposition::Failed,
-        FailDisposition::ManualReview,
-    ]
-    .into_iter()
-    .find(|d| disposition_str(*d) == applied)?;
-    let why = match why {
-        None => None,
-        Some(w) => Some(
-            [
-                OverrideReason::ResendWindowClosed,
-                OverrideReason::MaxDispatchesReached,
-            ]
-            .into_iter()
-            .find(|r| r.as_str() == w)?,
-        ),
-    };
-    Some((applied, why))
 }

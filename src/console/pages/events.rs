@@ -9,7 +9,8 @@ use crate::console::forms::{self, query_string, Pairs};
 use crate::console::timeline::tell;
 use crate::console::view::{job_link, when, Nav, Notice};
 use crate::console::Console;
-use crate::store::FeedEvent;
+use crate::domain::feed::FeedEvent;
+
 use axum::extract::{Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};

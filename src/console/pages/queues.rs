@@ -6,8 +6,9 @@ use super::{refusal, view};
 use crate::console::forms::{self, query_string, Pairs};
 use crate::console::view::{age, job_link, sparkline, stacked_bar, Nav, Notice};
 use crate::console::Console;
+use crate::domain::admin::{QueuePending, QueueStats};
 use crate::domain::JobState;
-use crate::store::{QueuePending, QueueStats};
+
 use axum::extract::{Query, State};
 use axum::http::StatusCode;
 use axum::response::Response;

@@ -12,6 +12,7 @@ use crate::console::forms::{self, Pairs};
 use crate::console::operator::OperatorField;
 use crate::console::view::{Level, Notice};
 use crate::console::{csrf, operator, Console};
+use crate::domain::EventKind;
 use crate::domain::{CoordinatorError, Job};
 use axum::extract::{Path, State};
 use axum::http::{header, HeaderMap, StatusCode};
@@ -79,11 +80,12 @@ pub fn form(
 /// operator who came second.
 async fn first_resolver(console: &Console, job_id: u64) -> Option<String> {
     let detail = console.coordinator.job_detail(job_id).await.ok()?;
-    let e = detail
-        .events
-        .iter()
-        .rev()
-        .find(|e| e.kind == "manual_review_resolved" || e.kind == "cancelled")?;
+    let e = detail.events.iter().rev().find(|e| {
+        matches!(
+            e.event_kind(),
+            Some(EventKind::ManualReviewResolved | EventKind::Cancelled)
+        )
+    })?;
     let v: serde_json::Value = serde_json::from_str(e.detail.as_deref()?).ok()?;
     Some(format!(
         "{} ({}: {})",

@@ -8,8 +8,9 @@ use crate::console::operator::OperatorField;
 use crate::console::view::{ago, Nav, Notice};
 use crate::console::{csrf, Console};
 use crate::coordinator::admin::JobDetail;
+use crate::domain::admin::ListJobsFilter;
 use crate::domain::JobState;
-use crate::store::ListJobsFilter;
+
 use axum::extract::{Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;

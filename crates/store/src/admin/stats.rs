@@ -5,77 +5,11 @@
 use super::super::reads::elapsed;
 use super::super::rows::{self, get, text, JOB_COLUMNS};
 use super::super::{convert_sqlx_err, micros, JobStore};
-use jobfence_domain::{CoordinatorError, Job, JobState};
+use jobfence_domain::admin::{ListJobsFilter, OldestJob, PendingAges, QueueStats, PENDING};
+use jobfence_domain::{CoordinatorError, EventKind, Job, JobState};
 use sqlx::MySqlConnection;
 use std::collections::BTreeMap;
 use std::time::Duration;
-
-/// The pending states, in the order of [`QueuePending::oldest`].
-pub const PENDING: [JobState; 3] = [JobState::Ready, JobState::Running, JobState::ManualReview];
-
-/// A validated ListJobs.
-#[derive(Debug, Clone, Default)]
-pub struct ListJobsFilter {
-    /// Only this queue.
-    pub queue: Option<String>,
-    /// Empty means every state.
-    pub states: Vec<JobState>,
-    /// Only jobs created at least this long ago (DB clock).
-    pub min_age: Option<Duration>,
-    /// Only jobs whose operation_key starts with this (exact match included).
-    pub operation_key: Option<String>,
-    /// Keyset paging: only jobs with a larger id.
-    pub after_id: u64,
-    /// At least 1.
-    pub limit: u32,
-}
-
-/// The job that has waited longest in one pending state.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct OldestJob {
-    /// The job.
-    pub job_id: u64,
-    /// `ready`: since due; `running`: since claimed; `manual_review`: since
-    /// parked. DB clock.
-    pub age: Duration,
-}
-
-/// The pending ages of one queue.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct QueuePending {
-    /// Indexed like [`QueuePending::STATES`]: ready (due only), running,
-    /// manual_review.
-    pub oldest: [Option<OldestJob>; 3],
-    /// Since the creation of the oldest job not in a terminal state.
-    pub unfinished: Option<Duration>,
-}
-
-impl QueuePending {
-    /// The state of each slot of [`QueuePending::oldest`].
-    pub const STATES: [JobState; 3] = PENDING;
-}
-
-/// Pending ages of every queue that has pending jobs.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct PendingAges {
-    /// By queue name.
-    pub queues: BTreeMap<String, QueuePending>,
-}
-
-/// QueueStats of one queue.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct QueueStats {
-    /// The queue.
-    pub queue: String,
-    /// Jobs by state (states with none are left out).
-    pub counts: Vec<(JobState, u64)>,
-    /// Pending ages (see [`QueuePending`]).
-    pub pending: QueuePending,
-    /// Takeovers within the window, from the events.
-    pub takeovers: u64,
-    /// Stale writes refused within the window, from the events.
-    pub stale_write_rejections: u64,
-}
 
 /// A LIKE pattern matching every string that starts with `prefix`, with
 /// `!` as the escape character (keys are full of `_`, a LIKE wildcard).
@@ -262,8 +196,9 @@ impl JobStore {
                 continue;
             };
             let n: i64 = get(row, "n")?;
-            match text(row, "kind")?.as_str() {
-                "taken_over" => stats.takeovers = n.max(0) as u64,
+            // window_counts.sql reads these two kinds only.
+            match text(row, "kind")?.parse() {
+                Ok(EventKind::TakenOver) => stats.takeovers = n.max(0) as u64,
                 _ => stats.stale_write_rejections = n.max(0) as u64,
             }
         }
