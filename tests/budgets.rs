@@ -139,7 +139,7 @@ fn retry_delay(status: &tonic::Status) -> Duration {
 fn metric(h: &Harness, series: &str) -> f64 {
     h.coordinator
         .metrics()
-        .render(None)
+        .render()
         .lines()
         .find(|l| l.starts_with(series))
         .and_then(|l| l.rsplit(' ').next())

@@ -977,7 +977,7 @@ async fn a_node_killed_under_load_loses_nothing_acknowledged() {
         "the Complete whose COMMIT was in flight is reported unknown"
     );
     // Every unknown a caller saw is counted, and none was hidden.
-    let metrics = c.coordinator.metrics().render(None);
+    let metrics = c.coordinator.metrics().render();
     let counted: usize = metrics
         .lines()
         .filter(|l| l.starts_with("jobfence_commit_outcome_unknown_total{"))

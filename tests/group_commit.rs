@@ -313,7 +313,7 @@ async fn concurrent_grpc_writes_share_a_transaction_and_each_gets_its_own_answer
         current.to_string()
     );
     // The three shared one transaction: one batch of 3 in the metrics.
-    let text = h.coordinator.metrics().render(None);
+    let text = h.coordinator.metrics().render();
     let batches_of = |le: &str| -> u64 {
         let line = format!("jobfence_batch_size_bucket{{pipeline=\"write\",le=\"{le}\"}} ");
         text.lines()

@@ -868,7 +868,7 @@ async fn anonymous_reflection_streams_cannot_take_the_callers_slots() {
 
 /// `jobfence_connections_refused_total{reason}` now.
 fn connections_closed(s: &Secure, reason: &str) -> u64 {
-    let text = s.coordinator.metrics().render(None);
+    let text = s.coordinator.metrics().render();
     let prefix = format!("jobfence_connections_refused_total{{reason=\"{reason}\"}} ");
     text.lines()
         .find_map(|l| l.strip_prefix(&prefix))

@@ -13,6 +13,7 @@
 
 pub mod admin;
 pub mod batcher;
+pub mod gauges;
 pub mod long_poll;
 pub mod providers;
 mod writes;

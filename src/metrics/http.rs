@@ -30,8 +30,8 @@ fn respond(
         (&http::Method::GET, "/metrics") => builder
             .header(http::header::CONTENT_TYPE, CONTENT_TYPE)
             .body(Full::new(Bytes::from({
-                metrics.read_stores(shards);
-                metrics.render(None)
+                crate::coordinator::gauges::read_stores(shards, metrics);
+                metrics.render()
             }))),
         (&http::Method::GET | &http::Method::HEAD, "/healthz") => {
             let status = *health.borrow();

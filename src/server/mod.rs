@@ -15,7 +15,7 @@ pub mod security;
 pub mod transport;
 
 use crate::auth::AuthLayer;
-use crate::coordinator::Coordinator;
+use crate::coordinator::{gauges, Coordinator};
 use crate::domain::durability::{self, Durability};
 use crate::domain::CoordinatorError;
 use crate::grpc::{JobAdminService, JobCoordinatorService, JobEventsService};
@@ -141,29 +141,13 @@ async fn refresh_pending(
 ) {
     loop {
         // Errors are counted and logged inside; the next tick tries again.
-        let _ = metrics::refresh_pending_all(&shards, &metrics).await;
-        refresh_providers(&shards, &metrics).await;
+        let _ = gauges::refresh_pending_all(&shards, &metrics).await;
+        gauges::refresh_providers(&shards, &metrics).await;
         tokio::select! {
             _ = tokio::time::sleep(interval) => {}
             _ = stop.changed() => return,
         }
     }
-}
-
-/// Sets the provider gauges (units available, in flight, paused,
-/// throttled) from every database.
-async fn refresh_providers(shards: &Shards, metrics: &Metrics) {
-    let mut all = Vec::new();
-    for (n, store) in shards.all() {
-        match store.list_providers().await {
-            Ok(found) => all.extend(found),
-            Err(e) => {
-                tracing::warn!(database = n, error = %e, "provider gauges not refreshed");
-                return;
-            }
-        }
-    }
-    metrics.set_providers(&all);
 }
 
 /// The serving status, told to the gRPC health service (the source of

@@ -228,7 +228,7 @@ impl Secure {
 
     /// `jobfence_auth_refusals_total{reason}` now.
     pub fn refusals(&self, reason: &str) -> u64 {
-        let text = self.coordinator.metrics().render(None);
+        let text = self.coordinator.metrics().render();
         let prefix = format!("jobfence_auth_refusals_total{{reason=\"{reason}\"}} ");
         text.lines()
             .find_map(|l| l.strip_prefix(&prefix))

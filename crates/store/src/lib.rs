@@ -179,6 +179,17 @@ pub struct JobStore {
     conflicts: Arc<ConflictCounts>,
 }
 
+/// A pool's connections, counted now.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PoolStats {
+    /// Connections open.
+    pub connections: u64,
+    /// Of them, idle.
+    pub idle: u64,
+    /// Most connections the pool may open.
+    pub max_connections: u64,
+}
+
 /// Transactions rolled back by the server (deadlock 1213, lock wait timeout
 /// 1205; on Galera also a certification failure at COMMIT, reported as
 /// 1213), counted by what became of them.
@@ -260,6 +271,16 @@ impl JobStore {
     /// The current node's pool (of autocommit sessions).
     pub fn pool(&self) -> MySqlPool {
         self.pools.read().expect("pools lock").pool.clone()
+    }
+
+    /// The current node's pool (of autocommit sessions), as counts.
+    pub fn pool_stats(&self) -> PoolStats {
+        let pool = self.pool();
+        PoolStats {
+            connections: u64::from(pool.size()),
+            idle: pool.num_idle() as u64,
+            max_connections: u64::from(pool.options().get_max_connections()),
+        }
     }
 
     /// Which node of the list the store talks to now (0 = the first).

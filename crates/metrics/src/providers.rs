@@ -5,8 +5,8 @@
 //! reports, and the state read from the database on the refresh interval
 //! (units available, jobs in flight, paused, throttled).
 
-use crate::domain::budget::{Holdback, Pause};
-use crate::domain::providers::ProviderRecord;
+use jobfence_domain::budget::{Holdback, Pause};
+use jobfence_domain::providers::ProviderRecord;
 use prometheus::{GaugeVec, IntCounterVec, IntGaugeVec, Opts, Registry};
 use std::collections::BTreeSet;
 use std::sync::Mutex;
