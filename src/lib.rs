@@ -27,7 +27,7 @@ pub mod auth;
 pub mod bench;
 pub mod cli;
 pub mod console;
-pub mod coordinator;
+pub use jobfence_core as coordinator;
 pub mod demo;
 pub use jobfence_domain as domain;
 pub mod grpc;

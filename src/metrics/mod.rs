@@ -7,5 +7,5 @@
 pub mod http;
 pub mod layer;
 
-pub use crate::coordinator::gauges::{refresh_pending, refresh_pending_all};
+pub use jobfence_core::gauges::{refresh_pending, refresh_pending_all};
 pub use jobfence_metrics::*;

@@ -2,10 +2,12 @@
 //! limits, then the store, then the log line and the metric.
 
 use super::Coordinator;
-use crate::domain::admin::{CancelRequest, ListJobsFilter, QueueStats, Resolution, ResolveRequest};
-use crate::domain::feed::{FeedEvent, FeedPage};
-use crate::domain::validate::{Violations, MAX_BODY_BYTES, MAX_DELAY, MAX_ERROR_BYTES};
-use crate::domain::{CoordinatorError, Job, Observation, WriteOutcome};
+use jobfence_domain::admin::{
+    CancelRequest, ListJobsFilter, QueueStats, Resolution, ResolveRequest,
+};
+use jobfence_domain::feed::{FeedEvent, FeedPage};
+use jobfence_domain::validate::{Violations, MAX_BODY_BYTES, MAX_DELAY, MAX_ERROR_BYTES};
+use jobfence_domain::{CoordinatorError, Job, Observation, WriteOutcome};
 
 use std::time::Duration;
 
@@ -90,7 +92,7 @@ impl Coordinator {
         })
     }
 
-    /// ResolveManualReview; see [`crate::store::JobStore::resolve_manual_review`].
+    /// ResolveManualReview; see [`jobfence_store::JobStore::resolve_manual_review`].
     /// A resend (`RetryExecute`) needs `authorize_resend`: the operator
     /// takes on the risk that the provider's idempotency window is closed.
     pub async fn resolve_manual_review(
@@ -163,7 +165,7 @@ impl Coordinator {
         result
     }
 
-    /// CancelJob; see [`crate::store::JobStore::cancel_job`].
+    /// CancelJob; see [`jobfence_store::JobStore::cancel_job`].
     pub async fn cancel_job(&self, req: CancelRequest) -> Result<WriteOutcome, CoordinatorError> {
         let mut v = Violations::default();
         v.job_id(req.job_id);
@@ -241,16 +243,16 @@ impl Coordinator {
     /// The database whose feed a cursor reads: with several databases an
     /// event id (and so a cursor) carries its database's number, and each
     /// database's feed is followed on its own (see [`Self::feed_starts`]).
-    fn feed_of(&self, cursor: u64) -> Result<&crate::store::JobStore, CoordinatorError> {
+    fn feed_of(&self, cursor: u64) -> Result<&jobfence_store::JobStore, CoordinatorError> {
         let shards = self.shards();
         match shards.index_for_id(cursor) {
             Ok(i) => Ok(shards.at(i)),
             Err(_) => Err(CoordinatorError::InvalidArgument(vec![
-                crate::domain::FieldViolation::new(
+                jobfence_domain::FieldViolation::new(
                     "after_event_id",
                     format!(
                         "names database {}, which this coordinator does not have",
-                        crate::store::shards::shard_of(cursor)
+                        jobfence_store::shards::shard_of(cursor)
                     ),
                 ),
             ])),
@@ -267,7 +269,7 @@ impl Coordinator {
             .iter()
             .map(|(n, _)| {
                 if shards.is_sharded() {
-                    crate::store::shards::range_start(*n)
+                    jobfence_store::shards::range_start(*n)
                 } else {
                     0
                 }

@@ -11,7 +11,7 @@
 //! started is left out of the batch: it was never answered, so it may as
 //! well not have run.
 
-use crate::domain::CoordinatorError;
+use jobfence_domain::CoordinatorError;
 use prometheus::Histogram;
 use std::future::Future;
 use std::sync::Arc;

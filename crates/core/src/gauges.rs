@@ -4,11 +4,11 @@
 //! They live here, beside the coordinator that owns the stores, because
 //! the metrics crate knows no database.
 
-use crate::domain::admin::PendingAges;
-use crate::domain::CoordinatorError;
-use crate::metrics::{Metrics, StoreReadings};
-use crate::store::shards::Shards;
-use crate::store::JobStore;
+use jobfence_domain::admin::PendingAges;
+use jobfence_domain::CoordinatorError;
+use jobfence_metrics::{Metrics, StoreReadings};
+use jobfence_store::shards::Shards;
+use jobfence_store::JobStore;
 
 /// Reads the pending ages from the database and sets the gauges. An error
 /// is counted and logged; the gauges keep their last values.

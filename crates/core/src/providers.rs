@@ -4,14 +4,14 @@
 //! waking the long-polling Claims a change may let through.
 
 use super::Coordinator;
-use crate::domain::budget::Pause;
-use crate::domain::providers::{
+use jobfence_domain::budget::Pause;
+use jobfence_domain::providers::{
     ChangeBy, PolicyChange, ProviderRecord, PutProvider, PutQueuePolicy, QueuePolicyRecord,
     SetPause,
 };
-use crate::domain::validate::{Violations, MAX_DELAY, MAX_ERROR_BYTES};
-use crate::domain::{CoordinatorError, QueuePolicy};
-use crate::store::JobStore;
+use jobfence_domain::validate::{Violations, MAX_DELAY, MAX_ERROR_BYTES};
+use jobfence_domain::{CoordinatorError, QueuePolicy};
+use jobfence_store::JobStore;
 use std::collections::BTreeSet;
 
 /// Most dispatches a stored policy may allow.
@@ -103,7 +103,7 @@ impl Coordinator {
 
     /// PutProvider: creates a provider or replaces its budget and queues.
     /// Every problem is a field violation, nothing written: the name, the
-    /// budget (see [`crate::domain::budget::Budget::violations`]), a queue
+    /// budget (see [`jobfence_domain::budget::Budget::violations`]), a queue
     /// name, a queue listed twice or given to another provider already,
     /// queues on several databases, the operator and reason. Returns the
     /// provider as stored and whether it was created.

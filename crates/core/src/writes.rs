@@ -4,9 +4,9 @@
 //! fenced on its own row (see `store::writeback`).
 
 use super::Coordinator;
-use crate::domain::budget::MAX_PROVIDER_RETRY_AFTER;
-use crate::domain::validate::{Violations, MAX_BODY_BYTES, MAX_ERROR_BYTES, MAX_KEY_BYTES};
-use crate::domain::{
+use jobfence_domain::budget::MAX_PROVIDER_RETRY_AFTER;
+use jobfence_domain::validate::{Violations, MAX_BODY_BYTES, MAX_ERROR_BYTES, MAX_KEY_BYTES};
+use jobfence_domain::{
     CompleteRequest, CoordinatorError, FailDisposition, FailOutcome, FailRequest, FencedOutcome,
     FencedWrite, QueueScope, RenewLeaseRequest, ScopedWrite, WriteOutcome,
 };
@@ -185,13 +185,13 @@ impl Coordinator {
             );
         } else if out.applied == FailDisposition::ManualReview {
             self.metrics
-                .manual_review_entered(&job.queue, crate::domain::MANUAL_REVIEW_REQUESTED);
+                .manual_review_entered(&job.queue, jobfence_domain::MANUAL_REVIEW_REQUESTED);
             tracing::warn!(
                 job_id = job.id,
                 queue = %job.queue,
                 operation_key = %job.operation_key.escape_debug(),
                 attempt = req.attempt,
-                reason = crate::domain::MANUAL_REVIEW_REQUESTED,
+                reason = jobfence_domain::MANUAL_REVIEW_REQUESTED,
                 "moved to manual review"
             );
         }
