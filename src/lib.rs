@@ -23,7 +23,7 @@
 //! uses like any other worker would.
 
 pub mod admin_cli;
-pub mod auth;
+pub use jobfence_auth as auth;
 pub mod bench;
 pub mod cli;
 pub mod console;

@@ -1,7 +1,7 @@
 //! `jobfence.v1.JobCoordinator`: the worker-facing service.
 
 use super::convert::{self, duration, non_empty};
-use crate::auth::{Action, Refusal, Role};
+use crate::auth::Action;
 use crate::coordinator::{self, Coordinator};
 use crate::domain::validate::Violations;
 use crate::domain::{self, CoordinatorError, QueueScope};
@@ -391,33 +391,8 @@ impl JobCoordinator for JobCoordinatorService {
         span.record("source", source.as_str());
         span.record("observed", outcome.as_str());
         // A webhook reports webhooks only: the source decides the scope.
-        let scope = match caller.as_deref() {
-            None => QueueScope::Any,
-            Some(c) => match c.observe_scope(source) {
-                Some(scope) => scope,
-                None => {
-                    let required: Vec<&str> = Role::ALL
-                        .into_iter()
-                        .filter(|role| role.observes(source))
-                        .map(Role::as_str)
-                        .collect();
-                    let refusal = Refusal::RoleNotAllowed {
-                        caller: c.name.clone(),
-                        roles: c.roles(),
-                        method: format!(
-                            "RecordObservation with source {}",
-                            source.as_str().to_uppercase()
-                        ),
-                        required: required.join(" or "),
-                    };
-                    return Err(super::refused(
-                        self.coordinator.metrics(),
-                        &extensions,
-                        refusal,
-                    ));
-                }
-            },
-        };
+        let scope = jobfence_auth::observation_scope(caller.as_deref(), source)
+            .map_err(|r| super::refused(self.coordinator.metrics(), &extensions, r))?;
         let result = async {
             let (observation, duplicate) = self
                 .coordinator

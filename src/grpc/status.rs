@@ -4,7 +4,6 @@
 //! (domain [`ERROR_DOMAIN`]) whose reason a client in any language can
 //! switch on; never UNKNOWN or INTERNAL. INTERNAL is left for bugs.
 
-use crate::auth::Refusal;
 use crate::domain::budget::Holdback;
 use crate::domain::CoordinatorError;
 use std::collections::HashMap;
@@ -14,6 +13,7 @@ use tonic_types::{ErrorDetails, StatusExt};
 
 use jobfence_api::v1::ErrorReason;
 pub use jobfence_api::{reason, ERROR_DOMAIN};
+pub use jobfence_auth::refusal::{refusal_code_and_reason, refusal_reason};
 
 /// The RetryInfo of a Takeover held by a provider's pause or in-flight
 /// cap, which no clock ends: look again after this.
@@ -199,60 +199,6 @@ pub fn to_status(err: CoordinatorError) -> tonic::Status {
         tracing::error!(error = %err, "internal error");
     }
     tonic::Status::with_error_details(code, err.to_string(), details)
-}
-
-/// The ErrorInfo reason of a refusal for who the caller is.
-pub fn refusal_reason(refusal: &Refusal) -> ErrorReason {
-    match refusal {
-        Refusal::CredentialMissing => ErrorReason::CredentialMissing,
-        Refusal::CredentialInvalid { .. } => ErrorReason::CredentialInvalid,
-        Refusal::CredentialExpired { .. } => ErrorReason::CredentialExpired,
-        Refusal::RoleNotAllowed { .. } => ErrorReason::RoleNotAllowed,
-        Refusal::OperatorMismatch { .. } => ErrorReason::OperatorMismatch,
-    }
-}
-
-/// The status code and ErrorInfo reason of a refusal for who the caller is.
-pub fn refusal_code_and_reason(refusal: &Refusal) -> (Code, &'static str) {
-    let reason = refusal_reason(refusal);
-    (reason.code(), reason.as_str_name())
-}
-
-impl From<&Refusal> for tonic::Status {
-    fn from(refusal: &Refusal) -> Self {
-        let (code, why) = refusal_code_and_reason(refusal);
-        let metadata = match refusal {
-            Refusal::CredentialMissing => HashMap::new(),
-            Refusal::CredentialInvalid { problem } => meta([("problem", (*problem).to_owned())]),
-            Refusal::CredentialExpired { caller, expired_at } => meta([
-                ("caller", caller.clone()),
-                ("expired_at", expired_at.to_rfc3339()),
-            ]),
-            Refusal::RoleNotAllowed {
-                caller,
-                roles,
-                method,
-                required,
-            } => meta([
-                ("caller", caller.clone()),
-                ("roles", roles.clone()),
-                ("method", method.clone()),
-                ("required_role", required.clone()),
-            ]),
-            Refusal::OperatorMismatch { caller, requested } => {
-                meta([("caller", caller.clone()), ("operator", requested.clone())])
-            }
-        };
-        let mut details = ErrorDetails::new();
-        details.set_error_info(why, ERROR_DOMAIN, metadata);
-        tonic::Status::with_error_details(code, refusal.to_string(), details)
-    }
-}
-
-impl From<Refusal> for tonic::Status {
-    fn from(refusal: Refusal) -> Self {
-        tonic::Status::from(&refusal)
-    }
 }
 
 /// INVALID_ARGUMENT / `INVALID_REQUEST` for a request message larger than

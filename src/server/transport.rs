@@ -266,32 +266,6 @@ impl AsyncWrite for Conn {
     }
 }
 
-/// The subject common name of a DER certificate, if it has one.
-pub fn common_name(der: &[u8]) -> Option<String> {
-    use x509_cert::der::asn1::{PrintableStringRef, Utf8StringRef};
-    use x509_cert::der::oid::ObjectIdentifier;
-    use x509_cert::der::Decode;
-    const CN: ObjectIdentifier = ObjectIdentifier::new_unwrap("2.5.4.3");
-    let cert = x509_cert::Certificate::from_der(der).ok()?;
-    let subject = &cert.tbs_certificate.subject;
-    subject
-        .0
-        .iter()
-        .flat_map(|rdn| rdn.0.iter())
-        .find(|atv| atv.oid == CN)
-        .and_then(|atv| {
-            atv.value
-                .decode_as::<Utf8StringRef<'_>>()
-                .map(|s| s.as_str().to_owned())
-                .or_else(|_| {
-                    atv.value
-                        .decode_as::<PrintableStringRef<'_>>()
-                        .map(|s| s.as_str().to_owned())
-                })
-                .ok()
-        })
-}
-
 /// Accepts connections on `listener` until the returned stream is
 /// dropped (the server stops accepting), which closes the listener.
 pub fn incoming(
@@ -363,7 +337,7 @@ pub fn incoming(
                     .1
                     .peer_certificates()
                     .and_then(|chain| chain.first())
-                    .and_then(|leaf| common_name(leaf.as_ref()));
+                    .and_then(|leaf| jobfence_auth::certificate::common_name(leaf.as_ref()));
                 let conn = Conn::new(Io::Tls(Box::new(stream)), peer, slot, &limits, metrics);
                 let _ = tx.send(Ok(conn)).await;
             });

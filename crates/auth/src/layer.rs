@@ -13,7 +13,7 @@
 //! name (when known) and the peer address, never the credential.
 
 use super::{Action, Authenticator, Caller, Refusal};
-use crate::metrics::Metrics;
+use jobfence_metrics::Metrics;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
@@ -21,7 +21,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 /// What the server knows of a connection, set on every request by the
-/// transport (`crate::server::tls`).
+/// transport (the server's `transport.rs`).
 #[derive(Debug, Clone, Default)]
 pub struct Peer {
     /// The client's address.
@@ -78,7 +78,7 @@ pub struct Auth<S> {
 /// Counts and logs a refusal, never with the credential. Used for every
 /// refusal for who the caller is, here and in the handlers.
 pub fn refuse(metrics: &Metrics, refusal: &Refusal, method: &str, peer: Option<&Peer>) {
-    let (_, reason) = crate::grpc::status::refusal_code_and_reason(refusal);
+    let (_, reason) = crate::refusal::refusal_code_and_reason(refusal);
     metrics.auth_refusal(reason);
     let addr = peer.and_then(|p| p.addr).map(|a| a.to_string());
     tracing::warn!(

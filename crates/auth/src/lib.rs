@@ -27,13 +27,17 @@
 //!   reloaded on SIGHUP.
 //! - [`layer`]: the tower layer that authenticates and checks roles.
 //! - [`pki`]: issuing tokens and a throw-away CA for development.
+//! - [`certificate`]: the caller's name in a client certificate.
+//! - [`refusal`]: a refusal as a gRPC status (code, ErrorInfo reason).
 
 pub mod callers;
+pub mod certificate;
 pub mod layer;
 pub mod pki;
+pub mod refusal;
 
-use crate::domain::{ObservationSource, QueueScope};
 use chrono::{DateTime, Utc};
+use jobfence_domain::{ObservationSource, QueueScope};
 use std::fmt;
 use std::sync::Arc;
 
@@ -270,6 +274,36 @@ impl Caller {
     }
 }
 
+/// The queues a RecordObservation from `source` may name: every queue
+/// without authentication (`caller` is `None`); with it, the queues of the
+/// caller's roles that report under that source's name (a webhook reports
+/// WEBHOOK only, so evidence says truly where it came from). Refused
+/// `RoleNotAllowed`, naming the source, when no role of the caller does.
+pub fn observation_scope(
+    caller: Option<&Caller>,
+    source: ObservationSource,
+) -> Result<QueueScope, Refusal> {
+    let Some(c) = caller else {
+        return Ok(QueueScope::Any);
+    };
+    c.observe_scope(source).ok_or_else(|| {
+        let required: Vec<&str> = Role::ALL
+            .into_iter()
+            .filter(|role| role.observes(source))
+            .map(Role::as_str)
+            .collect();
+        Refusal::RoleNotAllowed {
+            caller: c.name.clone(),
+            roles: c.roles(),
+            method: format!(
+                "RecordObservation with source {}",
+                source.as_str().to_uppercase()
+            ),
+            required: required.join(" or "),
+        }
+    })
+}
+
 /// The caller of a request, if the server authenticates.
 pub fn caller_of<T>(request: &tonic::Request<T>) -> Option<Arc<Caller>> {
     request.extensions().get::<Arc<Caller>>().cloned()
@@ -398,6 +432,28 @@ mod tests {
         let hook = caller(&[(Role::Webhook, &["*"])]);
         assert!(hook.observe_scope(ObservationSource::Worker).is_none());
         assert!(!hook.may(Action::Work) && hook.may(Action::Observe));
+    }
+
+    #[test]
+    fn an_observation_source_is_reported_only_by_its_roles() {
+        let hook = Caller {
+            name: "hooks".into(),
+            ..caller(&[(Role::Webhook, &["refunds"])])
+        };
+        let scope = observation_scope(Some(&hook), ObservationSource::Webhook).unwrap();
+        assert!(scope.allows("refunds") && !scope.allows("payouts"));
+        assert_eq!(
+            observation_scope(Some(&hook), ObservationSource::Worker),
+            Err(Refusal::RoleNotAllowed {
+                caller: "hooks".into(),
+                roles: "webhook".into(),
+                method: "RecordObservation with source WORKER".into(),
+                required: "worker".into(),
+            })
+        );
+        assert!(observation_scope(None, ObservationSource::Worker)
+            .unwrap()
+            .is_any());
     }
 
     #[test]

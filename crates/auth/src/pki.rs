@@ -278,7 +278,7 @@ pub fn dev_setup(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::auth::Callers;
+    use crate::Callers;
 
     #[test]
     fn an_issued_token_authenticates_by_its_line() {
@@ -311,7 +311,7 @@ mod tests {
             tokio_rustls::rustls::pki_types::CertificateDer::from_pem_slice(client.cert.as_bytes())
                 .unwrap();
         assert_eq!(
-            crate::server::transport::common_name(&der).as_deref(),
+            crate::certificate::common_name(&der).as_deref(),
             Some("rust-1")
         );
     }

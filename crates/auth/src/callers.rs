@@ -26,9 +26,9 @@
 //! that does not parse is refused whole and the previous one stays in force.
 
 use super::{Caller, CredentialKind, Grant, Refusal, Role};
-use crate::domain::QueueScope;
 use anyhow::Context;
 use chrono::{DateTime, Utc};
+use jobfence_domain::QueueScope;
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
