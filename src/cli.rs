@@ -448,17 +448,18 @@ async fn run_server(command: Command) -> anyhow::Result<()> {
                 }
                 None => None,
             };
-            let console_listener = match args.console_listen {
-                Some(addr) => {
-                    crate::console::require_loopback(addr)?;
-                    Some(
-                        tokio::net::TcpListener::bind(addr)
-                            .await
-                            .with_context(|| format!("binding {addr} for the console"))?,
-                    )
-                }
-                None => None,
-            };
+            let mut companions = Vec::new();
+            if let Some(addr) = args.console_listen {
+                crate::console::require_loopback(addr)?;
+                let listener = tokio::net::TcpListener::bind(addr)
+                    .await
+                    .with_context(|| format!("binding {addr} for the console"))?;
+                let identity = crate::console::operator::Identity::for_coordinator(
+                    security.auth.clone(),
+                    console_token,
+                )?;
+                companions.push(crate::console::companion(listener, identity)?);
+            }
             let coordinator = Coordinator::over_shards(shards, args.coordinator_config());
             // DESIGN.md rule 13: a stored policy wins over the flags; say so
             // where they differ. A database that does not answer yet is
@@ -474,7 +475,6 @@ async fn run_server(command: Command) -> anyhow::Result<()> {
             };
             let ops = OpsOptions {
                 metrics_listener,
-                console_listener,
                 pending_refresh_interval: args.pending_refresh_interval,
                 events_poll_interval: args.events_poll_interval,
                 require_durable_database: args.require_durable_database,
@@ -482,14 +482,14 @@ async fn run_server(command: Command) -> anyhow::Result<()> {
                 security,
                 limits,
                 reflection: args.security.reflection,
-                console_token,
+                companions,
             };
             server::serve_with(
                 coordinator,
                 listener,
                 options,
                 ops,
-                server::shutdown_signal(),
+                crate::signal::shutdown_signal(),
             )
             .await
         }
@@ -501,7 +501,7 @@ async fn run_server(command: Command) -> anyhow::Result<()> {
         | Command::Credentials(_) => {
             unreachable!("operator commands are run by admin_cli")
         }
-        Command::FakeProvider(args) => args.run(server::shutdown_signal()).await,
+        Command::FakeProvider(args) => args.run(crate::signal::shutdown_signal()).await,
         Command::RefundWorker(args) => args.run().await,
         Command::Bench(args) => crate::bench::run(args).await,
         Command::Demo(args) => {

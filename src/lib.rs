@@ -30,12 +30,18 @@ pub mod console;
 pub use jobfence_core as coordinator;
 pub mod demo;
 pub use jobfence_domain as domain;
-pub mod grpc;
-pub mod metrics;
+pub use jobfence_server::grpc;
+/// Prometheus metrics: the crate `jobfence-metrics`, and the gauges the
+/// coordinator reads from the stores.
+pub mod metrics {
+    pub use jobfence_core::gauges::{refresh_pending, refresh_pending_all};
+    pub use jobfence_metrics::*;
+}
 pub mod provider;
 pub mod refund_worker;
 pub mod security_cli;
-pub mod server;
+pub use jobfence_server as server;
+pub mod signal;
 pub use jobfence_store as store;
 
 /// Generated protobuf and gRPC code for `jobfence.v1`: the crate

@@ -408,7 +408,11 @@ async fn the_console_in_a_browser() {
             shutdown_timeout: Duration::from_secs(5),
         },
         OpsOptions {
-            console_listener: Some(console_listener),
+            companions: vec![jobfence::console::companion(
+                console_listener,
+                jobfence::console::operator::Identity::Typed,
+            )
+            .unwrap()],
             ..OpsOptions::default()
         },
         async {

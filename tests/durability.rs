@@ -400,7 +400,7 @@ async fn the_durable_test_database_is_served_without_a_warning() {
         .filter(|l| l["level"] == "WARN")
         // Served --insecure: those warnings are about the listener, not
         // the database.
-        .filter(|l| l["target"] != "jobfence::server::security")
+        .filter(|l| l["target"] != "jobfence_server::security")
         .cloned()
         .collect();
     assert!(warnings.is_empty(), "{warnings:?}");

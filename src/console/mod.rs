@@ -236,6 +236,24 @@ pub fn router(console: Console) -> Router {
         .with_state(console)
 }
 
+/// The console as a companion of the gRPC server (see
+/// `jobfence_server::Companion`): served on `listener` over the server's
+/// coordinator, acting as `identity`, and stopped with the server. The
+/// listener must be on loopback (checked now).
+pub fn companion(
+    listener: TcpListener,
+    identity: operator::Identity,
+) -> anyhow::Result<jobfence_server::Companion> {
+    require_loopback(listener.local_addr()?)?;
+    Ok(Box::new(move |coordinator, stop| {
+        Box::pin(async move {
+            if let Err(e) = serve(listener, coordinator, identity, stop.wait()).await {
+                tracing::error!(error = %e, "operator console stopped");
+            }
+        })
+    }))
+}
+
 /// Serves the console on `listener` until `shutdown` completes, then lets
 /// the requests in flight finish.
 pub async fn serve(

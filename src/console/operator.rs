@@ -42,6 +42,33 @@ pub enum Identity {
 }
 
 impl Identity {
+    /// How the console of a coordinator knows its operator: typed names
+    /// when the coordinator does not authenticate (`auth` is `None`); with
+    /// it, the operator `token` it was given, checked now (a console that
+    /// could not act is refused at start).
+    pub fn for_coordinator(
+        auth: Option<Arc<Authenticator>>,
+        token: Option<String>,
+    ) -> anyhow::Result<Identity> {
+        let Some(auth) = auth else {
+            return Ok(Identity::Typed);
+        };
+        let Some(token) = token else {
+            anyhow::bail!(
+                "the console needs an operator credential (--console-token-file) when the \
+                 coordinator authenticates its callers"
+            );
+        };
+        let identity = Identity::Credential {
+            auth,
+            token: token.into(),
+        };
+        if let Some(Err(refusal)) = identity.credential() {
+            anyhow::bail!("the console's operator credential is not accepted: {refusal}");
+        }
+        Ok(identity)
+    }
+
     /// The operator of the console's credential, checked now: `None` for
     /// [`Identity::Typed`]; a refusal when the token is unknown, revoked,
     /// expired, or holds no operator role.

@@ -509,7 +509,7 @@ pub async fn run(args: DemoArgs) -> Result<bool> {
     // On Ctrl-C or SIGTERM, still resume and stop every child (a frozen
     // worker would otherwise stay stopped for ever).
     let python_cmd = args.python.clone().unwrap_or_else(default_python);
-    let interrupted = crate::server::shutdown_signal();
+    let interrupted = crate::signal::shutdown_signal();
     tokio::pin!(interrupted);
     let outcome = tokio::select! {
         r = run_workload(&mut cluster, &pools, &args, started, &python_cmd) => r,

@@ -82,7 +82,7 @@ impl RefundWorkerArgs {
         );
         tracing::info!(coordinator = %self.coordinator, provider = %self.provider, "refund worker started");
         let report = Worker::new(client)
-            .run(handler, crate::server::shutdown_signal())
+            .run(handler, crate::signal::shutdown_signal())
             .await;
         tracing::info!(?report, "refund worker stopped");
         Ok(())

@@ -128,13 +128,21 @@ impl Secure {
         let coordinator = Coordinator::new(JobStore::new(pool.clone()), test_config());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        let (console_listener, console_addr, console_token) = if console {
+        let (companions, console_addr) = if console {
             let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
             let a = l.local_addr().unwrap();
             let token = std::fs::read_to_string(files.token("alice")).unwrap();
-            (Some(l), Some(a), Some(token.trim().to_owned()))
+            let identity = jobfence::console::operator::Identity::for_coordinator(
+                security.auth.clone(),
+                Some(token.trim().to_owned()),
+            )
+            .unwrap();
+            (
+                vec![jobfence::console::companion(l, identity).unwrap()],
+                Some(a),
+            )
         } else {
-            (None, None, None)
+            (Vec::new(), None)
         };
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let server = tokio::spawn(server::serve_with(
@@ -149,8 +157,7 @@ impl Secure {
             OpsOptions {
                 security: security.clone(),
                 limits,
-                console_listener,
-                console_token,
+                companions,
                 ..OpsOptions::default()
             },
             async {

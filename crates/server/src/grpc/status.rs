@@ -4,8 +4,8 @@
 //! (domain [`ERROR_DOMAIN`]) whose reason a client in any language can
 //! switch on; never UNKNOWN or INTERNAL. INTERNAL is left for bugs.
 
-use crate::domain::budget::Holdback;
-use crate::domain::CoordinatorError;
+use jobfence_domain::budget::Holdback;
+use jobfence_domain::CoordinatorError;
 use std::collections::HashMap;
 use std::time::Duration;
 use tonic::Code;
@@ -205,7 +205,7 @@ pub fn to_status(err: CoordinatorError) -> tonic::Status {
 /// `--max-request-size` (`limit` bytes), with a BadRequest violation of
 /// the field `request`. tonic's codec refuses such a message as
 /// OUT_OF_RANGE without an ErrorInfo; the admission layer
-/// (`crate::server::limits`) answers this instead, so clients see the same
+/// (`crate::limits`) answers this instead, so clients see the same
 /// reason as for any other field over its limit. Nothing was applied.
 pub fn request_too_large(limit: usize) -> tonic::Status {
     let mut details = ErrorDetails::new();

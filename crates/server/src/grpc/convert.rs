@@ -2,12 +2,12 @@
 //! checked by the coordinator. Unknown or unset enum values and negative
 //! durations are field violations.
 
-use crate::domain::validate::Violations;
-use crate::domain::{
-    self, ClaimedJob, DbTime, FailDisposition, Job, JobState, NextAction, Observation,
+use jobfence_api::v1 as proto;
+use jobfence_domain::validate::Violations;
+use jobfence_domain::{
+    self as domain, ClaimedJob, DbTime, FailDisposition, Job, JobState, NextAction, Observation,
     ObservationOutcome, ObservationSource,
 };
-use crate::proto;
 use std::time::Duration;
 
 /// A DB timestamp (UTC) as a protobuf Timestamp.

@@ -11,10 +11,10 @@
 //! has a small pool of its own ([`REFLECTION_CALLS`]): anonymous streams
 //! held open cannot take the slots of authenticated callers.
 
-use crate::auth::Caller;
-use crate::metrics::Metrics;
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
+use jobfence_auth::Caller;
+use jobfence_metrics::Metrics;
 use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;

@@ -6,24 +6,25 @@
 use super::convert::{self, duration, non_empty};
 use super::events::event_to_proto;
 use super::providers as conv;
-use crate::auth::Refusal;
-use crate::coordinator::Coordinator;
-use crate::domain::admin::{ListJobsFilter, Resolution};
-use crate::domain::budget::Pause;
-use crate::domain::providers::{ChangeBy, PutProvider, PutQueuePolicy, SetPause};
-use crate::domain::validate::Violations;
-use crate::domain::JobState;
-use crate::proto::job_admin_server::JobAdmin;
-use crate::proto::{
-    self, CancelJobRequest, CancelJobResponse, DeleteProviderRequest, DeleteProviderResponse,
-    DeleteQueuePolicyRequest, DeleteQueuePolicyResponse, GetJobDetailRequest, GetJobDetailResponse,
-    ListJobsRequest, ListJobsResponse, ListPolicyChangesRequest, ListPolicyChangesResponse,
-    ListProvidersRequest, ListProvidersResponse, ListQueuePoliciesRequest,
-    ListQueuePoliciesResponse, PauseProviderRequest, PauseProviderResponse, PutProviderRequest,
-    PutProviderResponse, PutQueuePolicyRequest, PutQueuePolicyResponse, QueueStatsRequest,
-    QueueStatsResponse, ResolveManualReviewRequest, ResolveManualReviewResponse,
-    ResumeProviderRequest, ResumeProviderResponse,
+use jobfence_api::v1::job_admin_server::JobAdmin;
+use jobfence_api::v1::{
+    self as proto, CancelJobRequest, CancelJobResponse, DeleteProviderRequest,
+    DeleteProviderResponse, DeleteQueuePolicyRequest, DeleteQueuePolicyResponse,
+    GetJobDetailRequest, GetJobDetailResponse, ListJobsRequest, ListJobsResponse,
+    ListPolicyChangesRequest, ListPolicyChangesResponse, ListProvidersRequest,
+    ListProvidersResponse, ListQueuePoliciesRequest, ListQueuePoliciesResponse,
+    PauseProviderRequest, PauseProviderResponse, PutProviderRequest, PutProviderResponse,
+    PutQueuePolicyRequest, PutQueuePolicyResponse, QueueStatsRequest, QueueStatsResponse,
+    ResolveManualReviewRequest, ResolveManualReviewResponse, ResumeProviderRequest,
+    ResumeProviderResponse,
 };
+use jobfence_auth::Refusal;
+use jobfence_core::Coordinator;
+use jobfence_domain::admin::{ListJobsFilter, Resolution};
+use jobfence_domain::budget::Pause;
+use jobfence_domain::providers::{ChangeBy, PutProvider, PutQueuePolicy, SetPause};
+use jobfence_domain::validate::Violations;
+use jobfence_domain::JobState;
 use tonic::{Request, Response, Status};
 use tracing::{instrument, Span};
 
@@ -41,7 +42,7 @@ impl JobAdminService {
 
     fn finish<T>(
         &self,
-        result: Result<T, crate::domain::CoordinatorError>,
+        result: Result<T, jobfence_domain::CoordinatorError>,
     ) -> Result<Response<T>, Status> {
         super::finish(self.coordinator.metrics(), result)
     }
@@ -92,8 +93,8 @@ fn resolution(v: &mut Violations, r: &ResolveManualReviewRequest) -> Resolution 
     }
 }
 
-fn queue_stats(s: crate::domain::admin::QueueStats) -> proto::QueueStats {
-    let oldest = crate::domain::admin::QueuePending::STATES
+fn queue_stats(s: jobfence_domain::admin::QueueStats) -> proto::QueueStats {
+    let oldest = jobfence_domain::admin::QueuePending::STATES
         .iter()
         .zip(s.pending.oldest)
         .filter_map(|(state, o)| {
@@ -225,7 +226,7 @@ impl JobAdmin for JobAdminService {
             let out = self
                 .coordinator
                 .resolve_manual_review(
-                    crate::domain::admin::ResolveRequest {
+                    jobfence_domain::admin::ResolveRequest {
                         job_id: r.job_id,
                         attempt: r.attempt,
                         resolution,
@@ -262,7 +263,7 @@ impl JobAdmin for JobAdminService {
         span.record("operator", operator.as_str());
         let result = self
             .coordinator
-            .cancel_job(crate::domain::admin::CancelRequest {
+            .cancel_job(jobfence_domain::admin::CancelRequest {
                 job_id: r.job_id,
                 attempt: r.attempt,
                 operator,

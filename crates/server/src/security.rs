@@ -1,10 +1,10 @@
 //! What the gRPC listener does about who may reach it: TLS (mutual with a
 //! client CA), the callers file, and their reload on SIGHUP. The pieces
-//! live in `transport` (TLS) and `crate::auth` (callers, roles, the
+//! live in `transport` (TLS) and `jobfence_auth` (callers, roles, the
 //! authentication layer); this is how `serve` holds them together.
 
 use super::transport::ServerTls;
-use crate::auth::Authenticator;
+use jobfence_auth::Authenticator;
 use std::sync::Arc;
 
 /// TLS and authentication of the gRPC listener. The default is neither:

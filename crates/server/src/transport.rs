@@ -9,9 +9,9 @@
 //! keep theirs), and a connection past `--max-connections` is closed
 //! before its handshake costs anything.
 
-use crate::auth::layer::Peer;
-use crate::metrics::Metrics;
 use anyhow::Context;
+use jobfence_auth::layer::Peer;
+use jobfence_metrics::Metrics;
 use std::io;
 use std::path::PathBuf;
 use std::pin::Pin;

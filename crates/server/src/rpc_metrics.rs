@@ -7,9 +7,9 @@
 //! the trailers; a body dropped before its trailers (the client went away)
 //! is recorded as CANCELLED. The latency is from the request to the status.
 
-use super::Metrics;
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
+use jobfence_metrics::Metrics;
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{ready, Context, Poll};

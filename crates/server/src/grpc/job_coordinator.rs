@@ -1,18 +1,18 @@
 //! `jobfence.v1.JobCoordinator`: the worker-facing service.
 
 use super::convert::{self, duration, non_empty};
-use crate::auth::Action;
-use crate::coordinator::{self, Coordinator};
-use crate::domain::validate::Violations;
-use crate::domain::{self, CoordinatorError, QueueScope};
-use crate::proto::job_coordinator_server::JobCoordinator;
-use crate::proto::{
+use jobfence_api::v1::job_coordinator_server::JobCoordinator;
+use jobfence_api::v1::{
     enqueue_batch_result, ClaimRequest, ClaimResponse, CompleteRequest, CompleteResponse,
     EnqueueBatchRequest, EnqueueBatchResponse, EnqueueBatchResult, EnqueueRequest, EnqueueResponse,
     FailRequest, FailResponse, GetJobRequest, GetJobResponse, ItemError, RecordObservationRequest,
     RecordObservationResponse, RenewLeaseRequest, RenewLeaseResponse, TakeoverRequest,
     TakeoverResponse,
 };
+use jobfence_auth::Action;
+use jobfence_core::{self as coordinator, Coordinator};
+use jobfence_domain::validate::Violations;
+use jobfence_domain::{self as domain, CoordinatorError, QueueScope};
 use std::time::Duration;
 use tonic::{Request, Response, Status};
 use tracing::{instrument, Span};

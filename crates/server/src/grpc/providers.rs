@@ -3,11 +3,11 @@
 //! with the other operator calls.
 
 use super::convert::{self, duration};
-use crate::domain::budget::{Budget, Pause};
-use crate::domain::providers::{PolicyChange, ProviderRecord, QueuePolicyRecord};
-use crate::domain::validate::Violations;
-use crate::domain::QueuePolicy;
-use crate::proto;
+use jobfence_api::v1 as proto;
+use jobfence_domain::budget::{Budget, Pause};
+use jobfence_domain::providers::{PolicyChange, ProviderRecord, QueuePolicyRecord};
+use jobfence_domain::validate::Violations;
+use jobfence_domain::QueuePolicy;
 
 /// A budget from the request; unset costs are 1. A missing budget is a
 /// violation (every other problem is the budget's own check).

@@ -16,9 +16,9 @@ pub use events::JobEventsService;
 pub use job_admin::JobAdminService;
 pub use job_coordinator::JobCoordinatorService;
 
-use crate::auth::{self, Action, Caller, Refusal};
-use crate::domain::{CoordinatorError, QueueScope};
-use crate::metrics::Metrics;
+use jobfence_auth::{self as auth, Action, Caller, Refusal};
+use jobfence_domain::{CoordinatorError, QueueScope};
+use jobfence_metrics::Metrics;
 use std::sync::Arc;
 use std::time::Duration;
 use tonic::{Request, Response, Status};

@@ -4,12 +4,12 @@
 //! gRPC health service's status (200 SERVING, 503 otherwise), for load
 //! balancers that check over plain HTTP (HAProxy, see docs/operating.md).
 
-use super::Metrics;
-use crate::store::shards::Shards;
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
+use jobfence_metrics::Metrics;
+use jobfence_store::shards::Shards;
 use std::convert::Infallible;
 use std::future::Future;
 use tokio::net::TcpListener;
@@ -30,7 +30,7 @@ fn respond(
         (&http::Method::GET, "/metrics") => builder
             .header(http::header::CONTENT_TYPE, CONTENT_TYPE)
             .body(Full::new(Bytes::from({
-                crate::coordinator::gauges::read_stores(shards, metrics);
+                jobfence_core::gauges::read_stores(shards, metrics);
                 metrics.render()
             }))),
         (&http::Method::GET | &http::Method::HEAD, "/healthz") => {

@@ -1,6 +1,6 @@
 //! `jobfence.v1.JobEvents`: the `job_events` outbox by cursor.
 //!
-//! ListEvents is one page of [`crate::store::JobStore::list_events`].
+//! ListEvents is one page of [`jobfence_store::JobStore::list_events`].
 //! WatchEvents runs the same pages in a loop: it replays from the cursor,
 //! then polls for new events every `poll_interval`. It ends with
 //! UNAVAILABLE / SERVER_SHUTTING_DOWN when the server shuts down (an endless
@@ -8,14 +8,14 @@
 //! reconnects from the last event it applied, to this replica or another.
 
 use super::status::{reason, ERROR_DOMAIN};
-use crate::auth::Action;
-use crate::coordinator::Coordinator;
-use crate::domain::feed::FeedEvent;
-use crate::domain::{CoordinatorError, QueueScope};
-use crate::proto::job_events_server::JobEvents;
-use crate::proto::{
-    self, ListEventsRequest, ListEventsResponse, WatchEventsRequest, WatchEventsResponse,
+use jobfence_api::v1::job_events_server::JobEvents;
+use jobfence_api::v1::{
+    self as proto, ListEventsRequest, ListEventsResponse, WatchEventsRequest, WatchEventsResponse,
 };
+use jobfence_auth::Action;
+use jobfence_core::Coordinator;
+use jobfence_domain::feed::FeedEvent;
+use jobfence_domain::{CoordinatorError, QueueScope};
 
 use std::pin::Pin;
 use std::time::Duration;
@@ -33,7 +33,7 @@ const WATCH_BUFFER: usize = 256;
 
 /// An event as sent on the wire.
 pub fn event_to_proto(e: FeedEvent) -> proto::JobEvent {
-    let state = |s: Option<crate::domain::JobState>| {
+    let state = |s: Option<jobfence_domain::JobState>| {
         s.map_or(proto::JobState::Unspecified, super::convert::state) as i32
     };
     proto::JobEvent {
