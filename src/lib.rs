@@ -26,7 +26,7 @@ pub mod admin_cli;
 pub use jobfence_auth as auth;
 pub mod bench;
 pub mod cli;
-pub mod console;
+pub use jobfence_console as console;
 pub use jobfence_core as coordinator;
 pub mod demo;
 pub use jobfence_domain as domain;

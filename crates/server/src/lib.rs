@@ -78,23 +78,25 @@ impl Default for ServeOptions {
     }
 }
 
-/// Completes when the server stops serving (a shutdown, or a refusal to
-/// serve): what a [`Companion`] waits on to stop with it.
-pub struct Stop(watch::Receiver<bool>);
-
-impl Stop {
-    /// Waits until the server stops (at once if it already has).
-    pub async fn wait(mut self) {
-        let _ = self.0.wait_for(|s| *s).await;
-    }
-}
+/// A future that completes when the server stops serving (a shutdown, or
+/// a refusal to serve): what a [`Companion`] waits on to stop with it.
+pub type Stop = Pin<Box<dyn Future<Output = ()> + Send>>;
 
 /// A service a process serves beside the gRPC listener (the operator
 /// console is one): started by [`serve_with`] with the coordinator once
 /// the server is assembled, and told to stop ([`Stop`]) when the server
-/// stops. It logs its own errors.
+/// stops. It logs its own errors. Only types of core and std appear in
+/// it, so a companion's crate need not depend on this one.
 pub type Companion =
     Box<dyn FnOnce(Coordinator, Stop) -> Pin<Box<dyn Future<Output = ()> + Send>> + Send>;
+
+/// A [`Stop`] of the server's stop signal.
+fn stop_of(stop: &watch::Receiver<bool>) -> Stop {
+    let mut stop = stop.clone();
+    Box::pin(async move {
+        let _ = stop.wait_for(|s| *s).await;
+    })
+}
 
 /// The operator side of serving: metrics, the events feed, what to do
 /// about a database that can lose an acknowledged commit, security and
@@ -236,7 +238,7 @@ pub async fn serve_with(
         )?;
     }
     for companion in ops.companions {
-        tokio::spawn(companion(coordinator.clone(), Stop(stop_rx.clone())));
+        tokio::spawn(companion(coordinator.clone(), stop_of(&stop_rx)));
     }
     let events = JobEventsService::new(
         coordinator.clone(),
@@ -291,13 +293,12 @@ fn serve_metrics(
 ) -> anyhow::Result<()> {
     tracing::info!(listen = %listener.local_addr()?, "serving /metrics");
     let (metrics, shards) = (coordinator.metrics(), coordinator.shards());
-    let stopped = Stop(stop.clone());
     tokio::spawn(metrics_http::serve(
         listener,
         metrics.clone(),
         shards.clone(),
         health.mirror.subscribe(),
-        stopped.wait(),
+        stop_of(stop),
     ));
     tokio::spawn(refresh_pending(
         shards.clone(),

@@ -3,11 +3,11 @@
 //! chosen window, and the recent trend; refreshed live.
 
 use super::{refusal, view};
-use crate::console::forms::{self, query_string, Pairs};
-use crate::console::view::{age, job_link, sparkline, stacked_bar, Nav, Notice};
-use crate::console::Console;
-use crate::domain::admin::{QueuePending, QueueStats};
-use crate::domain::JobState;
+use crate::forms::{self, query_string, Pairs};
+use crate::view::{age, job_link, sparkline, stacked_bar, Nav, Notice};
+use crate::Console;
+use jobfence_domain::admin::{QueuePending, QueueStats};
+use jobfence_domain::JobState;
 
 use axum::extract::{Query, State};
 use axum::http::StatusCode;

@@ -8,9 +8,9 @@
 //! any script but the console's own file on top.
 
 use super::timeline;
-use crate::domain::feed::FeedEvent;
-use crate::domain::EventKind;
-use crate::domain::{DbTime, JobState};
+use jobfence_domain::feed::FeedEvent;
+use jobfence_domain::EventKind;
+use jobfence_domain::{DbTime, JobState};
 
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};

@@ -5,11 +5,11 @@
 //! committed event shows up once and in order.
 
 use super::{refusal, view};
-use crate::console::forms::{self, query_string, Pairs};
-use crate::console::timeline::tell;
-use crate::console::view::{job_link, when, Nav, Notice};
-use crate::console::Console;
-use crate::domain::feed::FeedEvent;
+use crate::forms::{self, query_string, Pairs};
+use crate::timeline::tell;
+use crate::view::{job_link, when, Nav, Notice};
+use crate::Console;
+use jobfence_domain::feed::FeedEvent;
 
 use axum::extract::{Query, State};
 use axum::http::StatusCode;

@@ -4,19 +4,19 @@
 //! parked job shows the resolution form first.
 
 use super::{refusal, resolve, view};
-use crate::console::forms::{self, Pairs};
-use crate::console::view::{when, Level, Nav, Notice};
-use crate::console::{csrf, Console};
-use crate::coordinator::admin::JobDetail;
-use crate::domain::{Job, JobState, Observation};
+use crate::forms::{self, Pairs};
+use crate::view::{when, Level, Nav, Notice};
+use crate::{csrf, Console};
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
+use jobfence_core::admin::JobDetail;
+use jobfence_domain::{Job, JobState, Observation};
 use maud::{html, Markup};
 
 fn fields(j: &Job) -> Markup {
     let opt = |v: &Option<String>| v.clone().unwrap_or_default();
-    let opt_time = |t: Option<crate::domain::DbTime>| match t {
+    let opt_time = |t: Option<jobfence_domain::DbTime>| match t {
         Some(t) => when(t),
         None => html! { span.muted { "—" } },
     };

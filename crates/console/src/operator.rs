@@ -13,8 +13,8 @@
 //! field of a request; nothing checks it. Either way the name travels as
 //! an [`Operator`] with its [`OperatorSource`].
 
-use crate::auth::{Action, Authenticator, Refusal};
 use axum::http::{HeaderMap, HeaderValue};
+use jobfence_auth::{Action, Authenticator, Refusal};
 use std::sync::Arc;
 
 /// Where the operator's identity came from.

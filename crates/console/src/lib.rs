@@ -1,6 +1,6 @@
 //! The operator web console (`jobfence serve --console-listen`): server-
 //! rendered pages over the same coordinator calls as the gRPC `JobAdmin`
-//! and `JobEvents` services (`crate::grpc::job_admin`), so a person on
+//! and `JobEvents` services (the server's `grpc::job_admin`), so a person on
 //! call answers "what is stuck, what happened to this refund, and what do
 //! I do now" in a few clicks.
 //!
@@ -26,13 +26,14 @@ pub mod pages;
 pub mod timeline;
 pub mod view;
 
-use crate::coordinator::Coordinator;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 use axum::Router;
+use jobfence_core::Coordinator;
 use std::future::Future;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use tokio::net::TcpListener;
 
@@ -236,18 +237,22 @@ pub fn router(console: Console) -> Router {
         .with_state(console)
 }
 
-/// The console as a companion of the gRPC server (see
-/// `jobfence_server::Companion`): served on `listener` over the server's
+/// A task the server runs, and the future that tells it to stop.
+type Task = Pin<Box<dyn Future<Output = ()> + Send>>;
+
+/// The console as a companion of the gRPC server (the server's
+/// `Companion`, spelled with core's and std's types so that this crate
+/// does not depend on the server): served on `listener` over the server's
 /// coordinator, acting as `identity`, and stopped with the server. The
 /// listener must be on loopback (checked now).
 pub fn companion(
     listener: TcpListener,
     identity: operator::Identity,
-) -> anyhow::Result<jobfence_server::Companion> {
+) -> anyhow::Result<Box<dyn FnOnce(Coordinator, Task) -> Task + Send>> {
     require_loopback(listener.local_addr()?)?;
     Ok(Box::new(move |coordinator, stop| {
         Box::pin(async move {
-            if let Err(e) = serve(listener, coordinator, identity, stop.wait()).await {
+            if let Err(e) = serve(listener, coordinator, identity, stop).await {
                 tracing::error!(error = %e, "operator console stopped");
             }
         })

@@ -7,8 +7,8 @@
 //! someone opens the page, is per replica, and is lost on restart, which
 //! the page says.
 
-use crate::domain::admin::QueueStats;
-use crate::domain::JobState;
+use jobfence_domain::admin::QueueStats;
+use jobfence_domain::JobState;
 
 use std::collections::{BTreeMap, VecDeque};
 use std::time::{Duration, Instant};

@@ -12,10 +12,10 @@ pub mod resolve;
 pub mod review;
 
 use super::view::{self, Level, Nav, Notice};
-use crate::domain::CoordinatorError;
-use crate::domain::FieldViolation;
 use axum::http::StatusCode;
 use axum::response::Response;
+use jobfence_domain::CoordinatorError;
+use jobfence_domain::FieldViolation;
 use maud::html;
 
 /// The notice and status for a coordinator error on a read.

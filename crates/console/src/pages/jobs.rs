@@ -3,13 +3,13 @@
 //! the job.
 
 use super::{bad_input, refusal, view};
-use crate::console::forms::{self, query_string, Pairs};
-use crate::console::view::{ago, job_link, Nav};
-use crate::console::Console;
-use crate::domain::{Job, JobState};
+use crate::forms::{self, query_string, Pairs};
+use crate::view::{ago, job_link, Nav};
+use crate::Console;
 use axum::extract::{Query, State};
 use axum::http::StatusCode;
 use axum::response::Response;
+use jobfence_domain::{Job, JobState};
 use maud::{html, Markup};
 
 fn filter_form(q: &Pairs) -> Markup {

@@ -4,9 +4,9 @@
 //! Pure functions of the event, so the Job page, the Manual review page
 //! and the Events feed tell it the same way.
 
-use crate::domain::event::parse_fail_detail;
-use crate::domain::feed::FeedEvent;
-use crate::domain::{EventKind, FailDisposition, NextAction, OverrideReason};
+use jobfence_domain::event::parse_fail_detail;
+use jobfence_domain::feed::FeedEvent;
+use jobfence_domain::{EventKind, FailDisposition, NextAction, OverrideReason};
 
 /// How an entry is coloured.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -77,7 +77,7 @@ fn override_reason(why: Option<OverrideReason>) -> &'static str {
     }
 }
 
-fn state_name(s: Option<crate::domain::JobState>) -> &'static str {
+fn state_name(s: Option<jobfence_domain::JobState>) -> &'static str {
     s.map_or("unchanged", |s| s.as_str())
 }
 
@@ -227,7 +227,7 @@ pub fn tell(e: &FeedEvent) -> Told {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::domain::JobState;
+    use jobfence_domain::JobState;
 
     fn event(kind: &str, attempt: u64, current: u64, detail: &str) -> FeedEvent {
         FeedEvent {

@@ -6,10 +6,10 @@
 //! bare 400. The limits themselves (queue names, key lengths, delays) are
 //! the coordinator's, checked where `JobAdmin`'s are.
 
-use crate::domain::admin::{ListJobsFilter, Resolution, ResolveRequest};
-use crate::domain::budget::{Budget, Pause};
-use crate::domain::FieldViolation;
-use crate::domain::JobState;
+use jobfence_domain::admin::{ListJobsFilter, Resolution, ResolveRequest};
+use jobfence_domain::budget::{Budget, Pause};
+use jobfence_domain::FieldViolation;
+use jobfence_domain::JobState;
 
 use std::time::Duration;
 

@@ -8,16 +8,16 @@
 //! on the job's page, with the job's fresh state and history under it.
 
 use super::{bad_input, job, refusal};
-use crate::console::forms::{self, Pairs};
-use crate::console::operator::OperatorField;
-use crate::console::view::{Level, Notice};
-use crate::console::{csrf, operator, Console};
-use crate::domain::EventKind;
-use crate::domain::{CoordinatorError, Job};
+use crate::forms::{self, Pairs};
+use crate::operator::OperatorField;
+use crate::view::{Level, Notice};
+use crate::{csrf, operator, Console};
 use axum::extract::{Path, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::Form;
+use jobfence_domain::EventKind;
+use jobfence_domain::{CoordinatorError, Job};
 use maud::{html, Markup};
 
 /// The resolution form for `job`, as the operator sees it now.

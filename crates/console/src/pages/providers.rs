@@ -4,7 +4,7 @@
 //! resume it and edit its budget, each with a recorded reason; the stored
 //! queue policies; and the recent changes with who made them.
 //!
-//! Every form posts behind [`crate::console::csrf`] and goes through the
+//! Every form posts behind [`crate::csrf`] and goes through the
 //! same coordinator calls as `JobAdmin`'s PauseProvider, ResumeProvider
 //! and PutProvider, so the change is stored in the database, reaches every
 //! coordinator from its next claim, and is recorded under the console's
@@ -12,20 +12,20 @@
 //! (it holds forms): reload it to see the budget move.
 
 use super::{bad_input, refusal, view};
-use crate::console::forms::{self, query_string, Pairs};
-use crate::console::operator::{self, OperatorField};
-use crate::console::view::{age, ago, when, Level, Nav, Notice};
-use crate::console::{csrf, Console};
-use crate::domain::budget::Pause;
-use crate::domain::providers::{
-    ChangeBy, PolicyChange, ProviderRecord, PutProvider, QueuePolicyRecord, SetPause,
-};
-use crate::domain::CoordinatorError;
-use crate::domain::FieldViolation;
+use crate::forms::{self, query_string, Pairs};
+use crate::operator::{self, OperatorField};
+use crate::view::{age, ago, when, Level, Nav, Notice};
+use crate::{csrf, Console};
 use axum::extract::{Path, Query, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::Form;
+use jobfence_domain::budget::Pause;
+use jobfence_domain::providers::{
+    ChangeBy, PolicyChange, ProviderRecord, PutProvider, QueuePolicyRecord, SetPause,
+};
+use jobfence_domain::CoordinatorError;
+use jobfence_domain::FieldViolation;
 use maud::{html, Markup};
 
 /// Changes shown at the bottom of the page.

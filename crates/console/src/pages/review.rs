@@ -3,13 +3,13 @@
 //! the form to resolve it with the attempt shown.
 
 use super::{refusal, resolve, view};
-use crate::console::forms::{self, query_string, Pairs};
-use crate::console::operator::OperatorField;
-use crate::console::view::{ago, Nav, Notice};
-use crate::console::{csrf, Console};
-use crate::coordinator::admin::JobDetail;
-use crate::domain::admin::ListJobsFilter;
-use crate::domain::JobState;
+use crate::forms::{self, query_string, Pairs};
+use crate::operator::OperatorField;
+use crate::view::{ago, Nav, Notice};
+use crate::{csrf, Console};
+use jobfence_core::admin::JobDetail;
+use jobfence_domain::admin::ListJobsFilter;
+use jobfence_domain::JobState;
 
 use axum::extract::{Query, State};
 use axum::http::{HeaderMap, StatusCode};
@@ -79,7 +79,7 @@ pub async fn page(
                 match console.coordinator.job_detail(j.id).await {
                     Ok(d) => cards.push(d),
                     // Resolved or gone between the two reads: not parked any more.
-                    Err(crate::domain::CoordinatorError::JobNotFound { .. }) => {}
+                    Err(jobfence_domain::CoordinatorError::JobNotFound { .. }) => {}
                     Err(e) => {
                         let (s, n) = refusal(&e);
                         notices.push(n);
