@@ -37,7 +37,7 @@ pub mod metrics {
     pub use jobfence_core::gauges::{refresh_pending, refresh_pending_all};
     pub use jobfence_metrics::*;
 }
-pub mod provider;
+pub use jobfence_fake_provider as provider;
 pub mod refund_worker;
 pub mod security_cli;
 pub use jobfence_server as server;
