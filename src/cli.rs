@@ -1,9 +1,7 @@
 //! The `jobfence` command line. Every flag can also be set by the
 //! `JOBFENCE_*` environment variable named in its help.
 
-use crate::admin_cli::{
-    self, EventsArgs, JobsArgs, Operation, ProvidersArgs, QueuePoliciesArgs, StatsArgs,
-};
+use crate::admin_cli::{self, Operation};
 use crate::coordinator::batcher::BatchSettings;
 use crate::coordinator::long_poll::LongPollSettings;
 use crate::coordinator::{Coordinator, CoordinatorConfig};
@@ -71,21 +69,10 @@ pub enum Command {
     Demo(crate::demo::DemoArgs),
     /// A refund worker: claims refunds and sends them to the provider.
     RefundWorker(crate::refund_worker::RefundWorkerArgs),
-    /// Operator: list, show, resolve or cancel jobs of a running coordinator.
-    Jobs(JobsArgs),
-    /// Operator: per-queue counts, oldest pending ages, takeovers and
-    /// stale-write rejections.
-    Stats(StatsArgs),
-    /// Read the events feed (the outbox) by cursor.
-    Events(EventsArgs),
-    /// Operator: provider budgets (rate, burst, in-flight cap, costs), the
-    /// queues they govern, pauses during a provider incident, and the
-    /// record of every change.
-    Providers(ProvidersArgs),
-    /// Operator: queues' stored resend policies (resend window, max
-    /// dispatches), which win over every coordinator's flags.
-    #[command(visible_alias = "queue-policy")]
-    QueuePolicies(QueuePoliciesArgs),
+    /// The operator commands (jobs, stats, events, providers,
+    /// queue-policies): the crate jobfence-operator.
+    #[command(flatten)]
+    Operator(Operation),
     /// Issue credentials: a bearer token and its callers-file line, or a
     /// throw-away development CA with tokens (see docs/security.md).
     Credentials(CredentialsArgs),
@@ -402,11 +389,7 @@ impl Cli {
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
     // Operator commands print to stdout and log nothing.
     let operation = match cli.command {
-        Command::Jobs(a) => Operation::Jobs(a),
-        Command::Stats(a) => Operation::Stats(a),
-        Command::Events(a) => Operation::Events(a),
-        Command::Providers(a) => Operation::Providers(a),
-        Command::QueuePolicies(a) => Operation::QueuePolicies(a),
+        Command::Operator(op) => op,
         Command::Credentials(a) => return crate::security_cli::run(a),
         server_command => {
             init_tracing(cli.log_format);
@@ -493,12 +476,7 @@ async fn run_server(command: Command) -> anyhow::Result<()> {
             )
             .await
         }
-        Command::Jobs(_)
-        | Command::Stats(_)
-        | Command::Events(_)
-        | Command::Providers(_)
-        | Command::QueuePolicies(_)
-        | Command::Credentials(_) => {
+        Command::Operator(_) | Command::Credentials(_) => {
             unreachable!("operator commands are run by admin_cli")
         }
         Command::FakeProvider(args) => args.run(crate::signal::shutdown_signal()).await,
@@ -511,5 +489,37 @@ async fn run_server(command: Command) -> anyhow::Result<()> {
                 std::process::exit(1)
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_operator_commands_are_the_binarys_own() {
+        // Flattened from jobfence-operator: parsed as before, with the
+        // connection's flags after the subcommand.
+        let cli = Cli::try_parse_from([
+            "jobfence",
+            "jobs",
+            "list",
+            "--endpoint",
+            "127.0.0.1:1",
+            "--json",
+        ])
+        .unwrap();
+        match cli.command {
+            Command::Operator(Operation::Jobs(a)) => {
+                assert_eq!(a.conn.endpoint, "127.0.0.1:1");
+                assert!(a.conn.json);
+            }
+            other => panic!("not jobs: {other:?}"),
+        }
+        let cli = Cli::try_parse_from(["jobfence", "queue-policy", "list"]).unwrap();
+        assert!(matches!(
+            cli.command,
+            Command::Operator(Operation::QueuePolicies(_))
+        ));
     }
 }

@@ -22,8 +22,8 @@
 //! SDK is the crate `jobfence-worker` (`sdk/rust`), which [`refund_worker`]
 //! uses like any other worker would.
 
-pub mod admin_cli;
 pub use jobfence_auth as auth;
+pub use jobfence_operator as admin_cli;
 pub mod bench;
 pub mod cli;
 pub use jobfence_console as console;

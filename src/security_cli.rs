@@ -7,7 +7,6 @@ use crate::auth::{Authenticator, Role};
 use crate::server::limits::Limits;
 use crate::server::transport::{ServerTls, TlsFiles};
 use crate::server::Security;
-use anyhow::Context;
 use clap::{Args, Subcommand};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -94,18 +93,7 @@ impl SecurityArgs {
     }
 }
 
-/// A token file: its first line, trimmed.
-pub fn read_token(path: &std::path::Path) -> anyhow::Result<String> {
-    let text = std::fs::read_to_string(path)
-        .with_context(|| format!("reading the token file {}", path.display()))?;
-    let token = text.lines().next().unwrap_or("").trim().to_owned();
-    anyhow::ensure!(
-        !token.is_empty(),
-        "the token file {} is empty",
-        path.display()
-    );
-    Ok(token)
-}
+pub use jobfence_operator::read_token;
 
 /// The limits of `jobfence serve` (see `server::limits::Limits`).
 #[derive(Debug, Args)]

@@ -7,7 +7,7 @@ mod support_ops;
 
 use clap::Parser;
 use common::{meta, reason, secs, Harness};
-use jobfence::cli::{Cli, Command};
+use jobfence::admin_cli::{Cli, Operation};
 use jobfence::domain::JobState;
 use jobfence::proto::job_admin_client::JobAdminClient;
 use jobfence::proto::{
@@ -385,9 +385,7 @@ async fn cli(h: &Harness, args: &[&str]) -> Result<String, String> {
     argv.extend_from_slice(&args[1..]);
     let parsed = Cli::try_parse_from(argv).map_err(|e| e.to_string())?;
     let op = match parsed.command {
-        Command::Jobs(a) => jobfence::admin_cli::Operation::Jobs(a),
-        Command::Stats(a) => jobfence::admin_cli::Operation::Stats(a),
-        Command::Events(a) => jobfence::admin_cli::Operation::Events(a),
+        op @ (Operation::Jobs(_) | Operation::Stats(_) | Operation::Events(_)) => op,
         other => panic!("not an operator command: {other:?}"),
     };
     let mut out = Vec::new();
@@ -476,9 +474,9 @@ async fn operator_cli_prints_tables_json_and_precise_refusals() {
 fn parsed_connection(argv: &[&str]) -> Result<(String, bool), String> {
     let parsed = Cli::try_parse_from(argv).map_err(|e| e.to_string())?;
     let conn = match parsed.command {
-        Command::Jobs(a) => a.conn,
-        Command::Stats(a) => a.conn,
-        Command::Events(a) => a.conn,
+        Operation::Jobs(a) => a.conn,
+        Operation::Stats(a) => a.conn,
+        Operation::Events(a) => a.conn,
         other => panic!("not an operator command: {other:?}"),
     };
     Ok((conn.endpoint, conn.json))

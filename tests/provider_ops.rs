@@ -14,8 +14,7 @@ mod common;
 mod support_security;
 
 use clap::Parser;
-use jobfence::admin_cli::Operation;
-use jobfence::cli::{Cli, Command};
+use jobfence::admin_cli::{Cli, Operation};
 use jobfence::console::csrf;
 use jobfence::proto::{
     self, ClaimRequest, EnqueueRequest, FailDisposition, FailRequest, ProviderBudget,
@@ -47,8 +46,7 @@ async fn cli_as(s: &Secure, caller: &str, args: &[&str]) -> Result<String, Strin
     argv.extend_from_slice(&args[1..]);
     let parsed = Cli::try_parse_from(argv).map_err(|e| e.to_string())?;
     let op = match parsed.command {
-        Command::Providers(a) => Operation::Providers(a),
-        Command::QueuePolicies(a) => Operation::QueuePolicies(a),
+        op @ (Operation::Providers(_) | Operation::QueuePolicies(_)) => op,
         other => panic!("not a provider command: {other:?}"),
     };
     let mut out = Vec::new();

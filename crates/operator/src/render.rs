@@ -1,6 +1,6 @@
 //! Tables and JSON for the operator commands.
 
-use crate::proto::{self, JobState};
+use jobfence_api::v1::{self as proto, JobState};
 use serde_json::{json, Value};
 use std::io::Write;
 

@@ -1,4 +1,6 @@
-//! Operator commands: `jobfence jobs list|show|resolve|cancel`,
+//! The operator's command line, a gRPC client of a running coordinator
+//! (it depends on the API and the worker SDK's credentials, nothing of the
+//! coordinator): `jobfence jobs list|show|resolve|cancel`,
 //! `jobfence stats`, `jobfence events list|watch`, `jobfence providers
 //! list|set|delete|pause|resume|history` and `jobfence queue-policies
 //! list|set|delete|history`. They talk gRPC to a running coordinator
@@ -9,11 +11,11 @@
 
 mod render;
 
-use crate::proto::job_admin_client::JobAdminClient;
-use crate::proto::job_events_client::JobEventsClient;
-use crate::proto::{self, Resolution};
 use anyhow::Context;
-use clap::{Args, Subcommand, ValueEnum};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use jobfence_api::v1::job_admin_client::JobAdminClient;
+use jobfence_api::v1::job_events_client::JobEventsClient;
+use jobfence_api::v1::{self as proto, Resolution};
 use jobfence_worker::credentials::{Authorization, BearerToken, Credentials};
 use std::io::Write;
 use std::path::PathBuf;
@@ -402,19 +404,51 @@ pub enum QueuePoliciesCommand {
     History(HistoryArgs),
 }
 
-/// One operator command.
-#[derive(Debug)]
+/// One operator command: the subcommands `jobfence` takes for them (the
+/// binary flattens this enum into its own).
+// One value per process, parsed once: its size does not matter.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug, Subcommand)]
 pub enum Operation {
-    /// `jobfence jobs …`
+    /// Operator: list, show, resolve or cancel jobs of a running coordinator.
     Jobs(JobsArgs),
-    /// `jobfence stats`
+    /// Operator: per-queue counts, oldest pending ages, takeovers and
+    /// stale-write rejections.
     Stats(StatsArgs),
-    /// `jobfence events …`
+    /// Read the events feed (the outbox) by cursor.
     Events(EventsArgs),
-    /// `jobfence providers …`
+    /// Operator: provider budgets (rate, burst, in-flight cap, costs), the
+    /// queues they govern, pauses during a provider incident, and the
+    /// record of every change.
     Providers(ProvidersArgs),
-    /// `jobfence queue-policies …`
+    /// Operator: queues' stored resend policies (resend window, max
+    /// dispatches), which win over every coordinator's flags.
+    #[command(visible_alias = "queue-policy")]
     QueuePolicies(QueuePoliciesArgs),
+}
+
+/// The operator commands alone, parsed as `jobfence` parses them
+/// (`jobfence jobs list --endpoint …`): for a program or a test that runs
+/// one in-process with [`run`].
+#[derive(Debug, Parser)]
+#[command(name = "jobfence")]
+pub struct Cli {
+    /// The command.
+    #[command(subcommand)]
+    pub command: Operation,
+}
+
+/// A token file: its first line, trimmed.
+pub fn read_token(path: &std::path::Path) -> anyhow::Result<String> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("reading the token file {}", path.display()))?;
+    let token = text.lines().next().unwrap_or("").trim().to_owned();
+    anyhow::ensure!(
+        !token.is_empty(),
+        "the token file {} is empty",
+        path.display()
+    );
+    Ok(token)
 }
 
 /// A channel to the coordinator, authenticated as the flags say.
@@ -434,7 +468,7 @@ fn credentials(conn: &Connection) -> anyhow::Result<Credentials> {
         c.tls_client_pem = Some((read(cert)?, read(key)?));
     }
     if let Some(file) = &conn.token_file {
-        let token = crate::security_cli::read_token(file)?;
+        let token = read_token(file)?;
         c.token = Some(BearerToken::new(&token)?);
     }
     Ok(c)
@@ -799,7 +833,7 @@ async fn providers(args: ProvidersArgs, out: &mut (dyn Write + Send)) -> anyhow:
             let subject = h
                 .name
                 .as_deref()
-                .map(crate::domain::providers::provider_subject)
+                .map(jobfence_domain::providers::provider_subject)
                 .unwrap_or_default();
             history(&mut client, subject, h, out, json).await
         }
@@ -856,7 +890,7 @@ async fn queue_policies(
             let subject = h
                 .name
                 .as_deref()
-                .map(crate::domain::providers::queue_subject)
+                .map(jobfence_domain::providers::queue_subject)
                 .unwrap_or_default();
             history(&mut client, subject, h, out, json).await
         }
