@@ -5,8 +5,8 @@
 //! (SIGKILL), cut the database off for a few seconds; and what it measures:
 //! how long health and the load balancer took to notice.
 
-use super::netcut::NetCut;
 use super::procs::{free_port, Proc};
+use crate::provider::netcut::NetCut;
 use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};

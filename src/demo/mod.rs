@@ -19,7 +19,6 @@ mod chaos;
 pub mod coordinators;
 pub mod credentials;
 mod databases;
-pub mod netcut;
 pub mod procs;
 pub mod report;
 mod worker_logs;

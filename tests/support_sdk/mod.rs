@@ -71,84 +71,32 @@ pub async fn running_rows(pool: &sqlx::MySqlPool) -> i64 {
 /// A loopback TCP proxy in front of the coordinator that can swallow the
 /// coordinator's answers and cut every open connection: the deterministic
 /// way to lose a response after the coordinator has committed (the seed's
-/// 本地 Commit 後斷線).
-pub struct Proxy {
-    pub addr: std::net::SocketAddr,
-    swallow: std::sync::Arc<std::sync::atomic::AtomicBool>,
-    cut: tokio::sync::watch::Sender<u64>,
-    accept: tokio::task::JoinHandle<()>,
-}
+/// 本地 Commit 後斷線). The relay of the fake network
+/// (`jobfence_fake_provider::netcut`), whose `cut` here closes the open
+/// connections and keeps accepting new ones.
+pub struct Proxy(jobfence::provider::netcut::NetCut);
 
 impl Proxy {
     /// Listens on an ephemeral loopback port and forwards to `upstream`.
     pub async fn start(upstream: std::net::SocketAddr) -> Proxy {
-        use std::sync::atomic::AtomicBool;
-        use std::sync::Arc;
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let swallow = Arc::new(AtomicBool::new(false));
-        let (cut, _) = tokio::sync::watch::channel(0u64);
-        let (flag, cuts) = (swallow.clone(), cut.clone());
-        let accept = tokio::spawn(async move {
-            while let Ok((client, _)) = listener.accept().await {
-                let Ok(server) = tokio::net::TcpStream::connect(upstream).await else {
-                    continue;
-                };
-                let (cr, cw) = client.into_split();
-                let (sr, sw) = server.into_split();
-                tokio::spawn(pump(cr, sw, None, cuts.subscribe()));
-                tokio::spawn(pump(sr, cw, Some(flag.clone()), cuts.subscribe()));
-            }
-        });
-        Proxy {
-            addr,
-            swallow,
-            cut,
-            accept,
-        }
-    }
-
-    /// While on, bytes from the coordinator are read and dropped.
-    pub fn swallow_responses(&self, on: bool) {
-        self.swallow.store(on, std::sync::atomic::Ordering::SeqCst);
+        Proxy(
+            jobfence::provider::netcut::NetCut::start(upstream)
+                .await
+                .unwrap(),
+        )
     }
 
     /// Closes every connection open now; new ones are accepted as before.
     pub fn cut(&self) {
-        self.cut.send_modify(|g| *g += 1);
+        self.0.close_connections();
     }
 }
 
-impl Drop for Proxy {
-    fn drop(&mut self) {
-        self.accept.abort();
-        self.cut();
-    }
-}
+impl std::ops::Deref for Proxy {
+    type Target = jobfence::provider::netcut::NetCut;
 
-async fn pump(
-    mut from: tokio::net::tcp::OwnedReadHalf,
-    mut to: tokio::net::tcp::OwnedWriteHalf,
-    swallow: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
-    mut cut: tokio::sync::watch::Receiver<u64>,
-) {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut buf = vec![0u8; 16 * 1024];
-    loop {
-        tokio::select! {
-            // A cut wins over bytes already waiting: they must not get through.
-            biased;
-            _ = cut.changed() => return,
-            n = from.read(&mut buf) => {
-                let n = match n { Ok(0) | Err(_) => return, Ok(n) => n };
-                let dropped = swallow
-                    .as_ref()
-                    .is_some_and(|s| s.load(std::sync::atomic::Ordering::SeqCst));
-                if !dropped && to.write_all(&buf[..n]).await.is_err() {
-                    return;
-                }
-            }
-        }
+    fn deref(&self) -> &Self::Target {
+        &self.0
     }
 }
 

@@ -13,6 +13,8 @@
 //! - `api`: HTTP routes; `server`: the accept loop, [`spawn`].
 //! - [`client`]: the typed client workers use.
 //! - [`cli`]: `jobfence fake-provider`.
+//! - [`netcut`]: a relay that fakes the network's failures (cut, lost
+//!   answers) in front of the database or a coordinator.
 
 mod api;
 pub mod cli;
@@ -21,6 +23,7 @@ pub mod clock;
 pub mod faults;
 pub mod limit;
 pub mod model;
+pub mod netcut;
 mod server;
 mod state;
 
