@@ -480,10 +480,10 @@ async fn run_server(command: Command) -> anyhow::Result<()> {
             unreachable!("operator commands are run by admin_cli")
         }
         Command::FakeProvider(args) => args.run(crate::signal::shutdown_signal()).await,
-        Command::RefundWorker(args) => args.run().await,
+        Command::RefundWorker(args) => args.run(crate::signal::shutdown_signal()).await,
         Command::Bench(args) => crate::bench::run(args).await,
         Command::Demo(args) => {
-            if crate::demo::run(args).await? {
+            if crate::demo::run(args, crate::signal::shutdown_signal()).await? {
                 Ok(())
             } else {
                 std::process::exit(1)

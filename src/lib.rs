@@ -24,13 +24,14 @@
 
 pub use jobfence_auth as auth;
 pub use jobfence_operator as admin_cli;
-pub mod bench;
+pub use jobfence_tools::bench;
+pub use jobfence_tools::procs;
 pub mod cli;
 pub use jobfence_console as console;
 pub use jobfence_core as coordinator;
-pub mod demo;
 pub use jobfence_domain as domain;
 pub use jobfence_server::grpc;
+pub use jobfence_tools::demo;
 /// Prometheus metrics: the crate `jobfence-metrics`, and the gauges the
 /// coordinator reads from the stores.
 pub mod metrics {
@@ -38,7 +39,7 @@ pub mod metrics {
     pub use jobfence_metrics::*;
 }
 pub use jobfence_fake_provider as provider;
-pub mod refund_worker;
+pub use jobfence_tools::refund_worker;
 pub mod security_cli;
 pub use jobfence_server as server;
 pub mod signal;

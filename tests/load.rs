@@ -170,7 +170,7 @@ async fn a_flood_is_refused_quickly_while_memory_stays_flat_and_work_goes_on() {
         ..Credentials::default()
     };
     let url = format!("https://{addr}");
-    jobfence::demo::wait_coordinator(&addr, &creds("good"))
+    jobfence::procs::wait_coordinator(&addr, &creds("good"))
         .await
         .unwrap();
 

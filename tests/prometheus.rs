@@ -274,7 +274,7 @@ async fn a_real_prometheus_scrapes_every_metric_the_rules_and_the_dashboard_use(
     assert!(wanted.contains("jobfence_takeovers_total"), "{wanted:?}");
 
     let db = TestDb::new().await;
-    let port = || jobfence::demo::procs::free_port().unwrap();
+    let port = || jobfence::procs::free_port().unwrap();
     let (grpc, metrics, web) = (
         format!("127.0.0.1:{}", port()),
         format!("127.0.0.1:{}", port()),
@@ -296,7 +296,7 @@ async fn a_real_prometheus_scrapes_every_metric_the_rules_and_the_dashboard_use(
         .kill_on_drop(true)
         .spawn()
         .expect("start jobfence serve");
-    jobfence::demo::wait_coordinator(&grpc, &Default::default())
+    jobfence::procs::wait_coordinator(&grpc, &Default::default())
         .await
         .unwrap();
     traffic(&grpc, &db).await;

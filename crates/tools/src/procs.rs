@@ -1,13 +1,14 @@
-//! Child processes of the demo: started with their output in a log file,
-//! paused (SIGSTOP), resumed (SIGCONT), killed (SIGKILL) or stopped
-//! (SIGTERM) on purpose.
+//! Child processes of the demo and the benchmark: started with their
+//! output in a log file, paused (SIGSTOP), resumed (SIGCONT), killed
+//! (SIGKILL) or stopped (SIGTERM) on purpose; and waiting for a
+//! coordinator to serve.
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::process::{Child, Command};
 
 /// A running child process.
@@ -107,4 +108,36 @@ pub fn free_port() -> Result<u16> {
     Ok(std::net::TcpListener::bind("127.0.0.1:0")?
         .local_addr()?
         .port())
+}
+
+/// Waits (up to 30 s) until the coordinator at `addr` reports SERVING;
+/// `credentials` give the TLS to speak (health needs no token).
+pub async fn wait_coordinator(
+    addr: &str,
+    credentials: &jobfence_worker::Credentials,
+) -> Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Ok(ch) = credentials
+            .endpoint(format!("http://{addr}"))?
+            .connect()
+            .await
+        {
+            let mut health = tonic_health::pb::health_client::HealthClient::new(ch);
+            let req = tonic_health::pb::HealthCheckRequest {
+                service: String::new(),
+            };
+            if let Ok(r) = health.check(req).await {
+                if r.into_inner().status
+                    == tonic_health::pb::health_check_response::ServingStatus::Serving as i32
+                {
+                    return Ok(());
+                }
+            }
+        }
+        if Instant::now() > deadline {
+            bail!("the coordinator at {addr} did not become SERVING within 30 s");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }

@@ -5,19 +5,19 @@
 //! (SIGKILL), cut the database off for a few seconds; and what it measures:
 //! how long health and the load balancer took to notice.
 
-use super::procs::{free_port, Proc};
-use crate::provider::netcut::NetCut;
+use crate::procs::{free_port, Proc};
 use anyhow::{bail, Context, Result};
+use jobfence_fake_provider::netcut::NetCut;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 /// The HAProxy configuration the project ships; `scripts/cluster` and the
 /// tests render the same file.
-pub const HAPROXY_TEMPLATE: &str = include_str!("../../deploy/haproxy/jobfence.cfg");
+pub const HAPROXY_TEMPLATE: &str = include_str!("../../../../deploy/haproxy/jobfence.cfg");
 
 /// The answer HAProxy gives when no coordinator is up: gRPC UNAVAILABLE
 /// (the template's `errorfile 503`).
-pub const GRPC_UNAVAILABLE: &str = include_str!("../../deploy/haproxy/grpc-unavailable.http");
+pub const GRPC_UNAVAILABLE: &str = include_str!("../../../../deploy/haproxy/grpc-unavailable.http");
 
 /// HAProxy's TLS: it terminates the clients' TLS with `frontend_pem` and
 /// re-encrypts to the coordinators, verifying them against `ca`.

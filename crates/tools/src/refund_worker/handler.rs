@@ -13,8 +13,8 @@
 //! must charge this worker's queue so that the budget bounds the calls
 //! (`jobfence demo` puts execute 1, reconcile 2).
 
-use crate::domain::budget::MAX_PROVIDER_RETRY_AFTER;
-use crate::provider::{ProviderClient, ProviderError, Refund, RefundParams, RefundStatus};
+use jobfence_domain::budget::MAX_PROVIDER_RETRY_AFTER;
+use jobfence_fake_provider::{ProviderClient, ProviderError, Refund, RefundParams, RefundStatus};
 use jobfence_worker::proto::{NextAction, ObservationOutcome};
 use jobfence_worker::{ClaimedJob, Disposition, Handler, HandlerError, WriteError};
 use serde::Deserialize;

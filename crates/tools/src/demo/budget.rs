@@ -31,9 +31,9 @@
 //! mid-claim) spend units and make no call: they only make the budget
 //! stricter.
 
-use crate::proto::job_admin_client::JobAdminClient;
-use crate::proto::{ProviderBudget, PutProviderRequest};
 use anyhow::{bail, Context, Result};
+use jobfence_api::v1::job_admin_client::JobAdminClient;
+use jobfence_api::v1::{ProviderBudget, PutProviderRequest};
 
 /// The share of the provider's limit the budget hands out.
 pub const BUDGET_SHARE: f64 = 0.8;
@@ -206,7 +206,7 @@ impl Plan {
                     ),
                 })
                 .await
-                .map_err(|s| anyhow::anyhow!(crate::admin_cli::describe_status(&s)))
+                .map_err(|s| anyhow::anyhow!(jobfence_operator::describe_status(&s)))
                 .context("putting the provider budget")?;
         }
         Ok(())

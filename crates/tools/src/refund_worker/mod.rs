@@ -5,10 +5,10 @@
 
 pub mod handler;
 
-use crate::provider::ProviderClient;
 use anyhow::Context;
 use clap::Args;
 use handler::{RefundHandler, RefundTimings};
+use jobfence_fake_provider::ProviderClient;
 use jobfence_worker::{Credentials, Worker, WorkerClient, WorkerConfig};
 use std::time::Duration;
 
@@ -49,8 +49,9 @@ pub struct RefundWorkerArgs {
 }
 
 impl RefundWorkerArgs {
-    /// Runs until SIGTERM/Ctrl-C, then finishes the jobs in flight.
-    pub async fn run(self) -> anyhow::Result<()> {
+    /// Runs until `shutdown` completes (the binary passes SIGTERM or
+    /// Ctrl-C), then finishes the jobs in flight.
+    pub async fn run(self, shutdown: impl std::future::Future<Output = ()>) -> anyhow::Result<()> {
         let config = WorkerConfig {
             max_in_flight: self.concurrency,
             lease: self.lease,
@@ -81,9 +82,7 @@ impl RefundWorkerArgs {
             },
         );
         tracing::info!(coordinator = %self.coordinator, provider = %self.provider, "refund worker started");
-        let report = Worker::new(client)
-            .run(handler, crate::signal::shutdown_signal())
-            .await;
+        let report = Worker::new(client).run(handler, shutdown).await;
         tracing::info!(?report, "refund worker stopped");
         Ok(())
     }

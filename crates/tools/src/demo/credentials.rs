@@ -6,9 +6,9 @@
 //! only its own token, by file, through the environment variables every
 //! client reads (`JOBFENCE_TLS_CA`, `JOBFENCE_TOKEN_FILE`).
 
-use crate::auth::pki::{self, DevCaller, DevFiles};
-use crate::auth::Role;
 use anyhow::{Context, Result};
+use jobfence_auth::pki::{self, DevCaller, DevFiles};
+use jobfence_auth::Role;
 use jobfence_worker::credentials::{env, BearerToken, Credentials};
 use std::path::{Path, PathBuf};
 
@@ -99,7 +99,7 @@ impl DemoCredentials {
 
     /// The credentials of `caller`, for a client in this process.
     pub fn client(&self, caller: &str) -> Result<Credentials> {
-        let token = crate::security_cli::read_token(&self.files.token(caller))?;
+        let token = jobfence_operator::read_token(&self.files.token(caller))?;
         Ok(Credentials {
             tls_ca_pem: Some(std::fs::read(&self.files.ca)?),
             token: Some(BearerToken::new(&token)?),

@@ -3,8 +3,8 @@
 
 use super::coordinators::Databases;
 use super::QUEUE;
-use crate::store::{self, PoolSettings};
 use anyhow::{bail, Context, Result};
+use jobfence_store::{self as store, PoolSettings};
 use sqlx::mysql::MySqlPool;
 
 /// Makes the demo's databases from `--database-url` (several

@@ -5,9 +5,9 @@
 //! able to take it: Enqueue is idempotent on (queue, operation_key), so a
 //! repeat of an applied one returns the job it made.
 
-use crate::proto::job_coordinator_client::JobCoordinatorClient;
-use crate::proto::{EnqueueBatchRequest, EnqueueRequest};
 use anyhow::{bail, Result};
+use jobfence_api::v1::job_coordinator_client::JobCoordinatorClient;
+use jobfence_api::v1::{EnqueueBatchRequest, EnqueueRequest};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -108,7 +108,7 @@ impl Drop for Arrivals {
 /// refuses (so some end failed or in manual review).
 pub(super) fn refund(i: u32, queue: &str) -> EnqueueRequest {
     let payment = if i % 100 == 99 {
-        format!("{}{i:06}", crate::provider::FAILING_PAYMENT_PREFIX)
+        format!("{}{i:06}", jobfence_fake_provider::FAILING_PAYMENT_PREFIX)
     } else {
         format!("pay_{i:06}")
     };

@@ -2,10 +2,10 @@
 //! ledger, and the invariant: refunds actually made per operation_key are
 //! exactly 1 for every succeeded job and at most 1 for every other.
 
-use crate::domain::durability;
-use crate::provider::{Ledger, ProviderStats};
-use crate::store::JobStore;
 use anyhow::Result;
+use jobfence_domain::durability;
+use jobfence_fake_provider::{Ledger, ProviderStats};
+use jobfence_store::JobStore;
 use sqlx::mysql::MySqlPool;
 use sqlx::Row;
 use std::collections::BTreeMap;

@@ -4,11 +4,11 @@
 
 use super::direct::join;
 use super::{Latencies, PhaseRun};
-use crate::proto::job_coordinator_client::JobCoordinatorClient;
-use crate::proto::{
+use anyhow::{bail, ensure, Context, Result};
+use jobfence_api::v1::job_coordinator_client::JobCoordinatorClient;
+use jobfence_api::v1::{
     ClaimRequest, CompleteRequest, EnqueueBatchRequest, EnqueueRequest, GetJobRequest,
 };
-use anyhow::{bail, ensure, Context, Result};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -165,7 +165,7 @@ pub async fn enqueue(
                     );
                     for r in out.results {
                         match r.result {
-                            Some(crate::proto::enqueue_batch_result::Result::Enqueued(e))
+                            Some(jobfence_api::v1::enqueue_batch_result::Result::Enqueued(e))
                                 if e.created => {}
                             other => bail!("a fresh key was not created: {other:?}"),
                         }
