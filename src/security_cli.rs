@@ -2,12 +2,12 @@
 //! and limit flags, and `jobfence credentials` (issuing tokens, and a
 //! throw-away development CA). docs/security.md explains each.
 
-use crate::auth::pki::{self, DevCaller};
-use crate::auth::{Authenticator, Role};
-use crate::server::limits::Limits;
-use crate::server::transport::{ServerTls, TlsFiles};
-use crate::server::Security;
 use clap::{Args, Subcommand};
+use jobfence_auth::pki::{self, DevCaller};
+use jobfence_auth::{Authenticator, Role};
+use jobfence_server::limits::Limits;
+use jobfence_server::transport::{ServerTls, TlsFiles};
+use jobfence_server::Security;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -255,7 +255,7 @@ pub fn run(args: CredentialsArgs) -> anyhow::Result<()> {
             let token = pki::new_token()?;
             let line = pki::callers_line(&name, role, &queues, &token, expires);
             // The line must parse as the server will read it.
-            crate::auth::Callers::parse(&line)?;
+            jobfence_auth::Callers::parse(&line)?;
             pki::write_secret(&token_out, &format!("{token}\n"))?;
             println!("{line}");
             Ok(())
