@@ -5,7 +5,7 @@
 //! same calls with the right credential succeed. Mutual TLS keeps out a
 //! client without a certificate, and a revoked token stops working on the
 //! reload. The limits of one call (request size, per-caller concurrency,
-//! the server-side deadline) hold, typed; tests/load.rs floods them.
+//! the server-side deadline) hold, typed; tests/cluster/load.rs floods them.
 
 use jobfence_testkit as kit;
 

@@ -5,7 +5,7 @@
 //! rate limit) is tested by advancing the provider's clock, never by
 //! sleeping; injected latency and hangs are real time, bounded by the
 //! client's timeout. The refund-worker tests at the end also need the test
-//! database (an in-process coordinator, `tests/common`).
+//! database (an in-process coordinator, `crates/testkit/src`).
 
 use jobfence_testkit as kit;
 

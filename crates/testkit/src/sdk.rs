@@ -1,4 +1,4 @@
-//! Helpers for the worker SDK tests, on top of `tests/common`: SDK clients
+//! Helpers for the worker SDK tests, on top of [`crate::Harness`]: SDK clients
 //! with fast timings, and the database-side levers that make a commit get
 //! lost or a retry wait on a row lock, deterministically.
 

@@ -507,7 +507,7 @@ impl Report<'_> {
         let _ = writeln!(
             out,
             "\nA worker killed while holding a job is picked up by a long-polling worker within its \
-             lease plus the wake-up delay: `tests/long_poll.rs` measures and prints that delay. \
+             lease plus the wake-up delay: `tests/in_process/long_poll.rs` measures and prints that delay. \
              The finished-rows phase starts once InnoDB has written back the pages the load \
              dirtied (the wait is printed). Why the targets marked **no** are missed, what each \
              mechanism changed (runs with one of them turned off) and what was left alone: \

@@ -13,7 +13,7 @@
 //!    one for an execute (the send, or the check of evidence handed over
 //!    with it) and two for a reconcile (that check, then the lookup); the
 //!    Python and Node ones one either way, and none of them retries a call
-//!    within a hand-out (`src/refund_worker/handler.rs`,
+//!    within a hand-out (`crates/tools/src/refund_worker/handler.rs`,
 //!    `python/src/jobfence_worker/refund_worker.py`,
 //!    `sdk/node/src/refund_worker.js`).
 //! 2. **The rate is under the limit.** Over any `W` seconds the budget
