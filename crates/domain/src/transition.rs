@@ -205,6 +205,42 @@ mod tests {
     }
 
     #[test]
+    fn a_takeover_is_refused_in_the_order_the_design_gives() {
+        let scope = QueueScope::of(["refunds"]);
+        let other = QueueScope::of(["payouts"]);
+        // Expired and running: taken over.
+        assert!(takeover_refusal(&running(), true, &scope).is_none());
+        // A caller of another queue learns nothing, whatever the state.
+        let done = Job {
+            state: JobState::Succeeded,
+            ..running()
+        };
+        assert!(matches!(
+            takeover_refusal(&done, true, &other),
+            Some(CoordinatorError::QueueNotAllowed { .. })
+        ));
+        // Finished before not running before the lease.
+        assert!(matches!(
+            takeover_refusal(&done, false, &scope),
+            Some(CoordinatorError::JobFinished { .. })
+        ));
+        let ready = Job {
+            state: JobState::Ready,
+            ..running()
+        };
+        assert!(matches!(
+            takeover_refusal(&ready, false, &scope),
+            Some(CoordinatorError::JobNotRunning { .. })
+        ));
+        // Rule 1: only an expired lease opens a running job to takeover.
+        assert!(matches!(
+            takeover_refusal(&running(), false, &scope),
+            Some(CoordinatorError::LeaseNotExpired { lease_until, .. })
+                if Some(lease_until) == running().lease_until
+        ));
+    }
+
+    #[test]
     fn a_takeover_adds_one_to_the_attempt_and_keeps_the_first_dispatch() {
         let now = t("2026-01-01 00:01:00.000001");
         let next = hand_out(

@@ -56,7 +56,11 @@ impl JobStore {
         self.enqueue_batch(std::slice::from_ref(req))
             .await?
             .pop()
-            .expect("one answer per item")
+            .unwrap_or_else(|| {
+                Err(CoordinatorError::Internal(
+                    "an enqueue batch of one item answered none".into(),
+                ))
+            })
     }
 
     /// Enqueues every item in one transaction and answers each in order,
