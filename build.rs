@@ -1,25 +1,20 @@
-//! Compiles proto/ with protox (no system `protoc` needed) and writes the
-//! encoded file descriptor set that server reflection serves.
+//! The long version of `jobfence --version`: the target, the profile and
+//! the features the binary was built with, which only a build script can
+//! see. A bug report that pastes it says which binary it is about (a
+//! `--no-default-features` binary has no demo, benchmark or fake
+//! provider). The proto is compiled once, by the API crate (`proto/`).
 
-use prost::Message;
-use std::path::PathBuf;
-
-fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let protos = [
-        "proto/jobfence/v1/coordinator.proto",
-        "proto/jobfence/v1/admin.proto",
-    ];
-    for p in &protos {
-        println!("cargo:rerun-if-changed={p}");
-    }
-    let fds = protox::compile(protos, ["proto"])?;
-    let out = PathBuf::from(std::env::var("OUT_DIR")?);
-    std::fs::write(out.join("jobfence_descriptor.bin"), fds.encode_to_vec())?;
-    tonic_prost_build::configure()
-        .build_client(true)
-        .build_server(true)
-        // prost's codec, but an undecodable request is INVALID_ARGUMENT.
-        .codec_path("crate::grpc::codec::Codec")
-        .compile_fds(fds)?;
-    Ok(())
+fn main() {
+    let target = std::env::var("TARGET").unwrap_or_else(|_| "unknown".into());
+    let profile = std::env::var("PROFILE").unwrap_or_else(|_| "unknown".into());
+    let tools = if std::env::var_os("CARGO_FEATURE_TOOLS").is_some() {
+        "tools"
+    } else {
+        "no tools (serve and operate only)"
+    };
+    println!(
+        "cargo:rustc-env=JOBFENCE_LONG_VERSION={} ({target}, {profile}; {tools})",
+        std::env::var("CARGO_PKG_VERSION").unwrap_or_default()
+    );
+    println!("cargo:rerun-if-changed=build.rs");
 }

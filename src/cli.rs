@@ -1,21 +1,19 @@
 //! The `jobfence` command line. Every flag can also be set by the
 //! `JOBFENCE_*` environment variable named in its help.
 
-use crate::admin_cli::{
-    self, EventsArgs, JobsArgs, Operation, ProvidersArgs, QueuePoliciesArgs, StatsArgs,
-};
-use crate::coordinator::batcher::BatchSettings;
-use crate::coordinator::long_poll::LongPollSettings;
-use crate::coordinator::{Coordinator, CoordinatorConfig};
-use crate::domain::{CoordinatorError, QueuePolicies, QueuePolicy};
-use crate::provider::cli::FakeProviderArgs;
 use crate::security_cli::{CredentialsArgs, LimitsArgs, SecurityArgs};
-use crate::server::{self, OpsOptions, ServeOptions};
-use crate::store::shards::{Shards, ShardsConfig};
-use crate::store::{JobStore, PoolSettings};
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use jobfence_core::batcher::BatchSettings;
+use jobfence_core::long_poll::LongPollSettings;
+use jobfence_core::{Coordinator, CoordinatorConfig};
+use jobfence_domain::{CoordinatorError, QueuePolicies, QueuePolicy};
+use jobfence_operator::{self as admin_cli, Operation};
+use jobfence_server::{self as server, OpsOptions, ServeOptions};
+use jobfence_store::shards::{Shards, ShardsConfig};
+use jobfence_store::{JobStore, PoolSettings};
 use std::net::SocketAddr;
+use std::process::ExitCode;
 use std::time::Duration;
 
 /// The database of the project-local MariaDB that `scripts/mariadb` starts.
@@ -25,6 +23,7 @@ pub const DEFAULT_DATABASE_URL: &str = "mysql://jobfence:jobfence@127.0.0.1:3307
 #[command(
     name = "jobfence",
     version,
+    long_version = env!("JOBFENCE_LONG_VERSION"),
     about = "Fenced job coordination over MySQL, served over gRPC"
 )]
 pub struct Cli {
@@ -61,39 +60,32 @@ pub enum Command {
     Serve(ServeArgs),
     /// Apply the schema migrations and exit.
     Migrate(DatabaseArgs),
+    #[cfg(feature = "tools")]
     /// Serve a fake Stripe-style refund API with fault injection, for the
     /// demo and tests (see docs/fake-provider.md).
-    FakeProvider(FakeProviderArgs),
+    FakeProvider(jobfence_fake_provider::cli::FakeProviderArgs),
+    #[cfg(feature = "tools")]
     /// The main job: coordinators behind HAProxy (TLS and tokens on), a
     /// fake provider, Rust, Python and Node refund workers, injected
     /// failures, and a report checked against the provider's ledger (exit
     /// status 1 if the invariant is violated).
-    Demo(crate::demo::DemoArgs),
+    Demo(jobfence_tools::demo::DemoArgs),
+    #[cfg(feature = "tools")]
     /// A refund worker: claims refunds and sends them to the provider.
-    RefundWorker(crate::refund_worker::RefundWorkerArgs),
-    /// Operator: list, show, resolve or cancel jobs of a running coordinator.
-    Jobs(JobsArgs),
-    /// Operator: per-queue counts, oldest pending ages, takeovers and
-    /// stale-write rejections.
-    Stats(StatsArgs),
-    /// Read the events feed (the outbox) by cursor.
-    Events(EventsArgs),
-    /// Operator: provider budgets (rate, burst, in-flight cap, costs), the
-    /// queues they govern, pauses during a provider incident, and the
-    /// record of every change.
-    Providers(ProvidersArgs),
-    /// Operator: queues' stored resend policies (resend window, max
-    /// dispatches), which win over every coordinator's flags.
-    #[command(visible_alias = "queue-policy")]
-    QueuePolicies(QueuePoliciesArgs),
+    RefundWorker(jobfence_tools::refund_worker::RefundWorkerArgs),
+    /// The operator commands (jobs, stats, events, providers,
+    /// queue-policies): the crate jobfence-operator.
+    #[command(flatten)]
+    Operator(Operation),
     /// Issue credentials: a bearer token and its callers-file line, or a
     /// throw-away development CA with tokens (see docs/security.md).
     Credentials(CredentialsArgs),
+    #[cfg(feature = "tools")]
     /// Measure the coordinator against workers running the SQL themselves,
     /// side by side on one database (see docs/benchmarks.md). A flag given
     /// twice takes its last value (scripts/bench passes defaults first).
     #[command(args_override_self = true)]
-    Bench(crate::bench::BenchArgs),
+    Bench(jobfence_tools::bench::BenchArgs),
 }
 
 #[derive(Debug, Args)]
@@ -218,7 +210,7 @@ pub struct ServeArgs {
     /// when unset, 127.0.0.1:9465 when given without one. It has no login
     /// of its own (it acts with --console-token-file when --callers is
     /// given), so only loopback addresses are accepted.
-    #[arg(long, env = "JOBFENCE_CONSOLE_LISTEN", num_args = 0..=1, default_missing_value = crate::console::DEFAULT_LISTEN)]
+    #[arg(long, env = "JOBFENCE_CONSOLE_LISTEN", num_args = 0..=1, default_missing_value = jobfence_console::DEFAULT_LISTEN)]
     pub console_listen: Option<SocketAddr>,
     /// How often the oldest-pending-age gauges are recomputed from the
     /// database (only with --metrics-listen).
@@ -398,29 +390,28 @@ impl Cli {
     }
 }
 
-/// Runs the command line.
-pub async fn run(cli: Cli) -> anyhow::Result<()> {
+/// Runs the command line; the exit status is the command's answer (the
+/// demo exits 1 when its invariant check fails), an error is printed by
+/// `main`.
+pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     // Operator commands print to stdout and log nothing.
     let operation = match cli.command {
-        Command::Jobs(a) => Operation::Jobs(a),
-        Command::Stats(a) => Operation::Stats(a),
-        Command::Events(a) => Operation::Events(a),
-        Command::Providers(a) => Operation::Providers(a),
-        Command::QueuePolicies(a) => Operation::QueuePolicies(a),
-        Command::Credentials(a) => return crate::security_cli::run(a),
+        Command::Operator(op) => op,
+        Command::Credentials(a) => return crate::security_cli::run(a).map(|()| ExitCode::SUCCESS),
         server_command => {
             init_tracing(cli.log_format);
             return run_server(server_command).await;
         }
     };
-    admin_cli::run(operation, &mut std::io::stdout()).await
+    admin_cli::run(operation, &mut std::io::stdout()).await?;
+    Ok(ExitCode::SUCCESS)
 }
 
-async fn run_server(command: Command) -> anyhow::Result<()> {
+async fn run_server(command: Command) -> anyhow::Result<ExitCode> {
     match command {
         Command::Migrate(db) => {
             let shards = open_shards(&db)?;
-            prepare(&shards, true, false).await.map(|_| ())
+            prepare(&shards, true, false).await?;
         }
         Command::Serve(args) => {
             let security = args.security.security()?;
@@ -448,17 +439,18 @@ async fn run_server(command: Command) -> anyhow::Result<()> {
                 }
                 None => None,
             };
-            let console_listener = match args.console_listen {
-                Some(addr) => {
-                    crate::console::require_loopback(addr)?;
-                    Some(
-                        tokio::net::TcpListener::bind(addr)
-                            .await
-                            .with_context(|| format!("binding {addr} for the console"))?,
-                    )
-                }
-                None => None,
-            };
+            let mut companions = Vec::new();
+            if let Some(addr) = args.console_listen {
+                jobfence_console::require_loopback(addr)?;
+                let listener = tokio::net::TcpListener::bind(addr)
+                    .await
+                    .with_context(|| format!("binding {addr} for the console"))?;
+                let identity = jobfence_console::operator::Identity::for_coordinator(
+                    security.auth.clone(),
+                    console_token,
+                )?;
+                companions.push(jobfence_console::companion(listener, identity)?);
+            }
             let coordinator = Coordinator::over_shards(shards, args.coordinator_config());
             // DESIGN.md rule 13: a stored policy wins over the flags; say so
             // where they differ. A database that does not answer yet is
@@ -474,7 +466,6 @@ async fn run_server(command: Command) -> anyhow::Result<()> {
             };
             let ops = OpsOptions {
                 metrics_listener,
-                console_listener,
                 pending_refresh_interval: args.pending_refresh_interval,
                 events_poll_interval: args.events_poll_interval,
                 require_durable_database: args.require_durable_database,
@@ -482,34 +473,67 @@ async fn run_server(command: Command) -> anyhow::Result<()> {
                 security,
                 limits,
                 reflection: args.security.reflection,
-                console_token,
+                companions,
             };
             server::serve_with(
                 coordinator,
                 listener,
                 options,
                 ops,
-                server::shutdown_signal(),
+                crate::signal::shutdown_signal(),
             )
-            .await
+            .await?;
         }
-        Command::Jobs(_)
-        | Command::Stats(_)
-        | Command::Events(_)
-        | Command::Providers(_)
-        | Command::QueuePolicies(_)
-        | Command::Credentials(_) => {
+        Command::Operator(_) | Command::Credentials(_) => {
             unreachable!("operator commands are run by admin_cli")
         }
-        Command::FakeProvider(args) => args.run(server::shutdown_signal()).await,
-        Command::RefundWorker(args) => args.run().await,
-        Command::Bench(args) => crate::bench::run(args).await,
+        #[cfg(feature = "tools")]
+        Command::FakeProvider(args) => args.run(crate::signal::shutdown_signal()).await?,
+        #[cfg(feature = "tools")]
+        Command::RefundWorker(args) => args.run(crate::signal::shutdown_signal()).await?,
+        #[cfg(feature = "tools")]
+        Command::Bench(args) => jobfence_tools::bench::run(args).await?,
+        #[cfg(feature = "tools")]
         Command::Demo(args) => {
-            if crate::demo::run(args).await? {
-                Ok(())
-            } else {
-                std::process::exit(1)
+            // The report is printed; a violated invariant is the exit
+            // status, returned (not `process::exit`) so that the runtime
+            // and the demo's children are dropped and stopped first.
+            if !jobfence_tools::demo::run(args, crate::signal::shutdown_signal()).await? {
+                return Ok(ExitCode::FAILURE);
             }
         }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_operator_commands_are_the_binarys_own() {
+        // Flattened from jobfence-operator: parsed as before, with the
+        // connection's flags after the subcommand.
+        let cli = Cli::try_parse_from([
+            "jobfence",
+            "jobs",
+            "list",
+            "--endpoint",
+            "127.0.0.1:1",
+            "--json",
+        ])
+        .unwrap();
+        match cli.command {
+            Command::Operator(Operation::Jobs(a)) => {
+                assert_eq!(a.conn.endpoint, "127.0.0.1:1");
+                assert!(a.conn.json);
+            }
+            other => panic!("not jobs: {other:?}"),
+        }
+        let cli = Cli::try_parse_from(["jobfence", "queue-policy", "list"]).unwrap();
+        assert!(matches!(
+            cli.command,
+            Command::Operator(Operation::QueuePolicies(_))
+        ));
     }
 }

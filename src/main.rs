@@ -1,8 +1,18 @@
+//! The `jobfence` binary: the command line only. Serving, the operator
+//! commands and the credentials are the workspace's crates (see
+//! docs/development.md); the demo, the benchmark, the fake provider and
+//! the refund worker come with the default feature `tools` (build with
+//! `--no-default-features` for a binary that serves and operates only).
+
+mod cli;
+mod security_cli;
+mod signal;
+
 use clap::Parser;
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
-    let cli = jobfence::cli::Cli::parse();
+    let cli = cli::Cli::parse();
     let runtime = match cli.runtime() {
         Ok(rt) => rt,
         Err(e) => {
@@ -10,8 +20,8 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(jobfence::cli::run(cli)) {
-        Ok(()) => ExitCode::SUCCESS,
+    match runtime.block_on(cli::run(cli)) {
+        Ok(code) => code,
         Err(e) => {
             // The error and its causes on one line; no backtrace for what
             // is an answer, not a crash.

@@ -2,13 +2,12 @@
 //! and limit flags, and `jobfence credentials` (issuing tokens, and a
 //! throw-away development CA). docs/security.md explains each.
 
-use crate::auth::pki::{self, DevCaller};
-use crate::auth::{Authenticator, Role};
-use crate::server::limits::Limits;
-use crate::server::transport::{ServerTls, TlsFiles};
-use crate::server::Security;
-use anyhow::Context;
 use clap::{Args, Subcommand};
+use jobfence_auth::pki::{self, DevCaller};
+use jobfence_auth::{Authenticator, Role};
+use jobfence_server::limits::Limits;
+use jobfence_server::transport::{ServerTls, TlsFiles};
+use jobfence_server::Security;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -94,18 +93,7 @@ impl SecurityArgs {
     }
 }
 
-/// A token file: its first line, trimmed.
-pub fn read_token(path: &std::path::Path) -> anyhow::Result<String> {
-    let text = std::fs::read_to_string(path)
-        .with_context(|| format!("reading the token file {}", path.display()))?;
-    let token = text.lines().next().unwrap_or("").trim().to_owned();
-    anyhow::ensure!(
-        !token.is_empty(),
-        "the token file {} is empty",
-        path.display()
-    );
-    Ok(token)
-}
+pub use jobfence_operator::read_token;
 
 /// The limits of `jobfence serve` (see `server::limits::Limits`).
 #[derive(Debug, Args)]
@@ -267,7 +255,7 @@ pub fn run(args: CredentialsArgs) -> anyhow::Result<()> {
             let token = pki::new_token()?;
             let line = pki::callers_line(&name, role, &queues, &token, expires);
             // The line must parse as the server will read it.
-            crate::auth::Callers::parse(&line)?;
+            jobfence_auth::Callers::parse(&line)?;
             pki::write_secret(&token_out, &format!("{token}\n"))?;
             println!("{line}");
             Ok(())

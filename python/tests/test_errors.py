@@ -2,7 +2,6 @@
 the family a worker acts on (refusal, outcome unknown, retry)."""
 
 import os
-import re
 import unittest
 
 import grpc
@@ -10,18 +9,15 @@ from google.protobuf import any_pb2, duration_pb2
 from google.rpc import error_details_pb2, status_pb2
 
 import jobfence_worker as jw
+from jobfence_worker._proto import errors_pb2
 from jobfence_worker.errors import from_status, retryable_claim, retryable_write
-
-REPO = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, os.pardir)
 
 
 def server_reasons():
-    """The reason constants of the coordinator (src/grpc/status.rs)."""
-    with open(os.path.join(REPO, "src", "grpc", "status.rs")) as f:
-        text = f.read()
-    block = text[text.index("pub mod reason {"):]
-    block = block[:block.index("\n}\n")]
-    return set(re.findall(r'pub const [A-Z_]+: &str = "([A-Z_]+)";', block))
+    """Every reason of the coordinator: the values of ErrorReason in the
+    shipped errors_pb2 (test_stubs.py checks it is errors.proto), but the
+    zero one."""
+    return set(errors_pb2.ErrorReason.keys()) - {"ERROR_REASON_UNSPECIFIED"}
 
 
 def status(code, reason, metadata=None, *extra):

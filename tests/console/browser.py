@@ -1,4 +1,4 @@
-"""The operator console in headless chromium (driven by tests/console_browser.rs).
+"""The operator console in headless chromium (driven by tests/system/console_browser.rs).
 
 One JSON argument: the console's URL, the ids of the jobs the Rust side
 made (the zombie story, two parked jobs, the one whose payload holds

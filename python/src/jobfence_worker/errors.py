@@ -1,7 +1,8 @@
 """Exceptions a worker can catch, read from the ``google.rpc.ErrorInfo``
 (domain ``jobfence``) that the coordinator attaches to every expected
 refusal. There is one class for every reason the coordinator sends
-(``REASONS``); switch on the class, never on the message.
+(``REASONS``, built from the enum ``ErrorReason`` of ``errors.proto``, whose
+stub the package ships); switch on the class, never on the message.
 
 The classes form three families a worker acts on:
 
@@ -24,6 +25,8 @@ from typing import Dict, List, Mapping, Optional, Tuple, Type
 import grpc
 from google.rpc import error_details_pb2
 from grpc_status import rpc_status
+
+from ._proto import errors_pb2
 
 DOMAIN = "jobfence"
 
@@ -266,34 +269,26 @@ class ServerShuttingDown(JobfenceError):
     """SERVER_SHUTTING_DOWN: a stream ended because the server is draining."""
 
 
-#: Every ErrorInfo reason the coordinator sends, and its class.
+# The class of a reason is named after it (``JOB_NOT_FOUND`` ->
+# ``JobNotFound``), except these.
+_RENAMED = {"INTERNAL": "InternalError"}
+
+
+def _class_of(reason: str) -> Type[JobfenceError]:
+    name = _RENAMED.get(reason) or "".join(w.capitalize() for w in reason.split("_"))
+    cls = globals().get(name)
+    if not (isinstance(cls, type) and issubclass(cls, JobfenceError)):
+        raise ImportError("errors.proto has the reason %s, and jobfence_worker.errors no class %s "
+                          "for it" % (reason, name))
+    return cls
+
+
+#: Every ErrorInfo reason the coordinator sends (the values of
+#: ``ErrorReason`` in errors.proto but the zero one), and its class.
 REASONS: Dict[str, Type[JobfenceError]] = {
-    "INVALID_REQUEST": InvalidRequest,
-    "JOB_NOT_FOUND": JobNotFound,
-    "ATTEMPT_SUPERSEDED": AttemptSuperseded,
-    "ATTEMPT_NOT_ISSUED": AttemptNotIssued,
-    "JOB_NOT_RUNNING": JobNotRunning,
-    "JOB_FINISHED": JobFinished,
-    "LEASE_NOT_EXPIRED": LeaseNotExpired,
-    "OPERATION_KEY_CONFLICT": OperationKeyConflict,
-    "JOB_NOT_IN_MANUAL_REVIEW": JobNotInManualReview,
-    "JOB_NOT_CANCELLABLE": JobNotCancellable,
-    "COMMIT_OUTCOME_UNKNOWN": CommitOutcomeUnknown,
-    "DATABASE_UNAVAILABLE": DatabaseUnavailable,
-    "TRANSACTION_CONFLICT": TransactionConflict,
-    "INTERNAL": InternalError,
-    "OVERLOADED": Overloaded,
-    "SERVER_SHUTTING_DOWN": ServerShuttingDown,
-    "NO_COORDINATOR_SERVING": NoCoordinatorServing,
-    "CREDENTIAL_MISSING": CredentialMissing,
-    "CREDENTIAL_INVALID": CredentialInvalid,
-    "CREDENTIAL_EXPIRED": CredentialExpired,
-    "ROLE_NOT_ALLOWED": RoleNotAllowed,
-    "QUEUE_NOT_ALLOWED": QueueNotAllowed,
-    "OPERATOR_MISMATCH": OperatorMismatch,
-    "PROVIDER_BUDGET_EXHAUSTED": ProviderBudgetExhausted,
-    "PROVIDER_PAUSED": ProviderPaused,
-    "PROVIDER_THROTTLED": ProviderThrottled,
+    name: _class_of(name)
+    for name, number in errors_pb2.ErrorReason.items()
+    if number != errors_pb2.ERROR_REASON_UNSPECIFIED
 }
 
 

@@ -3,23 +3,12 @@
 // handle, which carries the attempt (fencing token) it was issued.
 
 const fs = require('node:fs');
-const path = require('node:path');
 const crypto = require('node:crypto');
 const grpc = require('@grpc/grpc-js');
 const protoLoader = require('@grpc/proto-loader');
 const errors = require('./errors');
+const { protoRoot } = require('./proto');
 
-/** The directory holding jobfence/v1/coordinator.proto. */
-function protoRoot() {
-  const candidates = [
-    process.env.JOBFENCE_PROTO_DIR,
-    path.join(__dirname, '..', 'proto'), // a packed package (npm pack copies it)
-    path.join(__dirname, '..', '..', '..', 'proto'), // sdk/node in a jobfence checkout
-  ].filter(Boolean);
-  const found = candidates.find((d) => fs.existsSync(path.join(d, 'jobfence', 'v1', 'coordinator.proto')));
-  if (!found) throw new Error(`jobfence/v1/coordinator.proto not found in ${candidates.join(', ')}`);
-  return found;
-}
 
 let service = null;
 function coordinatorService() {

@@ -1,7 +1,8 @@
 'use strict';
 // Errors a worker can catch, read from the google.rpc.ErrorInfo (domain
 // "jobfence") that the coordinator attaches to every expected refusal. One
-// class per reason (REASONS); switch on the class, never on the message.
+// class per reason (REASONS, built from the enum ErrorReason of
+// errors.proto); switch on the class, never on the message.
 //
 // Three families a worker acts on: refusals (AttemptSuperseded, ...), where
 // repeating the call cannot change the answer; OutcomeUnknown (a lost commit
@@ -15,6 +16,7 @@
 
 const { status: Code } = require('@grpc/grpc-js');
 const protobuf = require('protobufjs');
+const { errorReasons } = require('./proto');
 
 const DOMAIN = 'jobfence';
 
@@ -184,35 +186,27 @@ class QueueNotAllowed extends PermissionDenied {
 }
 class OperatorMismatch extends PermissionDenied {}
 
-/** Every ErrorInfo reason the coordinator sends, and its class. */
-const REASONS = Object.freeze({
-  INVALID_REQUEST: InvalidRequest,
-  JOB_NOT_FOUND: JobNotFound,
-  ATTEMPT_SUPERSEDED: AttemptSuperseded,
-  ATTEMPT_NOT_ISSUED: AttemptNotIssued,
-  JOB_NOT_RUNNING: JobNotRunning,
-  JOB_FINISHED: JobFinished,
-  LEASE_NOT_EXPIRED: LeaseNotExpired,
-  OPERATION_KEY_CONFLICT: OperationKeyConflict,
-  JOB_NOT_IN_MANUAL_REVIEW: JobNotInManualReview,
-  JOB_NOT_CANCELLABLE: JobNotCancellable,
-  COMMIT_OUTCOME_UNKNOWN: CommitOutcomeUnknown,
-  DATABASE_UNAVAILABLE: DatabaseUnavailable,
-  TRANSACTION_CONFLICT: TransactionConflict,
-  INTERNAL: InternalError,
-  OVERLOADED: Overloaded,
-  SERVER_SHUTTING_DOWN: ServerShuttingDown,
-  NO_COORDINATOR_SERVING: NoCoordinatorServing,
-  CREDENTIAL_MISSING: CredentialMissing,
-  CREDENTIAL_INVALID: CredentialInvalid,
-  CREDENTIAL_EXPIRED: CredentialExpired,
-  ROLE_NOT_ALLOWED: RoleNotAllowed,
-  QUEUE_NOT_ALLOWED: QueueNotAllowed,
-  OPERATOR_MISMATCH: OperatorMismatch,
-  PROVIDER_BUDGET_EXHAUSTED: ProviderBudgetExhausted,
-  PROVIDER_PAUSED: ProviderPaused,
-  PROVIDER_THROTTLED: ProviderThrottled,
-});
+// Every class of a reason, by name: a reason's class is named after it
+// (JOB_NOT_FOUND -> JobNotFound), except those in RENAMED.
+const CLASSES = {
+  InvalidRequest, JobNotFound, AttemptSuperseded, AttemptNotIssued, JobNotRunning, JobFinished,
+  LeaseNotExpired, OperationKeyConflict, JobNotInManualReview, JobNotCancellable, CommitOutcomeUnknown,
+  DatabaseUnavailable, TransactionConflict, InternalError, Overloaded, ServerShuttingDown,
+  NoCoordinatorServing, CredentialMissing, CredentialInvalid, CredentialExpired, RoleNotAllowed,
+  QueueNotAllowed, OperatorMismatch, ProviderBudgetExhausted, ProviderPaused, ProviderThrottled,
+};
+const RENAMED = { INTERNAL: 'InternalError' };
+
+function classOf(reason) {
+  const name = RENAMED[reason]
+    || reason.split('_').map((w) => w[0] + w.slice(1).toLowerCase()).join('');
+  const Cls = CLASSES[name];
+  if (!Cls) throw new Error(`errors.proto has the reason ${reason}, and errors.js no class ${name} for it`);
+  return Cls;
+}
+
+/** Every ErrorInfo reason the coordinator sends (errors.proto), and its class. */
+const REASONS = Object.freeze(Object.fromEntries(errorReasons().map((r) => [r, classOf(r)])));
 
 // Codes that, without a jobfence ErrorInfo, come from the transport
 // (connection refused or cut, an expired deadline, a proxy): nobody can say

@@ -6,16 +6,19 @@ const test = require('node:test');
 const assert = require('node:assert');
 const fs = require('node:fs');
 const path = require('node:path');
+const protobuf = require('protobufjs');
 const { status: Code } = require('@grpc/grpc-js');
 const jw = require('..');
 const { fromStatus, retryableWrite, retryableClaim, encodeStatusForTests, encodeDetailForTests } = jw.errors;
 
 function serverReasons() {
-  // The coordinator's source: this checkout, or JOBFENCE_REPO for a copy of the package.
+  // The API's errors.proto: this checkout's, or JOBFENCE_REPO's for a copy of
+  // the package. Parsed with protobufjs on its own, not through the
+  // package's loader.
   const repo = process.env.JOBFENCE_REPO || path.join(__dirname, '..', '..', '..');
-  const text = fs.readFileSync(path.join(repo, 'src', 'grpc', 'status.rs'), 'utf8');
-  const block = text.slice(text.indexOf('pub mod reason {'));
-  return [...block.slice(0, block.indexOf('\n}\n')).matchAll(/pub const [A-Z_]+: &str = "([A-Z_]+)";/g)].map((m) => m[1]);
+  const file = path.join(repo, 'proto', 'jobfence', 'v1', 'errors.proto');
+  const parsed = protobuf.parse(fs.readFileSync(file, 'utf8')).root.lookupEnum('jobfence.v1.ErrorReason');
+  return Object.entries(parsed.values).filter(([, n]) => n !== 0).map(([name]) => name);
 }
 
 function status(code, reason, metadata = {}, ...extra) {

@@ -1,7 +1,7 @@
 //! The Rust worker SDK of jobfence: a typed client over
 //! `jobfence.v1.JobCoordinator` that makes the protocol hard to misuse.
-//! It depends on the API (its own client generated from `proto/`) and on
-//! tonic, prost and tokio; nothing of the coordinator.
+//! It depends on the API (the crate `jobfence-api`, generated from
+//! `proto/`) and on tonic, prost and tokio; nothing of the coordinator.
 //!
 //! - [`WorkerClient::claim`] / [`WorkerClient::takeover`] hand out
 //!   [`ClaimedJob`] handles, and only a committed claim does: an unclear
@@ -69,13 +69,12 @@ pub mod reason;
 mod retry;
 mod runner;
 
-/// The generated protobuf messages and client of `jobfence.v1`
-/// (`proto/jobfence/v1/coordinator.proto`), for the types the handles
-/// return ([`proto::Job`], [`proto::Observation`], …) and for calls the SDK
-/// does not wrap (Enqueue, EnqueueBatch).
+/// The generated protobuf messages and clients of `jobfence.v1` (the crate
+/// `jobfence-api`), for the types the handles return ([`proto::Job`],
+/// [`proto::Observation`], …) and for calls the SDK does not wrap
+/// (Enqueue, EnqueueBatch).
 pub mod proto {
-    #![allow(missing_docs, clippy::all)]
-    tonic::include_proto!("jobfence.v1");
+    pub use jobfence_api::v1::*;
 }
 
 pub use client::{WorkerClient, WorkerConfig, MAX_IN_FLIGHT};

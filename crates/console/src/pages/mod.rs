@@ -1,0 +1,73 @@
+//! One module per page: its handler (parse the request with
+//! [`super::forms`], call the coordinator, map a refusal to a notice) and
+//! its view. No GET changes anything; the posts ([`resolve::post`], and
+//! the provider forms of [`providers`]) are behind [`super::csrf`].
+
+pub mod events;
+pub mod job;
+pub mod jobs;
+pub mod providers;
+pub mod queues;
+pub mod resolve;
+pub mod review;
+
+use super::view::{self, Level, Nav, Notice};
+use axum::http::StatusCode;
+use axum::response::Response;
+use jobfence_domain::CoordinatorError;
+use jobfence_domain::FieldViolation;
+use maud::html;
+
+/// The notice and status for a coordinator error on a read.
+pub fn refusal(e: &CoordinatorError) -> (StatusCode, Notice) {
+    match e {
+        CoordinatorError::InvalidArgument(v) => (StatusCode::BAD_REQUEST, bad_input(v)),
+        CoordinatorError::JobNotFound { job_id } => (
+            StatusCode::NOT_FOUND,
+            Notice::new(Level::Error, format!("There is no job {job_id}.")),
+        ),
+        CoordinatorError::DatabaseUnavailable(why) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Notice::new(
+                Level::Error,
+                "The database is not answering; nothing was changed. Try again in a moment.",
+            )
+            .with_lines([why.clone()]),
+        ),
+        other => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            Notice::new(Level::Error, "The coordinator could not answer.")
+                .with_lines([other.to_string()]),
+        ),
+    }
+}
+
+/// One notice listing every bad field.
+pub fn bad_input(v: &[FieldViolation]) -> Notice {
+    Notice::new(Level::Error, "Some of what was entered cannot be used:").with_lines(
+        v.iter()
+            .map(|f| format!("{}: {}", f.field.replace('_', " "), f.description)),
+    )
+}
+
+/// Any path the console does not serve.
+pub async fn not_found(uri: axum::http::Uri) -> Response {
+    let n = Notice::new(Level::Error, format!("There is no page at {}.", uri.path()));
+    let body = html! { p { a href="/queues" { "Go to the queues" } } };
+    view::respond(
+        StatusCode::NOT_FOUND,
+        view::page("Not found", Nav::None, &[n], body),
+        [],
+    )
+}
+
+/// The page for a job id that is not one.
+pub fn not_found_job(why: &str) -> Response {
+    let n = Notice::new(Level::Error, format!("No such job: {why}."));
+    let body = html! { p { a href="/jobs" { "← all jobs" } } };
+    view::respond(
+        StatusCode::BAD_REQUEST,
+        view::page("Job", Nav::Jobs, &[n], body),
+        [],
+    )
+}

@@ -1,0 +1,304 @@
+//! An event of `job_events`, told as a line of the job's story: a claim
+//! with its attempt, a takeover, a zombie's refused write, a late result
+//! kept as evidence, a resend allowed or refused, an operator's action.
+//! Pure functions of the event, so the Job page, the Manual review page
+//! and the Events feed tell it the same way.
+
+use jobfence_domain::event::parse_fail_detail;
+use jobfence_domain::feed::FeedEvent;
+use jobfence_domain::{EventKind, FailDisposition, NextAction, OverrideReason};
+
+/// How an entry is coloured.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tone {
+    /// The normal course: enqueued, claimed, renewed.
+    Info,
+    /// A good ending or good news: completed, a success observed.
+    Good,
+    /// Something went wrong and was handled: a takeover, a resend, a park.
+    Warn,
+    /// The fence at work: a write from a superseded attempt refused.
+    Fence,
+    /// A terminal failure.
+    Bad,
+    /// A person acted.
+    Operator,
+}
+
+impl Tone {
+    /// The CSS class of the tone.
+    pub fn class(self) -> &'static str {
+        match self {
+            Tone::Info => "info",
+            Tone::Good => "good",
+            Tone::Warn => "warn",
+            Tone::Fence => "fence",
+            Tone::Bad => "bad",
+            Tone::Operator => "operator",
+        }
+    }
+}
+
+/// One event, told.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Told {
+    /// Its colour.
+    pub tone: Tone,
+    /// A few words: "Taken over: attempt 2".
+    pub title: String,
+    /// The sentence under it.
+    pub text: String,
+}
+
+fn told(tone: Tone, title: impl Into<String>, text: impl Into<String>) -> Told {
+    Told {
+        tone,
+        title: title.into(),
+        text: text.into(),
+    }
+}
+
+/// A field of an operator event's JSON detail.
+fn json_field(detail: &str, key: &str) -> Option<String> {
+    let v: serde_json::Value = serde_json::from_str(detail).ok()?;
+    v.get(key)?.as_str().map(str::to_owned)
+}
+
+fn override_reason(why: Option<OverrideReason>) -> &'static str {
+    match why {
+        Some(OverrideReason::ResendWindowClosed) => {
+            "a resend was refused: the provider's idempotency window, counted from the first \
+             dispatch, is closed, so the provider may no longer de-duplicate it"
+        }
+        Some(OverrideReason::MaxDispatchesReached) => {
+            "a resend was refused: the queue's dispatches are used up"
+        }
+        None => "the worker asked for an operator",
+    }
+}
+
+fn state_name(s: Option<jobfence_domain::JobState>) -> &'static str {
+    s.map_or("unchanged", |s| s.as_str())
+}
+
+/// Tells `e`.
+pub fn tell(e: &FeedEvent) -> Told {
+    let a = e.attempt;
+    let detail = e.detail.as_deref().unwrap_or("");
+    // A refused write's detail starts with the call (`fail: …`).
+    let head = detail.split_once(':').map_or(detail, |(h, _)| h);
+    // A Fail's detail says what was applied, and why it differs from the
+    // request (domain::event::fail_detail).
+    let fail = parse_fail_detail(detail);
+    let Some(kind) = e.event_kind() else {
+        // A kind a newer coordinator wrote: told as it is.
+        return told(Tone::Info, e.kind.clone(), detail.to_owned());
+    };
+    match kind {
+        EventKind::Enqueued => told(
+            Tone::Info,
+            "Enqueued",
+            format!("in queue {}, operation_key {}", e.queue, e.operation_key),
+        ),
+        EventKind::Claimed => told(
+            Tone::Info,
+            format!("Claimed: attempt {a}"),
+            if matches!(detail.parse(), Ok(NextAction::Reconcile)) {
+                "handed out to a worker, to reconcile first (ask the provider what happened)"
+                    .to_owned()
+            } else {
+                "handed out to a worker, to send the operation".to_owned()
+            },
+        ),
+        EventKind::TakenOver => told(
+            Tone::Warn,
+            format!("Taken over: attempt {a}"),
+            format!(
+                "the lease of attempt {} expired and another worker took the job; attempt {} \
+                 may no longer write, and attempt {a} reconciles first",
+                a.saturating_sub(1),
+                a.saturating_sub(1)
+            ),
+        ),
+        EventKind::LeaseRenewed => told(
+            Tone::Info,
+            format!("Lease renewed by attempt {a}"),
+            "the worker is still on it",
+        ),
+        EventKind::Completed => told(
+            Tone::Good,
+            format!("Completed by attempt {a}"),
+            "the job succeeded",
+        ),
+        EventKind::RetryScheduled if matches!(fail, Some((FailDisposition::RetryExecute, _))) => {
+            told(
+                Tone::Warn,
+                format!("Resend allowed for attempt {a}"),
+                "the outcome was unknown and the provider's idempotency window is still open: \
+             the operation will be sent again with the same operation_key",
+            )
+        }
+        EventKind::RetryScheduled => told(
+            Tone::Info,
+            format!("Retry scheduled by attempt {a}"),
+            "back to ready; the next worker reconciles first",
+        ),
+        EventKind::Failed => told(
+            Tone::Bad,
+            format!("Failed by attempt {a}"),
+            "the outcome is known: the operation did not and will not happen",
+        ),
+        EventKind::ManualReview => told(
+            Tone::Warn,
+            "Parked for manual review",
+            format!(
+                "attempt {a}: {}",
+                override_reason(fail.and_then(|(_, why)| why))
+            ),
+        ),
+        EventKind::StaleWriteRejected => told(
+            Tone::Fence,
+            format!("Stale write refused: attempt {a}"),
+            format!(
+                "a {} from attempt {a} arrived after the job had moved on (now attempt {}, {}); \
+                 it was refused and changed nothing",
+                if head.is_empty() { "write" } else { head },
+                e.current_attempt,
+                state_name(e.from_state),
+            ),
+        ),
+        EventKind::ObservationRecorded => {
+            let (source, outcome) = detail.split_once(' ').unwrap_or((detail, ""));
+            let stale = if a < e.current_attempt {
+                format!(
+                    " — from attempt {a}, already superseded by attempt {}: kept as evidence, \
+                     not written",
+                    e.current_attempt
+                )
+            } else {
+                String::new()
+            };
+            told(
+                if outcome == "succeeded" {
+                    Tone::Good
+                } else {
+                    Tone::Info
+                },
+                format!("Observation: {source} saw {outcome}"),
+                format!("the provider's answer, recorded{stale}"),
+            )
+        }
+        EventKind::ManualReviewResolved => {
+            let operator = json_field(detail, "operator").unwrap_or_default();
+            let action = json_field(detail, "action").unwrap_or_default();
+            let reason = json_field(detail, "reason").unwrap_or_default();
+            told(
+                Tone::Operator,
+                format!("Resolved by {operator}: {}", action.replace('_', " ")),
+                format!("now {}; reason: {reason}", state_name(e.to_state)),
+            )
+        }
+        EventKind::ResolveRejected | EventKind::CancelRejected => {
+            let operator = json_field(detail, "operator").unwrap_or_default();
+            let refused = json_field(detail, "refused").unwrap_or_default();
+            let what = if kind == EventKind::CancelRejected {
+                "Cancel"
+            } else {
+                "Resolution"
+            };
+            told(
+                Tone::Fence,
+                format!("{what} by {operator} refused"),
+                format!("presented attempt {a}: {refused}"),
+            )
+        }
+        EventKind::Cancelled => {
+            let operator = json_field(detail, "operator").unwrap_or_default();
+            let reason = json_field(detail, "reason").unwrap_or_default();
+            told(
+                Tone::Operator,
+                format!("Cancelled by {operator}"),
+                format!("never dispatched; reason: {reason}"),
+            )
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use jobfence_domain::JobState;
+
+    fn event(kind: &str, attempt: u64, current: u64, detail: &str) -> FeedEvent {
+        FeedEvent {
+            id: 1,
+            job_id: 9,
+            queue: "refunds".into(),
+            operation_key: "refund-pay_9".into(),
+            attempt,
+            kind: kind.into(),
+            from_state: Some(JobState::Running),
+            to_state: None,
+            current_attempt: current,
+            detail: (!detail.is_empty()).then(|| detail.to_owned()),
+            created_at: chrono::NaiveDateTime::default(),
+        }
+    }
+
+    #[test]
+    fn the_seed_story_reads_in_order() {
+        let story = [
+            event("claimed", 1, 1, "execute"),
+            event("taken_over", 2, 2, "reconcile"),
+            event(
+                "stale_write_rejected",
+                1,
+                2,
+                "fail: attempt 1 of job 9 was superseded by attempt 2",
+            ),
+            event("observation_recorded", 1, 2, "worker succeeded"),
+            event("completed", 2, 2, ""),
+        ];
+        let told: Vec<Told> = story.iter().map(tell).collect();
+        assert_eq!(told[0].title, "Claimed: attempt 1");
+        assert_eq!(told[1].tone, Tone::Warn);
+        assert!(told[1].text.contains("lease of attempt 1 expired"));
+        assert_eq!(told[2].tone, Tone::Fence);
+        assert!(told[2].text.starts_with("a fail from attempt 1"));
+        assert!(told[2].text.contains("now attempt 2"));
+        assert_eq!(told[3].title, "Observation: worker saw succeeded");
+        assert!(told[3].text.contains("superseded by attempt 2"));
+        assert_eq!(told[4].tone, Tone::Good);
+    }
+
+    #[test]
+    fn resend_decisions_and_operators_are_told() {
+        let refused = tell(&event(
+            "manual_review",
+            3,
+            3,
+            "manual_review:RESEND_WINDOW_CLOSED",
+        ));
+        assert!(refused.text.contains("idempotency window"));
+        let allowed = tell(&event("retry_scheduled", 1, 1, "retry_execute"));
+        assert!(allowed.title.starts_with("Resend allowed"));
+        let mut resolved = event(
+            "manual_review_resolved",
+            3,
+            3,
+            r#"{"action":"retry_reconcile","operator":"alice","reason":"checked"}"#,
+        );
+        resolved.to_state = Some(JobState::Ready);
+        let t = tell(&resolved);
+        assert_eq!(t.title, "Resolved by alice: retry reconcile");
+        assert_eq!(t.text, "now ready; reason: checked");
+        let rejected = tell(&event(
+            "resolve_rejected",
+            3,
+            3,
+            r#"{"action":"failed","operator":"bob","reason":"x","refused":"job 9 is succeeded"}"#,
+        ));
+        assert_eq!(rejected.title, "Resolution by bob refused");
+        assert!(rejected.text.contains("job 9 is succeeded"));
+    }
+}

@@ -1,0 +1,263 @@
+//! The fenced writes a worker makes with the attempt it holds: RenewLease,
+//! Complete and Fail. Each is checked here, then joins the write pipeline:
+//! concurrent writes share one transaction (a group commit), each still
+//! fenced on its own row (see `store::writeback`).
+
+use super::Coordinator;
+use jobfence_domain::budget::MAX_PROVIDER_RETRY_AFTER;
+use jobfence_domain::validate::{Violations, MAX_BODY_BYTES, MAX_ERROR_BYTES, MAX_KEY_BYTES};
+use jobfence_domain::{
+    CompleteRequest, CoordinatorError, FailDisposition, FailOutcome, FailRequest, FencedOutcome,
+    FencedWrite, QueueScope, RenewLeaseRequest, ScopedWrite, WriteOutcome,
+};
+use std::time::Duration;
+
+/// RenewLease input before defaults.
+#[derive(Debug, Clone)]
+pub struct RenewLease {
+    pub job_id: u64,
+    pub attempt: u64,
+    pub lease: Option<Duration>,
+}
+
+/// Fail input before the queue policy is known.
+#[derive(Debug, Clone)]
+pub struct Fail {
+    pub job_id: u64,
+    pub attempt: u64,
+    pub disposition: FailDisposition,
+    pub error: String,
+    pub retry_delay: Duration,
+    /// The provider's Retry-After, when the worker got a 429 (or a 503
+    /// with Retry-After): hand-outs for the job's provider stop until
+    /// then, on every coordinator.
+    pub provider_retry_after: Option<Duration>,
+}
+
+impl Coordinator {
+    /// RenewLease: extends the lease of the current attempt, never shortens
+    /// it. Refusals as for every fenced write (see `domain::fence`), and
+    /// `QueueNotAllowed` for a job outside `scope` (checked under the row
+    /// lock, before the fence; nothing written).
+    pub async fn renew_lease(
+        &self,
+        req: RenewLease,
+        scope: &QueueScope,
+    ) -> Result<WriteOutcome, CoordinatorError> {
+        let mut v = Violations::default();
+        v.job_id(req.job_id);
+        v.attempt(req.attempt);
+        let lease = self.lease(&mut v, "lease", req.lease);
+        v.finish()?;
+        let out = self
+            .write(
+                FencedWrite::RenewLease(RenewLeaseRequest {
+                    job_id: req.job_id,
+                    attempt: req.attempt,
+                    lease,
+                }),
+                scope,
+            )
+            .await?;
+        Ok(WriteOutcome {
+            job: out.job,
+            replayed: out.replayed,
+        })
+    }
+
+    /// Complete: `succeeded` with the provider's reference and result.
+    /// Refusals as for [`renew_lease`](Self::renew_lease).
+    pub async fn complete(
+        &self,
+        req: CompleteRequest,
+        scope: &QueueScope,
+    ) -> Result<WriteOutcome, CoordinatorError> {
+        let mut v = Violations::default();
+        v.job_id(req.job_id);
+        v.attempt(req.attempt);
+        if let Some(r) = &req.provider_reference {
+            v.max_bytes("provider_reference", r, MAX_KEY_BYTES);
+        }
+        if let Some(r) = &req.result {
+            v.max_bytes("result", r, MAX_BODY_BYTES);
+        }
+        v.finish()?;
+        let out = self.write(FencedWrite::Complete(req), scope).await?;
+        Ok(WriteOutcome {
+            job: out.job,
+            replayed: out.replayed,
+        })
+    }
+
+    /// Fail: applies the disposition, except a resend outside the queue's
+    /// resend window or past its max dispatches, which goes to manual
+    /// review (DESIGN.md rule 6); the answer says what was applied and why.
+    /// Refusals as for [`renew_lease`](Self::renew_lease).
+    pub async fn fail(
+        &self,
+        req: Fail,
+        scope: &QueueScope,
+    ) -> Result<FailOutcome, CoordinatorError> {
+        let mut v = Violations::default();
+        v.job_id(req.job_id);
+        v.attempt(req.attempt);
+        if req.error.is_empty() {
+            v.add("error", "must say what went wrong");
+        }
+        v.max_bytes("error", &req.error, MAX_ERROR_BYTES);
+        v.delay("retry_delay", req.retry_delay);
+        if let Some(d) = req.provider_retry_after {
+            if d.is_zero() {
+                v.add(
+                    "provider_retry_after",
+                    "must be positive when set (leave it unset when the provider gave none)",
+                );
+            } else if d > MAX_PROVIDER_RETRY_AFTER {
+                v.add(
+                    "provider_retry_after",
+                    format!(
+                        "must be at most {}",
+                        humantime::format_duration(MAX_PROVIDER_RETRY_AFTER)
+                    ),
+                );
+            }
+        }
+        v.finish()?;
+        // The queue (and so its policy) is read under the row lock.
+        let out = self
+            .write(
+                FencedWrite::Fail(FailRequest {
+                    job_id: req.job_id,
+                    attempt: req.attempt,
+                    disposition: req.disposition,
+                    error: req.error,
+                    retry_delay: req.retry_delay,
+                    expected_lease: self.config.default_lease,
+                    provider_retry_after: req.provider_retry_after,
+                }),
+                scope,
+            )
+            .await?;
+        let out = out.into_fail()?;
+        if out.replayed {
+            return Ok(out);
+        }
+        let job = &out.job;
+        if matches!(
+            out.applied,
+            FailDisposition::RetryExecute | FailDisposition::RetryReconcile
+        ) {
+            self.pipelines.waiters.due_in(&job.queue, req.retry_delay);
+        }
+        if let (Some(provider), Some(d)) = (&out.throttled, req.provider_retry_after) {
+            self.metrics.provider_throttle_report(provider);
+            tracing::warn!(
+                job_id = job.id,
+                queue = %job.queue,
+                provider = %provider,
+                retry_after_ms = d.as_millis() as u64,
+                "provider throttled: hand-outs held until its Retry-After"
+            );
+        }
+        if let Some(why) = out.override_reason {
+            self.metrics.resend_decision(&job.queue, "refused");
+            self.metrics.manual_review_entered(&job.queue, why.as_str());
+            tracing::warn!(
+                job_id = job.id,
+                queue = %job.queue,
+                operation_key = %job.operation_key.escape_debug(),
+                attempt = req.attempt,
+                reason = why.as_str(),
+                dispatch_count = job.dispatch_count,
+                retry_delay_ms = req.retry_delay.as_millis() as u64,
+                "resend refused, moved to manual review"
+            );
+        } else if req.disposition == FailDisposition::RetryExecute {
+            self.metrics.resend_decision(&job.queue, "allowed");
+            tracing::info!(
+                job_id = job.id,
+                queue = %job.queue,
+                operation_key = %job.operation_key.escape_debug(),
+                attempt = req.attempt,
+                dispatch_count = job.dispatch_count,
+                retry_delay_ms = req.retry_delay.as_millis() as u64,
+                "resend allowed"
+            );
+        } else if out.applied == FailDisposition::ManualReview {
+            self.metrics
+                .manual_review_entered(&job.queue, jobfence_domain::MANUAL_REVIEW_REQUESTED);
+            tracing::warn!(
+                job_id = job.id,
+                queue = %job.queue,
+                operation_key = %job.operation_key.escape_debug(),
+                attempt = req.attempt,
+                reason = jobfence_domain::MANUAL_REVIEW_REQUESTED,
+                "moved to manual review"
+            );
+        }
+        Ok(out)
+    }
+
+    /// Sends one fenced write through the write pipeline; labels the RPC's
+    /// span with the job's queue, and counts and logs a refused stale write
+    /// (its queue read by primary key: the refusal does not carry it) and
+    /// a commit whose outcome is unknown.
+    async fn write(
+        &self,
+        write: FencedWrite,
+        scope: &QueueScope,
+    ) -> Result<FencedOutcome, CoordinatorError> {
+        let (rpc, job_id) = (write.rpc(), write.job_id());
+        let scoped = ScopedWrite {
+            write,
+            scope: scope.clone(),
+        };
+        let e = match self
+            .for_job(job_id)?
+            .writes
+            .submit(scoped)
+            .await
+            .and_then(|r| r)
+        {
+            Ok(out) => {
+                let span = tracing::Span::current();
+                span.record("queue", out.job.queue.as_str());
+                span.record("operation_key", out.job.operation_key.as_str());
+                return Ok(out);
+            }
+            Err(e) => e,
+        };
+        self.metrics.commit_outcome(rpc, &e);
+        let stale = match &e {
+            CoordinatorError::AttemptSuperseded {
+                presented,
+                current,
+                state,
+                ..
+            } => Some((*presented, *current, *state)),
+            CoordinatorError::JobNotRunning { attempt, state, .. } => {
+                Some((*attempt, *attempt, *state))
+            }
+            _ => None,
+        };
+        if let Some((presented, current, state)) = stale {
+            let queue = match self.shards.for_job(job_id) {
+                Ok(store) => store.queue_of(job_id).await.ok().flatten(),
+                Err(_) => None,
+            };
+            let queue = queue.as_deref().unwrap_or("");
+            tracing::Span::current().record("queue", queue);
+            self.metrics.stale_rejection(queue, rpc);
+            tracing::info!(
+                job_id,
+                queue,
+                rpc,
+                presented_attempt = presented,
+                current_attempt = current,
+                current_state = %state,
+                "stale write rejected"
+            );
+        }
+        Err(e)
+    }
+}

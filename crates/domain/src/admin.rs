@@ -1,0 +1,151 @@
+//! The operator's calls and reads, as the coordinator, the gRPC adapter
+//! and the console all see them: resolving or cancelling a job, listing
+//! jobs, per-queue statistics and the pending ages behind the gauges. The
+//! store executes them; nothing here knows SQL.
+
+use crate::JobState;
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+/// Where an operator sends a job parked in manual review.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Resolution {
+    /// Confirmed succeeded at the provider, with its reference.
+    Succeeded {
+        /// The provider's reference for the operation (required).
+        provider_reference: String,
+        /// The provider's result text, if any.
+        result: Option<String>,
+    },
+    /// Confirmed not done and never to be done.
+    Failed,
+    /// Back to ready after `delay`; the next worker reconciles first.
+    RetryReconcile {
+        /// Until the job is due again (DB clock).
+        delay: Duration,
+    },
+    /// Back to ready after `delay`; the next worker sends again with the
+    /// same operation_key. An explicitly authorized resend: the resend
+    /// window restarts from the next dispatch (DESIGN.md rule 6 would
+    /// otherwise turn it back into a reconcile).
+    RetryExecute {
+        /// Until the job is due again (DB clock).
+        delay: Duration,
+    },
+}
+
+impl Resolution {
+    /// The name used in events, logs and metrics.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Resolution::Succeeded { .. } => "succeeded",
+            Resolution::Failed => "failed",
+            Resolution::RetryReconcile { .. } => "retry_reconcile",
+            Resolution::RetryExecute { .. } => "retry_execute",
+        }
+    }
+
+    /// The state the job moves to.
+    pub fn to_state(&self) -> JobState {
+        match self {
+            Resolution::Succeeded { .. } => JobState::Succeeded,
+            Resolution::Failed => JobState::Failed,
+            Resolution::RetryReconcile { .. } | Resolution::RetryExecute { .. } => JobState::Ready,
+        }
+    }
+}
+
+/// A validated ResolveManualReview.
+#[derive(Debug, Clone)]
+pub struct ResolveRequest {
+    /// The parked job.
+    pub job_id: u64,
+    /// The attempt the operator saw on the parked job.
+    pub attempt: u64,
+    /// Where the job goes.
+    pub resolution: Resolution,
+    /// Who resolves it.
+    pub operator: String,
+    /// Why.
+    pub reason: String,
+}
+
+/// A validated CancelJob.
+#[derive(Debug, Clone)]
+pub struct CancelRequest {
+    /// The job to cancel.
+    pub job_id: u64,
+    /// The attempt the operator saw (0 for a job never claimed).
+    pub attempt: u64,
+    /// Who cancels it.
+    pub operator: String,
+    /// Why.
+    pub reason: String,
+}
+
+/// The pending states, in the order of [`QueuePending::oldest`].
+pub const PENDING: [JobState; 3] = [JobState::Ready, JobState::Running, JobState::ManualReview];
+
+/// A validated ListJobs.
+#[derive(Debug, Clone, Default)]
+pub struct ListJobsFilter {
+    /// Only this queue.
+    pub queue: Option<String>,
+    /// Empty means every state.
+    pub states: Vec<JobState>,
+    /// Only jobs created at least this long ago (DB clock).
+    pub min_age: Option<Duration>,
+    /// Only jobs whose operation_key starts with this (exact match included).
+    pub operation_key: Option<String>,
+    /// Keyset paging: only jobs with a larger id.
+    pub after_id: u64,
+    /// At least 1.
+    pub limit: u32,
+}
+
+/// The job that has waited longest in one pending state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OldestJob {
+    /// The job.
+    pub job_id: u64,
+    /// `ready`: since due; `running`: since claimed; `manual_review`: since
+    /// parked. DB clock.
+    pub age: Duration,
+}
+
+/// The pending ages of one queue.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct QueuePending {
+    /// Indexed like [`QueuePending::STATES`]: ready (due only), running,
+    /// manual_review.
+    pub oldest: [Option<OldestJob>; 3],
+    /// Since the creation of the oldest job not in a terminal state.
+    pub unfinished: Option<Duration>,
+}
+
+impl QueuePending {
+    /// The state of each slot of [`QueuePending::oldest`].
+    pub const STATES: [JobState; 3] = PENDING;
+}
+
+/// Pending ages of every queue that has pending jobs.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PendingAges {
+    /// By queue name.
+    pub queues: BTreeMap<String, QueuePending>,
+}
+
+/// QueueStats of one queue.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct QueueStats {
+    /// The queue.
+    pub queue: String,
+    /// Jobs by state (states with none are left out).
+    pub counts: Vec<(JobState, u64)>,
+    /// Pending ages (see [`QueuePending`]).
+    pub pending: QueuePending,
+    /// Takeovers within the window, from the events.
+    pub takeovers: u64,
+    /// Stale writes refused within the window, from the events.
+    pub stale_write_rejections: u64,
+}

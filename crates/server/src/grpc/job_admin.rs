@@ -1,0 +1,557 @@
+//! `jobfence.v1.JobAdmin`: the operator service. Same five steps as the
+//! worker-facing adapters: take the request, build the domain call, await
+//! the coordinator, map the error through [`super::status`], record the
+//! outcome on the span.
+
+use super::convert::{self, duration, non_empty};
+use super::events::event_to_proto;
+use super::providers as conv;
+use jobfence_api::v1::job_admin_server::JobAdmin;
+use jobfence_api::v1::{
+    self as proto, CancelJobRequest, CancelJobResponse, DeleteProviderRequest,
+    DeleteProviderResponse, DeleteQueuePolicyRequest, DeleteQueuePolicyResponse,
+    GetJobDetailRequest, GetJobDetailResponse, ListJobsRequest, ListJobsResponse,
+    ListPolicyChangesRequest, ListPolicyChangesResponse, ListProvidersRequest,
+    ListProvidersResponse, ListQueuePoliciesRequest, ListQueuePoliciesResponse,
+    PauseProviderRequest, PauseProviderResponse, PutProviderRequest, PutProviderResponse,
+    PutQueuePolicyRequest, PutQueuePolicyResponse, QueueStatsRequest, QueueStatsResponse,
+    ResolveManualReviewRequest, ResolveManualReviewResponse, ResumeProviderRequest,
+    ResumeProviderResponse,
+};
+use jobfence_auth::Refusal;
+use jobfence_core::Coordinator;
+use jobfence_domain::admin::{ListJobsFilter, Resolution};
+use jobfence_domain::budget::Pause;
+use jobfence_domain::providers::{ChangeBy, PutProvider, PutQueuePolicy, SetPause};
+use jobfence_domain::validate::Violations;
+use jobfence_domain::JobState;
+use tonic::{Request, Response, Status};
+use tracing::{instrument, Span};
+
+/// The tonic service over a [`Coordinator`].
+#[derive(Debug, Clone)]
+pub struct JobAdminService {
+    coordinator: Coordinator,
+}
+
+impl JobAdminService {
+    /// The service over `coordinator`.
+    pub fn new(coordinator: Coordinator) -> Self {
+        JobAdminService { coordinator }
+    }
+
+    fn finish<T>(
+        &self,
+        result: Result<T, jobfence_domain::CoordinatorError>,
+    ) -> Result<Response<T>, Status> {
+        super::finish(self.coordinator.metrics(), result)
+    }
+
+    /// The operator to record: the credential's name when the server
+    /// authenticates (a request naming someone else is refused), else the
+    /// request's `operator` field.
+    fn operator<T>(&self, request: &Request<T>, requested: &str) -> Result<String, Status> {
+        let caller = super::caller(request);
+        Refusal::operator_for(caller.as_deref(), requested)
+            .map_err(|r| super::refused(self.coordinator.metrics(), request.extensions(), r))
+    }
+}
+
+/// A job state named in a request (unset or unknown is a violation).
+fn state_from(v: &mut Violations, field: &str, raw: i32) -> JobState {
+    match proto::JobState::try_from(raw) {
+        Ok(proto::JobState::Ready) => JobState::Ready,
+        Ok(proto::JobState::Running) => JobState::Running,
+        Ok(proto::JobState::Succeeded) => JobState::Succeeded,
+        Ok(proto::JobState::Failed) => JobState::Failed,
+        Ok(proto::JobState::ManualReview) => JobState::ManualReview,
+        Ok(proto::JobState::Cancelled) => JobState::Cancelled,
+        _ => {
+            v.add(field, format!("unknown or unset job state {raw}"));
+            JobState::Ready
+        }
+    }
+}
+
+fn resolution(v: &mut Violations, r: &ResolveManualReviewRequest) -> Resolution {
+    let mut delay = || duration(v, "delay", r.delay).unwrap_or_default();
+    match proto::Resolution::try_from(r.resolution) {
+        Ok(proto::Resolution::Succeeded) => Resolution::Succeeded {
+            provider_reference: r.provider_reference.clone(),
+            result: non_empty(r.result.clone()),
+        },
+        Ok(proto::Resolution::Failed) => Resolution::Failed,
+        Ok(proto::Resolution::RetryReconcile) => Resolution::RetryReconcile { delay: delay() },
+        Ok(proto::Resolution::RetryExecute) => Resolution::RetryExecute { delay: delay() },
+        _ => {
+            v.add(
+                "resolution",
+                format!("unknown or unset resolution {}", r.resolution),
+            );
+            Resolution::Failed
+        }
+    }
+}
+
+fn queue_stats(s: jobfence_domain::admin::QueueStats) -> proto::QueueStats {
+    let oldest = jobfence_domain::admin::QueuePending::STATES
+        .iter()
+        .zip(s.pending.oldest)
+        .filter_map(|(state, o)| {
+            o.map(|o| proto::PendingAge {
+                state: convert::state(*state) as i32,
+                age: Some(convert::duration_to_proto(o.age)),
+                job_id: o.job_id,
+            })
+        })
+        .collect();
+    proto::QueueStats {
+        queue: s.queue,
+        counts: s
+            .counts
+            .into_iter()
+            .map(|(state, jobs)| proto::StateCount {
+                state: convert::state(state) as i32,
+                jobs,
+            })
+            .collect(),
+        oldest,
+        oldest_unfinished_age: s.pending.unfinished.map(convert::duration_to_proto),
+        takeovers: s.takeovers,
+        stale_write_rejections: s.stale_write_rejections,
+    }
+}
+
+#[tonic::async_trait]
+impl JobAdmin for JobAdminService {
+    #[instrument(name = "ListJobs", skip_all, fields(caller, queue, listed, outcome))]
+    async fn list_jobs(
+        &self,
+        request: Request<ListJobsRequest>,
+    ) -> Result<Response<ListJobsResponse>, Status> {
+        super::caller(&request);
+        let r = request.into_inner();
+        let span = Span::current();
+        span.record("queue", r.queue.as_str());
+        let result = async {
+            let mut v = Violations::default();
+            let states = r
+                .states
+                .iter()
+                .map(|s| state_from(&mut v, "states", *s))
+                .collect();
+            let min_age = duration(&mut v, "min_age", r.min_age);
+            let after_id = if r.page_token.is_empty() {
+                0
+            } else {
+                r.page_token.parse().unwrap_or_else(|_| {
+                    v.add("page_token", "is not a token this service returned");
+                    0
+                })
+            };
+            v.finish()?;
+            let (jobs, next) = self
+                .coordinator
+                .list_jobs(ListJobsFilter {
+                    queue: non_empty(r.queue),
+                    states,
+                    min_age,
+                    operation_key: None,
+                    after_id,
+                    limit: r.page_size,
+                })
+                .await?;
+            span.record("listed", jobs.len());
+            Ok(ListJobsResponse {
+                jobs: jobs.into_iter().map(convert::job).collect(),
+                next_page_token: next.map(|id| id.to_string()).unwrap_or_default(),
+            })
+        }
+        .await;
+        self.finish(result)
+    }
+
+    #[instrument(
+        name = "AdminGetJob",
+        skip_all,
+        fields(caller, job_id, queue, operation_key, attempt, outcome)
+    )]
+    async fn get_job(
+        &self,
+        request: Request<GetJobDetailRequest>,
+    ) -> Result<Response<GetJobDetailResponse>, Status> {
+        super::caller(&request);
+        let r = request.into_inner();
+        let span = Span::current();
+        span.record("job_id", r.job_id);
+        let result = self.coordinator.job_detail(r.job_id).await.map(|d| {
+            span.record("queue", d.job.queue.as_str());
+            span.record("operation_key", d.job.operation_key.as_str());
+            span.record("attempt", d.job.attempt);
+            GetJobDetailResponse {
+                job: Some(convert::job(d.job)),
+                observations: d
+                    .observations
+                    .into_iter()
+                    .map(convert::observation)
+                    .collect(),
+                events: d.events.into_iter().map(event_to_proto).collect(),
+            }
+        });
+        self.finish(result)
+    }
+
+    #[instrument(
+        name = "ResolveManualReview",
+        skip_all,
+        fields(
+            caller, job_id, queue, attempt, operator, resolution, replayed, outcome
+        )
+    )]
+    async fn resolve_manual_review(
+        &self,
+        request: Request<ResolveManualReviewRequest>,
+    ) -> Result<Response<ResolveManualReviewResponse>, Status> {
+        let operator = self.operator(&request, &request.get_ref().operator)?;
+        let r = request.into_inner();
+        let span = Span::current();
+        span.record("job_id", r.job_id);
+        span.record("attempt", r.attempt);
+        span.record("operator", operator.as_str());
+        let result = async {
+            let mut v = Violations::default();
+            let resolution = resolution(&mut v, &r);
+            v.finish()?;
+            span.record("resolution", resolution.as_str());
+            let out = self
+                .coordinator
+                .resolve_manual_review(
+                    jobfence_domain::admin::ResolveRequest {
+                        job_id: r.job_id,
+                        attempt: r.attempt,
+                        resolution,
+                        operator,
+                        reason: r.reason,
+                    },
+                    r.authorize_resend,
+                )
+                .await?;
+            span.record("replayed", out.replayed);
+            Ok(ResolveManualReviewResponse {
+                job: Some(convert::job(out.job)),
+                replayed: out.replayed,
+            })
+        }
+        .await;
+        self.finish(result)
+    }
+
+    #[instrument(
+        name = "CancelJob",
+        skip_all,
+        fields(caller, job_id, queue, attempt, operator, replayed, outcome)
+    )]
+    async fn cancel_job(
+        &self,
+        request: Request<CancelJobRequest>,
+    ) -> Result<Response<CancelJobResponse>, Status> {
+        let operator = self.operator(&request, &request.get_ref().operator)?;
+        let r = request.into_inner();
+        let span = Span::current();
+        span.record("job_id", r.job_id);
+        span.record("attempt", r.attempt);
+        span.record("operator", operator.as_str());
+        let result = self
+            .coordinator
+            .cancel_job(jobfence_domain::admin::CancelRequest {
+                job_id: r.job_id,
+                attempt: r.attempt,
+                operator,
+                reason: r.reason,
+            })
+            .await
+            .map(|out| {
+                span.record("queue", out.job.queue.as_str());
+                span.record("replayed", out.replayed);
+                CancelJobResponse {
+                    job: Some(convert::job(out.job)),
+                    replayed: out.replayed,
+                }
+            });
+        self.finish(result)
+    }
+
+    #[instrument(name = "QueueStats", skip_all, fields(caller, queue, outcome))]
+    async fn queue_stats(
+        &self,
+        request: Request<QueueStatsRequest>,
+    ) -> Result<Response<QueueStatsResponse>, Status> {
+        super::caller(&request);
+        let r = request.into_inner();
+        Span::current().record("queue", r.queue.as_str());
+        let result = async {
+            let mut v = Violations::default();
+            let window = duration(&mut v, "window", r.window);
+            v.finish()?;
+            let (stats, window) = self
+                .coordinator
+                .queue_stats(non_empty(r.queue), window)
+                .await?;
+            Ok(QueueStatsResponse {
+                queues: stats.into_iter().map(queue_stats).collect(),
+                window: Some(convert::duration_to_proto(window)),
+            })
+        }
+        .await;
+        self.finish(result)
+    }
+
+    #[instrument(
+        name = "PutProvider",
+        skip_all,
+        fields(caller, provider, operator, created, outcome)
+    )]
+    async fn put_provider(
+        &self,
+        request: Request<PutProviderRequest>,
+    ) -> Result<Response<PutProviderResponse>, Status> {
+        let operator = self.operator(&request, &request.get_ref().operator)?;
+        let r = request.into_inner();
+        let span = Span::current();
+        span.record("provider", r.name.as_str());
+        span.record("operator", operator.as_str());
+        let result = async {
+            let mut v = Violations::default();
+            let budget = conv::budget(&mut v, r.budget);
+            v.finish()?;
+            let (provider, created) = self
+                .coordinator
+                .put_provider(PutProvider {
+                    name: r.name,
+                    budget,
+                    queues: r.queues,
+                    by: ChangeBy {
+                        operator,
+                        reason: r.reason,
+                    },
+                })
+                .await?;
+            span.record("created", created);
+            Ok(PutProviderResponse {
+                provider: Some(conv::provider(provider)),
+                created,
+            })
+        }
+        .await;
+        self.finish(result)
+    }
+
+    #[instrument(
+        name = "DeleteProvider",
+        skip_all,
+        fields(caller, provider, operator, outcome)
+    )]
+    async fn delete_provider(
+        &self,
+        request: Request<DeleteProviderRequest>,
+    ) -> Result<Response<DeleteProviderResponse>, Status> {
+        let operator = self.operator(&request, &request.get_ref().operator)?;
+        let r = request.into_inner();
+        Span::current().record("provider", r.name.as_str());
+        let result = self
+            .coordinator
+            .delete_provider(
+                &r.name,
+                ChangeBy {
+                    operator,
+                    reason: r.reason,
+                },
+            )
+            .await
+            .map(|p| DeleteProviderResponse {
+                provider: Some(conv::provider(p)),
+            });
+        self.finish(result)
+    }
+
+    #[instrument(name = "ListProviders", skip_all, fields(caller, outcome))]
+    async fn list_providers(
+        &self,
+        request: Request<ListProvidersRequest>,
+    ) -> Result<Response<ListProvidersResponse>, Status> {
+        super::caller(&request);
+        let result = self
+            .coordinator
+            .list_providers()
+            .await
+            .map(|all| ListProvidersResponse {
+                providers: all.into_iter().map(conv::provider).collect(),
+            });
+        self.finish(result)
+    }
+
+    #[instrument(
+        name = "PauseProvider",
+        skip_all,
+        fields(caller, provider, pause, operator, outcome)
+    )]
+    async fn pause_provider(
+        &self,
+        request: Request<PauseProviderRequest>,
+    ) -> Result<Response<PauseProviderResponse>, Status> {
+        let operator = self.operator(&request, &request.get_ref().operator)?;
+        let r = request.into_inner();
+        Span::current().record("provider", r.name.as_str());
+        let result = async {
+            let mut v = Violations::default();
+            let pause = conv::pause(&mut v, r.pause);
+            v.finish()?;
+            Span::current().record("pause", pause.as_str());
+            let p = self
+                .coordinator
+                .set_provider_pause(SetPause {
+                    name: r.name,
+                    pause,
+                    by: ChangeBy {
+                        operator,
+                        reason: r.reason,
+                    },
+                })
+                .await?;
+            Ok(PauseProviderResponse {
+                provider: Some(conv::provider(p)),
+            })
+        }
+        .await;
+        self.finish(result)
+    }
+
+    #[instrument(
+        name = "ResumeProvider",
+        skip_all,
+        fields(caller, provider, operator, outcome)
+    )]
+    async fn resume_provider(
+        &self,
+        request: Request<ResumeProviderRequest>,
+    ) -> Result<Response<ResumeProviderResponse>, Status> {
+        let operator = self.operator(&request, &request.get_ref().operator)?;
+        let r = request.into_inner();
+        Span::current().record("provider", r.name.as_str());
+        let result = self
+            .coordinator
+            .set_provider_pause(SetPause {
+                name: r.name,
+                pause: Pause::None,
+                by: ChangeBy {
+                    operator,
+                    reason: r.reason,
+                },
+            })
+            .await
+            .map(|p| ResumeProviderResponse {
+                provider: Some(conv::provider(p)),
+            });
+        self.finish(result)
+    }
+
+    #[instrument(
+        name = "PutQueuePolicy",
+        skip_all,
+        fields(caller, queue, operator, outcome)
+    )]
+    async fn put_queue_policy(
+        &self,
+        request: Request<PutQueuePolicyRequest>,
+    ) -> Result<Response<PutQueuePolicyResponse>, Status> {
+        let operator = self.operator(&request, &request.get_ref().operator)?;
+        let r = request.into_inner();
+        Span::current().record("queue", r.queue.as_str());
+        let result = async {
+            let mut v = Violations::default();
+            let policy = conv::queue_policy(&mut v, &r);
+            v.finish()?;
+            let stored = self
+                .coordinator
+                .put_queue_policy(PutQueuePolicy {
+                    queue: r.queue,
+                    policy,
+                    by: ChangeBy {
+                        operator,
+                        reason: r.reason,
+                    },
+                })
+                .await?;
+            Ok(PutQueuePolicyResponse {
+                policy: Some(conv::queue_policy_to_proto(stored)),
+            })
+        }
+        .await;
+        self.finish(result)
+    }
+
+    #[instrument(
+        name = "DeleteQueuePolicy",
+        skip_all,
+        fields(caller, queue, operator, outcome)
+    )]
+    async fn delete_queue_policy(
+        &self,
+        request: Request<DeleteQueuePolicyRequest>,
+    ) -> Result<Response<DeleteQueuePolicyResponse>, Status> {
+        let operator = self.operator(&request, &request.get_ref().operator)?;
+        let r = request.into_inner();
+        Span::current().record("queue", r.queue.as_str());
+        let result = self
+            .coordinator
+            .delete_queue_policy(
+                &r.queue,
+                ChangeBy {
+                    operator,
+                    reason: r.reason,
+                },
+            )
+            .await
+            .map(|p| DeleteQueuePolicyResponse {
+                policy: Some(conv::queue_policy_to_proto(p)),
+            });
+        self.finish(result)
+    }
+
+    #[instrument(name = "ListQueuePolicies", skip_all, fields(caller, outcome))]
+    async fn list_queue_policies(
+        &self,
+        request: Request<ListQueuePoliciesRequest>,
+    ) -> Result<Response<ListQueuePoliciesResponse>, Status> {
+        super::caller(&request);
+        let result =
+            self.coordinator
+                .list_queue_policies()
+                .await
+                .map(|all| ListQueuePoliciesResponse {
+                    policies: all.into_iter().map(conv::queue_policy_to_proto).collect(),
+                });
+        self.finish(result)
+    }
+
+    #[instrument(name = "ListPolicyChanges", skip_all, fields(caller, outcome))]
+    async fn list_policy_changes(
+        &self,
+        request: Request<ListPolicyChangesRequest>,
+    ) -> Result<Response<ListPolicyChangesResponse>, Status> {
+        super::caller(&request);
+        let r = request.into_inner();
+        let result = self
+            .coordinator
+            .list_policy_changes(
+                non_empty(r.subject).as_deref(),
+                (r.before_change_id > 0).then_some(r.before_change_id),
+                r.limit,
+            )
+            .await
+            .map(|all| ListPolicyChangesResponse {
+                changes: all.into_iter().map(conv::change).collect(),
+            });
+        self.finish(result)
+    }
+}

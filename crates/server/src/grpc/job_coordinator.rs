@@ -1,0 +1,494 @@
+//! `jobfence.v1.JobCoordinator`: the worker-facing service.
+
+use super::convert::{self, duration, non_empty};
+use jobfence_api::v1::job_coordinator_server::JobCoordinator;
+use jobfence_api::v1::{
+    enqueue_batch_result, ClaimRequest, ClaimResponse, CompleteRequest, CompleteResponse,
+    EnqueueBatchRequest, EnqueueBatchResponse, EnqueueBatchResult, EnqueueRequest, EnqueueResponse,
+    FailRequest, FailResponse, GetJobRequest, GetJobResponse, ItemError, RecordObservationRequest,
+    RecordObservationResponse, RenewLeaseRequest, RenewLeaseResponse, TakeoverRequest,
+    TakeoverResponse,
+};
+use jobfence_auth::Action;
+use jobfence_core::{self as coordinator, Coordinator};
+use jobfence_domain::validate::Violations;
+use jobfence_domain::{self as domain, CoordinatorError, QueueScope};
+use std::time::Duration;
+use tonic::{Request, Response, Status};
+use tracing::{instrument, Span};
+
+/// The tonic service over a [`Coordinator`].
+#[derive(Debug, Clone)]
+pub struct JobCoordinatorService {
+    coordinator: Coordinator,
+}
+
+impl JobCoordinatorService {
+    /// The service over `coordinator`.
+    pub fn new(coordinator: Coordinator) -> Self {
+        JobCoordinatorService { coordinator }
+    }
+
+    /// The queues the caller may act on for `action` (see [`super::scope`]).
+    fn scope<T>(
+        &self,
+        request: &Request<T>,
+        action: Action,
+        method: &str,
+    ) -> Result<QueueScope, Status> {
+        let caller = super::caller(request);
+        super::scope(caller.as_deref(), action, method)
+            .map_err(|r| super::refused(self.coordinator.metrics(), request.extensions(), r))
+    }
+
+    fn finish<T>(&self, result: Result<T, CoordinatorError>) -> Result<Response<T>, Status> {
+        super::finish(self.coordinator.metrics(), result)
+    }
+}
+
+#[tonic::async_trait]
+impl JobCoordinator for JobCoordinatorService {
+    #[instrument(
+        name = "Enqueue",
+        skip_all,
+        fields(caller, queue, operation_key, job_id, outcome)
+    )]
+    async fn enqueue(
+        &self,
+        request: Request<EnqueueRequest>,
+    ) -> Result<Response<EnqueueResponse>, Status> {
+        let scope = self.scope(&request, Action::Enqueue, "Enqueue")?;
+        let r = request.into_inner();
+        let span = Span::current();
+        span.record("queue", r.queue.as_str());
+        span.record("operation_key", r.operation_key.as_str());
+        let result = async {
+            let mut v = Violations::default();
+            let delay = duration(&mut v, "delay", r.delay);
+            v.finish()?;
+            let out = self
+                .coordinator
+                .enqueue(
+                    domain::EnqueueRequest {
+                        queue: r.queue,
+                        operation_key: r.operation_key,
+                        payload: r.payload,
+                        delay: delay.unwrap_or_default(),
+                    },
+                    &scope,
+                )
+                .await?;
+            span.record("job_id", out.job.id);
+            Ok(EnqueueResponse {
+                job: Some(convert::job(out.job)),
+                created: out.created,
+            })
+        }
+        .await;
+        self.finish(result)
+    }
+
+    #[instrument(
+        name = "EnqueueBatch",
+        skip_all,
+        fields(caller, items, created, outcome)
+    )]
+    async fn enqueue_batch(
+        &self,
+        request: Request<EnqueueBatchRequest>,
+    ) -> Result<Response<EnqueueBatchResponse>, Status> {
+        let scope = self.scope(&request, Action::Enqueue, "EnqueueBatch")?;
+        let r = request.into_inner();
+        let span = Span::current();
+        span.record("items", r.items.len());
+        let result = async {
+            let mut v = Violations::default();
+            let items: Vec<domain::EnqueueRequest> = r
+                .items
+                .into_iter()
+                .enumerate()
+                .map(|(i, item)| domain::EnqueueRequest {
+                    delay: duration(&mut v, &format!("items[{i}].delay"), item.delay)
+                        .unwrap_or_default(),
+                    queue: item.queue,
+                    operation_key: item.operation_key,
+                    payload: item.payload,
+                })
+                .collect();
+            if !v.0.is_empty() {
+                // Name every problem at once, not only the durations.
+                self.coordinator.check_enqueue_batch(&items, &mut v);
+                v.finish()?;
+            }
+            let answers = self.coordinator.enqueue_batch(items, &scope).await?;
+            span.record(
+                "created",
+                answers
+                    .iter()
+                    .filter(|a| a.as_ref().is_ok_and(|o| o.created))
+                    .count(),
+            );
+            Ok(EnqueueBatchResponse {
+                results: answers
+                    .into_iter()
+                    .map(|answer| EnqueueBatchResult {
+                        result: Some(match answer {
+                            Ok(out) => enqueue_batch_result::Result::Enqueued(EnqueueResponse {
+                                job: Some(convert::job(out.job)),
+                                created: out.created,
+                            }),
+                            Err(e) => enqueue_batch_result::Result::Error(item_error(&e)),
+                        }),
+                    })
+                    .collect(),
+            })
+        }
+        .await;
+        self.finish(result)
+    }
+
+    #[instrument(
+        name = "Claim",
+        skip_all,
+        fields(caller, queue, worker_id, claimed, outcome)
+    )]
+    async fn claim(
+        &self,
+        request: Request<ClaimRequest>,
+    ) -> Result<Response<ClaimResponse>, Status> {
+        let scope = self.scope(&request, Action::Work, "Claim")?;
+        let deadline = call_deadline(request.metadata());
+        let r = request.into_inner();
+        let span = Span::current();
+        span.record("queue", r.queue.as_str());
+        span.record("worker_id", r.worker_id.as_str());
+        let result = async {
+            let mut v = Violations::default();
+            let lease = duration(&mut v, "lease", r.lease);
+            let wait = duration(&mut v, "wait", r.wait).unwrap_or_default();
+            v.finish()?;
+            // Answer empty before the caller's deadline, never after it.
+            let wait = match deadline {
+                Some(d) => wait.min(d.saturating_sub(d / 10 + DEADLINE_MARGIN)),
+                None => wait,
+            };
+            let jobs = self
+                .coordinator
+                .claim(
+                    coordinator::Claim {
+                        queue: r.queue,
+                        worker_id: r.worker_id,
+                        max_jobs: r.max_jobs,
+                        lease,
+                        wait,
+                    },
+                    &scope,
+                )
+                .await?;
+            span.record("claimed", jobs.len());
+            Ok(ClaimResponse {
+                jobs: jobs.into_iter().map(convert::claimed).collect(),
+            })
+        }
+        .await;
+        self.finish(result)
+    }
+
+    #[instrument(
+        name = "Takeover",
+        skip_all,
+        fields(caller, job_id, queue, worker_id, attempt, operation_key, outcome)
+    )]
+    async fn takeover(
+        &self,
+        request: Request<TakeoverRequest>,
+    ) -> Result<Response<TakeoverResponse>, Status> {
+        let scope = self.scope(&request, Action::Work, "Takeover")?;
+        let r = request.into_inner();
+        let span = Span::current();
+        span.record("job_id", r.job_id);
+        span.record("worker_id", r.worker_id.as_str());
+        let result = async {
+            let mut v = Violations::default();
+            let lease = duration(&mut v, "lease", r.lease);
+            v.finish()?;
+            let claimed = self
+                .coordinator
+                .takeover(
+                    coordinator::Takeover {
+                        job_id: r.job_id,
+                        worker_id: r.worker_id,
+                        lease,
+                    },
+                    &scope,
+                )
+                .await?;
+            span.record("attempt", claimed.job.attempt);
+            span.record("operation_key", claimed.job.operation_key.as_str());
+            Ok(TakeoverResponse {
+                claimed: Some(convert::claimed(claimed)),
+            })
+        }
+        .await;
+        self.finish(result)
+    }
+
+    #[instrument(
+        name = "RenewLease",
+        skip_all,
+        fields(caller, job_id, queue, attempt, operation_key, outcome)
+    )]
+    async fn renew_lease(
+        &self,
+        request: Request<RenewLeaseRequest>,
+    ) -> Result<Response<RenewLeaseResponse>, Status> {
+        let scope = self.scope(&request, Action::Work, "RenewLease")?;
+        let r = request.into_inner();
+        let span = Span::current();
+        span.record("job_id", r.job_id);
+        span.record("attempt", r.attempt);
+        let result = async {
+            let mut v = Violations::default();
+            let lease = duration(&mut v, "lease", r.lease);
+            v.finish()?;
+            let out = self
+                .coordinator
+                .renew_lease(
+                    coordinator::RenewLease {
+                        job_id: r.job_id,
+                        attempt: r.attempt,
+                        lease,
+                    },
+                    &scope,
+                )
+                .await?;
+            Ok(RenewLeaseResponse {
+                job: Some(convert::job(out.job)),
+                replayed: out.replayed,
+            })
+        }
+        .await;
+        self.finish(result)
+    }
+
+    #[instrument(
+        name = "Complete",
+        skip_all,
+        fields(caller, job_id, queue, attempt, operation_key, replayed, outcome)
+    )]
+    async fn complete(
+        &self,
+        request: Request<CompleteRequest>,
+    ) -> Result<Response<CompleteResponse>, Status> {
+        let scope = self.scope(&request, Action::Work, "Complete")?;
+        let r = request.into_inner();
+        let span = Span::current();
+        span.record("job_id", r.job_id);
+        span.record("attempt", r.attempt);
+        let result = async {
+            let out = self
+                .coordinator
+                .complete(
+                    domain::CompleteRequest {
+                        job_id: r.job_id,
+                        attempt: r.attempt,
+                        provider_reference: non_empty(r.provider_reference),
+                        result: non_empty(r.result),
+                    },
+                    &scope,
+                )
+                .await?;
+            span.record("operation_key", out.job.operation_key.as_str());
+            span.record("replayed", out.replayed);
+            Ok(CompleteResponse {
+                job: Some(convert::job(out.job)),
+                replayed: out.replayed,
+            })
+        }
+        .await;
+        self.finish(result)
+    }
+
+    #[instrument(
+        name = "Fail",
+        skip_all,
+        fields(
+            caller,
+            job_id,
+            queue,
+            attempt,
+            operation_key,
+            applied,
+            replayed,
+            outcome
+        )
+    )]
+    async fn fail(&self, request: Request<FailRequest>) -> Result<Response<FailResponse>, Status> {
+        let scope = self.scope(&request, Action::Work, "Fail")?;
+        let r = request.into_inner();
+        let span = Span::current();
+        span.record("job_id", r.job_id);
+        span.record("attempt", r.attempt);
+        let result = async {
+            let mut v = Violations::default();
+            let disposition = convert::disposition(&mut v, r.disposition);
+            let retry_delay = duration(&mut v, "retry_delay", r.retry_delay);
+            let provider_retry_after =
+                duration(&mut v, "provider_retry_after", r.provider_retry_after);
+            v.finish()?;
+            let out = self
+                .coordinator
+                .fail(
+                    coordinator::Fail {
+                        job_id: r.job_id,
+                        attempt: r.attempt,
+                        disposition,
+                        error: r.error,
+                        retry_delay: retry_delay.unwrap_or_default(),
+                        provider_retry_after,
+                    },
+                    &scope,
+                )
+                .await?;
+            let applied = convert::disposition_to_proto(out.applied);
+            span.record("operation_key", out.job.operation_key.as_str());
+            span.record("applied", applied.as_str_name());
+            span.record("replayed", out.replayed);
+            Ok(FailResponse {
+                job: Some(convert::job(out.job)),
+                applied: applied as i32,
+                override_reason: out
+                    .override_reason
+                    .map(|r| r.as_str().to_owned())
+                    .unwrap_or_default(),
+                replayed: out.replayed,
+            })
+        }
+        .await;
+        self.finish(result)
+    }
+
+    #[instrument(
+        name = "RecordObservation",
+        skip_all,
+        fields(caller, job_id, attempt, source, observed, duplicate, outcome)
+    )]
+    async fn record_observation(
+        &self,
+        request: Request<RecordObservationRequest>,
+    ) -> Result<Response<RecordObservationResponse>, Status> {
+        let caller = super::caller(&request);
+        let (_, extensions, r) = request.into_parts();
+        let span = Span::current();
+        span.record("job_id", r.job_id);
+        span.record("attempt", r.attempt);
+        let mut v = Violations::default();
+        let source = convert::source(&mut v, r.source);
+        let outcome = convert::outcome(&mut v, r.outcome);
+        if let Err(e) = v.finish() {
+            return self.finish(Err(e));
+        }
+        span.record("source", source.as_str());
+        span.record("observed", outcome.as_str());
+        // A webhook reports webhooks only: the source decides the scope.
+        let scope = jobfence_auth::observation_scope(caller.as_deref(), source)
+            .map_err(|r| super::refused(self.coordinator.metrics(), &extensions, r))?;
+        let result = async {
+            let (observation, duplicate) = self
+                .coordinator
+                .record_observation(
+                    domain::RecordObservationRequest {
+                        job_id: r.job_id,
+                        attempt: r.attempt,
+                        source,
+                        outcome,
+                        provider_reference: non_empty(r.provider_reference),
+                        body: r.body,
+                        dedup_key: r.dedup_key,
+                    },
+                    &scope,
+                )
+                .await?;
+            span.record("duplicate", duplicate);
+            Ok(RecordObservationResponse {
+                observation: Some(convert::observation(observation)),
+                duplicate,
+            })
+        }
+        .await;
+        self.finish(result)
+    }
+
+    #[instrument(
+        name = "GetJob",
+        skip_all,
+        fields(caller, job_id, queue, operation_key, attempt, outcome)
+    )]
+    async fn get_job(
+        &self,
+        request: Request<GetJobRequest>,
+    ) -> Result<Response<GetJobResponse>, Status> {
+        let scope = self.scope(&request, Action::ReadJob, "GetJob")?;
+        let r = request.into_inner();
+        Span::current().record("job_id", r.job_id);
+        let result = self
+            .coordinator
+            .get_job(r.job_id, &scope)
+            .await
+            .map(|(job, observations)| {
+                let span = Span::current();
+                span.record("queue", job.queue.as_str());
+                span.record("operation_key", job.operation_key.as_str());
+                span.record("attempt", job.attempt);
+                GetJobResponse {
+                    job: Some(convert::job(job)),
+                    observations: observations.into_iter().map(convert::observation).collect(),
+                }
+            });
+        self.finish(result)
+    }
+}
+
+/// Time kept back from a long-polling Claim's deadline (plus a tenth of
+/// it) for the answer to travel back.
+const DEADLINE_MARGIN: Duration = Duration::from_millis(100);
+
+/// The call's deadline, from its `grpc-timeout` header (the server's
+/// admission layer cuts it to `--call-timeout`).
+fn call_deadline(metadata: &tonic::metadata::MetadataMap) -> Option<Duration> {
+    let value = metadata.get("grpc-timeout")?.to_str().ok()?;
+    super::parse_grpc_timeout(value)
+}
+
+/// One item's refusal, as the status of an Enqueue of it alone would say.
+fn item_error(e: &domain::CoordinatorError) -> ItemError {
+    let (code, reason) = super::status::code_and_reason(e);
+    ItemError {
+        code: code as i32,
+        reason: reason.to_owned(),
+        message: e.to_string(),
+        metadata: super::status::metadata(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn grpc_timeout_headers_parse_to_deadlines() {
+        let mut m = tonic::metadata::MetadataMap::new();
+        assert_eq!(call_deadline(&m), None);
+        for (v, d) in [
+            ("10S", Duration::from_secs(10)),
+            ("2500m", Duration::from_millis(2500)),
+            ("1M", Duration::from_secs(60)),
+            ("7u", Duration::from_micros(7)),
+        ] {
+            m.insert("grpc-timeout", v.parse().unwrap());
+            assert_eq!(call_deadline(&m), Some(d), "{v}");
+        }
+        m.insert("grpc-timeout", "x".parse().unwrap());
+        assert_eq!(call_deadline(&m), None);
+    }
+}

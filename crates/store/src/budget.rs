@@ -1,0 +1,265 @@
+//! The provider budget inside a claim or takeover transaction (DESIGN.md
+//! rules 11–13): what the transaction reads of its queue's stored rules,
+//! the provider row it locks, and the statements that spend the units it
+//! hands out, committed with the hand-outs themselves.
+//!
+//! The reads come first in the claim's one round trip
+//! (`queries/budget/rules.sql`): the provider's row, locked, then the
+//! queue's row and its provider's other queues, then the provider's jobs
+//! in flight (only when it has a cap). Claims of one provider therefore
+//! queue on its row, on every coordinator, and each sees what the previous
+//! one spent. Lock order: the provider row before any job row (the claim
+//! scans skip locked rows and never wait for one), and a Takeover or a
+//! Fail that waits for a provider row holds only job rows, so no cycle.
+
+use super::literal;
+use super::rows;
+use jobfence_domain::budget::{fair_share, Allowance, Budget, Gcra, Holdback, Pause, QueueShare};
+use jobfence_domain::{CoordinatorError, DbTime, NextAction, QueuePolicy};
+use sqlx::mysql::MySqlRow;
+use std::sync::LazyLock;
+use std::time::Duration;
+
+/// The statements that read a queue's rules, `{queue}` filled in; see
+/// [`Rules::parse`] for their results.
+static RULES: LazyLock<[&'static str; 3]> = LazyLock::new(|| {
+    let text: &'static str = include_str!("queries/budget/rules.sql");
+    let parts: Vec<&'static str> = text
+        .split(";\n")
+        .map(str::trim)
+        .filter(|s| !s.is_empty() && !s.lines().all(|l| l.trim_start().starts_with("--")))
+        .collect();
+    parts
+        .try_into()
+        .expect("queries/budget/rules.sql holds three statements")
+});
+
+/// Number of result sets [`rules_statements`] produces.
+pub(crate) const RULES_RESULTS: usize = 3;
+
+/// The statements of [`RULES`] for `queue`, to be sent first in a claim or
+/// takeover transaction.
+pub(crate) fn rules_statements(queue: &str) -> Result<Vec<String>, CoordinatorError> {
+    let q = literal::queue(queue)?;
+    Ok(RULES.iter().map(|s| s.replace("{queue}", &q)).collect())
+}
+
+/// A queue's stored rules as its claim transaction read them.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Rules {
+    /// The stored resend policy; `None`: the coordinator's flags decide.
+    pub policy: Option<QueuePolicy>,
+    /// The provider it dispatches to, its row locked by this transaction.
+    pub provider: Option<LockedProvider>,
+}
+
+/// A provider row read under its lock.
+#[derive(Debug, Clone)]
+pub(crate) struct LockedProvider {
+    pub name: String,
+    pub budget: Budget,
+    pub pause: Pause,
+    pub tat: DbTime,
+    pub throttled_until: Option<DbTime>,
+    /// The DB clock when the row was locked.
+    pub now: DbTime,
+    /// Jobs of its queues in flight (only read when it has a cap).
+    pub in_flight: Option<u64>,
+    /// Its queues, for sharing the units between them.
+    pub shares: Vec<QueueShare>,
+}
+
+impl Rules {
+    /// Decodes the three result sets of [`rules_statements`] for `queue`.
+    /// A queue whose row names another provider than the one locked (its
+    /// provider changed between the statement's look-up and the lock) is a
+    /// `TransactionConflict`: the claim runs again from the start.
+    pub fn parse(queue: &str, sets: &[Vec<MySqlRow>]) -> Result<Rules, CoordinatorError> {
+        let [locked, queues, in_flight] = sets else {
+            return Err(CoordinatorError::Internal(format!(
+                "the rules of a claim gave {} result sets, not {RULES_RESULTS}",
+                sets.len()
+            )));
+        };
+        let mut policy = None;
+        let mut assigned: Option<String> = None;
+        let mut shares = Vec::new();
+        for row in queues {
+            let name = rows::text(row, "queue")?;
+            let provider = rows::opt_text(row, "provider")?;
+            if name == queue {
+                assigned = provider.clone();
+                policy = stored_policy(row)?;
+            }
+            if provider.is_some() {
+                shares.push(QueueShare {
+                    queue: name,
+                    last_granted_at: rows::get(row, "last_granted_at")?,
+                    last_short_at: rows::get(row, "last_short_at")?,
+                });
+            }
+        }
+        let provider = match locked.first() {
+            None => None,
+            Some(row) => Some(LockedProvider {
+                name: rows::text(row, "name")?,
+                budget: budget(row)?,
+                pause: rows::text(row, "pause")?
+                    .parse()
+                    .map_err(|e| CoordinatorError::Internal(format!("providers.pause: {e}")))?,
+                tat: rows::get(row, "tat")?,
+                throttled_until: rows::get(row, "throttled_until")?,
+                now: rows::get(row, "now")?,
+                in_flight: None,
+                shares: Vec::new(),
+            }),
+        };
+        if provider.as_ref().map(|p| p.name.as_str()) != assigned.as_deref() {
+            return Err(CoordinatorError::TransactionConflict(format!(
+                "the provider of queue {queue:?} changed during its claim"
+            )));
+        }
+        let provider = provider.map(|mut p| {
+            if p.budget.max_in_flight.is_some() {
+                p.in_flight = in_flight
+                    .first()
+                    .map(|row| rows::get::<i64>(row, "in_flight"))
+                    .transpose()
+                    .ok()
+                    .flatten()
+                    .map(|n| n.max(0) as u64)
+                    .or(Some(0));
+            }
+            p.shares = shares;
+            p
+        });
+        Ok(Rules { policy, provider })
+    }
+}
+
+/// The stored resend policy of a `queue_policies` row, if it has one.
+pub(crate) fn stored_policy(row: &MySqlRow) -> Result<Option<QueuePolicy>, CoordinatorError> {
+    let window: Option<u64> = rows::get(row, "resend_window_us")?;
+    let max: Option<u32> = rows::get(row, "max_dispatches")?;
+    Ok(match (window, max) {
+        (Some(w), Some(m)) => Some(QueuePolicy {
+            resend_window: Duration::from_micros(w),
+            max_dispatches: m,
+        }),
+        _ => None,
+    })
+}
+
+/// The budget columns of a `providers` row.
+pub(crate) fn budget(row: &MySqlRow) -> Result<Budget, CoordinatorError> {
+    Ok(Budget {
+        rate_per_second: rows::get(row, "rate_per_second")?,
+        burst: rows::get(row, "burst")?,
+        max_in_flight: rows::get(row, "max_in_flight")?,
+        execute_cost: rows::get(row, "execute_cost")?,
+        reconcile_cost: rows::get(row, "reconcile_cost")?,
+    })
+}
+
+impl LockedProvider {
+    /// The GCRA state at the lock's `now`.
+    pub fn gcra(&self) -> Gcra {
+        Gcra::at(&self.budget, self.tat, self.now)
+    }
+
+    /// True while a throttle report holds hand-outs.
+    pub fn throttled(&self) -> bool {
+        self.throttled_until.is_some_and(|t| t > self.now)
+    }
+
+    /// What a claim of `queue` may hand out now: its fair share of the
+    /// units available, the room under the in-flight cap, the pause and
+    /// the throttle.
+    pub fn allowance(&self, queue: &str) -> Allowance {
+        let available = self.gcra().available();
+        let units = fair_share(queue, available, &self.shares, &self.budget, self.now);
+        Allowance {
+            units,
+            in_flight_room: self
+                .budget
+                .max_in_flight
+                .map(|cap| (u64::from(cap).saturating_sub(self.in_flight.unwrap_or(0))) as u32),
+            pause: self.pause,
+            throttled: self.throttled(),
+            shared: units < available,
+            spent: 0,
+        }
+    }
+
+    /// The cost of a hand-out with `action`.
+    pub fn cost(&self, action: NextAction) -> u32 {
+        self.budget.cost(action)
+    }
+
+    /// How long until a job held back for `why` could be handed out, as
+    /// far as the provider row tells (`cost` units after `spent` were
+    /// spent now); `None` when only an operator or a finished job can
+    /// change it (a pause, the in-flight cap).
+    pub fn due_in(&self, why: Holdback, spent: u32, cost: u32) -> Option<Duration> {
+        match why {
+            Holdback::Rate | Holdback::FairShare => {
+                let after = Gcra::at(&self.budget, self.gcra().spend(self.now, spent), self.now);
+                Some(after.due_in(cost))
+            }
+            Holdback::Throttled => self.throttled_until.map(|t| {
+                Duration::from_micros(
+                    jobfence_domain::budget::micros_between(self.now, t).max(0) as u64
+                )
+            }),
+            Holdback::Paused | Holdback::InFlight => None,
+        }
+    }
+
+    /// The statements a claim of `queue` that spent `spent` units runs
+    /// before its COMMIT: the new arrival time, when the queue was served,
+    /// and (`short`) that it wanted jobs the budget held back. Text with
+    /// literals (the claim's COMMIT round trip has no placeholders).
+    pub fn after_claim(
+        &self,
+        queue: &str,
+        spent: u32,
+        short: bool,
+    ) -> Result<Vec<String>, CoordinatorError> {
+        let mut out = Vec::new();
+        let q = literal::queue(queue)?;
+        let now = literal::time(self.now);
+        if spent > 0 {
+            out.push(format!(
+                "UPDATE providers SET tat = {} WHERE name = {}",
+                literal::time(self.gcra().spend(self.now, spent)),
+                literal::provider(&self.name)?
+            ));
+            if self.shares.len() > 1 {
+                out.push(format!(
+                    "UPDATE queue_policies SET last_granted_at = {now} WHERE queue = {q}"
+                ));
+            }
+        }
+        // A queue that shares its provider says it is waiting, at most a
+        // few times per fair window (a write per empty claim would be a
+        // commit per poll).
+        if short && self.shares.len() > 1 {
+            let window = jobfence_domain::budget::fair_window(&self.budget);
+            let stale = self
+                .shares
+                .iter()
+                .find(|s| s.queue == queue)
+                .and_then(|s| s.last_short_at)
+                .is_none_or(|t| {
+                    jobfence_domain::budget::micros_between(t, self.now)
+                        > (window.as_micros() / 4) as i64
+                });
+            if stale {
+                out.push(format!(
+                    "UPDATE queue_policies SET last_short_at = {now} WHERE queue = {q}"
+                ));
+            }
+        }
+        Ok(out)
+    }
+}

@@ -1,0 +1,374 @@
+//! Enqueue, idempotent on (queue, operation_key), one job or a batch.
+//!
+//! A batch is one transaction: look the keys up, insert the new ones with
+//! multi-row statements, read their ids back by key (ids are not assumed
+//! consecutive: MySQL's interleaved auto-increment and Galera's offsets do
+//! not give that), and append one `enqueued` event each. Each item gets the
+//! answer a single Enqueue would: created, the same request again
+//! (`created = false`), or `OperationKeyConflict`.
+
+use super::batch::{hex, json, with_job_columns};
+use super::errors::{convert_commit_err, is_unique_violation};
+use super::events::{self, call_digest, NewEvent};
+use super::literal;
+use super::tx::Tx;
+use super::{convert_sqlx_err, micros, rows, JobStore, CONFLICT_RETRIES};
+use jobfence_domain::{CoordinatorError, EnqueueOutcome, EnqueueRequest, Job, JobState};
+use serde::Serialize;
+use sqlx::mysql::MySqlRow;
+use sqlx::MySqlConnection;
+use std::collections::HashMap;
+use std::sync::LazyLock;
+
+static BY_KEYS: LazyLock<String> =
+    LazyLock::new(|| with_job_columns(include_str!("queries/enqueue/by_keys.sql")));
+
+/// Most bytes of payload one INSERT statement carries; a larger batch is
+/// inserted with several statements in its one transaction. JSON escaping
+/// can grow text up to six times, which stays under the database's
+/// `max_allowed_packet` (16 MiB by default on MariaDB, 64 MiB on MySQL).
+const INSERT_CHUNK_BYTES: usize = 1 << 20;
+
+/// The answer to one item of a batch.
+pub type EnqueueResult = Result<EnqueueOutcome, CoordinatorError>;
+
+#[derive(Serialize)]
+struct Key<'a> {
+    queue: &'a str,
+    operation_key: &'a str,
+}
+
+#[derive(Serialize)]
+struct NewRow<'a> {
+    queue: &'a str,
+    operation_key: &'a str,
+    request_digest: String,
+    payload: &'a str,
+    delay_us: i64,
+}
+
+impl JobStore {
+    /// Inserts a `ready` job with next_action `execute`. The same (queue,
+    /// operation_key, payload) again returns the existing job with
+    /// `created = false`; the same key with another payload is
+    /// `OperationKeyConflict`.
+    pub async fn enqueue(&self, req: &EnqueueRequest) -> EnqueueResult {
+        self.enqueue_batch(std::slice::from_ref(req))
+            .await?
+            .pop()
+            .unwrap_or_else(|| {
+                Err(CoordinatorError::Internal(
+                    "an enqueue batch of one item answered none".into(),
+                ))
+            })
+    }
+
+    /// Enqueues every item in one transaction and answers each in order,
+    /// as [`enqueue`](Self::enqueue) would. An item naming a key an earlier
+    /// item of the batch already named is answered against that item. The
+    /// outer error is for the whole batch (nothing was written, or the
+    /// commit's outcome is unknown).
+    pub async fn enqueue_batch(
+        &self,
+        items: &[EnqueueRequest],
+    ) -> Result<Vec<EnqueueResult>, CoordinatorError> {
+        let digests: Vec<[u8; 32]> = items
+            .iter()
+            .map(|r| call_digest(&[r.payload.as_bytes()]))
+            .collect();
+        // The first item naming each key decides it.
+        let mut first: HashMap<(&str, &str), usize> = HashMap::new();
+        let mut owners = Vec::with_capacity(items.len());
+        for (i, r) in items.iter().enumerate() {
+            owners.push(
+                *first
+                    .entry((r.queue.as_str(), r.operation_key.as_str()))
+                    .or_insert(i),
+            );
+        }
+        let mut distinct: Vec<usize> = first.values().copied().collect();
+        // One order for every batch: concurrent batches insert keys in the
+        // same order, which keeps their unique-key locks from deadlocking.
+        distinct.sort_unstable_by(|&a, &b| {
+            (&items[a].queue, &items[a].operation_key)
+                .cmp(&(&items[b].queue, &items[b].operation_key))
+        });
+        let mut tries = 0;
+        let jobs = loop {
+            match self.enqueue_once(items, &digests, &distinct).await {
+                Err(CoordinatorError::TransactionConflict(why)) if tries < CONFLICT_RETRIES => {
+                    tries += 1;
+                    self.count_conflict(true);
+                    tracing::debug!(tries, why, "enqueue conflict, running the batch again");
+                }
+                Err(e @ CoordinatorError::TransactionConflict(_)) => {
+                    self.count_conflict(false);
+                    return Err(e);
+                }
+                other => break other?,
+            }
+        };
+        Ok(items
+            .iter()
+            .enumerate()
+            .map(|(i, r)| {
+                let owner = owners[i];
+                let (job, created, stored) = &jobs[&owner];
+                if stored[..] != digests[i][..] {
+                    Err(CoordinatorError::OperationKeyConflict {
+                        queue: r.queue.clone(),
+                        operation_key: r.operation_key.clone(),
+                        job_id: job.id,
+                    })
+                } else {
+                    Ok(EnqueueOutcome {
+                        job: job.clone(),
+                        // Only the item that inserted the row created it.
+                        created: *created && owner == i,
+                    })
+                }
+            })
+            .collect())
+    }
+
+    /// One try: the job of each distinct item (by index), whether this
+    /// transaction created it, and its stored digest.
+    async fn enqueue_once(
+        &self,
+        items: &[EnqueueRequest],
+        digests: &[[u8; 32]],
+        distinct: &[usize],
+    ) -> Result<HashMap<usize, (Job, bool, [u8; 32])>, CoordinatorError> {
+        let mut tx = self.begin_batch().await?;
+        let mut out = HashMap::with_capacity(distinct.len());
+        for (i, (job, digest)) in by_keys(&mut tx, items, distinct).await? {
+            out.insert(i, (job, false, digest));
+        }
+        let new: Vec<usize> = distinct
+            .iter()
+            .copied()
+            .filter(|i| !out.contains_key(i))
+            .collect();
+        if new.is_empty() {
+            tx.rollback().await?;
+            return Ok(out);
+        }
+        let new_bytes: usize = new.iter().map(|&i| items[i].payload.len()).sum();
+        if new_bytes <= INSERT_CHUNK_BYTES {
+            for (i, (job, digest)) in insert_and_commit(tx, items, digests, &new).await? {
+                out.insert(i, (job, true, digest));
+            }
+            return Ok(out);
+        }
+        insert(&mut tx, items, digests, &new).await?;
+        let inserted = by_keys(&mut tx, items, &new).await?;
+        if inserted.len() != new.len() {
+            return Err(CoordinatorError::Internal(format!(
+                "inserted {} jobs but found {} of them",
+                new.len(),
+                inserted.len()
+            )));
+        }
+        let enqueued: Vec<NewEvent> = inserted
+            .iter()
+            .map(|(_, (job, _))| NewEvent {
+                job_id: job.id,
+                queue: &job.queue,
+                attempt: 0,
+                kind: jobfence_domain::EventKind::Enqueued,
+                from_state: None,
+                to_state: Some(JobState::Ready),
+                current_attempt: 0,
+                request_digest: None,
+                detail: None,
+                created_at: job.created_at,
+            })
+            .collect();
+        events::append_and_commit(tx, &enqueued).await?;
+        drop(enqueued);
+        for (i, (job, digest)) in inserted {
+            out.insert(i, (job, true, digest));
+        }
+        Ok(out)
+    }
+}
+
+/// Some items of a batch (`which` indexes `items`), as the statements
+/// want them.
+struct Picked<'a> {
+    items: &'a [EnqueueRequest],
+    which: &'a [usize],
+}
+
+impl<'a> Picked<'a> {
+    fn keys(&self) -> Vec<Key<'a>> {
+        self.which
+            .iter()
+            .map(|&i| Key {
+                queue: &self.items[i].queue,
+                operation_key: &self.items[i].operation_key,
+            })
+            .collect()
+    }
+
+    fn new_rows(&self, digests: &[[u8; 32]]) -> Vec<NewRow<'a>> {
+        self.which
+            .iter()
+            .map(|&i| NewRow {
+                queue: &self.items[i].queue,
+                operation_key: &self.items[i].operation_key,
+                request_digest: hex(&digests[i]),
+                payload: &self.items[i].payload,
+                delay_us: micros(self.items[i].delay),
+            })
+            .collect()
+    }
+
+    /// A row read back by key: the item it answers, its job and digest.
+    fn found(&self, row: &MySqlRow) -> Result<(usize, (Job, [u8; 32])), CoordinatorError> {
+        let job = rows::job(row)?;
+        let digest = unhex32(&rows::text(row, "request_digest_hex")?)?;
+        let i = self
+            .which
+            .iter()
+            .copied()
+            .find(|&i| {
+                self.items[i].queue == job.queue && self.items[i].operation_key == job.operation_key
+            })
+            .ok_or_else(|| {
+                CoordinatorError::Internal(format!("job {} matches no key asked", job.id))
+            })?;
+        Ok((i, (job, digest)))
+    }
+}
+
+/// The existing jobs among `which` items, by item index.
+async fn by_keys(
+    conn: &mut MySqlConnection,
+    items: &[EnqueueRequest],
+    which: &[usize],
+) -> Result<Vec<(usize, (Job, [u8; 32]))>, CoordinatorError> {
+    let picked = Picked { items, which };
+    let found = sqlx::query(&BY_KEYS)
+        .bind(json(&picked.keys())?)
+        .fetch_all(conn)
+        .await
+        .map_err(convert_sqlx_err)?;
+    found.iter().map(|row| picked.found(row)).collect()
+}
+
+/// Inserts the `which` items, appends their events, reads them back and
+/// commits, in one round trip (a text query: the batch travels as JSON in
+/// a hex literal, see `literal`). The items' keys were free when looked
+/// up; a concurrent Enqueue that took one since makes the insert fail
+/// (duplicate key) and the batch run again.
+async fn insert_and_commit(
+    mut tx: Tx,
+    items: &[EnqueueRequest],
+    digests: &[[u8; 32]],
+    which: &[usize],
+) -> Result<Vec<(usize, (Job, [u8; 32]))>, CoordinatorError> {
+    use tokio_stream::StreamExt;
+    let picked = Picked { items, which };
+    let json_literal = |json: String| {
+        let mut s = String::new();
+        literal::Literal::write_sql(json.as_str(), &mut s);
+        s
+    };
+    let rows_json = json_literal(json(&picked.new_rows(digests))?);
+    let keys_json = json_literal(json(&picked.keys())?);
+    let text = [
+        with_literal(include_str!("queries/enqueue/insert.sql"), &rows_json),
+        with_literal(include_str!("queries/enqueue/events.sql"), &keys_json),
+        with_literal(&BY_KEYS, &keys_json),
+        "COMMIT".to_owned(),
+    ]
+    .join(";\n");
+    let mut found = Vec::with_capacity(which.len());
+    let mut statements_done = 0;
+    let mut results = sqlx::raw_sql(&text).fetch_many(&mut *tx);
+    while let Some(item) = results.next().await {
+        match item {
+            Ok(sqlx::Either::Left(_)) => statements_done += 1,
+            Ok(sqlx::Either::Right(row)) => found.push(picked.found(&row)?),
+            // Taken by a concurrent Enqueue since we looked: run again.
+            Err(e) if is_unique_violation(&e) => {
+                return Err(CoordinatorError::TransactionConflict(e.to_string()))
+            }
+            // The server refused a statement before COMMIT: COMMIT never ran.
+            Err(e @ sqlx::Error::Database(_)) if statements_done < 3 => {
+                return Err(convert_sqlx_err(e))
+            }
+            Err(e @ sqlx::Error::Database(_)) => return Err(convert_commit_err(e)),
+            // The connection failed with COMMIT sent: it may have run.
+            Err(e) => return Err(CoordinatorError::CommitOutcomeUnknown(e.to_string())),
+        }
+    }
+    drop(results);
+    if statements_done < 4 {
+        return Err(CoordinatorError::CommitOutcomeUnknown(
+            "the enqueue batch ended before its COMMIT answered".into(),
+        ));
+    }
+    tx.committed();
+    if found.len() != which.len() {
+        return Err(CoordinatorError::Internal(format!(
+            "inserted {} jobs but found {} of them",
+            which.len(),
+            found.len()
+        )));
+    }
+    Ok(found)
+}
+
+/// `sql` with its one placeholder replaced by `literal`.
+fn with_literal(sql: &str, literal: &str) -> String {
+    debug_assert_eq!(sql.matches('?').count(), 1, "{sql}");
+    sql.replacen('?', literal, 1)
+}
+
+/// Inserts the `which` items, in statements of at most
+/// [`INSERT_CHUNK_BYTES`] of payload.
+async fn insert(
+    conn: &mut MySqlConnection,
+    items: &[EnqueueRequest],
+    digests: &[[u8; 32]],
+    which: &[usize],
+) -> Result<(), CoordinatorError> {
+    let rows = Picked { items, which }.new_rows(digests);
+    let mut chunk: Vec<&NewRow> = Vec::new();
+    let mut bytes = 0;
+    for (n, row) in rows.iter().enumerate() {
+        bytes += row.payload.len() + row.operation_key.len();
+        chunk.push(row);
+        if bytes >= INSERT_CHUNK_BYTES || n + 1 == rows.len() {
+            let done = sqlx::query(include_str!("queries/enqueue/insert.sql"))
+                .bind(json(&chunk)?)
+                .execute(&mut *conn)
+                .await;
+            match done {
+                Ok(_) => {}
+                // Taken by a concurrent Enqueue since we looked: run again.
+                Err(e) if is_unique_violation(&e) => {
+                    return Err(CoordinatorError::TransactionConflict(e.to_string()))
+                }
+                Err(e) => return Err(convert_sqlx_err(e)),
+            }
+            chunk.clear();
+            bytes = 0;
+        }
+    }
+    Ok(())
+}
+
+fn unhex32(s: &str) -> Result<[u8; 32], CoordinatorError> {
+    let bad = || CoordinatorError::Internal(format!("unreadable request digest {s:?}"));
+    if s.len() != 64 {
+        return Err(bad());
+    }
+    let mut out = [0u8; 32];
+    for (i, b) in out.iter_mut().enumerate() {
+        *b = u8::from_str_radix(&s[2 * i..2 * i + 2], 16).map_err(|_| bad())?;
+    }
+    Ok(out)
+}

@@ -1,0 +1,445 @@
+//! MySQL storage: the only layer that sees SQL. Every change is one short
+//! transaction (no lock is held across a provider call); every write a
+//! worker can cause carries `id + state + attempt` in its WHERE.
+//!
+//! Where things are:
+//! - `enqueue.rs`: Enqueue, idempotent on (queue, operation_key), one or a batch.
+//! - `claim.rs`: Claim (scan + inline takeover, coalesced per queue) and
+//!   named Takeover.
+//! - `writeback.rs`: the fenced writes RenewLease, Complete and Fail, alone
+//!   or as a group commit.
+//! - `batch.rs`: what batched transactions share: lock by ids, write new
+//!   row images fenced row by row (one JSON_TABLE statement per batch).
+//! - `observations.rs`: RecordObservation and reads of jobs/observations.
+//! - `events.rs`: the `job_events` log (and replay detection).
+//! - `events_feed.rs`: the log read by cursor (the outbox feed).
+//! - `admin.rs`: operator writes (ResolveManualReview, CancelJob);
+//!   `admin/stats.rs`: operator reads and the pending ages of the gauges.
+//! - `durability.rs`: the server's durability settings (DESIGN.md rule 9).
+//! - `nodes.rs`: Galera sessions, and moving to another node of the
+//!   database's list when the current one leaves (`health.rs` decides).
+//! - `shards.rs`: several databases, queues placed on them, job ids that
+//!   name their database.
+//! - `queries/`: the SQL, one file per statement.
+
+mod admin;
+mod batch;
+mod budget;
+mod claim;
+mod durability;
+mod enqueue;
+mod errors;
+mod events;
+mod events_feed;
+mod health;
+mod literal;
+mod nodes;
+mod observations;
+pub mod pause;
+mod providers;
+mod reads;
+mod rows;
+pub mod shards;
+mod tx;
+mod writeback;
+
+use jobfence_domain::CoordinatorError;
+use sqlx::mysql::{MySqlConnectOptions, MySqlPool, MySqlPoolOptions};
+use sqlx::{Executor, MySql, Transaction};
+use std::str::FromStr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+pub use claim::{ClaimBatch, ClaimRequest, MAX_CLAIM_TRANSACTION_JOBS};
+pub use enqueue::EnqueueResult;
+pub use errors::convert_sqlx_err;
+pub use health::HealthProbe;
+pub use pause::PausePoint;
+#[cfg(feature = "testsuite")]
+pub use pause::{Armed, PausePoints};
+pub use writeback::WriteResult;
+
+/// The schema migrations in `migrations/`, embedded in the binary.
+pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations");
+
+/// How many times a transaction rolled back by a deadlock or lock wait
+/// timeout is run again before the conflict is reported.
+pub(crate) const CONFLICT_RETRIES: u32 = 3;
+
+/// Connection settings for [`connect`] and [`JobStore::open`].
+#[derive(Debug, Clone)]
+pub struct PoolSettings {
+    /// At most this many connections.
+    pub max_connections: u32,
+    /// How long a call waits for a free connection before it is reported
+    /// as DATABASE_UNAVAILABLE.
+    pub acquire_timeout: Duration,
+    /// `wsrep_sync_wait` of every session on a Galera node (`wsrep_on`;
+    /// ignored elsewhere): 1 makes each read wait until the node has
+    /// applied every transaction the cluster committed before it, so a
+    /// decision is never taken on a row another node already changed (see
+    /// docs/database.md, "Reads after writes"). 0 turns the wait off.
+    pub galera_sync_wait: u8,
+}
+
+impl Default for PoolSettings {
+    fn default() -> Self {
+        PoolSettings {
+            max_connections: 32,
+            acquire_timeout: Duration::from_secs(1),
+            galera_sync_wait: 1,
+        }
+    }
+}
+
+/// InnoDB lock wait timeout of every session, in whole seconds: a
+/// transaction waits this long for a row lock before it is rolled back
+/// (and run again, see [`CONFLICT_RETRIES`]).
+const LOCK_WAIT_TIMEOUT_SECS: u32 = 10;
+
+/// What every session of ours runs first. READ COMMITTED: the claim scan
+/// with SKIP LOCKED scales far better than under REPEATABLE READ (whose
+/// next-key locks make concurrent claims and completes wait on each other),
+/// and every decision is taken on rows read with a locking read anyway.
+fn session_setup(autocommit: bool) -> String {
+    format!(
+        "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED; \
+         SET SESSION innodb_lock_wait_timeout = {LOCK_WAIT_TIMEOUT_SECS}; \
+         SET SESSION autocommit = {}",
+        u8::from(autocommit)
+    )
+}
+
+fn pool_options(settings: &PoolSettings, autocommit: bool) -> MySqlPoolOptions {
+    let setup = session_setup(autocommit);
+    let sync_wait = settings.galera_sync_wait;
+    MySqlPoolOptions::new()
+        .max_connections(settings.max_connections)
+        .acquire_timeout(settings.acquire_timeout)
+        // No ping before every acquire: that is a round trip per
+        // transaction. A connection that died while idle fails its first
+        // statement instead, which is reported DATABASE_UNAVAILABLE (nothing
+        // applied) like any lost connection.
+        .test_before_acquire(false)
+        .after_connect(move |conn, _meta| {
+            let setup = setup.clone();
+            Box::pin(async move {
+                conn.execute(sqlx::raw_sql(&setup)).await?;
+                nodes::galera_session(conn, sync_wait).await?;
+                Ok(())
+            })
+        })
+}
+
+fn parse_url(url: &str) -> Result<MySqlConnectOptions, CoordinatorError> {
+    MySqlConnectOptions::from_str(url).map_err(|e| {
+        CoordinatorError::InvalidArgument(vec![jobfence_domain::FieldViolation::new(
+            "database_url",
+            e.to_string(),
+        )])
+    })
+}
+
+/// Opens a pool of READ COMMITTED sessions (see [`PoolSettings`]). The
+/// pool connects lazily, so a coordinator starts even while the database
+/// is down.
+pub fn connect(url: &str, settings: &PoolSettings) -> Result<MySqlPool, CoordinatorError> {
+    Ok(pool_options(settings, true).connect_lazy_with(parse_url(url)?))
+}
+
+/// The pools of the node a store talks to: READ COMMITTED sessions, and a
+/// second pool for the batched transactions whose sessions run with
+/// autocommit off, so a transaction starts with its first statement,
+/// saving the `BEGIN` round trip of every claim and group commit (see
+/// [`tx::Tx`]). Nothing else uses the second pool's sessions.
+#[derive(Debug, Clone)]
+struct Pools {
+    pool: MySqlPool,
+    batch: MySqlPool,
+    /// Index into the store's node list.
+    node: usize,
+}
+
+/// The job store of one database: a single server, a load-balanced
+/// address, or the nodes of a Galera cluster, of which it talks to one at
+/// a time (see `nodes.rs`). Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct JobStore {
+    /// The current node's pools; replaced whole when the store moves to
+    /// another node, or when the database comes back from an outage.
+    pools: Arc<RwLock<Pools>>,
+    /// Every node this database can be reached through, in order of
+    /// preference.
+    nodes: Arc<Vec<MySqlConnectOptions>>,
+    settings: PoolSettings,
+    /// Where tests stop this store's calls (`testsuite` only).
+    #[cfg(feature = "testsuite")]
+    pauses: Option<PausePoints>,
+    conflicts: Arc<ConflictCounts>,
+}
+
+/// A pool's connections, counted now.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PoolStats {
+    /// Connections open.
+    pub connections: u64,
+    /// Of them, idle.
+    pub idle: u64,
+    /// Most connections the pool may open.
+    pub max_connections: u64,
+}
+
+/// Transactions rolled back by the server (deadlock 1213, lock wait timeout
+/// 1205; on Galera also a certification failure at COMMIT, reported as
+/// 1213), counted by what became of them.
+#[derive(Debug, Default)]
+struct ConflictCounts {
+    retried: AtomicU64,
+    reported: AtomicU64,
+}
+
+impl JobStore {
+    /// A store over `pool` (see [`connect`]): one node.
+    pub fn new(pool: MySqlPool) -> Self {
+        let options = pool.options();
+        let settings = PoolSettings {
+            max_connections: options.get_max_connections(),
+            acquire_timeout: options.get_acquire_timeout(),
+            ..PoolSettings::default()
+        };
+        let node = (*pool.connect_options()).clone();
+        let batch = pool_options(&settings, false).connect_lazy_with(node.clone());
+        JobStore {
+            pools: Arc::new(RwLock::new(Pools {
+                pool,
+                batch,
+                node: 0,
+            })),
+            nodes: Arc::new(vec![node]),
+            settings,
+            #[cfg(feature = "testsuite")]
+            pauses: None,
+            conflicts: Arc::default(),
+        }
+    }
+
+    /// A store that stops at the armed points of `pauses` (tests only).
+    #[cfg(feature = "testsuite")]
+    pub fn with_pause_points(pool: MySqlPool, pauses: PausePoints) -> Self {
+        Self::new(pool).pausing_at(pauses)
+    }
+
+    /// A store over the nodes `urls` (at least one), in order of
+    /// preference: it talks to the first one, and its health probe moves it
+    /// to another when that one stops answering or leaves the cluster's
+    /// primary component (see [`HealthProbe`]). Connects lazily.
+    ///
+    /// Errors: `InvalidArgument` for a URL that does not parse, or none.
+    pub fn open(urls: &[String], settings: &PoolSettings) -> Result<JobStore, CoordinatorError> {
+        let nodes = urls
+            .iter()
+            .map(|u| parse_url(u))
+            .collect::<Result<Vec<_>, _>>()?;
+        let Some(first) = nodes.first().cloned() else {
+            return Err(CoordinatorError::InvalidArgument(vec![
+                jobfence_domain::FieldViolation::new("database_url", "names no database"),
+            ]));
+        };
+        let pools = Pools {
+            pool: pool_options(settings, true).connect_lazy_with(first.clone()),
+            batch: pool_options(settings, false).connect_lazy_with(first),
+            node: 0,
+        };
+        Ok(JobStore {
+            pools: Arc::new(RwLock::new(pools)),
+            nodes: Arc::new(nodes),
+            settings: settings.clone(),
+            #[cfg(feature = "testsuite")]
+            pauses: None,
+            conflicts: Arc::default(),
+        })
+    }
+
+    /// This store, stopping at the armed points of `pauses` (tests only).
+    #[cfg(feature = "testsuite")]
+    pub fn pausing_at(mut self, pauses: PausePoints) -> Self {
+        self.pauses = Some(pauses);
+        self
+    }
+
+    /// The current node's pool (of autocommit sessions).
+    pub fn pool(&self) -> MySqlPool {
+        self.pools.read().expect("pools lock").pool.clone()
+    }
+
+    /// The current node's pool (of autocommit sessions), as counts.
+    pub fn pool_stats(&self) -> PoolStats {
+        let pool = self.pool();
+        PoolStats {
+            connections: u64::from(pool.size()),
+            idle: pool.num_idle() as u64,
+            max_connections: u64::from(pool.options().get_max_connections()),
+        }
+    }
+
+    /// Which node of the list the store talks to now (0 = the first).
+    pub fn current_node(&self) -> usize {
+        self.pools.read().expect("pools lock").node
+    }
+
+    /// `host:port` of each node, in order.
+    pub fn node_addresses(&self) -> Vec<String> {
+        self.nodes
+            .iter()
+            .map(|o| format!("{}:{}", o.get_host(), o.get_port()))
+            .collect()
+    }
+
+    /// Transactions the server rolled back as conflicts (deadlock, lock
+    /// wait timeout, Galera certification failure) since the store was
+    /// made: `(retried, reported)`, where `reported` ones reached the
+    /// caller as TRANSACTION_CONFLICT after every retry.
+    pub fn conflicts(&self) -> (u64, u64) {
+        (
+            self.conflicts.retried.load(Ordering::Relaxed),
+            self.conflicts.reported.load(Ordering::Relaxed),
+        )
+    }
+
+    fn count_conflict(&self, retried: bool) {
+        let c = if retried {
+            &self.conflicts.retried
+        } else {
+            &self.conflicts.reported
+        };
+        c.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Applies pending migrations.
+    pub async fn migrate(&self) -> Result<(), CoordinatorError> {
+        MIGRATOR
+            .run(&self.pool())
+            .await
+            .map_err(|e| CoordinatorError::DatabaseUnavailable(format!("migration failed: {e}")))
+    }
+
+    /// True while the database answers a trivial query.
+    pub async fn ping(&self) -> bool {
+        self.check().await.is_ok()
+    }
+
+    /// Like [`ping`](Self::ping), saying why the database does not answer.
+    pub async fn check(&self) -> Result<(), String> {
+        sqlx::query("SELECT 1")
+            .execute(&self.pool())
+            .await
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    }
+
+    /// A pause point (see [`PausePoint`]); nothing without `testsuite`.
+    async fn pause(&self, point: PausePoint) {
+        #[cfg(feature = "testsuite")]
+        if let Some(p) = &self.pauses {
+            p.pause(point).await;
+        }
+        #[cfg(not(feature = "testsuite"))]
+        let _ = point;
+    }
+
+    /// A pause point inside the transaction running on `conn`.
+    async fn pause_in(&self, point: PausePoint, conn: &mut sqlx::MySqlConnection) {
+        #[cfg(feature = "testsuite")]
+        if let Some(p) = &self.pauses {
+            p.pause_in(point, conn).await;
+        }
+        #[cfg(not(feature = "testsuite"))]
+        let _ = (point, conn);
+    }
+
+    async fn begin(&self) -> Result<Transaction<'static, MySql>, CoordinatorError> {
+        self.pool().begin().await.map_err(convert_sqlx_err)
+    }
+
+    /// A transaction of the batch pool, begun by its first statement.
+    async fn begin_batch(&self) -> Result<tx::Tx, CoordinatorError> {
+        let pool = self.pools.read().expect("pools lock").batch.clone();
+        tx::Tx::start(&pool).await
+    }
+
+    /// Replaces the batch pool's connections with new ones: after the
+    /// database came back from an outage, the old ones are dead (their
+    /// first statement would fail). Transactions running on old
+    /// connections finish; the old pool closes once they are returned.
+    pub fn renew_batch_connections(&self) {
+        let node = self.current_node();
+        let fresh = pool_options(&self.settings, false).connect_lazy_with(self.nodes[node].clone());
+        let old = std::mem::replace(&mut self.pools.write().expect("pools lock").batch, fresh);
+        tokio::spawn(async move { old.close().await });
+    }
+
+    /// Moves both pools to node `node`: calls from now on go there; calls
+    /// running on the old node's connections finish (or fail) there, and
+    /// the old pools close once their connections are returned.
+    fn switch_to(&self, node: usize) {
+        let options = self.nodes[node].clone();
+        let fresh = Pools {
+            pool: pool_options(&self.settings, true).connect_lazy_with(options.clone()),
+            batch: pool_options(&self.settings, false).connect_lazy_with(options),
+            node,
+        };
+        let old = std::mem::replace(&mut *self.pools.write().expect("pools lock"), fresh);
+        tokio::spawn(async move {
+            old.pool.close().await;
+            old.batch.close().await;
+        });
+    }
+}
+
+/// Commits, telling a definite rollback (deadlock, lock wait timeout) from
+/// an unknown outcome (DESIGN.md rule 4); see [`errors::convert_commit_err`].
+async fn commit(tx: Transaction<'_, MySql>) -> Result<(), CoordinatorError> {
+    tx.commit().await.map_err(errors::convert_commit_err)
+}
+
+impl JobStore {
+    /// Runs `op` again while it reports a transaction conflict (deadlock,
+    /// lock wait timeout, Galera certification failure: the server rolled
+    /// everything back, so running it again cannot apply anything twice),
+    /// counting each conflict.
+    async fn retry_conflicts<T, F, Fut>(&self, mut op: F) -> Result<T, CoordinatorError>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Result<T, CoordinatorError>>,
+    {
+        let mut tries = 0;
+        loop {
+            match op().await {
+                Err(CoordinatorError::TransactionConflict(why)) if tries < CONFLICT_RETRIES => {
+                    tries += 1;
+                    self.count_conflict(true);
+                    tracing::debug!(tries, why, "transaction conflict, running again");
+                }
+                Err(e @ CoordinatorError::TransactionConflict(_)) => {
+                    self.count_conflict(false);
+                    return Err(e);
+                }
+                other => return other,
+            }
+        }
+    }
+}
+
+/// Microseconds in `d`, saturating at `i64::MAX`, for `INTERVAL ? MICROSECOND`.
+fn micros(d: Duration) -> i64 {
+    i64::try_from(d.as_micros()).unwrap_or(i64::MAX)
+}
+
+/// Column `i` as text, whatever character set the server gives it (SHOW
+/// statements answer in the connection's character set or in binary).
+fn rows_text(row: &sqlx::mysql::MySqlRow, i: usize) -> Result<String, sqlx::Error> {
+    use sqlx::Row;
+    let bytes: Option<Vec<u8>> = row.try_get(i)?;
+    Ok(String::from_utf8_lossy(&bytes.unwrap_or_default()).into_owned())
+}

@@ -1,0 +1,77 @@
+//! RecordObservation: evidence about a job (a provider response, a
+//! webhook), accepted from any attempt including stale ones (DESIGN.md
+//! rule 7). It never changes the job; the current holder or the reconciler
+//! reads it and decides.
+
+use super::errors::{error_number, is_unique_violation};
+use super::{commit, convert_sqlx_err, reads, rows, JobStore};
+use jobfence_domain::{CoordinatorError, Observation, QueueScope, RecordObservationRequest};
+
+/// MySQL's "foreign key constraint fails" on insert: the job does not exist.
+const NO_REFERENCED_ROW: u16 = 1452;
+
+impl JobStore {
+    /// Appends an observation, de-duplicated on (job, dedup_key). Returns it
+    /// and whether it already existed. `JobNotFound` for an unknown job;
+    /// `QueueNotAllowed` (nothing written) when `scope` does not cover the
+    /// job's queue.
+    pub async fn record_observation(
+        &self,
+        req: &RecordObservationRequest,
+        scope: &QueueScope,
+    ) -> Result<(Observation, bool), CoordinatorError> {
+        self.retry_conflicts(|| self.record_once(req, scope)).await
+    }
+
+    async fn record_once(
+        &self,
+        req: &RecordObservationRequest,
+        scope: &QueueScope,
+    ) -> Result<(Observation, bool), CoordinatorError> {
+        let mut tx = self.begin().await?;
+        if !scope.is_any() {
+            // A job's queue never changes: a plain read decides.
+            let row = sqlx::query("SELECT queue FROM jobs WHERE id = ?")
+                .bind(req.job_id)
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(convert_sqlx_err)?
+                .ok_or(CoordinatorError::JobNotFound { job_id: req.job_id })?;
+            scope.check(&rows::text(&row, "queue")?, Some(req.job_id))?;
+        }
+        let inserted = sqlx::query(include_str!("queries/observations/insert.sql"))
+            .bind(req.job_id)
+            .bind(req.attempt)
+            .bind(req.source.as_str())
+            .bind(req.outcome.as_str())
+            .bind(req.provider_reference.as_deref())
+            .bind(&req.body)
+            .bind(&req.dedup_key)
+            .execute(&mut *tx)
+            .await;
+        let duplicate = match inserted {
+            Ok(_) => false,
+            Err(e) if is_unique_violation(&e) => true,
+            Err(e) if error_number(&e) == Some(NO_REFERENCED_ROW) => {
+                return Err(CoordinatorError::JobNotFound { job_id: req.job_id })
+            }
+            Err(e) => return Err(convert_sqlx_err(e)),
+        };
+        if !duplicate {
+            sqlx::query(include_str!("queries/observations/event.sql"))
+                .bind(req.attempt)
+                .bind(format!("{} {}", req.source.as_str(), req.outcome.as_str()))
+                .bind(req.job_id)
+                .execute(&mut *tx)
+                .await
+                .map_err(convert_sqlx_err)?;
+        }
+        let observation = reads::observation_by_key(&mut tx, req.job_id, &req.dedup_key)
+            .await?
+            .ok_or_else(|| {
+                CoordinatorError::TransactionConflict("observation vanished; retrying".into())
+            })?;
+        commit(tx).await?;
+        Ok((observation, duplicate))
+    }
+}

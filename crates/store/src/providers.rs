@@ -1,0 +1,574 @@
+//! Operator changes of providers and stored queue policies (DESIGN.md
+//! rules 11 and 13), each one short transaction that also records the
+//! change, with the operator's name, in `policy_changes`.
+//!
+//! A change of a provider locks its row first, as every claim of its
+//! queues does (see `budget.rs`): a claim runs entirely before or entirely
+//! after it, so no claim spends under half-changed rules.
+
+use super::budget::{budget, stored_policy};
+use super::{commit, convert_sqlx_err, rows, JobStore};
+use jobfence_domain::budget::{Budget, Gcra, Pause};
+use jobfence_domain::providers::{
+    provider_subject, queue_subject, ChangeBy, PolicyAction, PolicyChange, ProviderRecord,
+    PutProvider, PutQueuePolicy, QueuePolicyRecord, SetPause,
+};
+use jobfence_domain::FieldViolation;
+use jobfence_domain::{CoordinatorError, DbTime, QueuePolicy};
+use sqlx::mysql::MySqlRow;
+use sqlx::{MySql, MySqlConnection, Transaction};
+use std::collections::BTreeMap;
+
+const PROVIDER_COLUMNS: &str = "name, rate_per_second, burst, max_in_flight, execute_cost, \
+    reconcile_cost, tat, pause, pause_reason, throttled_until, throttle_reports, updated_at, \
+    updated_by, UTC_TIMESTAMP(6) AS now";
+
+const POLICY_COLUMNS: &str =
+    "queue, provider, resend_window_us, max_dispatches, updated_at, updated_by";
+
+fn unknown_provider(name: &str) -> CoordinatorError {
+    CoordinatorError::invalid("name", format!("no provider is named {name:?}"))
+}
+
+/// The JSON recorded for a provider's change.
+fn provider_detail(b: &Budget, queues: &[String], pause: Pause) -> String {
+    serde_json::json!({
+        "rate_per_second": b.rate_per_second,
+        "burst": b.burst,
+        "max_in_flight": b.max_in_flight,
+        "execute_cost": b.execute_cost,
+        "reconcile_cost": b.reconcile_cost,
+        "queues": queues,
+        "pause": pause.as_str(),
+    })
+    .to_string()
+}
+
+fn policy_detail(p: Option<&QueuePolicy>) -> String {
+    match p {
+        Some(p) => serde_json::json!({
+            "resend_window_us": p.resend_window.as_micros() as u64,
+            "resend_window": humantime::format_duration(p.resend_window).to_string(),
+            "max_dispatches": p.max_dispatches,
+        })
+        .to_string(),
+        None => "{}".into(),
+    }
+}
+
+/// A provider row as read (without its queues and in-flight count).
+fn provider_row(row: &MySqlRow) -> Result<ProviderRecord, CoordinatorError> {
+    let budget = budget(row)?;
+    let tat: DbTime = rows::get(row, "tat")?;
+    let now: DbTime = rows::get(row, "now")?;
+    let g = Gcra::at(&budget, tat, now);
+    let units_available = g.available();
+    Ok(ProviderRecord {
+        name: rows::text(row, "name")?,
+        budget,
+        queues: Vec::new(),
+        pause: rows::text(row, "pause")?
+            .parse()
+            .map_err(|e| CoordinatorError::Internal(format!("providers.pause: {e}")))?,
+        pause_reason: rows::opt_text(row, "pause_reason")?,
+        throttled_until: rows::get(row, "throttled_until")?,
+        throttle_reports: rows::get(row, "throttle_reports")?,
+        units_available,
+        next_unit_in: (units_available == 0).then(|| g.due_in(1)),
+        in_flight: 0,
+        updated_at: rows::get(row, "updated_at")?,
+        updated_by: rows::text(row, "updated_by")?,
+        now,
+    })
+}
+
+fn policy_row(row: &MySqlRow) -> Result<QueuePolicyRecord, CoordinatorError> {
+    Ok(QueuePolicyRecord {
+        queue: rows::text(row, "queue")?,
+        provider: rows::opt_text(row, "provider")?,
+        policy: stored_policy(row)?,
+        updated_at: rows::get(row, "updated_at")?,
+        updated_by: rows::text(row, "updated_by")?,
+    })
+}
+
+/// Records one change in the caller's transaction.
+async fn record(
+    conn: &mut MySqlConnection,
+    subject: &str,
+    action: PolicyAction,
+    by: &ChangeBy,
+    detail: &str,
+) -> Result<(), CoordinatorError> {
+    sqlx::query(
+        "INSERT INTO policy_changes (subject, action, operator, reason, detail, changed_at) \
+         VALUES (?, ?, ?, ?, ?, UTC_TIMESTAMP(6))",
+    )
+    .bind(subject)
+    .bind(action.as_str())
+    .bind(&by.operator)
+    .bind(&by.reason)
+    .bind(detail)
+    .execute(conn)
+    .await
+    .map_err(convert_sqlx_err)?;
+    Ok(())
+}
+
+/// Queue rows that hold neither a provider nor a policy are removed
+/// (`queue` alone, or every such row of the caller's change).
+async fn tidy(conn: &mut MySqlConnection) -> Result<(), CoordinatorError> {
+    sqlx::query("DELETE FROM queue_policies WHERE provider IS NULL AND resend_window_us IS NULL")
+        .execute(conn)
+        .await
+        .map_err(convert_sqlx_err)?;
+    Ok(())
+}
+
+/// The provider `name` locked (`FOR UPDATE`), if it exists.
+async fn lock_provider(
+    conn: &mut MySqlConnection,
+    name: &str,
+) -> Result<Option<ProviderRecord>, CoordinatorError> {
+    let row = sqlx::query(&format!(
+        "SELECT {PROVIDER_COLUMNS} FROM providers WHERE name = ? FOR UPDATE"
+    ))
+    .bind(name)
+    .fetch_optional(conn)
+    .await
+    .map_err(convert_sqlx_err)?;
+    row.as_ref().map(provider_row).transpose()
+}
+
+impl JobStore {
+    /// Every provider of this database, by name, with its queues, what is
+    /// left of its budget now and its jobs in flight.
+    pub async fn list_providers(&self) -> Result<Vec<ProviderRecord>, CoordinatorError> {
+        let pool = self.pool();
+        let found = sqlx::query(&format!(
+            "SELECT {PROVIDER_COLUMNS} FROM providers ORDER BY name"
+        ))
+        .fetch_all(&pool)
+        .await
+        .map_err(convert_sqlx_err)?;
+        let mut out: Vec<ProviderRecord> =
+            found.iter().map(provider_row).collect::<Result<_, _>>()?;
+        if out.is_empty() {
+            return Ok(out);
+        }
+        let queues = sqlx::query(
+            "SELECT queue, provider FROM queue_policies WHERE provider IS NOT NULL ORDER BY queue",
+        )
+        .fetch_all(&pool)
+        .await
+        .map_err(convert_sqlx_err)?;
+        let mut by_provider: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for row in &queues {
+            by_provider
+                .entry(rows::text(row, "provider")?)
+                .or_default()
+                .push(rows::text(row, "queue")?);
+        }
+        let in_flight = sqlx::query(include_str!("queries/budget/in_flight.sql"))
+            .fetch_all(&pool)
+            .await
+            .map_err(convert_sqlx_err)?;
+        let mut counts: BTreeMap<String, u64> = BTreeMap::new();
+        for row in &in_flight {
+            counts.insert(
+                rows::text(row, "provider")?,
+                rows::get::<i64>(row, "in_flight")?.max(0) as u64,
+            );
+        }
+        for p in &mut out {
+            p.queues = by_provider.remove(&p.name).unwrap_or_default();
+            p.in_flight = counts.get(&p.name).copied().unwrap_or(0);
+        }
+        Ok(out)
+    }
+
+    /// One provider of this database, if it is here.
+    pub async fn get_provider(
+        &self,
+        name: &str,
+    ) -> Result<Option<ProviderRecord>, CoordinatorError> {
+        Ok(self
+            .list_providers()
+            .await?
+            .into_iter()
+            .find(|p| p.name == name))
+    }
+
+    /// Creates or replaces a provider and the list of its queues; returns
+    /// whether it was created. A queue that already dispatches to another
+    /// provider is refused (`InvalidArgument`, field `queues[i]`), and
+    /// nothing is written. A changed budget keeps what was spent, but never
+    /// more than the new burst's worth.
+    pub async fn put_provider(&self, req: &PutProvider) -> Result<bool, CoordinatorError> {
+        self.retry_conflicts(|| self.put_provider_once(req)).await
+    }
+
+    async fn put_provider_once(&self, req: &PutProvider) -> Result<bool, CoordinatorError> {
+        let mut tx = self.begin().await?;
+        let before = lock_provider(&mut tx, &req.name).await?;
+        let b = &req.budget;
+        let tolerance_us = b.tolerance_us().ceil() as i64;
+        if before.is_none() {
+            // A new budget starts full: tat = now offers the whole burst.
+            sqlx::query(
+                "INSERT INTO providers (name, rate_per_second, burst, max_in_flight, execute_cost, \
+                 reconcile_cost, tat, created_at, updated_at, updated_by) \
+                 VALUES (?, ?, ?, ?, ?, ?, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), ?)",
+            )
+            .bind(&req.name)
+            .bind(b.rate_per_second)
+            .bind(b.burst)
+            .bind(b.max_in_flight)
+            .bind(b.execute_cost)
+            .bind(b.reconcile_cost)
+            .bind(&req.by.operator)
+            .execute(&mut *tx)
+            .await
+            .map_err(convert_sqlx_err)?;
+        } else {
+            sqlx::query(
+                "UPDATE providers SET rate_per_second = ?, burst = ?, max_in_flight = ?, \
+                 execute_cost = ?, reconcile_cost = ?, \
+                 tat = LEAST(tat, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND), \
+                 updated_at = UTC_TIMESTAMP(6), updated_by = ? WHERE name = ?",
+            )
+            .bind(b.rate_per_second)
+            .bind(b.burst)
+            .bind(b.max_in_flight)
+            .bind(b.execute_cost)
+            .bind(b.reconcile_cost)
+            .bind(tolerance_us)
+            .bind(&req.by.operator)
+            .bind(&req.name)
+            .execute(&mut *tx)
+            .await
+            .map_err(convert_sqlx_err)?;
+        }
+        // Queues that left the list dispatch to no provider any more.
+        let mut release =
+            "UPDATE queue_policies SET provider = NULL, updated_at = UTC_TIMESTAMP(6), \
+             updated_by = ? WHERE provider = ?"
+                .to_owned();
+        if !req.queues.is_empty() {
+            release.push_str(&format!(
+                " AND queue NOT IN ({})",
+                vec!["?"; req.queues.len()].join(", ")
+            ));
+        }
+        let mut q = sqlx::query(&release).bind(&req.by.operator).bind(&req.name);
+        for queue in &req.queues {
+            q = q.bind(queue);
+        }
+        q.execute(&mut *tx).await.map_err(convert_sqlx_err)?;
+        // A queue already given to another provider keeps it (the row is
+        // left as it is), and is refused below: read back under the locks
+        // this statement took, so two operators giving one queue to two
+        // providers at once cannot both succeed.
+        for queue in &req.queues {
+            sqlx::query(
+                "INSERT INTO queue_policies (queue, provider, updated_at, updated_by) \
+                 VALUES (?, ?, UTC_TIMESTAMP(6), ?) \
+                 ON DUPLICATE KEY UPDATE \
+                 updated_by = IF(provider IS NULL OR provider = VALUES(provider), VALUES(updated_by), updated_by), \
+                 updated_at = IF(provider IS NULL OR provider = VALUES(provider), VALUES(updated_at), updated_at), \
+                 provider = IF(provider IS NULL, VALUES(provider), provider)",
+            )
+            .bind(queue)
+            .bind(&req.name)
+            .bind(&req.by.operator)
+            .execute(&mut *tx)
+            .await
+            .map_err(convert_sqlx_err)?;
+        }
+        let mut taken = Vec::new();
+        if !req.queues.is_empty() {
+            let sql = format!(
+                "SELECT queue, provider FROM queue_policies WHERE queue IN ({}) FOR UPDATE",
+                vec!["?"; req.queues.len()].join(", ")
+            );
+            let mut q = sqlx::query(&sql);
+            for queue in &req.queues {
+                q = q.bind(queue);
+            }
+            for row in q.fetch_all(&mut *tx).await.map_err(convert_sqlx_err)? {
+                if let Some(other) = rows::opt_text(&row, "provider")? {
+                    if other != req.name {
+                        taken.push((rows::text(&row, "queue")?, other));
+                    }
+                }
+            }
+        }
+        if !taken.is_empty() {
+            tx.rollback().await.map_err(convert_sqlx_err)?;
+            return Err(CoordinatorError::InvalidArgument(
+                req.queues
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(i, q)| {
+                        taken.iter().find(|(t, _)| t == q).map(|(_, other)| {
+                            FieldViolation::new(
+                                format!("queues[{i}]"),
+                                format!(
+                                    "queue {q:?} already dispatches to provider {other:?}: a queue has one provider (take it out of {other:?} first)"
+                                ),
+                            )
+                        })
+                    })
+                    .collect(),
+            ));
+        }
+        tidy(&mut tx).await?;
+        let mut queues = req.queues.clone();
+        queues.sort();
+        let pause = before.as_ref().map_or(Pause::None, |p| p.pause);
+        record(
+            &mut tx,
+            &provider_subject(&req.name),
+            PolicyAction::PutProvider,
+            &req.by,
+            &provider_detail(b, &queues, pause),
+        )
+        .await?;
+        commit(tx).await?;
+        Ok(before.is_none())
+    }
+
+    /// Deletes a provider (its queues become unlimited); returns it as it
+    /// was. `InvalidArgument` (field `name`) when there is none.
+    pub async fn delete_provider(
+        &self,
+        name: &str,
+        by: &ChangeBy,
+    ) -> Result<ProviderRecord, CoordinatorError> {
+        let before = self
+            .get_provider(name)
+            .await?
+            .ok_or_else(|| unknown_provider(name))?;
+        let mut tx = self.begin().await?;
+        if lock_provider(&mut tx, name).await?.is_none() {
+            tx.rollback().await.map_err(convert_sqlx_err)?;
+            return Err(unknown_provider(name));
+        }
+        sqlx::query(
+            "UPDATE queue_policies SET provider = NULL, updated_at = UTC_TIMESTAMP(6), \
+             updated_by = ? WHERE provider = ?",
+        )
+        .bind(&by.operator)
+        .bind(name)
+        .execute(&mut *tx)
+        .await
+        .map_err(convert_sqlx_err)?;
+        tidy(&mut tx).await?;
+        sqlx::query("DELETE FROM providers WHERE name = ?")
+            .bind(name)
+            .execute(&mut *tx)
+            .await
+            .map_err(convert_sqlx_err)?;
+        record(
+            &mut tx,
+            &provider_subject(name),
+            PolicyAction::DeleteProvider,
+            by,
+            &provider_detail(&before.budget, &before.queues, before.pause),
+        )
+        .await?;
+        commit(tx).await?;
+        Ok(before)
+    }
+
+    /// Pauses a provider (`Pause::All` or `Pause::Sends`), or resumes it
+    /// (`Pause::None`, which also ends a throttle a worker reported).
+    /// `InvalidArgument` (field `name`) for an unknown provider.
+    pub async fn set_pause(&self, req: &SetPause) -> Result<(), CoordinatorError> {
+        let mut tx = self.begin().await?;
+        let Some(before) = lock_provider(&mut tx, &req.name).await? else {
+            tx.rollback().await.map_err(convert_sqlx_err)?;
+            return Err(unknown_provider(&req.name));
+        };
+        let (action, reason) = match req.pause {
+            Pause::None => (PolicyAction::ResumeProvider, None),
+            _ => (PolicyAction::PauseProvider, Some(req.by.reason.as_str())),
+        };
+        let resume_clears = if req.pause == Pause::None {
+            ", throttled_until = NULL"
+        } else {
+            ""
+        };
+        sqlx::query(&format!(
+            "UPDATE providers SET pause = ?, pause_reason = ?{resume_clears}, \
+             updated_at = UTC_TIMESTAMP(6), updated_by = ? WHERE name = ?"
+        ))
+        .bind(req.pause.as_str())
+        .bind(reason.map(|r| truncate(r, 255)))
+        .bind(&req.by.operator)
+        .bind(&req.name)
+        .execute(&mut *tx)
+        .await
+        .map_err(convert_sqlx_err)?;
+        let queues = self.queues_of(&mut tx, &req.name).await?;
+        record(
+            &mut tx,
+            &provider_subject(&req.name),
+            action,
+            &req.by,
+            &provider_detail(&before.budget, &queues, req.pause),
+        )
+        .await?;
+        commit(tx).await?;
+        Ok(())
+    }
+
+    async fn queues_of(
+        &self,
+        conn: &mut Transaction<'static, MySql>,
+        provider: &str,
+    ) -> Result<Vec<String>, CoordinatorError> {
+        let found =
+            sqlx::query("SELECT queue FROM queue_policies WHERE provider = ? ORDER BY queue")
+                .bind(provider)
+                .fetch_all(&mut **conn)
+                .await
+                .map_err(convert_sqlx_err)?;
+        found.iter().map(|r| rows::text(r, "queue")).collect()
+    }
+
+    /// Stores a queue's resend policy (it wins over the coordinators'
+    /// flags from the next claim or Fail on).
+    pub async fn put_queue_policy(&self, req: &PutQueuePolicy) -> Result<(), CoordinatorError> {
+        let mut tx = self.begin().await?;
+        sqlx::query(
+            "INSERT INTO queue_policies (queue, resend_window_us, max_dispatches, updated_at, updated_by) \
+             VALUES (?, ?, ?, UTC_TIMESTAMP(6), ?) \
+             ON DUPLICATE KEY UPDATE resend_window_us = VALUES(resend_window_us), \
+             max_dispatches = VALUES(max_dispatches), updated_at = VALUES(updated_at), \
+             updated_by = VALUES(updated_by)",
+        )
+        .bind(&req.queue)
+        .bind(req.policy.resend_window.as_micros() as u64)
+        .bind(req.policy.max_dispatches)
+        .bind(&req.by.operator)
+        .execute(&mut *tx)
+        .await
+        .map_err(convert_sqlx_err)?;
+        record(
+            &mut tx,
+            &queue_subject(&req.queue),
+            PolicyAction::PutQueuePolicy,
+            &req.by,
+            &policy_detail(Some(&req.policy)),
+        )
+        .await?;
+        commit(tx).await
+    }
+
+    /// Removes a queue's stored resend policy; returns the row as it was.
+    /// `InvalidArgument` (field `queue`) when the queue has none.
+    pub async fn delete_queue_policy(
+        &self,
+        queue: &str,
+        by: &ChangeBy,
+    ) -> Result<QueuePolicyRecord, CoordinatorError> {
+        let mut tx = self.begin().await?;
+        let row = sqlx::query(&format!(
+            "SELECT {POLICY_COLUMNS} FROM queue_policies WHERE queue = ? FOR UPDATE"
+        ))
+        .bind(queue)
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(convert_sqlx_err)?;
+        let before = row.as_ref().map(policy_row).transpose()?;
+        let Some(before) = before.filter(|b| b.policy.is_some()) else {
+            tx.rollback().await.map_err(convert_sqlx_err)?;
+            return Err(CoordinatorError::invalid(
+                "queue",
+                format!("queue {queue:?} has no stored policy"),
+            ));
+        };
+        sqlx::query(
+            "UPDATE queue_policies SET resend_window_us = NULL, max_dispatches = NULL, \
+             updated_at = UTC_TIMESTAMP(6), updated_by = ? WHERE queue = ?",
+        )
+        .bind(&by.operator)
+        .bind(queue)
+        .execute(&mut *tx)
+        .await
+        .map_err(convert_sqlx_err)?;
+        tidy(&mut tx).await?;
+        record(
+            &mut tx,
+            &queue_subject(queue),
+            PolicyAction::DeleteQueuePolicy,
+            by,
+            &policy_detail(before.policy.as_ref()),
+        )
+        .await?;
+        commit(tx).await?;
+        Ok(before)
+    }
+
+    /// Every queue row of this database (a stored policy or a provider),
+    /// by queue.
+    pub async fn list_queue_policies(&self) -> Result<Vec<QueuePolicyRecord>, CoordinatorError> {
+        let found = sqlx::query(&format!(
+            "SELECT {POLICY_COLUMNS} FROM queue_policies ORDER BY queue"
+        ))
+        .fetch_all(&self.pool())
+        .await
+        .map_err(convert_sqlx_err)?;
+        found.iter().map(policy_row).collect()
+    }
+
+    /// Recorded changes, newest first: of `subject` only when given, with
+    /// ids below `before` when given, at most `limit`.
+    pub async fn list_policy_changes(
+        &self,
+        subject: Option<&str>,
+        before: Option<u64>,
+        limit: u32,
+    ) -> Result<Vec<PolicyChange>, CoordinatorError> {
+        let found = sqlx::query(
+            "SELECT id, changed_at, operator, subject, action, reason, detail FROM policy_changes \
+             WHERE (? IS NULL OR subject = ?) AND (? IS NULL OR id < ?) \
+             ORDER BY id DESC LIMIT ?",
+        )
+        .bind(subject)
+        .bind(subject)
+        .bind(before)
+        .bind(before)
+        .bind(limit)
+        .fetch_all(&self.pool())
+        .await
+        .map_err(convert_sqlx_err)?;
+        found
+            .iter()
+            .map(|r| {
+                Ok(PolicyChange {
+                    id: rows::get(r, "id")?,
+                    changed_at: rows::get(r, "changed_at")?,
+                    operator: rows::text(r, "operator")?,
+                    subject: rows::text(r, "subject")?,
+                    action: rows::text(r, "action")?,
+                    reason: rows::text(r, "reason")?,
+                    detail: rows::text(r, "detail")?,
+                })
+            })
+            .collect()
+    }
+}
+
+/// `s` cut to at most `max` bytes, on a character boundary.
+fn truncate(s: &str, max: usize) -> &str {
+    if s.len() <= max {
+        return s;
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}

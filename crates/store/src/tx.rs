@@ -1,0 +1,135 @@
+//! A transaction on a session whose autocommit is off (the batch pool):
+//! the first statement starts it, so it costs no `BEGIN` round trip, and
+//! `COMMIT` or `ROLLBACK` ends it.
+//!
+//! The one danger of such sessions is a connection going back to the pool
+//! in the middle of a transaction (the next user would continue it, with
+//! its locks). [`Tx`] rules that out: a transaction dropped without
+//! [`commit`](Tx::commit) or [`rollback`](Tx::rollback) — an error returned
+//! with `?`, a panic, a cancelled call — closes its connection instead of
+//! returning it, and the server rolls the transaction back.
+
+use super::convert_sqlx_err;
+use super::errors::convert_commit_err;
+use jobfence_domain::CoordinatorError;
+use sqlx::pool::PoolConnection;
+use sqlx::{Executor, MySql, MySqlConnection, MySqlPool};
+use std::ops::{Deref, DerefMut};
+
+/// An open transaction of the batch pool.
+#[derive(Debug)]
+pub(crate) struct Tx {
+    conn: PoolConnection<MySql>,
+    open: bool,
+}
+
+impl Tx {
+    /// Takes a connection; the transaction begins with the first statement
+    /// run on it.
+    pub async fn start(pool: &MySqlPool) -> Result<Tx, CoordinatorError> {
+        let conn = pool.acquire().await.map_err(convert_sqlx_err)?;
+        Ok(Tx { conn, open: true })
+    }
+
+    /// Commits. A deadlock or lock wait timeout at COMMIT (Galera's
+    /// certification failure) is a `TransactionConflict`: rolled back. Any
+    /// other failure leaves the outcome unknown (DESIGN.md rule 4):
+    /// `CommitOutcomeUnknown`, and the connection is closed.
+    pub async fn commit(mut self) -> Result<(), CoordinatorError> {
+        let done = self.conn.execute("COMMIT").await;
+        if done.is_ok() {
+            self.open = false;
+        }
+        done.map(|_| ()).map_err(convert_commit_err)
+    }
+
+    /// Runs `statements` (text, no placeholders: see `literal`) and COMMIT
+    /// in one round trip. The server refusing a statement is its own error
+    /// (it runs nothing after it; the transaction is abandoned). A failure
+    /// of COMMIT, or of the connection at any point (COMMIT may have run),
+    /// is as for [`commit`](Self::commit).
+    pub async fn commit_after<S: AsRef<str>>(
+        mut self,
+        statements: &[S],
+    ) -> Result<(), CoordinatorError> {
+        use tokio_stream::StreamExt;
+        let mut text = String::new();
+        for s in statements {
+            text.push_str(s.as_ref());
+            text.push_str(";\n");
+        }
+        text.push_str("COMMIT");
+        let mut results = sqlx::raw_sql(&text).execute_many(&mut *self.conn);
+        for _ in statements {
+            match results.next().await {
+                Some(Ok(_)) => {}
+                // The server refused the statement: it ran nothing after
+                // it, so COMMIT never ran.
+                Some(Err(e @ sqlx::Error::Database(_))) => return Err(convert_sqlx_err(e)),
+                // The connection failed with COMMIT sent or on its way:
+                // the server may have run everything (DESIGN.md rule 4).
+                Some(Err(e)) => return Err(CoordinatorError::CommitOutcomeUnknown(e.to_string())),
+                None => {
+                    return Err(CoordinatorError::Internal(
+                        "no result for a statement before COMMIT".into(),
+                    ))
+                }
+            }
+        }
+        match results.next().await {
+            Some(Ok(_)) => {}
+            Some(Err(e)) => return Err(convert_commit_err(e)),
+            None => {
+                return Err(CoordinatorError::CommitOutcomeUnknown(
+                    "no answer to COMMIT".into(),
+                ))
+            }
+        }
+        // Read to the end of the stream: a multi-statement query left half
+        // read leaves the connection waiting for results, and the pool's
+        // check on release would wait forever.
+        while let Some(rest) = results.next().await {
+            rest.map_err(convert_commit_err)?;
+        }
+        drop(results);
+        self.open = false;
+        Ok(())
+    }
+
+    /// Marks the transaction as ended by a COMMIT that the caller ran
+    /// itself (within a multi-statement query) and saw succeed.
+    pub fn committed(&mut self) {
+        self.open = false;
+    }
+
+    /// Rolls back (nothing of the transaction was applied).
+    pub async fn rollback(mut self) -> Result<(), CoordinatorError> {
+        let done = self.conn.execute("ROLLBACK").await;
+        if done.is_ok() {
+            self.open = false;
+        }
+        done.map(|_| ()).map_err(convert_sqlx_err)
+    }
+}
+
+impl Drop for Tx {
+    fn drop(&mut self) {
+        if self.open {
+            self.conn.close_on_drop();
+        }
+    }
+}
+
+impl Deref for Tx {
+    type Target = MySqlConnection;
+
+    fn deref(&self) -> &MySqlConnection {
+        &self.conn
+    }
+}
+
+impl DerefMut for Tx {
+    fn deref_mut(&mut self) -> &mut MySqlConnection {
+        &mut self.conn
+    }
+}

@@ -1,0 +1,71 @@
+//! The flags of `jobfence bench`.
+
+use clap::Args;
+use std::path::PathBuf;
+
+/// Flags of `jobfence bench`.
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    /// The database server; the benchmark creates (and drops at the end)
+    /// its own database on it, named by --database.
+    #[arg(
+        long,
+        env = "JOBFENCE_BENCH_DATABASE_URL",
+        default_value = "mysql://jobfence:jobfence@127.0.0.1:3307/jobfence_bench"
+    )]
+    pub database_url: String,
+    /// Jobs per lifecycle phase.
+    #[arg(long, default_value_t = 5000)]
+    pub jobs: u64,
+    /// Worker counts to measure (comma-separated).
+    #[arg(long, value_delimiter = ',', default_value = "1,16,64")]
+    pub workers: Vec<usize>,
+    /// max_jobs of the batching clients' Claims (phase 3).
+    #[arg(long, default_value_t = 16)]
+    pub claim_batch: u32,
+    /// Jobs per transaction of the batched direct ceiling.
+    #[arg(long, default_value_t = 32)]
+    pub ceiling_batch: u32,
+    /// Connections of the batched direct ceiling.
+    #[arg(long, default_value_t = 4)]
+    pub ceiling_connections: usize,
+    /// Jobs of each enqueue phase.
+    #[arg(long, default_value_t = 20_000)]
+    pub enqueue_jobs: u64,
+    /// Concurrent callers of the single-row insert and Enqueue phases.
+    #[arg(long, default_value_t = 16)]
+    pub enqueue_callers: usize,
+    /// Items per EnqueueBatch call.
+    #[arg(long, default_value_t = 500)]
+    pub enqueue_batch: u64,
+    /// Load this many finished (succeeded) jobs and run the coordinator
+    /// phase at the largest worker count again, to see whether claims slow
+    /// down as finished rows pile up (0: skip).
+    #[arg(long, default_value_t = 0)]
+    pub finished_rows: u64,
+    /// Units per second of the provider budget below the load (the paced
+    /// phase: how close the hand-out rate comes to it); 0 skips both
+    /// budget phases.
+    #[arg(long, default_value_t = 200.0)]
+    pub budget_rate: f64,
+    /// How long the paced phase runs, in seconds.
+    #[arg(long, default_value_t = 30)]
+    pub budget_seconds: u64,
+    /// Run every phase this many times, interleaved (direct, coordinator,
+    /// batching, direct, …), and report the median run of each.
+    #[arg(long, default_value_t = 1)]
+    pub repeat: usize,
+    /// Write the report (Markdown) to this file, e.g. docs/benchmarks.md.
+    #[arg(long)]
+    pub write: Option<PathBuf>,
+    /// Where the coordinator's log goes.
+    #[arg(long, default_value = ".local/bench")]
+    pub log_dir: PathBuf,
+    /// The coordinator binary (default: this one).
+    #[arg(long)]
+    pub coordinator_bin: Option<PathBuf>,
+    /// Extra flags for `jobfence serve` (repeat, e.g.
+    /// `--serve-flag=--batch-concurrency=2`).
+    #[arg(long = "serve-flag", allow_hyphen_values = true)]
+    pub serve_flags: Vec<String>,
+}

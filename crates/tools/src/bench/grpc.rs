@@ -1,0 +1,214 @@
+//! The load generator: workers that talk to `jobfence serve` over gRPC on
+//! loopback, one HTTP/2 connection each, as separate worker processes
+//! would.
+
+use super::direct::join;
+use super::{Latencies, PhaseRun};
+use anyhow::{bail, ensure, Context, Result};
+use jobfence_api::v1::job_coordinator_client::JobCoordinatorClient;
+use jobfence_api::v1::{
+    ClaimRequest, CompleteRequest, EnqueueBatchRequest, EnqueueRequest, GetJobRequest,
+};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tonic::transport::Channel;
+
+async fn connect(addr: &str) -> Result<JobCoordinatorClient<Channel>> {
+    let channel = Channel::from_shared(format!("http://{addr}"))?
+        .connect()
+        .await
+        .with_context(|| format!("connecting to the coordinator at {addr}"))?;
+    Ok(JobCoordinatorClient::new(channel))
+}
+
+/// `workers` clients each Claim(max_jobs) and Complete every job they got
+/// (side by side), until a Claim finds nothing.
+pub async fn lifecycle(addr: &str, queue: &str, workers: usize, max_jobs: u32) -> Result<PhaseRun> {
+    lifecycle_until(addr, queue, workers, max_jobs, None).await
+}
+
+/// [`lifecycle`], but with long-polling Claims (1 s) until `until`: the
+/// workers of a queue whose provider's budget paces the hand-outs, which
+/// keep asking while jobs wait for units.
+pub async fn lifecycle_until(
+    addr: &str,
+    queue: &str,
+    workers: usize,
+    max_jobs: u32,
+    until: Option<Instant>,
+) -> Result<PhaseRun> {
+    let mut clients = Vec::with_capacity(workers);
+    for _ in 0..workers {
+        clients.push(connect(addr).await?);
+    }
+    let done = Arc::new(AtomicU64::new(0));
+    let started = Instant::now();
+    let mut tasks = tokio::task::JoinSet::new();
+    for (w, client) in clients.into_iter().enumerate() {
+        let (done, queue) = (done.clone(), queue.to_owned());
+        tasks.spawn(async move {
+            let mut lat = Latencies::default();
+            let worker_id = format!("grpc-{w}");
+            loop {
+                if until.is_some_and(|u| Instant::now() >= u) {
+                    return Ok::<_, anyhow::Error>(lat);
+                }
+                let t = Instant::now();
+                let jobs = client
+                    .clone()
+                    .claim(ClaimRequest {
+                        queue: queue.clone(),
+                        worker_id: worker_id.clone(),
+                        max_jobs,
+                        lease: None,
+                        wait: until.map(|_| prost_types::Duration {
+                            seconds: 1,
+                            nanos: 0,
+                        }),
+                    })
+                    .await
+                    .context("Claim")?
+                    .into_inner()
+                    .jobs;
+                lat.claim.push(t.elapsed());
+                if jobs.is_empty() && until.is_none() {
+                    return Ok::<_, anyhow::Error>(lat);
+                }
+                let completes = jobs.into_iter().map(|c| {
+                    let mut client = client.clone();
+                    async move {
+                        let job = c.job.context("claimed job without a job")?;
+                        let t = Instant::now();
+                        let out = client
+                            .complete(CompleteRequest {
+                                job_id: job.job_id,
+                                attempt: job.attempt,
+                                provider_reference: "re_bench".into(),
+                                result: String::new(),
+                            })
+                            .await
+                            .with_context(|| format!("Complete of job {}", job.job_id))?
+                            .into_inner();
+                        ensure!(!out.replayed, "job {} completed twice", job.job_id);
+                        Ok::<_, anyhow::Error>(t.elapsed())
+                    }
+                });
+                let mut set = tokio::task::JoinSet::new();
+                for c in completes {
+                    set.spawn(c);
+                }
+                while let Some(r) = set.join_next().await {
+                    lat.complete.push(r??);
+                    done.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        });
+    }
+    let latencies = join(tasks).await?;
+    Ok(PhaseRun {
+        jobs: done.load(Ordering::Relaxed),
+        elapsed: started.elapsed(),
+        latencies,
+    })
+}
+
+/// `callers` clients enqueue `jobs` jobs, `batch` per call (1: the Enqueue
+/// RPC; more: EnqueueBatch).
+pub async fn enqueue(
+    addr: &str,
+    queue: &str,
+    jobs: u64,
+    callers: usize,
+    batch: u64,
+) -> Result<PhaseRun> {
+    let next = Arc::new(AtomicU64::new(0));
+    let mut clients = Vec::with_capacity(callers);
+    for _ in 0..callers {
+        clients.push(connect(addr).await?);
+    }
+    let started = Instant::now();
+    let mut tasks = tokio::task::JoinSet::new();
+    for mut client in clients {
+        let (next, queue) = (next.clone(), queue.to_owned());
+        tasks.spawn(async move {
+            let mut lat = Latencies::default();
+            loop {
+                let first = next.fetch_add(batch, Ordering::Relaxed);
+                if first >= jobs {
+                    return Ok::<_, anyhow::Error>(lat);
+                }
+                let items: Vec<EnqueueRequest> = (first..(first + batch).min(jobs))
+                    .map(|i| EnqueueRequest {
+                        queue: queue.clone(),
+                        operation_key: format!("op-{i}"),
+                        payload: format!("{{\"amount\":{i}}}"),
+                        delay: None,
+                    })
+                    .collect();
+                let t = Instant::now();
+                if batch == 1 {
+                    let item = items.into_iter().next().expect("one item");
+                    let out = client.enqueue(item).await.context("Enqueue")?.into_inner();
+                    ensure!(out.created, "a fresh key was not created");
+                } else {
+                    let n = items.len();
+                    let out = client
+                        .enqueue_batch(EnqueueBatchRequest { items })
+                        .await
+                        .context("EnqueueBatch")?
+                        .into_inner();
+                    ensure!(
+                        out.results.len() == n,
+                        "EnqueueBatch answered {} of {n}",
+                        out.results.len()
+                    );
+                    for r in out.results {
+                        match r.result {
+                            Some(jobfence_api::v1::enqueue_batch_result::Result::Enqueued(e))
+                                if e.created => {}
+                            other => bail!("a fresh key was not created: {other:?}"),
+                        }
+                    }
+                }
+                lat.claim.push(t.elapsed());
+            }
+        });
+    }
+    let latencies = join(tasks).await?;
+    Ok(PhaseRun {
+        jobs,
+        elapsed: started.elapsed(),
+        latencies,
+    })
+}
+
+/// One cheap call, so the coordinator's pools and caches are warm before
+/// a phase is timed.
+pub async fn warm_up(addr: &str) -> Result<()> {
+    let mut client = connect(addr).await?;
+    // JOB_NOT_FOUND is the expected answer; it still runs a query.
+    let _ = client.get_job(GetJobRequest { job_id: u64::MAX }).await;
+    Ok(())
+}
+
+/// Median time of a call that does no database work (the standard health
+/// check), over `n` calls on one connection: the cost of the network hop.
+pub async fn health_round_trip(addr: &str, n: usize) -> Result<Duration> {
+    let channel = Channel::from_shared(format!("http://{addr}"))?
+        .connect()
+        .await?;
+    let mut health = tonic_health::pb::health_client::HealthClient::new(channel);
+    let mut times = Vec::with_capacity(n);
+    for _ in 0..n {
+        let t = Instant::now();
+        health
+            .check(tonic_health::pb::HealthCheckRequest {
+                service: String::new(),
+            })
+            .await?;
+        times.push(t.elapsed());
+    }
+    times.sort_unstable();
+    Ok(times[n / 2])
+}

@@ -1,0 +1,543 @@
+//! `jobfence bench`: how much faster (or slower) going through the
+//! coordinator is than workers running the SQL themselves, measured side by
+//! side in one run against the same database.
+//!
+//! Phases, for each worker count N:
+//! 1. **direct**: N connections run the article's lifecycle themselves;
+//! 2. **coordinator**: `jobfence serve` as its own process, N gRPC workers
+//!    doing Claim(max_jobs=1) then Complete;
+//! 3. **coordinator, batching clients**: the same with Claim(max_jobs=K);
+//!
+//! at the largest N also 2b. the coordinator phase with the queue under a
+//! **provider budget far above the load** (what the budget row costs a
+//! claim), and once 2c. a **budget below the load** (the hand-out rate the
+//! database recorded against the configured one);
+//! then once: 4. the **batched direct ceiling** (32 jobs per transaction),
+//! 5. **enqueue**: single-row inserts, Enqueue and EnqueueBatch, and
+//! optionally 6. the coordinator phase again with a million finished jobs
+//! in the table. After every lifecycle phase it checks that every job
+//! succeeded exactly once with exactly one completion event, and fails
+//! loudly otherwise. It prints the table and, with `--write`, writes it to
+//! a Markdown file with the machine, the database settings and the command
+//! line. It asserts nothing about the figures: it is a benchmark, not a
+//! test.
+
+mod args;
+mod db;
+mod direct;
+mod grpc;
+pub mod procstat;
+mod report;
+
+use crate::procs::{free_port, Proc};
+use anyhow::{ensure, Context, Result};
+pub use args::BenchArgs;
+use db::*;
+use jobfence_store::{self as store, JobStore, PoolSettings};
+use report::{Measured, Phase, Report};
+use sqlx::mysql::MySqlPool;
+use std::time::{Duration, Instant};
+
+/// What one timed run of workers did.
+#[derive(Debug, Default)]
+pub struct PhaseRun {
+    pub jobs: u64,
+    pub elapsed: Duration,
+    pub latencies: Latencies,
+}
+
+/// Per-call latencies of a phase (`claim` also holds enqueue calls).
+#[derive(Debug, Default)]
+pub struct Latencies {
+    pub claim: Vec<Duration>,
+    pub complete: Vec<Duration>,
+}
+
+/// Runs the benchmark; `Err` if a phase failed or its check did not hold.
+pub async fn run(args: BenchArgs) -> Result<()> {
+    let started = Instant::now();
+    let (server, db) = args
+        .database_url
+        .rsplit_once('/')
+        .context("--database-url needs a database name")?;
+    ensure!(!db.is_empty(), "--database-url needs a database name");
+    let admin = MySqlPool::connect(&format!("{server}/"))
+        .await
+        .with_context(|| format!("connecting to {server} (scripts/mariadb start?)"))?;
+    sqlx::query(&format!("DROP DATABASE IF EXISTS `{db}`"))
+        .execute(&admin)
+        .await?;
+    sqlx::query(&format!(
+        "CREATE DATABASE `{db}` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"
+    ))
+    .execute(&admin)
+    .await?;
+    let max_workers = args.workers.iter().copied().max().unwrap_or(1);
+    let pool = store::connect(
+        &args.database_url,
+        &PoolSettings {
+            max_connections: (max_workers + 8) as u32,
+            ..PoolSettings::default()
+        },
+    )?;
+    store::MIGRATOR.run(&pool).await.context("migrations")?;
+    let settings = read_settings(&pool).await?;
+    let db_pid = db_server_pid(&pool).await;
+
+    std::fs::create_dir_all(&args.log_dir)?;
+    let addr = format!("127.0.0.1:{}", free_port()?);
+    let metrics_addr = format!("127.0.0.1:{}", free_port()?);
+    let bin = match &args.coordinator_bin {
+        Some(b) => b.clone(),
+        None => std::env::current_exe()?,
+    };
+    // Cleartext and open, like the direct SQL it is compared with
+    // (docs/benchmarks.md).
+    let mut serve_args: Vec<String> = vec![
+        "serve".into(),
+        "--insecure".into(),
+        "--database-url".into(),
+        args.database_url.clone(),
+        "--listen".into(),
+        addr.clone(),
+        "--db-max-connections".into(),
+        "32".into(),
+        "--metrics-listen".into(),
+        metrics_addr.clone(),
+    ];
+    serve_args.extend(args.serve_flags.iter().cloned());
+    let mut coordinator = Proc::spawn(
+        "bench-coordinator",
+        &bin,
+        &serve_args,
+        &[("JOBFENCE_LOG", "warn".into())],
+        &args.log_dir,
+    )?;
+    crate::procs::wait_coordinator(&addr, &Default::default()).await?;
+    grpc::warm_up(&addr).await?;
+    let coordinator_pid = coordinator.pid().context("the coordinator exited")?;
+    let grpc_rtt = grpc::health_round_trip(&addr, 500).await?;
+    let db_rtt = direct::db_round_trip(&pool, 500).await?;
+
+    let mut bench = Bench {
+        pool: pool.clone(),
+        coordinator_pid,
+        db_pid,
+        metrics_url: Some(format!("http://{metrics_addr}/metrics")),
+        measured: Vec::new(),
+    };
+    let result = bench.all(&args, &addr).await;
+    let _ = coordinator.stop(Duration::from_secs(5)).await;
+    let elapsed = started.elapsed();
+    pool.close().await;
+    let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS `{db}`"))
+        .execute(&admin)
+        .await;
+    result?;
+
+    let report = Report {
+        command: std::env::args().collect::<Vec<_>>().join(" "),
+        machine: procstat::machine(),
+        settings,
+        args: &args,
+        measured: bench.measured,
+        elapsed,
+        round_trips: (grpc_rtt, db_rtt),
+    };
+    println!();
+    print!("{}", report.text());
+    if let Some(path) = &args.write {
+        std::fs::write(path, report.markdown())
+            .with_context(|| format!("writing {}", path.display()))?;
+        println!("wrote {}", path.display());
+    }
+    Ok(())
+}
+
+struct Bench {
+    pool: MySqlPool,
+    coordinator_pid: u32,
+    db_pid: Option<u32>,
+    /// The coordinator's `/metrics`.
+    metrics_url: Option<String>,
+    measured: Vec<Measured>,
+}
+
+impl Bench {
+    async fn all(&mut self, args: &BenchArgs, addr: &str) -> Result<()> {
+        let pool = self.pool.clone();
+        let reps = args.repeat.max(1);
+        let max_workers = args.workers.iter().copied().max().unwrap_or(1);
+        // The phases being compared run one after the other, `reps` times
+        // round: drift of a shared machine hits them alike.
+        for &n in &args.workers {
+            for _ in 0..reps {
+                self.lifecycle(Phase::Direct, n, args.jobs, || {
+                    direct::lifecycle(&pool, QUEUE, n)
+                })
+                .await?;
+                self.lifecycle(Phase::Coordinator, n, args.jobs, || {
+                    grpc::lifecycle(addr, QUEUE, n, 1)
+                })
+                .await?;
+                if n == max_workers && args.budget_rate > 0.0 {
+                    // The same phase with the queue under a provider
+                    // budget far above the load: what the budget row in
+                    // every claim transaction costs.
+                    self.with_budget(1_000_000.0, 1_000_000).await?;
+                    let measured = self
+                        .lifecycle(Phase::CoordinatorBudget, n, args.jobs, || {
+                            grpc::lifecycle(addr, QUEUE, n, 1)
+                        })
+                        .await;
+                    self.without_budget().await?;
+                    measured?;
+                }
+                let k = args.claim_batch;
+                self.lifecycle(Phase::CoordinatorBatching(k), n, args.jobs, || {
+                    grpc::lifecycle(addr, QUEUE, n, k)
+                })
+                .await?;
+            }
+        }
+        if args.budget_rate > 0.0 {
+            self.paced(args, addr, max_workers).await?;
+        }
+        let (c, b) = (args.ceiling_connections, args.ceiling_batch);
+        for _ in 0..reps {
+            self.lifecycle(Phase::Ceiling(b), c, args.jobs, || {
+                direct::batched(&pool, QUEUE, c, b)
+            })
+            .await?;
+        }
+
+        let (jobs, callers) = (args.enqueue_jobs, args.enqueue_callers);
+        let batch_callers = 4;
+        for _ in 0..reps {
+            self.enqueue(Phase::Inserts, callers, jobs, || {
+                direct::inserts(&pool, QUEUE, jobs, callers)
+            })
+            .await?;
+            self.enqueue(Phase::Enqueue, callers, jobs, || {
+                grpc::enqueue(addr, QUEUE, jobs, callers, 1)
+            })
+            .await?;
+            self.enqueue(
+                Phase::EnqueueBatch(args.enqueue_batch),
+                batch_callers,
+                jobs,
+                || grpc::enqueue(addr, QUEUE, jobs, batch_callers, args.enqueue_batch),
+            )
+            .await?;
+        }
+
+        if args.finished_rows > 0 {
+            let n = args.workers.iter().copied().max().unwrap_or(1);
+            self.reset().await?;
+            load_finished(&self.pool, args.finished_rows).await?;
+            for _ in 0..reps {
+                self.clear_queue().await?;
+                settle(&self.pool).await?;
+                self.lifecycle_kept(
+                    Phase::CoordinatorFinished(args.finished_rows),
+                    n,
+                    args.jobs,
+                    || grpc::lifecycle(addr, QUEUE, n, 1),
+                )
+                .await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Puts the benchmark queue under provider [`PROVIDER`] with this
+    /// budget.
+    async fn with_budget(&self, rate: f64, burst: u32) -> Result<()> {
+        use jobfence_domain::budget::Budget;
+        use jobfence_domain::providers::{ChangeBy, PutProvider};
+        JobStore::new(self.pool.clone())
+            .put_provider(&PutProvider {
+                name: PROVIDER.into(),
+                budget: Budget {
+                    rate_per_second: rate,
+                    burst,
+                    max_in_flight: None,
+                    execute_cost: 1,
+                    reconcile_cost: 1,
+                },
+                queues: vec![QUEUE.into()],
+                by: ChangeBy {
+                    operator: "bench".into(),
+                    reason: "benchmark phase".into(),
+                },
+            })
+            .await?;
+        // A fresh budget: its whole burst, from now.
+        sqlx::query("UPDATE providers SET tat = UTC_TIMESTAMP(6) WHERE name = ?")
+            .bind(PROVIDER)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    /// Takes the benchmark queue out of every budget.
+    async fn without_budget(&self) -> Result<()> {
+        use jobfence_domain::providers::ChangeBy;
+        let store = JobStore::new(self.pool.clone());
+        if store.get_provider(PROVIDER).await?.is_some() {
+            store
+                .delete_provider(
+                    PROVIDER,
+                    &ChangeBy {
+                        operator: "bench".into(),
+                        reason: "benchmark phase over".into(),
+                    },
+                )
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// The paced phase: a budget below the load, `workers` long-polling
+    /// workers for `--budget-seconds`, and the hand-out rate the database
+    /// recorded (the `claimed` events, DB clock) after the initial burst.
+    /// Checked: no job was handed out or completed twice.
+    async fn paced(&mut self, args: &BenchArgs, addr: &str, workers: usize) -> Result<()> {
+        let rate = args.budget_rate;
+        let burst = ((rate / 10.0).ceil() as u32).max(1);
+        let seconds = args.budget_seconds.max(1);
+        for _ in 0..args.repeat.max(1) {
+            self.reset().await?;
+            let jobs = (rate * (seconds + 5) as f64) as u64 + u64::from(burst);
+            fill(&self.pool, jobs).await?;
+            self.with_budget(rate, burst).await?;
+            let phase = Phase::BudgetPaced {
+                rate_milli: (rate * 1000.0) as u64,
+                burst,
+            };
+            let label = format!("{} N={workers}", phase.name());
+            eprint!("bench: {label:<44} ");
+            let until = Instant::now() + Duration::from_secs(seconds);
+            let measured = self
+                .measure(phase, workers, || {
+                    grpc::lifecycle_until(addr, QUEUE, workers, 1, Some(until))
+                })
+                .await;
+            self.without_budget().await?;
+            let mut measured = measured?;
+            let (handed, span) = handed_out(&self.pool).await?;
+            ensure!(
+                handed > u64::from(burst),
+                "{label}: only {handed} jobs handed out"
+            );
+            // The pace after the burst, by the database clock.
+            measured.run.jobs = handed - u64::from(burst);
+            measured.run.elapsed = span;
+            eprintln!(
+                "{:>8.1} hand-outs/s against a budget of {rate}/s (burst {burst}; checked: none twice)",
+                measured.rate()
+            );
+            self.measured.push(measured);
+        }
+        Ok(())
+    }
+
+    /// Removes the benchmark queue's jobs and events, keeping the rest
+    /// (the finished rows of the archive queue).
+    async fn clear_queue(&self) -> Result<()> {
+        sqlx::query("DELETE FROM job_events WHERE queue = ?")
+            .bind(QUEUE)
+            .execute(&self.pool)
+            .await?;
+        sqlx::query("DELETE FROM jobs WHERE queue = ?")
+            .bind(QUEUE)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    /// Empties the tables (the coordinator keeps its connections).
+    async fn reset(&self) -> Result<()> {
+        let mut conn = self.pool.acquire().await?;
+        sqlx::query("SET FOREIGN_KEY_CHECKS = 0")
+            .execute(&mut *conn)
+            .await?;
+        for t in ["job_observations", "job_events", "jobs"] {
+            sqlx::query(&format!("TRUNCATE TABLE {t}"))
+                .execute(&mut *conn)
+                .await?;
+        }
+        sqlx::query("SET FOREIGN_KEY_CHECKS = 1")
+            .execute(&mut *conn)
+            .await?;
+        Ok(())
+    }
+
+    async fn lifecycle<F, Fut>(
+        &mut self,
+        phase: Phase,
+        workers: usize,
+        jobs: u64,
+        run: F,
+    ) -> Result<()>
+    where
+        F: FnOnce() -> Fut,
+        Fut: std::future::Future<Output = Result<PhaseRun>>,
+    {
+        self.reset().await?;
+        self.lifecycle_kept(phase, workers, jobs, run).await
+    }
+
+    /// A lifecycle phase over what the table holds now plus `jobs` fresh
+    /// ready jobs, checked afterwards.
+    async fn lifecycle_kept<F, Fut>(
+        &mut self,
+        phase: Phase,
+        workers: usize,
+        jobs: u64,
+        run: F,
+    ) -> Result<()>
+    where
+        F: FnOnce() -> Fut,
+        Fut: std::future::Future<Output = Result<PhaseRun>>,
+    {
+        fill(&self.pool, jobs).await?;
+        let label = format!("{} N={workers}", phase.name());
+        eprint!("bench: {label:<44} ");
+        let measured = self.measure(phase, workers, run).await?;
+        verify(&self.pool, jobs)
+            .await
+            .with_context(|| format!("check after {label}"))?;
+        eprintln!(
+            "{:>8.0} jobs/s  (checked: {jobs} jobs succeeded once, one completion event each)",
+            measured.rate()
+        );
+        self.measured.push(measured);
+        Ok(())
+    }
+
+    async fn enqueue<F, Fut>(
+        &mut self,
+        phase: Phase,
+        callers: usize,
+        jobs: u64,
+        run: F,
+    ) -> Result<()>
+    where
+        F: FnOnce() -> Fut,
+        Fut: std::future::Future<Output = Result<PhaseRun>>,
+    {
+        self.reset().await?;
+        let label = format!("{} callers={callers}", phase.name());
+        eprint!("bench: {label:<44} ");
+        let measured = self.measure(phase, callers, run).await?;
+        let (n,): (i64,) = sqlx::query_as("SELECT COUNT(*) FROM jobs WHERE state = 'ready'")
+            .fetch_one(&self.pool)
+            .await?;
+        ensure!(
+            n as u64 == jobs,
+            "{label}: {n} jobs in the table, expected {jobs}"
+        );
+        eprintln!(
+            "{:>8.0} jobs/s  (checked: {jobs} jobs in the table)",
+            measured.rate()
+        );
+        self.measured.push(measured);
+        Ok(())
+    }
+
+    async fn measure<F, Fut>(&self, phase: Phase, workers: usize, run: F) -> Result<Measured>
+    where
+        F: FnOnce() -> Fut,
+        Fut: std::future::Future<Output = Result<PhaseRun>>,
+    {
+        let coord = self.coordinator_pid;
+        procstat::reset_peak_rss(coord);
+        let status = db_status(&self.pool).await?;
+        let batches = self.batches().await;
+        let own = std::process::id();
+        let own_cpu = procstat::cpu_time(own);
+        let coord_cpu = procstat::cpu_time(coord);
+        let db_cpu = self.db_pid.and_then(procstat::cpu_time);
+        let run = run().await?;
+        let db_cpu_after = self.db_pid.and_then(procstat::cpu_time);
+        let coord_cpu_after = procstat::cpu_time(coord);
+        let own_cpu = match (own_cpu, procstat::cpu_time(own)) {
+            (Some(a), Some(b)) => Some(b.saturating_sub(a)),
+            _ => None,
+        };
+        let status = db_status(&self.pool).await?.since(&status);
+        let batches = self.batches().await.since(&batches);
+        let coord_cpu = match (coord_cpu, coord_cpu_after) {
+            (Some(a), Some(b)) if phase.uses_coordinator() => Some(b.saturating_sub(a)),
+            _ => None,
+        };
+        let db_cpu = match (db_cpu, db_cpu_after) {
+            (Some(a), Some(b)) => Some(b.saturating_sub(a)),
+            _ => None,
+        };
+        Ok(Measured {
+            phase,
+            workers,
+            coord_rss: phase
+                .uses_coordinator()
+                .then(|| procstat::peak_rss(coord))
+                .flatten(),
+            coord_cpu,
+            db_cpu,
+            load_cpu: own_cpu,
+            status,
+            batches: phase.uses_coordinator().then_some(batches),
+            run,
+        })
+    }
+
+    /// The coordinator's batch-size histogram sums and counts, per
+    /// pipeline, scraped from its `/metrics`.
+    async fn batches(&self) -> BatchCounts {
+        let Some(url) = &self.metrics_url else {
+            return BatchCounts::default();
+        };
+        let Ok(text) = async { reqwest::get(url).await?.text().await }.await else {
+            return BatchCounts::default();
+        };
+        let mut out = BatchCounts::default();
+        for line in text.lines() {
+            for (i, pipeline) in BatchCounts::PIPELINES.iter().enumerate() {
+                let label = format!("{{pipeline=\"{pipeline}\"}}");
+                let value = |name: &str| {
+                    line.strip_prefix(&format!("jobfence_batch_size_{name}{label} "))
+                        .and_then(|v| v.trim().parse::<f64>().ok())
+                };
+                if let Some(v) = value("sum") {
+                    out.calls[i] = v;
+                }
+                if let Some(v) = value("count") {
+                    out.batches[i] = v;
+                }
+            }
+            // Server-side time of the worker RPCs, whatever their code.
+            for (i, method) in ["Claim", "Complete"].iter().enumerate() {
+                if !line.contains(&format!("method=\"{method}\"")) {
+                    continue;
+                }
+                let v = || {
+                    line.rsplit_once(' ')
+                        .and_then(|(_, v)| v.parse::<f64>().ok())
+                };
+                if line.starts_with("jobfence_rpc_duration_seconds_sum{") {
+                    out.rpc_seconds[i] += v().unwrap_or(0.0);
+                } else if line.starts_with("jobfence_rpc_duration_seconds_count{") {
+                    out.rpc_calls[i] += v().unwrap_or(0.0);
+                }
+            }
+        }
+        out
+    }
+}
+
+/// The queue every phase uses.
+const QUEUE: &str = "bench";
+
+/// The provider of the budget phases.
+const PROVIDER: &str = "bench-provider";

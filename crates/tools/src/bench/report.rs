@@ -1,0 +1,518 @@
+//! The benchmark's table, its ratios and the targets of the performance
+//! work, as text for the terminal and as Markdown for `docs/benchmarks.md`.
+
+use super::{BatchCounts, BenchArgs, DbStatus, PhaseRun};
+use std::fmt::Write;
+use std::time::Duration;
+
+/// Enqueue calls per second through the coordinator at 16 callers before
+/// the enqueue pipeline existed (measured on this project's machines; the
+/// target is twice this).
+const ENQUEUE_BEFORE: f64 = 2_400.0;
+
+/// What a phase measured.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Phase {
+    /// Workers running the lifecycle's SQL themselves.
+    Direct,
+    /// Claim(max_jobs=1) then Complete over gRPC.
+    Coordinator,
+    /// Claim(max_jobs=K) then the K Completes over gRPC.
+    CoordinatorBatching(u32),
+    /// The direct lifecycle with this many jobs per transaction.
+    Ceiling(u32),
+    /// Single-row autocommit inserts, no coordinator.
+    Inserts,
+    /// The Enqueue RPC.
+    Enqueue,
+    /// The EnqueueBatch RPC with this many items per call.
+    EnqueueBatch(u64),
+    /// The coordinator phase with this many finished jobs in the table.
+    CoordinatorFinished(u64),
+    /// The coordinator phase, its queue under a provider budget far above
+    /// the load.
+    CoordinatorBudget,
+    /// Long-polling workers against a budget below the load: jobs/s is
+    /// the hand-out rate after the burst, by the database clock.
+    BudgetPaced { rate_milli: u64, burst: u32 },
+}
+
+impl Phase {
+    pub fn name(&self) -> String {
+        match self {
+            Phase::Direct => "direct SQL lifecycle".into(),
+            Phase::Coordinator => "coordinator, Claim(1)".into(),
+            Phase::CoordinatorBatching(k) => format!("coordinator, Claim({k})"),
+            Phase::Ceiling(b) => format!("direct, {b} jobs per transaction (ceiling)"),
+            Phase::Inserts => "enqueue: direct single-row inserts".into(),
+            Phase::Enqueue => "enqueue: Enqueue RPC".into(),
+            Phase::EnqueueBatch(b) => format!("enqueue: EnqueueBatch({b})"),
+            Phase::CoordinatorFinished(n) => format!("coordinator, Claim(1), {n} finished rows"),
+            Phase::CoordinatorBudget => "coordinator, Claim(1), budget far above the load".into(),
+            Phase::BudgetPaced { rate_milli, burst } => format!(
+                "budget {}/s (burst {burst}) below the load: hand-outs/s",
+                *rate_milli as f64 / 1000.0
+            ),
+        }
+    }
+
+    pub fn uses_coordinator(&self) -> bool {
+        matches!(
+            self,
+            Phase::Coordinator
+                | Phase::CoordinatorBatching(_)
+                | Phase::Enqueue
+                | Phase::EnqueueBatch(_)
+                | Phase::CoordinatorFinished(_)
+                | Phase::CoordinatorBudget
+                | Phase::BudgetPaced { .. }
+        )
+    }
+
+    fn is_lifecycle(&self) -> bool {
+        !matches!(
+            self,
+            Phase::Inserts | Phase::Enqueue | Phase::EnqueueBatch(_) | Phase::BudgetPaced { .. }
+        )
+    }
+}
+
+/// One database setting the figures depend on.
+#[derive(Debug, Clone)]
+pub struct Setting(pub &'static str, pub String);
+
+/// One phase's figures.
+#[derive(Debug)]
+pub struct Measured {
+    pub phase: Phase,
+    pub workers: usize,
+    pub coord_cpu: Option<Duration>,
+    pub coord_rss: Option<u64>,
+    pub db_cpu: Option<Duration>,
+    /// This process (the workers, or the load generator) over the phase.
+    pub load_cpu: Option<Duration>,
+    /// What the database server counted during the phase.
+    pub status: DbStatus,
+    /// The coordinator's batches during the phase.
+    pub batches: Option<BatchCounts>,
+    pub run: PhaseRun,
+}
+
+impl Measured {
+    pub fn rate(&self) -> f64 {
+        self.run.jobs as f64 / self.run.elapsed.as_secs_f64().max(1e-9)
+    }
+
+    fn per_job_us(&self, d: Option<Duration>) -> Option<f64> {
+        d.map(|d| d.as_secs_f64() * 1e6 / self.run.jobs.max(1) as f64)
+    }
+}
+
+fn percentile(samples: &[Duration], p: f64) -> Option<Duration> {
+    if samples.is_empty() {
+        return None;
+    }
+    let mut s = samples.to_vec();
+    s.sort_unstable();
+    let i = ((s.len() as f64 * p).ceil() as usize).clamp(1, s.len()) - 1;
+    Some(s[i])
+}
+
+fn ms(d: Option<Duration>) -> String {
+    d.map_or("–".into(), |d| format!("{:.1}", d.as_secs_f64() * 1000.0))
+}
+
+fn opt(v: Option<f64>, digits: usize) -> String {
+    v.map_or("–".into(), |v| format!("{v:.digits$}"))
+}
+
+/// The whole report.
+pub struct Report<'a> {
+    pub command: String,
+    pub machine: String,
+    pub settings: Vec<Setting>,
+    pub args: &'a BenchArgs,
+    pub measured: Vec<Measured>,
+    pub elapsed: Duration,
+    /// Median round trips on loopback: a gRPC call that does no database
+    /// work, and `SELECT 1`.
+    pub round_trips: (Duration, Duration),
+}
+
+/// One row of the table, as strings.
+struct Row {
+    cells: Vec<String>,
+}
+
+const HEADER: [&str; 17] = [
+    "phase",
+    "N",
+    "jobs",
+    "jobs/s",
+    "claim p50/p99 ms",
+    "complete p50/p99 ms",
+    "server mean ms claim/complete",
+    "coord CPU µs/job",
+    "coord peak RSS MiB",
+    "DB CPU µs/job",
+    "workers' CPU µs/job",
+    "DB stmts/job",
+    "fsyncs/job",
+    "calls/txn claim·write·enq",
+    "× direct",
+    "× ceiling",
+    "seconds",
+];
+
+/// A target of the performance work and whether this run met it.
+struct Target {
+    what: String,
+    measured: String,
+    met: Option<bool>,
+}
+
+impl Report<'_> {
+    /// The median run (by jobs/s) of each phase and worker count, in the
+    /// order the phases first ran.
+    fn medians(&self) -> Vec<&Measured> {
+        let mut keys: Vec<(Phase, usize)> = Vec::new();
+        for m in &self.measured {
+            if !keys.contains(&(m.phase, m.workers)) {
+                keys.push((m.phase, m.workers));
+            }
+        }
+        keys.into_iter()
+            .map(|(phase, workers)| {
+                let mut runs: Vec<&Measured> = self
+                    .measured
+                    .iter()
+                    .filter(|m| m.phase == phase && m.workers == workers)
+                    .collect();
+                runs.sort_by(|a, b| a.rate().total_cmp(&b.rate()));
+                runs[runs.len() / 2]
+            })
+            .collect()
+    }
+
+    fn find(&self, phase: Phase, workers: usize) -> Option<&Measured> {
+        self.medians()
+            .into_iter()
+            .find(|m| m.phase == phase && m.workers == workers)
+    }
+
+    fn ceiling(&self) -> Option<&Measured> {
+        self.medians()
+            .into_iter()
+            .find(|m| matches!(m.phase, Phase::Ceiling(_)))
+    }
+
+    fn runs(&self, phase: Phase, workers: usize) -> Vec<f64> {
+        self.measured
+            .iter()
+            .filter(|m| m.phase == phase && m.workers == workers)
+            .map(Measured::rate)
+            .collect()
+    }
+
+    fn rows(&self) -> Vec<Row> {
+        let ceiling = self.ceiling().map(Measured::rate);
+        self.medians()
+            .into_iter()
+            .map(|m| {
+                let direct = match m.phase {
+                    Phase::Coordinator
+                    | Phase::CoordinatorBatching(_)
+                    | Phase::CoordinatorBudget => {
+                        self.find(Phase::Direct, m.workers).map(Measured::rate)
+                    }
+                    Phase::Enqueue | Phase::EnqueueBatch(_) => self
+                        .medians()
+                        .into_iter()
+                        .find(|x| x.phase == Phase::Inserts)
+                        .map(Measured::rate),
+                    _ => None,
+                };
+                let lat = &m.run.latencies;
+                Row {
+                    cells: vec![
+                        m.phase.name(),
+                        m.workers.to_string(),
+                        m.run.jobs.to_string(),
+                        {
+                            let runs = self.runs(m.phase, m.workers);
+                            if runs.len() > 1 {
+                                let lo = runs.iter().copied().fold(f64::MAX, f64::min);
+                                let hi = runs.iter().copied().fold(0.0, f64::max);
+                                format!("{:.0} ({lo:.0}–{hi:.0})", m.rate())
+                            } else {
+                                format!("{:.0}", m.rate())
+                            }
+                        },
+                        format!(
+                            "{} / {}",
+                            ms(percentile(&lat.claim, 0.5)),
+                            ms(percentile(&lat.claim, 0.99))
+                        ),
+                        format!(
+                            "{} / {}",
+                            ms(percentile(&lat.complete, 0.5)),
+                            ms(percentile(&lat.complete, 0.99))
+                        ),
+                        m.batches.map_or("–".into(), |b| {
+                            format!("{} / {}", ms(b.server_mean(0)), ms(b.server_mean(1)))
+                        }),
+                        opt(m.per_job_us(m.coord_cpu), 0),
+                        opt(m.coord_rss.map(|b| b as f64 / 1048576.0), 1),
+                        opt(m.per_job_us(m.db_cpu), 0),
+                        opt(m.per_job_us(m.load_cpu), 0),
+                        format!(
+                            "{:.1}",
+                            m.status.statements as f64 / m.run.jobs.max(1) as f64
+                        ),
+                        format!("{:.2}", m.status.fsyncs as f64 / m.run.jobs.max(1) as f64),
+                        m.batches.map_or("–".into(), |b| {
+                            BatchCounts::PIPELINES
+                                .iter()
+                                .map(|p| opt(b.mean(p), 1))
+                                .collect::<Vec<_>>()
+                                .join(" · ")
+                        }),
+                        opt(direct.map(|d| m.rate() / d), 2),
+                        opt(
+                            ceiling
+                                .filter(|_| m.phase.is_lifecycle())
+                                .map(|c| m.rate() / c),
+                            2,
+                        ),
+                        format!("{:.2}", m.run.elapsed.as_secs_f64()),
+                    ],
+                }
+            })
+            .collect()
+    }
+
+    fn targets(&self) -> Vec<Target> {
+        let mut out = Vec::new();
+        let n_max = self.args.workers.iter().copied().max().unwrap_or(64);
+        let ratio = |a: Option<&Measured>, b: Option<&Measured>| match (a, b) {
+            (Some(a), Some(b)) => Some(a.rate() / b.rate()),
+            _ => None,
+        };
+        let at = |phase, n| self.find(phase, n);
+        let check =
+            |what: String, value: Option<f64>, unit: &str, ok: &dyn Fn(f64) -> bool| Target {
+                what,
+                measured: value.map_or("not measured".into(), |v| format!("{v:.2}{unit}")),
+                met: value.map(ok),
+            };
+        let coord_max = at(Phase::Coordinator, n_max);
+        out.push(check(
+            format!("{n_max} workers, max_jobs=1: coordinator ≥ 3× direct"),
+            ratio(coord_max, at(Phase::Direct, n_max)),
+            "×",
+            &|r| r >= 3.0,
+        ));
+        out.push(check(
+            format!("{n_max} workers, max_jobs=1: coordinator ≥ 50% of the batched direct ceiling"),
+            ratio(coord_max, self.ceiling()).map(|r| r * 100.0),
+            " %",
+            &|r| r >= 50.0,
+        ));
+        out.push(check(
+            "1 worker: coordinator ≥ 0.8× direct".into(),
+            ratio(at(Phase::Coordinator, 1), at(Phase::Direct, 1)),
+            "×",
+            &|r| r >= 0.8,
+        ));
+        out.push(check(
+            format!("coordinator CPU ≤ 150 µs per job at {n_max} workers"),
+            coord_max.and_then(|m| m.per_job_us(m.coord_cpu)),
+            " µs",
+            &|us| us <= 150.0,
+        ));
+        let medians = self.medians();
+        let batch = medians
+            .iter()
+            .copied()
+            .find(|m| matches!(m.phase, Phase::EnqueueBatch(_)));
+        out.push(check(
+            "batched enqueue ≥ 20,000 jobs/s".into(),
+            batch.map(Measured::rate),
+            " jobs/s",
+            &|r| r >= 20_000.0,
+        ));
+        let single = medians.iter().copied().find(|m| m.phase == Phase::Enqueue);
+        out.push(check(
+            format!(
+                "single Enqueue at {} callers ≥ 2× before this work ({ENQUEUE_BEFORE:.0}/s)",
+                self.args.enqueue_callers
+            ),
+            single.map(|m| m.rate() / ENQUEUE_BEFORE),
+            "×",
+            &|r| r >= 2.0,
+        ));
+        out.push(check(
+            format!("coordinator peak RSS ≤ 100 MiB at {n_max} workers"),
+            coord_max
+                .and_then(|m| m.coord_rss)
+                .map(|b| b as f64 / 1048576.0),
+            " MiB",
+            &|mib| mib <= 100.0,
+        ));
+        let finished = medians
+            .iter()
+            .copied()
+            .find(|m| matches!(m.phase, Phase::CoordinatorFinished(_)));
+        out.push(check(
+            "with the finished rows loaded, claim throughput ≥ 80% of the empty table".into(),
+            ratio(finished, coord_max).map(|r| r * 100.0),
+            " %",
+            &|r| r >= 80.0,
+        ));
+        out.push(check(
+            format!(
+                "{n_max} workers under a provider budget far above the load: claim throughput within 10% of no budget"
+            ),
+            ratio(at(Phase::CoordinatorBudget, n_max), coord_max).map(|r| r * 100.0),
+            " %",
+            &|r| r >= 90.0,
+        ));
+        let paced = medians
+            .iter()
+            .copied()
+            .find(|m| matches!(m.phase, Phase::BudgetPaced { .. }));
+        let configured = paced.and_then(|m| match m.phase {
+            Phase::BudgetPaced { rate_milli, .. } => Some(rate_milli as f64 / 1000.0),
+            _ => None,
+        });
+        out.push(check(
+            format!(
+                "a budget below the load ({}/s): hand-out rate within 5% of it over {} s",
+                configured.map_or("–".into(), |r| format!("{r}")),
+                self.args.budget_seconds
+            ),
+            paced
+                .zip(configured)
+                .map(|(m, r)| (m.rate() - r) / r * 100.0),
+            " % off",
+            &|off| off.abs() <= 5.0,
+        ));
+        out
+    }
+
+    /// The table and the targets, for the terminal.
+    pub fn text(&self) -> String {
+        let rows = self.rows();
+        let mut widths: Vec<usize> = HEADER.iter().map(|h| h.chars().count()).collect();
+        for r in &rows {
+            for (w, c) in widths.iter_mut().zip(&r.cells) {
+                *w = (*w).max(c.chars().count());
+            }
+        }
+        let mut out = String::new();
+        let line = |cells: &[String], out: &mut String| {
+            for (i, (c, w)) in cells.iter().zip(&widths).enumerate() {
+                let pad = w - c.chars().count();
+                if i == 0 {
+                    let _ = write!(out, "{c}{}  ", " ".repeat(pad));
+                } else {
+                    let _ = write!(out, "{}{c}  ", " ".repeat(pad));
+                }
+            }
+            out.push('\n');
+        };
+        line(&HEADER.map(String::from), &mut out);
+        for r in &rows {
+            line(&r.cells, &mut out);
+        }
+        out.push('\n');
+        for t in self.targets() {
+            let verdict = match t.met {
+                Some(true) => "met   ",
+                Some(false) => "MISSED",
+                None => "–     ",
+            };
+            let _ = writeln!(out, "{verdict} {}: {}", t.what, t.measured);
+        }
+        out
+    }
+
+    /// The report as Markdown.
+    pub fn markdown(&self) -> String {
+        let mut out = String::new();
+        let _ = writeln!(out, "# Benchmarks\n");
+        let _ = writeln!(
+            out,
+            "Written by `jobfence bench` (run it with `scripts/bench`); every figure below is from one run, \
+             all phases side by side against the same database, each phase repeated {} times \
+             interleaved with the phases it is compared with; a row is the median repetition \
+             (jobs/s shows the range of all). After each lifecycle phase the \
+             benchmark checked that every job succeeded exactly once with exactly one completion \
+             event. It is a benchmark, not a test: nothing asserts on these numbers, and on a \
+             shared 2-core machine they move by 10–20 % from run to run (the database server's CPU \
+             per job is the steadier figure).\n",
+            self.args.repeat.max(1)
+        );
+        let _ = writeln!(out, "- command: `{}`", self.command);
+        let _ = writeln!(out, "- machine: {}", self.machine);
+        for Setting(k, v) in &self.settings {
+            let _ = writeln!(out, "- {k}: {v}");
+        }
+        let _ = writeln!(
+            out,
+            "- the coordinator is `jobfence serve` (this binary) as its own process, defaults but \
+             `--db-max-connections 32` and `--insecure` (cleartext HTTP/2, no authentication, \
+             like the direct SQL it is compared with: TLS costs a handshake per connection, and \
+             the callers check one SHA-256 and a map lookup per call); the load generator runs \
+             in the benchmark's process, one HTTP/2 connection per worker, on loopback"
+        );
+        let _ = writeln!(
+            out,
+            "- round trips on loopback (median of 500): a gRPC call that does no database work \
+             {:.0} µs; `SELECT 1` {:.0} µs",
+            self.round_trips.0.as_secs_f64() * 1e6,
+            self.round_trips.1.as_secs_f64() * 1e6
+        );
+        let _ = writeln!(out, "- whole run: {:.0} s\n", self.elapsed.as_secs_f64());
+        let _ = writeln!(out, "| {} |", HEADER.join(" | "));
+        let _ = writeln!(out, "|{}|", vec!["---"; HEADER.len()].join("|"));
+        for r in self.rows() {
+            let _ = writeln!(out, "| {} |", r.cells.join(" | "));
+        }
+        let _ = writeln!(
+            out,
+            "\nColumns: *N* is workers (enqueue: callers); latencies are per call as the caller saw \
+             it (for enqueue phases the call), and *server mean* as the coordinator measured \
+             it (from its `jobfence_rpc_duration_seconds`); CPU is per job over the phase (coordinator process; \
+             database server process when it runs on this machine; *workers' CPU* is the \
+             benchmark's own process, which runs the direct workers' SQL or the gRPC load \
+             generator); *DB stmts/job* and \
+             *fsyncs/job* are the server's `Questions` and `Innodb_data_fsyncs` over the \
+             phase per job; *calls/txn* is the mean number of calls per transaction of the \
+             coordinator's claim, write and enqueue pipelines; *× direct* compares with the \
+             direct lifecycle at the same N (enqueue phases: with direct single-row inserts); \
+             *× ceiling* with the batched direct ceiling.\n"
+        );
+        let _ = writeln!(out, "## Targets\n");
+        let _ = writeln!(out, "| target | this run | met |");
+        let _ = writeln!(out, "|---|---|---|");
+        for t in self.targets() {
+            let met = match t.met {
+                Some(true) => "yes",
+                Some(false) => "**no**",
+                None => "not run",
+            };
+            let _ = writeln!(out, "| {} | {} | {met} |", t.what, t.measured);
+        }
+        let _ = writeln!(
+            out,
+            "\nA worker killed while holding a job is picked up by a long-polling worker within its \
+             lease plus the wake-up delay: `tests/in_process/long_poll.rs` measures and prints that delay. \
+             The finished-rows phase starts once InnoDB has written back the pages the load \
+             dirtied (the wait is printed). Why the targets marked **no** are missed, what each \
+             mechanism changed (runs with one of them turned off) and what was left alone: \
+             `docs/architecture.md`, \"What each mechanism changed\" and \"Limits\"."
+        );
+        out
+    }
+}

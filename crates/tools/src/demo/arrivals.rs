@@ -1,0 +1,184 @@
+//! The refunds arriving: spread evenly over a while, as a payment system
+//! sends them, so the coordinators' failures happen while work flows. The
+//! producer calls the same address as the workers (HAProxy, when several
+//! coordinators run), and retries an Enqueue that found no coordinator
+//! able to take it: Enqueue is idempotent on (queue, operation_key), so a
+//! repeat of an applied one returns the job it made.
+
+use anyhow::{bail, Result};
+use jobfence_api::v1::job_coordinator_client::JobCoordinatorClient;
+use jobfence_api::v1::{EnqueueBatchRequest, EnqueueRequest};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::task::JoinHandle;
+use tonic::Code;
+
+/// The producer's channel, with its bearer token on every call.
+type Authed = tonic::service::interceptor::InterceptedService<
+    tonic::transport::Channel,
+    jobfence_worker::Authorization,
+>;
+
+/// How often the producer sends what is due.
+const TICK: Duration = Duration::from_millis(100);
+/// At most this many refunds in one EnqueueBatch.
+const BATCH: u32 = 500;
+/// Give up on one batch after this long of retrying.
+const PATIENCE: Duration = Duration::from_secs(60);
+
+/// The producer, running in the background.
+pub(super) struct Arrivals {
+    pub total: u32,
+    arrived: Arc<AtomicU32>,
+    retried: Arc<AtomicU32>,
+    task: Option<JoinHandle<Result<Duration>>>,
+    /// How long sending every refund took, once it is done.
+    pub took: Option<Duration>,
+}
+
+impl Arrivals {
+    /// Starts sending `total` refunds to `addr`, evenly over `over` (all
+    /// at once when zero).
+    /// Refund `i` goes to `queues[i % queues.len()]`.
+    pub fn start(
+        addr: &str,
+        credentials: &jobfence_worker::Credentials,
+        total: u32,
+        over: Duration,
+        queues: Vec<String>,
+    ) -> Result<Arrivals> {
+        let channel = credentials
+            .endpoint(format!("http://{addr}"))?
+            .connect_lazy();
+        let client = JobCoordinatorClient::with_interceptor(channel, credentials.authorization());
+        let arrived = Arc::new(AtomicU32::new(0));
+        let retried = Arc::new(AtomicU32::new(0));
+        let task = tokio::spawn(produce(
+            client,
+            total,
+            over,
+            queues,
+            arrived.clone(),
+            retried.clone(),
+        ));
+        Ok(Arrivals {
+            total,
+            arrived,
+            retried,
+            task: Some(task),
+            took: None,
+        })
+    }
+
+    /// Refunds enqueued so far.
+    pub fn arrived(&self) -> u32 {
+        self.arrived.load(Ordering::Relaxed)
+    }
+
+    /// EnqueueBatch calls sent again after finding no coordinator able to
+    /// take them.
+    pub fn retried(&self) -> u32 {
+        self.retried.load(Ordering::Relaxed)
+    }
+
+    /// True once every refund is enqueued; an error if the producer gave up.
+    pub async fn done(&mut self) -> Result<bool> {
+        match &self.task {
+            Some(t) if t.is_finished() => {
+                let took = self.task.take().expect("checked above").await??;
+                self.took = Some(took);
+                Ok(true)
+            }
+            Some(_) => Ok(false),
+            None => Ok(true),
+        }
+    }
+}
+
+impl Drop for Arrivals {
+    fn drop(&mut self) {
+        if let Some(t) = &self.task {
+            t.abort();
+        }
+    }
+}
+
+/// The refund number `i`: one in a hundred goes to a payment the provider
+/// refuses (so some end failed or in manual review).
+pub(super) fn refund(i: u32, queue: &str) -> EnqueueRequest {
+    let payment = if i % 100 == 99 {
+        format!("{}{i:06}", jobfence_fake_provider::FAILING_PAYMENT_PREFIX)
+    } else {
+        format!("pay_{i:06}")
+    };
+    let amount = 100 + (i as i64 * 37) % 9_900;
+    EnqueueRequest {
+        queue: queue.into(),
+        operation_key: format!("refund-{payment}-{amount}-TWD"),
+        payload: format!(r#"{{"payment_id":"{payment}","amount":{amount},"currency":"TWD"}}"#),
+        delay: None,
+    }
+}
+
+/// Failures after which nothing, or an Enqueue that a repeat recognises,
+/// was applied: no coordinator serving, the database unreachable, a
+/// coordinator stopping or killed mid-call, an overloaded one.
+fn worth_retrying(status: &tonic::Status) -> bool {
+    matches!(
+        status.code(),
+        Code::Unavailable
+            | Code::Unknown
+            | Code::ResourceExhausted
+            | Code::DeadlineExceeded
+            | Code::Aborted
+            | Code::Cancelled
+    )
+}
+
+async fn produce(
+    mut client: JobCoordinatorClient<Authed>,
+    total: u32,
+    over: Duration,
+    queues: Vec<String>,
+    arrived: Arc<AtomicU32>,
+    retried: Arc<AtomicU32>,
+) -> Result<Duration> {
+    let start = Instant::now();
+    let mut sent = 0u32;
+    while sent < total {
+        let due = if over.is_zero() {
+            total
+        } else {
+            let share = start.elapsed().as_secs_f64() / over.as_secs_f64();
+            ((total as f64 * share).ceil() as u32).clamp(sent, total)
+        };
+        while sent < due {
+            let upto = due.min(sent + BATCH);
+            let request = EnqueueBatchRequest {
+                items: (sent..upto)
+                    .map(|i| refund(i, &queues[i as usize % queues.len()]))
+                    .collect(),
+            };
+            let since = Instant::now();
+            let mut backoff = Duration::from_millis(50);
+            loop {
+                match client.enqueue_batch(request.clone()).await {
+                    Ok(_) => break,
+                    Err(s) if worth_retrying(&s) && since.elapsed() < PATIENCE => {
+                        retried.fetch_add(1, Ordering::Relaxed);
+                        tokio::time::sleep(backoff).await;
+                        backoff = (backoff * 2).min(Duration::from_secs(1));
+                    }
+                    Err(s) => bail!("enqueueing refunds {sent}..{upto} failed: {s:?}"),
+                }
+            }
+            sent = upto;
+            arrived.store(sent, Ordering::Relaxed);
+        }
+        if sent < total {
+            tokio::time::sleep(TICK).await;
+        }
+    }
+    Ok(start.elapsed())
+}

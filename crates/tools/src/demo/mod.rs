@@ -1,0 +1,391 @@
+//! `jobfence demo`: the main job. Starts a coordinator and a fake payment
+//! provider, enqueues refunds, runs Rust, Python and Node workers on one
+//! queue (one per database with --shards), and
+//! makes the seed article's failures happen for real: a worker frozen past
+//! its lease and resumed after the takeover, a worker killed mid-request,
+//! responses cut after the refund was made, read-after-write lag, 503s, a
+//! coordinator restart, and with --galera the database node the
+//! coordinators write through killed, and a takeover storm: every
+//! coordinator stopped for longer than the lease. The provider has a rate
+//! limit, and the queue a provider budget under it (`budget.rs`), so the
+//! storm's flood reaches the provider at the budget's pace (`--no-budget`:
+//! as fast as the workers go, and the provider answers 429). It ends with a
+//! report whose last line is `invariant: OK` or `invariant: VIOLATED (…)`,
+//! checked against the provider's own ledger.
+
+mod args;
+pub use args::DemoArgs;
+mod arrivals;
+pub mod budget;
+mod chaos;
+mod cluster;
+pub mod coordinators;
+pub mod credentials;
+mod databases;
+pub mod report;
+mod worker_logs;
+
+pub use crate::procs::wait_coordinator;
+use crate::procs::Proc;
+use anyhow::{bail, Result};
+use arrivals::Arrivals;
+use chaos::{chaos_step, Chaos};
+use cluster::{Cluster, Setup};
+use sqlx::mysql::MySqlPool;
+use std::future::Future;
+use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+/// The demo's queue (the first of them, with --shards).
+const QUEUE: &str = "refunds";
+
+/// The Rust workers the demo starts: `--workers`, or with several
+/// databases enough for every queue to have one and the first two.
+fn rust_workers(args: &DemoArgs, queues: usize) -> u32 {
+    if queues > 1 {
+        let others = args.python_workers + args.node_workers;
+        args.workers
+            .max((queues as u32 + 1).saturating_sub(others))
+            .max(2)
+    } else {
+        args.workers
+    }
+}
+
+fn default_python() -> PathBuf {
+    let venv = PathBuf::from(".local/venv/bin/python");
+    if venv.exists() {
+        venv
+    } else {
+        PathBuf::from("python3")
+    }
+}
+
+/// Runs the demo and prints its report: true when the invariant holds.
+/// `interrupted` (Ctrl-C, SIGTERM) stops it early, every child resumed and
+/// stopped (a frozen worker would otherwise stay stopped for ever).
+pub async fn run(args: DemoArgs, interrupted: impl Future<Output = ()>) -> Result<bool> {
+    let started = Instant::now();
+    let setup = Setup::prepare(&args).await?;
+    let fleet = budget::Fleet {
+        rust: rust_workers(&args, setup.queues.len()),
+        python: args.python_workers,
+        node: args.node_workers,
+        concurrency: args.concurrency,
+    };
+    let plan = budget::Plan::new(
+        args.provider_rate_limit,
+        !args.no_budget,
+        setup.queues.len() as u32,
+        fleet,
+    )?;
+    let mut cluster = Cluster::start(&args, &setup, &plan, fleet.slots() as usize).await?;
+    // The budget goes on before any worker starts: every hand-out is under
+    // it from the first.
+    plan.put(
+        &cluster.coordinators.addr,
+        &cluster.client(credentials::CONSOLE)?,
+        credentials::CONSOLE,
+        &cluster.queues,
+    )
+    .await?;
+    say(&format!(
+        "fake provider limit {}; provider budget {}",
+        plan.limit_text(),
+        plan.budget_text()
+    ));
+    let python_cmd = args.python.clone().unwrap_or_else(default_python);
+    tokio::pin!(interrupted);
+    let outcome = tokio::select! {
+        r = run_workload(&mut cluster, &setup.pools, &args, started, &python_cmd) => r,
+        _ = &mut interrupted => Err(anyhow::anyhow!("interrupted; stopping the demo's processes")),
+    };
+    for w in &mut cluster.workers {
+        let _ = w.stop(Duration::from_secs(5)).await;
+    }
+    let happened = match outcome {
+        Ok(happened) => happened,
+        Err(e) => {
+            cluster.coordinators.stop().await;
+            let _ = cluster.provider.stop(Duration::from_secs(5)).await;
+            return Err(e);
+        }
+    };
+    let report = cluster.report(&setup, &plan, &happened).await?;
+    println!("{}", report.render());
+    if let Some(console) = &setup.console_listen {
+        println!(
+            "console: http://{console}/ shows this run (the coordinator stays up for it; \
+             Ctrl-C stops it)"
+        );
+        let _ = std::io::stdout().flush();
+        interrupted.await;
+        cluster.coordinators.stop().await;
+    }
+    Ok(report.ok())
+}
+
+/// Enqueues the refunds, starts the workers, and drives the run.
+async fn run_workload(
+    cluster: &mut Cluster,
+    pool: &[MySqlPool],
+    args: &DemoArgs,
+    started: Instant,
+    python_cmd: &std::path::Path,
+) -> Result<Vec<chaos::Happened>> {
+    // Every worker starts first and says so, then the refunds arrive: the
+    // workers that boot fastest (or long-poll) would otherwise take them all
+    // before the slower ones (Python and Node load their stubs) are up.
+    // Spread over several databases, every queue gets a worker, and the
+    // first queue two (see `Cluster::queue_for_worker`).
+    let rust_workers = rust_workers(args, cluster.queues.len());
+    for i in 1..=rust_workers {
+        let w = cluster.rust_worker(&format!("rust-{i}"), args.concurrency)?;
+        cluster.workers.push(w);
+    }
+    if args.python_workers > 0 {
+        let python = python_cmd;
+        for i in 1..=args.python_workers {
+            let name = format!("python-{i}");
+            let script: Vec<String> = vec![
+                "-m".into(),
+                "jobfence_worker.refund_worker".into(),
+                "--coordinator".into(),
+                cluster.coordinators.addr.clone(),
+                "--provider".into(),
+                cluster.provider_url.clone(),
+                "--worker-id".into(),
+                name.clone(),
+                "--queue".into(),
+                cluster.next_queue(),
+                "--lease-seconds".into(),
+                args.lease.as_secs().max(1).to_string(),
+                "--batch".into(),
+                budget::PYTHON_BATCH.to_string(),
+            ];
+            // The package from its source tree (its dependencies are in
+            // the venv scripts/python-env made).
+            let mut env = vec![("PYTHONPATH", "python/src".to_owned())];
+            env.extend(cluster.client_env(credentials::PYTHON_WORKERS));
+            cluster
+                .workers
+                .push(Proc::spawn(&name, python, &script, &env, &cluster.logs)?);
+        }
+    }
+    for i in 1..=args.node_workers {
+        let name = format!("node-{i}");
+        let script: Vec<String> = vec![
+            "sdk/node/src/refund_worker.js".into(),
+            "--coordinator".into(),
+            cluster.coordinators.addr.clone(),
+            "--provider".into(),
+            cluster.provider_url.clone(),
+            "--worker-id".into(),
+            name.clone(),
+            "--queue".into(),
+            cluster.next_queue(),
+            "--lease-seconds".into(),
+            args.lease.as_secs().max(1).to_string(),
+            "--concurrency".into(),
+            args.concurrency.to_string(),
+        ];
+        let env = cluster.client_env(credentials::NODE_WORKERS);
+        cluster.workers.push(Proc::spawn(
+            &name,
+            &args.node,
+            &script,
+            &env,
+            &cluster.logs,
+        )?);
+    }
+    wait_workers_started(&mut cluster.workers).await?;
+    let mut arrivals = Arrivals::start(
+        &cluster.coordinators.addr,
+        &cluster.client(credentials::PRODUCER)?,
+        args.jobs,
+        args.arrival,
+        cluster.queues.clone(),
+    )?;
+    say(&format!(
+        "{} refunds arriving over {}",
+        args.jobs,
+        humantime::format_duration(args.arrival)
+    ));
+    drive(cluster, pool, args, started, &mut arrivals).await
+}
+
+/// Waits (up to 30 s) until every worker's log says it started.
+async fn wait_workers_started(workers: &mut [Proc]) -> Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    for w in workers {
+        loop {
+            if let Some(status) = w.exited() {
+                let log = std::fs::read_to_string(&w.log).unwrap_or_default();
+                let tail: Vec<&str> = log.lines().rev().take(5).collect();
+                bail!(
+                    "{} exited at start ({status}); the end of its log ({}):\n{}",
+                    w.name,
+                    w.log.display(),
+                    tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+                );
+            }
+            let log = std::fs::read_to_string(&w.log).unwrap_or_default();
+            if log.contains("refund worker started")
+                || log.contains("python refund worker")
+                || log.contains("node refund worker")
+            {
+                break;
+            }
+            if Instant::now() > deadline {
+                bail!(
+                    "{} did not start within 30 s; its log is {}",
+                    w.name,
+                    w.log.display()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    Ok(())
+}
+
+/// Runs the failure schedule and prints progress until every job is
+/// finished (or the time is up).
+async fn drive(
+    cluster: &mut Cluster,
+    pool: &[MySqlPool],
+    args: &DemoArgs,
+    started: Instant,
+    arrivals: &mut Arrivals,
+) -> Result<Vec<chaos::Happened>> {
+    let mut arrived = false;
+    let mut chaos: Vec<Chaos> = match (args.chaos, cluster.coordinators.balanced()) {
+        (false, _) => Vec::new(),
+        (true, false) if cluster.galera.is_some() => vec![
+            Chaos::Pause,
+            Chaos::Kill,
+            Chaos::KillNode(Duration::from_secs(4)),
+        ],
+        (true, false) => vec![Chaos::Pause, Chaos::Kill, Chaos::Restart],
+        // The rolling restart leads to a coordinator's kill, then to the
+        // database outage: one disturbance of the coordinators at a time.
+        (true, true) => vec![Chaos::Pause, Chaos::Kill, Chaos::RollingRestart],
+    };
+    let t0 = Instant::now();
+    let tty = std::io::stderr().is_terminal();
+    let mut last_line = Instant::now() - Duration::from_secs(10);
+    let mut note = String::new();
+    let mut injected = Vec::new();
+    loop {
+        if let Some(status) = cluster.provider.exited() {
+            bail!(
+                "the provider exited unexpectedly ({status}); see {}",
+                cluster.provider.log.display()
+            );
+        }
+        if let Some((name, status, log)) = cluster.coordinators.exited() {
+            bail!(
+                "{name} exited unexpectedly ({status}); see {}",
+                log.display()
+            );
+        }
+        for w in &mut cluster.workers {
+            if let Some(status) = w.exited() {
+                if !status.success() && !note.contains(&w.name) {
+                    note = format!("{} exited ({status}); see {}", w.name, w.log.display());
+                }
+            }
+        }
+        let mut i = 0;
+        while i < chaos.len() {
+            match chaos_step(cluster, pool, chaos[i].clone(), t0.elapsed()).await? {
+                None => i += 1,
+                Some(happened) => {
+                    if tty {
+                        eprintln!();
+                    }
+                    say(&format!(
+                        "[{:>4}s] {}",
+                        started.elapsed().as_secs(),
+                        happened.what
+                    ));
+                    note = happened.what.clone();
+                    chaos.remove(i);
+                    chaos.extend(happened.next.clone());
+                    injected.push(happened);
+                }
+            }
+        }
+        if !arrived && arrivals.done().await? {
+            arrived = true;
+            if tty {
+                eprintln!();
+            }
+            say(&format!(
+                "[{:>4}s] all {} refunds enqueued in {:.1} s ({} EnqueueBatch calls retried)",
+                started.elapsed().as_secs(),
+                arrivals.total,
+                arrivals.took.unwrap_or_default().as_secs_f64(),
+                arrivals.retried()
+            ));
+        }
+        let states = report::states_all(pool).await?;
+        let mut open =
+            states.get("ready").copied().unwrap_or(0) + states.get("running").copied().unwrap_or(0);
+        if !arrived {
+            open += 1;
+        }
+        let line = format!(
+            "[{:>4}s] {}{}",
+            started.elapsed().as_secs(),
+            if arrived {
+                String::new()
+            } else {
+                format!("arrived {}/{}  ", arrivals.arrived(), arrivals.total)
+            },
+            ["ready", "running", "succeeded", "failed", "manual_review"]
+                .iter()
+                .map(|s| format!("{s} {}", states.get(*s).copied().unwrap_or(0)))
+                .collect::<Vec<_>>()
+                .join("  ")
+        );
+        if open == 0 {
+            // Nothing left to disturb; a frozen worker still gets resumed
+            // by its own step on the next turn, and a storm's end is still
+            // measured.
+            chaos.retain(|c| matches!(c, Chaos::Resume(_) | Chaos::StormDrain(_)));
+        }
+        if tty {
+            eprint!("\r{line}  {note:<60}");
+        } else if last_line.elapsed() >= Duration::from_secs(2) || open == 0 {
+            eprintln!("{line}  {note}");
+            last_line = Instant::now();
+        }
+        let _ = std::io::stderr().flush();
+        if open == 0 && chaos.is_empty() {
+            if tty {
+                eprintln!();
+            }
+            return Ok(injected);
+        }
+        if t0.elapsed() > args.max_duration {
+            if tty {
+                eprintln!();
+            }
+            if chaos.iter().any(|c| matches!(c, Chaos::Resume(_))) {
+                let _ = cluster.workers[0].resume();
+            }
+            say(&format!(
+                "stopping after {}: jobs still open",
+                humantime::format_duration(args.max_duration)
+            ));
+            return Ok(injected);
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+fn say(msg: &str) {
+    eprintln!("demo: {msg}");
+}

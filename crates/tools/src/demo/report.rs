@@ -1,0 +1,356 @@
+//! The demo's numbers, read from the coordinator's tables and the provider's
+//! ledger, and the invariant: refunds actually made per operation_key are
+//! exactly 1 for every succeeded job and at most 1 for every other.
+
+use anyhow::Result;
+use jobfence_domain::durability;
+use jobfence_fake_provider::{Ledger, ProviderStats};
+use jobfence_store::JobStore;
+use sqlx::mysql::MySqlPool;
+use sqlx::Row;
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+/// Runs one of the demo's own reads again while it fails, for up to 15 s:
+/// on Galera a node rejoining after the demo killed it can hold a causal
+/// read (`wsrep_sync_wait`) past its timeout (1205), which says nothing
+/// about the jobs. The reads change nothing, so running them again is safe.
+pub async fn observe<T, F, Fut>(what: &str, mut read: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T>>,
+{
+    let mut tries = 0;
+    loop {
+        match read().await {
+            Ok(v) => return Ok(v),
+            Err(e) if tries < 30 => {
+                tries += 1;
+                tracing::debug!(error = %e, what, "the demo's read failed; reading again");
+                tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+            }
+            Err(e) => return Err(e.context(format!("reading {what}"))),
+        }
+    }
+}
+
+/// Counts by job state, over every database.
+pub async fn states_all(pools: &[MySqlPool]) -> Result<BTreeMap<String, i64>> {
+    let mut out = BTreeMap::new();
+    for pool in pools {
+        for (k, v) in observe("the jobs by state", || states(pool)).await? {
+            *out.entry(k).or_default() += v;
+        }
+    }
+    Ok(out)
+}
+
+/// Counts by job state.
+pub async fn states(pool: &MySqlPool) -> Result<BTreeMap<String, i64>> {
+    let rows =
+        sqlx::query("SELECT CAST(state AS CHAR) AS s, COUNT(*) AS n FROM jobs GROUP BY state")
+            .fetch_all(pool)
+            .await?;
+    let mut out = BTreeMap::new();
+    for r in rows {
+        out.insert(text(&r, "s")?, r.try_get::<i64, _>("n")?);
+    }
+    Ok(out)
+}
+
+fn text(r: &sqlx::mysql::MySqlRow, col: &str) -> Result<String> {
+    let b: Option<Vec<u8>> = r.try_get(col)?;
+    Ok(b.map(|b| String::from_utf8_lossy(&b).into_owned())
+        .unwrap_or_default())
+}
+
+async fn count_events(pool: &MySqlPool, kind: &str) -> Result<i64> {
+    Ok(
+        sqlx::query("SELECT COUNT(*) AS n FROM job_events WHERE kind = ?")
+            .bind(kind)
+            .fetch_one(pool)
+            .await?
+            .try_get("n")?,
+    )
+}
+
+/// Whether the database keeps a committed attempt through a crash
+/// (DESIGN.md rule 9), for the log and the report: `yes (settings)`,
+/// `NO (setting=value: risk; …)` or `unknown (error)`.
+pub async fn database_durable(pool: &MySqlPool) -> String {
+    match JobStore::new(pool.clone()).durability_settings().await {
+        Ok(settings) => {
+            let d = durability::assess(settings);
+            if d.is_durable() {
+                format!("yes ({})", d.summary())
+            } else {
+                let risks: Vec<String> = d.risks.iter().map(|r| r.to_string()).collect();
+                format!("NO ({})", risks.join("; "))
+            }
+        }
+        Err(e) => format!("unknown ({e})"),
+    }
+}
+
+/// The takeover storm: every coordinator stopped for longer than the
+/// lease, so every lease the workers held had expired when they came back.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Storm {
+    /// Jobs running with an expired lease just before the coordinators
+    /// started again.
+    pub expired: usize,
+    /// Of those, taken over (the others their holder finished itself, a
+    /// write already on its way).
+    pub taken_over: usize,
+    /// From the first takeover of those jobs to the last (database clock):
+    /// how the budget spread the storm's reconciles.
+    pub handed_out: Option<std::time::Duration>,
+    /// From the first takeover of those jobs to the last write-back of a
+    /// takeover's reconcile (database clock); `None` if they had not all
+    /// been written back when the demo stopped waiting, or none was taken
+    /// over.
+    pub drained: Option<std::time::Duration>,
+}
+
+/// The provider's side: its limit, what it saw, and the budget under it.
+#[derive(Debug, Clone)]
+pub struct ProviderSide {
+    /// The limit (`… requests/s (burst …)`).
+    pub limit: String,
+    /// The budget (`… units/s …` or `off (--no-budget)`).
+    pub budget: String,
+    /// What the provider counted (`GET /_admin/stats`).
+    pub stats: ProviderStats,
+}
+
+/// Everything the final report prints.
+#[derive(Debug, Default)]
+pub struct Report {
+    /// See [`database_durable`]; not printed when empty.
+    pub database_durable: String,
+    pub jobs: i64,
+    pub states: BTreeMap<String, i64>,
+    /// Manual reviews by reason (the coordinator's, or the worker's error).
+    pub manual_reviews: BTreeMap<String, i64>,
+    pub takeovers: i64,
+    /// Stale writes rejected, by RPC.
+    pub stale_rejected: BTreeMap<String, i64>,
+    pub observations: i64,
+    pub resends_allowed: i64,
+    pub refunds_made: u64,
+    /// Succeeded jobs by the worker that completed them.
+    pub completed_by: BTreeMap<String, i64>,
+    /// Jobs not in a terminal state or manual_review, or in manual_review
+    /// without a reason.
+    pub unfinished: Vec<String>,
+    /// The process failures the demo injected, in order.
+    pub injected: Vec<String>,
+    /// Invariant violations, one line each.
+    pub violations: Vec<String>,
+    /// The provider's limit, requests, 429s and the budget; not printed
+    /// when unknown.
+    pub provider: Option<ProviderSide>,
+    /// The takeover storm, when it happened.
+    pub storm: Option<Storm>,
+}
+
+impl Report {
+    /// Reads the tables of every database (one, or the demo's shards) and
+    /// checks the ledger.
+    pub async fn gather_all(pools: &[MySqlPool], ledger: &Ledger) -> Result<Report> {
+        let mut all = Report::default();
+        for pool in pools {
+            let r = Report::gather(pool, ledger).await?;
+            let add = |into: &mut BTreeMap<String, i64>, from: BTreeMap<String, i64>| {
+                for (k, v) in from {
+                    *into.entry(k).or_default() += v;
+                }
+            };
+            all.jobs += r.jobs;
+            add(&mut all.states, r.states);
+            add(&mut all.manual_reviews, r.manual_reviews);
+            add(&mut all.stale_rejected, r.stale_rejected);
+            add(&mut all.completed_by, r.completed_by);
+            all.takeovers += r.takeovers;
+            all.observations += r.observations;
+            all.resends_allowed += r.resends_allowed;
+            all.refunds_made += r.refunds_made;
+            all.unfinished.extend(r.unfinished);
+            all.violations.extend(r.violations);
+        }
+        Ok(all)
+    }
+
+    /// Reads the tables of one database and checks the ledger.
+    pub async fn gather(pool: &MySqlPool, ledger: &Ledger) -> Result<Report> {
+        let mut r = Report {
+            states: states(pool).await?,
+            takeovers: count_events(pool, "taken_over").await?,
+            observations: sqlx::query("SELECT COUNT(*) AS n FROM job_observations")
+                .fetch_one(pool)
+                .await?
+                .try_get("n")?,
+            ..Report::default()
+        };
+        r.jobs = r.states.values().sum();
+        for row in sqlx::query(
+            "SELECT CAST(SUBSTRING_INDEX(detail, ':', 1) AS CHAR) AS rpc, COUNT(*) AS n \
+             FROM job_events WHERE kind = 'stale_write_rejected' GROUP BY rpc",
+        )
+        .fetch_all(pool)
+        .await?
+        {
+            r.stale_rejected
+                .insert(text(&row, "rpc")?, row.try_get("n")?);
+        }
+        r.resends_allowed = sqlx::query(
+            "SELECT COUNT(*) AS n FROM job_events WHERE kind = 'retry_scheduled' AND detail = 'retry_execute'",
+        )
+        .fetch_one(pool)
+        .await?
+        .try_get("n")?;
+        for row in sqlx::query(
+            "SELECT CAST(IF(state_reason = 'REQUESTED' OR state_reason IS NULL, \
+             CONCAT('worker: ', LEFT(last_error, 40)), state_reason) AS CHAR) AS why, \
+             COUNT(*) AS n FROM jobs WHERE state = 'manual_review' GROUP BY why",
+        )
+        .fetch_all(pool)
+        .await?
+        {
+            r.manual_reviews
+                .insert(text(&row, "why")?, row.try_get("n")?);
+        }
+        for row in sqlx::query(
+            "SELECT CAST(lease_owner AS CHAR) AS w, COUNT(*) AS n FROM jobs \
+             WHERE state = 'succeeded' GROUP BY w",
+        )
+        .fetch_all(pool)
+        .await?
+        {
+            r.completed_by.insert(text(&row, "w")?, row.try_get("n")?);
+        }
+        for row in sqlx::query(
+            "SELECT id, CAST(operation_key AS CHAR) AS k, CAST(state AS CHAR) AS s, \
+             (state_reason IS NOT NULL OR last_error IS NOT NULL) AS has_reason FROM jobs",
+        )
+        .fetch_all(pool)
+        .await?
+        {
+            let id: u64 = row.try_get("id")?;
+            let key = text(&row, "k")?;
+            let state = text(&row, "s")?;
+            let made = ledger.by_merchant_reference(&key).refunds;
+            r.refunds_made += made;
+            match state.as_str() {
+                "succeeded" if made != 1 => r.violations.push(format!(
+                    "job {id} ({key}) succeeded with {made} refunds made"
+                )),
+                "succeeded" => {}
+                _ if made > 1 => r.violations.push(format!(
+                    "job {id} ({key}) is {state} with {made} refunds made"
+                )),
+                "ready" | "running" => r.unfinished.push(format!("job {id} ({key}) is {state}")),
+                "manual_review" if row.try_get::<i64, _>("has_reason")? == 0 => r.unfinished.push(
+                    format!("job {id} ({key}) is in manual_review without a reason"),
+                ),
+                _ => {}
+            }
+        }
+        Ok(r)
+    }
+
+    /// True when no refund was made twice and nothing is lost.
+    pub fn ok(&self) -> bool {
+        self.violations.is_empty() && self.unfinished.is_empty()
+    }
+
+    /// The printed report; its last line is `invariant: OK` or
+    /// `invariant: VIOLATED (…)`.
+    pub fn render(&self) -> String {
+        let mut s = String::new();
+        let join = |m: &BTreeMap<String, i64>| {
+            if m.is_empty() {
+                "none".to_owned()
+            } else {
+                m.iter()
+                    .map(|(k, v)| format!("{k} {v}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            }
+        };
+        let _ = writeln!(s, "jobfence demo report");
+        if !self.database_durable.is_empty() {
+            let _ = writeln!(s, "  database durable        {}", self.database_durable);
+        }
+        let _ = writeln!(s, "  jobs                    {}", self.jobs);
+        for (i, what) in self.injected.iter().enumerate() {
+            let head = if i == 0 { "failures injected" } else { "" };
+            let _ = writeln!(s, "  {head:<23} {what}");
+        }
+        let _ = writeln!(s, "  by final state          {}", join(&self.states));
+        let _ = writeln!(s, "  completed by            {}", join(&self.completed_by));
+        let _ = writeln!(s, "  takeovers               {}", self.takeovers);
+        if let Some(storm) = &self.storm {
+            let _ = writeln!(
+                s,
+                "  takeover storm          {} leases expired at once, {} taken over; {}",
+                storm.expired,
+                storm.taken_over,
+                match (storm.handed_out, storm.drained) {
+                    (Some(h), Some(d)) => format!(
+                        "their reconciles handed out within {:.1} s, all written back within {:.1} s",
+                        h.as_secs_f64(),
+                        d.as_secs_f64()
+                    ),
+                    _ if storm.taken_over == 0 => "no reconcile".to_owned(),
+                    _ => "their reconciles had not drained when the demo stopped".to_owned(),
+                }
+            );
+        }
+        let _ = writeln!(
+            s,
+            "  stale writes rejected   {}",
+            join(&self.stale_rejected)
+        );
+        let _ = writeln!(s, "  observations recorded   {}", self.observations);
+        let _ = writeln!(s, "  resends allowed         {}", self.resends_allowed);
+        let _ = writeln!(
+            s,
+            "  manual reviews          {}",
+            join(&self.manual_reviews)
+        );
+        let _ = writeln!(s, "  refunds made (ledger)   {}", self.refunds_made);
+        if let Some(p) = &self.provider {
+            let _ = writeln!(
+                s,
+                "  provider limit          {}; peak {} requests/s",
+                p.limit, p.stats.peak_requests_per_second
+            );
+            let _ = writeln!(
+                s,
+                "  provider 429s           {} of {} requests",
+                p.stats.rate_limited, p.stats.requests
+            );
+            let _ = writeln!(s, "  provider budget         {}", p.budget);
+        }
+        for u in self.unfinished.iter().take(10) {
+            let _ = writeln!(s, "  not finished: {u}");
+        }
+        for v in self.violations.iter().take(10) {
+            let _ = writeln!(s, "  VIOLATION: {v}");
+        }
+        if self.ok() {
+            let _ = write!(s, "invariant: OK");
+        } else {
+            let mut what = Vec::new();
+            if !self.violations.is_empty() {
+                what.push(format!("{} jobs refunded wrongly", self.violations.len()));
+            }
+            if !self.unfinished.is_empty() {
+                what.push(format!("{} jobs not finished", self.unfinished.len()));
+            }
+            let _ = write!(s, "invariant: VIOLATED ({})", what.join("; "));
+        }
+        s
+    }
+}

@@ -1,4 +1,0 @@
-//! A loopback TCP relay in front of the database that a test can cut and
-//! restore: the library's (the demo cuts its database the same way).
-
-pub use jobfence::demo::netcut::NetCut as Proxy;

@@ -1,0 +1,202 @@
+//! Long-poll Claim: a Claim with a `wait` that finds nothing holds the call
+//! until work arrives (an Enqueue, a lease running out), through this
+//! coordinator or another one, and answers empty when the wait ends or the
+//! coordinator drains. Each test waits until the coordinator reports the
+//! Claim as waiting before it makes the work appear, so the wake-up is what
+//! is measured; the delays are printed.
+
+use jobfence_testkit as kit;
+
+use jobfence_api::v1::{self as proto, ClaimRequest, EnqueueRequest};
+use jobfence_core::long_poll::LongPollSettings;
+use jobfence_server::ServeOptions;
+use kit::{test_config, until, waiting, Harness};
+use std::time::{Duration, Instant};
+use tonic::Request;
+
+const Q: &str = "refunds";
+
+fn claim(worker: &str, wait_secs: i64, lease_ms: Option<i64>) -> ClaimRequest {
+    ClaimRequest {
+        queue: Q.into(),
+        worker_id: worker.into(),
+        max_jobs: 1,
+        lease: lease_ms.map(|ms| prost_types::Duration {
+            seconds: ms / 1000,
+            nanos: ((ms % 1000) * 1_000_000) as i32,
+        }),
+        wait: kit::secs(wait_secs),
+    }
+}
+
+fn enqueue(key: &str) -> EnqueueRequest {
+    EnqueueRequest {
+        queue: Q.into(),
+        operation_key: key.into(),
+        payload: "{}".into(),
+        delay: None,
+    }
+}
+
+#[tokio::test]
+async fn an_enqueue_wakes_a_waiting_claim_at_once() {
+    let h = Harness::start().await;
+    let mut worker = h.another_client().await;
+    let asked = Instant::now();
+    let waiting_claim = tokio::spawn(async move { worker.claim(claim("w", 20, None)).await });
+    until("the claim waits", || {
+        waiting(&h.coordinator, "long_poll") == 1
+    })
+    .await;
+    let waited = asked.elapsed();
+    let enqueued = Instant::now();
+    let job = h.enqueue(Q, "refund-1", "{}").await;
+    let got = waiting_claim.await.unwrap().unwrap().into_inner().jobs;
+    let delay = enqueued.elapsed();
+    println!(
+        "long poll: waited {waited:?} with nothing due; handed out {delay:?} after the enqueue"
+    );
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].job.as_ref().unwrap().job_id, job.job_id);
+    assert!(delay < Duration::from_secs(1), "woken in {delay:?}");
+    assert_eq!(waiting(&h.coordinator, "long_poll"), 0);
+    h.finish().await;
+}
+
+#[tokio::test]
+async fn a_crashed_workers_job_goes_to_a_waiting_claim_when_its_lease_ends() {
+    let h = Harness::start().await;
+    h.enqueue(Q, "refund-1", "{}").await;
+    // A worker claims with a 2 s lease, then dies (its connection drops
+    // and it never writes again).
+    let lease = Duration::from_secs(2);
+    let claimed_at;
+    let held = {
+        let mut doomed = h.another_client().await;
+        let got = doomed
+            .claim(claim("doomed", 0, Some(lease.as_millis() as i64)))
+            .await
+            .unwrap()
+            .into_inner()
+            .jobs;
+        claimed_at = Instant::now();
+        got[0].job.clone().unwrap()
+    };
+    // Another worker long-polls meanwhile.
+    let mut survivor = h.another_client().await;
+    let waiting_claim =
+        tokio::spawn(async move { survivor.claim(claim("survivor", 20, None)).await });
+    until("the claim waits", || {
+        waiting(&h.coordinator, "long_poll") == 1
+    })
+    .await;
+    let got = waiting_claim.await.unwrap().unwrap().into_inner().jobs;
+    let after = claimed_at.elapsed();
+    println!(
+        "long poll: a crashed worker's job (lease {lease:?}) was handed out {after:?} after its claim (bound: lease + 1 s)"
+    );
+    let taken = got[0].job.as_ref().unwrap();
+    assert_eq!(taken.job_id, held.job_id);
+    assert_eq!(taken.attempt, held.attempt + 1);
+    assert!(got[0].takeover);
+    assert_eq!(taken.next_action, proto::NextAction::Reconcile as i32);
+    // The lease runs from the claim's database clock reading, a moment
+    // before its answer arrived here.
+    assert!(
+        after + Duration::from_millis(100) >= lease,
+        "never before the lease ends: {after:?}"
+    );
+    assert!(after <= lease + Duration::from_secs(1), "{after:?}");
+    h.finish().await;
+}
+
+#[tokio::test]
+async fn work_enqueued_through_another_coordinator_wakes_a_claim_within_the_poll_interval() {
+    let mut config = test_config();
+    config.long_poll = LongPollSettings {
+        poll_interval: Duration::from_millis(500),
+        ..LongPollSettings::default()
+    };
+    let h = Harness::start_with(
+        config.clone(),
+        ServeOptions {
+            drain_delay: Duration::ZERO,
+            ..ServeOptions::default()
+        },
+    )
+    .await;
+    let other = h.replica(config).await;
+    let mut worker = h.another_client().await;
+    let waiting_claim = tokio::spawn(async move { worker.claim(claim("w", 20, None)).await });
+    until("the claim waits", || {
+        waiting(&h.coordinator, "long_poll") == 1
+    })
+    .await;
+    let enqueued = Instant::now();
+    other
+        .client
+        .clone()
+        .enqueue(enqueue("refund-elsewhere"))
+        .await
+        .unwrap();
+    let got = waiting_claim.await.unwrap().unwrap().into_inner().jobs;
+    let delay = enqueued.elapsed();
+    println!("long poll: work enqueued through another coordinator was handed out after {delay:?} (poll interval 500ms)");
+    assert_eq!(got.len(), 1);
+    assert!(delay <= Duration::from_millis(1500), "{delay:?}");
+    h.finish().await;
+}
+
+#[tokio::test]
+async fn a_waiting_claim_answers_empty_when_its_wait_or_its_deadline_ends() {
+    let h = Harness::start().await;
+    let mut worker = h.another_client().await;
+    let asked = Instant::now();
+    let got = worker
+        .claim(claim("w", 1, None))
+        .await
+        .unwrap()
+        .into_inner()
+        .jobs;
+    let waited = asked.elapsed();
+    assert!(got.is_empty());
+    assert!(waited >= Duration::from_secs(1), "{waited:?}");
+    assert!(waited < Duration::from_secs(3), "{waited:?}");
+
+    // A deadline shorter than the wait: an empty answer before it, not
+    // DEADLINE_EXCEEDED.
+    let mut request = Request::new(claim("w", 20, None));
+    request.set_timeout(Duration::from_millis(800));
+    let asked = Instant::now();
+    let got = worker
+        .claim(request)
+        .await
+        .expect("answered before the deadline");
+    assert!(got.into_inner().jobs.is_empty());
+    assert!(asked.elapsed() < Duration::from_millis(800));
+    h.finish().await;
+}
+
+#[tokio::test]
+async fn a_draining_coordinator_answers_waiting_claims_empty_at_once() {
+    let mut h = Harness::start().await;
+    let mut worker = h.another_client().await;
+    let waiting_claim = tokio::spawn(async move { worker.claim(claim("w", 20, None)).await });
+    until("the claim waits", || {
+        waiting(&h.coordinator, "long_poll") == 1
+    })
+    .await;
+    let stopping = Instant::now();
+    h.stop().await;
+    let got = waiting_claim
+        .await
+        .unwrap()
+        .expect("an answer, not an error");
+    assert!(got.into_inner().jobs.is_empty());
+    assert!(
+        stopping.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        stopping.elapsed()
+    );
+    h.finish().await;
+}

@@ -1,0 +1,21 @@
+//! The tests that need MariaDB only: each serves a coordinator in this
+//! process through `jobfence_testkit` and talks to it over real gRPC. This
+//! binary links neither the console nor the tools, so changing those
+//! relinks nothing here. One binary: see docs/development.md.
+
+mod admin;
+mod adversarial;
+mod budgets;
+mod enqueue_batch;
+mod events_feed;
+mod group_commit;
+mod long_poll;
+mod metrics;
+mod provider_ops;
+mod races;
+mod security;
+mod seed_scenarios;
+mod state_machine_model;
+mod validation;
+mod worker_sdk;
+mod write_rules;

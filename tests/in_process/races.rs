@@ -1,0 +1,279 @@
+//! Races on deterministic schedules: a call is paused at a named point
+//! inside its transaction (holding its row locks), the competitor runs, and
+//! where the competitor must wait for a row lock the test waits until InnoDB
+//! reports that wait before releasing the first call. No sleeps.
+
+use jobfence_testkit as kit;
+
+use jobfence_api::v1::{CompleteRequest, TakeoverRequest};
+use jobfence_domain::JobState;
+use kit::{meta, reason, secs, Harness};
+use sqlx::Row;
+use std::collections::HashSet;
+use tonic::Code;
+
+const Q: &str = "refunds";
+
+/// Waits until a transaction of this test's database is blocked on a row
+/// lock (InnoDB says so in INNODB_TRX).
+async fn until_lock_wait(h: &Harness) {
+    for _ in 0..100 {
+        let waiting: i64 = sqlx::query(
+            "SELECT COUNT(*) AS n FROM information_schema.INNODB_TRX t \
+             JOIN information_schema.PROCESSLIST p ON p.ID = t.trx_mysql_thread_id \
+             WHERE t.trx_state = 'LOCK WAIT' AND p.DB = ?",
+        )
+        .bind(&h.db.name)
+        .fetch_one(&h.pool)
+        .await
+        .unwrap()
+        .get("n");
+        if waiting > 0 {
+            return;
+        }
+
+        // InnoDB refreshes INNODB_TRX at most every 100 ms, and only when it
+        // was not read in the last 100 ms: poll slower than that.
+        tokio::time::sleep(std::time::Duration::from_millis(150)).await;
+    }
+    let seen: Vec<String> = sqlx::query(
+        "SELECT CONCAT_WS(' ', t.trx_state, t.trx_mysql_thread_id, p.DB, p.INFO) AS s \
+         FROM information_schema.INNODB_TRX t \
+         LEFT JOIN information_schema.PROCESSLIST p ON p.ID = t.trx_mysql_thread_id",
+    )
+    .fetch_all(&h.pool)
+    .await
+    .unwrap()
+    .iter()
+    .map(|r| {
+        format!(
+            "{:?}",
+            r.get::<Option<Vec<u8>>, _>("s")
+                .map(|b| String::from_utf8_lossy(&b).into_owned())
+        )
+    })
+    .collect();
+    panic!("the competing call never waited for the row lock; transactions: {seen:?}");
+}
+
+fn takeover(job_id: u64, worker: &str) -> TakeoverRequest {
+    TakeoverRequest {
+        job_id,
+        worker_id: worker.into(),
+        lease: None,
+    }
+}
+
+#[tokio::test]
+async fn two_racing_claims_never_get_the_same_job() {
+    let h = Harness::start().await;
+    let mut ids = HashSet::new();
+    for i in 0..5 {
+        ids.insert(h.enqueue(Q, &format!("refund-{i}"), "{}").await.job_id);
+    }
+    // A scans and locks three rows, then stops before updating them.
+    let mut gate = h.pauses.arm(jobfence_store::PausePoint::ClaimAfterScan);
+    let a = {
+        let mut c = h.another_client().await;
+        tokio::spawn(async move {
+            c.claim(jobfence_api::v1::ClaimRequest {
+                queue: Q.into(),
+                worker_id: "worker-a".into(),
+                max_jobs: 3,
+                lease: None,
+                wait: None,
+            })
+            .await
+        })
+    };
+    gate.reached().await;
+    // B claims everything it can meanwhile: it must skip A's rows.
+    let b = h.claim(Q, "worker-b", 5).await;
+    gate.release();
+    let a = a.await.unwrap().unwrap().into_inner().jobs;
+    assert_eq!(a.len(), 3);
+    assert_eq!(b.len(), 2, "B gets only the rows A did not lock");
+    let a_ids: HashSet<u64> = a.iter().map(|c| c.job.as_ref().unwrap().job_id).collect();
+    let b_ids: HashSet<u64> = b.iter().map(|c| c.job.as_ref().unwrap().job_id).collect();
+    assert!(a_ids.is_disjoint(&b_ids), "a job was handed to both");
+    assert_eq!(&a_ids | &b_ids, ids);
+    for id in ids {
+        let row = h.row(id).await;
+        assert_eq!(row.attempt, 1, "each job claimed exactly once");
+        assert_eq!(h.count_events(id, "claimed").await, 1);
+    }
+    h.finish().await;
+}
+
+#[tokio::test]
+async fn a_claim_paused_on_the_only_job_leaves_the_other_claimer_empty_handed() {
+    let h = Harness::start().await;
+    let job = h.enqueue(Q, "refund-1", "{}").await;
+    let mut gate = h.pauses.arm(jobfence_store::PausePoint::ClaimAfterScan);
+    let a = {
+        let h_client = h.another_client().await;
+        tokio::spawn(async move {
+            let mut c = h_client;
+            c.claim(jobfence_api::v1::ClaimRequest {
+                queue: Q.into(),
+                worker_id: "worker-a".into(),
+                max_jobs: 1,
+                lease: None,
+                wait: None,
+            })
+            .await
+        })
+    };
+    gate.reached().await;
+    assert!(h.claim(Q, "worker-b", 1).await.is_empty());
+    gate.release();
+    let a = a.await.unwrap().unwrap().into_inner().jobs;
+    assert_eq!(a[0].job.as_ref().unwrap().job_id, job.job_id);
+    assert_eq!(a[0].job.as_ref().unwrap().attempt, 1);
+    h.finish().await;
+}
+
+#[tokio::test]
+async fn two_racing_takeovers_exactly_one_wins() {
+    let h = Harness::start().await;
+    let job = h.enqueue(Q, "refund-1", "{}").await;
+    let first = h.claim_one(Q, "worker-a").await;
+    h.force_lease_expired(job.job_id).await;
+
+    // B holds the row lock with the lease seen expired...
+    let mut gate = h.pauses.arm(jobfence_store::PausePoint::TakeoverAfterLock);
+    let mut b_client = h.another_client().await;
+    let b = tokio::spawn(async move { b_client.takeover(takeover(job.job_id, "worker-b")).await });
+    gate.reached().await;
+    // ...C asks for the same job and has to wait for B's lock.
+    let mut c_client = h.another_client().await;
+    let c = tokio::spawn(async move { c_client.takeover(takeover(job.job_id, "worker-c")).await });
+    until_lock_wait(&h).await;
+    gate.release();
+
+    let b = b.await.unwrap();
+    let c = c.await.unwrap();
+    let won = b.expect("B took over first").into_inner().claimed.unwrap();
+    assert_eq!(won.job.as_ref().unwrap().attempt, first.attempt + 1);
+    let lost = c.expect_err("C must lose");
+    assert_eq!(lost.code(), Code::FailedPrecondition);
+    assert_eq!(reason(&lost), "LEASE_NOT_EXPIRED");
+    assert_eq!(
+        meta(&lost, "current_attempt"),
+        (first.attempt + 1).to_string()
+    );
+
+    let row = h.row(job.job_id).await;
+    assert_eq!(row.attempt, first.attempt + 1);
+    assert_eq!(row.lease_owner.as_deref(), Some("worker-b"));
+    assert_eq!(h.count_events(job.job_id, "taken_over").await, 1);
+    h.finish().await;
+}
+
+#[tokio::test]
+async fn complete_holding_the_lock_beats_a_takeover() {
+    let h = Harness::start().await;
+    let job = h.enqueue(Q, "refund-1", "{}").await;
+    let a = h.claim_one(Q, "worker-a").await;
+    h.force_lease_expired(job.job_id).await;
+
+    let mut gate = h.pauses.arm(jobfence_store::PausePoint::WriteAfterLock);
+    let mut a_client = h.another_client().await;
+    let complete = tokio::spawn(async move {
+        a_client
+            .complete(CompleteRequest {
+                job_id: job.job_id,
+                attempt: a.attempt,
+                provider_reference: "re_A".into(),
+                result: String::new(),
+            })
+            .await
+    });
+    gate.reached().await;
+    let mut b_client = h.another_client().await;
+    let take =
+        tokio::spawn(async move { b_client.takeover(takeover(job.job_id, "worker-b")).await });
+    until_lock_wait(&h).await;
+    gate.release();
+
+    complete.await.unwrap().expect("A completes first");
+    let refused = take.await.unwrap().expect_err("B sees the job finished");
+    assert_eq!(reason(&refused), "JOB_FINISHED");
+    let row = h.row(job.job_id).await;
+    assert_eq!(row.state, JobState::Succeeded);
+    assert_eq!(row.attempt, a.attempt);
+    h.finish().await;
+}
+
+#[tokio::test]
+async fn takeover_holding_the_lock_beats_a_late_complete() {
+    let h = Harness::start().await;
+    let job = h.enqueue(Q, "refund-1", "{}").await;
+    let a = h.claim_one(Q, "worker-a").await;
+    h.force_lease_expired(job.job_id).await;
+
+    let mut gate = h.pauses.arm(jobfence_store::PausePoint::TakeoverAfterLock);
+    let mut b_client = h.another_client().await;
+    let take =
+        tokio::spawn(async move { b_client.takeover(takeover(job.job_id, "worker-b")).await });
+    gate.reached().await;
+    let mut a_client = h.another_client().await;
+    let complete = tokio::spawn(async move {
+        a_client
+            .complete(CompleteRequest {
+                job_id: job.job_id,
+                attempt: a.attempt,
+                provider_reference: "re_A".into(),
+                result: String::new(),
+            })
+            .await
+    });
+    until_lock_wait(&h).await;
+    gate.release();
+
+    take.await.unwrap().expect("B takes over first");
+    let refused = complete.await.unwrap().expect_err("A was superseded");
+    assert_eq!(refused.code(), Code::FailedPrecondition);
+    assert_eq!(reason(&refused), "ATTEMPT_SUPERSEDED");
+    assert_eq!(meta(&refused, "current_state"), "running");
+    let row = h.row(job.job_id).await;
+    assert_eq!(row.state, JobState::Running);
+    assert_eq!(row.attempt, a.attempt + 1);
+    assert_eq!(row.provider_reference, None);
+    h.finish().await;
+}
+
+#[tokio::test]
+async fn a_claim_whose_commit_is_lost_is_reported_unknown_and_hands_out_nothing() {
+    let h = Harness::start().await;
+    let job = h.enqueue(Q, "refund-1", "{}").await;
+    let mut gate = h.pauses.arm(jobfence_store::PausePoint::ClaimBeforeCommit);
+    let mut a_client = h.another_client().await;
+    let claim = tokio::spawn(async move {
+        a_client
+            .claim(jobfence_api::v1::ClaimRequest {
+                queue: Q.into(),
+                worker_id: "worker-a".into(),
+                max_jobs: 1,
+                lease: secs(30),
+                wait: None,
+            })
+            .await
+    });
+    gate.reached().await;
+    // The connection dies just before COMMIT.
+    kit::kill_the_paused_session(&h, &gate).await;
+    gate.release();
+
+    let status = claim.await.unwrap().expect_err("no claim may be reported");
+    assert_eq!(status.code(), Code::Unavailable);
+    assert_eq!(reason(&status), "COMMIT_OUTCOME_UNKNOWN");
+    // Here the server rolled back: the job is still claimable, with a
+    // fresh attempt, by whoever asks next.
+    let row = h.row(job.job_id).await;
+    assert_eq!(row.state, JobState::Ready);
+    assert_eq!(row.attempt, 0);
+    let next = h.claim_one(Q, "worker-b").await;
+    assert_eq!(next.attempt, 1);
+    h.finish().await;
+}

@@ -1,0 +1,86 @@
+//! The benchmark keeps working: a short run of `jobfence bench` (a few
+//! hundred jobs, every phase, the finished-rows phase included) against the
+//! test database must check every phase and write its report. It asserts
+//! nothing about the figures: that is the benchmark's job, not a test's.
+
+use jobfence_testkit as kit;
+
+use std::process::Command;
+
+#[test]
+fn a_short_benchmark_run_checks_every_phase_and_writes_its_report() {
+    let base = kit::base_url();
+    let (server, _) = base.rsplit_once('/').unwrap();
+    let db = format!("jf_test_{}_bench", std::process::id());
+    let dir = std::env::temp_dir().join(format!("jobfence-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let report = dir.join("benchmarks.md");
+    let out = Command::new(env!("CARGO_BIN_EXE_jobfence"))
+        .args([
+            "bench",
+            "--database-url",
+            &format!("{server}/{db}"),
+            "--jobs",
+            "200",
+            "--workers",
+            "1,4",
+            "--claim-batch",
+            "8",
+            "--enqueue-jobs",
+            "400",
+            "--enqueue-batch",
+            "50",
+            "--finished-rows",
+            "3000",
+            "--budget-rate",
+            "40",
+            "--budget-seconds",
+            "2",
+            "--log-dir",
+        ])
+        .arg(dir.join("logs"))
+        .arg("--write")
+        .arg(&report)
+        .output()
+        .expect("run jobfence bench");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "bench failed\n{stdout}\n{stderr}");
+    // Every lifecycle phase was checked: 2 worker counts × 3, the budget
+    // far above the load at 4 workers, the ceiling, and the finished-rows
+    // phase; and the paced phase handed out nothing twice.
+    let checked = stderr
+        .lines()
+        .filter(|l| l.contains("checked: 200 jobs succeeded once"))
+        .count();
+    assert_eq!(checked, 9, "{stderr}");
+    assert_eq!(
+        stderr
+            .matches("against a budget of 40/s (burst 4; checked: none twice)")
+            .count(),
+        1,
+        "{stderr}"
+    );
+    assert_eq!(
+        stderr.matches("checked: 400 jobs in the table").count(),
+        3,
+        "{stderr}"
+    );
+    let md = std::fs::read_to_string(&report).unwrap();
+    for needle in [
+        "| direct SQL lifecycle | 4 |",
+        "| coordinator, Claim(1) | 4 |",
+        "| coordinator, Claim(8) | 1 |",
+        "enqueue: EnqueueBatch(50)",
+        "3000 finished rows",
+        "| coordinator, Claim(1), budget far above the load | 4 |",
+        "budget 40/s (burst 4) below the load",
+        "innodb_flush_log_at_trx_commit: 1",
+        "## Targets",
+    ] {
+        assert!(md.contains(needle), "no {needle:?} in\n{md}");
+    }
+    assert!(stdout.contains("coordinator ≥ 3× direct"), "{stdout}");
+    assert!(stdout.contains("within 10% of no budget"), "{stdout}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

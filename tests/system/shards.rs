@@ -1,0 +1,679 @@
+//! Queues spread over two databases (two private databases on the test
+//! MariaDB): each queue's jobs live on the database its placement names,
+//! job and event ids name their database, and every call by id (Complete,
+//! Fail, GetJob, the operator's) reaches it without a lookup; ListJobs,
+//! QueueStats and the events feed cover both.
+
+use jobfence_testkit as kit;
+
+use jobfence_api::v1::job_admin_client::JobAdminClient;
+use jobfence_api::v1::job_coordinator_client::JobCoordinatorClient;
+use jobfence_api::v1::job_events_client::JobEventsClient;
+use jobfence_api::v1::{
+    self as proto, ClaimRequest, CompleteRequest, EnqueueBatchRequest, EnqueueRequest,
+    FailDisposition, FailRequest, GetJobDetailRequest, GetJobRequest, ListEventsRequest,
+    ListJobsRequest, QueueStatsRequest,
+};
+use jobfence_core::Coordinator;
+use jobfence_store::shards::{range_start, shard_of, Placement, Shards, ShardsConfig};
+use jobfence_store::JobStore;
+use kit::{reason, TestDb};
+use std::collections::{BTreeMap, HashSet};
+use std::time::Duration;
+use tonic::transport::Channel;
+use tonic::Code;
+
+/// Two databases: `refunds` on database 0, every `payouts-…` queue on
+/// database 1, nothing else placed.
+struct TwoShards {
+    dbs: [TestDb; 2],
+    _coordinator: Coordinator,
+    channel: Channel,
+    _stop: tokio::sync::oneshot::Sender<()>,
+}
+
+async fn two_shards() -> TwoShards {
+    let dbs = [TestDb::new().await, TestDb::new().await];
+    let config = ShardsConfig::parse(&format!(
+        "database 0 {}\ndatabase 1 {}\nqueue refunds 0\nprefix payouts- 1\n",
+        dbs[0].url, dbs[1].url
+    ))
+    .unwrap();
+    let stores: BTreeMap<u32, JobStore> = config
+        .databases
+        .iter()
+        .map(|(n, urls)| (*n, JobStore::open(urls, &Default::default()).unwrap()))
+        .collect();
+    let shards = Shards::new(stores, config.placement);
+    shards
+        .prepare()
+        .await
+        .expect("the databases take their numbers");
+    let coordinator = Coordinator::over_shards(shards, kit::test_config());
+    let served = kit::serve_in_process(coordinator.clone(), Duration::from_millis(100)).await;
+    TwoShards {
+        dbs,
+        _coordinator: coordinator,
+        channel: served.channel,
+        _stop: served.stop,
+    }
+}
+
+/// A refunds job enqueued straight through `c`, without gRPC.
+async fn enqueue_alone(c: &Coordinator, key: &str) -> jobfence_domain::EnqueueOutcome {
+    c.enqueue(
+        jobfence_domain::EnqueueRequest {
+            queue: "refunds".into(),
+            operation_key: key.into(),
+            payload: "{}".into(),
+            delay: Duration::ZERO,
+        },
+        &jobfence_domain::scope::ANY_QUEUE,
+    )
+    .await
+    .unwrap()
+}
+
+impl TwoShards {
+    fn client(&self) -> JobCoordinatorClient<Channel> {
+        JobCoordinatorClient::new(self.channel.clone())
+    }
+
+    async fn enqueue(&self, queue: &str, key: &str) -> proto::Job {
+        self.client()
+            .enqueue(EnqueueRequest {
+                queue: queue.into(),
+                operation_key: key.into(),
+                payload: "{}".into(),
+                delay: None,
+            })
+            .await
+            .expect("enqueue")
+            .into_inner()
+            .job
+            .unwrap()
+    }
+
+    async fn claim(&self, queue: &str, max: u32) -> Vec<proto::Job> {
+        self.client()
+            .claim(ClaimRequest {
+                queue: queue.into(),
+                worker_id: "worker".into(),
+                max_jobs: max,
+                lease: None,
+                wait: None,
+            })
+            .await
+            .expect("claim")
+            .into_inner()
+            .jobs
+            .into_iter()
+            .map(|c| c.job.unwrap())
+            .collect()
+    }
+
+    /// The number of jobs with `id` in database `db`, read directly.
+    async fn stored(&self, db: usize, id: u64) -> i64 {
+        let pool = self.dbs[db].pool();
+        let n = sqlx::query_scalar("SELECT COUNT(*) FROM jobs WHERE id = ?")
+            .bind(id)
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+        pool.close().await;
+        n
+    }
+}
+
+#[tokio::test]
+async fn each_queue_lives_on_its_database_and_ids_route_the_writes() {
+    let s = two_shards().await;
+    let refund = s.enqueue("refunds", "refund-1").await;
+    let payout = s.enqueue("payouts-eu", "payout-1").await;
+    assert_eq!(shard_of(refund.job_id), 0);
+    assert_eq!(shard_of(payout.job_id), 1);
+    assert_eq!(
+        payout.job_id,
+        range_start(1) + 1,
+        "database 1's ids start at 2^48"
+    );
+    assert_eq!(
+        (
+            s.stored(0, refund.job_id).await,
+            s.stored(1, refund.job_id).await
+        ),
+        (1, 0)
+    );
+    assert_eq!(
+        (
+            s.stored(0, payout.job_id).await,
+            s.stored(1, payout.job_id).await
+        ),
+        (0, 1)
+    );
+
+    // A queue the placement does not name is refused before anything is
+    // written.
+    let status = s
+        .client()
+        .enqueue(EnqueueRequest {
+            queue: "emails".into(),
+            operation_key: "e-1".into(),
+            payload: "{}".into(),
+            delay: None,
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::InvalidArgument);
+
+    // Claims go to the queue's database.
+    let r = s.claim("refunds", 5).await;
+    let p = s.claim("payouts-eu", 5).await;
+    assert_eq!((r.len(), p.len()), (1, 1));
+    assert_eq!((r[0].job_id, p[0].job_id), (refund.job_id, payout.job_id));
+
+    // Complete and Fail are routed by the job id.
+    let done = s
+        .client()
+        .complete(CompleteRequest {
+            job_id: payout.job_id,
+            attempt: 1,
+            provider_reference: "po_1".into(),
+            result: String::new(),
+        })
+        .await
+        .expect("complete on database 1")
+        .into_inner()
+        .job
+        .unwrap();
+    assert_eq!(done.state, proto::JobState::Succeeded as i32);
+    let failed = s
+        .client()
+        .fail(FailRequest {
+            job_id: refund.job_id,
+            attempt: 1,
+            disposition: FailDisposition::Failed as i32,
+            error: "card closed".into(),
+            retry_delay: None,
+            provider_retry_after: None,
+        })
+        .await
+        .expect("fail on database 0")
+        .into_inner()
+        .job
+        .unwrap();
+    assert_eq!(failed.state, proto::JobState::Failed as i32);
+    // The fence holds per database: a stale write by id is refused there.
+    let stale = s
+        .client()
+        .complete(CompleteRequest {
+            job_id: payout.job_id,
+            attempt: 1,
+            provider_reference: "po_other".into(),
+            result: String::new(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(stale.code(), Code::FailedPrecondition);
+    assert_eq!(reason(&stale), "JOB_NOT_RUNNING");
+
+    // GetJob of a job on either database, and of an id no database has.
+    for (id, state) in [
+        (refund.job_id, proto::JobState::Failed),
+        (payout.job_id, proto::JobState::Succeeded),
+    ] {
+        let got = s
+            .client()
+            .get_job(GetJobRequest { job_id: id })
+            .await
+            .unwrap()
+            .into_inner()
+            .job
+            .unwrap();
+        assert_eq!((got.job_id, got.state), (id, state as i32));
+    }
+    let nowhere = s
+        .client()
+        .get_job(GetJobRequest {
+            job_id: range_start(7) + 1,
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(nowhere.code(), Code::NotFound);
+    let admin = JobAdminClient::new(s.channel.clone());
+    let detail = admin
+        .clone()
+        .get_job(GetJobDetailRequest {
+            job_id: payout.job_id,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let kinds: Vec<String> = detail.events.iter().map(|e| e.kind.clone()).collect();
+    assert_eq!(
+        kinds,
+        ["enqueued", "claimed", "completed", "stale_write_rejected"]
+    );
+}
+
+#[tokio::test]
+async fn an_enqueue_batch_over_both_databases_answers_every_item() {
+    let s = two_shards().await;
+    let items = ["refunds", "payouts-eu", "refunds", "payouts-us"]
+        .iter()
+        .enumerate()
+        .map(|(i, q)| EnqueueRequest {
+            queue: (*q).into(),
+            operation_key: format!("k-{i}"),
+            payload: "{}".into(),
+            delay: None,
+        })
+        .collect();
+    let results = s
+        .client()
+        .enqueue_batch(EnqueueBatchRequest { items })
+        .await
+        .unwrap()
+        .into_inner()
+        .results;
+    let shards: Vec<u32> = results
+        .iter()
+        .map(|r| match &r.result {
+            Some(proto::enqueue_batch_result::Result::Enqueued(e)) => {
+                shard_of(e.job.as_ref().unwrap().job_id)
+            }
+            other => panic!("not enqueued: {other:?}"),
+        })
+        .collect();
+    assert_eq!(shards, [0, 1, 0, 1], "in the order of the items");
+}
+
+#[tokio::test]
+async fn listing_stats_and_events_cover_both_databases() {
+    let s = two_shards().await;
+    let mut ids = Vec::new();
+    for i in 0..3 {
+        ids.push(s.enqueue("refunds", &format!("r-{i}")).await.job_id);
+        ids.push(s.enqueue("payouts-eu", &format!("p-{i}")).await.job_id);
+    }
+    let claimed = s.claim("payouts-eu", 1).await;
+    assert_eq!(claimed.len(), 1);
+    let admin = JobAdminClient::new(s.channel.clone());
+
+    // ListJobs pages through both databases (database 0's jobs first),
+    // the page token carrying on into database 1.
+    let mut listed = Vec::new();
+    let mut token = String::new();
+    loop {
+        let page = admin
+            .clone()
+            .list_jobs(ListJobsRequest {
+                page_size: 2,
+                page_token: token.clone(),
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        listed.extend(page.jobs.iter().map(|j| j.job_id));
+        if page.next_page_token.is_empty() {
+            break;
+        }
+        token = page.next_page_token;
+    }
+    let mut want = ids.clone();
+    want.sort_unstable();
+    assert_eq!(listed, want);
+    let only_payouts = admin
+        .clone()
+        .list_jobs(ListJobsRequest {
+            queue: "payouts-eu".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .jobs;
+    assert!(only_payouts.iter().all(|j| shard_of(j.job_id) == 1));
+    assert_eq!(only_payouts.len(), 3);
+
+    // QueueStats: one entry per queue, from its database.
+    let stats = admin
+        .clone()
+        .queue_stats(QueueStatsRequest::default())
+        .await
+        .unwrap()
+        .into_inner()
+        .queues;
+    let queues: Vec<&str> = stats.iter().map(|q| q.queue.as_str()).collect();
+    assert_eq!(queues, ["payouts-eu", "refunds"]);
+    let total = |q: &proto::QueueStats| q.counts.iter().map(|c| c.jobs).sum::<u64>();
+    assert_eq!((total(&stats[0]), total(&stats[1])), (3, 3));
+
+    // The events feed: one feed per database, each from its start.
+    let mut events = JobEventsClient::new(s.channel.clone());
+    let first = events
+        .list_events(ListEventsRequest::default())
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(first.feed_starts, [0, range_start(1)]);
+    let mut by_feed = Vec::new();
+    for start in first.feed_starts {
+        let page = events
+            .list_events(ListEventsRequest {
+                after_event_id: start,
+                limit: 100,
+                queue: String::new(),
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        assert!(page
+            .events
+            .iter()
+            .all(|e| shard_of(e.event_id) == shard_of(start)));
+        assert!(page.next_after_event_id >= start);
+        by_feed.push(
+            page.events
+                .iter()
+                .map(|e| (e.job_id, e.kind.clone()))
+                .collect::<Vec<_>>(),
+        );
+    }
+    let enqueued = |feed: &Vec<(u64, String)>| -> HashSet<u64> {
+        feed.iter()
+            .filter(|(_, k)| k == "enqueued")
+            .map(|(j, _)| *j)
+            .collect()
+    };
+    let want0: HashSet<u64> = ids.iter().copied().filter(|i| shard_of(*i) == 0).collect();
+    let want1: HashSet<u64> = ids.iter().copied().filter(|i| shard_of(*i) == 1).collect();
+    assert_eq!(enqueued(&by_feed[0]), want0);
+    assert_eq!(enqueued(&by_feed[1]), want1);
+    assert!(by_feed[1].contains(&(claimed[0].job_id, "claimed".into())));
+    // A cursor naming a database the coordinator does not have.
+    let bad = events
+        .list_events(ListEventsRequest {
+            after_event_id: range_start(5),
+            limit: 10,
+            queue: String::new(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(bad.code(), Code::InvalidArgument);
+}
+
+#[tokio::test]
+async fn a_database_given_under_another_number_is_refused() {
+    let s = two_shards().await;
+    s.enqueue("refunds", "r-1").await;
+    // Database 1 given as database 0, and database 0 (which holds
+    // database-0 ids) given as database 2.
+    let swapped = JobStore::open(&[s.dbs[1].url.clone()], &Default::default()).unwrap();
+    let err = swapped.ensure_shard(0).await.unwrap_err();
+    assert!(err.to_string().contains("is shard 1"), "{err}");
+    let fresh = TestDb::new().await;
+    let used_alone = JobStore::open(std::slice::from_ref(&fresh.url), &Default::default()).unwrap();
+    let c = Coordinator::new(used_alone.clone(), kit::test_config());
+    let job = enqueue_alone(&c, "alone-1").await;
+    assert_eq!(shard_of(job.job.id), 0);
+    let err = used_alone.ensure_shard(2).await.unwrap_err();
+    assert!(err.to_string().contains("outside its range"), "{err}");
+}
+
+/// The number recorded in `db`'s `jobfence_shard` table, if any.
+async fn recorded(db: &TestDb) -> Option<u32> {
+    let pool = db.pool();
+    let n = sqlx::query_scalar("SELECT shard FROM jobfence_shard")
+        .fetch_optional(&pool)
+        .await
+        .unwrap();
+    pool.close().await;
+    n
+}
+
+/// `jobfence ARGS` as a child process: whether it exited successfully,
+/// and its stderr. A command still running after 60 s (a coordinator that
+/// started serving) is killed and counted as a success.
+async fn jobfence(args: &[&str]) -> (bool, String) {
+    let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_jobfence"))
+        .args(args)
+        .env("JOBFENCE_LOG", "info")
+        .env_remove("JOBFENCE_SHARDS")
+        .env_remove("JOBFENCE_DATABASE_URL")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("run jobfence");
+    match tokio::time::timeout(Duration::from_secs(60), child.wait_with_output()).await {
+        Ok(out) => {
+            let out = out.unwrap();
+            (
+                out.status.success(),
+                String::from_utf8_lossy(&out.stderr).into_owned(),
+            )
+        }
+        Err(_) => (true, "still running after 60 s".to_owned()),
+    }
+}
+
+#[tokio::test]
+async fn a_database_recorded_under_another_number_is_refused_when_used_alone() {
+    // Database 1 of a shards file, given alone (as database 0): its ids
+    // would land in database 1's range while the shards file of every
+    // other coordinator places the queue on database 0.
+    let s = two_shards().await;
+    for command in [
+        &["migrate", "--database-url", &s.dbs[1].url][..],
+        &[
+            "serve",
+            "--insecure",
+            "--listen",
+            "127.0.0.1:0",
+            "--database-url",
+            &s.dbs[1].url,
+        ],
+    ] {
+        let (ok, stderr) = jobfence(command).await;
+        assert!(!ok, "{} was not refused:\n{stderr}", command[0]);
+        assert!(
+            stderr.contains("shard 1") && stderr.contains("--shards"),
+            "{} should name the number and what to do:\n{stderr}",
+            command[0]
+        );
+    }
+    assert_eq!(recorded(&s.dbs[1]).await, Some(1), "left as it was");
+
+    // A database never numbered, used alone, is recorded as database 0,
+    // so listing it under another number later is refused.
+    let fresh = TestDb::empty().await;
+    let (ok, stderr) = jobfence(&["migrate", "--database-url", &fresh.url]).await;
+    assert!(ok, "{stderr}");
+    assert_eq!(recorded(&fresh).await, Some(0));
+    let alone = JobStore::open(std::slice::from_ref(&fresh.url), &Default::default()).unwrap();
+    let err = alone.ensure_shard(1).await.unwrap_err();
+    assert!(err.to_string().contains("is shard 0"), "{err}");
+    // Database 0 itself, alone, is accepted.
+    let (ok, stderr) = jobfence(&["migrate", "--database-url", &s.dbs[0].url]).await;
+    assert!(ok, "{stderr}");
+}
+
+#[tokio::test]
+async fn a_database_down_at_start_is_checked_when_it_answers() {
+    // Database 1 of a shards file, given alone while it does not answer:
+    // the coordinator starts (as it always did with its database down),
+    // and refuses to go on serving once the database answers.
+    let s = two_shards().await;
+    let upstream = kit::url_host_port(&s.dbs[1].url);
+    let relay = jobfence_fake_provider::netcut::NetCut::start(upstream)
+        .await
+        .unwrap();
+    relay.cut();
+    let via = s.dbs[1]
+        .url
+        .replace(&upstream.to_string(), &relay.addr.to_string());
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_jobfence"))
+        .args(["serve", "--insecure", "--listen", "127.0.0.1:0"])
+        .args(["--database-url", &via])
+        .args(["--health-interval", "100ms", "--health-timeout", "100ms"])
+        .args(["--drain-delay", "0s"])
+        .env("JOBFENCE_LOG", "info")
+        .env_remove("JOBFENCE_SHARDS")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    use tokio::io::AsyncBufReadExt;
+    let mut lines = tokio::io::BufReader::new(child.stderr.take().unwrap()).lines();
+    let mut seen = Vec::new();
+    let started = tokio::time::timeout(Duration::from_secs(60), async {
+        while let Some(line) = lines.next_line().await.unwrap() {
+            seen.push(line);
+            if seen.last().unwrap().contains("serving jobfence.v1") {
+                return true;
+            }
+        }
+        false
+    })
+    .await;
+    assert_eq!(started, Ok(true), "{}", seen.join("\n"));
+    assert!(
+        seen.iter().any(|l| l.contains("checked when it does")),
+        "{}",
+        seen.join("\n")
+    );
+    relay.restore();
+    let status = tokio::time::timeout(Duration::from_secs(60), async {
+        while let Some(line) = lines.next_line().await.unwrap() {
+            seen.push(line);
+        }
+        child.wait().await.unwrap()
+    })
+    .await
+    .unwrap_or_else(|_| panic!("still serving:\n{}", seen.join("\n")));
+    let all = seen.join("\n");
+    assert!(!status.success(), "{all}");
+    assert!(all.contains("shard 1") && all.contains("--shards"), "{all}");
+    assert_eq!(recorded(&s.dbs[1]).await, Some(1));
+}
+
+#[tokio::test]
+async fn a_shards_file_placing_anything_twice_is_refused_with_both_lines() {
+    let head = "database 0 mysql://a/x\ndatabase 1 mysql://b/x\n";
+    let twice = [
+        "queue dupq 0\nqueue dupq 1\n",
+        "queue dupq 1\nqueue dupq 1\n",
+        "prefix dup- 0\nprefix dup- 1\n",
+        "default 0\ndefault 1\n",
+        "database 2 mysql://c/x\ndatabase 2 mysql://d/x\n",
+    ];
+    for lines in twice {
+        let text = format!("{head}# the same thing twice\n{lines}");
+        let err = ShardsConfig::parse(&text).unwrap_err();
+        assert!(
+            err.contains("line 4") && err.contains("line 5"),
+            "{err:?} should name lines 4 and 5 of\n{text}"
+        );
+    }
+    // Different queues, prefixes and databases are no conflict.
+    ShardsConfig::parse(&format!(
+        "{head}queue a 0\nqueue b 1\nprefix a- 0\nprefix b- 1\ndefault 1\n"
+    ))
+    .unwrap();
+
+    // The command refuses the file before it connects to anything.
+    let path = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("shards-twice-{}.conf", std::process::id()));
+    std::fs::write(&path, format!("{head}queue dupq 0\nqueue dupq 1\n")).unwrap();
+    let (ok, stderr) = jobfence(&["migrate", "--shards", path.to_str().unwrap()]).await;
+    let _ = std::fs::remove_file(&path);
+    assert!(!ok, "{stderr}");
+    assert!(
+        stderr.contains("line 3") && stderr.contains("line 4"),
+        "{stderr}"
+    );
+}
+
+#[tokio::test]
+async fn a_refused_start_records_no_number() {
+    // A database used alone before databases had numbers: one job (id 1),
+    // no `jobfence_shard` row.
+    let old = TestDb::new().await;
+    let store = JobStore::open(std::slice::from_ref(&old.url), &Default::default()).unwrap();
+    let c = Coordinator::new(store.clone(), kit::test_config());
+    let job = enqueue_alone(&c, "alone-1").await;
+    assert_eq!(job.job.id, 1);
+    assert_eq!(recorded(&old).await, None);
+
+    // Listed as database 2 next to a new database 0: refused, and neither
+    // database was given a number.
+    let fresh = TestDb::new().await;
+    let stores = BTreeMap::from([
+        (
+            0,
+            JobStore::open(std::slice::from_ref(&fresh.url), &Default::default()).unwrap(),
+        ),
+        (2, store.clone()),
+    ]);
+    let err = Shards::new(stores, Placement::everything_on(0))
+        .prepare()
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("outside its range"), "{err}");
+    assert_eq!((recorded(&fresh).await, recorded(&old).await), (None, None));
+    let err = store.ensure_shard(2).await.unwrap_err();
+    assert!(err.to_string().contains("outside its range"), "{err}");
+    assert_eq!(recorded(&old).await, None);
+
+    // Listed as what it is, database 0, it is accepted.
+    store.ensure_shard(0).await.expect("database 0");
+    assert_eq!(recorded(&old).await, Some(0));
+}
+
+#[tokio::test]
+async fn the_demo_over_two_databases_refunds_nothing_twice() {
+    let db = format!("jf_test_{}_demo_shards", std::process::id());
+    let (server, _) = kit::base_url()
+        .rsplit_once('/')
+        .map(|(a, b)| (a.to_owned(), b.to_owned()))
+        .unwrap();
+    let url = format!("{server}/{db}");
+    let run = kit::run_short_demo("shards", &["--database-url", &url, "--shards", "2"]).await;
+    // Both databases did work, each for its own queue, with ids in its
+    // own range.
+    for (k, (name, queue)) in [(&db, "refunds"), (&format!("{db}_s1"), "refunds-1")]
+        .into_iter()
+        .enumerate()
+    {
+        let pool = sqlx::mysql::MySqlPool::connect(&format!("{server}/{name}"))
+            .await
+            .unwrap();
+        let rows: Vec<(String, u64, i64)> = sqlx::query_as(
+            "SELECT CAST(queue AS CHAR), MIN(id), COUNT(*) FROM jobs WHERE state = 'succeeded' GROUP BY queue",
+        )
+        .fetch_all(&pool)
+        .await
+        .unwrap();
+        assert_eq!(rows.len(), 1, "database {k}: {rows:?}\n{}", run.context());
+        assert_eq!(rows[0].0, queue, "{}", run.context());
+        assert_eq!(shard_of(rows[0].1), k as u32);
+        assert!(rows[0].2 > 0);
+        println!(
+            "database {k}: {} refunds of queue {queue} succeeded",
+            rows[0].2
+        );
+        pool.close().await;
+        let _ = sqlx::query(&format!("DROP DATABASE `{name}`"))
+            .execute(
+                &sqlx::mysql::MySqlPool::connect(&kit::base_url())
+                    .await
+                    .unwrap(),
+            )
+            .await;
+    }
+}
