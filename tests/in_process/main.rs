@@ -6,6 +6,7 @@
 mod admin;
 mod adversarial;
 mod budgets;
+mod commit_unknown;
 mod enqueue_batch;
 mod events_feed;
 mod group_commit;
