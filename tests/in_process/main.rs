@@ -12,6 +12,7 @@ mod events_feed;
 mod group_commit;
 mod long_poll;
 mod metrics;
+mod observations;
 mod provider_ops;
 mod races;
 mod security;
