@@ -418,8 +418,8 @@ pub async fn open_transactions(h: &Harness) -> Vec<(u64, String)> {
 }
 
 /// Kills the database session of the transaction paused at `gate` (a
-/// `claim.before_commit` or `write.before_commit` point that was
-/// reached). Its COMMIT, when released, then meets a dead connection: the
+/// `ClaimBeforeCommit`, `WriteBeforeCommit`, `TakeoverBeforeCommit` or
+/// `EnqueueBeforeCommit` point that was reached). Its COMMIT, when released, then meets a dead connection: the
 /// coordinator cannot know whether it committed (it did not: the kill
 /// rolled it back).
 pub async fn kill_the_paused_session(h: &Harness, gate: &jobfence_store::Armed) {
