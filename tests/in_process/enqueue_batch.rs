@@ -191,15 +191,51 @@ async fn a_batch_with_a_bad_item_is_refused_whole_naming_each_problem() {
     h.finish().await;
 }
 
+/// Atomic across its insert statements: with the database refusing one
+/// item of a later statement (a trigger of the test's own database; the
+/// rows go in key order, so `big-40` is in the second of three), none of
+/// the batch is written, not the first statement's rows nor any event;
+/// without the trigger the same batch writes all 50.
 #[tokio::test]
 async fn a_batch_larger_than_one_insert_statement_goes_in_one_transaction() {
     let h = Harness::start().await;
-    // 50 items of 60 KiB (under gRPC's 4 MiB message limit): more than
-    // one 1 MiB insert statement.
+    // 50 items of 60 KiB (under gRPC's 4 MiB message limit): three 1 MiB
+    // insert statements (18, 18 and 14 items).
     let payload = "y".repeat(60 * 1024);
     let items: Vec<EnqueueRequest> = (0..50)
         .map(|i| item(&format!("big-{i}"), &payload))
         .collect();
+    sqlx::query(
+        "CREATE TRIGGER refuse_big_40 BEFORE INSERT ON jobs FOR EACH ROW \
+         IF NEW.operation_key = 'big-40' THEN \
+         SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'refused by the test'; END IF",
+    )
+    .execute(&h.pool)
+    .await
+    .unwrap();
+    let refused = h
+        .client
+        .clone()
+        .enqueue_batch(EnqueueBatchRequest {
+            items: items.clone(),
+        })
+        .await
+        .expect_err("the database refused an item of the second statement");
+    assert!(
+        format!("{refused:?}").contains("refused by the test"),
+        "{refused:?}"
+    );
+    assert_eq!(
+        count(&h, "SELECT COUNT(*) FROM jobs").await,
+        0,
+        "nothing written"
+    );
+    assert_eq!(count(&h, "SELECT COUNT(*) FROM job_events").await, 0);
+
+    sqlx::query("DROP TRIGGER refuse_big_40")
+        .execute(&h.pool)
+        .await
+        .unwrap();
     let results = h
         .client
         .clone()
@@ -218,5 +254,6 @@ async fn a_batch_larger_than_one_insert_statement_goes_in_one_transaction() {
         .await,
         50
     );
+    assert_eq!(count(&h, "SELECT COUNT(*) FROM job_events").await, 50);
     h.finish().await;
 }

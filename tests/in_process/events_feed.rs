@@ -7,8 +7,10 @@ use jobfence_testkit as kit;
 
 use jobfence_api::v1::job_events_client::JobEventsClient;
 use jobfence_api::v1::{
-    ClaimRequest, CompleteRequest, EnqueueRequest, JobState, ListEventsRequest, WatchEventsRequest,
+    ClaimRequest, CompleteRequest, EnqueueRequest, JobState, ListEventsRequest, TakeoverRequest,
+    TakeoverResponse, WatchEventsRequest,
 };
+use jobfence_store::PausePoint;
 use kit::ops::{drop_db, fresh_db, Coord};
 use sqlx::mysql::MySqlPool;
 use sqlx::{Connection, Executor};
@@ -316,4 +318,188 @@ async fn list_events_filters_by_queue_and_the_cursor_moves_past_other_queues() {
     assert_eq!(kit::reason(&bad), "INVALID_REQUEST");
     c.stop().await;
     drop_db(db, pool).await;
+}
+
+/// A real coordinator write held open with its event written: a
+/// Takeover paused after its `taken_over` event took the next id, before
+/// COMMIT. Later events commit, and are aged past the allocation grace,
+/// so only the lock probe can tell that the hole is still being written.
+struct HeldWriter {
+    h: kit::Harness,
+    gate: jobfence_store::Armed,
+    takeover: tokio::task::JoinHandle<Result<tonic::Response<TakeoverResponse>, tonic::Status>>,
+    /// The last event id served before the writer began.
+    cursor: u64,
+    /// The id the paused takeover's event holds.
+    hole: u64,
+}
+
+async fn held_writer() -> HeldWriter {
+    let h = kit::Harness::start().await;
+    let j1 = h.enqueue(Q, "held-1", "{}").await;
+    h.claim_one(Q, "worker-a").await;
+    h.force_lease_expired(j1.job_id).await;
+    let cursor: u64 = sqlx::query_scalar("SELECT MAX(id) FROM job_events")
+        .fetch_one(&h.pool)
+        .await
+        .unwrap();
+
+    let mut gate = h.pauses.arm(PausePoint::TakeoverBeforeCommit);
+    let mut b = h.another_client().await;
+    let takeover = tokio::spawn(async move {
+        b.takeover(TakeoverRequest {
+            job_id: j1.job_id,
+            worker_id: "worker-b".into(),
+            lease: None,
+        })
+        .await
+    });
+    gate.reached().await;
+    let hole = cursor + 1;
+
+    // Later events commit while the takeover is open...
+    let j2 = h.enqueue(Q, "held-2", "{}").await;
+    let c = h.claim_one(Q, "worker-c").await;
+    assert_eq!(c.job_id, j2.job_id, "the held row is skipped");
+    h.client
+        .clone()
+        .complete(CompleteRequest {
+            job_id: j2.job_id,
+            attempt: c.attempt,
+            provider_reference: "re_2".into(),
+            result: String::new(),
+        })
+        .await
+        .unwrap();
+    // ...and are made older than the allocation grace (test data only).
+    let aged = sqlx::query(
+        "UPDATE job_events SET created_at = DATE_SUB(created_at, INTERVAL 5 SECOND) WHERE id > ?",
+    )
+    .bind(hole)
+    .execute(&h.pool)
+    .await
+    .unwrap()
+    .rows_affected();
+    assert_eq!(aged, 3, "enqueued, claimed, completed of the second job");
+    HeldWriter {
+        h,
+        gate,
+        takeover,
+        cursor,
+        hole,
+    }
+}
+
+async fn events_client(h: &kit::Harness) -> JobEventsClient<Channel> {
+    JobEventsClient::connect(format!("http://{}", h.addr))
+        .await
+        .unwrap()
+}
+
+async fn list_after(h: &kit::Harness, after: u64) -> (Vec<u64>, u64) {
+    let page = events_client(h)
+        .await
+        .list_events(ListEventsRequest {
+            after_event_id: after,
+            limit: 100,
+            queue: String::new(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    (
+        page.events.iter().map(|e| e.event_id).collect(),
+        page.next_after_event_id,
+    )
+}
+
+#[tokio::test]
+async fn list_events_holds_at_a_paused_takeovers_event_even_when_the_later_ones_are_old() {
+    let HeldWriter {
+        h,
+        mut gate,
+        takeover,
+        cursor,
+        hole,
+    } = held_writer().await;
+    let (held, next) = list_after(&h, cursor).await;
+    assert_eq!(held, Vec::<u64>::new(), "nothing is served past the hole");
+    assert_eq!(next, cursor, "the cursor does not move past the hole");
+
+    // A page that decided its horizon while the writer was open serves up
+    // to that horizon only, even if the writer commits before it reads.
+    let mut page_gate = h.pauses.arm(PausePoint::EventsAfterHorizon);
+    let h_events = events_client(&h).await;
+    let page = tokio::spawn(async move {
+        let mut c = h_events;
+        c.list_events(ListEventsRequest {
+            after_event_id: cursor,
+            limit: 100,
+            queue: String::new(),
+        })
+        .await
+    });
+    page_gate.reached().await;
+    gate.release();
+    takeover.await.unwrap().expect("the takeover commits");
+    page_gate.release();
+    let page = page.await.unwrap().unwrap().into_inner();
+    assert!(page.events.is_empty(), "decided before the commit");
+    assert_eq!(page.next_after_event_id, cursor);
+
+    // Committed: the held event comes first, then the rest, in order.
+    let (served, _) = list_after(&h, cursor).await;
+    assert_eq!(served, (hole..hole + 4).collect::<Vec<_>>());
+    h.finish().await;
+}
+
+#[tokio::test]
+async fn watch_events_holds_at_a_paused_takeovers_event_even_when_the_later_ones_are_old() {
+    let HeldWriter {
+        h,
+        mut gate,
+        takeover,
+        cursor,
+        hole,
+    } = held_writer().await;
+    // Every poll of the stream stops after deciding its horizon; let three
+    // pass (the up-front check and two polls of the stream), so at least
+    // one poll decided and delivered while the writer was open and the
+    // later events were old.
+    let mut page_gate = h.pauses.arm(PausePoint::EventsAfterHorizon);
+    let mut watcher = events_client(&h).await;
+    // The call answers only after its up-front check, which pauses too.
+    let stream = tokio::spawn(async move {
+        watcher
+            .watch_events(WatchEventsRequest {
+                after_event_id: cursor,
+                queue: String::new(),
+            })
+            .await
+    });
+    for _ in 0..2 {
+        page_gate.reached().await;
+        page_gate = h.pauses.arm(PausePoint::EventsAfterHorizon);
+    }
+    page_gate.reached().await;
+    gate.release();
+    takeover.await.unwrap().expect("the takeover commits");
+    page_gate.release();
+
+    let mut stream = stream.await.unwrap().unwrap().into_inner();
+    let mut seen = Vec::new();
+    while seen.len() < 4 {
+        let msg = tokio::time::timeout(Duration::from_secs(10), stream.message())
+            .await
+            .expect("the feed delivers within 10 s")
+            .unwrap()
+            .expect("the stream stays open");
+        seen.push(msg.event.unwrap().event_id);
+    }
+    assert_eq!(
+        seen,
+        (hole..hole + 4).collect::<Vec<_>>(),
+        "the held event first, nothing skipped"
+    );
+    h.finish().await;
 }

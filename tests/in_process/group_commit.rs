@@ -51,6 +51,31 @@ async fn take_over(h: &Harness, job_id: u64) -> u64 {
         .attempt
 }
 
+/// The database clock now (`UTC_TIMESTAMP(6)`).
+async fn db_now(h: &Harness) -> chrono::NaiveDateTime {
+    sqlx::query_scalar("SELECT UTC_TIMESTAMP(6)")
+        .fetch_one(&h.pool)
+        .await
+        .unwrap()
+}
+
+/// Asserts that a lease of `secs` was given between the database
+/// instants `from` and `to`: `lease_until` lies in `[from + secs, to +
+/// secs]` (all on the DB clock; nothing measured by this process).
+fn assert_lease_given(
+    lease_until: Option<chrono::NaiveDateTime>,
+    from: chrono::NaiveDateTime,
+    to: chrono::NaiveDateTime,
+    secs: i64,
+) {
+    let until = lease_until.expect("a running job has a lease");
+    let lease = chrono::Duration::seconds(secs);
+    assert!(
+        from + lease <= until && until <= to + lease,
+        "lease until {until}, given between {from} and {to} for {secs} s"
+    );
+}
+
 #[tokio::test]
 async fn a_stale_write_in_a_batch_is_refused_alone_and_the_others_apply() {
     let h = Harness::start().await;
@@ -265,6 +290,9 @@ async fn concurrent_grpc_writes_share_a_transaction_and_each_gets_its_own_answer
     let stale_attempt = jobs[3].attempt;
     let current = take_over(&h, jobs[3].job_id).await;
 
+    let lease_before = h.row(jobs[0].job_id).await.lease_until;
+    // The renewal reads the clock when it has locked its row.
+    let renewed_from = db_now(&h).await;
     // The first write holds the only slot, paused under its row lock.
     let mut gate = h.pauses.arm(jobfence_store::PausePoint::WriteAfterLock);
     let mut c = h.another_client().await;
@@ -299,7 +327,23 @@ async fn concurrent_grpc_writes_share_a_transaction_and_each_gets_its_own_answer
     })
     .await;
     gate.release();
-    held.await.unwrap().expect("the renewal applies");
+    let renewed = held.await.unwrap().expect("the renewal applies");
+    let renewed_to = db_now(&h).await;
+    // The renewal moved the lease on the row: 60 s from its own clock
+    // reading, past the claim's lease.
+    let row = h.row(jobs[0].job_id).await;
+    assert_eq!(
+        (row.state, row.attempt),
+        (JobState::Running, jobs[0].attempt)
+    );
+    assert_lease_given(row.lease_until, renewed_from, renewed_to, 60);
+    assert!(row.lease_until > lease_before, "the lease moved");
+    let answered = renewed.into_inner().job.unwrap().lease_until.unwrap();
+    assert_eq!(
+        answered.seconds * 1_000_000 + i64::from(answered.nanos / 1000),
+        row.lease_until.unwrap().and_utc().timestamp_micros(),
+        "the answer tells the stored lease"
+    );
     let mut answers = Vec::new();
     for call in calls {
         answers.push(call.await.unwrap());
@@ -334,7 +378,10 @@ async fn a_renewal_and_a_complete_of_one_job_in_one_batch_apply_in_order() {
     let h = Harness::start().await;
     h.enqueue(Q, "refund-1", "{}").await;
     let job = h.claim_one(Q, "worker-a").await;
+    h.enqueue(Q, "refund-2", "{}").await;
+    let other = h.claim_one(Q, "worker-b").await;
     let store = JobStore::new(h.pool.clone());
+    let from = db_now(&h).await;
     let answers = store
         .write_batch(
             &[
@@ -349,12 +396,32 @@ async fn a_renewal_and_a_complete_of_one_job_in_one_batch_apply_in_order() {
                     attempt: job.attempt,
                     lease: Duration::from_secs(600),
                 }),
+                // Another job's renewal in the same batch stays running,
+                // so the moved lease can be read back from its row.
+                FencedWrite::RenewLease(RenewLeaseRequest {
+                    job_id: other.job_id,
+                    attempt: other.attempt,
+                    lease: Duration::from_secs(600),
+                }),
             ],
             &QueuePolicies::default(),
         )
         .await;
-    assert!(answers[0].is_ok());
+    let to = db_now(&h).await;
+    // The renewal moved the lease (600 s from the batch's clock reading)
+    // before the Complete in the same transaction ended it.
+    let renewed = &answers[0].as_ref().unwrap().job;
+    assert_eq!(renewed.state, JobState::Running);
+    assert_lease_given(renewed.lease_until, from, to, 600);
     assert_eq!(answers[1].as_ref().unwrap().job.state, JobState::Succeeded);
+    assert_eq!(h.row(job.job_id).await.lease_until, None);
+    let other_row = h.row(other.job_id).await;
+    assert_eq!(other_row.state, JobState::Running);
+    assert_lease_given(other_row.lease_until, from, to, 600);
+    assert_eq!(
+        other_row.lease_until,
+        answers[3].as_ref().unwrap().job.lease_until
+    );
     // A renewal is never a replay: after the Complete it is refused.
     assert!(
         matches!(answers[2], Err(CoordinatorError::JobNotRunning { .. })),

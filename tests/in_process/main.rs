@@ -6,11 +6,13 @@
 mod admin;
 mod adversarial;
 mod budgets;
+mod commit_unknown;
 mod enqueue_batch;
 mod events_feed;
 mod group_commit;
 mod long_poll;
 mod metrics;
+mod observations;
 mod provider_ops;
 mod races;
 mod security;

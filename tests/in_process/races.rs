@@ -277,3 +277,147 @@ async fn a_claim_whose_commit_is_lost_is_reported_unknown_and_hands_out_nothing(
     assert_eq!(next.attempt, 1);
     h.finish().await;
 }
+
+/// Now, in microseconds since the Unix epoch: where a test stops the
+/// coordinator's database clock.
+fn now_micros() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_micros() as i64
+}
+
+/// Runs `sql` on a session of the test's pool whose clock reads `at`
+/// (the coordinator's frozen instant), then gives the clock back.
+async fn at_clock(h: &Harness, at: i64, sql: &str, job_id: u64) -> i64 {
+    let mut conn = h.pool.acquire().await.unwrap();
+    let set = format!(
+        "SET SESSION timestamp = {}.{:06}",
+        at.div_euclid(1_000_000),
+        at.rem_euclid(1_000_000)
+    );
+    sqlx::query(&set).execute(&mut *conn).await.unwrap();
+    let r = sqlx::query(sql).bind(job_id).execute(&mut *conn).await;
+    sqlx::query("SET SESSION timestamp = DEFAULT")
+        .execute(&mut *conn)
+        .await
+        .unwrap();
+    r.unwrap().rows_affected() as i64
+}
+
+/// Where the job's lease ends relative to the frozen clock `at`, in
+/// microseconds (`lease_until - UTC_TIMESTAMP(6)`).
+async fn lease_left_us(h: &Harness, at: i64, job_id: u64) -> i64 {
+    let mut conn = h.pool.acquire().await.unwrap();
+    let set = format!(
+        "SET SESSION timestamp = {}.{:06}",
+        at.div_euclid(1_000_000),
+        at.rem_euclid(1_000_000)
+    );
+    sqlx::query(&set).execute(&mut *conn).await.unwrap();
+    let left: i64 = sqlx::query_scalar(
+        "SELECT CAST(TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), lease_until) AS SIGNED) FROM jobs WHERE id = ?",
+    )
+    .bind(job_id)
+    .fetch_one(&mut *conn)
+    .await
+    .unwrap();
+    sqlx::query("SET SESSION timestamp = DEFAULT")
+        .execute(&mut *conn)
+        .await
+        .unwrap();
+    left
+}
+
+/// Claim's inline takeover (its expired-lease scan) at the lease's exact
+/// boundary on the database clock: the coordinator's clock is stopped at
+/// T, so a lease ending at T + 1 µs is live for every claim and one ending
+/// at T has expired (`lease_until <= UTC_TIMESTAMP(6)`, DESIGN.md rules 1
+/// and 2).
+#[tokio::test]
+async fn a_claim_never_takes_a_lease_one_microsecond_from_its_end_and_takes_it_at_the_end() {
+    let t = now_micros();
+    let h = Harness::start_frozen_at(t).await;
+    let job = h.enqueue(Q, "refund-1", "{}").await;
+    let a = h.claim_one(Q, "worker-a").await;
+    assert_eq!(a.attempt, 1);
+
+    let set_end =
+        "UPDATE jobs SET lease_until = UTC_TIMESTAMP(6) + INTERVAL 1 MICROSECOND WHERE id = ?";
+    assert_eq!(at_clock(&h, t, set_end, job.job_id).await, 1);
+    assert_eq!(lease_left_us(&h, t, job.job_id).await, 1);
+    for worker in ["worker-b", "worker-c"] {
+        let got = h.claim(Q, worker, 5).await;
+        assert!(
+            got.is_empty(),
+            "a claim took a lease that is live by 1 µs: {got:?}"
+        );
+    }
+    let row = h.row(job.job_id).await;
+    assert_eq!(row.state, JobState::Running);
+    assert_eq!(row.attempt, 1);
+    assert_eq!(row.lease_owner.as_deref(), Some("worker-a"));
+    assert_eq!(lease_left_us(&h, t, job.job_id).await, 1, "lease untouched");
+    assert_eq!(h.count_events(job.job_id, "taken_over").await, 0);
+
+    let set_end = "UPDATE jobs SET lease_until = UTC_TIMESTAMP(6) WHERE id = ?";
+    assert_eq!(at_clock(&h, t, set_end, job.job_id).await, 1);
+    let mut got = h.claim(Q, "worker-b", 5).await;
+    assert_eq!(got.len(), 1, "a lease that ends now has expired");
+    let b = got.remove(0);
+    assert!(b.takeover);
+    let b_job = b.job.unwrap();
+    assert_eq!(b_job.attempt, 2);
+    assert_eq!(
+        b_job.next_action,
+        jobfence_api::v1::NextAction::Reconcile as i32
+    );
+    let row = h.row(job.job_id).await;
+    assert_eq!(row.attempt, 2);
+    assert_eq!(row.lease_owner.as_deref(), Some("worker-b"));
+    assert_eq!(h.count_events(job.job_id, "taken_over").await, 1);
+    h.finish().await;
+}
+
+/// A claim racing a renewal of a lease that just ended: while the
+/// renewal holds the row (paused after its lock), the claim skips the row;
+/// once it committed the lease is live again and no claim takes it. The
+/// clock is stopped, so the lease ends exactly at the claims' instant.
+#[tokio::test]
+async fn a_claim_racing_a_renewal_never_hands_out_the_renewed_job() {
+    let t = now_micros();
+    let h = Harness::start_frozen_at(t).await;
+    let job = h.enqueue(Q, "refund-1", "{}").await;
+    let a = h.claim_one(Q, "worker-a").await;
+    let set_end = "UPDATE jobs SET lease_until = UTC_TIMESTAMP(6) WHERE id = ?";
+    assert_eq!(at_clock(&h, t, set_end, job.job_id).await, 1);
+
+    let mut gate = h.pauses.arm(jobfence_store::PausePoint::WriteAfterLock);
+    let mut a_client = h.another_client().await;
+    let renew = tokio::spawn(async move {
+        a_client
+            .renew_lease(jobfence_api::v1::RenewLeaseRequest {
+                job_id: job.job_id,
+                attempt: a.attempt,
+                lease: secs(30),
+            })
+            .await
+    });
+    gate.reached().await;
+    assert!(
+        h.claim(Q, "worker-b", 5).await.is_empty(),
+        "the renewal holds the row"
+    );
+    gate.release();
+    renew.await.unwrap().expect("the renewal applies");
+    assert_eq!(lease_left_us(&h, t, job.job_id).await, 30_000_000);
+    assert!(
+        h.claim(Q, "worker-c", 5).await.is_empty(),
+        "the renewed lease is live"
+    );
+    let row = h.row(job.job_id).await;
+    assert_eq!(row.attempt, a.attempt);
+    assert_eq!(row.lease_owner.as_deref(), Some("worker-a"));
+    assert_eq!(h.count_events(job.job_id, "taken_over").await, 0);
+    h.finish().await;
+}

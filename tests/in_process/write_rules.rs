@@ -319,3 +319,81 @@ async fn a_renewal_that_changes_no_value_is_still_applied() {
     assert_eq!(reason(&status), "ATTEMPT_SUPERSEDED");
     h.finish().await;
 }
+
+/// A takeover of a resend in flight (the job was failed as RETRY_EXECUTE,
+/// handed out again as an execute, then its lease ran out) starts with
+/// reconcile, named or inline: the resend may have reached the provider
+/// (DESIGN.md rule 5). Neither counts as a dispatch.
+#[tokio::test]
+async fn a_takeover_after_a_retry_execute_resend_starts_with_reconcile() {
+    let h = harness(Duration::from_secs(3600), 5).await;
+    let named = h.enqueue(Q, "refund-named", "{}").await;
+    let inline = h.enqueue(Q, "refund-inline", "{}").await;
+    for _ in 0..2 {
+        let first = h.claim_one(Q, "worker-a").await;
+        let out = h
+            .client
+            .clone()
+            .fail(fail(
+                first.job_id,
+                first.attempt,
+                FailDisposition::RetryExecute,
+                0,
+            ))
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(out.applied, FailDisposition::RetryExecute as i32);
+    }
+    // The resends go out: execute, the second dispatch of each job.
+    let resent = h.claim(Q, "worker-b", 2).await;
+    assert_eq!(resent.len(), 2);
+    for c in &resent {
+        let j = c.job.as_ref().unwrap();
+        assert!(!c.takeover);
+        assert_eq!(j.next_action, jobfence_api::v1::NextAction::Execute as i32);
+        assert_eq!((j.attempt, j.dispatch_count), (2, 2));
+    }
+    assert_eq!(h.row(named.job_id).await.next_action, NextAction::Execute);
+
+    h.force_lease_expired(named.job_id).await;
+    let t = h
+        .client
+        .clone()
+        .takeover(jobfence_api::v1::TakeoverRequest {
+            job_id: named.job_id,
+            worker_id: "worker-c".into(),
+            lease: None,
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .claimed
+        .unwrap();
+    assert!(t.takeover);
+    let tj = t.job.unwrap();
+    assert_eq!(
+        tj.next_action,
+        jobfence_api::v1::NextAction::Reconcile as i32
+    );
+    assert_eq!((tj.attempt, tj.dispatch_count), (3, 2));
+    let row = h.row(named.job_id).await;
+    assert_eq!(row.next_action, NextAction::Reconcile);
+    assert_eq!(row.dispatch_count, 2);
+
+    h.force_lease_expired(inline.job_id).await;
+    let c = h.claim(Q, "worker-d", 5).await;
+    assert_eq!(c.len(), 1);
+    assert!(c[0].takeover);
+    let cj = c[0].job.as_ref().unwrap();
+    assert_eq!(cj.job_id, inline.job_id);
+    assert_eq!(
+        cj.next_action,
+        jobfence_api::v1::NextAction::Reconcile as i32
+    );
+    assert_eq!((cj.attempt, cj.dispatch_count), (3, 2));
+    let row = h.row(inline.job_id).await;
+    assert_eq!(row.next_action, NextAction::Reconcile);
+    assert_eq!(row.dispatch_count, 2);
+    h.finish().await;
+}

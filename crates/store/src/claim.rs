@@ -389,6 +389,8 @@ impl JobStore {
         } else {
             Default::default()
         };
+        self.pause_in(PausePoint::TakeoverBeforeCommit, &mut tx)
+            .await;
         commit(tx).await?;
         Ok(ClaimedJob {
             observations: observations.remove(&after.id).unwrap_or_default(),

@@ -11,6 +11,7 @@ use super::batch::{hex, json, with_job_columns};
 use super::errors::{convert_commit_err, is_unique_violation};
 use super::events::{self, call_digest, NewEvent};
 use super::literal;
+use super::pause::PausePoint;
 use super::tx::Tx;
 use super::{convert_sqlx_err, micros, rows, JobStore, CONFLICT_RETRIES};
 use jobfence_domain::{CoordinatorError, EnqueueOutcome, EnqueueRequest, Job, JobState};
@@ -153,6 +154,8 @@ impl JobStore {
             tx.rollback().await?;
             return Ok(out);
         }
+        self.pause_in(PausePoint::EnqueueBeforeCommit, &mut tx)
+            .await;
         let new_bytes: usize = new.iter().map(|&i| items[i].payload.len()).sum();
         if new_bytes <= INSERT_CHUNK_BYTES {
             for (i, (job, digest)) in insert_and_commit(tx, items, digests, &new).await? {

@@ -112,7 +112,13 @@ fn session_setup(autocommit: bool) -> String {
 }
 
 fn pool_options(settings: &PoolSettings, autocommit: bool) -> MySqlPoolOptions {
-    let setup = session_setup(autocommit);
+    pool_options_with(settings, autocommit, "")
+}
+
+/// [`pool_options`] whose sessions also run `more` (SQL starting with
+/// `;`) after their setup.
+fn pool_options_with(settings: &PoolSettings, autocommit: bool, more: &str) -> MySqlPoolOptions {
+    let setup = format!("{}{more}", session_setup(autocommit));
     let sync_wait = settings.galera_sync_wait;
     MySqlPoolOptions::new()
         .max_connections(settings.max_connections)
@@ -265,6 +271,29 @@ impl JobStore {
     #[cfg(feature = "testsuite")]
     pub fn pausing_at(mut self, pauses: PausePoints) -> Self {
         self.pauses = Some(pauses);
+        self
+    }
+
+    /// This store with the database clock of each of its sessions stopped
+    /// at `unix_micros` (microseconds since the Unix epoch, UTC): every
+    /// `UTC_TIMESTAMP(6)` it runs returns exactly that instant (`SET
+    /// SESSION timestamp`), so a test can put a lease's end on the very
+    /// microsecond a claim compares it with (tests only; one node; the
+    /// pools are replaced, so call it before the store is used).
+    #[cfg(feature = "testsuite")]
+    pub fn frozen_clock_at(self, unix_micros: i64) -> Self {
+        let clock = format!(
+            "; SET SESSION timestamp = {}.{:06}",
+            unix_micros.div_euclid(1_000_000),
+            unix_micros.rem_euclid(1_000_000)
+        );
+        let node = self.nodes[0].clone();
+        let fresh = Pools {
+            pool: pool_options_with(&self.settings, true, &clock).connect_lazy_with(node.clone()),
+            batch: pool_options_with(&self.settings, false, &clock).connect_lazy_with(node),
+            node: 0,
+        };
+        *self.pools.write().expect("pools lock") = fresh;
         self
     }
 

@@ -29,6 +29,13 @@ pub enum PausePoint {
     /// A fenced write's updates are done, COMMIT is next (inside the
     /// transaction).
     WriteBeforeCommit,
+    /// A takeover's updates and its event are written (the event's id is
+    /// allocated, its row locked and not yet visible), COMMIT is next
+    /// (inside the transaction).
+    TakeoverBeforeCommit,
+    /// An Enqueue found its new keys free; their INSERTs, events and
+    /// COMMIT go next, in one round trip (inside the transaction).
+    EnqueueBeforeCommit,
     /// A ResolveManualReview holds the row lock and has read the state it
     /// decides on, nothing is updated yet.
     ResolveAfterLock,
@@ -82,7 +89,8 @@ mod armed {
         /// The database session (`CONNECTION_ID()`) of the paused
         /// transaction, once [`reached`](Self::reached) returned, for points
         /// inside a transaction ([`PausePoint::ClaimBeforeCommit`],
-        /// [`PausePoint::WriteBeforeCommit`]): a test kills exactly that
+        /// [`PausePoint::WriteBeforeCommit`], [`PausePoint::TakeoverBeforeCommit`],
+        /// [`PausePoint::EnqueueBeforeCommit`]): a test kills exactly that
         /// session to lose the COMMIT, without searching
         /// `information_schema` (whose InnoDB views are cached snapshots).
         pub fn connection_id(&self) -> Option<u64> {

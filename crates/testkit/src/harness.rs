@@ -5,7 +5,7 @@
 //! database-side levers).
 
 pub use crate::serve::test_config;
-use crate::serve::{test_options, Serve};
+use crate::serve::{test_options, Serve, Served};
 use jobfence_api::v1::job_coordinator_client::JobCoordinatorClient;
 use jobfence_api::v1::{self as proto, ClaimRequest, EnqueueRequest};
 use jobfence_core::{Coordinator, CoordinatorConfig};
@@ -117,6 +117,21 @@ impl Harness {
         Self::serve(db, pool.clone(), pool, config, options).await
     }
 
+    /// [`Harness::start`] whose coordinator sees the database clock
+    /// stopped at `unix_micros` (microseconds since the Unix epoch, UTC):
+    /// every `UTC_TIMESTAMP(6)` of its sessions is that instant, so a test
+    /// can place a lease's end exactly on the claim's clock.
+    /// `Harness::pool` keeps the real clock.
+    pub async fn start_frozen_at(unix_micros: i64) -> Harness {
+        let db = TestDb::new().await;
+        let pool = db.pool();
+        let served = Serve::over(pool.clone())
+            .clock_frozen_at(unix_micros)
+            .start()
+            .await;
+        Self::around(db, pool, served).await
+    }
+
     /// A coordinator whose database connections go through a proxy the
     /// test can cut; `Harness::pool` stays direct.
     pub async fn start_behind_proxy(options: ServeOptions) -> (Harness, NetCut) {
@@ -148,6 +163,10 @@ impl Harness {
             .options(options)
             .start()
             .await;
+        Self::around(db, pool, served).await
+    }
+
+    async fn around(db: TestDb, pool: MySqlPool, served: Served) -> Harness {
         let client = JobCoordinatorClient::connect(served.url())
             .await
             .expect("connect to in-process coordinator");
@@ -399,8 +418,8 @@ pub async fn open_transactions(h: &Harness) -> Vec<(u64, String)> {
 }
 
 /// Kills the database session of the transaction paused at `gate` (a
-/// `claim.before_commit` or `write.before_commit` point that was
-/// reached). Its COMMIT, when released, then meets a dead connection: the
+/// `ClaimBeforeCommit`, `WriteBeforeCommit`, `TakeoverBeforeCommit` or
+/// `EnqueueBeforeCommit` point that was reached). Its COMMIT, when released, then meets a dead connection: the
 /// coordinator cannot know whether it committed (it did not: the kill
 /// rolled it back).
 pub async fn kill_the_paused_session(h: &Harness, gate: &jobfence_store::Armed) {

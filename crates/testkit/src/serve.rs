@@ -53,6 +53,7 @@ pub struct Serve {
     ops: OpsOptions,
     pauses: PausePoints,
     metrics: bool,
+    frozen_at: Option<i64>,
 }
 
 impl Serve {
@@ -81,6 +82,7 @@ impl Serve {
             ops: OpsOptions::default(),
             pauses: PausePoints::new(),
             metrics: false,
+            frozen_at: None,
         }
     }
 
@@ -110,14 +112,25 @@ impl Serve {
         self
     }
 
+    /// Stops the database clock of the store's sessions at `unix_micros`
+    /// (see `JobStore::frozen_clock_at`; [`Serve::over`] only).
+    pub fn clock_frozen_at(mut self, unix_micros: i64) -> Serve {
+        self.frozen_at = Some(unix_micros);
+        self
+    }
+
     /// Starts serving on a loopback port of the system's choosing; the
     /// server runs until [`Served::stop`] (or until it is dropped).
     pub async fn start(self) -> Served {
         let coordinator = match self.over {
-            Over::Pool(pool) => Coordinator::new(
-                JobStore::with_pause_points(pool, self.pauses.clone()),
-                self.config,
-            ),
+            Over::Pool(pool) => {
+                let store = JobStore::with_pause_points(pool, self.pauses.clone());
+                let store = match self.frozen_at {
+                    Some(t) => store.frozen_clock_at(t),
+                    None => store,
+                };
+                Coordinator::new(store, self.config)
+            }
             Over::Shards(shards) => Coordinator::over_shards(shards, self.config),
             Over::Coordinator(c) => c,
         };

@@ -1,0 +1,123 @@
+//! RecordObservation never changes a job (DESIGN.md rule 7): the whole
+//! `jobs` row, every column as stored, is the same before and after, for
+//! a running job observed by its current attempt and for a webhook's
+//! "succeeded" on a ready job and on a job in manual review. The
+//! observation itself is recorded (and its event appended).
+
+use jobfence_testkit as kit;
+
+use jobfence_api::v1::{
+    FailDisposition, FailRequest, ObservationOutcome, ObservationSource, RecordObservationRequest,
+};
+use jobfence_domain::JobState;
+use kit::Harness;
+
+const Q: &str = "refunds";
+
+/// Every column of the job's row, each as the hex of its stored value
+/// (NULL stays null), in the table's column order: a change to any
+/// column, including ones no test names, changes this.
+async fn full_row(h: &Harness, job_id: u64) -> String {
+    let columns: Vec<String> = sqlx::query_scalar(
+        "SELECT CAST(COLUMN_NAME AS CHAR) FROM information_schema.COLUMNS \
+         WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'jobs' ORDER BY ORDINAL_POSITION",
+    )
+    .fetch_all(&h.pool)
+    .await
+    .unwrap();
+    assert!(columns.len() > 15, "the jobs table: {columns:?}");
+    let list = columns
+        .iter()
+        .map(|c| format!("'{c}', HEX(`{c}`)"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    sqlx::query_scalar(&format!(
+        "SELECT CAST(JSON_OBJECT({list}) AS CHAR) FROM jobs WHERE id = ?"
+    ))
+    .bind(job_id)
+    .fetch_one(&h.pool)
+    .await
+    .unwrap()
+}
+
+fn observation(
+    job_id: u64,
+    attempt: u64,
+    source: ObservationSource,
+    key: &str,
+) -> RecordObservationRequest {
+    RecordObservationRequest {
+        job_id,
+        attempt,
+        source: source as i32,
+        outcome: ObservationOutcome::Succeeded as i32,
+        provider_reference: "re_seen".into(),
+        body: "{\"status\":\"succeeded\"}".into(),
+        dedup_key: key.into(),
+    }
+}
+
+/// Records `obs` and checks that the job's row did not change at all,
+/// and that the observation was kept.
+async fn observe_changes_nothing(h: &Harness, obs: RecordObservationRequest, state: JobState) {
+    let job_id = obs.job_id;
+    let before = full_row(h, job_id).await;
+    assert_eq!(h.row(job_id).await.state, state);
+    let recorded = h
+        .client
+        .clone()
+        .record_observation(obs)
+        .await
+        .expect("an observation is always accepted")
+        .into_inner();
+    assert_eq!(recorded.observation.unwrap().job_id, job_id);
+    assert_eq!(full_row(h, job_id).await, before, "the job's row changed");
+    let kept: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM job_observations WHERE job_id = ?")
+        .bind(job_id)
+        .fetch_one(&h.pool)
+        .await
+        .unwrap();
+    assert_eq!(kept, 1);
+    assert_eq!(h.count_events(job_id, "observation_recorded").await, 1);
+}
+
+#[tokio::test]
+async fn the_current_attempts_success_observation_leaves_the_running_row_as_it_was() {
+    let h = Harness::start().await;
+    h.enqueue(Q, "refund-1", "{}").await;
+    let job = h.claim_one(Q, "worker-a").await;
+    let obs = observation(job.job_id, job.attempt, ObservationSource::Worker, "w-1");
+    observe_changes_nothing(&h, obs, JobState::Running).await;
+    h.finish().await;
+}
+
+#[tokio::test]
+async fn a_webhooks_success_leaves_a_ready_job_as_it_was() {
+    let h = Harness::start().await;
+    let job = h.enqueue(Q, "refund-1", "{}").await;
+    let obs = observation(job.job_id, 0, ObservationSource::Webhook, "evt_1");
+    observe_changes_nothing(&h, obs, JobState::Ready).await;
+    h.finish().await;
+}
+
+#[tokio::test]
+async fn a_webhooks_success_leaves_a_job_in_manual_review_as_it_was() {
+    let h = Harness::start().await;
+    h.enqueue(Q, "refund-1", "{}").await;
+    let job = h.claim_one(Q, "worker-a").await;
+    h.client
+        .clone()
+        .fail(FailRequest {
+            job_id: job.job_id,
+            attempt: job.attempt,
+            disposition: FailDisposition::ManualReview as i32,
+            error: "the provider answered nonsense".into(),
+            retry_delay: None,
+            provider_retry_after: None,
+        })
+        .await
+        .unwrap();
+    let obs = observation(job.job_id, 0, ObservationSource::Webhook, "evt_1");
+    observe_changes_nothing(&h, obs, JobState::ManualReview).await;
+    h.finish().await;
+}
