@@ -1,7 +1,8 @@
-// The conformance agent of the Go client (see README.md beside it): it
-// reads one command a line on stdin and answers each with one line on
-// stdout, using the client's defaults, except that a Claim asks for one
-// job without waiting.
+// The conformance agent of the Go client (sdk/go; see README.md beside
+// it): it reads one command a line on stdin and answers each with one line
+// on stdout, using the client's defaults, except that a Claim asks for one
+// job without waiting. tests/system/conformance.rs builds it with
+// sdk/go/tools/go.
 package main
 
 import (
@@ -110,6 +111,17 @@ func main() {
 			}
 			sort.Strings(all)
 			reply = "reasons " + strings.Join(all, " ")
+		case "run":
+			// The runner with a handler that must not run: only sent when
+			// its claims are refused, so Run returns the refusal.
+			err := client.Run(ctx, func(_ context.Context, job *jobfence.Job) error {
+				return fmt.Errorf("a refused runner got job %d", job.ID())
+			}, jobfence.RunOptions{})
+			if err != nil {
+				reply = errorLine(err)
+			} else {
+				reply = "run ended"
+			}
 		case "held":
 			reply = fmt.Sprintf("held %d", len(handles))
 		case "get":
