@@ -3,12 +3,16 @@
 //	refund-worker -coordinator 127.0.0.1:50051 -provider http://127.0.0.1:8099/ -worker-id go-1 -queue refunds
 //
 // TLS and the bearer token come from the JOBFENCE_* variables. It stops on
-// SIGTERM or SIGINT after the jobs in hand are written back.
+// SIGTERM or SIGINT after the jobs in hand are written back. Each log line
+// starts with its UTC time in RFC 3339, as the other workers' do (the
+// demo's report counts the calls that failed after the client's retries
+// by the time of their lines).
 package main
 
 import (
 	"context"
 	"flag"
+	"io"
 	"log"
 	"os"
 	"os/signal"
@@ -28,7 +32,8 @@ func main() {
 	concurrency := flag.Int("concurrency", 8, "jobs handled at once")
 	providerTimeout := flag.Duration("provider-timeout", 2*time.Second, "timeout of one provider request")
 	flag.Parse()
-	log.SetFlags(log.LstdFlags | log.LUTC | log.Lmicroseconds)
+	log.SetFlags(0)
+	log.SetOutput(stamped{os.Stderr})
 
 	creds, err := jobfence.CredentialsFromEnv()
 	if err != nil {
@@ -43,11 +48,30 @@ func main() {
 		log.Fatal(err)
 	}
 	defer client.Close()
-	log.Printf("go refund worker %s on %s", *workerID, *coordinator)
-	err = client.Run(ctx, refund.Handler(refund.NewProvider(*provider, *providerTimeout)),
-		jobfence.RunOptions{Concurrency: *concurrency, Wait: 5 * time.Second})
+	log.Printf("go refund worker %s started on %s", *workerID, *coordinator)
+	handle := refund.Handler(refund.NewProvider(*provider, *providerTimeout))
+	err = client.Run(ctx, func(ctx context.Context, job *jobfence.Job) error {
+		err := handle(ctx, job)
+		if err != nil {
+			// The handler's errors are its writes that failed after the
+			// client's retries (a refusal for a stale attempt is not one).
+			log.Printf("write back failed: job %d attempt %d: %v", job.ID(), job.Attempt(), err)
+		}
+		return err
+	}, jobfence.RunOptions{Concurrency: *concurrency, Wait: 5 * time.Second})
 	log.Printf("stopped (%v); retries by reason: %v", err, client.Retries())
 	if err != nil && ctx.Err() == nil {
 		os.Exit(1)
 	}
+}
+
+// stamped starts every log line with its UTC time in RFC 3339.
+type stamped struct{ w io.Writer }
+
+func (s stamped) Write(p []byte) (int, error) {
+	line := append([]byte(time.Now().UTC().Format("2006-01-02T15:04:05.000000Z07:00")+" "), p...)
+	if _, err := s.w.Write(line); err != nil {
+		return 0, err
+	}
+	return len(p), nil
 }
