@@ -280,6 +280,19 @@ func TestAConnectionNeverMadeAppliedNothing(t *testing.T) {
 	}
 }
 
+func TestARefusedStreamAppliedNothingButALostOneMayHave(t *testing.T) {
+	// grpc-go's own texts for the two (http2_client.go).
+	refused := fromStatus(status.Error(codes.Unavailable,
+		"stream terminated by RST_STREAM with error code: REFUSED_STREAM"))
+	if !errors.Is(refused, ErrNothingApplied) || errors.Is(refused, ErrOutcomeUnknown) || !retryClaim(refused) {
+		t.Fatalf("REFUSED_STREAM: the request was not processed: %+v", refused)
+	}
+	lost := fromStatus(status.Error(codes.Unavailable, "transport is closing"))
+	if errors.Is(lost, ErrNothingApplied) || !errors.Is(lost, ErrOutcomeUnknown) || retryClaim(lost) {
+		t.Fatalf("a connection lost after the request left: outcome unknown: %+v", lost)
+	}
+}
+
 func TestRunReleasesAJobItsHandlerLeft(t *testing.T) {
 	f := &fake{jobs: []*pb.ClaimedJob{claimed(1, 1), claimed(2, 1)}}
 	c := start(t, f)

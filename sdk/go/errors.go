@@ -207,12 +207,15 @@ func fromStatus(err error) *Error {
 }
 
 // neverSent: a status grpc-go makes up when it could not connect at all
-// (the coordinator restarting, nothing listening): no request left, so
-// nothing can have been applied.
+// (the coordinator restarting, nothing listening: no request left), or
+// when the server refused the stream with HTTP/2's REFUSED_STREAM, which
+// says the request was not processed (RFC 9113, section 8.7; a coordinator
+// going away does it). Either way nothing can have been applied.
 func neverSent(st *status.Status) bool {
 	if st.Code() != codes.Unavailable {
 		return false
 	}
 	m := st.Message()
-	return strings.Contains(m, "Error while dialing") || strings.Contains(m, "connection refused")
+	return strings.Contains(m, "Error while dialing") || strings.Contains(m, "connection refused") ||
+		strings.Contains(m, "REFUSED_STREAM")
 }

@@ -59,7 +59,14 @@ func main() {
 		}
 		return err
 	}, jobfence.RunOptions{Concurrency: *concurrency, Wait: 5 * time.Second})
-	log.Printf("stopped (%v); retries by reason: %v", err, client.Retries())
+	retries := map[string]uint64{}
+	for reason, n := range client.Retries() {
+		if reason == "" {
+			reason = "transport"
+		}
+		retries[string(reason)] = n
+	}
+	log.Printf("stopped (%v); retries by reason: %v", err, retries)
 	if err != nil && ctx.Err() == nil {
 		os.Exit(1)
 	}
