@@ -153,6 +153,9 @@ func TestEveryReasonIsTypedAndMatchesItsKind(t *testing.T) {
 	if !errors.As(err, &e) || !errors.Is(err, ReasonAttemptSuperseded) || !errors.Is(err, ErrNotHolder) {
 		t.Fatalf("want a typed ATTEMPT_SUPERSEDED, got %v", err)
 	}
+	if want := "jobfence: ATTEMPT_SUPERSEDED (FailedPrecondition): refused: ATTEMPT_SUPERSEDED"; e.Error() != want {
+		t.Fatalf("the message: %q, want %q", e.Error(), want)
+	}
 	if e.CurrentAttempt() != 8 || !e.ObservationRecorded {
 		t.Fatalf("current attempt %d, recorded %v", e.CurrentAttempt(), e.ObservationRecorded)
 	}

@@ -93,7 +93,7 @@ func (e *Error) Error() string {
 	if e.Reason == "" {
 		return fmt.Sprintf("jobfence: %s: %s", e.Code, e.Message)
 	}
-	return fmt.Sprintf("jobfence: %s (%s): %s", e.Reason, e.Code, e.Message)
+	return fmt.Sprintf("jobfence: %s (%s): %s", string(e.Reason), e.Code, e.Message)
 }
 
 // Is matches a Reason (the exact one) or one of the kinds above.

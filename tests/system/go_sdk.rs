@@ -5,11 +5,20 @@
 //! gofmt-clean, and the checked-in `jobfencepb` is what
 //! `sdk/go/tools/generate` makes of `proto/` now.
 //!
+//! And the Go refund worker rides through a 10-second database outage
+//! (the coordinator's connections cut, as the demo cuts them): its
+//! handler sees no error, no refund is made twice, the retries are
+//! counted.
+//!
 //! The go binary is `$JOBFENCE_GO` (scripts/test: `scripts/go-env`), or
 //! `go`. A missing toolchain fails the test; it never skips.
 
+use jobfence_domain::JobState;
+use jobfence_fake_provider::{self as provider, FaultConfig, ProviderClient, ProviderConfig};
+use jobfence_testkit as kit;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
 
 fn repo() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -96,4 +105,131 @@ fn the_checked_in_go_stubs_match_a_fresh_generation() {
              run sdk/go/tools/generate and commit the result"
         );
     }
+}
+
+/// What the Go refund worker and client log for a call that still failed
+/// after the client's retries (the demo's report counts the same lines).
+const FAILED_AFTER_RETRIES: [&str; 4] = [
+    "claim failed",
+    "write back failed",
+    "could not release",
+    "could not record",
+];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_go_refund_worker_rides_through_a_10_second_database_outage() {
+    let worker_bin = build(
+        "github.com/jobfence/jobfence/sdk/go/cmd/refund-worker",
+        &Path::new(env!("CARGO_TARGET_TMPDIR")).join("go-bin/refund-worker"),
+    );
+    let (h, db) = kit::Harness::start_behind_proxy(kit::test_options()).await;
+    // Every provider call takes 300 ms, so refunds are in flight when the
+    // database goes.
+    let provider = provider::spawn(ProviderConfig {
+        pending_ratio: 0.0,
+        faults: FaultConfig {
+            latency: 1.0,
+            latency_ms: 300,
+            ..FaultConfig::default()
+        },
+        ..ProviderConfig::default()
+    })
+    .await
+    .unwrap();
+    let queue = "go-outage";
+    let mut jobs = Vec::new();
+    for i in 0..40 {
+        let payload = format!(r#"{{"payment_id":"pay_go_{i}","amount":100,"currency":"TWD"}}"#);
+        let key = format!("refund-pay_go_{i}-100-TWD");
+        jobs.push((h.enqueue(queue, &key, &payload).await.job_id, key));
+    }
+    let log = Path::new(env!("CARGO_TARGET_TMPDIR")).join("go-outage-worker.log");
+    let log_file = std::fs::File::create(&log).unwrap();
+    let mut worker = tokio::process::Command::new(&worker_bin)
+        .args(["-coordinator", &h.addr.to_string()])
+        .args(["-provider", &format!("http://{}/", provider.addr())])
+        .args(["-worker-id", "go-outage-1", "-queue", queue])
+        .args(["-concurrency", "4", "-lease", "30s"])
+        .stdin(Stdio::null())
+        .stdout(log_file.try_clone().unwrap())
+        .stderr(log_file)
+        .kill_on_drop(true)
+        .spawn()
+        .expect("start the Go refund worker");
+
+    let ids: Vec<u64> = jobs.iter().map(|(id, _)| *id).collect();
+    // Some refunds done, others in flight: the database goes for 10 s.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while succeeded(&h, &ids).await < 4 {
+        assert!(Instant::now() < deadline, "no refund done in 120 s");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let before = succeeded(&h, &ids).await;
+    db.cut();
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    db.restore();
+    while succeeded(&h, &ids).await < jobs.len() {
+        if let Ok(Some(status)) = worker.try_wait() {
+            panic!("the worker exited ({status})");
+        }
+        assert!(
+            Instant::now() < deadline + Duration::from_secs(60),
+            "not every refund done after the outage"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let pid = nix::unistd::Pid::from_raw(worker.id().unwrap() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    let status = tokio::time::timeout(Duration::from_secs(30), worker.wait())
+        .await
+        .expect("the worker stops on SIGTERM")
+        .unwrap();
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(status.success(), "{status}\n{text}");
+    println!(
+        "go worker: {before} of {} refunds done when the database went; log:\n{text}",
+        jobs.len()
+    );
+    assert!(before < jobs.len(), "the outage came after the work");
+
+    // No error reached the handler, and no call failed after the retries.
+    let failed: Vec<&str> = text
+        .lines()
+        .filter(|l| FAILED_AFTER_RETRIES.iter().any(|m| l.contains(m)))
+        .collect();
+    assert!(failed.is_empty(), "calls failed after retries: {failed:?}");
+    // The retries are counted, by reason.
+    let retries = text
+        .lines()
+        .find(|l| l.contains("retries by reason"))
+        .unwrap_or_else(|| panic!("no retry count in the log\n{text}"));
+    assert!(retries.contains("DATABASE_UNAVAILABLE:"), "{retries}");
+    // Nothing handled twice: every job succeeded on its first attempt,
+    // and the provider made one refund per operation key.
+    let ledger = ProviderClient::for_addr(provider.addr())
+        .ledger()
+        .await
+        .unwrap();
+    for (id, key) in &jobs {
+        let row = h.row(*id).await;
+        assert_eq!(
+            (row.state, row.attempt),
+            (JobState::Succeeded, 1),
+            "job {id}"
+        );
+        assert_eq!(ledger.by_merchant_reference(key).refunds, 1, "{key}");
+    }
+    drop(db);
+    h.finish().await;
+}
+
+/// How many of `ids` are succeeded.
+async fn succeeded(h: &kit::Harness, ids: &[u64]) -> usize {
+    let mut n = 0;
+    for &id in ids {
+        if h.row(id).await.state == JobState::Succeeded {
+            n += 1;
+        }
+    }
+    n
 }
