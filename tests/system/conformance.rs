@@ -1,7 +1,7 @@
 //! One conformance suite for every worker client: the protocol's cases,
 //! written once as data ([`CASES`]), run against the Rust SDK, the Python
-//! package (its synchronous and its asyncio client) and the Node client,
-//! each through a small agent that speaks the
+//! package (its synchronous and its asyncio client), the Node client and
+//! the Go client, each through a small agent that speaks the
 //! line protocol of `tests/conformance/README.md`. The agents talk to an
 //! in-process coordinator through a proxy the driver can make lose answers;
 //! every expectation is an exact reply or an exact database state. Then
@@ -13,8 +13,9 @@
 //!
 //! Python is `$JOBFENCE_PYTHON` (scripts/test: .local/venv), Node is
 //! `$JOBFENCE_NODE` or `node` with sdk/node's packages installed by
-//! scripts/node-env (`npm ci`). A missing runtime fails the test; it never
-//! skips.
+//! scripts/node-env (`npm ci`), the Go agent is built once per run with
+//! `sdk/go/tools/go` (`$JOBFENCE_GO`, scripts/go-env: GOPATH mode against
+//! Debian's packages). A missing runtime fails the test; it never skips.
 
 use jobfence_testkit as kit;
 
@@ -171,6 +172,18 @@ enum Client {
     Python,
     PythonAsyncio,
     Node,
+    Go,
+}
+
+/// The Go agent (tests/conformance/agent.go), built once per test run.
+fn go_agent() -> &'static Path {
+    static AGENT: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+    AGENT.get_or_init(|| {
+        crate::go_sdk::build(
+            repo().join("tests/conformance/agent.go").to_str().unwrap(),
+            &Path::new(env!("CARGO_TARGET_TMPDIR")).join("go-bin/conformance-agent"),
+        )
+    })
 }
 
 /// A running agent: commands in, reply lines out.
@@ -247,6 +260,7 @@ impl Agent {
                     .to_string()],
                 vec![],
             ),
+            Client::Go => (go_agent().display().to_string(), vec![], vec![]),
         };
         let mut child = tokio::process::Command::new(&program)
             .args(&args)
@@ -433,7 +447,7 @@ async fn conforms(client: Client) {
         assert_eq!(agent.reply(&context).await, denied, "{context}");
         agent.send(&format!("get {job}"));
         assert_eq!(agent.reply(&context).await, denied, "{context}");
-        if matches!(client, Client::Rust | Client::Node) {
+        if matches!(client, Client::Rust | Client::Node | Client::Go) {
             // The clients with a runner: it stops at the refusal and says
             // so, instead of claiming forever.
             agent.send("run");
@@ -481,4 +495,9 @@ async fn the_python_asyncio_client_conforms() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_node_client_conforms() {
     conforms(Client::Node).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_go_client_conforms() {
+    conforms(Client::Go).await;
 }

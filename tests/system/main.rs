@@ -1,5 +1,5 @@
 //! The tests that drive the `jobfence` binary and outside programs (the
-//! Python and Node clients, promtool, a browser, grpcurl) beside MariaDB,
+//! Python, Node and Go clients, promtool, a browser, grpcurl) beside MariaDB,
 //! and those that serve the console. One binary: see docs/development.md.
 
 mod bench_smoke;
@@ -8,6 +8,7 @@ mod console_browser;
 mod console_security;
 mod durability;
 mod fake_provider;
+mod go_sdk;
 mod main_job;
 mod polyglot_python;
 mod prometheus;

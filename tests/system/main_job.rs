@@ -170,6 +170,8 @@ async fn the_demo_with_every_fault_kind_refunds_nothing_twice() {
     let python = std::env::var("JOBFENCE_PYTHON").unwrap_or_else(|_| "python3".into());
     // sdk/node's packages come from scripts/node-env (npm ci).
     let node = std::env::var("JOBFENCE_NODE").unwrap_or_else(|_| "node".into());
+    // The Go worker is built by the demo with sdk/go/tools/go (scripts/go-env).
+    let go = std::env::var("JOBFENCE_GO").unwrap_or_else(|_| "go".into());
     let db = format!("jf_test_{}_demo", std::process::id());
     let (server, _) = base_url()
         .rsplit_once('/')
@@ -188,6 +190,8 @@ async fn the_demo_with_every_fault_kind_refunds_nothing_twice() {
             "--python-workers",
             "1",
             "--node-workers",
+            "1",
+            "--go-workers",
             "1",
             "--fault-cut-response",
             "0.05",
@@ -210,6 +214,7 @@ async fn the_demo_with_every_fault_kind_refunds_nothing_twice() {
         ])
         .env("JOBFENCE_PYTHON", &python)
         .env("JOBFENCE_NODE", &node)
+        .env("JOBFENCE_GO", &go)
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .stdin(Stdio::null())
         .output()
@@ -260,8 +265,8 @@ async fn the_demo_with_every_fault_kind_refunds_nothing_twice() {
         !line("stale writes rejected").ends_with("none"),
         "{context}"
     );
-    // Rust, Python and Node workers shared the queue.
-    for worker in ["rust-", "python-1", "node-1"] {
+    // Rust, Python, Node and Go workers shared the queue.
+    for worker in ["rust-", "python-1", "node-1", "go-1"] {
         assert!(line("completed by").contains(worker), "{worker}\n{context}");
     }
     // scripts/mariadb runs the database durably (DESIGN.md rule 9).

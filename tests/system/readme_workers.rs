@@ -10,6 +10,10 @@
 //! - Node: `npm ci` from the committed lock file in a copy of the package,
 //!   its refund worker against the fake provider, then the README's
 //!   install line and minimal worker in a new project.
+//! - Go: `go vet` and `go test` are tests/system/go_sdk.rs; here the
+//!   module's `cmd/refund-worker`, built offline (GOPATH mode against
+//!   Debian's packages, `sdk/go/tools/go`), against the fake provider, then
+//!   the README's build line and minimal worker in a new directory.
 //!
 //! The snippets are read from README.md, so what is printed there is what
 //! runs. `/path/to/jobfence` in them stands for this checkout. The minimal
@@ -354,6 +358,59 @@ async fn the_node_package_installs_with_npm_ci_and_runs_its_refund_worker() {
         .spawn()
         .expect("start the README's Node worker");
     until_completed_by(&h, &jobs, "node-minimal-1", &mut worker).await;
+    let status = stop(&mut worker, nix::sys::signal::Signal::SIGINT).await;
+    assert!(status.success(), "Ctrl-C stops it cleanly: {status}");
+    secure.stop().await;
+    h.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_go_client_builds_offline_and_runs_its_refund_worker() {
+    let bin = scratch("readme-go-bin");
+    let refund_worker = crate::go_sdk::build(
+        "github.com/jobfence/jobfence/sdk/go/cmd/refund-worker",
+        &bin.join("refund-worker"),
+    );
+    let h = Harness::start().await;
+    let provider = provider::spawn(ProviderConfig {
+        pending_ratio: 0.0,
+        ..ProviderConfig::default()
+    })
+    .await
+    .unwrap();
+    let jobs = refunds(&h, "go-installed", 3).await;
+    let mut worker = Command::new(&refund_worker)
+        .args(["-coordinator", &h.addr.to_string()])
+        .args(["-provider", &format!("http://{}/", provider.addr())])
+        .args(["-worker-id", "go-installed-1", "-queue", "go-installed"])
+        .stdin(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("start the Go refund worker");
+    until_completed_by(&h, &jobs, "go-installed-1", &mut worker).await;
+    let status = stop(&mut worker, nix::sys::signal::Signal::SIGTERM).await;
+    assert!(status.success(), "SIGTERM stops it cleanly: {status}");
+
+    // The README's build line and minimal worker, in a new directory.
+    let app = scratch("readme-go-app");
+    std::fs::write(app.join("main.go"), snippet("go-worker")).unwrap();
+    run(
+        "the README's go build",
+        Command::new("sh")
+            .args(["-c", &snippet("go-install")])
+            .current_dir(&app),
+    )
+    .await;
+    let secure = Secure::over(h.db.pool(), false).await;
+    let jobs = refunds(&h, "refunds", 2).await;
+    let mut worker = Command::new(app.join("worker"))
+        .envs(secure.client_env("refunds-worker"))
+        .current_dir(&app)
+        .stdin(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("start the README's Go worker");
+    until_completed_by(&h, &jobs, "go-minimal-1", &mut worker).await;
     let status = stop(&mut worker, nix::sys::signal::Signal::SIGINT).await;
     assert!(status.success(), "Ctrl-C stops it cleanly: {status}");
     secure.stop().await;

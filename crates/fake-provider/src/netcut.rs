@@ -7,7 +7,7 @@
 //! is never touched.
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
@@ -23,7 +23,9 @@ pub struct NetCut {
     /// Where connections are relayed to.
     pub upstream: SocketAddr,
     refusing: Arc<AtomicBool>,
-    swallowing: Arc<AtomicBool>,
+    /// 0: off; else 1 + the close generation when swallowing started (see
+    /// [`swallow_responses`](Self::swallow_responses)).
+    swallowing: Arc<AtomicU64>,
     /// Bumped to close every open connection.
     closes: watch::Sender<u64>,
     accept: JoinHandle<()>,
@@ -36,7 +38,7 @@ impl NetCut {
         let listener = TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
         let refusing = Arc::new(AtomicBool::new(false));
-        let swallowing = Arc::new(AtomicBool::new(false));
+        let swallowing = Arc::new(AtomicU64::new(0));
         let (closes, _) = watch::channel(0u64);
         let accept = {
             let (refusing, swallowing, closes) =
@@ -51,8 +53,14 @@ impl NetCut {
                     };
                     let (ir, iw) = inbound.into_split();
                     let (or, ow) = outbound.into_split();
+                    let born = *closes.borrow();
                     tokio::spawn(pump(ir, ow, None, closes.subscribe()));
-                    tokio::spawn(pump(or, iw, Some(swallowing.clone()), closes.subscribe()));
+                    tokio::spawn(pump(
+                        or,
+                        iw,
+                        Some((swallowing.clone(), born)),
+                        closes.subscribe(),
+                    ));
                 }
             })
         };
@@ -84,9 +92,16 @@ impl NetCut {
     }
 
     /// While on, bytes from the upstream are read and dropped: the
-    /// upstream acted on a request and its answer never arrives.
+    /// upstream acted on a request and its answer never arrives. It holds
+    /// for the connections open when it was turned on and those accepted
+    /// until the next [`close_connections`](Self::close_connections) (or
+    /// [`cut`](Self::cut)), never for one accepted after that: a client
+    /// that reconnects at once after a close, before swallowing is turned
+    /// off, must not lose the new connection's answers (its handshake
+    /// would hang).
     pub fn swallow_responses(&self, on: bool) {
-        self.swallowing.store(on, Ordering::SeqCst);
+        let since = if on { 1 + *self.closes.borrow() } else { 0 };
+        self.swallowing.store(since, Ordering::SeqCst);
     }
 }
 
@@ -101,7 +116,7 @@ impl Drop for NetCut {
 async fn pump(
     mut from: OwnedReadHalf,
     mut to: OwnedWriteHalf,
-    swallow: Option<Arc<AtomicBool>>,
+    swallow: Option<(Arc<AtomicU64>, u64)>,
     mut closes: watch::Receiver<u64>,
 ) {
     let mut buf = vec![0u8; 16 * 1024];
@@ -113,11 +128,66 @@ async fn pump(
             _ = closes.changed() => return,
             n = from.read(&mut buf) => {
                 let n = match n { Ok(0) | Err(_) => return, Ok(n) => n };
-                let dropped = swallow.as_ref().is_some_and(|s| s.load(Ordering::SeqCst));
+                // Swallowed if it is on and this connection was accepted
+                // no later than the close generation it was turned on in.
+                let dropped = swallow.as_ref().is_some_and(|(s, born)| {
+                    let since = s.load(Ordering::SeqCst);
+                    since != 0 && *born < since
+                });
                 if !dropped && to.write_all(&buf[..n]).await.is_err() {
                     return;
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    /// An upstream that echoes what it reads.
+    async fn echo() -> SocketAddr {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            while let Ok((mut s, _)) = listener.accept().await {
+                tokio::spawn(async move {
+                    let mut buf = [0u8; 64];
+                    while let Ok(n) = s.read(&mut buf).await {
+                        if n == 0 || s.write_all(&buf[..n]).await.is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        addr
+    }
+
+    async fn round_trip(s: &mut TcpStream, what: &[u8]) -> Vec<u8> {
+        s.write_all(what).await.unwrap();
+        let mut got = vec![0u8; what.len()];
+        // Bounded only so that a swallowed answer fails the test instead
+        // of hanging it; loopback answers in microseconds.
+        tokio::time::timeout(Duration::from_secs(30), s.read_exact(&mut got))
+            .await
+            .expect("the answer got through")
+            .unwrap();
+        got
+    }
+
+    #[tokio::test]
+    async fn a_connection_made_after_a_close_is_not_swallowed() {
+        let relay = NetCut::start(echo().await).await.unwrap();
+        let mut before = TcpStream::connect(relay.addr).await.unwrap();
+        assert_eq!(round_trip(&mut before, b"up").await, b"up");
+        // Answers are lost, the open connections closed, and the client
+        // reconnects at once, before swallowing is turned off.
+        relay.swallow_responses(true);
+        relay.close_connections();
+        let mut after = TcpStream::connect(relay.addr).await.unwrap();
+        assert_eq!(round_trip(&mut after, b"ping").await, b"ping");
     }
 }

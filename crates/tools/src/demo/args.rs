@@ -33,7 +33,12 @@ pub struct DemoArgs {
     /// `npm ci` there).
     #[arg(long, default_value_t = 1)]
     pub node_workers: u32,
-    /// Jobs each Rust and Node worker handles at once (the Python worker
+    /// Go refund workers (sdk/go's `cmd/refund-worker`, built at the start
+    /// with `sdk/go/tools/go`: offline, against Debian's Go packages, which
+    /// scripts/demo installs with scripts/go-env).
+    #[arg(long, default_value_t = 1)]
+    pub go_workers: u32,
+    /// Jobs each Rust, Node and Go worker handles at once (the Python worker
     /// claims 4 and handles them in turn). 16: together the workers can
     /// send well past the provider's limit, which is what a budget is for.
     #[arg(long, default_value_t = 16)]
@@ -98,6 +103,9 @@ pub struct DemoArgs {
     /// Node executable (default: `node` on the PATH).
     #[arg(long, env = "JOBFENCE_NODE", default_value = "node")]
     pub node: PathBuf,
+    /// Go toolchain that builds the Go worker (default: `go` on the PATH).
+    #[arg(long, env = "JOBFENCE_GO", default_value = "go")]
+    pub go: PathBuf,
     /// Where logs go.
     #[arg(long, default_value = ".local/demo")]
     pub work_dir: PathBuf,

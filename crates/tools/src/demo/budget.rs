@@ -12,10 +12,10 @@
 //!    cause in any of the three refund workers: the Rust one makes at most
 //!    one for an execute (the send, or the check of evidence handed over
 //!    with it) and two for a reconcile (that check, then the lookup); the
-//!    Python and Node ones one either way, and none of them retries a call
-//!    within a hand-out (`crates/tools/src/refund_worker/handler.rs`,
+//!    Python, Node and Go ones one either way, and none of them retries a
+//!    call within a hand-out (`crates/tools/src/refund_worker/handler.rs`,
 //!    `python/src/jobfence_worker/refund_worker.py`,
-//!    `sdk/node/src/refund_worker.js`).
+//!    `sdk/node/src/refund_worker.js`, `sdk/go/refund/refund.go`).
 //! 2. **The rate is under the limit.** Over any `W` seconds the budget
 //!    spends at most `b + 0.8·L·W` units (`b` its burst, `L` the limit),
 //!    so the calls of the hand-outs made in that window are at most that.
@@ -56,23 +56,24 @@ pub struct Fleet {
     pub rust: u32,
     pub python: u32,
     pub node: u32,
-    /// Jobs each Rust and Node worker handles at once.
+    pub go: u32,
+    /// Jobs each Rust, Node and Go worker handles at once.
     pub concurrency: u32,
 }
 
 impl Fleet {
     /// Jobs the workers can hold at once.
     pub fn slots(&self) -> u32 {
-        (self.rust + self.node) * self.concurrency + self.python * PYTHON_BATCH
+        (self.rust + self.node + self.go) * self.concurrency + self.python * PYTHON_BATCH
     }
 
     /// The most provider calls that can still come from jobs the workers
     /// hold at any moment: each Rust slot up to [`RECONCILE_COST`] calls,
-    /// each Python or Node slot one.
+    /// each Python, Node or Go slot one.
     pub fn calls_held(&self) -> u32 {
         self.rust * self.concurrency * RECONCILE_COST.max(EXECUTE_COST)
             + self.python * PYTHON_BATCH
-            + self.node * self.concurrency
+            + (self.node + self.go) * self.concurrency
     }
 }
 
@@ -227,6 +228,7 @@ mod tests {
         rust: 3,
         python: 1,
         node: 1,
+        go: 1,
         concurrency: 16,
     };
 
@@ -236,8 +238,8 @@ mod tests {
         let b = plan.budget.unwrap();
         assert_eq!(b.rate_per_second, 120.0);
         assert_eq!(b.burst, 12);
-        // 3 × 16 × 2 + 4 + 16 = 116 calls held, + 12 ≤ 150.
-        assert_eq!(FLEET.calls_held(), 116);
+        // 3 × 16 × 2 + 4 + 16 + 16 = 132 calls held, + 12 ≤ 150.
+        assert_eq!(FLEET.calls_held(), 132);
         assert_eq!(plan.provider_burst, 150);
         assert_eq!(
             plan.provider_flags(),
@@ -246,7 +248,7 @@ mod tests {
         // A limit low for the fleet: the provider's burst grows instead.
         let low = Plan::new(40.0, true, 1, FLEET).unwrap();
         assert_eq!(low.budget.unwrap().burst, 4);
-        assert_eq!(low.provider_burst, 120);
+        assert_eq!(low.provider_burst, 136);
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! The demo's throw-away credentials, made at the start of every run: a
 //! CA, the coordinators' certificate, and one bearer token per kind of
 //! caller, each with the narrowest role that does its work (the Rust,
-//! Python and Node workers: `worker` of the demo's queues; the producer:
+//! Python, Node and Go workers: `worker` of the demo's queues; the producer:
 //! `producer` of the same; the console: `operator`). Every process gets
 //! only its own token, by file, through the environment variables every
 //! client reads (`JOBFENCE_TLS_CA`, `JOBFENCE_TOKEN_FILE`).
@@ -18,6 +18,8 @@ pub const RUST_WORKERS: &str = "rust-workers";
 pub const PYTHON_WORKERS: &str = "python-workers";
 /// See [`RUST_WORKERS`].
 pub const NODE_WORKERS: &str = "node-workers";
+/// See [`RUST_WORKERS`].
+pub const GO_WORKERS: &str = "go-workers";
 /// The producer (its refunds arrive with EnqueueBatch).
 pub const PRODUCER: &str = "producer";
 /// The console's operator.
@@ -42,6 +44,7 @@ impl DemoCredentials {
             (RUST_WORKERS, Role::Worker, queues.as_str()),
             (PYTHON_WORKERS, Role::Worker, &queues),
             (NODE_WORKERS, Role::Worker, &queues),
+            (GO_WORKERS, Role::Worker, &queues),
             (PRODUCER, Role::Producer, &queues),
             (CONSOLE, Role::Operator, "*"),
         ]

@@ -1,5 +1,5 @@
 //! `jobfence demo`: the main job. Starts a coordinator and a fake payment
-//! provider, enqueues refunds, runs Rust, Python and Node workers on one
+//! provider, enqueues refunds, runs Rust, Python, Node and Go workers on one
 //! queue (one per database with --shards), and
 //! makes the seed article's failures happen for real: a worker frozen past
 //! its lease and resumed after the takeover, a worker killed mid-request,
@@ -44,7 +44,7 @@ const QUEUE: &str = "refunds";
 /// databases enough for every queue to have one and the first two.
 fn rust_workers(args: &DemoArgs, queues: usize) -> u32 {
     if queues > 1 {
-        let others = args.python_workers + args.node_workers;
+        let others = args.python_workers + args.node_workers + args.go_workers;
         args.workers
             .max((queues as u32 + 1).saturating_sub(others))
             .max(2)
@@ -72,6 +72,7 @@ pub async fn run(args: DemoArgs, interrupted: impl Future<Output = ()>) -> Resul
         rust: rust_workers(&args, setup.queues.len()),
         python: args.python_workers,
         node: args.node_workers,
+        go: args.go_workers,
         concurrency: args.concurrency,
     };
     let plan = budget::Plan::new(
@@ -199,6 +200,30 @@ async fn run_workload(
             &cluster.logs,
         )?);
     }
+    if args.go_workers > 0 {
+        let go_worker = build_go_worker(args).await?;
+        for i in 1..=args.go_workers {
+            let name = format!("go-{i}");
+            let flags: Vec<String> = vec![
+                "-coordinator".into(),
+                cluster.coordinators.addr.clone(),
+                "-provider".into(),
+                cluster.provider_url.clone(),
+                "-worker-id".into(),
+                name.clone(),
+                "-queue".into(),
+                cluster.next_queue(),
+                "-lease".into(),
+                format!("{}s", args.lease.as_secs().max(1)),
+                "-concurrency".into(),
+                args.concurrency.to_string(),
+            ];
+            let env = cluster.client_env(credentials::GO_WORKERS);
+            cluster
+                .workers
+                .push(Proc::spawn(&name, &go_worker, &flags, &env, &cluster.logs)?);
+        }
+    }
     wait_workers_started(&mut cluster.workers).await?;
     let mut arrivals = Arrivals::start(
         &cluster.coordinators.addr,
@@ -213,6 +238,35 @@ async fn run_workload(
         humantime::format_duration(args.arrival)
     ));
     drive(cluster, pool, args, started, &mut arrivals).await
+}
+
+/// Builds sdk/go's refund worker into the work directory with
+/// `sdk/go/tools/go` (GOPATH mode, offline, against Debian's packages;
+/// `args.go` is the toolchain) and returns its path.
+async fn build_go_worker(args: &DemoArgs) -> Result<PathBuf> {
+    std::fs::create_dir_all(&args.work_dir)?;
+    let out = std::fs::canonicalize(&args.work_dir)?.join("go-refund-worker");
+    say("building the Go refund worker (sdk/go/tools/go build)");
+    let built = tokio::process::Command::new("sdk/go/tools/go")
+        .args(["build", "-o"])
+        .arg(&out)
+        .arg("github.com/jobfence/jobfence/sdk/go/cmd/refund-worker")
+        .env("JOBFENCE_GO", &args.go)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .await
+        .map_err(|e| {
+            anyhow::anyhow!("starting sdk/go/tools/go: {e} (run the demo from the checkout)")
+        })?;
+    if !built.status.success() {
+        bail!(
+            "building the Go refund worker failed ({}; scripts/go-env installs the toolchain, \
+             --go-workers 0 runs without it):\n{}",
+            built.status,
+            String::from_utf8_lossy(&built.stderr)
+        );
+    }
+    Ok(out)
 }
 
 /// Waits (up to 30 s) until every worker's log says it started.
@@ -234,6 +288,7 @@ async fn wait_workers_started(workers: &mut [Proc]) -> Result<()> {
             if log.contains("refund worker started")
                 || log.contains("python refund worker")
                 || log.contains("node refund worker")
+                || log.contains("go refund worker")
             {
                 break;
             }

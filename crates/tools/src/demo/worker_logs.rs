@@ -17,7 +17,7 @@ const FAILURE_MARKERS: [&str; 5] = [
 ];
 
 /// The time at the start of a log line: RFC 3339 (the Rust workers'
-/// `tracing` format, and Node's `toISOString`) or `YYYY-MM-DD HH:MM:SS,mmm`
+/// `tracing` format, Node's `toISOString`, the Go refund worker's) or `YYYY-MM-DD HH:MM:SS,mmm`
 /// in UTC (the Python refund worker's).
 fn line_time(line: &str) -> Option<SystemTime> {
     let first = line.split_whitespace().next()?;
@@ -45,7 +45,7 @@ pub fn failures_between(
     let mut n = 0;
     for entry in dir.flatten() {
         let name = entry.file_name().to_string_lossy().into_owned();
-        let is_worker = ["rust-", "python-", "node-"]
+        let is_worker = ["rust-", "python-", "node-", "go-"]
             .iter()
             .any(|p| name.starts_with(p));
         if !is_worker {
@@ -91,6 +91,12 @@ mod tests {
         )
         .unwrap();
         std::fs::write(
+            dir.join("go-1.log"),
+            "2026-11-30T10:00:03.5Z jobfence: claim failed, claiming again: x\n\
+             2026-11-30T10:00:03.6Z go refund worker go-1 started\n",
+        )
+        .unwrap();
+        std::fs::write(
             dir.join("provider.log"),
             "2026-11-30T10:00:02Z WARN claim failed\n",
         )
@@ -103,7 +109,7 @@ mod tests {
             at("2026-11-30T10:00:04Z"),
             Duration::from_secs(1),
         );
-        assert_eq!(n, 3);
+        assert_eq!(n, 4);
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
