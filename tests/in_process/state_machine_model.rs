@@ -200,7 +200,7 @@ async fn write(
             (a.replayed, Some((a.applied, a.override_reason)))
         }),
         Call::Renew(r) => c
-            .renew_lease(r.clone())
+            .renew_lease(*r)
             .await
             .map(|a| (a.get_ref().replayed, None)),
     };
@@ -536,7 +536,7 @@ async fn run(ops: Vec<Op>) -> usize {
                 write(&mut c, &mut jobs[job], &call, &what).await;
             }
             Op::Observe { worker, job } => {
-                let Some((worker, (job, a))) = holding(&held, worker, job) else {
+                let Some((_, (job, a))) = holding(&held, worker, job) else {
                     continue;
                 };
                 let m = &mut jobs[job];
