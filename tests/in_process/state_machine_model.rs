@@ -89,13 +89,13 @@ fn op() -> impl Strategy<Value = Op> {
 }
 
 #[derive(Debug, Clone)]
-struct ModelJob {
-    id: u64,
+pub(crate) struct ModelJob {
+    pub(crate) id: u64,
     state: JobState,
-    attempt: u64,
+    pub(crate) attempt: u64,
     next_action: NextAction,
     dispatch_count: u32,
-    expired: bool,
+    pub(crate) expired: bool,
     lease_owner: Option<String>,
     dispatched: bool,
     window_closed: bool,
@@ -115,8 +115,43 @@ impl ModelJob {
         self.state == JobState::Ready || (self.state == JobState::Running && self.expired)
     }
 
+    /// A job just enqueued (`id`).
+    pub(crate) fn new(id: u64) -> ModelJob {
+        ModelJob {
+            id,
+            state: JobState::Ready,
+            attempt: 0,
+            next_action: NextAction::Execute,
+            dispatch_count: 0,
+            expired: false,
+            lease_owner: None,
+            dispatched: false,
+            window_closed: false,
+            provider_reference: None,
+            last_error: None,
+            state_reason: None,
+            finished: false,
+            observations: 0,
+            events: vec!["enqueued"],
+            applied: HashSet::new(),
+        }
+    }
+
+    /// The refusal a named Takeover gets now (None: it takes over).
+    pub(crate) fn takeover_refusal(&self) -> Option<&'static str> {
+        if self.state.is_terminal() {
+            Some("JOB_FINISHED")
+        } else if self.state != JobState::Running {
+            Some("JOB_NOT_RUNNING")
+        } else if !self.expired {
+            Some("LEASE_NOT_EXPIRED")
+        } else {
+            None
+        }
+    }
+
     /// Claim or Takeover by `worker`.
-    fn hand_out(&mut self, worker: usize, takeover: bool) {
+    pub(crate) fn hand_out(&mut self, worker: usize, takeover: bool) {
         self.attempt += 1;
         if takeover {
             self.next_action = NextAction::Reconcile;
@@ -136,7 +171,7 @@ impl ModelJob {
 
 /// A fenced write as sent: sent again unchanged, it is an exact replay.
 #[derive(Debug, Clone)]
-enum Call {
+pub(crate) enum Call {
     Complete(CompleteRequest),
     Fail(FailRequest),
     Renew(RenewLeaseRequest),
@@ -172,25 +207,17 @@ enum Want {
     Refused(&'static str),
 }
 
-/// Sends `call` and checks the answer against the model, which it updates.
-async fn write(
-    c: &mut jobfence_api::v1::job_coordinator_client::JobCoordinatorClient<
-        tonic::transport::Channel,
-    >,
-    m: &mut ModelJob,
-    call: &Call,
-    what: &str,
-) {
-    let signature = format!("{call:?}");
-    // A renewal is never answered as a replay: a heartbeat repeats the very
-    // same call, each one applied (crates/store/src/writeback.rs).
-    let renewal = matches!(call, Call::Renew(_));
-    let want = match fenced(m, call.attempt()) {
-        None => Want::Applied,
-        Some(_) if !renewal && m.applied.contains(&signature) => Want::Replayed,
-        Some(r) => Want::Refused(r),
-    };
-    let answer = match call {
+/// A coordinator client.
+pub(crate) type Client =
+    jobfence_api::v1::job_coordinator_client::JobCoordinatorClient<tonic::transport::Channel>;
+
+/// What a fenced call was answered: (replayed, for a Fail what was applied
+/// and why), or the refusal.
+pub(crate) type Answer = Result<(bool, Option<(i32, String)>), tonic::Status>;
+
+/// Sends `call`.
+pub(crate) async fn send(c: &mut Client, call: &Call) -> Answer {
+    match call {
         Call::Complete(r) => c
             .complete(r.clone())
             .await
@@ -203,6 +230,25 @@ async fn write(
             .renew_lease(*r)
             .await
             .map(|a| (a.get_ref().replayed, None)),
+    }
+}
+
+/// Sends `call` and checks the answer against the model, which it updates.
+async fn write(c: &mut Client, m: &mut ModelJob, call: &Call, what: &str) {
+    let answer = send(c, call).await;
+    check(m, call, answer, what);
+}
+
+/// Checks what `call` was answered against the model, which it updates.
+pub(crate) fn check(m: &mut ModelJob, call: &Call, answer: Answer, what: &str) {
+    let signature = format!("{call:?}");
+    // A renewal is never answered as a replay: a heartbeat repeats the very
+    // same call, each one applied (crates/store/src/writeback.rs).
+    let renewal = matches!(call, Call::Renew(_));
+    let want = match fenced(m, call.attempt()) {
+        None => Want::Applied,
+        Some(_) if !renewal && m.applied.contains(&signature) => Want::Replayed,
+        Some(r) => Want::Refused(r),
     };
     let (replayed, fail_answer) = match (answer, &want) {
         (Err(s), Want::Refused(r)) => {
@@ -277,7 +323,7 @@ async fn write(
     }
 }
 
-fn expect(result: Result<(), tonic::Status>, want: Option<&str>, what: &str) {
+pub(crate) fn expect(result: Result<(), tonic::Status>, want: Option<&str>, what: &str) {
     match (result, want) {
         (Ok(()), None) => {}
         (Ok(()), Some(w)) => panic!("{what}: applied, model says {w}"),
@@ -287,7 +333,7 @@ fn expect(result: Result<(), tonic::Status>, want: Option<&str>, what: &str) {
 }
 
 /// The stored job, its observations and its events equal the model.
-async fn compare(h: &Harness, m: &ModelJob, what: &str) {
+pub(crate) async fn compare(h: &Harness, m: &ModelJob, what: &str) {
     let row = h.row(m.id).await;
     assert_eq!(
         (
@@ -377,24 +423,7 @@ async fn run(ops: Vec<Op>) -> usize {
         match op {
             Op::Enqueue => {
                 let job = h.enqueue(q, &format!("op-{n}"), "{}").await;
-                jobs.push(ModelJob {
-                    id: job.job_id,
-                    state: JobState::Ready,
-                    attempt: 0,
-                    next_action: NextAction::Execute,
-                    dispatch_count: 0,
-                    expired: false,
-                    lease_owner: None,
-                    dispatched: false,
-                    window_closed: false,
-                    provider_reference: None,
-                    last_error: None,
-                    state_reason: None,
-                    finished: false,
-                    observations: 0,
-                    events: vec!["enqueued"],
-                    applied: HashSet::new(),
-                });
+                jobs.push(ModelJob::new(job.job_id));
             }
             Op::Claim { worker, max } => {
                 let got = c
@@ -467,15 +496,7 @@ async fn run(ops: Vec<Op>) -> usize {
                         lease: secs(600),
                     })
                     .await;
-                let want = if m.state.is_terminal() {
-                    Some("JOB_FINISHED")
-                } else if m.state != JobState::Running {
-                    Some("JOB_NOT_RUNNING")
-                } else if !m.expired {
-                    Some("LEASE_NOT_EXPIRED")
-                } else {
-                    None
-                };
+                let want = m.takeover_refusal();
                 if want.is_none() {
                     m.hand_out(worker, true);
                     held[worker].insert(job, m.attempt);
@@ -565,7 +586,7 @@ async fn run(ops: Vec<Op>) -> usize {
     ran
 }
 
-fn block_on<T>(f: impl std::future::Future<Output = T>) -> T {
+pub(crate) fn block_on<T>(f: impl std::future::Future<Output = T>) -> T {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
