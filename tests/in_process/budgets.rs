@@ -413,8 +413,11 @@ async fn a_long_polling_claim_gets_a_job_when_the_next_unit_is_due() {
         late as f64 / 1000.0
     );
     assert!(late >= 0, "never before its unit is due");
+    // Woken by the unit, not by the hourly poll: that is the job reaching
+    // this 10 s Claim at all (asserted above). How late is printed; the
+    // bound here is only the Claim's wait, which no load can stretch.
     assert!(
-        late < 1_000_000,
+        late < 10_000_000,
         "woken by the unit (due in 250 ms), not by the hourly poll: {late} µs late"
     );
     h.finish().await;

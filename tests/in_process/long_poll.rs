@@ -3,7 +3,9 @@
 //! coordinator or another one, and answers empty when the wait ends or the
 //! coordinator drains. Each test waits until the coordinator reports the
 //! Claim as waiting before it makes the work appear, so the wake-up is what
-//! is measured; the delays are printed.
+//! is measured. What each test asserts is an event (which mechanism could
+//! have answered, in which order on the database clock), never a wall-clock
+//! bound a loaded machine could miss; the delays are printed.
 
 use jobfence_testkit as kit;
 
@@ -40,7 +42,15 @@ fn enqueue(key: &str) -> EnqueueRequest {
 
 #[tokio::test]
 async fn an_enqueue_wakes_a_waiting_claim_at_once() {
-    let h = Harness::start().await;
+    // The poll interval is longer than the wait, so the job reaches this
+    // Claim through the enqueue's wake-up (or its own first look, which
+    // may still be running when it counts as waiting).
+    let mut config = test_config();
+    config.long_poll = LongPollSettings {
+        poll_interval: Duration::from_secs(120),
+        ..LongPollSettings::default()
+    };
+    let h = Harness::start_with(config, ServeOptions::default()).await;
     let mut worker = h.another_client().await;
     let asked = Instant::now();
     let waiting_claim = tokio::spawn(async move { worker.claim(claim("w", 20, None)).await });
@@ -58,7 +68,6 @@ async fn an_enqueue_wakes_a_waiting_claim_at_once() {
     );
     assert_eq!(got.len(), 1);
     assert_eq!(got[0].job.as_ref().unwrap().job_id, job.job_id);
-    assert!(delay < Duration::from_secs(1), "woken in {delay:?}");
     assert_eq!(waiting(&h.coordinator, "long_poll"), 0);
     h.finish().await;
 }
@@ -93,20 +102,31 @@ async fn a_crashed_workers_job_goes_to_a_waiting_claim_when_its_lease_ends() {
     let got = waiting_claim.await.unwrap().unwrap().into_inner().jobs;
     let after = claimed_at.elapsed();
     println!(
-        "long poll: a crashed worker's job (lease {lease:?}) was handed out {after:?} after its claim (bound: lease + 1 s)"
+        "long poll: a crashed worker's job (lease {lease:?}) was handed out {after:?} after its claim"
     );
     let taken = got[0].job.as_ref().unwrap();
     assert_eq!(taken.job_id, held.job_id);
     assert_eq!(taken.attempt, held.attempt + 1);
     assert!(got[0].takeover);
     assert_eq!(taken.next_action, proto::NextAction::Reconcile as i32);
-    // The lease runs from the claim's database clock reading, a moment
-    // before its answer arrived here.
+    // Never before the lease ends, on the database clock (rule 2): the
+    // takeover's event is written at or after the old lease_until.
+    let old_until = held.lease_until.expect("a running job's lease");
+    let old_until_us = old_until.seconds * 1_000_000 + i64::from(old_until.nanos) / 1000;
+    let written: Vec<i64> = sqlx::query_scalar(
+        "SELECT TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', created_at) \
+         FROM job_events WHERE job_id = ? AND attempt = ?",
+    )
+    .bind(held.job_id)
+    .bind(taken.attempt)
+    .fetch_all(&h.pool)
+    .await
+    .unwrap();
+    assert!(!written.is_empty(), "the takeover wrote its event");
     assert!(
-        after + Duration::from_millis(100) >= lease,
-        "never before the lease ends: {after:?}"
+        written.iter().all(|&at| at >= old_until_us),
+        "taken over before the lease ended: events at {written:?} µs, lease until {old_until_us} µs"
     );
-    assert!(after <= lease + Duration::from_secs(1), "{after:?}");
     h.finish().await;
 }
 
@@ -142,8 +162,8 @@ async fn work_enqueued_through_another_coordinator_wakes_a_claim_within_the_poll
     let got = waiting_claim.await.unwrap().unwrap().into_inner().jobs;
     let delay = enqueued.elapsed();
     println!("long poll: work enqueued through another coordinator was handed out after {delay:?} (poll interval 500ms)");
+    // Handed out at all: the 20 s wait had not ended, so the poll found it.
     assert_eq!(got.len(), 1);
-    assert!(delay <= Duration::from_millis(1500), "{delay:?}");
     h.finish().await;
 }
 
@@ -159,21 +179,21 @@ async fn a_waiting_claim_answers_empty_when_its_wait_or_its_deadline_ends() {
         .into_inner()
         .jobs;
     let waited = asked.elapsed();
+    println!("long poll: an empty wait of 1 s answered after {waited:?}");
     assert!(got.is_empty());
     assert!(waited >= Duration::from_secs(1), "{waited:?}");
-    assert!(waited < Duration::from_secs(3), "{waited:?}");
 
     // A deadline shorter than the wait: an empty answer before it, not
     // DEADLINE_EXCEEDED.
     let mut request = Request::new(claim("w", 20, None));
     request.set_timeout(Duration::from_millis(800));
-    let asked = Instant::now();
+    // Past the deadline the client itself gives DEADLINE_EXCEEDED, so an
+    // answer is one that came before it.
     let got = worker
         .claim(request)
         .await
         .expect("answered before the deadline");
     assert!(got.into_inner().jobs.is_empty());
-    assert!(asked.elapsed() < Duration::from_millis(800));
     h.finish().await;
 }
 
@@ -181,7 +201,7 @@ async fn a_waiting_claim_answers_empty_when_its_wait_or_its_deadline_ends() {
 async fn a_draining_coordinator_answers_waiting_claims_empty_at_once() {
     let mut h = Harness::start().await;
     let mut worker = h.another_client().await;
-    let waiting_claim = tokio::spawn(async move { worker.claim(claim("w", 20, None)).await });
+    let waiting_claim = tokio::spawn(async move { worker.claim(claim("w", 30, None)).await });
     until("the claim waits", || {
         waiting(&h.coordinator, "long_poll") == 1
     })
@@ -192,9 +212,15 @@ async fn a_draining_coordinator_answers_waiting_claims_empty_at_once() {
         .await
         .unwrap()
         .expect("an answer, not an error");
+    println!(
+        "long poll: a drain answered a waiting claim after {:?}",
+        stopping.elapsed()
+    );
     assert!(got.into_inner().jobs.is_empty());
+    // The Claim asked to wait 30 s; a drain that only let the wait end would
+    // answer after it. Half of it is far beyond any scheduling delay.
     assert!(
-        stopping.elapsed() < Duration::from_secs(2),
+        stopping.elapsed() < Duration::from_secs(15),
         "{:?}",
         stopping.elapsed()
     );

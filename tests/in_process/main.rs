@@ -18,6 +18,7 @@ mod races;
 mod security;
 mod seed_scenarios;
 mod state_machine_model;
+mod state_machine_races;
 mod validation;
 mod worker_sdk;
 mod write_rules;

@@ -626,28 +626,34 @@ async fn request_size_per_caller_concurrency_and_the_call_timeout_hold() {
 
     // Its caller's one slot is taken: refused at once, nothing applied.
     let mut again = s.worker(Some("refunds-worker")).await;
+    // "At once" is the refusal itself: a call queued behind the slot would
+    // be admitted once the held call ends, never answered OVERLOADED.
     let refused_at = Instant::now();
     refused(
         again.get_job(GetJobRequest { job_id: job.job_id }).await,
         Code::ResourceExhausted,
         "OVERLOADED",
     );
-    assert!(refused_at.elapsed() < Duration::from_secs(1));
+    println!(
+        "limits: the second call of a caller with one slot refused after {:?}",
+        refused_at.elapsed()
+    );
     // Another caller is not held up by it.
     let mut shop = s.worker(Some("shop")).await;
     shop.get_job(GetJobRequest { job_id: job.job_id })
         .await
         .expect("another caller's call is admitted");
 
-    // The held call ends at the server's deadline (the lock wait timeout is
-    // 10 s), typed, never UNKNOWN.
+    // The held call ends at the server's deadline, typed, never UNKNOWN.
+    // The database's lock wait timeout (10 s) would answer with another
+    // status, so DEADLINE_EXCEEDED says which one ended it; the time is
+    // printed, and only its lower bound (never before the deadline) holds
+    // on any machine.
     let (result, took) = complete.await.unwrap();
+    println!("limits: the held call was answered after {took:?} (call timeout {call_timeout:?})");
     let status = result.expect_err("the held call is cut at the call timeout");
     assert_eq!(status.code(), Code::DeadlineExceeded, "{status:?}");
-    assert!(
-        took >= call_timeout && took < Duration::from_secs(8),
-        "answered after {took:?}"
-    );
+    assert!(took >= call_timeout, "answered after {took:?}");
     lock.rollback().await.unwrap();
     s.stop().await;
 }

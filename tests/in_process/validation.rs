@@ -278,6 +278,86 @@ async fn unknown_jobs_are_not_found() {
     h.finish().await;
 }
 
+/// DESIGN.md rule 14: a finished job's operation key is not forgotten. An
+/// Enqueue of the key of a succeeded (or failed) job answers with that job,
+/// never a new one that would send the operation a second time; another
+/// payload under it is a conflict; nothing is written either way.
+#[tokio::test]
+async fn a_finished_jobs_operation_key_is_never_enqueued_again() {
+    let h = Harness::start().await;
+    let mut c = h.client.clone();
+    let payload = r#"{"amount":500}"#;
+    let mut finished = Vec::new();
+    for (key, fail) in [("refund-done", false), ("refund-failed", true)] {
+        let job = c
+            .enqueue(enqueue(Q, key, payload))
+            .await
+            .unwrap()
+            .into_inner()
+            .job
+            .unwrap();
+        let held = h.claim_one(Q, "w").await;
+        assert_eq!(held.job_id, job.job_id);
+        if fail {
+            c.fail(FailRequest {
+                job_id: held.job_id,
+                attempt: held.attempt,
+                disposition: jobfence_api::v1::FailDisposition::Failed as i32,
+                error: "refused by the provider".into(),
+                retry_delay: None,
+                provider_retry_after: None,
+            })
+            .await
+            .unwrap();
+        } else {
+            c.complete(CompleteRequest {
+                job_id: held.job_id,
+                attempt: held.attempt,
+                provider_reference: "re_1".into(),
+                result: String::new(),
+            })
+            .await
+            .unwrap();
+        }
+        finished.push((key, h.row(job.job_id).await));
+    }
+    let count = || async {
+        let jobs: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM jobs")
+            .fetch_one(&h.pool)
+            .await
+            .unwrap();
+        let events: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM job_events")
+            .fetch_one(&h.pool)
+            .await
+            .unwrap();
+        (jobs, events)
+    };
+    let before = count().await;
+    for (key, row) in &finished {
+        let again = c
+            .enqueue(enqueue(Q, key, payload))
+            .await
+            .unwrap()
+            .into_inner();
+        assert!(!again.created, "{key} was enqueued a second time");
+        assert_eq!(again.job.unwrap().job_id, row.id, "{key}");
+        let conflict = c
+            .enqueue(enqueue(Q, key, r#"{"amount":900}"#))
+            .await
+            .unwrap_err();
+        assert_eq!(reason(&conflict), "OPERATION_KEY_CONFLICT", "{key}");
+        assert_eq!(
+            &h.row(row.id).await,
+            row,
+            "{key}: the finished job is unchanged"
+        );
+    }
+    assert_eq!(count().await, before, "nothing written");
+    // And nothing to claim: the finished keys did not come back as work.
+    assert!(h.claim(Q, "w", 5).await.is_empty());
+    h.finish().await;
+}
+
 #[tokio::test]
 async fn enqueue_is_idempotent_on_the_operation_key() {
     let h = Harness::start().await;
