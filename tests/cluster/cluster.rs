@@ -91,7 +91,11 @@ impl Coordinator {
             .args(security)
             .args(["--listen", &format!("127.0.0.1:{grpc}")])
             .args(["--metrics-listen", &format!("127.0.0.1:{metrics}")])
-            .args(["--health-interval", "500ms", "--health-timeout", "500ms"])
+            // A health ping may take 2 s before the coordinator calls the
+            // database unreachable: on a loaded CI machine a 500 ms ping
+            // timeout flapped a healthy coordinator to NOT_SERVING, and
+            // HAProxy took it out between two calls of one test.
+            .args(["--health-interval", "500ms", "--health-timeout", "2s"])
             .args(["--drain-delay", "2s"])
             .stdout(Stdio::null())
             .stderr(log)
