@@ -392,6 +392,14 @@ mod tests {
         // A transport failure carries no ErrorInfo: nobody can say.
         let transport = Status::unavailable("tcp connect error");
         assert!(!definitely_not_applied(&transport));
+        // A connection never made (tonic's ConnectError under the status):
+        // no request left, so a Claim may be sent again.
+        let refused = Status::from_error(Box::new(tonic::ConnectError(Box::new(
+            std::io::Error::from(std::io::ErrorKind::ConnectionRefused),
+        ))));
+        assert_eq!(refused.code(), Code::Unavailable);
+        assert!(definitely_not_applied(&refused));
+        assert!(retryable_write(&refused));
         assert!(matches!(
             claim_error(transport),
             ClaimError::OutcomeUnknown(_)
