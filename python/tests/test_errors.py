@@ -77,6 +77,28 @@ class ReasonsTest(unittest.TestCase):
         self.assertFalse(retryable_claim(err))
         self.assertTrue(retryable_write(err))
 
+    def test_a_connection_never_made_applied_nothing_and_a_claim_retries_it(self):
+        refused = from_status(grpc.StatusCode.UNAVAILABLE,
+                              "failed to connect to all addresses; last error: UNKNOWN: "
+                              "ipv4:127.0.0.1:1: Failed to connect to remote host: "
+                              "Connection refused", None)
+        self.assertIsInstance(refused, jw.OutcomeUnknown)
+        self.assertTrue(retryable_claim(refused) and retryable_write(refused))
+        # A connection cut after the request left: nobody knows.
+        cut = from_status(grpc.StatusCode.UNAVAILABLE, "Socket closed", None)
+        self.assertFalse(retryable_claim(cut))
+        self.assertTrue(retryable_write(cut))
+
+    def test_the_retry_budget_is_time_not_tries(self):
+        policy = jw.RetryPolicy()
+        self.assertEqual((policy.budget, policy.initial, policy.maximum), (30.0, 0.05, 2.0))
+        down = jw.Unavailable(grpc.StatusCode.UNAVAILABLE, "x")
+        # The 20th retry still fits in the budget (a 10 s outage takes
+        # about 12 retries), and none starts whose wait would end past it.
+        self.assertIsNotNone(policy.next_wait(20, down, 10.0))
+        self.assertIsNone(policy.next_wait(1, down, 29.99))
+        self.assertIsNone(jw.RetryPolicy(budget=0).next_wait(1, down, 0.0))
+
     def test_a_transport_failure_is_unknown_and_another_domain_is_not_ours(self):
         self.assertIsInstance(from_status(grpc.StatusCode.UNAVAILABLE, "tcp", None),
                               jw.OutcomeUnknown)

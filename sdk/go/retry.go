@@ -13,13 +13,14 @@ import (
 // RetryPolicy decides how long a call that applied nothing keeps being
 // tried: with exponential backoff and jitter, at least the server's
 // RetryInfo delay, within the call's context deadline, for at most
-// MaxElapsed in all. The default (15 s) outlasts a 10-second database
-// outage or a coordinator restart, so a worker's handler never sees one.
+// MaxElapsed in all. The default (30 s, backoff from 50 ms up to 2 s: the
+// same in every jobfence client) outlasts a 10-second database outage or a
+// coordinator restart, so a worker's handler never sees one.
 type RetryPolicy struct {
 	// Initial backoff (default 50 ms); it doubles up to Max (default 2 s),
 	// half of it random (equal jitter).
 	Initial, Max time.Duration
-	// MaxElapsed bounds the retries of one call (default 15 s); 0 in a
+	// MaxElapsed bounds the retries of one call (default 30 s); 0 in a
 	// policy given to Config means the default, a negative value none.
 	MaxElapsed time.Duration
 }
@@ -32,7 +33,7 @@ func (p RetryPolicy) withDefaults() RetryPolicy {
 		p.Max = 2 * time.Second
 	}
 	if p.MaxElapsed == 0 {
-		p.MaxElapsed = 15 * time.Second
+		p.MaxElapsed = 30 * time.Second
 	}
 	return p
 }

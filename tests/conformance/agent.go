@@ -122,6 +122,12 @@ func main() {
 			} else {
 				reply = "run ended"
 			}
+		case "retries":
+			var n uint64
+			for _, k := range client.Retries() {
+				n += k
+			}
+			reply = fmt.Sprintf("retries %d", n)
 		case "held":
 			reply = fmt.Sprintf("held %d", len(handles))
 		case "get":

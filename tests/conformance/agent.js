@@ -31,6 +31,7 @@ async function main() {
   const commands = {
     reasons: async () => `reasons ${Object.keys(jw.REASONS).sort().join(' ')}`,
     held: async () => `held ${handles.length}`,
+    retries: async () => `retries ${client.retries}`,
     get: async (id) => {
       const { job } = await client.getJob(Number(id));
       return `job ${job.state.replace('JOB_STATE_', '').toLowerCase()} ${job.attempt}`;

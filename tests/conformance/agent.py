@@ -57,6 +57,8 @@ async def main():
         try:
             if cmd == "reasons":
                 reply = "reasons " + " ".join(sorted(jw.REASONS))
+            elif cmd == "retries":
+                reply = "retries %d" % client.retries
             elif cmd == "held":
                 reply = "held %d" % len(handles)
             elif cmd == "get":

@@ -25,11 +25,7 @@ pub fn spawn(
     let (reply_tx, reply_rx) = mpsc::unbounded_channel();
     tokio::spawn(async move {
         let config = WorkerConfig {
-            retry: RetryPolicy {
-                max_tries: 5,
-                initial_backoff: Duration::from_millis(50),
-                max_backoff: Duration::from_secs(2),
-            },
+            retry: RetryPolicy::default(),
             credentials,
             ..WorkerConfig::new(worker_id, queue)
         };
@@ -47,6 +43,7 @@ pub fn spawn(
                     format!("reasons {}", all.join(" "))
                 }
                 ["held"] => format!("held {}", handles.len()),
+                ["retries"] => format!("retries {}", client.retries()),
                 ["get", id] => match client.get_job(id.parse().unwrap()).await {
                     Ok((job, _)) => format!(
                         "job {} {}",

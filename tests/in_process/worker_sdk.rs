@@ -598,7 +598,7 @@ async fn complete_or_observe_keeps_the_evidence_when_the_outcome_is_unknown() {
     let enqueued = h.enqueue(Q, "refund-or-observe", "{}").await;
     let proxy = Proxy::start(h.addr).await;
     let mut cfg = config("worker-a", Q);
-    cfg.retry.max_tries = 1; // so the lost answer stays unknown
+    cfg.retry.budget = Duration::ZERO; // so the lost answer stays unknown
     let a = WorkerClient::connect(format!("http://{}", proxy.addr), cfg)
         .await
         .unwrap();

@@ -167,7 +167,7 @@ fn repo() -> &'static Path {
 
 /// How to start an agent of one client.
 #[derive(Clone, Copy)]
-enum Client {
+pub(crate) enum Client {
     Rust,
     Python,
     PythonAsyncio,
@@ -187,15 +187,15 @@ fn go_agent() -> &'static Path {
 }
 
 /// A running agent: commands in, reply lines out.
-struct Agent {
+pub(crate) struct Agent {
     commands: mpsc::UnboundedSender<String>,
     replies: mpsc::UnboundedReceiver<String>,
     child: Option<tokio::process::Child>,
-    name: String,
+    pub(crate) name: String,
 }
 
 impl Agent {
-    fn start(client: Client, target: &str, queue: &str) -> Agent {
+    pub(crate) fn start(client: Client, target: &str, queue: &str) -> Agent {
         Self::start_as(client, target, queue, None)
     }
 
@@ -310,13 +310,13 @@ impl Agent {
         }
     }
 
-    fn send(&self, cmd: &str) {
+    pub(crate) fn send(&self, cmd: &str) {
         self.commands
             .send(cmd.to_owned())
             .expect("agent is running");
     }
 
-    async fn reply(&mut self, context: &str) -> String {
+    pub(crate) async fn reply(&mut self, context: &str) -> String {
         match tokio::time::timeout(REPLY_TIMEOUT, self.replies.recv()).await {
             Ok(Some(line)) => line,
             Ok(None) => panic!("{context}: agent {} exited without a reply", self.name),
@@ -324,7 +324,7 @@ impl Agent {
         }
     }
 
-    async fn quit(mut self) {
+    pub(crate) async fn quit(mut self) {
         self.send("quit");
         if let Some(mut child) = self.child.take() {
             let status = tokio::time::timeout(Duration::from_secs(30), child.wait())

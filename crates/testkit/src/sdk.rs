@@ -13,7 +13,7 @@ pub fn config(worker_id: &str, queue: &str) -> WorkerConfig {
         poll_interval: Duration::from_millis(20),
         rpc_timeout: Duration::from_secs(20),
         retry: RetryPolicy {
-            max_tries: 5,
+            budget: Duration::from_secs(2),
             initial_backoff: Duration::from_millis(5),
             max_backoff: Duration::from_millis(50),
         },

@@ -40,10 +40,14 @@ class Disposition(enum.Enum):
 
 @dataclass
 class RetryPolicy:
-    """Tries in all (first included); backoff doubles from ``initial``
-    seconds up to ``maximum`` seconds, half of it random (equal jitter)."""
+    """How patiently a call that is safe to repeat is retried: for up to
+    ``budget`` seconds from its first try (no retry starts whose wait would
+    end past it; 0 turns retrying off), with a backoff that doubles from
+    ``initial`` seconds up to ``maximum`` seconds, half of it random (equal
+    jitter). The default, 30 s from 50 ms up to 2 s, is the same in every
+    jobfence client and outlasts a 10-second database outage."""
 
-    max_tries: int = 5
+    budget: float = 30.0
     initial: float = 0.05
     maximum: float = 2.0
 
@@ -58,6 +62,12 @@ class RetryPolicy:
         an ``Overloaded``, from google.rpc.RetryInfo) when that is longer."""
         hint = getattr(error, "retry_after", None) or 0.0
         return max(self.backoff(retry), hint)
+
+    def next_wait(self, retry: int, error: object, elapsed: float) -> Optional[float]:
+        """``wait(retry, error)``, or None when it would end past the
+        budget (``elapsed``: seconds since the call's first try)."""
+        wait = self.wait(retry, error)
+        return None if elapsed + wait > self.budget else wait
 
 
 @dataclass

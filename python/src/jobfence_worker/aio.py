@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import Any, Callable, List, Optional, Tuple
 
 import grpc
@@ -57,6 +58,8 @@ class AsyncWorkerClient:
         self.lease_seconds = lease_seconds
         self.timeout_seconds = timeout_seconds
         self.retry = retry or RetryPolicy()
+        #: Calls sent again (see ``WorkerClient.retries``).
+        self.retries = 0
         credentials = credentials or Credentials()
         # The token goes on every call as metadata (it works on a cleartext
         # channel too, for a coordinator behind a TLS-terminating proxy).
@@ -77,7 +80,7 @@ class AsyncWorkerClient:
 
     async def _call(self, method: str, request: Any,
                     retryable: Callable[[JobfenceError], bool], extra_seconds: float = 0.0) -> Any:
-        tries = 0
+        started, tries = time.monotonic(), 0
         while True:
             tries += 1
             try:
@@ -86,9 +89,13 @@ class AsyncWorkerClient:
                                                  metadata=self._metadata)
             except aio.AioRpcError as err:
                 mapped = _from_aio_error(err)
-                if tries >= self.retry.max_tries or not retryable(mapped):
+                wait = (self.retry.next_wait(tries, mapped, time.monotonic() - started)
+                        if retryable(mapped) else None)
+                if wait is None:
                     raise mapped from None
-                await asyncio.sleep(self.retry.wait(tries, mapped))
+                self.retries += 1
+                log.debug("retrying %s in %.3f s after %r", method, wait, mapped)
+                await asyncio.sleep(wait)
 
     async def claim(self, max_jobs: int = 1, wait_seconds: float = 0.0) -> List["AsyncClaimedJob"]:
         """As ``WorkerClient.claim``: a long poll with ``wait_seconds``;

@@ -4,6 +4,7 @@ handles, and every write goes through the handle that carries its attempt."""
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from typing import Any, Callable, List, Optional, Tuple
 
@@ -44,6 +45,11 @@ class WorkerClient:
         self.lease_seconds = lease_seconds
         self.timeout_seconds = timeout_seconds
         self.retry = retry or RetryPolicy()
+        #: Calls sent again because the answer said nothing was applied (or,
+        #: for a write, an observation or a read, that the outcome was
+        #: unknown): a worker that rode through an outage shows it here.
+        self.retries = 0
+        self._retries_lock = threading.Lock()
         credentials = credentials or Credentials()
         # The token goes on every call as metadata (it works on a cleartext
         # channel too, for a coordinator behind a TLS-terminating proxy).
@@ -64,7 +70,7 @@ class WorkerClient:
 
     def _call(self, method: str, request: Any, retryable: Callable[[JobfenceError], bool],
               extra_seconds: float = 0.0) -> Any:
-        tries = 0
+        started, tries = time.monotonic(), 0
         while True:
             tries += 1
             try:
@@ -72,9 +78,14 @@ class WorkerClient:
                                            metadata=self._metadata)
             except grpc.RpcError as err:
                 mapped = from_rpc_error(err)
-                if tries >= self.retry.max_tries or not retryable(mapped):
+                wait = (self.retry.next_wait(tries, mapped, time.monotonic() - started)
+                        if retryable(mapped) else None)
+                if wait is None:
                     raise mapped from None
-                time.sleep(self.retry.wait(tries, mapped))
+                with self._retries_lock:
+                    self.retries += 1
+                log.debug("retrying %s in %.3f s after %r", method, wait, mapped)
+                time.sleep(wait)
 
     def claim(self, max_jobs: int = 1, wait_seconds: float = 0.0) -> List["ClaimedJob"]:
         """Claims up to ``max_jobs`` due jobs; returns their handles (maybe

@@ -348,12 +348,29 @@ def retryable_write(err: JobfenceError) -> bool:
     return isinstance(err, (OutcomeUnknown, Unavailable))
 
 
+def never_sent(err: JobfenceError) -> bool:
+    """True for an UNAVAILABLE that gRPC made up because no connection
+    could be made (a coordinator restarting, nothing listening: the request
+    never left), or because the server refused the stream (HTTP/2
+    REFUSED_STREAM: not processed). Nothing can have been applied."""
+    if err.reason or err.code != grpc.StatusCode.UNAVAILABLE:
+        return False
+    message = str(err.message).lower()
+    return any(m in message for m in _NEVER_SENT)
+
+
+#: What gRPC's core says when it could not connect or the stream was refused.
+_NEVER_SENT = ("failed to connect", "connection refused", "connect failed",
+               "refused_stream", "refused stream")
+
+
 def retryable_claim(err: JobfenceError) -> bool:
-    """May a Claim or Takeover be sent again? Only when the coordinator
-    said nothing was applied. After an unclear claim the worker holds
-    nothing; any job it may have taken comes back after its lease through
-    a takeover that reconciles first."""
-    return isinstance(err, Unavailable)
+    """May a Claim or Takeover be sent again? Only when nothing was applied:
+    the coordinator or the load balancer said so, or no request left (see
+    ``never_sent``). After an unclear claim the worker holds nothing; any
+    job it may have taken comes back after its lease through a takeover that
+    reconciles first."""
+    return isinstance(err, Unavailable) or never_sent(err)
 
 
 __all__ = [
@@ -364,6 +381,6 @@ __all__ = [
     "OperationKeyConflict", "OperatorMismatch", "OutcomeUnknown", "Overloaded", "PermissionDenied",
     "ProviderBudgetExhausted", "ProviderHeld", "ProviderPaused", "ProviderThrottled",
     "QueueNotAllowed", "REASONS", "RoleNotAllowed", "ServerShuttingDown", "TransactionConflict",
-    "Unauthenticated", "Unavailable", "from_rpc_error", "from_status", "retryable_claim",
+    "Unauthenticated", "Unavailable", "from_rpc_error", "from_status", "never_sent", "retryable_claim",
     "retryable_write",
 ]

@@ -34,10 +34,17 @@ const Disposition = Object.freeze({
   MANUAL_REVIEW: 'FAIL_DISPOSITION_MANUAL_REVIEW',
 });
 
-/** Tries in all (first included); backoff doubles from `initial` to `maximum` seconds, half random. */
+/**
+ * How patiently a call that is safe to repeat is retried: for up to `budget`
+ * seconds from its first try (no retry starts whose wait would end past it;
+ * 0 turns retrying off), with a backoff that doubles from `initial` up to
+ * `maximum` seconds, half of it random (equal jitter). The default, 30 s
+ * from 50 ms up to 2 s, is the same in every jobfence client and outlasts a
+ * 10-second database outage.
+ */
 class RetryPolicy {
-  constructor({ maxTries = 5, initial = 0.05, maximum = 2.0 } = {}) {
-    Object.assign(this, { maxTries, initial, maximum });
+  constructor({ budget = 30, initial = 0.05, maximum = 2.0 } = {}) {
+    Object.assign(this, { budget, initial, maximum });
   }
 
   backoff(retry) {
@@ -48,6 +55,12 @@ class RetryPolicy {
   /** Seconds before retry `retry` after `err`: the backoff, or the server's retry-after hint (RetryInfo) when longer. */
   wait(retry, err) {
     return Math.max(this.backoff(retry), (err && err.retryAfterSeconds) || 0);
+  }
+
+  /** `wait(retry, err)`, or null when it would end past the budget (`elapsed`: seconds since the first try). */
+  nextWait(retry, err, elapsed) {
+    const wait = this.wait(retry, err);
+    return elapsed + wait > this.budget ? null : wait;
   }
 }
 
@@ -119,6 +132,8 @@ class WorkerClient {
     this.leaseSeconds = leaseSeconds;
     this.timeoutSeconds = timeoutSeconds;
     this.retry = retry instanceof RetryPolicy ? retry : new RetryPolicy(retry);
+    /** Calls sent again because the answer said nothing was applied (or, for a write, that its outcome was unknown). */
+    this.retries = 0;
     this.stub = new Service(target.replace(/^https?:\/\//, ''), channelCredentials(credentials));
     // The token goes on every call as metadata (it works on a cleartext
     // channel too, for a coordinator behind a TLS-terminating proxy).
@@ -144,12 +159,16 @@ class WorkerClient {
   }
 
   async call(method, request, retryable, extraSeconds = 0, signal = undefined) {
+    const started = Date.now();
     for (let tries = 1; ; tries++) {
       try {
         return await this.unary(method, request, extraSeconds, signal);
       } catch (err) {
-        if (tries >= this.retry.maxTries || !retryable(err)) throw err;
-        await sleep(this.retry.wait(tries, err));
+        const wait = retryable(err) && !signal?.aborted
+          ? this.retry.nextWait(tries, err, (Date.now() - started) / 1000) : null;
+        if (wait === null) throw err;
+        this.retries += 1;
+        await sleep(wait);
       }
     }
   }

@@ -258,9 +258,19 @@ function retryableWrite(err) {
   return err instanceof OutcomeUnknown || err instanceof Unavailable;
 }
 
-/** A Claim or Takeover is sent again only when nothing was applied. */
+/**
+ * An UNAVAILABLE that grpc-js made up because no connection could be made (a
+ * coordinator restarting, nothing listening: the request never left), or
+ * because the server refused the stream (HTTP/2 REFUSED_STREAM: not processed).
+ */
+function neverSent(err) {
+  if (!(err instanceof JobfenceError) || err.reason || err.code !== 14) return false;
+  return /ECONNREFUSED|No connection established|Failed to connect|REFUSED_STREAM/i.test(err.message);
+}
+
+/** A Claim or Takeover is sent again only when nothing was applied (or nothing was sent). */
 function retryableClaim(err) {
-  return err instanceof Unavailable;
+  return err instanceof Unavailable || neverSent(err);
 }
 
 module.exports = {
@@ -271,7 +281,7 @@ module.exports = {
   Unauthenticated, CredentialMissing, CredentialInvalid, CredentialExpired, PermissionDenied, RoleNotAllowed,
   QueueNotAllowed, OperatorMismatch, ProviderHeld, ProviderBudgetExhausted, ProviderPaused, ProviderThrottled,
   fromStatus, fromServiceError,
-  retryableWrite, retryableClaim, encodeStatusForTests: (obj) => Status.encode(Status.fromObject(obj)).finish(),
+  retryableWrite, retryableClaim, neverSent, encodeStatusForTests: (obj) => Status.encode(Status.fromObject(obj)).finish(),
   encodeDetailForTests: (type, obj) => ({
     type_url: 'type.googleapis.com/google.rpc.' + type,
     value: rpc.lookupType('google.rpc.' + type).encode(rpc.lookupType('google.rpc.' + type).fromObject(obj)).finish(),

@@ -48,8 +48,9 @@ export declare const Disposition: Readonly<{
 export type ObservationOutcome = 'SUCCEEDED' | 'PENDING' | 'FAILED' | 'NOT_FOUND' | 'UNKNOWN';
 
 export declare class RetryPolicy {
-  constructor(options?: { maxTries?: number; initial?: number; maximum?: number });
-  maxTries: number;
+  constructor(options?: { budget?: number; initial?: number; maximum?: number });
+  /** Seconds of retrying one call, from its first try (default 30; 0: no retry). */
+  budget: number;
   /** Seconds. */
   initial: number;
   /** Seconds. */
@@ -58,6 +59,8 @@ export declare class RetryPolicy {
   backoff(retry: number): number;
   /** Seconds before retry `retry` after `err`: the backoff, or the server's retry-after hint when longer. */
   wait(retry: number, err: unknown): number;
+  /** `wait(retry, err)`, or null when it would end past the budget (`elapsed`: seconds since the first try). */
+  nextWait(retry: number, err: unknown, elapsed: number): number | null;
 }
 
 /**
@@ -87,7 +90,7 @@ export interface WorkerClientOptions {
   leaseSeconds?: number;
   /** Deadline of one RPC, in seconds (default 10). */
   timeoutSeconds?: number;
-  retry?: RetryPolicy | { maxTries?: number; initial?: number; maximum?: number };
+  retry?: RetryPolicy | { budget?: number; initial?: number; maximum?: number };
 }
 
 export interface Written { replayed: boolean; job: Job }
@@ -102,6 +105,8 @@ export declare class WorkerClient {
   constructor(options: WorkerClientOptions);
   readonly workerId: string;
   readonly queue: string;
+  /** Calls sent again because the answer said nothing was applied (or, for a write, that its outcome was unknown). */
+  retries: number;
   close(): void;
   /** Up to maxJobs handles (maybe none); OutcomeUnknown means hold nothing. */
   claim(maxJobs?: number, options?: { waitSeconds?: number; signal?: AbortSignal }): Promise<ClaimedJob[]>;

@@ -57,6 +57,27 @@ test('overloaded applied nothing and is retried after its delay', () => {
   assert.ok(short.wait(1, new jw.Unavailable(Code.UNAVAILABLE, 'x')) <= 0.001);
 });
 
+test('a connection never made applied nothing, and a claim retries it', () => {
+  const refused = fromStatus(Code.UNAVAILABLE,
+    'No connection established. Last error: Error: connect ECONNREFUSED 127.0.0.1:1.', null);
+  assert.ok(refused instanceof jw.OutcomeUnknown);
+  assert.ok(retryableClaim(refused) && retryableWrite(refused));
+  // A connection cut after the request left: nobody knows.
+  const cut = fromStatus(Code.UNAVAILABLE, 'Connection dropped', null);
+  assert.ok(!retryableClaim(cut) && retryableWrite(cut));
+});
+
+test('the retry budget is time, not tries', () => {
+  const policy = new jw.RetryPolicy();
+  assert.deepStrictEqual([policy.budget, policy.initial, policy.maximum], [30, 0.05, 2]);
+  const down = new jw.Unavailable(Code.UNAVAILABLE, 'x');
+  // The 20th retry still fits (a 10 s outage takes about 12), and none
+  // starts whose wait would end past the budget.
+  assert.notStrictEqual(policy.nextWait(20, down, 10), null);
+  assert.strictEqual(policy.nextWait(1, down, 29.99), null);
+  assert.strictEqual(new jw.RetryPolicy({ budget: 0 }).nextWait(1, down, 0), null);
+});
+
 test("the load balancer's answer applied nothing", () => {
   const err = fromStatus(Code.UNAVAILABLE, 'no jobfence coordinator is serving',
     status(Code.UNAVAILABLE, 'NO_COORDINATOR_SERVING', {}));

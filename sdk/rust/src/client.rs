@@ -9,6 +9,7 @@ use super::retry::{retry, RetryPolicy};
 use crate::proto::job_coordinator_client::JobCoordinatorClient;
 use crate::proto::{self, ClaimRequest, GetJobRequest, TakeoverRequest};
 use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tonic::service::interceptor::InterceptedService;
@@ -131,6 +132,8 @@ impl WorkerConfig {
 pub struct WorkerClient {
     pub(crate) rpc: JobCoordinatorClient<InterceptedService<Channel, Authorization>>,
     pub(crate) config: Arc<WorkerConfig>,
+    /// Retries made by this client and its clones (see [`Self::retries`]).
+    retries: Arc<AtomicU64>,
 }
 
 impl WorkerClient {
@@ -167,12 +170,35 @@ impl WorkerClient {
                 config.credentials.authorization(),
             ),
             config: Arc::new(config),
+            retries: Arc::new(AtomicU64::new(0)),
         })
     }
 
     /// The configuration this client was made with.
     pub fn config(&self) -> &WorkerConfig {
         &self.config
+    }
+
+    /// How many times this client (and its clones) sent a call again
+    /// because the answer said nothing was applied (or, for a fenced write,
+    /// an observation or a read, that its outcome was unknown); see
+    /// [`RetryPolicy`]. A worker that rode through an outage shows it here
+    /// and in its `debug` log (`retrying`), not as an error.
+    pub fn retries(&self) -> u64 {
+        self.retries.load(Ordering::Relaxed)
+    }
+
+    /// Runs `op` under this client's [`RetryPolicy`], counting its retries.
+    pub(crate) async fn retrying<T, F, Fut>(
+        &self,
+        retryable: impl Fn(&Status) -> bool,
+        op: F,
+    ) -> Result<T, Status>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, Status>>,
+    {
+        retry(&self.config.retry, &self.retries, retryable, op).await
     }
 
     /// A request carrying `rpc_timeout` as its `grpc-timeout`, so the
@@ -203,8 +229,10 @@ impl WorkerClient {
     /// new attempt; a takeover of an expired lease comes with
     /// `next_action` RECONCILE. An empty list means nothing is due.
     ///
-    /// Retried only when the coordinator says nothing was applied
-    /// (`DATABASE_UNAVAILABLE`, `TRANSACTION_CONFLICT`). After an unclear
+    /// Retried, within [`RetryPolicy::budget`], only when nothing was
+    /// applied: the coordinator says so (`DATABASE_UNAVAILABLE`,
+    /// `TRANSACTION_CONFLICT`, `OVERLOADED`), the load balancer does
+    /// (`NO_COORDINATOR_SERVING`), or no connection could be made. After an unclear
     /// failure (`COMMIT_OUTCOME_UNKNOWN`, an expired deadline, a transport
     /// error) it returns [`ClaimError::OutcomeUnknown`] at once and no
     /// handle: the worker must act as if it holds nothing (rule 4), and must
@@ -236,22 +264,23 @@ impl WorkerClient {
             wait: (!wait.is_zero()).then(|| proto_duration(wait)),
         };
         let timeout = self.config.rpc_timeout + wait;
-        let response = retry(&self.config.retry, error::definitely_not_applied, || {
-            let mut rpc = self.rpc.clone();
-            let mut request = Request::new(message.clone());
-            request.set_timeout(timeout);
-            async move {
-                tokio::time::timeout(timeout, rpc.claim(request))
-                    .await
-                    .unwrap_or_else(|_| {
-                        Err(Status::deadline_exceeded(
-                            "no answer within rpc_timeout + wait",
-                        ))
-                    })
-            }
-        })
-        .await
-        .map_err(error::claim_error)?;
+        let response = self
+            .retrying(error::definitely_not_applied, || {
+                let mut rpc = self.rpc.clone();
+                let mut request = Request::new(message.clone());
+                request.set_timeout(timeout);
+                async move {
+                    tokio::time::timeout(timeout, rpc.claim(request))
+                        .await
+                        .unwrap_or_else(|_| {
+                            Err(Status::deadline_exceeded(
+                                "no answer within rpc_timeout + wait",
+                            ))
+                        })
+                }
+            })
+            .await
+            .map_err(error::claim_error)?;
         Ok(response
             .into_inner()
             .jobs
@@ -274,13 +303,14 @@ impl WorkerClient {
             worker_id: self.config.worker_id.clone(),
             lease: self.lease(),
         };
-        let response = retry(&self.config.retry, error::definitely_not_applied, || {
-            let mut rpc = self.rpc.clone();
-            let request = self.request(message.clone());
-            async move { self.deadline(rpc.takeover(request)).await }
-        })
-        .await
-        .map_err(error::claim_error)?;
+        let response = self
+            .retrying(error::definitely_not_applied, || {
+                let mut rpc = self.rpc.clone();
+                let request = self.request(message.clone());
+                async move { self.deadline(rpc.takeover(request)).await }
+            })
+            .await
+            .map_err(error::claim_error)?;
         response
             .into_inner()
             .claimed
@@ -299,14 +329,15 @@ impl WorkerClient {
         &self,
         job_id: u64,
     ) -> Result<(proto::Job, Vec<proto::Observation>), WriteError> {
-        let response = retry(&self.config.retry, error::retryable_write, || {
-            let mut rpc = self.rpc.clone();
-            let request = self.request(GetJobRequest { job_id });
-            async move { self.deadline(rpc.get_job(request)).await }
-        })
-        .await
-        .map_err(error::write_error)?
-        .into_inner();
+        let response = self
+            .retrying(error::retryable_write, || {
+                let mut rpc = self.rpc.clone();
+                let request = self.request(GetJobRequest { job_id });
+                async move { self.deadline(rpc.get_job(request)).await }
+            })
+            .await
+            .map_err(error::write_error)?
+            .into_inner();
         let job = response.job.ok_or(WriteError::NotFound)?;
         Ok((job, response.observations))
     }

@@ -193,18 +193,39 @@ fn meta_state(meta: &HashMap<String, String>) -> proto::JobState {
 /// (`DATABASE_UNAVAILABLE`: it never reached the database;
 /// `TRANSACTION_CONFLICT`: rolled back; `OVERLOADED`: refused before
 /// waiting for a connection), or the load balancer did
-/// (`NO_COORDINATOR_SERVING`: not forwarded). The only failures a Claim
-/// retries.
+/// (`NO_COORDINATOR_SERVING`: not forwarded), or no request left this
+/// client ([`never_sent`]). The only failures a Claim retries.
 pub(crate) fn definitely_not_applied(status: &Status) -> bool {
-    matches!(
-        error_info(status).as_ref().map(|(r, _)| r.as_str()),
-        Some(
+    match error_info(status) {
+        Some((why, _)) => matches!(
+            why.as_str(),
             reason::DATABASE_UNAVAILABLE
                 | reason::TRANSACTION_CONFLICT
                 | reason::OVERLOADED
                 | reason::NO_COORDINATOR_SERVING
-        )
-    )
+        ),
+        None => never_sent(status),
+    }
+}
+
+/// True for an UNAVAILABLE that tonic made up because no connection could
+/// be made (a coordinator restarting, nothing listening: the request never
+/// left), or because the server refused the stream with HTTP/2's
+/// REFUSED_STREAM, which says it was not processed (RFC 9113, 8.7).
+fn never_sent(status: &Status) -> bool {
+    if status.code() != Code::Unavailable {
+        return false;
+    }
+    let mut source = std::error::Error::source(status);
+    while let Some(err) = source {
+        if err.is::<tonic::ConnectError>() {
+            return true;
+        }
+        source = err.source();
+    }
+    status
+        .message()
+        .contains("refused stream before processing")
 }
 
 /// True for a status that did not come from a coordinator's decision: a
@@ -371,6 +392,14 @@ mod tests {
         // A transport failure carries no ErrorInfo: nobody can say.
         let transport = Status::unavailable("tcp connect error");
         assert!(!definitely_not_applied(&transport));
+        // A connection never made (tonic's ConnectError under the status):
+        // no request left, so a Claim may be sent again.
+        let refused = Status::from_error(Box::new(tonic::ConnectError(Box::new(
+            std::io::Error::from(std::io::ErrorKind::ConnectionRefused),
+        ))));
+        assert_eq!(refused.code(), Code::Unavailable);
+        assert!(definitely_not_applied(&refused));
+        assert!(retryable_write(&refused));
         assert!(matches!(
             claim_error(transport),
             ClaimError::OutcomeUnknown(_)

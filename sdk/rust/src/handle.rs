@@ -5,7 +5,6 @@
 
 use super::client::{proto_duration, WorkerClient};
 use super::error::{self, WriteError};
-use super::retry::retry;
 use crate::proto::{
     self, CompleteRequest, FailRequest, ObservationOutcome, ObservationSource,
     RecordObservationRequest, RenewLeaseRequest,
@@ -227,12 +226,13 @@ impl ClaimedJob {
             result: result.to_owned(),
         };
         let client = &self.client;
-        let outcome = retry(&client.config.retry, error::retryable_write, || {
-            let mut rpc = client.rpc.clone();
-            let request = client.request(message.clone());
-            async move { client.deadline(rpc.complete(request)).await }
-        })
-        .await;
+        let outcome = client
+            .retrying(error::retryable_write, || {
+                let mut rpc = client.rpc.clone();
+                let request = client.request(message.clone());
+                async move { client.deadline(rpc.complete(request)).await }
+            })
+            .await;
         match outcome {
             Ok(response) => {
                 let r = response.into_inner();
@@ -330,12 +330,13 @@ impl ClaimedJob {
             provider_retry_after: provider_retry_after.map(proto_duration),
         };
         let client = &self.client;
-        let outcome = retry(&client.config.retry, error::retryable_write, || {
-            let mut rpc = client.rpc.clone();
-            let request = client.request(message.clone());
-            async move { client.deadline(rpc.fail(request)).await }
-        })
-        .await;
+        let outcome = client
+            .retrying(error::retryable_write, || {
+                let mut rpc = client.rpc.clone();
+                let request = client.request(message.clone());
+                async move { client.deadline(rpc.fail(request)).await }
+            })
+            .await;
         match outcome {
             Ok(response) => {
                 let r = response.into_inner();
@@ -364,12 +365,13 @@ impl ClaimedJob {
             lease: Some(proto_duration(lease)),
         };
         let client = &self.client;
-        let outcome = retry(&client.config.retry, error::retryable_write, || {
-            let mut rpc = client.rpc.clone();
-            let request = client.request(message);
-            async move { client.deadline(rpc.renew_lease(request)).await }
-        })
-        .await;
+        let outcome = client
+            .retrying(error::retryable_write, || {
+                let mut rpc = client.rpc.clone();
+                let request = client.request(message);
+                async move { client.deadline(rpc.renew_lease(request)).await }
+            })
+            .await;
         match outcome {
             Ok(response) => {
                 let r = response.into_inner();
@@ -406,14 +408,15 @@ impl ClaimedJob {
             dedup_key: dedup_key.to_owned(),
         };
         let client = &self.client;
-        let response = retry(&client.config.retry, error::retryable_write, || {
-            let mut rpc = client.rpc.clone();
-            let request = client.request(message.clone());
-            async move { client.deadline(rpc.record_observation(request)).await }
-        })
-        .await
-        .map_err(error::write_error)?
-        .into_inner();
+        let response = client
+            .retrying(error::retryable_write, || {
+                let mut rpc = client.rpc.clone();
+                let request = client.request(message.clone());
+                async move { client.deadline(rpc.record_observation(request)).await }
+            })
+            .await
+            .map_err(error::write_error)?
+            .into_inner();
         let observation = response.observation.ok_or_else(|| {
             WriteError::Other(Box::new(tonic::Status::internal(
                 "observation response without an observation",

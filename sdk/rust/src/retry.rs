@@ -15,11 +15,16 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 use tonic::Status;
 
-/// How often and how patiently a retryable call is repeated.
+/// How patiently a retryable call is repeated: for a time budget, not a
+/// number of tries, so that a worker rides through a database outage or a
+/// coordinator restart without its handler seeing an error.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RetryPolicy {
-    /// Tries in all, the first one included; 1 means no retry.
-    pub max_tries: u32,
+    /// How long one call keeps being retried, counted from its first try:
+    /// no retry starts whose backoff would end past it. The default, 30 s,
+    /// outlasts a 10-second database outage with room to spare; zero
+    /// turns retrying off.
+    pub budget: Duration,
     /// Backoff before the first retry; doubles with every retry.
     pub initial_backoff: Duration,
     /// Upper bound of one backoff.
@@ -27,11 +32,11 @@ pub struct RetryPolicy {
 }
 
 impl Default for RetryPolicy {
-    /// 5 tries, backoff from 50 ms doubling up to 2 s (about 1.5 s of
-    /// waiting in all, on average).
+    /// A 30 s budget, backoff from 50 ms doubling up to 2 s (the same in
+    /// every jobfence client).
     fn default() -> Self {
         RetryPolicy {
-            max_tries: 5,
+            budget: Duration::from_secs(30),
             initial_backoff: Duration::from_millis(50),
             max_backoff: Duration::from_secs(2),
         }
@@ -72,11 +77,12 @@ pub(crate) fn retry_after(status: &Status) -> Option<Duration> {
 }
 
 /// Runs `op` until it succeeds, fails with a status `retryable` rejects, or
-/// `policy.max_tries` are used up; returns the last result. Between tries
-/// it waits the policy's backoff, or the server's retry-after hint when
-/// that is longer.
+/// the policy's budget would be overrun by the next wait; returns the last
+/// result. Between tries it waits the policy's backoff, or the server's
+/// retry-after hint when that is longer, and adds one to `retries`.
 pub(crate) async fn retry<T, F, Fut>(
     policy: &RetryPolicy,
+    retries: &AtomicU64,
     retryable: impl Fn(&Status) -> bool,
     mut op: F,
 ) -> Result<T, Status>
@@ -84,14 +90,19 @@ where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<T, Status>>,
 {
+    let started = tokio::time::Instant::now();
     let mut tries = 0;
     loop {
         tries += 1;
         match op().await {
-            Err(status) if tries < policy.max_tries.max(1) && retryable(&status) => {
+            Err(status) if retryable(&status) => {
                 let wait = policy
                     .backoff(tries)
                     .max(retry_after(&status).unwrap_or_default());
+                if started.elapsed() + wait > policy.budget {
+                    return Err(status);
+                }
+                retries.fetch_add(1, Ordering::Relaxed);
                 tracing::debug!(tries, code = ?status.code(), wait_ms = wait.as_millis() as u64, "retrying");
                 tokio::time::sleep(wait).await;
             }
@@ -107,7 +118,7 @@ mod tests {
     #[test]
     fn backoff_grows_is_capped_and_keeps_half() {
         let p = RetryPolicy {
-            max_tries: 10,
+            budget: Duration::from_secs(10),
             initial_backoff: Duration::from_millis(100),
             max_backoff: Duration::from_secs(1),
         };
@@ -145,7 +156,7 @@ mod tests {
     async fn a_retry_waits_at_least_the_servers_hint() {
         use tonic_types::{ErrorDetails, StatusExt};
         let p = RetryPolicy {
-            max_tries: 2,
+            budget: Duration::from_secs(5),
             initial_backoff: Duration::from_millis(1),
             max_backoff: Duration::from_millis(1),
         };
@@ -153,6 +164,7 @@ mod tests {
         let mut calls = 0;
         let out: Result<(), Status> = retry(
             &p,
+            &AtomicU64::new(0),
             |_| true,
             || {
                 calls += 1;
@@ -179,16 +191,18 @@ mod tests {
         );
     }
 
-    #[tokio::test]
-    async fn stops_at_the_first_non_retryable_status() {
+    #[tokio::test(start_paused = true)]
+    async fn stops_at_the_first_non_retryable_status_and_counts_retries() {
         let p = RetryPolicy {
-            max_tries: 5,
+            budget: Duration::from_secs(5),
             initial_backoff: Duration::from_millis(1),
             max_backoff: Duration::from_millis(1),
         };
+        let retries = AtomicU64::new(0);
         let mut calls = 0;
         let out: Result<(), Status> = retry(
             &p,
+            &retries,
             |s| s.code() == tonic::Code::Unavailable,
             || {
                 calls += 1;
@@ -203,9 +217,54 @@ mod tests {
         .await;
         assert_eq!(out.unwrap_err().code(), tonic::Code::FailedPrecondition);
         assert_eq!(calls, 3);
-        let mut calls = 0;
+        assert_eq!(retries.load(Ordering::Relaxed), 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn retries_for_the_budget_not_for_a_number_of_tries() {
+        // The default policy against a 10 s outage: every try before it
+        // ends fails, the first after it succeeds, and no retry is given up.
+        let p = RetryPolicy::default();
+        let retries = AtomicU64::new(0);
+        let started = tokio::time::Instant::now();
         let out: Result<(), Status> = retry(
             &p,
+            &retries,
+            |_| true,
+            || {
+                let down = started.elapsed() < Duration::from_secs(10);
+                async move {
+                    if down {
+                        Err(Status::unavailable("down"))
+                    } else {
+                        Ok(())
+                    }
+                }
+            },
+        )
+        .await;
+        assert!(out.is_ok());
+        assert!(retries.load(Ordering::Relaxed) > 5);
+        // An outage longer than the budget: given up before the budget ends.
+        let started = tokio::time::Instant::now();
+        let out: Result<(), Status> = retry(
+            &p,
+            &retries,
+            |_| true,
+            || async { Err(Status::unavailable("down")) },
+        )
+        .await;
+        assert!(out.is_err());
+        assert!(started.elapsed() <= p.budget, "{:?}", started.elapsed());
+        // A zero budget: one try.
+        let mut calls = 0;
+        let none = RetryPolicy {
+            budget: Duration::ZERO,
+            ..p
+        };
+        let _: Result<(), Status> = retry(
+            &none,
+            &retries,
             |_| true,
             || {
                 calls += 1;
@@ -213,7 +272,6 @@ mod tests {
             },
         )
         .await;
-        assert!(out.is_err());
-        assert_eq!(calls, 5);
+        assert_eq!(calls, 1);
     }
 }

@@ -63,7 +63,7 @@ pub(super) struct StormWatch {
 const GAP: Duration = Duration::from_secs(2);
 
 /// How long the demo keeps the database unreachable.
-const OUTAGE: Duration = Duration::from_secs(3);
+const OUTAGE: Duration = Duration::from_secs(8);
 
 /// How long the provider answers late before the storm, at most: the
 /// workers hold their jobs meanwhile.
