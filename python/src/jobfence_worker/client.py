@@ -15,6 +15,7 @@ from .credentials import Credentials
 from ._wire import Disposition, FailWritten, Recorded, RetryPolicy, Written
 from .errors import (
     AttemptSuperseded,
+    check_api_version,
     JobfenceError,
     JobNotRunning,
     from_rpc_error,
@@ -68,9 +69,14 @@ class WorkerClient:
         while True:
             tries += 1
             try:
-                return self._calls[method](request, timeout=self.timeout_seconds + extra_seconds,
-                                           metadata=self._metadata)
+                response, call = self._calls[method].with_call(
+                    request, timeout=self.timeout_seconds + extra_seconds, metadata=self._metadata)
+                check_api_version(call.initial_metadata())
+                return response
             except grpc.RpcError as err:
+                # A refusal comes trailers-only: the header is among either.
+                check_api_version(err.initial_metadata(),  # type: ignore[attr-defined]
+                                  err.trailing_metadata())  # type: ignore[attr-defined]
                 mapped = from_rpc_error(err)
                 if tries >= self.retry.max_tries or not retryable(mapped):
                     raise mapped from None
