@@ -93,9 +93,10 @@ func (c *Client) checkVersion(ctx context.Context, method string, req, reply int
 	if refused != nil {
 		return refused
 	}
-	var header metadata.MD
-	err := invoker(ctx, method, req, reply, cc, append(opts, grpc.Header(&header))...)
-	if v := header.Get(APIVersionHeader); len(v) > 0 {
+	// A refusal comes trailers-only: the version is among the trailers.
+	var header, trailer metadata.MD
+	err := invoker(ctx, method, req, reply, cc, append(opts, grpc.Header(&header), grpc.Trailer(&trailer))...)
+	if v := append(header.Get(APIVersionHeader), trailer.Get(APIVersionHeader)...); len(v) > 0 {
 		c.versionMu.Lock()
 		if !c.versionChecked {
 			c.versionChecked, c.versionErr = true, versionMismatch(v[0])

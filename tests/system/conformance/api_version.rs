@@ -21,6 +21,10 @@ async fn refuses_another_major_version(client: Client) {
     let job = h.enqueue("api-v2", "refund-v2", "{}").await.job_id;
     let mut agent = Agent::start(client, &v2.addr.to_string(), "api-v2");
     let context = format!("{} client against API 2.0.0", agent.name);
+    // First a refusal (JOB_NOT_FOUND, an answer without a message: the
+    // version comes in its trailers), then answers with a message.
+    agent.send("get 1099511627776");
+    assert_eq!(agent.reply(&context).await, refused, "{context}: a refusal");
     agent.send("claim");
     assert_eq!(agent.reply(&context).await, refused, "{context}: claim");
     agent.send(&format!("get {job}"));
