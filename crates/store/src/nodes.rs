@@ -143,4 +143,21 @@ impl JobStore {
         }
         Ok(why)
     }
+
+    /// `read`, unless it failed as a conflict on a Galera node outside the
+    /// primary component: then `DatabaseUnavailable` (see
+    /// [`outage_or_conflict`](Self::outage_or_conflict)). For the reads that
+    /// are not run again on a conflict (a causal read fails with 1205 there
+    /// too).
+    pub(crate) async fn outage_named<T>(
+        &self,
+        read: Result<T, CoordinatorError>,
+    ) -> Result<T, CoordinatorError> {
+        match read {
+            Err(CoordinatorError::TransactionConflict(why)) => Err(
+                CoordinatorError::TransactionConflict(self.outage_or_conflict(why).await?),
+            ),
+            other => other,
+        }
+    }
 }

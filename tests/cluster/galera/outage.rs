@@ -43,7 +43,7 @@ async fn the_only_node_outside_the_primary_component_is_an_outage_not_a_conflict
 
     let rejoin = Rejoin("2");
     galera_script(&["isolate", "2"]);
-    // Every kind of write, from the first moment on (before the health
+    // Every kind of write, and a read, from the first moment on (before the health
     // check has noticed) until well after: each one is refused, and as
     // an outage.
     let mut told: HashMap<String, usize> = HashMap::new();
@@ -57,6 +57,14 @@ async fn the_only_node_outside_the_primary_component_is_an_outage_not_a_conflict
     for round in 0..15 {
         note(alone.complete(job.job_id, attempt).await.map(|_| ()));
         note(alone.claim("worker", 1).await.map(|_| ()));
+        note(
+            alone
+                .client
+                .clone()
+                .get_job(proto::GetJobRequest { job_id: job.job_id })
+                .await
+                .map(|_| ()),
+        );
         note(
             alone
                 .client
