@@ -229,6 +229,12 @@ pub struct ServeArgs {
         default_value_t = false
     )]
     pub require_durable_database: bool,
+    /// Tests only (hidden): name this API version in every answer's
+    /// `jobfence-api-version` header instead of the real one, to see
+    /// clients refuse a coordinator of another major version. It changes
+    /// nothing else.
+    #[arg(long, hide = true)]
+    pub advertise_api_version: Option<String>,
 }
 
 fn parse_queue_duration(s: &str) -> Result<(String, Duration), String> {
@@ -474,6 +480,7 @@ async fn run_server(command: Command) -> anyhow::Result<ExitCode> {
                 limits,
                 reflection: args.security.reflection,
                 companions,
+                advertised_api_version: args.advertise_api_version.clone(),
             };
             server::serve_with(
                 coordinator,

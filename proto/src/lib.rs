@@ -21,6 +21,30 @@ pub mod codec;
 /// The ErrorInfo domain of every jobfence error.
 pub const ERROR_DOMAIN: &str = "jobfence";
 
+/// The version of the API (semver, this crate's version: `proto/Cargo.toml`
+/// is the one place it is written). A coordinator names it in the response
+/// header [`VERSION_HEADER`] of every call; a client refuses a coordinator
+/// whose major version is not [`MAJOR`]. A new major version is a change
+/// a client of the old one cannot read (a message or a rule changed
+/// meaning); additions are minor versions.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// The major version of [`VERSION`]: the API a client built on this crate
+/// speaks.
+pub const MAJOR: &str = env!("CARGO_PKG_VERSION_MAJOR");
+
+/// The response header (gRPC initial metadata) in which a coordinator names
+/// the API version it speaks, e.g. `jobfence-api-version: 1.0.0`. A
+/// coordinator without it is older than the header: clients accept it, so
+/// that a rolling upgrade never refuses a coordinator for its age.
+pub const VERSION_HEADER: &str = "jobfence-api-version";
+
+/// The major version named by an API version string (`"1.4.0"` → `Some(1)`);
+/// `None` when it does not start with a number.
+pub fn major_of(version: &str) -> Option<u64> {
+    version.trim().split('.').next()?.parse().ok()
+}
+
 /// Generated protobuf messages, clients (feature `client`) and servers
 /// (feature `server`) of `jobfence.v1`.
 pub mod v1 {
@@ -48,6 +72,20 @@ pub const FILE_DESCRIPTOR_SET: &[u8] =
 mod tests {
     use super::reason;
     use super::v1::ErrorReason;
+
+    #[test]
+    fn the_major_version_is_read_off_a_version_string() {
+        assert_eq!(
+            super::major_of(super::VERSION)
+                .map(|m| m.to_string())
+                .as_deref(),
+            Some(super::MAJOR)
+        );
+        assert_eq!(super::major_of("2.0.0"), Some(2));
+        assert_eq!(super::major_of("1"), Some(1));
+        assert_eq!(super::major_of("v1.0"), None);
+        assert_eq!(super::major_of(""), None);
+    }
 
     #[test]
     fn every_reason_is_named_like_its_enum_value() {

@@ -29,6 +29,11 @@ import (
 // (the proto package jobfence.v1).
 const APIMajor = 1
 
+// Version is this client's version: every client of jobfence has the
+// version of the top-level Cargo.toml's [workspace.package] (a test holds
+// them together).
+const Version = "0.1.0"
+
 // APIVersionHeader is the response header a coordinator names its API
 // version in (e.g. "1.4.0").
 const APIVersionHeader = "jobfence-api-version"
@@ -88,9 +93,10 @@ func (c *Client) checkVersion(ctx context.Context, method string, req, reply int
 	if refused != nil {
 		return refused
 	}
-	var header metadata.MD
-	err := invoker(ctx, method, req, reply, cc, append(opts, grpc.Header(&header))...)
-	if v := header.Get(APIVersionHeader); len(v) > 0 {
+	// A refusal comes trailers-only: the version is among the trailers.
+	var header, trailer metadata.MD
+	err := invoker(ctx, method, req, reply, cc, append(opts, grpc.Header(&header), grpc.Trailer(&trailer))...)
+	if v := append(header.Get(APIVersionHeader), trailer.Get(APIVersionHeader)...); len(v) > 0 {
 		c.versionMu.Lock()
 		if !c.versionChecked {
 			c.versionChecked, c.versionErr = true, versionMismatch(v[0])

@@ -1033,3 +1033,5 @@ async fn the_demo_on_the_cluster_survives_its_writer_node_killed() {
     assert!(node_ready(&node_urls()[0]).await, "node 1 is back");
     db.drop().await;
 }
+
+mod outage;

@@ -34,6 +34,7 @@ func kind(err error) string {
 		{jobfence.ErrOutcomeUnknown, "outcome_unknown"},
 		{jobfence.ErrNothingApplied, "unavailable"},
 		{jobfence.ErrDenied, "denied"},
+		{jobfence.ErrAPIVersion, "api_version"},
 	}
 	for _, k := range kinds {
 		if errors.Is(err, k.match) {

@@ -8,6 +8,7 @@ const KINDS = [
   [jw.AttemptSuperseded, 'superseded'], [jw.JobNotRunning, 'not_running'], [jw.JobNotFound, 'not_found'],
   [jw.JobFinished, 'finished'], [jw.LeaseNotExpired, 'lease_not_expired'], [jw.InvalidRequest, 'invalid'],
   [jw.OutcomeUnknown, 'outcome_unknown'], [jw.Unavailable, 'unavailable'], [jw.NotAuthorized, 'denied'],
+  [jw.ApiVersionUnsupported, 'api_version'],
 ];
 
 function error(err) {

@@ -15,7 +15,7 @@ KINDS = [
     (jw.JobNotFound, "not_found"), (jw.JobFinished, "finished"),
     (jw.LeaseNotExpired, "lease_not_expired"), (jw.InvalidRequest, "invalid"),
     (jw.OutcomeUnknown, "outcome_unknown"), (jw.Unavailable, "unavailable"),
-    (jw.NotAuthorized, "denied"),
+    (jw.NotAuthorized, "denied"), (jw.ApiVersionUnsupported, "api_version"),
 ]
 
 

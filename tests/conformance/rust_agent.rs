@@ -169,6 +169,7 @@ fn claim_error(e: &ClaimError) -> String {
         ClaimError::NotRunning { .. } => error_line("not_running", false, 0),
         ClaimError::Denied(_) => error_line("denied", false, 0),
         ClaimError::ProviderHeld { .. } => error_line("provider_held", false, 0),
+        ClaimError::ApiVersion(_) => error_line("api_version", false, 0),
         ClaimError::Other(_) => error_line("other", false, 0),
     }
 }
@@ -189,6 +190,7 @@ fn write_error(e: &WriteError) -> String {
         WriteError::OutcomeUnknown(_) => error_line("outcome_unknown", false, 0),
         WriteError::Unavailable(_) => error_line("unavailable", false, 0),
         WriteError::Denied(_) => error_line("denied", false, 0),
+        WriteError::ApiVersion(_) => error_line("api_version", false, 0),
         WriteError::Other(_) => error_line("other", false, 0),
     }
 }

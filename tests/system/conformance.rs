@@ -19,6 +19,7 @@
 
 use jobfence_testkit as kit;
 
+mod api_version;
 #[path = "../conformance/rust_agent.rs"]
 mod rust_agent;
 

@@ -22,6 +22,8 @@
 
 use jobfence_testkit as kit;
 
+mod packaging;
+
 use jobfence_domain::JobState;
 use jobfence_fake_provider::{self as provider, ProviderConfig};
 use kit::secure::Secure;

@@ -118,6 +118,7 @@ impl JobCounters {
 pub(crate) struct ServingMetrics {
     pub(crate) rpc_duration: HistogramVec,
     pub(crate) overloaded: IntCounterVec,
+    pub(crate) conflict_calls: IntCounterVec,
     pub(crate) auth_refusals: IntCounterVec,
     pub(crate) admission_refusals: IntCounterVec,
     pub(crate) connections_refused: IntCounterVec,
@@ -137,6 +138,12 @@ impl ServingMetrics {
                 &["service", "method", "code"],
             )
             .expect("valid histogram")),
+            conflict_calls: counter(
+                r,
+                "jobfence_transaction_conflict_calls_total",
+                "Calls answered ABORTED / TRANSACTION_CONFLICT, by method. One conflicting transaction fails every call it carried (a group commit of many Completes, coalesced Claims or Enqueues), so this counts more than jobfence_transaction_conflicts_total{outcome=\"reported\"}, which counts transactions.",
+                &["method"],
+            ),
             overloaded: counter(
                 r,
                 "jobfence_overloaded_calls_total",

@@ -287,6 +287,16 @@ impl Metrics {
             .observe(seconds);
     }
 
+    /// One call answered ABORTED / TRANSACTION_CONFLICT (the only reason
+    /// with that code), by method.
+    pub fn conflict_call(&self, method: &str) {
+        self.inner
+            .serving
+            .conflict_calls
+            .with_label_values(&[method])
+            .inc();
+    }
+
     /// Whether the database's settings keep every acknowledged commit
     /// through a crash (see `domain::durability`).
     pub fn set_database_durable(&self, durable: bool) {

@@ -18,6 +18,7 @@
 //! [`Companion`]: this crate does not know it, and neither do the tests
 //! that do not serve one.
 
+pub mod api_version;
 pub mod grpc;
 mod health;
 pub mod limits;
@@ -26,6 +27,7 @@ pub mod rpc_metrics;
 pub mod security;
 pub mod transport;
 
+use crate::api_version::ApiVersionLayer;
 use crate::grpc::{JobAdminService, JobCoordinatorService, JobEventsService};
 use crate::rpc_metrics::RpcMetricsLayer;
 use health::{DatabaseFollower, Health};
@@ -128,6 +130,11 @@ pub struct OpsOptions {
     pub reflection: bool,
     /// Served beside gRPC and stopped with it (the operator console).
     pub companions: Vec<Companion>,
+    /// The API version named in every answer's `jobfence-api-version`
+    /// header; `None` for [`jobfence_api::VERSION`]. Another one only to
+    /// test that clients refuse a coordinator of another major version
+    /// (`serve --advertise-api-version`, hidden).
+    pub advertised_api_version: Option<String>,
 }
 
 impl std::fmt::Debug for OpsOptions {
@@ -142,6 +149,7 @@ impl std::fmt::Debug for OpsOptions {
             .field("limits", &self.limits)
             .field("reflection", &self.reflection)
             .field("companions", &self.companions.len())
+            .field("advertised_api_version", &self.advertised_api_version)
             .finish()
     }
 }
@@ -158,6 +166,7 @@ impl Default for OpsOptions {
             limits: Limits::default(),
             reflection: true,
             companions: Vec::new(),
+            advertised_api_version: None,
         }
     }
 }
@@ -263,6 +272,11 @@ pub async fn serve_with(
         GrpcServices {
             health: health_service,
             events,
+            api_version: ApiVersionLayer::new(
+                ops.advertised_api_version
+                    .as_deref()
+                    .unwrap_or(jobfence_api::VERSION),
+            )?,
         },
         async {
             let _ = stopped.await;
@@ -310,10 +324,12 @@ fn serve_metrics(
 }
 
 /// The services besides the coordinator's own two: health (`H` is
-/// tonic-health's unnamed service) and the events feed.
+/// tonic-health's unnamed service) and the events feed; and the API
+/// version every answer names.
 struct GrpcServices<H> {
     health: HealthServer<H>,
     events: JobEventsService,
+    api_version: ApiVersionLayer,
 }
 
 /// Reflection v1 and v1alpha (grpcurl before 1.9 and many other tools,
@@ -332,7 +348,8 @@ fn reflection() -> tonic_reflection::server::Builder<'static> {
 }
 
 /// The gRPC server over `listener`, serving until `stopped`: the layers
-/// every call passes, outermost first (every call is timed, refusals
+/// every call passes, outermost first (every answer names the API
+/// version; every call is timed, refusals
 /// included; then authenticated; then admitted under the concurrency
 /// limits), and every service.
 fn grpc_server<H: tonic_health::pb::health_server::Health>(
@@ -369,6 +386,7 @@ fn grpc_server<H: tonic_health::pb::health_server::Health>(
     );
     Ok(Server::builder()
         .max_concurrent_streams(limits.max_streams_per_connection)
+        .layer(services.api_version)
         .layer(RpcMetricsLayer::new(metrics.clone()))
         .layer(AuthLayer::new(security.auth.clone(), metrics.clone()))
         .layer(AdmissionLayer::new(limits, metrics))

@@ -1,4 +1,4 @@
-//! `jobfence_rpc_duration_seconds`: a tower layer around every gRPC service
+//! `jobfence_rpc_duration_seconds` (and `jobfence_transaction_conflict_calls_total`): a tower layer around every gRPC service
 //! of the server, so no handler has to remember to time itself.
 //!
 //! A gRPC status travels in the response headers when the call fails before
@@ -61,6 +61,12 @@ impl Pending {
         let seconds = self.start.elapsed().as_secs_f64();
         self.metrics
             .rpc(&self.service, &self.method, code_name(code), seconds);
+        // ABORTED is TRANSACTION_CONFLICT's code and no other reason's
+        // (errors.proto): counted per call, beside the store's count of
+        // transactions.
+        if code == Code::Aborted {
+            self.metrics.conflict_call(&self.method);
+        }
     }
 }
 
@@ -197,5 +203,39 @@ impl<B: Body<Data = Bytes>> Body for MeteredBody<B> {
 
     fn size_hint(&self) -> SizeHint {
         self.inner.size_hint()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn answered(metrics: &Metrics, method: &str, code: Code) {
+        Pending {
+            metrics: metrics.clone(),
+            service: "jobfence.v1.JobCoordinator".into(),
+            method: method.into(),
+            start: Instant::now(),
+        }
+        .record(code);
+    }
+
+    #[test]
+    fn every_call_answered_aborted_is_a_conflict_call() {
+        let metrics = Metrics::new();
+        for _ in 0..3 {
+            answered(&metrics, "Complete", Code::Aborted);
+        }
+        answered(&metrics, "Complete", Code::Unavailable);
+        answered(&metrics, "Claim", Code::Ok);
+        let text = metrics.render();
+        let calls: Vec<&str> = text
+            .lines()
+            .filter(|l| l.starts_with("jobfence_transaction_conflict_calls_total{"))
+            .collect();
+        assert_eq!(
+            calls,
+            vec!["jobfence_transaction_conflict_calls_total{method=\"Complete\"} 3"]
+        );
     }
 }

@@ -97,14 +97,15 @@ impl JobStore {
         let mut tries = 0;
         let jobs = loop {
             match self.enqueue_once(items, &digests, &distinct).await {
-                Err(CoordinatorError::TransactionConflict(why)) if tries < CONFLICT_RETRIES => {
+                Err(CoordinatorError::TransactionConflict(why)) => {
+                    let why = self.outage_or_conflict(why).await?;
+                    if tries == CONFLICT_RETRIES {
+                        self.count_conflict(false);
+                        return Err(CoordinatorError::TransactionConflict(why));
+                    }
                     tries += 1;
                     self.count_conflict(true);
                     tracing::debug!(tries, why, "enqueue conflict, running the batch again");
-                }
-                Err(e @ CoordinatorError::TransactionConflict(_)) => {
-                    self.count_conflict(false);
-                    return Err(e);
                 }
                 other => break other?,
             }

@@ -183,6 +183,9 @@ pub struct JobStore {
     #[cfg(feature = "testsuite")]
     pauses: Option<PausePoints>,
     conflicts: Arc<ConflictCounts>,
+    /// Whether the database is a Galera cluster, once a conflict has made
+    /// the store ask (see [`JobStore::outage_or_conflict`]).
+    galera: Arc<std::sync::OnceLock<bool>>,
 }
 
 /// A pool's connections, counted now.
@@ -227,6 +230,7 @@ impl JobStore {
             #[cfg(feature = "testsuite")]
             pauses: None,
             conflicts: Arc::default(),
+            galera: Arc::default(),
         }
     }
 
@@ -264,6 +268,7 @@ impl JobStore {
             #[cfg(feature = "testsuite")]
             pauses: None,
             conflicts: Arc::default(),
+            galera: Arc::default(),
         })
     }
 
@@ -445,14 +450,15 @@ impl JobStore {
         let mut tries = 0;
         loop {
             match op().await {
-                Err(CoordinatorError::TransactionConflict(why)) if tries < CONFLICT_RETRIES => {
+                Err(CoordinatorError::TransactionConflict(why)) => {
+                    let why = self.outage_or_conflict(why).await?;
+                    if tries == CONFLICT_RETRIES {
+                        self.count_conflict(false);
+                        return Err(CoordinatorError::TransactionConflict(why));
+                    }
                     tries += 1;
                     self.count_conflict(true);
                     tracing::debug!(tries, why, "transaction conflict, running again");
-                }
-                Err(e @ CoordinatorError::TransactionConflict(_)) => {
-                    self.count_conflict(false);
-                    return Err(e);
                 }
                 other => return other,
             }

@@ -16,7 +16,7 @@
 //! check. A load-balanced address works too, as a list of one.
 
 use super::errors::convert_sqlx_err;
-use super::rows_text;
+use super::{rows_text, JobStore};
 use jobfence_domain::CoordinatorError;
 use sqlx::{Executor, MySqlConnection};
 
@@ -88,4 +88,76 @@ pub(crate) async fn node_state(conn: &mut MySqlConnection) -> Result<NodeState, 
         }
     }
     Ok(state)
+}
+
+/// How long [`JobStore::outage_or_conflict`] waits for the node's answer
+/// before it takes the silence for an outage.
+const NODE_CHECK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
+
+impl JobStore {
+    /// Tells a transaction conflict from a Galera node that has left the
+    /// primary component: `Ok(why)` (a conflict: run again, or report it)
+    /// or `Err(DatabaseUnavailable)`.
+    ///
+    /// Outside the primary component a node's causal read
+    /// (`wsrep_sync_wait`) fails with the lock wait timeout, 1205, within
+    /// a fraction of a second, which alone cannot be told from a row lock
+    /// waited on too long; the node's own status can (`wsrep_ready`,
+    /// `wsrep_cluster_status`, readable outside the primary component).
+    /// Running the transaction again would only fail the same way, and
+    /// ABORTED would tell the caller that another writer won, so it is
+    /// reported UNAVAILABLE / DATABASE_UNAVAILABLE, as docs/database.md
+    /// promises. On a server that is not Galera (asked once, remembered)
+    /// a conflict is a conflict.
+    pub(crate) async fn outage_or_conflict(&self, why: String) -> Result<String, CoordinatorError> {
+        if self.galera.get() == Some(&false) {
+            return Ok(why);
+        }
+        let pool = self.pool();
+        let checked = tokio::time::timeout(NODE_CHECK_TIMEOUT, async {
+            let mut conn = pool.acquire().await.map_err(convert_sqlx_err)?;
+            node_state(&mut conn).await
+        })
+        .await;
+        let state = match checked {
+            Ok(Ok(state)) => state,
+            Ok(Err(e @ CoordinatorError::DatabaseUnavailable(_))) => return Err(e),
+            // The check itself failed otherwise: the conflict stands.
+            Ok(Err(_)) => return Ok(why),
+            Err(_) => {
+                return Err(CoordinatorError::DatabaseUnavailable(format!(
+                    "after a conflict ({why}), the node's state not read within {}",
+                    humantime::format_duration(NODE_CHECK_TIMEOUT)
+                )))
+            }
+        };
+        // No wsrep status at all: not Galera.
+        let galera = !state.cluster_status.is_empty();
+        let _ = self.galera.set(galera);
+        if galera && (!state.ready || !state.cluster_status.eq_ignore_ascii_case("Primary")) {
+            return Err(CoordinatorError::DatabaseUnavailable(format!(
+                "Galera node outside the primary component (wsrep_ready={}, cluster status {}): {why}",
+                if state.ready { "ON" } else { "OFF" },
+                state.cluster_status
+            )));
+        }
+        Ok(why)
+    }
+
+    /// `read`, unless it failed as a conflict on a Galera node outside the
+    /// primary component: then `DatabaseUnavailable` (see
+    /// [`outage_or_conflict`](Self::outage_or_conflict)). For the reads that
+    /// are not run again on a conflict (a causal read fails with 1205 there
+    /// too).
+    pub(crate) async fn outage_named<T>(
+        &self,
+        read: Result<T, CoordinatorError>,
+    ) -> Result<T, CoordinatorError> {
+        match read {
+            Err(CoordinatorError::TransactionConflict(why)) => Err(
+                CoordinatorError::TransactionConflict(self.outage_or_conflict(why).await?),
+            ),
+            other => other,
+        }
+    }
 }

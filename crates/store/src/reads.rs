@@ -72,7 +72,14 @@ pub(crate) async fn observation_by_key(
 
 impl JobStore {
     /// A job and its observations (oldest first); `JobNotFound` if absent.
+    /// On a Galera node outside the primary component, `DatabaseUnavailable`
+    /// (see `outage_or_conflict`).
     pub async fn get_job(&self, id: u64) -> Result<(Job, Vec<Observation>), CoordinatorError> {
+        let read = self.get_job_once(id).await;
+        self.outage_named(read).await
+    }
+
+    async fn get_job_once(&self, id: u64) -> Result<(Job, Vec<Observation>), CoordinatorError> {
         let mut conn = self.pool().acquire().await.map_err(convert_sqlx_err)?;
         let job = job(&mut conn, id)
             .await?

@@ -124,7 +124,15 @@ impl JobStore {
             let mut tries = 0;
             let done = loop {
                 match self.write_round(writes, &round, policies).await {
-                    Err(CoordinatorError::TransactionConflict(why)) if tries < CONFLICT_RETRIES => {
+                    Err(CoordinatorError::TransactionConflict(why)) => {
+                        let why = match self.outage_or_conflict(why).await {
+                            Ok(why) => why,
+                            Err(outage) => break Err(outage),
+                        };
+                        if tries == CONFLICT_RETRIES {
+                            self.count_conflict(false);
+                            break Err(CoordinatorError::TransactionConflict(why));
+                        }
                         tries += 1;
                         self.count_conflict(true);
                         tracing::debug!(
@@ -132,10 +140,6 @@ impl JobStore {
                             why,
                             "transaction conflict, running the batch again"
                         );
-                    }
-                    Err(e @ CoordinatorError::TransactionConflict(_)) => {
-                        self.count_conflict(false);
-                        break Err(e);
                     }
                     other => break other,
                 }

@@ -29,8 +29,11 @@ from ._wire import (
 from .client import ClaimedJob, WorkerClient
 from .credentials import Credentials
 from .errors import (
+    API_MAJOR,
+    API_VERSION_HEADER,
     DOMAIN,
     REASONS,
+    ApiVersionUnsupported,
     AttemptNotIssued,
     AttemptSuperseded,
     CommitOutcomeUnknown,
@@ -70,7 +73,10 @@ from .errors import (
 
 __version__ = "0.1.0"
 
+__version__ = "0.1.0"
+
 __all__ = [
+    "API_MAJOR", "API_VERSION_HEADER", "ApiVersionUnsupported", "__version__",
     "DOMAIN", "REASONS", "AttemptNotIssued", "AttemptSuperseded", "ClaimedJob",
     "CommitOutcomeUnknown", "CredentialExpired", "CredentialInvalid", "CredentialMissing",
     "Credentials", "DatabaseUnavailable", "Disposition", "FailWritten", "InternalError",

@@ -23,6 +23,7 @@ from .credentials import Credentials
 from ._wire import Disposition, FailWritten, Recorded, RetryPolicy, Written
 from .errors import (
     AttemptSuperseded,
+    check_api_version,
     JobfenceError,
     JobNotRunning,
     from_status,
@@ -84,10 +85,14 @@ class AsyncWorkerClient:
         while True:
             tries += 1
             try:
-                return await self._calls[method](request,
-                                                 timeout=self.timeout_seconds + extra_seconds,
-                                                 metadata=self._metadata)
+                call = self._calls[method](request, timeout=self.timeout_seconds + extra_seconds,
+                                           metadata=self._metadata)
+                response = await call
+                check_api_version(await call.initial_metadata())
+                return response
             except aio.AioRpcError as err:
+                # A refusal comes trailers-only: the header is among either.
+                check_api_version(err.initial_metadata(), err.trailing_metadata())
                 mapped = _from_aio_error(err)
                 wait = (self.retry.next_wait(tries, mapped, time.monotonic() - started)
                         if retryable(mapped) else None)

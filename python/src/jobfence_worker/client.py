@@ -16,6 +16,7 @@ from .credentials import Credentials
 from ._wire import Disposition, FailWritten, Recorded, RetryPolicy, Written
 from .errors import (
     AttemptSuperseded,
+    check_api_version,
     JobfenceError,
     JobNotRunning,
     from_rpc_error,
@@ -74,9 +75,14 @@ class WorkerClient:
         while True:
             tries += 1
             try:
-                return self._calls[method](request, timeout=self.timeout_seconds + extra_seconds,
-                                           metadata=self._metadata)
+                response, call = self._calls[method].with_call(
+                    request, timeout=self.timeout_seconds + extra_seconds, metadata=self._metadata)
+                check_api_version(call.initial_metadata())
+                return response
             except grpc.RpcError as err:
+                # A refusal comes trailers-only: the header is among either.
+                check_api_version(err.initial_metadata(),  # type: ignore[attr-defined]
+                                  err.trailing_metadata())  # type: ignore[attr-defined]
                 mapped = from_rpc_error(err)
                 wait = (self.retry.next_wait(tries, mapped, time.monotonic() - started)
                         if retryable(mapped) else None)

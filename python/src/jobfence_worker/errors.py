@@ -20,7 +20,7 @@ The classes form three families a worker acts on:
 
 from __future__ import annotations
 
-from typing import Dict, List, Mapping, Optional, Tuple, Type
+from typing import Any, Dict, List, Mapping, Optional, Tuple, Type
 
 import grpc
 from google.rpc import error_details_pb2
@@ -310,6 +310,42 @@ def _details(status_proto: object) -> Tuple[Optional[error_details_pb2.ErrorInfo
             detail.Unpack(ri)
             retry_after = ri.retry_delay.seconds + ri.retry_delay.nanos / 1e9
     return info, bad, retry_after
+
+
+#: The major version of the jobfence API this client speaks (the proto
+#: package ``jobfence.v1``; the API's version is ``proto/Cargo.toml``'s).
+API_MAJOR = 1
+#: The response header a coordinator names its API version in.
+API_VERSION_HEADER = "jobfence-api-version"
+
+
+class ApiVersionUnsupported(JobfenceError):
+    """The coordinator speaks another major version of the API (its
+    ``jobfence-api-version`` header): its answer was not read. Never
+    retried; the call itself may have been applied by it. ``coordinator``
+    is the version it named. A coordinator without the header is older
+    than it and spoke API 1: accepted."""
+
+    def __init__(self, coordinator: str) -> None:
+        super().__init__(grpc.StatusCode.FAILED_PRECONDITION,
+                         "the coordinator speaks API %s, this client speaks %d.x"
+                         % (coordinator, API_MAJOR), reason="API_VERSION_UNSUPPORTED")
+        self.coordinator = coordinator
+
+
+def check_api_version(*metadata: Any) -> None:
+    """Raises ``ApiVersionUnsupported`` when any of the metadata (sequences
+    of ``(key, value)``, or None) names an API version of another major
+    version than ``API_MAJOR``."""
+    for pairs in metadata:
+        for key, value in pairs or ():
+            if key != API_VERSION_HEADER:
+                continue
+            if isinstance(value, bytes):
+                value = value.decode("utf-8", "replace")
+            major = str(value).strip().split(".")[0]
+            if not major.isdigit() or int(major) != API_MAJOR:
+                raise ApiVersionUnsupported(str(value))
 
 
 def from_status(code: grpc.StatusCode, message: str, status_proto: object) -> JobfenceError:

@@ -148,11 +148,16 @@ class WorkerClient {
   unary(method, request, extraSeconds = 0, signal = undefined) {
     const deadline = new Date(Date.now() + (this.timeoutSeconds + extraSeconds) * 1000);
     return new Promise((resolve, reject) => {
+      let header = null;
       const call = this.stub[method](request, this.metadata, { deadline }, (err, response) => {
         signal?.removeEventListener('abort', cancel);
-        if (err) reject(errors.fromServiceError(err));
+        // A refusal comes trailers-only: the version is among either.
+        const refused = errors.apiVersionRefusal(header, err && err.metadata);
+        if (refused) reject(refused);
+        else if (err) reject(errors.fromServiceError(err));
         else resolve(response);
       });
+      call.on('metadata', (md) => { header = md; });
       const cancel = () => call.cancel();
       signal?.addEventListener('abort', cancel, { once: true });
     });

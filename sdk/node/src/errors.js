@@ -273,7 +273,40 @@ function retryableClaim(err) {
   return err instanceof Unavailable || neverSent(err);
 }
 
+/** The major version of the jobfence API this client speaks (jobfence.v1). */
+const API_MAJOR = 1;
+/** The response header a coordinator names its API version in. */
+const API_VERSION_HEADER = 'jobfence-api-version';
+
+/**
+ * The coordinator speaks another major version of the API (its
+ * `jobfence-api-version` header): its answer was not read. Never retried;
+ * the call itself may have been applied by it. A coordinator without the
+ * header is older than it and spoke API 1: accepted.
+ */
+class ApiVersionUnsupported extends JobfenceError {
+  constructor(coordinator) {
+    super(9, `the coordinator speaks API ${coordinator}, this client speaks ${API_MAJOR}.x`,
+      'API_VERSION_UNSUPPORTED');
+    this.coordinator = coordinator;
+  }
+}
+
+/** An ApiVersionUnsupported for the first grpc.Metadata that names another major version, or null. */
+function apiVersionRefusal(...metadata) {
+  for (const md of metadata) {
+    if (!md || typeof md.get !== 'function') continue;
+    for (const value of md.get(API_VERSION_HEADER)) {
+      const named = String(value).trim();
+      const major = named.split('.')[0];
+      if (!/^[0-9]+$/.test(major) || Number(major) !== API_MAJOR) return new ApiVersionUnsupported(named);
+    }
+  }
+  return null;
+}
+
 module.exports = {
+  API_MAJOR, API_VERSION_HEADER, ApiVersionUnsupported, apiVersionRefusal,
   DOMAIN, REASONS, JobfenceError, AttemptSuperseded, AttemptNotIssued, JobNotRunning, JobNotFound,
   JobFinished, LeaseNotExpired, OperationKeyConflict, JobNotInManualReview, JobNotCancellable,
   InvalidRequest, OutcomeUnknown, CommitOutcomeUnknown, Unavailable, DatabaseUnavailable,

@@ -194,6 +194,20 @@ export declare class ProviderBudgetExhausted extends ProviderHeld {}
 export declare class ProviderPaused extends ProviderHeld {}
 export declare class ProviderThrottled extends ProviderHeld {}
 
+/** The major version of the jobfence API this client speaks. */
+export declare const API_MAJOR: 1;
+/** The response header a coordinator names its API version in. */
+export declare const API_VERSION_HEADER: 'jobfence-api-version';
+/**
+ * The coordinator speaks another major version of the API: its answer was
+ * not read; never retried (the call may have been applied by it). A
+ * coordinator without the header is accepted.
+ */
+export declare class ApiVersionUnsupported extends JobfenceError {
+  /** The version the coordinator named. */
+  coordinator: string;
+}
+
 export declare const DOMAIN: 'jobfence';
 /** Every ErrorInfo reason the coordinator sends, and its class. */
 export declare const REASONS: Readonly<Record<string, typeof JobfenceError>>;

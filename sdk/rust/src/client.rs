@@ -130,7 +130,8 @@ impl WorkerConfig {
 /// that a committed Claim or Takeover returned (DESIGN.md rules 3 and 4).
 #[derive(Debug, Clone)]
 pub struct WorkerClient {
-    pub(crate) rpc: JobCoordinatorClient<InterceptedService<Channel, Authorization>>,
+    pub(crate) rpc:
+        JobCoordinatorClient<InterceptedService<crate::version::Checked, Authorization>>,
     pub(crate) config: Arc<WorkerConfig>,
     /// Retries made by this client and its clones (see [`Self::retries`]).
     retries: Arc<AtomicU64>,
@@ -166,7 +167,7 @@ impl WorkerClient {
         config.validate()?;
         Ok(WorkerClient {
             rpc: JobCoordinatorClient::with_interceptor(
-                channel,
+                crate::version::Checked::new(channel),
                 config.credentials.authorization(),
             ),
             config: Arc::new(config),

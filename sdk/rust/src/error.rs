@@ -5,6 +5,7 @@
 
 use crate::proto;
 use crate::reason::{self, ERROR_DOMAIN};
+use crate::version::{api_version_error, ApiVersionError};
 use std::collections::HashMap;
 use tonic::{Code, Status};
 use tonic_types::{BadRequest, StatusExt};
@@ -70,6 +71,11 @@ pub enum WriteError {
     /// coordinator's callers file.
     #[error("denied ({}): {}", reason_of(.0), .0.message())]
     Denied(Box<Status>),
+    /// The coordinator speaks another API major version (its
+    /// `jobfence-api-version` header): this client did not read its
+    /// answer. Never retried. The write may have been applied by it.
+    #[error("{0}")]
+    ApiVersion(ApiVersionError),
     /// Anything else (for example `ATTEMPT_NOT_ISSUED`, which a handle
     /// cannot cause, or a status from a proxy without ErrorInfo).
     #[error("unexpected status: {0}")]
@@ -137,6 +143,11 @@ pub enum ClaimError {
         /// The coordinator's RetryInfo delay, if it gave one.
         retry_after: Option<std::time::Duration>,
     },
+    /// The coordinator speaks another API major version, as
+    /// [`WriteError::ApiVersion`]: no handle is handed out, whatever it
+    /// answered. Never retried.
+    #[error("{0}")]
+    ApiVersion(ApiVersionError),
     /// Anything else.
     #[error("unexpected status: {0}")]
     Other(Box<Status>),
@@ -267,6 +278,9 @@ pub(crate) fn retryable_write(status: &Status) -> bool {
 /// Classifies a failed write. `observation_recorded` starts false; the
 /// handle sets it after recording a provider result.
 pub(crate) fn write_error(status: Status) -> WriteError {
+    if let Some(e) = api_version_error(&status) {
+        return WriteError::ApiVersion(e);
+    }
     let Some((why, meta)) = error_info(&status) else {
         return match status.code() {
             // No coordinator answer: the request may have been applied.
@@ -298,6 +312,9 @@ pub(crate) fn write_error(status: Status) -> WriteError {
 
 /// Classifies a failed Claim or Takeover.
 pub(crate) fn claim_error(status: Status) -> ClaimError {
+    if let Some(e) = api_version_error(&status) {
+        return ClaimError::ApiVersion(e);
+    }
     let Some((why, meta)) = error_info(&status) else {
         return match status.code() {
             _ if transport_failure(&status) => ClaimError::OutcomeUnknown(Box::new(status)),

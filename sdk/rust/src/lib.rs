@@ -22,6 +22,9 @@
 //!   repeat cannot do harm (see [`WorkerClient::claim`] for why a Claim is
 //!   not one of them); a refusal for who the caller is
 //!   ([`WriteError::Denied`], [`ClaimError::Denied`]) never is.
+//! - A coordinator that names another API major version in its
+//!   `jobfence-api-version` header is refused: [`WriteError::ApiVersion`],
+//!   [`ClaimError::ApiVersion`] (one without the header is accepted).
 //! - [`Credentials`]: TLS (a CA, optionally a client certificate) and a
 //!   bearer token, for a coordinator that authenticates its callers.
 //!
@@ -68,6 +71,7 @@ mod handle;
 pub mod reason;
 mod retry;
 mod runner;
+mod version;
 
 /// The generated protobuf messages and clients of `jobfence.v1` (the crate
 /// `jobfence-api`), for the types the handles return ([`proto::Job`],
@@ -83,3 +87,4 @@ pub use error::{ClaimError, ConnectError, WriteError};
 pub use handle::{observation_dedup_key, ClaimedJob, Disposition, FailWritten, Recorded, Written};
 pub use retry::RetryPolicy;
 pub use runner::{Handler, HandlerError, RunReport, Worker};
+pub use version::ApiVersionError;

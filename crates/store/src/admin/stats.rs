@@ -109,6 +109,11 @@ impl JobStore {
 
     /// Jobs matching `filter`, by ascending id, at most `filter.limit`.
     pub async fn list_jobs(&self, filter: &ListJobsFilter) -> Result<Vec<Job>, CoordinatorError> {
+        let read = self.list_jobs_once(filter).await;
+        self.outage_named(read).await
+    }
+
+    async fn list_jobs_once(&self, filter: &ListJobsFilter) -> Result<Vec<Job>, CoordinatorError> {
         let mut sql = format!("SELECT {JOB_COLUMNS} FROM jobs WHERE id > ?");
         if filter.queue.is_some() {
             sql.push_str(" AND queue = ?");
@@ -149,6 +154,15 @@ impl JobStore {
     /// Per queue (or `queue` only): jobs by state, pending ages, and the
     /// takeovers and stale-write rejections of the last `window`.
     pub async fn queue_stats(
+        &self,
+        queue: Option<&str>,
+        window: Duration,
+    ) -> Result<Vec<QueueStats>, CoordinatorError> {
+        let read = self.queue_stats_once(queue, window).await;
+        self.outage_named(read).await
+    }
+
+    async fn queue_stats_once(
         &self,
         queue: Option<&str>,
         window: Duration,
