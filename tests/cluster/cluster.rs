@@ -560,8 +560,23 @@ async fn haproxy_reencrypts_tls_and_still_answers_when_no_coordinator_is_up() {
         .into_inner();
     assert!(made.created);
     // Without a token HAProxy forwards the call, and the coordinator refuses it.
+    // A loaded machine can make c1's health check time out twice in a row,
+    // and HAProxy then answers UNAVAILABLE itself for a moment: that is
+    // HAProxy's answer, not the coordinator's, so wait for c1 to be up
+    // again and ask again (a few times at most).
     let mut anon = connect(creds(None)).await;
-    let refused = anon.get_job(GetJobRequest { job_id: 1 }).await.unwrap_err();
+    let mut flaps = 0;
+    let refused = loop {
+        let refused = anon.get_job(GetJobRequest { job_id: 1 }).await.unwrap_err();
+        if refused.code() != tonic::Code::Unavailable || flaps == 5 {
+            break refused;
+        }
+        flaps += 1;
+        time_until(Duration::from_secs(10), || async {
+            haproxy_status(&socket, "c1").await.starts_with("UP")
+        })
+        .await;
+    };
     assert_eq!(refused.code(), tonic::Code::Unauthenticated, "{refused:?}");
     // No coordinator up: HAProxy's own gRPC answer, over TLS.
     c1.process.take();
