@@ -32,7 +32,7 @@ const client = new WorkerClient({
   queue: 'refunds',
   leaseSeconds: 30,
   timeoutSeconds: 10,
-  retry: new RetryPolicy({ maxTries: 5, initial: 0.1, maximum: 2 }),
+  retry: new RetryPolicy({ budget: 30, initial: 0.1, maximum: 2 }),
 });
 
 async function handle(job: ClaimedJob): Promise<void> {
