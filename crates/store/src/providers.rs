@@ -118,7 +118,7 @@ async fn record(
 /// Queue rows that hold neither a provider nor a policy are removed
 /// (`queue` alone, or every such row of the caller's change).
 async fn tidy(conn: &mut MySqlConnection) -> Result<(), CoordinatorError> {
-    sqlx::query("DELETE FROM queue_policies WHERE provider IS NULL AND resend_window_us IS NULL")
+    sqlx::query("DELETE FROM queue_policies WHERE provider IS NULL AND resend_window_us IS NULL AND job_retention_us IS NULL")
         .execute(conn)
         .await
         .map_err(convert_sqlx_err)?;
