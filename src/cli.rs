@@ -6,8 +6,9 @@ use anyhow::Context;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use jobfence_core::batcher::BatchSettings;
 use jobfence_core::long_poll::LongPollSettings;
+use jobfence_core::retention::PrunerSettings;
 use jobfence_core::{Coordinator, CoordinatorConfig};
-use jobfence_domain::{CoordinatorError, QueuePolicies, QueuePolicy};
+use jobfence_domain::{CoordinatorError, QueuePolicies, QueuePolicy, Retention};
 use jobfence_operator::{self as admin_cli, Operation};
 use jobfence_server::{self as server, OpsOptions, ServeOptions};
 use jobfence_store::shards::{Shards, ShardsConfig};
@@ -60,6 +61,12 @@ pub enum Command {
     Serve(ServeArgs),
     /// Apply the schema migrations and exit.
     Migrate(DatabaseArgs),
+    /// Prune finished jobs past their retention once, with their
+    /// observations and events, keeping their operation keys (for cron;
+    /// `serve` also prunes on an interval). Prints a progress line per
+    /// batch; exit status 0 when every database was pruned, 2 when another
+    /// coordinator was pruning one (it was left to it), 1 on an error.
+    Prune(PruneArgs),
     #[cfg(feature = "tools")]
     /// Serve a fake Stripe-style refund API with fault injection, for the
     /// demo and tests (see docs/fake-provider.md).
@@ -119,10 +126,71 @@ pub struct DatabaseArgs {
     pub db_acquire_timeout: Duration,
 }
 
+/// How long finished jobs and their key records are kept (DESIGN.md rule
+/// 14; docs/operating.md, "Retention").
+#[derive(Debug, Args)]
+pub struct RetentionArgs {
+    /// Finished jobs (succeeded, failed, cancelled) are pruned, with their
+    /// observations and events, this long after they finished (DB clock).
+    /// A queue's stored policy may say otherwise (`queue-policies set
+    /// --retention`). This is also how long an events consumer may be
+    /// away. Jobs in ready, running or manual_review are never pruned.
+    #[arg(long, env = "JOBFENCE_RETENTION_JOBS", value_parser = humantime::parse_duration, default_value = "30d")]
+    pub retention_jobs: Duration,
+    /// How long the key record of a pruned job (queue, operation_key,
+    /// payload digest, job id, final state, provider reference) is kept,
+    /// from the job's finish: a retried Enqueue of the key answers the old
+    /// job while it is. Forever when unset (the default); a shorter value
+    /// than --retention-jobs is refused at start.
+    #[arg(long, env = "JOBFENCE_RETENTION_KEYS", value_parser = humantime::parse_duration)]
+    pub retention_keys: Option<Duration>,
+    /// Most jobs one pruning transaction deletes (its locks are held for
+    /// that batch only).
+    #[arg(long, env = "JOBFENCE_PRUNE_BATCH", default_value_t = jobfence_store::retention::DEFAULT_PRUNE_BATCH)]
+    pub prune_batch: u32,
+}
+
+impl RetentionArgs {
+    /// The pruner's settings, checked: a key retention shorter than the job
+    /// retention (or one under a second) is refused with the reason.
+    pub fn settings(&self, interval: Duration) -> anyhow::Result<PrunerSettings> {
+        let settings = PrunerSettings {
+            retention: Retention {
+                jobs: self.retention_jobs,
+                keys: self.retention_keys,
+            },
+            batch: self.prune_batch.max(1),
+            interval,
+        };
+        settings
+            .check()
+            .map_err(|e| anyhow::anyhow!("refusing the retention settings: {e}"))?;
+        Ok(settings)
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct PruneArgs {
+    #[command(flatten)]
+    pub database: DatabaseArgs,
+    #[command(flatten)]
+    pub retention: RetentionArgs,
+}
+
 #[derive(Debug, Args)]
 pub struct ServeArgs {
     #[command(flatten)]
     pub database: DatabaseArgs,
+    #[command(flatten)]
+    pub retention: RetentionArgs,
+    /// Do not prune in this coordinator (another one, or `jobfence prune`
+    /// from cron, does it). Pruning is on by default.
+    #[arg(long, env = "JOBFENCE_PRUNE_OFF", default_value_t = false)]
+    pub prune_off: bool,
+    /// Time between two pruning runs of this coordinator (one coordinator
+    /// of a database prunes at a time: a database lock decides).
+    #[arg(long, env = "JOBFENCE_PRUNE_INTERVAL", value_parser = humantime::parse_duration, default_value = "60s")]
+    pub prune_interval: Duration,
     #[command(flatten)]
     pub security: SecurityArgs,
     #[command(flatten)]
@@ -413,7 +481,14 @@ async fn run_server(command: Command) -> anyhow::Result<ExitCode> {
             let shards = open_shards(&db)?;
             prepare(&shards, true, false).await?;
         }
+        Command::Prune(args) => {
+            let settings = args.retention.settings(Duration::ZERO)?;
+            let shards = open_shards(&args.database)?;
+            prepare(&shards, false, false).await?;
+            return prune(shards, settings).await;
+        }
         Command::Serve(args) => {
+            let pruner = args.retention.settings(args.prune_interval)?;
             let security = args.security.security()?;
             let console_token = args.security.console_token()?;
             let limits = args.limits.limits(args.max_claim_wait)?;
@@ -458,6 +533,16 @@ async fn run_server(command: Command) -> anyhow::Result<ExitCode> {
             if let Err(e) = coordinator.warn_flags_differ_from_stored().await {
                 tracing::warn!(error = %e, "stored queue policies not compared with the flags");
             }
+            let pruning = (!args.prune_off).then(|| {
+                tracing::info!(
+                    jobs = %humantime::format_duration(pruner.retention.jobs),
+                    keys = %pruner.retention.keys.map_or("forever".into(), |k| humantime::format_duration(k).to_string()),
+                    interval = %humantime::format_duration(pruner.interval),
+                    "pruning finished jobs past their retention"
+                );
+                coordinator.spawn_pruner(pruner)
+            });
+            let _stop_pruning = pruning.map(AbortOnDrop);
             let options = ServeOptions {
                 health_interval: args.health_interval,
                 health_timeout: args.health_timeout,
@@ -504,6 +589,44 @@ async fn run_server(command: Command) -> anyhow::Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Aborts a task when dropped (the pruner, when `serve` returns).
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// `jobfence prune`: one run, a progress line per batch on stdout.
+async fn prune(shards: Shards, settings: PrunerSettings) -> anyhow::Result<ExitCode> {
+    let coordinator = Coordinator::over_shards(shards, CoordinatorConfig::default());
+    let line = |n: u32, c: &jobfence_domain::PruneCounts| {
+        format!(
+            "database {n}: {} batches, pruned {} jobs, {} observations, {} events; {} key records written, {} key records pruned",
+            c.batches, c.jobs, c.observations, c.events, c.keys_recorded, c.keys_pruned
+        )
+    };
+    let report = coordinator
+        .prune_once(&settings, |n, c| println!("{}", line(n, c)))
+        .await?;
+    let mut held = false;
+    for (n, counts) in &report.databases {
+        match counts {
+            Some(c) => println!("done: {}", line(*n, c)),
+            None => {
+                held = true;
+                println!("database {n}: another coordinator is pruning it; left to it");
+            }
+        }
+    }
+    Ok(if held {
+        ExitCode::from(2)
+    } else {
+        ExitCode::SUCCESS
+    })
 }
 
 #[cfg(test)]

@@ -12,6 +12,7 @@
 //! - [`admin`]: the operator calls and the events feed.
 //! - [`providers`]: provider budgets and stored queue policies.
 //! - [`gauges`]: the gauges read from the databases (pending ages, pools).
+//! - [`retention`]: the pruner (DESIGN.md rule 14).
 
 pub mod admin;
 pub mod batcher;
@@ -20,6 +21,7 @@ mod enqueue;
 pub mod gauges;
 pub mod long_poll;
 pub mod providers;
+pub mod retention;
 mod writes;
 
 use batcher::{BatchSettings, Batcher};
