@@ -97,7 +97,10 @@ async fn prune_runs_once_with_progress_and_leaves_a_held_lock_alone() {
     let out = prune().await.unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(2), "{stdout}");
-    assert!(stdout.contains("another coordinator is pruning it"), "{stdout}");
+    assert!(
+        stdout.contains("another coordinator is pruning it"),
+        "{stdout}"
+    );
     assert_eq!(count(&pool, "jobs").await, 3);
     sqlx::query("DO RELEASE_LOCK(CONCAT('jobfence_pruner.', LEFT(DATABASE(), 48)))")
         .execute(&mut *holder)

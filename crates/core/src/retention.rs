@@ -83,29 +83,8 @@ impl Coordinator {
                 PruneRun::LockHeld => databases.push((n, None)),
             }
         }
-        self.refresh_retention_gauges().await;
+        super::gauges::refresh_retention(self.shards(), self.metrics()).await;
         Ok(databases_report(databases))
-    }
-
-    /// Sets the retention gauges from every database: key records summed,
-    /// the oldest age and the earliest last run (the worst) kept.
-    async fn refresh_retention_gauges(&self) {
-        let (mut last, mut oldest, mut keys) = (None::<f64>, None::<f64>, 0u64);
-        for (_, store) in self.shards().all() {
-            match store.retention_stats().await {
-                Ok(s) => {
-                    keys += s.key_records;
-                    let age = s.oldest_finished_age.map(|d| d.as_secs_f64());
-                    oldest = max_opt(oldest, age);
-                    last = match (last, s.last_run_unix) {
-                        (Some(a), Some(b)) => Some(a.min(b)),
-                        (a, b) => a.or(b),
-                    };
-                }
-                Err(e) => tracing::warn!(error = %e, "retention gauges not read"),
-            }
-        }
-        self.metrics().set_retention(last, oldest, keys);
     }
 
     /// Runs the pruner every `settings.interval` until the task is
@@ -134,17 +113,12 @@ impl Coordinator {
                             );
                         }
                     }
-                    Err(e) => tracing::warn!(error = %e, "pruning run failed; trying again at the next interval"),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "pruning run failed; trying again at the next interval")
+                    }
                 }
             }
         })
-    }
-}
-
-fn max_opt(a: Option<f64>, b: Option<f64>) -> Option<f64> {
-    match (a, b) {
-        (Some(a), Some(b)) => Some(a.max(b)),
-        (a, b) => a.or(b),
     }
 }
 

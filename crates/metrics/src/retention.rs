@@ -39,10 +39,8 @@ impl RetentionMetrics {
             "Key records of pruned jobs held in operation_keys (what answers a retried Enqueue of a pruned key).",
         )
         .expect("valid gauge");
-        for c in [&pruned] {
-            r.register(Box::new(c.clone()))
-                .expect("unique metric name");
-        }
+        r.register(Box::new(pruned.clone()))
+            .expect("unique metric name");
         r.register(Box::new(last_success.clone()))
             .expect("unique metric name");
         r.register(Box::new(oldest_finished_age.clone()))
