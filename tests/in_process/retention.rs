@@ -8,11 +8,12 @@
 
 use jobfence_testkit as kit;
 
+use jobfence_api::v1::job_admin_client::JobAdminClient;
 use jobfence_api::v1::job_events_client::JobEventsClient;
 use jobfence_api::v1::{
     enqueue_batch_result, CompleteRequest, EnqueueBatchRequest, EnqueueRequest, FailDisposition,
     FailRequest, GetJobRequest, JobState, ListEventsRequest, ObservationOutcome, ObservationSource,
-    RecordObservationRequest, RenewLeaseRequest,
+    PutQueuePolicyRequest, RecordObservationRequest, RenewLeaseRequest,
 };
 use jobfence_domain::{PruneCounts, Retention};
 use jobfence_store::retention::PruneRun;
@@ -471,4 +472,89 @@ async fn an_events_consumer_behind_the_pruned_range_is_refused() {
         .into_inner();
     assert!(after.events.iter().all(|e| e.job_id != old));
     let _ = live;
+}
+
+#[tokio::test]
+async fn a_queues_stored_retention_overrides_the_default() {
+    let h = Harness::start().await;
+    let mut admin = JobAdminClient::connect(format!("http://{}", h.addr))
+        .await
+        .unwrap();
+    let policy = |retention: prost_types::Duration| PutQueuePolicyRequest {
+        queue: "fast".into(),
+        resend_window: kit::secs(3600),
+        max_dispatches: Some(3),
+        job_retention: Some(retention),
+        operator: "alice".into(),
+        reason: "this queue's audit trail lives elsewhere".into(),
+    };
+    let bad = admin
+        .put_queue_policy(policy(prost_types::Duration {
+            seconds: 0,
+            nanos: 500_000_000,
+        }))
+        .await
+        .unwrap_err();
+    assert_eq!(reason(&bad), "INVALID_REQUEST");
+    assert!(bad.message().contains("job_retention"), "{bad:?}");
+    let stored = admin
+        .put_queue_policy(policy(prost_types::Duration {
+            seconds: 86_400,
+            nanos: 0,
+        }))
+        .await
+        .unwrap()
+        .into_inner()
+        .policy
+        .unwrap();
+    assert_eq!(stored.job_retention.unwrap().seconds, 86_400);
+
+    // Two days old: past the queue's day, inside the default 30 days.
+    let slow = succeeded(&h, "refund-slow", "{}").await;
+    let fast = h
+        .client
+        .clone()
+        .enqueue(EnqueueRequest {
+            queue: "fast".into(),
+            ..req("refund-fast", "{}")
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .job
+        .unwrap()
+        .job_id;
+    sqlx::query("UPDATE jobs SET state = 'succeeded', finished_at = UTC_TIMESTAMP(6) WHERE id = ?")
+        .bind(fast)
+        .execute(&h.pool)
+        .await
+        .unwrap();
+    finished_days_ago(&h, slow, 2).await;
+    finished_days_ago(&h, fast, 2).await;
+    let counts = prune(h.coordinator.store(), &thirty_days()).await;
+    assert_eq!(counts.jobs, 1, "{counts:?}");
+    assert_eq!(rows_of(&h, fast).await.0, 0);
+    assert_eq!(rows_of(&h, slow).await.0, 1);
+    // Key records outlive their queue's jobs: with a key retention of 1 s,
+    // the record of a "fast" job finished 12 h ago stays (its queue keeps
+    // jobs a day); the one of the default queue (1 s here) goes.
+    sqlx::query(
+        "UPDATE operation_keys SET finished_at = DATE_SUB(UTC_TIMESTAMP(6), INTERVAL 12 HOUR) \
+         WHERE queue = 'fast'",
+    )
+    .execute(&h.pool)
+    .await
+    .unwrap();
+    let short = Retention {
+        jobs: Duration::from_secs(1),
+        keys: Some(Duration::from_secs(1)),
+    };
+    let counts = prune(h.coordinator.store(), &short).await;
+    assert_eq!((counts.jobs, counts.keys_pruned), (1, 1), "{counts:?}");
+    let left: Vec<String> =
+        sqlx::query_scalar("SELECT CONVERT(queue USING utf8mb4) FROM operation_keys")
+            .fetch_all(&h.pool)
+            .await
+            .unwrap();
+    assert_eq!(left, ["fast"]);
 }
