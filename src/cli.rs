@@ -148,6 +148,11 @@ pub struct RetentionArgs {
     /// that batch only).
     #[arg(long, env = "JOBFENCE_PRUNE_BATCH", default_value_t = jobfence_store::retention::DEFAULT_PRUNE_BATCH)]
     pub prune_batch: u32,
+    /// After each pruning batch, rest this many times as long as the batch
+    /// took: 3 keeps the pruner's session busy at most a quarter of the
+    /// time, leaving the database's CPU to live jobs; 0 prunes flat out.
+    #[arg(long, env = "JOBFENCE_PRUNE_REST", default_value_t = jobfence_core::retention::DEFAULT_PRUNE_REST)]
+    pub prune_rest: f64,
 }
 
 impl RetentionArgs {
@@ -161,6 +166,7 @@ impl RetentionArgs {
             },
             batch: self.prune_batch.max(1),
             interval,
+            rest: self.prune_rest,
         };
         settings
             .check()

@@ -8,8 +8,13 @@ use jobfence_domain::{CoordinatorError, PruneCounts, Retention};
 use jobfence_store::retention::{PruneRun, DEFAULT_PRUNE_BATCH};
 use std::time::Duration;
 
+/// After each pruning batch the pruner rests this many times as long as
+/// the batch took, by default: its session is busy at most a quarter of
+/// the time.
+pub const DEFAULT_PRUNE_REST: f64 = 3.0;
+
 /// How the pruner runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct PrunerSettings {
     /// How long finished jobs and key records are kept.
     pub retention: Retention,
@@ -17,6 +22,9 @@ pub struct PrunerSettings {
     pub batch: u32,
     /// Time between two runs inside `serve`.
     pub interval: Duration,
+    /// After each batch, rest this many times as long as it took (see
+    /// `JobStore::prune_paced`).
+    pub rest: f64,
 }
 
 impl PrunerSettings {
@@ -30,6 +38,7 @@ impl PrunerSettings {
             },
             batch: DEFAULT_PRUNE_BATCH,
             interval: Duration::from_secs(60),
+            rest: DEFAULT_PRUNE_REST,
         }
     }
 
@@ -73,7 +82,9 @@ impl Coordinator {
         for (n, store) in self.shards().all() {
             let n = *n;
             let run = store
-                .prune(&settings.retention, settings.batch, |c| progress(n, c))
+                .prune_paced(&settings.retention, settings.batch, settings.rest, |c| {
+                    progress(n, c)
+                })
                 .await?;
             match run {
                 PruneRun::Done(counts) => {

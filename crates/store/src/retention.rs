@@ -90,6 +90,21 @@ impl JobStore {
         &self,
         retention: &Retention,
         batch: u32,
+        progress: impl FnMut(&PruneCounts),
+    ) -> Result<PruneRun, CoordinatorError> {
+        self.prune_paced(retention, batch, 0.0, progress).await
+    }
+
+    /// [`prune`](Self::prune), resting after each batch `rest` times as
+    /// long as the batch took (0: none; 3: the pruner's session is busy at
+    /// most a quarter of the time), so that on a small database server the
+    /// pruning leaves most of its CPU to the claims and writes of live
+    /// jobs (docs/benchmarks.md, "Pruning").
+    pub async fn prune_paced(
+        &self,
+        retention: &Retention,
+        batch: u32,
+        rest: f64,
         mut progress: impl FnMut(&PruneCounts),
     ) -> Result<PruneRun, CoordinatorError> {
         let mut lock = self.pool().acquire().await.map_err(convert_sqlx_err)?;
@@ -104,8 +119,13 @@ impl JobStore {
             return Ok(PruneRun::LockHeld);
         }
         let mut total = PruneCounts::default();
+        let rest = if rest.is_finite() { rest.max(0.0) } else { 0.0 };
         loop {
+            let took = std::time::Instant::now();
             let (counts, more) = self.prune_batch(retention, batch).await?;
+            if more && rest > 0.0 {
+                tokio::time::sleep(took.elapsed().mul_f64(rest)).await;
+            }
             total.add(counts);
             if counts.jobs > 0 {
                 progress(&total);

@@ -261,10 +261,13 @@ impl Bench {
                 prune::run(
                     &self.pool,
                     addr,
-                    args.prune_rows,
-                    n,
-                    args.jobs,
-                    args.prune_rounds,
+                    prune::Load {
+                        rows: args.prune_rows,
+                        workers: n,
+                        jobs: args.jobs,
+                        rounds: args.prune_rounds,
+                        rest: args.prune_rest,
+                    },
                 )
                 .await?,
             );

@@ -63,6 +63,8 @@ pub struct PruneFigures {
     pub rows: u64,
     pub workers: usize,
     pub batch: u32,
+    /// The pruner's rest after each batch (times its duration).
+    pub rest: f64,
     pub without: Side,
     pub during: Side,
     pub counts: PruneCounts,
@@ -71,15 +73,29 @@ pub struct PruneFigures {
     pub after: Vec<TableSize>,
 }
 
+/// What the phase prunes and runs.
+pub struct Load {
+    /// Finished rows loaded and pruned.
+    pub rows: u64,
+    /// gRPC workers of the lifecycle.
+    pub workers: usize,
+    /// Jobs per lifecycle round.
+    pub jobs: u64,
+    /// Rounds of the no-pruning side.
+    pub rounds: usize,
+    /// The pruner's rest after each batch (times its duration).
+    pub rest: f64,
+}
+
 /// Runs the phase; the tables are left as pruning left them.
-pub async fn run(
-    pool: &MySqlPool,
-    addr: &str,
-    rows: u64,
-    workers: usize,
-    jobs: u64,
-    rounds: usize,
-) -> Result<PruneFigures> {
+pub async fn run(pool: &MySqlPool, addr: &str, load: Load) -> Result<PruneFigures> {
+    let Load {
+        rows,
+        workers,
+        jobs,
+        rounds,
+        rest,
+    } = load;
     load_finished(pool, rows, 40).await?;
     settle(pool).await?;
     let before = sizes(pool).await?;
@@ -103,7 +119,9 @@ pub async fn run(
     let store = JobStore::new(pool.clone());
     let started = Instant::now();
     let pruner = tokio::spawn(async move {
-        let run = store.prune(&retention, DEFAULT_PRUNE_BATCH, |_| {}).await;
+        let run = store
+            .prune_paced(&retention, DEFAULT_PRUNE_BATCH, rest, |_| {})
+            .await;
         (run, started.elapsed())
     });
     // Rounds that start while pruning runs count; the last one may end
@@ -137,6 +155,7 @@ pub async fn run(
         rows,
         workers,
         batch: DEFAULT_PRUNE_BATCH,
+        rest,
         without,
         during,
         counts,
@@ -205,7 +224,8 @@ impl PruneFigures {
             out,
             "{} finished jobs (one completion event each) finished 40 days ago are pruned with a \
              30-day retention by `JobStore::prune` (what `jobfence serve` and `jobfence prune` \
-             run; batches of {} jobs, one short transaction each) while {} gRPC workers run \
+             run; batches of {} jobs, one short transaction each, resting {} times as long as \
+             each batch took after it, as `--prune-rest` does by default) while {} gRPC workers run \
              Claim(1) then Complete on another queue; against the same rounds of {} jobs with \
              those rows held and nobody pruning (the coordinator runs with `--prune-off`). \
              Rounds count from the moment pruning starts until it ends (the last round may \
@@ -213,6 +233,7 @@ impl PruneFigures {
              written).\n",
             self.rows,
             self.batch,
+            self.rest,
             self.workers,
             self.without.jobs / self.without.rounds.max(1) as u64,
             self.pruning.as_secs_f64(),
