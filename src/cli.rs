@@ -1,14 +1,14 @@
 //! The `jobfence` command line. Every flag can also be set by the
 //! `JOBFENCE_*` environment variable named in its help.
 
+use crate::retention_cli::{prune, AbortOnDrop, PruneArgs, RetentionArgs};
 use crate::security_cli::{CredentialsArgs, LimitsArgs, SecurityArgs};
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use jobfence_core::batcher::BatchSettings;
 use jobfence_core::long_poll::LongPollSettings;
-use jobfence_core::retention::PrunerSettings;
 use jobfence_core::{Coordinator, CoordinatorConfig};
-use jobfence_domain::{CoordinatorError, QueuePolicies, QueuePolicy, Retention};
+use jobfence_domain::{CoordinatorError, QueuePolicies, QueuePolicy};
 use jobfence_operator::{self as admin_cli, Operation};
 use jobfence_server::{self as server, OpsOptions, ServeOptions};
 use jobfence_store::shards::{Shards, ShardsConfig};
@@ -124,63 +124,6 @@ pub struct DatabaseArgs {
     /// the database is down, calls fail this fast instead of hanging.
     #[arg(long, env = "JOBFENCE_DB_ACQUIRE_TIMEOUT", value_parser = humantime::parse_duration, default_value = "1s")]
     pub db_acquire_timeout: Duration,
-}
-
-/// How long finished jobs and their key records are kept (DESIGN.md rule
-/// 14; docs/operating.md, "Retention").
-#[derive(Debug, Args)]
-pub struct RetentionArgs {
-    /// Finished jobs (succeeded, failed, cancelled) are pruned, with their
-    /// observations and events, this long after they finished (DB clock).
-    /// A queue's stored policy may say otherwise (`queue-policies set
-    /// --retention`). This is also how long an events consumer may be
-    /// away. Jobs in ready, running or manual_review are never pruned.
-    #[arg(long, env = "JOBFENCE_RETENTION_JOBS", value_parser = humantime::parse_duration, default_value = "30d")]
-    pub retention_jobs: Duration,
-    /// How long the key record of a pruned job (queue, operation_key,
-    /// payload digest, job id, final state, provider reference) is kept,
-    /// from the job's finish: a retried Enqueue of the key answers the old
-    /// job while it is. Forever when unset (the default); a shorter value
-    /// than --retention-jobs is refused at start.
-    #[arg(long, env = "JOBFENCE_RETENTION_KEYS", value_parser = humantime::parse_duration)]
-    pub retention_keys: Option<Duration>,
-    /// Most jobs one pruning transaction deletes (its locks are held for
-    /// that batch only).
-    #[arg(long, env = "JOBFENCE_PRUNE_BATCH", default_value_t = jobfence_store::retention::DEFAULT_PRUNE_BATCH)]
-    pub prune_batch: u32,
-    /// After each pruning batch, rest this many times as long as the batch
-    /// took: 3 keeps the pruner's session busy at most a quarter of the
-    /// time, leaving the database's CPU to live jobs; 0 prunes flat out.
-    #[arg(long, env = "JOBFENCE_PRUNE_REST", default_value_t = jobfence_core::retention::DEFAULT_PRUNE_REST)]
-    pub prune_rest: f64,
-}
-
-impl RetentionArgs {
-    /// The pruner's settings, checked: a key retention shorter than the job
-    /// retention (or one under a second) is refused with the reason.
-    pub fn settings(&self, interval: Duration) -> anyhow::Result<PrunerSettings> {
-        let settings = PrunerSettings {
-            retention: Retention {
-                jobs: self.retention_jobs,
-                keys: self.retention_keys,
-            },
-            batch: self.prune_batch.max(1),
-            interval,
-            rest: self.prune_rest,
-        };
-        settings
-            .check()
-            .map_err(|e| anyhow::anyhow!("refusing the retention settings: {e}"))?;
-        Ok(settings)
-    }
-}
-
-#[derive(Debug, Args)]
-pub struct PruneArgs {
-    #[command(flatten)]
-    pub database: DatabaseArgs,
-    #[command(flatten)]
-    pub retention: RetentionArgs,
 }
 
 #[derive(Debug, Args)]
@@ -595,44 +538,6 @@ async fn run_server(command: Command) -> anyhow::Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
-}
-
-/// Aborts a task when dropped (the pruner, when `serve` returns).
-struct AbortOnDrop(tokio::task::JoinHandle<()>);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
-}
-
-/// `jobfence prune`: one run, a progress line per batch on stdout.
-async fn prune(shards: Shards, settings: PrunerSettings) -> anyhow::Result<ExitCode> {
-    let coordinator = Coordinator::over_shards(shards, CoordinatorConfig::default());
-    let line = |n: u32, c: &jobfence_domain::PruneCounts| {
-        format!(
-            "database {n}: {} batches, pruned {} jobs, {} observations, {} events; {} key records written, {} key records pruned",
-            c.batches, c.jobs, c.observations, c.events, c.keys_recorded, c.keys_pruned
-        )
-    };
-    let report = coordinator
-        .prune_once(&settings, |n, c| println!("{}", line(n, c)))
-        .await?;
-    let mut held = false;
-    for (n, counts) in &report.databases {
-        match counts {
-            Some(c) => println!("done: {}", line(*n, c)),
-            None => {
-                held = true;
-                println!("database {n}: another coordinator is pruning it; left to it");
-            }
-        }
-    }
-    Ok(if held {
-        ExitCode::from(2)
-    } else {
-        ExitCode::SUCCESS
-    })
 }
 
 #[cfg(test)]
