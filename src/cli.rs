@@ -1,6 +1,7 @@
 //! The `jobfence` command line. Every flag can also be set by the
 //! `JOBFENCE_*` environment variable named in its help.
 
+use crate::retention_cli::{prune, AbortOnDrop, PruneArgs, RetentionArgs};
 use crate::security_cli::{CredentialsArgs, LimitsArgs, SecurityArgs};
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand, ValueEnum};
@@ -60,6 +61,12 @@ pub enum Command {
     Serve(ServeArgs),
     /// Apply the schema migrations and exit.
     Migrate(DatabaseArgs),
+    /// Prune finished jobs past their retention once, with their
+    /// observations and events, keeping their operation keys (for cron;
+    /// `serve` also prunes on an interval). Prints a progress line per
+    /// batch; exit status 0 when every database was pruned, 2 when another
+    /// coordinator was pruning one (it was left to it), 1 on an error.
+    Prune(PruneArgs),
     #[cfg(feature = "tools")]
     /// Serve a fake Stripe-style refund API with fault injection, for the
     /// demo and tests (see docs/fake-provider.md).
@@ -123,6 +130,16 @@ pub struct DatabaseArgs {
 pub struct ServeArgs {
     #[command(flatten)]
     pub database: DatabaseArgs,
+    #[command(flatten)]
+    pub retention: RetentionArgs,
+    /// Do not prune in this coordinator (another one, or `jobfence prune`
+    /// from cron, does it). Pruning is on by default.
+    #[arg(long, env = "JOBFENCE_PRUNE_OFF", default_value_t = false)]
+    pub prune_off: bool,
+    /// Time between two pruning runs of this coordinator (one coordinator
+    /// of a database prunes at a time: a database lock decides).
+    #[arg(long, env = "JOBFENCE_PRUNE_INTERVAL", value_parser = humantime::parse_duration, default_value = "60s")]
+    pub prune_interval: Duration,
     #[command(flatten)]
     pub security: SecurityArgs,
     #[command(flatten)]
@@ -419,7 +436,14 @@ async fn run_server(command: Command) -> anyhow::Result<ExitCode> {
             let shards = open_shards(&db)?;
             prepare(&shards, true, false).await?;
         }
+        Command::Prune(args) => {
+            let settings = args.retention.settings(Duration::ZERO)?;
+            let shards = open_shards(&args.database)?;
+            prepare(&shards, false, false).await?;
+            return prune(shards, settings).await;
+        }
         Command::Serve(args) => {
+            let pruner = args.retention.settings(args.prune_interval)?;
             let security = args.security.security()?;
             let console_token = args.security.console_token()?;
             let limits = args.limits.limits(args.max_claim_wait)?;
@@ -464,6 +488,16 @@ async fn run_server(command: Command) -> anyhow::Result<ExitCode> {
             if let Err(e) = coordinator.warn_flags_differ_from_stored().await {
                 tracing::warn!(error = %e, "stored queue policies not compared with the flags");
             }
+            let pruning = (!args.prune_off).then(|| {
+                tracing::info!(
+                    jobs = %humantime::format_duration(pruner.retention.jobs),
+                    keys = %pruner.retention.keys.map_or("forever".into(), |k| humantime::format_duration(k).to_string()),
+                    interval = %humantime::format_duration(pruner.interval),
+                    "pruning finished jobs past their retention"
+                );
+                coordinator.spawn_pruner(pruner)
+            });
+            let _stop_pruning = pruning.map(AbortOnDrop);
             let options = ServeOptions {
                 health_interval: args.health_interval,
                 health_timeout: args.health_timeout,

@@ -340,7 +340,7 @@ func TestReasonsComeFromTheAPI(t *testing.T) {
 		ReasonAttemptNotIssued, ReasonJobNotRunning, ReasonJobFinished, ReasonLeaseNotExpired,
 		ReasonOperationKeyConflict, ReasonCommitOutcomeUnknown, ReasonDatabaseUnavailable,
 		ReasonTransactionConflict, ReasonOverloaded, ReasonNoCoordinatorServing,
-		ReasonProviderBudgetExhausted, ReasonProviderPaused, ReasonProviderThrottled} {
+		ReasonProviderBudgetExhausted, ReasonProviderPaused, ReasonProviderThrottled, ReasonJobPruned} {
 		if !all[r] {
 			t.Fatalf("%s is not an API reason", r)
 		}

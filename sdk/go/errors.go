@@ -44,6 +44,9 @@ const (
 	ReasonProviderBudgetExhausted Reason = "PROVIDER_BUDGET_EXHAUSTED"
 	ReasonProviderPaused          Reason = "PROVIDER_PAUSED"
 	ReasonProviderThrottled       Reason = "PROVIDER_THROTTLED"
+	// The job finished and retention pruned it (NOT_FOUND); the metadata
+	// holds its key record. Nothing was written.
+	ReasonJobPruned Reason = "JOB_PRUNED"
 )
 
 // Kinds of failure, matched with errors.Is whatever the exact reason:

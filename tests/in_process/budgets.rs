@@ -341,6 +341,7 @@ async fn a_resend_held_back_by_the_budget_past_its_window_goes_to_manual_review(
             queue: Q.into(),
             resend_window: secs(3600),
             max_dispatches: Some(3),
+            job_retention: None,
             operator: "alice".into(),
             reason: "Stripe keeps keys 1 h in this account".into(),
         })
@@ -780,6 +781,7 @@ async fn a_stored_policy_wins_over_every_coordinators_flags() {
             queue: Q.into(),
             resend_window: secs(3600),
             max_dispatches: Some(3),
+            job_retention: None,
             operator: "alice".into(),
             reason: "one truth".into(),
         })

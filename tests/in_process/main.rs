@@ -15,6 +15,7 @@ mod metrics;
 mod observations;
 mod provider_ops;
 mod races;
+mod retention;
 mod security;
 mod seed_scenarios;
 mod state_machine_model;

@@ -670,6 +670,8 @@ fn the_sdk_reason_names_are_the_coordinators() {
         ),
         (sdk::PROVIDER_PAUSED, server::PROVIDER_PAUSED),
         (sdk::PROVIDER_THROTTLED, server::PROVIDER_THROTTLED),
+        (sdk::JOB_PRUNED, server::JOB_PRUNED),
+        (sdk::EVENTS_CURSOR_PRUNED, server::EVENTS_CURSOR_PRUNED),
     ];
     for (mine, theirs) in pairs {
         assert_eq!(mine, theirs);

@@ -1,5 +1,5 @@
 //! The benchmark keeps working: a short run of `jobfence bench` (a few
-//! hundred jobs, every phase, the finished-rows phase included) against the
+//! hundred jobs, every phase, the finished-rows and pruning phases included) against the
 //! test database must check every phase and write its report. It asserts
 //! nothing about the figures: that is the benchmark's job, not a test's.
 
@@ -32,6 +32,10 @@ fn a_short_benchmark_run_checks_every_phase_and_writes_its_report() {
             "50",
             "--finished-rows",
             "3000",
+            "--prune-rows",
+            "3000",
+            "--prune-rounds",
+            "1",
             "--budget-rate",
             "40",
             "--budget-seconds",
@@ -77,6 +81,10 @@ fn a_short_benchmark_run_checks_every_phase_and_writes_its_report() {
         "budget 40/s (burst 4) below the load",
         "innodb_flush_log_at_trx_commit: 1",
         "## Targets",
+        "## Pruning",
+        "3000 finished jobs (one completion event each)",
+        "| while pruning |",
+        "| operation_keys | 0 |",
     ] {
         assert!(md.contains(needle), "no {needle:?} in\n{md}");
     }

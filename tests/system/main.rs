@@ -15,6 +15,7 @@ mod polyglot_python;
 mod prometheus;
 mod provider_console;
 mod readme_workers;
+mod retention;
 mod serve;
 mod shards;
 

@@ -313,6 +313,14 @@ async fn the_demo_with_every_fault_kind_refunds_nothing_twice() {
         )
     };
     assert_eq!(number("provider 429s")[0], 0, "{context}");
+    // Pruning ran during the demo (a 20 s retention), and the producer's
+    // Enqueues of pruned keys each answered the pruned job, created=false
+    // (a wrong answer would be a violation above).
+    let pruned = number("pruned");
+    println!("main job: {pruned:?} (pruned jobs, re-enqueues of pruned keys, answered)");
+    assert!(pruned[0] > 0, "nothing was pruned\n{context}");
+    assert!(pruned[1] > 0, "no pruned key was enqueued again\n{context}");
+    assert_eq!(pruned[1], pruned[2], "{context}");
     assert!(number("provider 429s")[1] > 0, "{context}");
     assert!(line("provider budget").contains("160 units/s"), "{context}");
     let storm = number("takeover storm");

@@ -70,7 +70,7 @@ async fn promtool(args: &[&str]) -> String {
 #[tokio::test]
 async fn promtool_checks_and_unit_tests_the_rules() {
     let checked = promtool(&["check", "rules", "jobfence.rules.yml"]).await;
-    assert!(checked.contains("SUCCESS: 16 rules found"), "{checked}");
+    assert!(checked.contains("SUCCESS: 17 rules found"), "{checked}");
     let tested = promtool(&["test", "rules", "jobfence.rules.test.yml"]).await;
     assert!(tested.contains("SUCCESS"), "{tested}");
 }
@@ -157,7 +157,7 @@ fn metric_names_are_read_from_expressions() {
         ["jobfence_a_total", "jobfence_b", "up"]
     );
     let rules = rule_exprs();
-    assert_eq!(rules.len(), 16, "{rules:?}");
+    assert_eq!(rules.len(), 17, "{rules:?}");
 }
 
 async fn get_json(http: &reqwest::Client, url: &str) -> Value {
@@ -382,7 +382,7 @@ async fn a_real_prometheus_scrapes_every_metric_the_rules_and_the_dashboard_use(
         missing.is_empty(),
         "metric names used by the rules or the dashboard that the coordinator does not export: {missing:?}"
     );
-    assert_eq!(rules_state.len(), 16, "rules loaded: {rules_state:?}");
+    assert_eq!(rules_state.len(), 17, "rules loaded: {rules_state:?}");
     for rule in &rules_state {
         assert_eq!(rule["health"], "ok", "{rule}");
     }

@@ -107,6 +107,7 @@ async fn the_console_shows_providers_and_pauses_one_as_its_operator() {
             queue: "refunds".into(),
             resend_window: secs(86_400),
             max_dispatches: Some(3),
+            job_retention: None,
             operator: String::new(),
             reason: "Stripe keeps idempotency keys 24 h".into(),
         })

@@ -77,13 +77,17 @@ impl Coordinator {
         Ok((jobs, next))
     }
 
-    /// A job with its observations and events; `JobNotFound` if absent.
+    /// A job with its observations and events; `JobNotFound` if absent,
+    /// `JobPruned` with its key record if retention removed it.
     pub async fn job_detail(&self, job_id: u64) -> Result<JobDetail, CoordinatorError> {
         let mut v = Violations::default();
         v.job_id(job_id);
         v.finish()?;
         let store = self.shards().for_job(job_id)?;
-        let (job, observations) = store.get_job(job_id).await?;
+        let (job, observations) = match store.get_job(job_id).await {
+            Ok(found) => found,
+            Err(e) => return Err(self.explain(e, &jobfence_domain::scope::ANY_QUEUE).await),
+        };
         let events = store.job_events(job_id).await?;
         Ok(JobDetail {
             job,
@@ -128,7 +132,10 @@ impl Coordinator {
         }
         v.finish()?;
         let result = match self.shards().for_job(req.job_id) {
-            Ok(store) => store.resolve_manual_review(&req).await,
+            Ok(store) => match store.resolve_manual_review(&req).await {
+                Err(e) => Err(self.explain(e, &jobfence_domain::scope::ANY_QUEUE).await),
+                ok => ok,
+            },
             Err(e) => Err(e),
         };
         let resolution = req.resolution.as_str();
@@ -172,7 +179,10 @@ impl Coordinator {
         operator_fields(&mut v, &req.operator, &req.reason);
         v.finish()?;
         let result = match self.shards().for_job(req.job_id) {
-            Ok(store) => store.cancel_job(&req).await,
+            Ok(store) => match store.cancel_job(&req).await {
+                Err(e) => Err(self.explain(e, &jobfence_domain::scope::ANY_QUEUE).await),
+                ok => ok,
+            },
             Err(e) => Err(e),
         };
         match &result {

@@ -135,13 +135,17 @@ impl Coordinator {
                 },
                 scope,
             )
-            .await
-            .inspect_err(|e| {
-                self.metrics.commit_outcome("Takeover", e);
-                if let CoordinatorError::ProviderHoldback { provider, why, .. } = e {
-                    self.metrics.provider_deferred(provider, *why);
-                }
-            })?;
+            .await;
+        let claimed = match claimed {
+            Ok(c) => Ok(c),
+            Err(e) => Err(self.explain(e, scope).await),
+        };
+        let claimed = claimed.inspect_err(|e| {
+            self.metrics.commit_outcome("Takeover", e);
+            if let CoordinatorError::ProviderHoldback { provider, why, .. } = e {
+                self.metrics.provider_deferred(provider, *why);
+            }
+        })?;
         tracing::Span::current().record("queue", claimed.job.queue.as_str());
         self.handed_out(&claimed, &req.worker_id, "takeover", lease);
         Ok(claimed)

@@ -1,5 +1,6 @@
 //! The gauges read from the databases rather than counted: the pending
-//! ages (on the refresh interval), the provider gauges, and what each
+//! ages (on the refresh interval), the provider gauges, the retention
+//! gauges, and what each
 //! store counts itself (pool, conflicts, node in use; at scrape time).
 //! They live here, beside the coordinator that owns the stores, because
 //! the metrics crate knows no database.
@@ -75,4 +76,33 @@ pub fn read_stores(shards: &Shards, metrics: &Metrics) {
         read.reported += reported;
     }
     metrics.set_stores(&read);
+}
+
+/// Sets the retention gauges from every database: key records summed, the
+/// oldest finished job's age and the earliest last pruning run (the worst)
+/// kept. Counts `operation_keys` (an index scan): the serve loop calls it
+/// at most once a minute, and after each pruning run.
+pub async fn refresh_retention(shards: &Shards, metrics: &Metrics) {
+    let (mut last, mut oldest, mut keys) = (None::<f64>, None::<f64>, 0u64);
+    for (n, store) in shards.all() {
+        match store.retention_stats().await {
+            Ok(s) => {
+                keys += s.key_records;
+                let age = s.oldest_finished_age.map(|d| d.as_secs_f64());
+                oldest = match (oldest, age) {
+                    (Some(a), Some(b)) => Some(a.max(b)),
+                    (a, b) => a.or(b),
+                };
+                last = match (last, s.last_run_unix) {
+                    (Some(a), Some(b)) => Some(a.min(b)),
+                    (a, b) => a.or(b),
+                };
+            }
+            Err(e) => {
+                tracing::warn!(database = n, error = %e, "retention gauges not refreshed");
+                return;
+            }
+        }
+    }
+    metrics.set_retention(last, oldest, keys);
 }

@@ -12,6 +12,7 @@
 //! - [`admin`]: the operator calls and the events feed.
 //! - [`providers`]: provider budgets and stored queue policies.
 //! - [`gauges`]: the gauges read from the databases (pending ages, pools).
+//! - [`retention`]: the pruner (DESIGN.md rule 14).
 
 pub mod admin;
 pub mod batcher;
@@ -20,6 +21,7 @@ mod enqueue;
 pub mod gauges;
 pub mod long_poll;
 pub mod providers;
+pub mod retention;
 mod writes;
 
 use batcher::{BatchSettings, Batcher};
@@ -276,12 +278,19 @@ impl Coordinator {
             v.max_bytes("provider_reference", r, MAX_KEY_BYTES);
         }
         v.finish()?;
-        let (observation, duplicate) = self
+        let recorded = self
             .shards
             .for_job(req.job_id)?
             .record_observation(&req, scope)
-            .await
-            .inspect_err(|e| self.metrics.commit_outcome("RecordObservation", e))?;
+            .await;
+        let (observation, duplicate) = match recorded {
+            Ok(done) => done,
+            Err(e) => {
+                let e = self.explain(e, scope).await;
+                self.metrics.commit_outcome("RecordObservation", &e);
+                return Err(e);
+            }
+        };
         self.metrics
             .observation(req.source.as_str(), req.outcome.as_str(), duplicate);
         Ok((observation, duplicate))
@@ -297,8 +306,37 @@ impl Coordinator {
         let mut v = Violations::default();
         v.job_id(job_id);
         v.finish()?;
-        let (job, observations) = self.shards.for_job(job_id)?.get_job(job_id).await?;
+        let found = self.shards.for_job(job_id)?.get_job(job_id).await;
+        let (job, observations) = match found {
+            Ok(found) => found,
+            Err(e) => return Err(self.explain(e, scope).await),
+        };
         scope.check(&job.queue, Some(job_id))?;
         Ok((job, observations))
+    }
+
+    /// `err`, except that a job not found whose key record says it was
+    /// pruned is `JobPruned` with that record (DESIGN.md rule 14: a pruned
+    /// job answers with a typed reason, never as if it had not existed);
+    /// one outside `scope` is `QueueNotAllowed` instead, telling nothing.
+    /// Costs a lookup only on the not-found path.
+    pub(crate) async fn explain(
+        &self,
+        err: CoordinatorError,
+        scope: &QueueScope,
+    ) -> CoordinatorError {
+        let CoordinatorError::JobNotFound { job_id } = err else {
+            return err;
+        };
+        let Ok(store) = self.shards.for_job(job_id) else {
+            return err;
+        };
+        match store.explain_missing(job_id).await {
+            CoordinatorError::JobPruned(record) => match scope.check(&record.queue, Some(job_id)) {
+                Ok(()) => CoordinatorError::JobPruned(record),
+                Err(refused) => refused,
+            },
+            other => other,
+        }
     }
 }

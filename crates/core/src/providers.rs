@@ -230,6 +230,11 @@ impl Coordinator {
         let mut v = Violations::default();
         v.queue("queue", &req.queue);
         check_policy(&mut v, &req.policy);
+        if let Some(d) = req.job_retention {
+            if d < jobfence_domain::retention::MIN_RETENTION {
+                v.add("job_retention", "must be at least 1s when set");
+            }
+        }
         check_by(&mut v, &req.by);
         v.finish()?;
         let store = self.shards().at(self.shards().index_for_queue(&req.queue)?);

@@ -225,7 +225,7 @@ impl Coordinator {
                 span.record("operation_key", out.job.operation_key.as_str());
                 return Ok(out);
             }
-            Err(e) => e,
+            Err(e) => self.explain(e, scope).await,
         };
         self.metrics.commit_outcome(rpc, &e);
         let stale = match &e {

@@ -46,6 +46,21 @@ pub enum CoordinatorError {
         state: JobState,
     },
 
+    /// The job finished and was pruned by retention (DESIGN.md rule 14):
+    /// what is left of it is its key record. Nothing was written.
+    #[error("job {} was pruned ({}; finished {})", .0.job_id, .0.final_state, .0.finished_at)]
+    JobPruned(Box<super::KeyRecord>),
+
+    /// A read of the events feed from a cursor below what the pruner has
+    /// removed: events after the cursor may be gone, so the page is refused
+    /// instead of silently skipping them. Resume after `pruned_through`
+    /// (from a snapshot of the jobs), or keep consumers closer than the
+    /// job retention.
+    #[error(
+        "events up to id {pruned_through} may have been pruned; the cursor {after} is behind them"
+    )]
+    EventsCursorPruned { after: u64, pruned_through: u64 },
+
     /// Takeover of a job in a terminal state.
     #[error("job {job_id} is already finished ({state})")]
     JobFinished {

@@ -14,7 +14,8 @@
 //!   [`event`], [`feed`]: the events log and the outbox read from it; [`validate`]: request validation and the
 //!   input limits; [`violation`]: one bad field.
 //! - [`error`]: the one error type; [`scope`]: the queues a caller may act
-//!   on; [`durability`]: whether the database can lose a commit.
+//!   on; [`durability`]: whether the database can lose a commit;
+//!   [`retention`]: what a pruned job leaves behind.
 
 /// `FromStr` and `Display` for an enum with `as_str`: the stored or
 /// logged spelling of each value, parsed back with [`UnknownValue`] for a
@@ -48,6 +49,7 @@ pub mod feed;
 pub mod fence;
 pub mod policy;
 pub mod providers;
+pub mod retention;
 pub mod scope;
 pub mod transition;
 pub mod validate;
@@ -62,6 +64,7 @@ pub use calls::{
 };
 pub use error::CoordinatorError;
 pub use event::EventKind;
+pub use retention::{KeyRecord, PruneCounts, Retention};
 pub use scope::QueueScope;
 pub use violation::FieldViolation;
 

@@ -47,6 +47,9 @@ pub struct QueuePolicyRecord {
     pub provider: Option<String>,
     /// The stored resend policy; `None`: the coordinators' flags decide.
     pub policy: Option<QueuePolicy>,
+    /// The queue's retention of finished jobs; `None`: the coordinators'
+    /// `--retention-jobs`.
+    pub job_retention: Option<std::time::Duration>,
     pub updated_at: DbTime,
     pub updated_by: String,
 }
@@ -81,6 +84,9 @@ pub struct SetPause {
 pub struct PutQueuePolicy {
     pub queue: String,
     pub policy: QueuePolicy,
+    /// The queue's retention of finished jobs (DESIGN.md rule 14); `None`:
+    /// the coordinators' default.
+    pub job_retention: Option<std::time::Duration>,
     pub by: ChangeBy,
 }
 

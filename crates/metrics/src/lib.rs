@@ -12,8 +12,10 @@
 
 mod families;
 mod providers;
+mod retention;
 
 use families::{DatabaseGauges, JobCounters, ServingMetrics};
+pub use retention::PRUNED_TABLES;
 
 use jobfence_domain::admin::PendingAges;
 use jobfence_domain::CoordinatorError;
@@ -42,6 +44,7 @@ struct Inner {
     serving: ServingMetrics,
     database: DatabaseGauges,
     providers: providers::ProviderMetrics,
+    retention: retention::RetentionMetrics,
     /// Every queue the gauges were ever set for: a queue whose pending jobs
     /// are all gone reads 0 instead of keeping its last value.
     seen_queues: Mutex<BTreeSet<String>>,
@@ -81,6 +84,7 @@ impl Metrics {
             serving: ServingMetrics::register(&r),
             database: DatabaseGauges::register(&r),
             providers: providers::ProviderMetrics::new(&r),
+            retention: retention::RetentionMetrics::new(&r),
             registry: r,
             seen_queues: Mutex::new(BTreeSet::new()),
         };
@@ -295,6 +299,30 @@ impl Metrics {
             .conflict_calls
             .with_label_values(&[method])
             .inc();
+    }
+
+    /// Counts the rows one pruning run deleted (see
+    /// [`retention::PRUNED_TABLES`](crate::PRUNED_TABLES)).
+    pub fn pruned(&self, counts: &jobfence_domain::PruneCounts) {
+        let r = &self.inner.retention;
+        for (table, n) in [
+            ("jobs", counts.jobs),
+            ("job_observations", counts.observations),
+            ("job_events", counts.events),
+            ("operation_keys", counts.keys_pruned),
+        ] {
+            r.pruned.with_label_values(&[table]).inc_by(n);
+        }
+    }
+
+    /// Sets the retention gauges from a read after a run: the last
+    /// successful run (Unix seconds; `None`: never), the oldest finished
+    /// job's age in seconds (`None`: none held), the key records held.
+    pub fn set_retention(&self, last_run: Option<f64>, oldest_finished: Option<f64>, keys: u64) {
+        let r = &self.inner.retention;
+        r.last_success.set(last_run.unwrap_or(0.0));
+        r.oldest_finished_age.set(oldest_finished.unwrap_or(0.0));
+        r.key_records.set(i64::try_from(keys).unwrap_or(i64::MAX));
     }
 
     /// Whether the database's settings keep every acknowledged commit

@@ -389,6 +389,11 @@ pub enum QueuePoliciesCommand {
         /// The most times a job may be handed out to be sent (execute).
         #[arg(long)]
         max_dispatches: u32,
+        /// How long the queue's finished jobs are kept before they are
+        /// pruned (e.g. 90d); unset: the coordinators' --retention-jobs.
+        /// Their key records are kept at least as long.
+        #[arg(long, value_parser = humantime::parse_duration)]
+        retention: Option<Duration>,
         #[command(flatten)]
         change: ChangeArgs,
     },
@@ -521,6 +526,7 @@ const QUEUE_POLICY_FLAGS: &FlagNames = &[
     ("queue", "QUEUE"),
     ("resend_window", "--resend-window"),
     ("max_dispatches", "--max-dispatches"),
+    ("job_retention", "--retention"),
     ("operator", "--operator"),
     ("reason", "--reason"),
 ];
@@ -859,6 +865,7 @@ async fn queue_policies(
             queue,
             resend_window,
             max_dispatches,
+            retention,
             change,
         } => {
             let done = client
@@ -866,6 +873,7 @@ async fn queue_policies(
                     queue,
                     resend_window: Some(duration(resend_window)),
                     max_dispatches: Some(max_dispatches),
+                    job_retention: retention.map(duration),
                     operator: change.operator,
                     reason: change.reason,
                 })

@@ -628,6 +628,7 @@ fn queue_policy_json(q: &proto::QueuePolicy) -> Value {
         "provider": q.provider,
         "resend_window_seconds": secs(&q.resend_window),
         "max_dispatches": q.max_dispatches,
+        "job_retention_seconds": secs(&q.job_retention),
         "updated_at": time(&q.updated_at),
         "updated_by": q.updated_by,
     })
@@ -647,6 +648,11 @@ fn queue_policy_rows(all: &[proto::QueuePolicy]) -> Vec<Vec<String>> {
                 },
                 q.max_dispatches
                     .map_or_else(|| "(flags)".to_owned(), |n| n.to_string()),
+                if q.job_retention.is_some() {
+                    span(&q.job_retention)
+                } else {
+                    "(flags)".to_owned()
+                },
                 time(&q.updated_at),
                 q.updated_by.clone(),
             ]
@@ -654,11 +660,12 @@ fn queue_policy_rows(all: &[proto::QueuePolicy]) -> Vec<Vec<String>> {
         .collect()
 }
 
-const QUEUE_POLICY_HEADERS: [&str; 6] = [
+const QUEUE_POLICY_HEADERS: [&str; 7] = [
     "QUEUE",
     "PROVIDER",
     "RESEND_WINDOW",
     "MAX_DISPATCHES",
+    "RETENTION",
     "CHANGED (UTC)",
     "CHANGED_BY",
 ];

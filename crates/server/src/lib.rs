@@ -171,18 +171,26 @@ impl Default for OpsOptions {
     }
 }
 
-/// Recomputes the pending-age and provider gauges every `interval` until
-/// `stop`.
+/// Recomputes the pending-age and provider gauges every `interval`, and
+/// the retention gauges at most once a minute, until `stop`.
 async fn refresh_pending(
     shards: Shards,
     metrics: Metrics,
     interval: Duration,
     mut stop: watch::Receiver<bool>,
 ) {
+    let mut retention_read: Option<std::time::Instant> = None;
     loop {
         // Errors are counted and logged inside; the next tick tries again.
         let _ = gauges::refresh_pending_all(&shards, &metrics).await;
         gauges::refresh_providers(&shards, &metrics).await;
+        // Also when this coordinator does not prune (`--prune-off`, cron):
+        // the last run is the database's. At most once a minute (it counts
+        // the key records).
+        if retention_read.is_none_or(|t| t.elapsed() >= Duration::from_secs(60)) {
+            gauges::refresh_retention(&shards, &metrics).await;
+            retention_read = Some(std::time::Instant::now());
+        }
         tokio::select! {
             _ = tokio::time::sleep(interval) => {}
             _ = stop.changed() => return,

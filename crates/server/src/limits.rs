@@ -209,12 +209,16 @@ pub struct Admit<S> {
     admission: Arc<Admission>,
 }
 
-/// Whether `response` is a trailers-only gRPC answer OUT_OF_RANGE.
+/// Whether `response` is a trailers-only gRPC answer OUT_OF_RANGE without
+/// status details: tonic's codec refusing an oversized message. A
+/// coordinator's own OUT_OF_RANGE (EVENTS_CURSOR_PRUNED) carries an
+/// ErrorInfo in `grpc-status-details-bin` and passes unchanged.
 fn is_out_of_range<B>(response: &http::Response<B>) -> bool {
-    response
-        .headers()
+    let headers = response.headers();
+    headers
         .get("grpc-status")
         .is_some_and(|v| v.as_bytes() == b"11")
+        && !headers.contains_key("grpc-status-details-bin")
 }
 
 /// `grpc-timeout` value for `d` (milliseconds, at most 8 digits).
@@ -274,8 +278,8 @@ where
         Box::pin(async move {
             match tokio::time::timeout(limit, call).await {
                 // tonic's codec refuses a message over --max-request-size as
-                // OUT_OF_RANGE, without an ErrorInfo (no handler of ours
-                // answers OUT_OF_RANGE): answer INVALID_REQUEST instead.
+                // OUT_OF_RANGE, without an ErrorInfo (ours always carry
+                // one): answer INVALID_REQUEST instead.
                 Ok(Ok(response)) if is_out_of_range(&response) => {
                     admission.metrics.overload_refusal("request_size");
                     let max = admission.limits.max_request_bytes;

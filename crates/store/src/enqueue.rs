@@ -143,8 +143,16 @@ impl JobStore {
     ) -> Result<HashMap<usize, (Job, bool, [u8; 32])>, CoordinatorError> {
         let mut tx = self.begin_batch().await?;
         let mut out = HashMap::with_capacity(distinct.len());
-        for (i, (job, digest)) in by_keys(&mut tx, items, distinct).await? {
+        let (live, pruned) = lookup_keys(&mut tx, items, distinct).await?;
+        for (i, (job, digest)) in live {
             out.insert(i, (job, false, digest));
+        }
+        // A key whose job was pruned answers as the job did (rule 14); a
+        // key found in both (read while a pruner committed between the two
+        // statements) is the live row's.
+        for (i, (record, digest)) in pruned {
+            out.entry(i)
+                .or_insert_with(|| (record.as_enqueued_job(&items[i]), false, digest));
         }
         let new: Vec<usize> = distinct
             .iter()
@@ -260,6 +268,56 @@ async fn by_keys(
         .map_err(convert_sqlx_err)?;
     found.iter().map(|row| picked.found(row)).collect()
 }
+
+/// The jobs among `which` items, and the key records of pruned jobs among
+/// them, by item index, in one round trip: the jobs first, then
+/// `operation_keys`. Under READ COMMITTED each statement reads what was
+/// committed when it began, and a pruner writes a key record in the
+/// transaction that deletes its job, so a key read as absent from `jobs`
+/// by the first statement is found by the second if it was pruned.
+async fn lookup_keys(
+    conn: &mut MySqlConnection,
+    items: &[EnqueueRequest],
+    which: &[usize],
+) -> Result<(FoundJobs, FoundRecords), CoordinatorError> {
+    use sqlx::Row;
+    use tokio_stream::StreamExt;
+    let picked = Picked { items, which };
+    let mut keys_literal = String::new();
+    literal::Literal::write_sql(json(&picked.keys())?.as_str(), &mut keys_literal);
+    let text = [
+        with_literal(&BY_KEYS, &keys_literal),
+        with_literal(include_str!("queries/retention/by_keys.sql"), &keys_literal),
+    ]
+    .join(";\n");
+    let (mut live, mut pruned) = (Vec::new(), Vec::new());
+    let mut results = sqlx::raw_sql(&text).fetch_many(&mut *conn);
+    while let Some(item) = results.next().await {
+        let Some(row) = item.map_err(convert_sqlx_err)?.right() else {
+            continue;
+        };
+        if row.try_column("final_state").is_err() {
+            live.push(picked.found(&row)?);
+            continue;
+        }
+        let record = super::retention::key_record(&row)?;
+        let digest = unhex32(&rows::text(&row, "request_digest_hex")?)?;
+        let i = which
+            .iter()
+            .copied()
+            .find(|&i| {
+                items[i].queue == record.queue && items[i].operation_key == record.operation_key
+            })
+            .ok_or_else(|| {
+                CoordinatorError::Internal(format!("key record {} matches no key", record.job_id))
+            })?;
+        pruned.push((i, (record, digest)));
+    }
+    Ok((live, pruned))
+}
+
+type FoundJobs = Vec<(usize, (Job, [u8; 32]))>;
+type FoundRecords = Vec<(usize, (jobfence_domain::KeyRecord, [u8; 32]))>;
 
 /// Inserts the `which` items, appends their events, reads them back and
 /// commits, in one round trip (a text query: the batch travels as JSON in

@@ -95,10 +95,24 @@ fn event(row: &MySqlRow) -> Result<FeedEvent, CoordinatorError> {
     })
 }
 
+/// `EventsCursorPruned` when events after `after` may have been pruned.
+async fn pruned_check(conn: &mut MySqlConnection, after: u64) -> Result<(), CoordinatorError> {
+    let pruned_through = super::retention::events_pruned_through(conn).await?;
+    if after < pruned_through {
+        return Err(CoordinatorError::EventsCursorPruned {
+            after,
+            pruned_through,
+        });
+    }
+    Ok(())
+}
+
 impl JobStore {
     /// Committed events with `id > after`, in id order, at most `limit`
     /// (at least 1), only of `queue` if given. See the module docs for why
     /// the page can stop short of events that are already visible.
+    /// `EventsCursorPruned` when `after` is below what the pruner removed
+    /// (`pruning_marks.events_pruned_through`): never a silent jump.
     pub async fn list_events(
         &self,
         after: u64,
@@ -120,6 +134,7 @@ impl JobStore {
         let horizon = self.horizon(&mut conn, after, &ids).await?;
         self.pause(PausePoint::EventsAfterHorizon).await;
         if horizon == after {
+            pruned_check(&mut conn, after).await?;
             return Ok(FeedPage {
                 events: Vec::new(),
                 next_after: after,
@@ -141,6 +156,11 @@ impl JobStore {
             .await
             .map_err(convert_sqlx_err)?;
         let events = fetched.iter().map(event).collect::<Result<Vec<_>, _>>()?;
+        // Read after the events: a pruner that deleted any of the events
+        // after the cursor raised the mark in the same transaction, before
+        // this read began, so the page is refused rather than served with a
+        // silent gap.
+        pruned_check(&mut conn, after).await?;
         let next_after = match events.last() {
             Some(last) if events.len() as u32 == limit => last.id,
             _ => horizon,

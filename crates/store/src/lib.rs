@@ -20,6 +20,8 @@
 //!   database's list when the current one leaves (`health.rs` decides).
 //! - `shards.rs`: several databases, queues placed on them, job ids that
 //!   name their database.
+//! - `retention.rs`: pruning finished jobs in batches, their key records,
+//!   and the answers for pruned jobs and keys (DESIGN.md rule 14).
 //! - `queries/`: the SQL, one file per statement.
 
 mod admin;
@@ -38,6 +40,7 @@ mod observations;
 pub mod pause;
 mod providers;
 mod reads;
+pub mod retention;
 mod rows;
 pub mod shards;
 mod tx;

@@ -44,6 +44,12 @@ pub enum PausePoint {
     /// A ListEvents page has decided how far it may serve, and has not
     /// read the events yet.
     EventsAfterHorizon,
+    /// A pruning batch has read its candidate ids (a plain read), and has
+    /// not locked them yet.
+    PruneAfterCandidates,
+    /// A pruning batch holds its jobs' row locks and has deleted nothing
+    /// yet (inside the transaction).
+    PruneAfterLock,
 }
 
 #[cfg(feature = "testsuite")]

@@ -24,7 +24,7 @@ const PROVIDER_COLUMNS: &str = "name, rate_per_second, burst, max_in_flight, exe
     updated_by, UTC_TIMESTAMP(6) AS now";
 
 const POLICY_COLUMNS: &str =
-    "queue, provider, resend_window_us, max_dispatches, updated_at, updated_by";
+    "queue, provider, resend_window_us, max_dispatches, job_retention_us, updated_at, updated_by";
 
 fn unknown_provider(name: &str) -> CoordinatorError {
     CoordinatorError::invalid("name", format!("no provider is named {name:?}"))
@@ -44,12 +44,13 @@ fn provider_detail(b: &Budget, queues: &[String], pause: Pause) -> String {
     .to_string()
 }
 
-fn policy_detail(p: Option<&QueuePolicy>) -> String {
+fn policy_detail(p: Option<&QueuePolicy>, job_retention: Option<std::time::Duration>) -> String {
     match p {
         Some(p) => serde_json::json!({
             "resend_window_us": p.resend_window.as_micros() as u64,
             "resend_window": humantime::format_duration(p.resend_window).to_string(),
             "max_dispatches": p.max_dispatches,
+            "job_retention": job_retention.map(|d| humantime::format_duration(d).to_string()),
         })
         .to_string(),
         None => "{}".into(),
@@ -87,6 +88,8 @@ fn policy_row(row: &MySqlRow) -> Result<QueuePolicyRecord, CoordinatorError> {
         queue: rows::text(row, "queue")?,
         provider: rows::opt_text(row, "provider")?,
         policy: stored_policy(row)?,
+        job_retention: rows::get::<Option<u64>>(row, "job_retention_us")?
+            .map(std::time::Duration::from_micros),
         updated_at: rows::get(row, "updated_at")?,
         updated_by: rows::text(row, "updated_by")?,
     })
@@ -118,7 +121,7 @@ async fn record(
 /// Queue rows that hold neither a provider nor a policy are removed
 /// (`queue` alone, or every such row of the caller's change).
 async fn tidy(conn: &mut MySqlConnection) -> Result<(), CoordinatorError> {
-    sqlx::query("DELETE FROM queue_policies WHERE provider IS NULL AND resend_window_us IS NULL")
+    sqlx::query("DELETE FROM queue_policies WHERE provider IS NULL AND resend_window_us IS NULL AND job_retention_us IS NULL")
         .execute(conn)
         .await
         .map_err(convert_sqlx_err)?;
@@ -442,15 +445,17 @@ impl JobStore {
     pub async fn put_queue_policy(&self, req: &PutQueuePolicy) -> Result<(), CoordinatorError> {
         let mut tx = self.begin().await?;
         sqlx::query(
-            "INSERT INTO queue_policies (queue, resend_window_us, max_dispatches, updated_at, updated_by) \
-             VALUES (?, ?, ?, UTC_TIMESTAMP(6), ?) \
+            "INSERT INTO queue_policies (queue, resend_window_us, max_dispatches, job_retention_us, \
+             updated_at, updated_by) \
+             VALUES (?, ?, ?, ?, UTC_TIMESTAMP(6), ?) \
              ON DUPLICATE KEY UPDATE resend_window_us = VALUES(resend_window_us), \
-             max_dispatches = VALUES(max_dispatches), updated_at = VALUES(updated_at), \
-             updated_by = VALUES(updated_by)",
+             max_dispatches = VALUES(max_dispatches), job_retention_us = VALUES(job_retention_us), \
+             updated_at = VALUES(updated_at), updated_by = VALUES(updated_by)",
         )
         .bind(&req.queue)
         .bind(req.policy.resend_window.as_micros() as u64)
         .bind(req.policy.max_dispatches)
+        .bind(req.job_retention.map(|d| d.as_micros() as u64))
         .bind(&req.by.operator)
         .execute(&mut *tx)
         .await
@@ -460,7 +465,7 @@ impl JobStore {
             &queue_subject(&req.queue),
             PolicyAction::PutQueuePolicy,
             &req.by,
-            &policy_detail(Some(&req.policy)),
+            &policy_detail(Some(&req.policy), req.job_retention),
         )
         .await?;
         commit(tx).await
@@ -491,7 +496,7 @@ impl JobStore {
         };
         sqlx::query(
             "UPDATE queue_policies SET resend_window_us = NULL, max_dispatches = NULL, \
-             updated_at = UTC_TIMESTAMP(6), updated_by = ? WHERE queue = ?",
+             job_retention_us = NULL, updated_at = UTC_TIMESTAMP(6), updated_by = ? WHERE queue = ?",
         )
         .bind(&by.operator)
         .bind(queue)
@@ -504,7 +509,7 @@ impl JobStore {
             &queue_subject(queue),
             PolicyAction::DeleteQueuePolicy,
             by,
-            &policy_detail(before.policy.as_ref()),
+            &policy_detail(before.policy.as_ref(), before.job_retention),
         )
         .await?;
         commit(tx).await?;

@@ -102,6 +102,18 @@ class JobNotFound(JobfenceError):
     """JOB_NOT_FOUND."""
 
 
+class JobPruned(JobNotFound):
+    """JOB_PRUNED (NOT_FOUND): the job finished and retention pruned it;
+    ``metadata`` holds its key record (``final_state``,
+    ``provider_reference``, ``finished_at``, ...). Nothing was written."""
+
+
+class EventsCursorPruned(JobfenceError):
+    """EVENTS_CURSOR_PRUNED (OUT_OF_RANGE): the events feed was read from a
+    cursor behind what retention pruned (``metadata``:
+    ``pruned_through_event_id``). Nothing was served."""
+
+
 class JobFinished(JobfenceError):
     """JOB_FINISHED (Takeover of a finished job)."""
 
@@ -412,7 +424,8 @@ def retryable_claim(err: JobfenceError) -> bool:
 __all__ = [
     "AttemptNotIssued", "AttemptSuperseded", "CommitOutcomeUnknown", "CredentialExpired",
     "CredentialInvalid", "CredentialMissing", "DOMAIN", "DatabaseUnavailable", "InternalError",
-    "InvalidRequest", "JobFinished", "JobNotCancellable", "JobNotFound", "JobNotInManualReview",
+    "EventsCursorPruned", "InvalidRequest", "JobFinished", "JobNotCancellable", "JobNotFound",
+    "JobNotInManualReview", "JobPruned",
     "JobNotRunning", "JobfenceError", "LeaseNotExpired", "NoCoordinatorServing", "NotAuthorized",
     "OperationKeyConflict", "OperatorMismatch", "OutcomeUnknown", "Overloaded", "PermissionDenied",
     "ProviderBudgetExhausted", "ProviderHeld", "ProviderPaused", "ProviderThrottled",

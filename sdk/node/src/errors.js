@@ -111,6 +111,10 @@ class JobNotRunning extends JobfenceError {
   }
 }
 class JobNotFound extends JobfenceError {}
+/** JOB_PRUNED (NOT_FOUND): the job finished and retention pruned it; metadata holds its key record. */
+class JobPruned extends JobNotFound {}
+/** EVENTS_CURSOR_PRUNED (OUT_OF_RANGE): a feed cursor behind what retention pruned. */
+class EventsCursorPruned extends JobfenceError {}
 class JobFinished extends JobfenceError {
   constructor(...args) {
     super(...args);
@@ -194,6 +198,7 @@ const CLASSES = {
   DatabaseUnavailable, TransactionConflict, InternalError, Overloaded, ServerShuttingDown,
   NoCoordinatorServing, CredentialMissing, CredentialInvalid, CredentialExpired, RoleNotAllowed,
   QueueNotAllowed, OperatorMismatch, ProviderBudgetExhausted, ProviderPaused, ProviderThrottled,
+  JobPruned, EventsCursorPruned,
 };
 const RENAMED = { INTERNAL: 'InternalError' };
 
@@ -308,6 +313,7 @@ function apiVersionRefusal(...metadata) {
 module.exports = {
   API_MAJOR, API_VERSION_HEADER, ApiVersionUnsupported, apiVersionRefusal,
   DOMAIN, REASONS, JobfenceError, AttemptSuperseded, AttemptNotIssued, JobNotRunning, JobNotFound,
+  JobPruned, EventsCursorPruned,
   JobFinished, LeaseNotExpired, OperationKeyConflict, JobNotInManualReview, JobNotCancellable,
   InvalidRequest, OutcomeUnknown, CommitOutcomeUnknown, Unavailable, DatabaseUnavailable,
   TransactionConflict, Overloaded, NoCoordinatorServing, InternalError, ServerShuttingDown, NotAuthorized,

@@ -160,6 +160,8 @@ export declare class AttemptSuperseded extends JobfenceError { currentAttempt: n
 export declare class AttemptNotIssued extends JobfenceError { currentAttempt: number }
 export declare class JobNotRunning extends JobfenceError { state: string; observationRecorded: boolean }
 export declare class JobNotFound extends JobfenceError {}
+export declare class JobPruned extends JobNotFound {}
+export declare class EventsCursorPruned extends JobfenceError {}
 export declare class JobFinished extends JobfenceError { state: string }
 export declare class LeaseNotExpired extends JobfenceError { currentAttempt: number }
 export declare class OperationKeyConflict extends JobfenceError { jobId: number }

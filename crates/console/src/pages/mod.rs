@@ -26,6 +26,35 @@ pub fn refusal(e: &CoordinatorError) -> (StatusCode, Notice) {
             StatusCode::NOT_FOUND,
             Notice::new(Level::Error, format!("There is no job {job_id}.")),
         ),
+        // DESIGN.md rule 14: what the key record of a pruned job says.
+        CoordinatorError::JobPruned(k) => (
+            StatusCode::NOT_FOUND,
+            Notice::new(
+                Level::Warn,
+                format!(
+                    "Job {} finished and was pruned by retention; its key record remains.",
+                    k.job_id
+                ),
+            )
+            .with_lines([
+                format!("queue {}, operation key {}", k.queue, k.operation_key),
+                format!(
+                    "final state {} at attempt {}, dispatched {} times",
+                    k.final_state, k.attempt, k.dispatch_count
+                ),
+                format!(
+                    "provider reference {}",
+                    k.provider_reference.as_deref().unwrap_or("(none)")
+                ),
+                format!(
+                    "created {} UTC, finished {} UTC, pruned {} UTC",
+                    k.created_at.format("%Y-%m-%d %H:%M:%S"),
+                    k.finished_at.format("%Y-%m-%d %H:%M:%S"),
+                    k.pruned_at.format("%Y-%m-%d %H:%M:%S")
+                ),
+                "An Enqueue of this key answers this job (created=false); its observations and events were deleted with it.".to_owned(),
+            ]),
+        ),
         CoordinatorError::DatabaseUnavailable(why) => (
             StatusCode::SERVICE_UNAVAILABLE,
             Notice::new(
@@ -70,4 +99,41 @@ pub fn not_found_job(why: &str) -> Response {
         view::page("Job", Nav::Jobs, &[n], body),
         [],
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use jobfence_domain::{JobState, KeyRecord};
+
+    #[test]
+    fn a_pruned_job_shows_what_its_key_record_says() {
+        let t = chrono::NaiveDate::from_ymd_opt(2026, 11, 1)
+            .unwrap()
+            .and_hms_opt(12, 0, 0)
+            .unwrap();
+        let record = KeyRecord {
+            job_id: 7,
+            queue: "refunds".into(),
+            operation_key: "refund-pay_1-100-TWD".into(),
+            final_state: JobState::Succeeded,
+            attempt: 2,
+            dispatch_count: 1,
+            provider_reference: Some("re_123".into()),
+            created_at: t,
+            finished_at: t,
+            pruned_at: t,
+        };
+        let (status, notice) = refusal(&CoordinatorError::JobPruned(Box::new(record)));
+        assert_eq!(status, StatusCode::NOT_FOUND);
+        assert!(notice.title.contains("Job 7 finished and was pruned"));
+        let lines = notice.lines.join("\n");
+        for want in [
+            "refund-pay_1-100-TWD",
+            "final state succeeded at attempt 2",
+            "re_123",
+        ] {
+            assert!(lines.contains(want), "{want} not in {lines}");
+        }
+    }
 }

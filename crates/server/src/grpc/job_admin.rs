@@ -470,12 +470,16 @@ impl JobAdmin for JobAdminService {
         let result = async {
             let mut v = Violations::default();
             let policy = conv::queue_policy(&mut v, &r);
+            let job_retention = r
+                .job_retention
+                .and_then(|d| super::convert::duration(&mut v, "job_retention", Some(d)));
             v.finish()?;
             let stored = self
                 .coordinator
                 .put_queue_policy(PutQueuePolicy {
                     queue: r.queue,
                     policy,
+                    job_retention,
                     by: ChangeBy {
                         operator,
                         reason: r.reason,

@@ -107,6 +107,7 @@ pub fn queue_policy_to_proto(p: QueuePolicyRecord) -> proto::QueuePolicy {
             .policy
             .map(|p| convert::duration_to_proto(p.resend_window)),
         max_dispatches: p.policy.map(|p| p.max_dispatches),
+        job_retention: p.job_retention.map(convert::duration_to_proto),
         provider: p.provider.unwrap_or_default(),
         updated_at: Some(convert::timestamp(p.updated_at)),
         updated_by: p.updated_by,

@@ -35,6 +35,8 @@ pub fn reason_of(err: &CoordinatorError) -> ErrorReason {
     match err {
         InvalidArgument(_) => R::InvalidRequest,
         JobNotFound { .. } => R::JobNotFound,
+        JobPruned(_) => R::JobPruned,
+        EventsCursorPruned { .. } => R::EventsCursorPruned,
         AttemptSuperseded { .. } => R::AttemptSuperseded,
         AttemptNotIssued { .. } => R::AttemptNotIssued,
         JobNotRunning { .. } => R::JobNotRunning,
@@ -69,6 +71,28 @@ pub fn metadata(err: &CoordinatorError) -> HashMap<String, String> {
     use CoordinatorError::*;
     match err {
         JobNotFound { job_id } => meta([("job_id", job_id.to_string())]),
+        JobPruned(record) => {
+            let mut m = meta([
+                ("job_id", record.job_id.to_string()),
+                ("queue", record.queue.clone()),
+                ("operation_key", record.operation_key.clone()),
+                ("final_state", record.final_state.to_string()),
+                ("attempt", record.attempt.to_string()),
+                ("finished_at", record.finished_at.and_utc().to_rfc3339()),
+                ("pruned_at", record.pruned_at.and_utc().to_rfc3339()),
+            ]);
+            if let Some(r) = &record.provider_reference {
+                m.insert("provider_reference".into(), r.clone());
+            }
+            m
+        }
+        EventsCursorPruned {
+            after,
+            pruned_through,
+        } => meta([
+            ("after_event_id", after.to_string()),
+            ("pruned_through_event_id", pruned_through.to_string()),
+        ]),
         AttemptSuperseded {
             job_id,
             presented,

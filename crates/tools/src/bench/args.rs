@@ -43,6 +43,19 @@ pub struct BenchArgs {
     /// down as finished rows pile up (0: skip).
     #[arg(long, default_value_t = 0)]
     pub finished_rows: u64,
+    /// Load this many finished jobs past their retention and prune them
+    /// while the coordinator phase runs at the largest worker count,
+    /// against the same phase with them held and nobody pruning (0: skip).
+    #[arg(long, default_value_t = 0)]
+    pub prune_rows: u64,
+    /// Lifecycle rounds (of --jobs each) of the no-pruning side of the
+    /// pruning phase; the pruning side runs rounds until pruning ends.
+    #[arg(long, default_value_t = 3)]
+    pub prune_rounds: usize,
+    /// The pruner's rest after each batch, times the batch's duration (as
+    /// `jobfence serve --prune-rest`; 0: flat out).
+    #[arg(long, default_value_t = 3.0)]
+    pub prune_rest: f64,
     /// Units per second of the provider budget below the load (the paced
     /// phase: how close the hand-out rate comes to it); 0 skips both
     /// budget phases.

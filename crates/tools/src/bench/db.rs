@@ -176,8 +176,9 @@ pub(super) async fn verify(pool: &MySqlPool, jobs: u64) -> Result<()> {
 }
 
 /// Loads `rows` succeeded jobs of another queue (with a completion event
-/// each), as a table that has run for a while would hold.
-pub(super) async fn load_finished(pool: &MySqlPool, rows: u64) -> Result<()> {
+/// each), as a table that has run for a while would hold, finished
+/// `days_ago` days ago (DB clock).
+pub(super) async fn load_finished(pool: &MySqlPool, rows: u64, days_ago: u32) -> Result<()> {
     let started = Instant::now();
     let chunk = 10_000u64;
     let mut done = 0;
@@ -197,7 +198,7 @@ pub(super) async fn load_finished(pool: &MySqlPool, rows: u64) -> Result<()> {
                next_action, run_at, dispatch_count, provider_reference, created_at, updated_at, finished_at) \
              SELECT 'archive', CONCAT('done-', ? + k), UNHEX(SHA2(CONCAT('done-', ? + k), 256)), \
                '{{\"amount\":1}}', 'succeeded', 1, 'execute', UTC_TIMESTAMP(6), 1, 're_old', \
-               UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), UTC_TIMESTAMP(6) \
+               UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), DATE_SUB(UTC_TIMESTAMP(6), INTERVAL ? DAY) \
              FROM (SELECT a.d + 10 * b.d + 100 * c.d + 1000 * e.d AS k \
                    FROM {digits} a, {digits} b, {digits} c, {digits} e) AS seq \
              WHERE k < ?"
@@ -205,6 +206,7 @@ pub(super) async fn load_finished(pool: &MySqlPool, rows: u64) -> Result<()> {
         sqlx::query(&sql)
             .bind(done)
             .bind(done)
+            .bind(days_ago)
             .bind(n)
             .execute(&mut *tx)
             .await

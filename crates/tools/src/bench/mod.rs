@@ -27,6 +27,7 @@ mod db;
 mod direct;
 mod grpc;
 pub mod procstat;
+mod prune;
 mod report;
 
 use crate::procs::{free_port, Proc};
@@ -104,6 +105,8 @@ pub async fn run(args: BenchArgs) -> Result<()> {
         "32".into(),
         "--metrics-listen".into(),
         metrics_addr.clone(),
+        // The pruning phase prunes itself, measured; nothing else may.
+        "--prune-off".into(),
     ];
     serve_args.extend(args.serve_flags.iter().cloned());
     let mut coordinator = Proc::spawn(
@@ -125,6 +128,7 @@ pub async fn run(args: BenchArgs) -> Result<()> {
         db_pid,
         metrics_url: Some(format!("http://{metrics_addr}/metrics")),
         measured: Vec::new(),
+        pruning: None,
     };
     let result = bench.all(&args, &addr).await;
     let _ = coordinator.stop(Duration::from_secs(5)).await;
@@ -141,6 +145,7 @@ pub async fn run(args: BenchArgs) -> Result<()> {
         settings,
         args: &args,
         measured: bench.measured,
+        pruning: bench.pruning,
         elapsed,
         round_trips: (grpc_rtt, db_rtt),
     };
@@ -161,6 +166,8 @@ struct Bench {
     /// The coordinator's `/metrics`.
     metrics_url: Option<String>,
     measured: Vec<Measured>,
+    /// The pruning phase, when it ran (`--prune-rows`).
+    pruning: Option<prune::PruneFigures>,
 }
 
 impl Bench {
@@ -234,7 +241,7 @@ impl Bench {
         if args.finished_rows > 0 {
             let n = args.workers.iter().copied().max().unwrap_or(1);
             self.reset().await?;
-            load_finished(&self.pool, args.finished_rows).await?;
+            load_finished(&self.pool, args.finished_rows, 0).await?;
             for _ in 0..reps {
                 self.clear_queue().await?;
                 settle(&self.pool).await?;
@@ -246,6 +253,24 @@ impl Bench {
                 )
                 .await?;
             }
+        }
+        if args.prune_rows > 0 {
+            let n = args.workers.iter().copied().max().unwrap_or(1);
+            self.reset().await?;
+            self.pruning = Some(
+                prune::run(
+                    &self.pool,
+                    addr,
+                    prune::Load {
+                        rows: args.prune_rows,
+                        workers: n,
+                        jobs: args.jobs,
+                        rounds: args.prune_rounds,
+                        rest: args.prune_rest,
+                    },
+                )
+                .await?,
+            );
         }
         Ok(())
     }

@@ -108,7 +108,7 @@ impl Measured {
     }
 }
 
-fn percentile(samples: &[Duration], p: f64) -> Option<Duration> {
+pub(super) fn percentile(samples: &[Duration], p: f64) -> Option<Duration> {
     if samples.is_empty() {
         return None;
     }
@@ -118,7 +118,7 @@ fn percentile(samples: &[Duration], p: f64) -> Option<Duration> {
     Some(s[i])
 }
 
-fn ms(d: Option<Duration>) -> String {
+pub(super) fn ms(d: Option<Duration>) -> String {
     d.map_or("–".into(), |d| format!("{:.1}", d.as_secs_f64() * 1000.0))
 }
 
@@ -133,6 +133,8 @@ pub struct Report<'a> {
     pub settings: Vec<Setting>,
     pub args: &'a BenchArgs,
     pub measured: Vec<Measured>,
+    /// The pruning phase, when it ran.
+    pub pruning: Option<super::prune::PruneFigures>,
     pub elapsed: Duration,
     /// Median round trips on loopback: a gRPC call that does no database
     /// work, and `SELECT 1`.
@@ -434,6 +436,10 @@ impl Report<'_> {
             };
             let _ = writeln!(out, "{verdict} {}: {}", t.what, t.measured);
         }
+        if let Some(p) = &self.pruning {
+            out.push('\n');
+            out.push_str(&p.markdown());
+        }
         out
     }
 
@@ -513,6 +519,10 @@ impl Report<'_> {
              mechanism changed (runs with one of them turned off) and what was left alone: \
              `docs/architecture.md`, \"What each mechanism changed\" and \"Limits\"."
         );
+        if let Some(p) = &self.pruning {
+            out.push('\n');
+            out.push_str(&p.markdown());
+        }
         out
     }
 }

@@ -53,6 +53,12 @@ pub struct DemoArgs {
     /// idempotency retention: that is the point).
     #[arg(long, value_parser = humantime::parse_duration, default_value = "20s")]
     pub resend_window: Duration,
+    /// Finished jobs are pruned this long after they finish (each
+    /// coordinator's --retention-jobs; they prune every second), so pruning
+    /// happens during the run and the producer retries Enqueues of keys
+    /// whose jobs are gone: each must answer the old job, created=false.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "20s")]
+    pub retention: Duration,
     /// How long the provider remembers an idempotency key.
     #[arg(long, value_parser = humantime::parse_duration, default_value = "30s")]
     pub provider_retention: Duration,

@@ -4,12 +4,20 @@
 //! coordinators run), and retries an Enqueue that found no coordinator
 //! able to take it: Enqueue is idempotent on (queue, operation_key), so a
 //! repeat of an applied one returns the job it made.
+//!
+//! Between batches it also sends again the refunds whose jobs the
+//! coordinators already pruned (read from `operation_keys`), as a producer
+//! that retries long after would: each must answer the pruned job,
+//! `created=false` (DESIGN.md rule 14); one that creates a job is a
+//! violation of the invariant.
 
 use anyhow::{bail, Result};
 use jobfence_api::v1::job_coordinator_client::JobCoordinatorClient;
-use jobfence_api::v1::{EnqueueBatchRequest, EnqueueRequest};
+use jobfence_api::v1::{enqueue_batch_result, EnqueueBatchRequest, EnqueueRequest};
+use sqlx::mysql::MySqlPool;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::task::JoinHandle;
 use tonic::Code;
@@ -27,11 +35,25 @@ const BATCH: u32 = 500;
 /// Give up on one batch after this long of retrying.
 const PATIENCE: Duration = Duration::from_secs(60);
 
+/// The producer's Enqueues of keys whose jobs were already pruned.
+#[derive(Debug, Default)]
+pub struct PrunedRetries {
+    /// Refunds sent again after their job was pruned.
+    pub sent: AtomicU32,
+    /// Of them, answered with the pruned job (same id), created=false.
+    pub answered: AtomicU32,
+    /// Of them, answered otherwise (a new job, another id, an error): each
+    /// a violation.
+    pub wrong: Mutex<Vec<String>>,
+}
+
 /// The producer, running in the background.
 pub(super) struct Arrivals {
     pub total: u32,
     arrived: Arc<AtomicU32>,
     retried: Arc<AtomicU32>,
+    /// Its retries of pruned keys.
+    pub pruned: Arc<PrunedRetries>,
     task: Option<JoinHandle<Result<Duration>>>,
     /// How long sending every refund took, once it is done.
     pub took: Option<Duration>,
@@ -47,6 +69,7 @@ impl Arrivals {
         total: u32,
         over: Duration,
         queues: Vec<String>,
+        pools: Vec<MySqlPool>,
     ) -> Result<Arrivals> {
         let channel = credentials
             .endpoint(format!("http://{addr}"))?
@@ -54,6 +77,7 @@ impl Arrivals {
         let client = JobCoordinatorClient::with_interceptor(channel, credentials.authorization());
         let arrived = Arc::new(AtomicU32::new(0));
         let retried = Arc::new(AtomicU32::new(0));
+        let pruned = Arc::new(PrunedRetries::default());
         let task = tokio::spawn(produce(
             client,
             total,
@@ -61,11 +85,17 @@ impl Arrivals {
             queues,
             arrived.clone(),
             retried.clone(),
+            Pruned {
+                pools,
+                counts: pruned.clone(),
+                done: HashSet::new(),
+            },
         ));
         Ok(Arrivals {
             total,
             arrived,
             retried,
+            pruned,
             task: Some(task),
             took: None,
         })
@@ -143,8 +173,18 @@ async fn produce(
     queues: Vec<String>,
     arrived: Arc<AtomicU32>,
     retried: Arc<AtomicU32>,
+    mut pruned: Pruned,
 ) -> Result<Duration> {
     let start = Instant::now();
+    // Which refund each operation key is.
+    let by_key: HashMap<String, u32> = (0..total)
+        .map(|i| {
+            (
+                refund(i, &queues[i as usize % queues.len()]).operation_key,
+                i,
+            )
+        })
+        .collect();
     let mut sent = 0u32;
     while sent < total {
         let due = if over.is_zero() {
@@ -176,9 +216,77 @@ async fn produce(
             sent = upto;
             arrived.store(sent, Ordering::Relaxed);
         }
+        pruned.retry(&mut client, &by_key, &queues).await;
         if sent < total {
             tokio::time::sleep(TICK).await;
         }
     }
     Ok(start.elapsed())
+}
+
+/// The producer's side of pruning: which pruned keys it sent again.
+struct Pruned {
+    pools: Vec<MySqlPool>,
+    counts: Arc<PrunedRetries>,
+    done: HashSet<String>,
+}
+
+impl Pruned {
+    /// Sends again (one EnqueueBatch) up to 100 refunds whose jobs were
+    /// pruned and that were not sent again yet, and checks each answer.
+    /// A failed read or call is left for the next tick.
+    async fn retry(
+        &mut self,
+        client: &mut JobCoordinatorClient<Authed>,
+        by_key: &HashMap<String, u32>,
+        queues: &[String],
+    ) {
+        let mut records = Vec::new();
+        for pool in &self.pools {
+            let Ok(rows) = sqlx::query_as::<_, (String, u64)>(
+                "SELECT CAST(operation_key AS CHAR), job_id FROM operation_keys",
+            )
+            .fetch_all(pool)
+            .await
+            else {
+                return;
+            };
+            records.extend(rows);
+        }
+        let picked: Vec<(String, u64, u32)> = records
+            .into_iter()
+            .filter(|(k, _)| !self.done.contains(k))
+            .filter_map(|(k, id)| by_key.get(&k).map(|&i| (k, id, i)))
+            .take(100)
+            .collect();
+        if picked.is_empty() {
+            return;
+        }
+        let request = EnqueueBatchRequest {
+            items: picked
+                .iter()
+                .map(|&(_, _, i)| refund(i, &queues[i as usize % queues.len()]))
+                .collect(),
+        };
+        let Ok(answer) = client.enqueue_batch(request).await else {
+            return;
+        };
+        let c = &self.counts;
+        for ((key, id, _), result) in picked.iter().zip(answer.into_inner().results) {
+            self.done.insert(key.clone());
+            c.sent.fetch_add(1, Ordering::Relaxed);
+            match result.result {
+                Some(enqueue_batch_result::Result::Enqueued(e))
+                    if !e.created && e.job.as_ref().is_some_and(|j| j.job_id == *id) =>
+                {
+                    c.answered.fetch_add(1, Ordering::Relaxed);
+                }
+                other => c
+                    .wrong
+                    .lock()
+                    .expect("pruned retries")
+                    .push(format!("re-enqueue of pruned {key} (job {id}): {other:?}")),
+            }
+        }
+    }
 }

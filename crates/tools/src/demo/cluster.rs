@@ -103,8 +103,18 @@ impl Cluster {
 /// and database come from [`Coordinators`]). Behind a load balancer a
 /// coordinator drains for a second on SIGTERM (HAProxy takes it out within
 /// two checks of 500 ms); alone it has no one to hand its callers to.
-pub(super) fn serve_flags(lease: Duration, window: Duration, balanced: bool) -> Vec<String> {
+pub(super) fn serve_flags(
+    lease: Duration,
+    window: Duration,
+    retention: Duration,
+    balanced: bool,
+) -> Vec<String> {
+    let retention = humantime::format_duration(retention).to_string();
     [
+        "--retention-jobs",
+        &retention,
+        "--prune-interval",
+        "1s",
         "--default-lease",
         &humantime::format_duration(lease).to_string(),
         "--min-lease",
@@ -228,7 +238,12 @@ impl Cluster {
                 credentials: setup.credentials.clone(),
                 exe: setup.exe.clone(),
                 logs: setup.logs.clone(),
-                serve_flags: serve_flags(args.lease, args.resend_window, args.coordinators > 1),
+                serve_flags: serve_flags(
+                    args.lease,
+                    args.resend_window,
+                    args.retention,
+                    args.coordinators > 1,
+                ),
                 first_only,
             },
             Some(&setup.metrics_listen),

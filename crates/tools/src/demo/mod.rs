@@ -105,15 +105,16 @@ pub async fn run(args: DemoArgs, interrupted: impl Future<Output = ()>) -> Resul
     for w in &mut cluster.workers {
         let _ = w.stop(Duration::from_secs(5)).await;
     }
-    let happened = match outcome {
-        Ok(happened) => happened,
+    let (happened, pruned) = match outcome {
+        Ok(done) => done,
         Err(e) => {
             cluster.coordinators.stop().await;
             let _ = cluster.provider.stop(Duration::from_secs(5)).await;
             return Err(e);
         }
     };
-    let report = cluster.report(&setup, &plan, &happened).await?;
+    let mut report = cluster.report(&setup, &plan, &happened).await?;
+    report.add_pruned_retries(&pruned);
     println!("{}", report.render());
     if let Some(console) = &setup.console_listen {
         println!(
@@ -134,7 +135,10 @@ async fn run_workload(
     args: &DemoArgs,
     started: Instant,
     python_cmd: &std::path::Path,
-) -> Result<Vec<chaos::Happened>> {
+) -> Result<(
+    Vec<chaos::Happened>,
+    std::sync::Arc<arrivals::PrunedRetries>,
+)> {
     // Every worker starts first and says so, then the refunds arrive: the
     // workers that boot fastest (or long-poll) would otherwise take them all
     // before the slower ones (Python and Node load their stubs) are up.
@@ -231,13 +235,15 @@ async fn run_workload(
         args.jobs,
         args.arrival,
         cluster.queues.clone(),
+        pool.to_vec(),
     )?;
     say(&format!(
         "{} refunds arriving over {}",
         args.jobs,
         humantime::format_duration(args.arrival)
     ));
-    drive(cluster, pool, args, started, &mut arrivals).await
+    let happened = drive(cluster, pool, args, started, &mut arrivals).await?;
+    Ok((happened, arrivals.pruned.clone()))
 }
 
 /// Builds sdk/go's refund worker into the work directory with

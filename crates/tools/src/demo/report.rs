@@ -152,6 +152,12 @@ pub struct Report {
     pub provider: Option<ProviderSide>,
     /// The takeover storm, when it happened.
     pub storm: Option<Storm>,
+    /// Jobs pruned during the run (their key records), counted in
+    /// `states` by their final state.
+    pub pruned: i64,
+    /// The producer's Enqueues of pruned keys: sent, and answered with the
+    /// pruned job and created=false.
+    pub pruned_retries: (u32, u32),
 }
 
 impl Report {
@@ -175,6 +181,7 @@ impl Report {
             all.observations += r.observations;
             all.resends_allowed += r.resends_allowed;
             all.refunds_made += r.refunds_made;
+            all.pruned += r.pruned;
             all.unfinished.extend(r.unfinished);
             all.violations.extend(r.violations);
         }
@@ -192,6 +199,28 @@ impl Report {
                 .try_get("n")?,
             ..Report::default()
         };
+        // Pruned jobs: their key records, checked against the ledger like
+        // the rows (DESIGN.md rule 14: the key outlives the row).
+        for row in sqlx::query(
+            "SELECT job_id, CAST(operation_key AS CHAR) AS k, CAST(final_state AS CHAR) AS s \
+             FROM operation_keys",
+        )
+        .fetch_all(pool)
+        .await?
+        {
+            let id: u64 = row.try_get("job_id")?;
+            let key = text(&row, "k")?;
+            let state = text(&row, "s")?;
+            let made = ledger.by_merchant_reference(&key).refunds;
+            r.refunds_made += made;
+            r.pruned += 1;
+            *r.states.entry(state.clone()).or_default() += 1;
+            if (state == "succeeded" && made != 1) || made > 1 {
+                r.violations.push(format!(
+                    "pruned job {id} ({key}) {state} with {made} refunds made"
+                ));
+            }
+        }
         r.jobs = r.states.values().sum();
         for row in sqlx::query(
             "SELECT CAST(SUBSTRING_INDEX(detail, ':', 1) AS CHAR) AS rpc, COUNT(*) AS n \
@@ -259,6 +288,18 @@ impl Report {
         Ok(r)
     }
 
+    /// Adds the producer's Enqueues of pruned keys; each not answered with
+    /// its pruned job and created=false is a violation.
+    pub fn add_pruned_retries(&mut self, p: &super::arrivals::PrunedRetries) {
+        use std::sync::atomic::Ordering;
+        self.pruned_retries = (
+            p.sent.load(Ordering::Relaxed),
+            p.answered.load(Ordering::Relaxed),
+        );
+        self.violations
+            .extend(p.wrong.lock().expect("pruned retries").iter().cloned());
+    }
+
     /// True when no refund was made twice and nothing is lost.
     pub fn ok(&self) -> bool {
         self.violations.is_empty() && self.unfinished.is_empty()
@@ -289,6 +330,11 @@ impl Report {
         }
         let _ = writeln!(s, "  by final state          {}", join(&self.states));
         let _ = writeln!(s, "  completed by            {}", join(&self.completed_by));
+        let _ = writeln!(
+            s,
+            "  pruned                  {} finished jobs (key records kept); {} Enqueues of pruned keys sent again, {} answered the pruned job with created=false",
+            self.pruned, self.pruned_retries.0, self.pruned_retries.1
+        );
         let _ = writeln!(s, "  takeovers               {}", self.takeovers);
         if let Some(storm) = &self.storm {
             let _ = writeln!(

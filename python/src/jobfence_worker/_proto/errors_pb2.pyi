@@ -34,6 +34,8 @@ class ErrorReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     PROVIDER_BUDGET_EXHAUSTED: _ClassVar[ErrorReason]
     PROVIDER_PAUSED: _ClassVar[ErrorReason]
     PROVIDER_THROTTLED: _ClassVar[ErrorReason]
+    JOB_PRUNED: _ClassVar[ErrorReason]
+    EVENTS_CURSOR_PRUNED: _ClassVar[ErrorReason]
 ERROR_REASON_UNSPECIFIED: ErrorReason
 INVALID_REQUEST: ErrorReason
 JOB_NOT_FOUND: ErrorReason
@@ -61,5 +63,7 @@ OPERATOR_MISMATCH: ErrorReason
 PROVIDER_BUDGET_EXHAUSTED: ErrorReason
 PROVIDER_PAUSED: ErrorReason
 PROVIDER_THROTTLED: ErrorReason
+JOB_PRUNED: ErrorReason
+EVENTS_CURSOR_PRUNED: ErrorReason
 GRPC_CODE_FIELD_NUMBER: _ClassVar[int]
 grpc_code: _descriptor.FieldDescriptor

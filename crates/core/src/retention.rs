@@ -1,0 +1,138 @@
+//! The pruner (DESIGN.md rule 14): runs the store's pruning over every
+//! database of the coordinator, on an interval inside `jobfence serve` or
+//! once (`jobfence prune`), and records what it did in the metrics.
+
+use super::Coordinator;
+use jobfence_domain::retention::RetentionError;
+use jobfence_domain::{CoordinatorError, PruneCounts, Retention};
+use jobfence_store::retention::{PruneRun, DEFAULT_PRUNE_BATCH};
+use std::time::Duration;
+
+/// After each pruning batch the pruner rests this many times as long as
+/// the batch took, by default: its session is busy at most a quarter of
+/// the time.
+pub const DEFAULT_PRUNE_REST: f64 = 3.0;
+
+/// How the pruner runs.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PrunerSettings {
+    /// How long finished jobs and key records are kept.
+    pub retention: Retention,
+    /// Most jobs one pruning transaction deletes.
+    pub batch: u32,
+    /// Time between two runs inside `serve`.
+    pub interval: Duration,
+    /// After each batch, rest this many times as long as it took (see
+    /// `JobStore::prune_paced`).
+    pub rest: f64,
+}
+
+impl PrunerSettings {
+    /// Settings with the documented defaults: jobs kept 30 days, key
+    /// records forever, batches of [`DEFAULT_PRUNE_BATCH`], a run a minute.
+    pub fn defaults() -> Self {
+        PrunerSettings {
+            retention: Retention {
+                jobs: Duration::from_secs(30 * 86_400),
+                keys: None,
+            },
+            batch: DEFAULT_PRUNE_BATCH,
+            interval: Duration::from_secs(60),
+            rest: DEFAULT_PRUNE_REST,
+        }
+    }
+
+    /// Checks the retention (see [`Retention::check`]): refused at start,
+    /// never discovered by a run.
+    pub fn check(&self) -> Result<(), RetentionError> {
+        self.retention.check()
+    }
+}
+
+/// What one run did on each database.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PruneReport {
+    /// Per database (its number): what was removed, or `None` when another
+    /// coordinator held that database's pruner lock.
+    pub databases: Vec<(u32, Option<PruneCounts>)>,
+}
+
+impl PruneReport {
+    /// The counts summed over the databases that ran.
+    pub fn total(&self) -> PruneCounts {
+        let mut t = PruneCounts::default();
+        for c in self.databases.iter().filter_map(|(_, c)| c.as_ref()) {
+            t.add(*c);
+        }
+        t
+    }
+}
+
+impl Coordinator {
+    /// One pruning run over every database, one after the other (see
+    /// `JobStore::prune`); `progress` is called after each batch with the
+    /// database's number and its counts so far. Counts what was deleted
+    /// and sets the retention gauges. The first error stops the run.
+    pub async fn prune_once(
+        &self,
+        settings: &PrunerSettings,
+        mut progress: impl FnMut(u32, &PruneCounts),
+    ) -> Result<PruneReport, CoordinatorError> {
+        let mut databases = Vec::new();
+        for (n, store) in self.shards().all() {
+            let n = *n;
+            let run = store
+                .prune_paced(&settings.retention, settings.batch, settings.rest, |c| {
+                    progress(n, c)
+                })
+                .await?;
+            match run {
+                PruneRun::Done(counts) => {
+                    self.metrics().pruned(&counts);
+                    databases.push((n, Some(counts)));
+                }
+                PruneRun::LockHeld => databases.push((n, None)),
+            }
+        }
+        super::gauges::refresh_retention(self.shards(), self.metrics()).await;
+        Ok(databases_report(databases))
+    }
+
+    /// Runs the pruner every `settings.interval` until the task is
+    /// aborted: the first run one interval after start. A run that fails
+    /// is logged and tried again at the next interval.
+    pub fn spawn_pruner(&self, settings: PrunerSettings) -> tokio::task::JoinHandle<()> {
+        let coordinator = self.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(settings.interval);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            tick.tick().await;
+            loop {
+                tick.tick().await;
+                match coordinator.prune_once(&settings, |_, _| {}).await {
+                    Ok(report) => {
+                        let t = report.total();
+                        if t.jobs > 0 || t.keys_pruned > 0 {
+                            tracing::info!(
+                                jobs = t.jobs,
+                                observations = t.observations,
+                                events = t.events,
+                                key_records_written = t.keys_recorded,
+                                key_records_pruned = t.keys_pruned,
+                                batches = t.batches,
+                                "pruned finished jobs"
+                            );
+                        }
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "pruning run failed; trying again at the next interval")
+                    }
+                }
+            }
+        })
+    }
+}
+
+fn databases_report(databases: Vec<(u32, Option<PruneCounts>)>) -> PruneReport {
+    PruneReport { databases }
+}

@@ -1,0 +1,376 @@
+//! Retention (DESIGN.md rule 14): pruning finished jobs in small batches,
+//! keeping their operation keys, and answering for what was pruned.
+//!
+//! One batch is one short transaction: read up to `batch` candidate ids
+//! (terminal jobs past their retention, by `ix_jobs_finished`; a plain
+//! read), lock those still terminal with `FOR UPDATE SKIP LOCKED`, copy
+//! their identity into `operation_keys` (INSERT … SELECT, idempotent),
+//! delete their observations, their events and the job rows (the DELETE
+//! re-checks the state), raise the events feed's `events_pruned_through`
+//! mark, and COMMIT. A live job (`ready`, `running`, `manual_review`) is
+//! never selected and never deleted, whatever its age.
+//!
+//! Two pruners at once (two coordinators whose `GET_LOCK` does not see
+//! each other, as on Galera): SKIP LOCKED gives each batch the rows no
+//! other batch holds, and a row another batch already deleted is not
+//! there to lock, so each row is deleted once; a pruner never waits for a
+//! lock another pruner holds, and a conflict (a Galera certification
+//! failure) rolls its batch back whole, to be run again.
+
+use super::pause::PausePoint;
+use super::rows::{get, opt_text, text};
+use super::{commit, convert_sqlx_err, micros, JobStore};
+use jobfence_domain::{CoordinatorError, DbTime, KeyRecord, PruneCounts, Retention};
+use sqlx::mysql::MySqlRow;
+use sqlx::Executor;
+use std::time::Duration;
+
+/// The name of the database lock a pruning run holds (`GET_LOCK`), so
+/// that one coordinator at a time prunes a database: `jobfence_pruner.`
+/// and the schema's name (locks are server-wide; MySQL allows 64
+/// characters).
+pub const PRUNER_LOCK: &str = "CONCAT('jobfence_pruner.', LEFT(DATABASE(), 48))";
+
+/// Jobs one pruning transaction deletes at most, by default: its locks are
+/// held for a few milliseconds.
+pub const DEFAULT_PRUNE_BATCH: u32 = 500;
+
+/// How a pruning run ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PruneRun {
+    /// It ran: what it removed.
+    Done(PruneCounts),
+    /// Another session holds the pruner's lock: nothing was done.
+    LockHeld,
+}
+
+/// What the pruning gauges show, read after a run.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct RetentionStats {
+    /// Key records held in `operation_keys`.
+    pub key_records: u64,
+    /// Age of the oldest finished job still held (DB clock), if any.
+    pub oldest_finished_age: Option<Duration>,
+    /// Seconds since the Unix epoch of the last run that finished, if any.
+    pub last_run_unix: Option<f64>,
+}
+
+fn id_list(ids: &[u64]) -> String {
+    ids.iter().map(u64::to_string).collect::<Vec<_>>().join(",")
+}
+
+pub(crate) fn key_record(row: &MySqlRow) -> Result<KeyRecord, CoordinatorError> {
+    Ok(KeyRecord {
+        job_id: get(row, "job_id")?,
+        queue: text(row, "queue")?,
+        operation_key: text(row, "operation_key")?,
+        final_state: text(row, "final_state")?
+            .parse()
+            .map_err(|e| CoordinatorError::Internal(format!("{e}")))?,
+        attempt: get(row, "attempt")?,
+        dispatch_count: get(row, "dispatch_count")?,
+        provider_reference: opt_text(row, "provider_reference")?,
+        created_at: get::<DbTime>(row, "created_at")?,
+        finished_at: get::<DbTime>(row, "finished_at")?,
+        pruned_at: get::<DbTime>(row, "pruned_at")?,
+    })
+}
+
+impl JobStore {
+    /// One pruning run: takes the database lock [`PRUNER_LOCK`] on a
+    /// session of its own (`GET_LOCK(…, 0)`: another coordinator already
+    /// pruning makes this run [`PruneRun::LockHeld`] at once), prunes
+    /// batches of at most `batch` jobs until none is left, then key records
+    /// past their own retention, and records the run's end. `progress` is
+    /// called after each batch with the counts so far.
+    ///
+    /// The lock is not replicated by Galera: coordinators on different
+    /// nodes may both run; each row is still pruned once (module docs).
+    pub async fn prune(
+        &self,
+        retention: &Retention,
+        batch: u32,
+        progress: impl FnMut(&PruneCounts),
+    ) -> Result<PruneRun, CoordinatorError> {
+        self.prune_paced(retention, batch, 0.0, progress).await
+    }
+
+    /// [`prune`](Self::prune), resting after each batch `rest` times as
+    /// long as the batch took (0: none; 3: the pruner's session is busy at
+    /// most a quarter of the time), so that on a small database server the
+    /// pruning leaves most of its CPU to the claims and writes of live
+    /// jobs (docs/benchmarks.md, "Pruning").
+    pub async fn prune_paced(
+        &self,
+        retention: &Retention,
+        batch: u32,
+        rest: f64,
+        mut progress: impl FnMut(&PruneCounts),
+    ) -> Result<PruneRun, CoordinatorError> {
+        let mut lock = self.pool().acquire().await.map_err(convert_sqlx_err)?;
+        // Closed, not returned, when dropped: the server then frees the
+        // lock whatever happened to this run.
+        lock.close_on_drop();
+        let got: Option<i64> = sqlx::query_scalar(&format!("SELECT GET_LOCK({PRUNER_LOCK}, 0)"))
+            .fetch_one(&mut *lock)
+            .await
+            .map_err(convert_sqlx_err)?;
+        if got != Some(1) {
+            return Ok(PruneRun::LockHeld);
+        }
+        let mut total = PruneCounts::default();
+        let rest = if rest.is_finite() { rest.max(0.0) } else { 0.0 };
+        loop {
+            let took = std::time::Instant::now();
+            let (counts, more) = self.prune_batch(retention, batch).await?;
+            if more && rest > 0.0 {
+                tokio::time::sleep(took.elapsed().mul_f64(rest)).await;
+            }
+            total.add(counts);
+            if counts.jobs > 0 {
+                progress(&total);
+            }
+            if !more {
+                break;
+            }
+        }
+        if let Some(keys) = retention.keys {
+            loop {
+                let n = self.prune_key_records(keys, retention.jobs, batch).await?;
+                total.keys_pruned += n;
+                if n < u64::from(batch) {
+                    break;
+                }
+                progress(&total);
+            }
+        }
+        sqlx::query("UPDATE pruning_marks SET last_run_at = UTC_TIMESTAMP(6) WHERE singleton = 1")
+            .execute(&self.pool())
+            .await
+            .map_err(convert_sqlx_err)?;
+        let _ = lock
+            .execute(sqlx::raw_sql(&format!("DO RELEASE_LOCK({PRUNER_LOCK})")))
+            .await;
+        Ok(PruneRun::Done(total))
+    }
+
+    /// One pruning transaction of at most `batch` jobs (see the module
+    /// docs), run again on a conflict; also whether more candidates may be
+    /// left. Holds no database lock: [`prune`](Self::prune) takes it.
+    pub async fn prune_batch(
+        &self,
+        retention: &Retention,
+        batch: u32,
+    ) -> Result<(PruneCounts, bool), CoordinatorError> {
+        self.retry_conflicts(|| self.prune_batch_once(retention, batch))
+            .await
+    }
+
+    async fn prune_batch_once(
+        &self,
+        retention: &Retention,
+        batch: u32,
+    ) -> Result<(PruneCounts, bool), CoordinatorError> {
+        let default_us = micros(retention.jobs);
+        let mut conn = self.pool().acquire().await.map_err(convert_sqlx_err)?;
+        let shortest: Option<i64> =
+            sqlx::query_scalar("SELECT CAST(MIN(job_retention_us) AS SIGNED) FROM queue_policies")
+                .fetch_one(&mut *conn)
+                .await
+                .map_err(convert_sqlx_err)?;
+        let bound = shortest.map_or(default_us, |s| s.min(default_us));
+        let candidates: Vec<u64> =
+            sqlx::query_scalar(include_str!("queries/retention/candidates.sql"))
+                .bind(bound)
+                .bind(default_us)
+                .bind(batch.max(1))
+                .fetch_all(&mut *conn)
+                .await
+                .map_err(convert_sqlx_err)?;
+        drop(conn);
+        if candidates.is_empty() {
+            return Ok((PruneCounts::default(), false));
+        }
+        let full = candidates.len() as u32 >= batch.max(1);
+        self.pause(PausePoint::PruneAfterCandidates).await;
+        let mut tx = self.begin().await?;
+        let ids = id_list(&candidates);
+        // Terminal states never change, but the state is checked here and
+        // again in the DELETE: a live job is never pruned.
+        let mut locked: Vec<u64> = sqlx::query_scalar(&format!(
+            "SELECT id FROM jobs WHERE id IN ({ids}) \
+             AND state IN ('succeeded', 'failed', 'cancelled') AND finished_at IS NOT NULL \
+             ORDER BY id FOR UPDATE SKIP LOCKED"
+        ))
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(convert_sqlx_err)?;
+        if locked.is_empty() {
+            tx.rollback().await.map_err(convert_sqlx_err)?;
+            // Every candidate is another pruner's now, or gone.
+            return Ok((PruneCounts::default(), false));
+        }
+        locked.sort_unstable();
+        self.pause_in(PausePoint::PruneAfterLock, &mut tx).await;
+        let ids = id_list(&locked);
+        let keys =
+            sqlx::query(&include_str!("queries/retention/record_keys.sql").replace("{ids}", &ids))
+                .execute(&mut *tx)
+                .await
+                .map_err(convert_sqlx_err)?;
+        let observations = sqlx::query(&format!(
+            "DELETE FROM job_observations WHERE job_id IN ({ids})"
+        ))
+        .execute(&mut *tx)
+        .await
+        .map_err(convert_sqlx_err)?
+        .rows_affected();
+        let last_event: Option<u64> = sqlx::query_scalar(&format!(
+            "SELECT MAX(id) FROM job_events WHERE job_id IN ({ids})"
+        ))
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(convert_sqlx_err)?;
+        let events = sqlx::query(&format!("DELETE FROM job_events WHERE job_id IN ({ids})"))
+            .execute(&mut *tx)
+            .await
+            .map_err(convert_sqlx_err)?
+            .rows_affected();
+        if let Some(last) = last_event {
+            sqlx::query(
+                "UPDATE pruning_marks SET events_pruned_through = GREATEST(events_pruned_through, ?) \
+                 WHERE singleton = 1",
+            )
+            .bind(last)
+            .execute(&mut *tx)
+            .await
+            .map_err(convert_sqlx_err)?;
+        }
+        let jobs = sqlx::query(&format!(
+            "DELETE FROM jobs WHERE id IN ({ids}) AND state IN ('succeeded', 'failed', 'cancelled')"
+        ))
+        .execute(&mut *tx)
+        .await
+        .map_err(convert_sqlx_err)?
+        .rows_affected();
+        if jobs != locked.len() as u64 {
+            // Cannot happen (the rows are locked and terminal): refuse to
+            // commit a batch that did not do what it checked.
+            tx.rollback().await.map_err(convert_sqlx_err)?;
+            return Err(CoordinatorError::Internal(format!(
+                "pruning locked {} jobs but deleted {jobs}",
+                locked.len()
+            )));
+        }
+        commit(tx).await?;
+        Ok((
+            PruneCounts {
+                batches: 1,
+                jobs,
+                observations,
+                events,
+                // An existing record is "affected" 0 times by the no-op
+                // update; a new one once.
+                keys_recorded: keys.rows_affected(),
+                keys_pruned: 0,
+            },
+            full,
+        ))
+    }
+
+    /// Deletes up to `batch` key records past `keys` (and past their
+    /// queue's job retention, `jobs` by default); how many.
+    async fn prune_key_records(
+        &self,
+        keys: Duration,
+        jobs: Duration,
+        batch: u32,
+    ) -> Result<u64, CoordinatorError> {
+        let ids: Vec<u64> = sqlx::query_scalar(include_str!("queries/retention/expired_keys.sql"))
+            .bind(micros(keys.max(jobs)))
+            .bind(micros(jobs))
+            .bind(batch.max(1))
+            .fetch_all(&self.pool())
+            .await
+            .map_err(convert_sqlx_err)?;
+        if ids.is_empty() {
+            return Ok(0);
+        }
+        let done = sqlx::query(&format!(
+            "DELETE FROM operation_keys WHERE job_id IN ({})",
+            id_list(&ids)
+        ))
+        .execute(&self.pool())
+        .await
+        .map_err(convert_sqlx_err)?;
+        Ok(done.rows_affected())
+    }
+
+    /// The key record of job `job_id`, if the job was pruned.
+    pub async fn key_record(&self, job_id: u64) -> Result<Option<KeyRecord>, CoordinatorError> {
+        let row = sqlx::query(include_str!("queries/retention/key_record.sql"))
+            .bind(job_id)
+            .fetch_optional(&self.pool())
+            .await
+            .map_err(convert_sqlx_err)?;
+        row.as_ref().map(key_record).transpose()
+    }
+
+    /// `JobPruned` with its key record when job `job_id` was pruned;
+    /// otherwise `JobNotFound`.
+    pub async fn explain_missing(&self, job_id: u64) -> CoordinatorError {
+        match self.key_record(job_id).await {
+            Ok(Some(record)) => CoordinatorError::JobPruned(Box::new(record)),
+            Ok(None) => CoordinatorError::JobNotFound { job_id },
+            Err(e) => e,
+        }
+    }
+
+    /// Every event id up to this one may have been pruned (0: none was).
+    pub async fn events_pruned_through(&self) -> Result<u64, CoordinatorError> {
+        events_pruned_through(&mut *self.pool().acquire().await.map_err(convert_sqlx_err)?).await
+    }
+
+    /// Key records held, the oldest finished job's age and the last run.
+    pub async fn retention_stats(&self) -> Result<RetentionStats, CoordinatorError> {
+        let pool = self.pool();
+        let key_records: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM operation_keys")
+            .fetch_one(&pool)
+            .await
+            .map_err(convert_sqlx_err)?;
+        let oldest: Option<i64> = sqlx::query_scalar(
+            "SELECT CAST(TIMESTAMPDIFF(MICROSECOND, MIN(f), UTC_TIMESTAMP(6)) AS SIGNED) FROM ( \
+               SELECT MIN(finished_at) AS f FROM jobs WHERE state = 'succeeded' \
+               UNION ALL SELECT MIN(finished_at) FROM jobs WHERE state = 'failed' \
+               UNION ALL SELECT MIN(finished_at) FROM jobs WHERE state = 'cancelled') AS t",
+        )
+        .fetch_one(&pool)
+        .await
+        .map_err(convert_sqlx_err)?;
+        let last: Option<i64> = sqlx::query_scalar(
+            "SELECT CAST(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', last_run_at) AS SIGNED) \
+             FROM pruning_marks WHERE singleton = 1",
+        )
+        .fetch_optional(&pool)
+        .await
+        .map_err(convert_sqlx_err)?
+        .flatten();
+        Ok(RetentionStats {
+            key_records: key_records.max(0) as u64,
+            oldest_finished_age: oldest.map(|us| Duration::from_micros(us.max(0) as u64)),
+            last_run_unix: last.map(|us| us as f64 / 1e6),
+        })
+    }
+}
+
+/// The events feed's mark, read on `conn`.
+pub(crate) async fn events_pruned_through(
+    conn: &mut sqlx::MySqlConnection,
+) -> Result<u64, CoordinatorError> {
+    let mark: Option<u64> =
+        sqlx::query_scalar("SELECT events_pruned_through FROM pruning_marks WHERE singleton = 1")
+            .fetch_optional(conn)
+            .await
+            .map_err(convert_sqlx_err)?;
+    Ok(mark.unwrap_or(0))
+}

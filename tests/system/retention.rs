@@ -1,0 +1,181 @@
+//! Retention through the binary: `jobfence serve` and `jobfence prune`
+//! refuse a key retention shorter than the job retention at start, `prune`
+//! prunes once with a progress line and says by its exit status when
+//! another coordinator holds the pruner's lock, and `serve` prunes on its
+//! interval and shows it in /metrics.
+
+use jobfence_testkit as kit;
+
+use kit::TestDb;
+use sqlx::MySqlPool;
+use std::process::Stdio;
+use std::time::Duration;
+
+const BIN: &str = env!("CARGO_BIN_EXE_jobfence");
+
+/// `n` succeeded jobs finished `days` ago, each with one event.
+async fn old_finished_jobs(pool: &MySqlPool, n: usize, days: i64) {
+    for i in 0..n {
+        let id = sqlx::query(
+            "INSERT INTO jobs (queue, operation_key, request_digest, payload, state, attempt, \
+             run_at, dispatch_count, provider_reference, created_at, updated_at, finished_at) \
+             VALUES ('refunds', ?, UNHEX(SHA2('{}', 256)), '{}', 'succeeded', 1, \
+             DATE_SUB(UTC_TIMESTAMP(6), INTERVAL ? DAY), 1, ?, \
+             DATE_SUB(UTC_TIMESTAMP(6), INTERVAL ? DAY), DATE_SUB(UTC_TIMESTAMP(6), INTERVAL ? DAY), \
+             DATE_SUB(UTC_TIMESTAMP(6), INTERVAL ? DAY))",
+        )
+        .bind(format!("refund-{i}"))
+        .bind(days + 1)
+        .bind(format!("re_{i}"))
+        .bind(days + 1)
+        .bind(days)
+        .bind(days)
+        .execute(pool)
+        .await
+        .unwrap()
+        .last_insert_id();
+        sqlx::query(
+            "INSERT INTO job_events (job_id, queue, attempt, kind, from_state, to_state, \
+             current_attempt, created_at) \
+             VALUES (?, 'refunds', 1, 'completed', 'running', 'succeeded', 1, UTC_TIMESTAMP(6))",
+        )
+        .bind(id)
+        .execute(pool)
+        .await
+        .unwrap();
+    }
+}
+
+async fn count(pool: &MySqlPool, table: &str) -> i64 {
+    sqlx::query_scalar(&format!("SELECT COUNT(*) FROM {table}"))
+        .fetch_one(pool)
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_key_retention_shorter_than_the_job_retention_is_refused_at_start() {
+    for command in ["serve", "prune"] {
+        let out = tokio::process::Command::new(BIN)
+            .args([
+                command,
+                "--database-url",
+                "mysql://nobody@127.0.0.1:1/none",
+                "--retention-jobs",
+                "30d",
+                "--retention-keys",
+                "7d",
+            ])
+            .output()
+            .await
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{command}: {stderr}");
+        assert!(
+            stderr.contains("keys must be kept at least as long as jobs"),
+            "{command}: {stderr}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn prune_runs_once_with_progress_and_leaves_a_held_lock_alone() {
+    let db = TestDb::new().await;
+    let pool = db.pool();
+    old_finished_jobs(&pool, 3, 31).await;
+    let prune = || {
+        tokio::process::Command::new(BIN)
+            .args(["prune", "--database-url", &db.url, "--prune-batch", "2"])
+            .output()
+    };
+
+    let mut holder = pool.acquire().await.unwrap();
+    sqlx::query("DO GET_LOCK(CONCAT('jobfence_pruner.', LEFT(DATABASE(), 48)), 0)")
+        .execute(&mut *holder)
+        .await
+        .unwrap();
+    let out = prune().await.unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(2), "{stdout}");
+    assert!(
+        stdout.contains("another coordinator is pruning it"),
+        "{stdout}"
+    );
+    assert_eq!(count(&pool, "jobs").await, 3);
+    sqlx::query("DO RELEASE_LOCK(CONCAT('jobfence_pruner.', LEFT(DATABASE(), 48)))")
+        .execute(&mut *holder)
+        .await
+        .unwrap();
+
+    let out = prune().await.unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("database 0: 1 batches, pruned 2 jobs"),
+        "a progress line per batch: {stdout}"
+    );
+    assert!(
+        stdout.contains("done: database 0: 2 batches, pruned 3 jobs, 0 observations, 3 events; 3 key records written"),
+        "{stdout}"
+    );
+    assert_eq!(count(&pool, "jobs").await, 0);
+    assert_eq!(count(&pool, "operation_keys").await, 3);
+}
+
+#[tokio::test]
+async fn serve_prunes_on_its_interval_and_shows_it_in_metrics() {
+    let db = TestDb::new().await;
+    let pool = db.pool();
+    old_finished_jobs(&pool, 2, 2).await;
+    let port = |()| {
+        std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port()
+    };
+    let metrics = format!("127.0.0.1:{}", port(()));
+    let _server = tokio::process::Command::new(BIN)
+        .args(["serve", "--insecure", "--database-url", &db.url])
+        .args(["--listen", &format!("127.0.0.1:{}", port(()))])
+        .args(["--metrics-listen", &metrics])
+        .args(["--retention-jobs", "1d", "--prune-interval", "200ms"])
+        .args(["--pending-refresh-interval", "200ms", "--drain-delay", "0s"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut text = String::new();
+    for _ in 0..300 {
+        if count(&pool, "jobs").await == 0 {
+            if let Ok(body) = reqwest::get(format!("http://{metrics}/metrics")).await {
+                text = body.text().await.unwrap_or_default();
+                if text.contains("jobfence_pruned_rows_total{table=\"jobs\"} 2") {
+                    break;
+                }
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(count(&pool, "jobs").await, 0, "serve never pruned");
+    assert_eq!(count(&pool, "operation_keys").await, 2);
+    for line in [
+        "jobfence_pruned_rows_total{table=\"jobs\"} 2",
+        "jobfence_pruned_rows_total{table=\"job_events\"} 2",
+        "jobfence_operation_key_records 2",
+    ] {
+        assert!(text.contains(line), "{line} not in:\n{text}");
+    }
+    let last: f64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix("jobfence_pruner_last_success_timestamp_seconds "))
+        .expect("the last-success gauge")
+        .parse()
+        .unwrap();
+    assert!(last > 1.7e9, "{last}");
+}
