@@ -8,10 +8,7 @@ use jobfence_domain::{CoordinatorError, PruneCounts, Retention};
 use jobfence_store::retention::{PruneRun, DEFAULT_PRUNE_BATCH};
 use std::time::Duration;
 
-/// After each pruning batch the pruner rests this many times as long as
-/// the batch took, by default: its session is busy at most a quarter of
-/// the time.
-pub const DEFAULT_PRUNE_REST: f64 = 3.0;
+pub use jobfence_store::retention::DEFAULT_PRUNE_REST;
 
 /// How the pruner runs.
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -50,11 +50,11 @@ pub struct BenchArgs {
     pub prune_rows: u64,
     /// Lifecycle rounds (of --jobs each) of the no-pruning side of the
     /// pruning phase; the pruning side runs rounds until pruning ends.
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = 10)]
     pub prune_rounds: usize,
     /// The pruner's rest after each batch, times the batch's duration (as
     /// `jobfence serve --prune-rest`; 0: flat out).
-    #[arg(long, default_value_t = 3.0)]
+    #[arg(long, default_value_t = jobfence_store::retention::DEFAULT_PRUNE_REST)]
     pub prune_rest: f64,
     /// Units per second of the provider budget below the load (the paced
     /// phase: how close the hand-out rate comes to it); 0 skips both
