@@ -166,6 +166,15 @@ async fn every_pruned_job_is_archived_once_with_its_rows_as_they_were() {
     assert_eq!((total.jobs, total.archived_jobs), (3, 3), "{total:?}");
     assert!(total.batches >= 2, "batches of 2: {total:?}");
     assert!(total.archived_bytes > 0);
+    let metrics = h.coordinator.metrics().render();
+    assert!(
+        metrics.contains("jobfence_pruned_archived_jobs_total 3")
+            && metrics.contains(&format!(
+                "jobfence_prune_archive_bytes_total {}",
+                total.archived_bytes
+            )),
+        "{metrics}"
+    );
 
     let schema: String = sqlx::query_scalar("SELECT DATABASE()")
         .fetch_one(&h.pool)
