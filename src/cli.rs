@@ -493,6 +493,7 @@ async fn run_server(command: Command) -> anyhow::Result<ExitCode> {
                     jobs = %humantime::format_duration(pruner.retention.jobs),
                     keys = %pruner.retention.keys.map_or("forever".into(), |k| humantime::format_duration(k).to_string()),
                     interval = %humantime::format_duration(pruner.interval),
+                    archive_dir = ?pruner.archive_dir,
                     "pruning finished jobs past their retention"
                 );
                 coordinator.spawn_pruner(pruner)

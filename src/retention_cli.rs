@@ -37,6 +37,13 @@ pub struct RetentionArgs {
     /// time, leaving the database's CPU to live jobs; 0 prunes flat out.
     #[arg(long, env = "JOBFENCE_PRUNE_REST", default_value_t = jobfence_core::retention::DEFAULT_PRUNE_REST)]
     pub prune_rest: f64,
+    /// Before deleting, write the rows each pruning run removes (every job
+    /// with its observations and events, one JSON object per line) to a
+    /// gzip'd file in this directory, `jobfence-prune-<UTC time>-<schema>.jsonl.gz`,
+    /// fsynced before each batch commits: a failed write stops the run
+    /// and deletes nothing unarchived. Unset: no archive.
+    #[arg(long, env = "JOBFENCE_PRUNE_ARCHIVE_DIR")]
+    pub prune_archive_dir: Option<std::path::PathBuf>,
 }
 
 impl RetentionArgs {
@@ -51,6 +58,7 @@ impl RetentionArgs {
             batch: self.prune_batch.max(1),
             interval,
             rest: self.prune_rest,
+            archive_dir: self.prune_archive_dir.clone(),
         };
         settings
             .check()
@@ -84,7 +92,11 @@ pub async fn prune(shards: Shards, settings: PrunerSettings) -> anyhow::Result<E
         format!(
             "database {n}: {} batches, pruned {} jobs, {} observations, {} events; {} key records written, {} key records pruned",
             c.batches, c.jobs, c.observations, c.events, c.keys_recorded, c.keys_pruned
-        )
+        ) + &if c.archived_jobs > 0 {
+            format!("; {} jobs archived ({} bytes)", c.archived_jobs, c.archived_bytes)
+        } else {
+            String::new()
+        }
     };
     let report = coordinator
         .prune_once(&settings, |n, c| println!("{}", line(n, c)))
@@ -92,7 +104,15 @@ pub async fn prune(shards: Shards, settings: PrunerSettings) -> anyhow::Result<E
     let mut held = false;
     for (n, counts) in &report.databases {
         match counts {
-            Some(c) => println!("done: {}", line(*n, c)),
+            Some(c) => {
+                let archive = report.archives.iter().find(|(a, _)| a == n);
+                match archive {
+                    Some((_, path)) => {
+                        println!("done: {}; archive {}", line(*n, c), path.display())
+                    }
+                    None => println!("done: {}", line(*n, c)),
+                }
+            }
             None => {
                 held = true;
                 println!("database {n}: another coordinator is pruning it; left to it");

@@ -16,6 +16,7 @@ mod observations;
 mod provider_ops;
 mod races;
 mod retention;
+mod retention_archive;
 mod security;
 mod seed_scenarios;
 mod state_machine_model;

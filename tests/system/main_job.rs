@@ -321,6 +321,14 @@ async fn the_demo_with_every_fault_kind_refunds_nothing_twice() {
     assert!(pruned[0] > 0, "nothing was pruned\n{context}");
     assert!(pruned[1] > 0, "no pruned key was enqueued again\n{context}");
     assert_eq!(pruned[1], pruned[2], "{context}");
+    // The coordinators archived what they pruned (--prune-archive-dir):
+    // every pruned job is in the archive (a missing one is a violation).
+    let archived = number("archived");
+    assert!(archived[0] >= pruned[0], "{archived:?}\n{context}");
+    assert!(
+        line("archived").contains("every pruned job is in the archive"),
+        "{context}"
+    );
     assert!(number("provider 429s")[1] > 0, "{context}");
     assert!(line("provider budget").contains("160 units/s"), "{context}");
     let storm = number("takeover storm");

@@ -2,7 +2,8 @@
 //! refuse a key retention shorter than the job retention at start, `prune`
 //! prunes once with a progress line and says by its exit status when
 //! another coordinator holds the pruner's lock, and `serve` prunes on its
-//! interval and shows it in /metrics.
+//! interval and shows it in /metrics; `prune --prune-archive-dir` writes
+//! one archive file and names it in its summary line.
 
 use jobfence_testkit as kit;
 
@@ -124,6 +125,54 @@ async fn prune_runs_once_with_progress_and_leaves_a_held_lock_alone() {
     );
     assert_eq!(count(&pool, "jobs").await, 0);
     assert_eq!(count(&pool, "operation_keys").await, 3);
+}
+
+#[tokio::test]
+async fn prune_with_an_archive_dir_writes_one_file_and_names_it() {
+    let db = TestDb::new().await;
+    let pool = db.pool();
+    old_finished_jobs(&pool, 3, 31).await;
+    let dir = std::env::temp_dir().join(format!(
+        "jobfence-prune-archive-{}-{}",
+        std::process::id(),
+        db.name
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    let out = tokio::process::Command::new(BIN)
+        .args(["prune", "--database-url", &db.url, "--prune-batch", "2"])
+        .arg("--prune-archive-dir")
+        .arg(&dir)
+        .output()
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let files: Vec<std::path::PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(files.len(), 1, "{files:?}");
+    let name = files[0].file_name().unwrap().to_str().unwrap();
+    assert!(
+        name.starts_with("jobfence-prune-") && name.ends_with(&format!("-{}.jsonl.gz", db.name)),
+        "{name}"
+    );
+    let done = stdout
+        .lines()
+        .find(|l| l.starts_with("done: "))
+        .unwrap_or_else(|| panic!("{stdout}"));
+    assert!(
+        done.contains("pruned 3 jobs")
+            && done.contains("3 jobs archived")
+            && done.ends_with(&format!("; archive {}", files[0].display())),
+        "{done}"
+    );
+    assert_eq!(count(&pool, "jobs").await, 0);
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[tokio::test]

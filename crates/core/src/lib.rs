@@ -15,6 +15,7 @@
 //! - [`retention`]: the pruner (DESIGN.md rule 14).
 
 pub mod admin;
+pub mod archive;
 pub mod batcher;
 mod claims;
 mod enqueue;

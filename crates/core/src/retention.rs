@@ -3,15 +3,18 @@
 //! once (`jobfence prune`), and records what it did in the metrics.
 
 use super::Coordinator;
+use crate::archive::ArchiveFile;
 use jobfence_domain::retention::RetentionError;
 use jobfence_domain::{CoordinatorError, PruneCounts, Retention};
+use jobfence_store::archive::PruneArchive;
 use jobfence_store::retention::{PruneRun, DEFAULT_PRUNE_BATCH};
+use std::path::PathBuf;
 use std::time::Duration;
 
 pub use jobfence_store::retention::DEFAULT_PRUNE_REST;
 
 /// How the pruner runs.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct PrunerSettings {
     /// How long finished jobs and key records are kept.
     pub retention: Retention,
@@ -22,6 +25,9 @@ pub struct PrunerSettings {
     /// After each batch, rest this many times as long as it took (see
     /// `JobStore::prune_paced`).
     pub rest: f64,
+    /// When set, each run writes the rows it deletes to a gzip'd
+    /// JSON-lines file in this directory first (see [`crate::archive`]).
+    pub archive_dir: Option<PathBuf>,
 }
 
 impl PrunerSettings {
@@ -36,6 +42,7 @@ impl PrunerSettings {
             batch: DEFAULT_PRUNE_BATCH,
             interval: Duration::from_secs(60),
             rest: DEFAULT_PRUNE_REST,
+            archive_dir: None,
         }
     }
 
@@ -52,6 +59,9 @@ pub struct PruneReport {
     /// Per database (its number): what was removed, or `None` when another
     /// coordinator held that database's pruner lock.
     pub databases: Vec<(u32, Option<PruneCounts>)>,
+    /// Per database (its number): the archive file this run wrote, if it
+    /// archived anything.
+    pub archives: Vec<(u32, PathBuf)>,
 }
 
 impl PruneReport {
@@ -76,13 +86,32 @@ impl Coordinator {
         mut progress: impl FnMut(u32, &PruneCounts),
     ) -> Result<PruneReport, CoordinatorError> {
         let mut databases = Vec::new();
+        let mut archives = Vec::new();
         for (n, store) in self.shards().all() {
             let n = *n;
+            let archive = match &settings.archive_dir {
+                Some(dir) => Some(ArchiveFile::new(dir, &store.schema_name().await?)),
+                None => None,
+            };
             let run = store
-                .prune_paced(&settings.retention, settings.batch, settings.rest, |c| {
-                    progress(n, c)
-                })
-                .await?;
+                .prune_archived(
+                    &settings.retention,
+                    settings.batch,
+                    settings.rest,
+                    archive.as_ref().map(|a| a as &dyn PruneArchive),
+                    |c| progress(n, c),
+                )
+                .await;
+            let archived = archive.map(ArchiveFile::finish);
+            let run = match (run, archived) {
+                (Err(e), _) => return Err(e),
+                (Ok(_), Some(Err(why))) => return Err(CoordinatorError::Internal(why)),
+                (Ok(run), Some(Ok(Some(path)))) => {
+                    archives.push((n, path));
+                    run
+                }
+                (Ok(run), _) => run,
+            };
             match run {
                 PruneRun::Done(counts) => {
                     self.metrics().pruned(&counts);
@@ -92,7 +121,10 @@ impl Coordinator {
             }
         }
         super::gauges::refresh_retention(self.shards(), self.metrics()).await;
-        Ok(databases_report(databases))
+        Ok(PruneReport {
+            databases,
+            archives,
+        })
     }
 
     /// Runs the pruner every `settings.interval` until the task is
@@ -117,6 +149,8 @@ impl Coordinator {
                                 key_records_written = t.keys_recorded,
                                 key_records_pruned = t.keys_pruned,
                                 batches = t.batches,
+                                archived_jobs = t.archived_jobs,
+                                archives = ?report.archives,
                                 "pruned finished jobs"
                             );
                         }
@@ -128,8 +162,4 @@ impl Coordinator {
             }
         })
     }
-}
-
-fn databases_report(databases: Vec<(u32, Option<PruneCounts>)>) -> PruneReport {
-    PruneReport { databases }
 }

@@ -126,6 +126,11 @@ pub struct PruneCounts {
     pub keys_recorded: u64,
     /// Key records deleted by their own retention.
     pub keys_pruned: u64,
+    /// Jobs written to the archive before their deletion (one line each;
+    /// 0 without `--prune-archive-dir`).
+    pub archived_jobs: u64,
+    /// Bytes the archive file grew by (compressed, on disk).
+    pub archived_bytes: u64,
 }
 
 impl PruneCounts {
@@ -137,6 +142,8 @@ impl PruneCounts {
         self.events += other.events;
         self.keys_recorded += other.keys_recorded;
         self.keys_pruned += other.keys_pruned;
+        self.archived_jobs += other.archived_jobs;
+        self.archived_bytes += other.archived_bytes;
     }
 }
 

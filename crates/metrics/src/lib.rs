@@ -302,7 +302,8 @@ impl Metrics {
     }
 
     /// Counts the rows one pruning run deleted (see
-    /// [`retention::PRUNED_TABLES`](crate::PRUNED_TABLES)).
+    /// [`retention::PRUNED_TABLES`](crate::PRUNED_TABLES)) and the jobs and
+    /// bytes it archived first.
     pub fn pruned(&self, counts: &jobfence_domain::PruneCounts) {
         let r = &self.inner.retention;
         for (table, n) in [
@@ -313,6 +314,8 @@ impl Metrics {
         ] {
             r.pruned.with_label_values(&[table]).inc_by(n);
         }
+        r.archived_jobs.inc_by(counts.archived_jobs);
+        r.archived_bytes.inc_by(counts.archived_bytes);
     }
 
     /// Sets the retention gauges from a read after a run: the last

@@ -2,13 +2,15 @@
 //! "Retention"): rows pruned by table, the last successful run, the age of
 //! the oldest finished job still held, and the key records held.
 
-use prometheus::{Gauge, IntCounterVec, IntGauge, Opts, Registry};
+use prometheus::{Gauge, IntCounter, IntCounterVec, IntGauge, Opts, Registry};
 
 /// The `table` label values of the pruned-rows counter.
 pub const PRUNED_TABLES: [&str; 4] = ["jobs", "job_observations", "job_events", "operation_keys"];
 
 pub(super) struct RetentionMetrics {
     pub(super) pruned: IntCounterVec,
+    pub(super) archived_jobs: IntCounter,
+    pub(super) archived_bytes: IntCounter,
     pub(super) last_success: Gauge,
     pub(super) oldest_finished_age: Gauge,
     pub(super) key_records: IntGauge,
@@ -22,6 +24,16 @@ impl RetentionMetrics {
                 "Rows the pruner of this coordinator deleted, by table: finished jobs past their retention with their observations and events, and key records (operation_keys) past theirs.",
             ),
             &["table"],
+        )
+        .expect("valid counter");
+        let archived_jobs = IntCounter::new(
+            "jobfence_pruned_archived_jobs_total",
+            "Pruned jobs this coordinator's pruner wrote to its archive (--prune-archive-dir) before deleting them, one JSON line each with its observations and events.",
+        )
+        .expect("valid counter");
+        let archived_bytes = IntCounter::new(
+            "jobfence_prune_archive_bytes_total",
+            "Bytes (gzip-compressed, on disk) this coordinator's pruner wrote to its archive files.",
         )
         .expect("valid counter");
         let last_success = Gauge::new(
@@ -41,6 +53,10 @@ impl RetentionMetrics {
         .expect("valid gauge");
         r.register(Box::new(pruned.clone()))
             .expect("unique metric name");
+        r.register(Box::new(archived_jobs.clone()))
+            .expect("unique metric name");
+        r.register(Box::new(archived_bytes.clone()))
+            .expect("unique metric name");
         r.register(Box::new(last_success.clone()))
             .expect("unique metric name");
         r.register(Box::new(oldest_finished_age.clone()))
@@ -52,6 +68,8 @@ impl RetentionMetrics {
         }
         RetentionMetrics {
             pruned,
+            archived_jobs,
+            archived_bytes,
             last_success,
             oldest_finished_age,
             key_records,

@@ -25,6 +25,7 @@
 //! - `queries/`: the SQL, one file per statement.
 
 mod admin;
+pub mod archive;
 mod batch;
 mod budget;
 mod claim;

@@ -17,6 +17,7 @@
 //! lock another pruner holds, and a conflict (a Galera certification
 //! failure) rolls its batch back whole, to be run again.
 
+use super::archive::{read_rows, PruneArchive};
 use super::pause::PausePoint;
 use super::rows::{get, opt_text, text};
 use super::{commit, convert_sqlx_err, micros, JobStore};
@@ -112,6 +113,22 @@ impl JobStore {
         retention: &Retention,
         batch: u32,
         rest: f64,
+        progress: impl FnMut(&PruneCounts),
+    ) -> Result<PruneRun, CoordinatorError> {
+        self.prune_archived(retention, batch, rest, None, progress)
+            .await
+    }
+
+    /// [`prune_paced`](Self::prune_paced), handing each batch's rows to
+    /// `archive` (when given) before the batch commits: a write that fails
+    /// rolls the batch back and ends the run with the error, so no row is
+    /// deleted that the archive does not hold (see [`crate::archive`]).
+    pub async fn prune_archived(
+        &self,
+        retention: &Retention,
+        batch: u32,
+        rest: f64,
+        archive: Option<&dyn PruneArchive>,
         mut progress: impl FnMut(&PruneCounts),
     ) -> Result<PruneRun, CoordinatorError> {
         let mut lock = self.pool().acquire().await.map_err(convert_sqlx_err)?;
@@ -129,7 +146,9 @@ impl JobStore {
         let rest = if rest.is_finite() { rest.max(0.0) } else { 0.0 };
         loop {
             let took = std::time::Instant::now();
-            let (counts, more) = self.prune_batch(retention, batch).await?;
+            let (counts, more) = self
+                .retry_conflicts(|| self.prune_batch_once(retention, batch, archive))
+                .await?;
             if more && rest > 0.0 {
                 tokio::time::sleep(took.elapsed().mul_f64(rest)).await;
             }
@@ -169,7 +188,7 @@ impl JobStore {
         retention: &Retention,
         batch: u32,
     ) -> Result<(PruneCounts, bool), CoordinatorError> {
-        self.retry_conflicts(|| self.prune_batch_once(retention, batch))
+        self.retry_conflicts(|| self.prune_batch_once(retention, batch, None))
             .await
     }
 
@@ -177,6 +196,7 @@ impl JobStore {
         &self,
         retention: &Retention,
         batch: u32,
+        archive: Option<&dyn PruneArchive>,
     ) -> Result<(PruneCounts, bool), CoordinatorError> {
         let default_us = micros(retention.jobs);
         let mut conn = self.pool().acquire().await.map_err(convert_sqlx_err)?;
@@ -220,6 +240,10 @@ impl JobStore {
         locked.sort_unstable();
         self.pause_in(PausePoint::PruneAfterLock, &mut tx).await;
         let ids = id_list(&locked);
+        let archived = match archive {
+            Some(_) => Some(read_rows(&mut tx, &ids).await?),
+            None => None,
+        };
         let keys =
             sqlx::query(&include_str!("queries/retention/record_keys.sql").replace("{ids}", &ids))
                 .execute(&mut *tx)
@@ -269,6 +293,34 @@ impl JobStore {
                 locked.len()
             )));
         }
+        let (archived_jobs, archived_bytes) = match (archive, archived) {
+            (Some(archive), Some(rows)) => {
+                if rows.lines.len() as u64 != jobs
+                    || rows.observations != observations
+                    || rows.events != events
+                {
+                    tx.rollback().await.map_err(convert_sqlx_err)?;
+                    return Err(CoordinatorError::Internal(format!(
+                        "pruning archived {} jobs, {} observations and {} events but deleted \
+                         {jobs}, {observations} and {events}; batch rolled back",
+                        rows.lines.len(),
+                        rows.observations,
+                        rows.events
+                    )));
+                }
+                match archive.write_batch(&rows.lines) {
+                    Ok(bytes) => (jobs, bytes),
+                    Err(why) => {
+                        tx.rollback().await.map_err(convert_sqlx_err)?;
+                        return Err(CoordinatorError::Internal(format!(
+                            "pruning stopped: the archive could not be written ({why}); \
+                             the batch of {jobs} jobs was rolled back, nothing of it deleted"
+                        )));
+                    }
+                }
+            }
+            _ => (0, 0),
+        };
         commit(tx).await?;
         Ok((
             PruneCounts {
@@ -280,6 +332,8 @@ impl JobStore {
                 // update; a new one once.
                 keys_recorded: keys.rows_affected(),
                 keys_pruned: 0,
+                archived_jobs,
+                archived_bytes,
             },
             full,
         ))
@@ -311,6 +365,16 @@ impl JobStore {
         .await
         .map_err(convert_sqlx_err)?;
         Ok(done.rows_affected())
+    }
+
+    /// The name of this store's database schema (`DATABASE()`), which
+    /// names its archive files.
+    pub async fn schema_name(&self) -> Result<String, CoordinatorError> {
+        let name: Option<String> = sqlx::query_scalar("SELECT DATABASE()")
+            .fetch_one(&self.pool())
+            .await
+            .map_err(convert_sqlx_err)?;
+        Ok(name.unwrap_or_default())
     }
 
     /// The key record of job `job_id`, if the job was pruned.

@@ -107,12 +107,16 @@ pub(super) fn serve_flags(
     lease: Duration,
     window: Duration,
     retention: Duration,
+    archive: &std::path::Path,
     balanced: bool,
 ) -> Vec<String> {
     let retention = humantime::format_duration(retention).to_string();
+    let archive = archive.display().to_string();
     [
         "--retention-jobs",
         &retention,
+        "--prune-archive-dir",
+        &archive,
         "--prune-interval",
         "1s",
         "--default-lease",
@@ -150,6 +154,9 @@ pub(super) struct Setup {
     /// processes.
     pub(super) exe: PathBuf,
     pub(super) logs: PathBuf,
+    /// The coordinators' prune archive (`--prune-archive-dir`), emptied
+    /// at start.
+    pub(super) archive: PathBuf,
     pub(super) databases: coordinators::Databases,
     pub(super) pools: Vec<MySqlPool>,
     pub(super) queues: Vec<String>,
@@ -169,6 +176,12 @@ impl Setup {
         for entry in std::fs::read_dir(&logs)? {
             std::fs::remove_file(entry?.path())?;
         }
+        let archive = args.work_dir.join("archive");
+        std::fs::create_dir_all(&archive)?;
+        for entry in std::fs::read_dir(&archive)? {
+            std::fs::remove_file(entry?.path())?;
+        }
+        let archive = std::fs::canonicalize(&archive)?;
         let (databases, pools, queues) =
             databases::prepare(&args.database_url, args.shards).await?;
         let credentials = if args.insecure {
@@ -186,6 +199,7 @@ impl Setup {
         Ok(Setup {
             exe: std::env::current_exe()?,
             logs,
+            archive,
             databases,
             pools,
             queues,
@@ -242,6 +256,7 @@ impl Cluster {
                     args.lease,
                     args.resend_window,
                     args.retention,
+                    &setup.archive,
                     args.coordinators > 1,
                 ),
                 first_only,
@@ -328,6 +343,7 @@ impl Cluster {
             let _ = restart.wait().await;
         }
         let mut report = Report::gather_all(&setup.pools, &ledger?).await?;
+        report.check_archive(&super::archive::read(&setup.archive)?);
         report.injected = injected;
         report.database_durable = setup.database_durable.clone();
         report.storm = storm;

@@ -13,6 +13,7 @@
 //! report whose last line is `invariant: OK` or `invariant: VIOLATED (…)`,
 //! checked against the provider's own ledger.
 
+mod archive;
 mod args;
 pub use args::DemoArgs;
 mod arrivals;

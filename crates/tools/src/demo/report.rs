@@ -155,6 +155,11 @@ pub struct Report {
     /// Jobs pruned during the run (their key records), counted in
     /// `states` by their final state.
     pub pruned: i64,
+    /// The ids of the pruned jobs (their key records).
+    pub pruned_ids: Vec<u64>,
+    /// Jobs in the pruner's archive (distinct), and its files; `None`
+    /// when not checked.
+    pub archived: Option<(usize, usize)>,
     /// The producer's Enqueues of pruned keys: sent, and answered with the
     /// pruned job and created=false.
     pub pruned_retries: (u32, u32),
@@ -182,6 +187,7 @@ impl Report {
             all.resends_allowed += r.resends_allowed;
             all.refunds_made += r.refunds_made;
             all.pruned += r.pruned;
+            all.pruned_ids.extend(r.pruned_ids);
             all.unfinished.extend(r.unfinished);
             all.violations.extend(r.violations);
         }
@@ -214,6 +220,7 @@ impl Report {
             let made = ledger.by_merchant_reference(&key).refunds;
             r.refunds_made += made;
             r.pruned += 1;
+            r.pruned_ids.push(id);
             *r.states.entry(state.clone()).or_default() += 1;
             if (state == "succeeded" && made != 1) || made > 1 {
                 r.violations.push(format!(
@@ -300,6 +307,18 @@ impl Report {
             .extend(p.wrong.lock().expect("pruned retries").iter().cloned());
     }
 
+    /// Checks the pruner's archive: every pruned job must be in it (a
+    /// missing one is a violation).
+    pub(super) fn check_archive(&mut self, archived: &super::archive::Archived) {
+        for id in &self.pruned_ids {
+            if !archived.jobs.contains_key(id) {
+                self.violations
+                    .push(format!("pruned job {id} is not in the prune archive"));
+            }
+        }
+        self.archived = Some((archived.jobs.len(), archived.files));
+    }
+
     /// True when no refund was made twice and nothing is lost.
     pub fn ok(&self) -> bool {
         self.violations.is_empty() && self.unfinished.is_empty()
@@ -335,6 +354,22 @@ impl Report {
             "  pruned                  {} finished jobs (key records kept); {} Enqueues of pruned keys sent again, {} answered the pruned job with created=false",
             self.pruned, self.pruned_retries.0, self.pruned_retries.1
         );
+        if let Some((jobs, files)) = self.archived {
+            let missing = self
+                .violations
+                .iter()
+                .filter(|v| v.ends_with("is not in the prune archive"))
+                .count();
+            let _ = writeln!(
+                s,
+                "  archived                {jobs} jobs in {files} archive files; {}",
+                if missing == 0 {
+                    "every pruned job is in the archive".to_string()
+                } else {
+                    format!("{missing} pruned jobs MISSING from it")
+                }
+            );
+        }
         let _ = writeln!(s, "  takeovers               {}", self.takeovers);
         if let Some(storm) = &self.storm {
             let _ = writeln!(
