@@ -248,21 +248,7 @@ async fn the_python_package_installs_in_a_fresh_venv_and_runs_its_refund_worker(
     stop(&mut worker, nix::sys::signal::Signal::SIGTERM).await;
 
     // The README's minimal worker, on the installed package only.
-    std::fs::write(dir.join("worker.py"), snippet("python-worker")).unwrap();
-    let secure = Secure::over(h.db.pool(), false).await;
-    let jobs = refunds(&h, "refunds", 2).await;
-    let mut worker = Command::new(bin.join("python"))
-        .arg("worker.py")
-        .envs(secure.client_env("refunds-worker"))
-        .env_remove("PYTHONPATH")
-        .current_dir(&dir)
-        .stdin(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("start the README's Python worker");
-    until_completed_by(&h, &jobs, "python-minimal-1", &mut worker).await;
-    stop(&mut worker, nix::sys::signal::Signal::SIGTERM).await;
-    secure.stop().await;
+    run_the_readme_python_worker(&h, &dir, &bin).await;
     h.finish().await;
 }
 
@@ -430,4 +416,26 @@ fn copy_dir(from: &Path, to: &Path) {
             std::fs::copy(entry.path(), target).unwrap();
         }
     }
+}
+
+/// Runs the README's minimal Python worker (its `python-worker` snippet,
+/// written into `dir`) with the venv whose `bin` is given, against a TLS
+/// coordinator with tokens over `h`'s database, until it completed two
+/// refunds; the installed package only (no PYTHONPATH).
+async fn run_the_readme_python_worker(h: &Harness, dir: &std::path::Path, bin: &std::path::Path) {
+    std::fs::write(dir.join("worker.py"), snippet("python-worker")).unwrap();
+    let secure = Secure::over(h.db.pool(), false).await;
+    let jobs = refunds(h, "refunds", 2).await;
+    let mut worker = Command::new(bin.join("python"))
+        .arg("worker.py")
+        .envs(secure.client_env("refunds-worker"))
+        .env_remove("PYTHONPATH")
+        .current_dir(dir)
+        .stdin(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("start the README's Python worker");
+    until_completed_by(h, &jobs, "python-minimal-1", &mut worker).await;
+    stop(&mut worker, nix::sys::signal::Signal::SIGTERM).await;
+    secure.stop().await;
 }

@@ -288,21 +288,7 @@ async fn the_python_wheel_and_sdist_pass_twine_and_the_wheel_runs_the_readme_wor
     assert_eq!(typed.trim(), format!("{version} True True"));
 
     let h = Harness::start().await;
-    std::fs::write(dir.join("worker.py"), snippet("python-worker")).unwrap();
-    let secure = Secure::over(h.db.pool(), false).await;
-    let jobs = refunds(&h, "refunds", 2).await;
-    let mut worker = Command::new(bin.join("python"))
-        .arg("worker.py")
-        .envs(secure.client_env("refunds-worker"))
-        .env_remove("PYTHONPATH")
-        .current_dir(&dir)
-        .stdin(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("start the README's Python worker");
-    until_completed_by(&h, &jobs, "python-minimal-1", &mut worker).await;
-    stop(&mut worker, nix::sys::signal::Signal::SIGTERM).await;
-    secure.stop().await;
+    super::run_the_readme_python_worker(&h, &dir, &bin).await;
     h.finish().await;
 }
 
