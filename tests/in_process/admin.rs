@@ -12,7 +12,6 @@ use jobfence_api::v1::{
 };
 use jobfence_domain::JobState;
 use jobfence_operator::{Cli, Operation};
-use kit::ops::wait_for_lock_wait;
 use kit::{meta, reason, secs, Harness};
 use serde_json::Value;
 use tonic::transport::Channel;
@@ -86,7 +85,7 @@ async fn two_operators_resolve_the_same_job_and_exactly_one_wins() {
         b.resolve_manual_review(resolve(job.job_id, 1, "bob", Resolution::RetryReconcile))
             .await
     });
-    wait_for_lock_wait(&h.pool, &h.db.name).await;
+    kit::until_lock_wait(&h.pool, &h.db.name).await;
     alice_at_lock.release();
 
     let won = alice.await.unwrap().expect("alice wins").into_inner();

@@ -7,6 +7,7 @@ mod admin;
 mod adversarial;
 mod budgets;
 mod commit_unknown;
+mod conflicts;
 mod enqueue_batch;
 mod events_feed;
 mod group_commit;

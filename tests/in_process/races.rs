@@ -1,60 +1,18 @@
 //! Races on deterministic schedules: a call is paused at a named point
 //! inside its transaction (holding its row locks), the competitor runs, and
 //! where the competitor must wait for a row lock the test waits until InnoDB
-//! reports that wait before releasing the first call. No sleeps.
+//! reports that wait (`SHOW ENGINE INNODB STATUS`, see `kit::locks`) before
+//! releasing the first call. No sleeps.
 
 use jobfence_testkit as kit;
 
 use jobfence_api::v1::{CompleteRequest, TakeoverRequest};
 use jobfence_domain::JobState;
 use kit::{meta, reason, secs, Harness};
-use sqlx::Row;
 use std::collections::HashSet;
 use tonic::Code;
 
 const Q: &str = "refunds";
-
-/// Waits until a transaction of this test's database is blocked on a row
-/// lock (InnoDB says so in INNODB_TRX).
-async fn until_lock_wait(h: &Harness) {
-    for _ in 0..100 {
-        let waiting: i64 = sqlx::query(
-            "SELECT COUNT(*) AS n FROM information_schema.INNODB_TRX t \
-             JOIN information_schema.PROCESSLIST p ON p.ID = t.trx_mysql_thread_id \
-             WHERE t.trx_state = 'LOCK WAIT' AND p.DB = ?",
-        )
-        .bind(&h.db.name)
-        .fetch_one(&h.pool)
-        .await
-        .unwrap()
-        .get("n");
-        if waiting > 0 {
-            return;
-        }
-
-        // InnoDB refreshes INNODB_TRX at most every 100 ms, and only when it
-        // was not read in the last 100 ms: poll slower than that.
-        tokio::time::sleep(std::time::Duration::from_millis(150)).await;
-    }
-    let seen: Vec<String> = sqlx::query(
-        "SELECT CONCAT_WS(' ', t.trx_state, t.trx_mysql_thread_id, p.DB, p.INFO) AS s \
-         FROM information_schema.INNODB_TRX t \
-         LEFT JOIN information_schema.PROCESSLIST p ON p.ID = t.trx_mysql_thread_id",
-    )
-    .fetch_all(&h.pool)
-    .await
-    .unwrap()
-    .iter()
-    .map(|r| {
-        format!(
-            "{:?}",
-            r.get::<Option<Vec<u8>>, _>("s")
-                .map(|b| String::from_utf8_lossy(&b).into_owned())
-        )
-    })
-    .collect();
-    panic!("the competing call never waited for the row lock; transactions: {seen:?}");
-}
 
 fn takeover(job_id: u64, worker: &str) -> TakeoverRequest {
     TakeoverRequest {
@@ -148,7 +106,7 @@ async fn two_racing_takeovers_exactly_one_wins() {
     // ...C asks for the same job and has to wait for B's lock.
     let mut c_client = h.another_client().await;
     let c = tokio::spawn(async move { c_client.takeover(takeover(job.job_id, "worker-c")).await });
-    until_lock_wait(&h).await;
+    kit::until_lock_wait(&h.pool, &h.db.name).await;
     gate.release();
 
     let b = b.await.unwrap();
@@ -193,7 +151,7 @@ async fn complete_holding_the_lock_beats_a_takeover() {
     let mut b_client = h.another_client().await;
     let take =
         tokio::spawn(async move { b_client.takeover(takeover(job.job_id, "worker-b")).await });
-    until_lock_wait(&h).await;
+    kit::until_lock_wait(&h.pool, &h.db.name).await;
     gate.release();
 
     complete.await.unwrap().expect("A completes first");
@@ -228,7 +186,7 @@ async fn takeover_holding_the_lock_beats_a_late_complete() {
             })
             .await
     });
-    until_lock_wait(&h).await;
+    kit::until_lock_wait(&h.pool, &h.db.name).await;
     gate.release();
 
     take.await.unwrap().expect("B takes over first");

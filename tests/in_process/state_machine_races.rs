@@ -17,7 +17,6 @@ use jobfence_api::v1::{
 };
 use jobfence_store::PausePoint;
 use jobfence_testkit::{secs, Harness};
-use sqlx::Row;
 
 const Q: &str = "model";
 
@@ -133,28 +132,6 @@ fn apply(m: &mut ModelJob, o: Outcome, first: bool, what: &str) {
     }
 }
 
-/// Waits until a transaction of this test's database waits for a row lock.
-async fn until_lock_wait(h: &Harness) {
-    for _ in 0..200 {
-        let waiting: i64 = sqlx::query(
-            "SELECT COUNT(*) AS n FROM information_schema.INNODB_TRX t \
-             JOIN information_schema.PROCESSLIST p ON p.ID = t.trx_mysql_thread_id \
-             WHERE t.trx_state = 'LOCK WAIT' AND p.DB = ?",
-        )
-        .bind(&h.db.name)
-        .fetch_one(&h.pool)
-        .await
-        .unwrap()
-        .get("n");
-        if waiting > 0 {
-            return;
-        }
-        // INNODB_TRX is refreshed at most every 100 ms.
-        tokio::time::sleep(std::time::Duration::from_millis(150)).await;
-    }
-    panic!("the second call never waited for the row lock");
-}
-
 async fn race(first: Racer, second: Racer) {
     let what = format!("{first:?} holding the lock, then {second:?}");
     let h = Harness::start().await;
@@ -187,7 +164,7 @@ async fn race(first: Racer, second: Racer) {
     let (second_answer, waiting) = if second == Racer::Claim {
         (Some(s.await.unwrap()), None)
     } else {
-        until_lock_wait(&h).await;
+        jobfence_testkit::until_lock_wait(&h.pool, &h.db.name).await;
         (None, Some(s))
     };
     gate.release();

@@ -13,7 +13,7 @@ use super::events::{self, call_digest, NewEvent};
 use super::literal;
 use super::pause::PausePoint;
 use super::tx::Tx;
-use super::{convert_sqlx_err, micros, rows, JobStore, CONFLICT_RETRIES};
+use super::{convert_sqlx_err, micros, rows, JobStore};
 use jobfence_domain::{CoordinatorError, EnqueueOutcome, EnqueueRequest, Job, JobState};
 use serde::Serialize;
 use sqlx::mysql::MySqlRow;
@@ -94,22 +94,9 @@ impl JobStore {
             (&items[a].queue, &items[a].operation_key)
                 .cmp(&(&items[b].queue, &items[b].operation_key))
         });
-        let mut tries = 0;
-        let jobs = loop {
-            match self.enqueue_once(items, &digests, &distinct).await {
-                Err(CoordinatorError::TransactionConflict(why)) => {
-                    let why = self.outage_or_conflict(why).await?;
-                    if tries == CONFLICT_RETRIES {
-                        self.count_conflict(false);
-                        return Err(CoordinatorError::TransactionConflict(why));
-                    }
-                    tries += 1;
-                    self.count_conflict(true);
-                    tracing::debug!(tries, why, "enqueue conflict, running the batch again");
-                }
-                other => break other?,
-            }
-        };
+        let jobs = self
+            .retry_conflicts(|| self.enqueue_once(items, &digests, &distinct))
+            .await?;
         Ok(items
             .iter()
             .enumerate()

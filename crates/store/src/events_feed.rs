@@ -113,7 +113,19 @@ impl JobStore {
     /// the page can stop short of events that are already visible.
     /// `EventsCursorPruned` when `after` is below what the pruner removed
     /// (`pruning_marks.events_pruned_through`): never a silent jump.
+    /// `DatabaseUnavailable` on a Galera node outside the primary component
+    /// (whose reads fail with the lock wait timeout's number, 1205).
     pub async fn list_events(
+        &self,
+        after: u64,
+        limit: u32,
+        queue: Option<&str>,
+    ) -> Result<FeedPage, CoordinatorError> {
+        let page = self.list_events_once(after, limit, queue).await;
+        self.outage_named(page).await
+    }
+
+    async fn list_events_once(
         &self,
         after: u64,
         limit: u32,
@@ -207,6 +219,10 @@ impl JobStore {
                     Some(code::LOCK_WAIT_TIMEOUT | LOCK_NOWAIT)
                 ) =>
             {
+                // MariaDB answers NOWAIT with 1205, as a Galera node outside
+                // the primary component answers its causal reads: the node
+                // decides which.
+                self.outage_or_conflict(e.to_string()).await?;
                 tracing::debug!(
                     after,
                     held_at = contiguous + 1,

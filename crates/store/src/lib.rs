@@ -67,6 +67,12 @@ pub use writeback::WriteResult;
 /// The schema migrations in `migrations/`, embedded in the binary.
 pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations");
 
+/// Whether this build of the store has pause points (its `testsuite`
+/// feature, which only the test kit turns on). A binary built alone
+/// (`cargo build --release --bin jobfence`, `cargo install`) has none; a
+/// build of the whole workspace unifies the test kit's features into it.
+pub const PAUSE_POINTS_COMPILED: bool = cfg!(feature = "testsuite");
+
 /// How many times a transaction rolled back by a deadlock or lock wait
 /// timeout is run again before the conflict is reported.
 pub(crate) const CONFLICT_RETRIES: u32 = 3;
@@ -187,8 +193,9 @@ pub struct JobStore {
     #[cfg(feature = "testsuite")]
     pauses: Option<PausePoints>,
     conflicts: Arc<ConflictCounts>,
-    /// Whether the database is a Galera cluster, once a conflict has made
-    /// the store ask (see [`JobStore::outage_or_conflict`]).
+    /// Whether the database is a Galera cluster (its `wsrep_on`), once a
+    /// conflict has made the store ask (see
+    /// [`JobStore::outage_or_conflict`]).
     galera: Arc<std::sync::OnceLock<bool>>,
 }
 
@@ -291,15 +298,24 @@ impl JobStore {
     /// pools are replaced, so call it before the store is used).
     #[cfg(feature = "testsuite")]
     pub fn frozen_clock_at(self, unix_micros: i64) -> Self {
-        let clock = format!(
+        self.with_session_sql(&format!(
             "; SET SESSION timestamp = {}.{:06}",
             unix_micros.div_euclid(1_000_000),
             unix_micros.rem_euclid(1_000_000)
-        );
+        ))
+    }
+
+    /// This store with `more` (SQL starting with `;`) run by each of its
+    /// sessions after their setup, e.g. a shorter
+    /// `innodb_lock_wait_timeout` so that a test's lock wait becomes a
+    /// conflict within a second (tests only; one node; the pools are
+    /// replaced, so call it before the store is used).
+    #[cfg(feature = "testsuite")]
+    pub fn with_session_sql(self, more: &str) -> Self {
         let node = self.nodes[0].clone();
         let fresh = Pools {
-            pool: pool_options_with(&self.settings, true, &clock).connect_lazy_with(node.clone()),
-            batch: pool_options_with(&self.settings, false, &clock).connect_lazy_with(node),
+            pool: pool_options_with(&self.settings, true, more).connect_lazy_with(node.clone()),
+            batch: pool_options_with(&self.settings, false, more).connect_lazy_with(node),
             node: 0,
         };
         *self.pools.write().expect("pools lock") = fresh;

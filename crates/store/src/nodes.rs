@@ -107,20 +107,22 @@ impl JobStore {
     /// Running the transaction again would only fail the same way, and
     /// ABORTED would tell the caller that another writer won, so it is
     /// reported UNAVAILABLE / DATABASE_UNAVAILABLE, as docs/database.md
-    /// promises. On a server that is not Galera (asked once, remembered)
-    /// a conflict is a conflict.
+    /// promises.
+    ///
+    /// Galera is what `wsrep_on` says (asked once per store, remembered),
+    /// never the status variables alone: a MariaDB built with wsrep
+    /// support (Debian's) reports `wsrep_ready=OFF` and a `Disconnected`
+    /// cluster status with `wsrep_on=OFF`, and there a conflict is a
+    /// conflict, run again and counted.
     pub(crate) async fn outage_or_conflict(&self, why: String) -> Result<String, CoordinatorError> {
         if self.galera.get() == Some(&false) {
             return Ok(why);
         }
-        let pool = self.pool();
-        let checked = tokio::time::timeout(NODE_CHECK_TIMEOUT, async {
-            let mut conn = pool.acquire().await.map_err(convert_sqlx_err)?;
-            node_state(&mut conn).await
-        })
-        .await;
+        let checked = tokio::time::timeout(NODE_CHECK_TIMEOUT, self.galera_node_state()).await;
         let state = match checked {
-            Ok(Ok(state)) => state,
+            Ok(Ok(Some(state))) => state,
+            // Not Galera: the conflict stands.
+            Ok(Ok(None)) => return Ok(why),
             Ok(Err(e @ CoordinatorError::DatabaseUnavailable(_))) => return Err(e),
             // The check itself failed otherwise: the conflict stands.
             Ok(Err(_)) => return Ok(why),
@@ -131,10 +133,7 @@ impl JobStore {
                 )))
             }
         };
-        // No wsrep status at all: not Galera.
-        let galera = !state.cluster_status.is_empty();
-        let _ = self.galera.set(galera);
-        if galera && (!state.ready || !state.cluster_status.eq_ignore_ascii_case("Primary")) {
+        if !state.ready || !state.cluster_status.eq_ignore_ascii_case("Primary") {
             return Err(CoordinatorError::DatabaseUnavailable(format!(
                 "Galera node outside the primary component (wsrep_ready={}, cluster status {}): {why}",
                 if state.ready { "ON" } else { "OFF" },
@@ -142,6 +141,25 @@ impl JobStore {
             )));
         }
         Ok(why)
+    }
+
+    /// The state of the node this store talks to when the database is a
+    /// Galera cluster (`wsrep_on`, asked once and remembered); `None` on
+    /// any other server, whose status is then not read at all.
+    async fn galera_node_state(&self) -> Result<Option<NodeState>, CoordinatorError> {
+        let mut conn = self.pool().acquire().await.map_err(convert_sqlx_err)?;
+        let galera = match self.galera.get() {
+            Some(&galera) => galera,
+            None => {
+                let galera = is_galera(&mut conn).await.map_err(convert_sqlx_err)?;
+                let _ = self.galera.set(galera);
+                galera
+            }
+        };
+        if !galera {
+            return Ok(None);
+        }
+        node_state(&mut conn).await.map(Some)
     }
 
     /// `read`, unless it failed as a conflict on a Galera node outside the

@@ -4,6 +4,7 @@
 //! reads it and decides.
 
 use super::errors::{error_number, is_unique_violation};
+use super::pause::PausePoint;
 use super::{commit, convert_sqlx_err, reads, rows, JobStore};
 use jobfence_domain::{CoordinatorError, Observation, QueueScope, RecordObservationRequest};
 
@@ -29,16 +30,20 @@ impl JobStore {
         scope: &QueueScope,
     ) -> Result<(Observation, bool), CoordinatorError> {
         let mut tx = self.begin().await?;
-        if !scope.is_any() {
-            // A job's queue never changes: a plain read decides.
-            let row = sqlx::query("SELECT queue FROM jobs WHERE id = ?")
-                .bind(req.job_id)
-                .fetch_optional(&mut *tx)
-                .await
-                .map_err(convert_sqlx_err)?
-                .ok_or(CoordinatorError::JobNotFound { job_id: req.job_id })?;
-            scope.check(&rows::text(&row, "queue")?, Some(req.job_id))?;
-        }
+        // The job's row first, in share mode, before any row of ours: the
+        // same order as the pruner (job row, then its observations). The
+        // insert's foreign-key check takes this lock anyway, but only after
+        // the new row is in the table, where a pruner holding the job and
+        // deleting its observations would wait for it: a deadlock.
+        let row = sqlx::query(include_str!("queries/observations/lock_job.sql"))
+            .bind(req.job_id)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(convert_sqlx_err)?
+            .ok_or(CoordinatorError::JobNotFound { job_id: req.job_id })?;
+        self.pause_in(PausePoint::ObservationAfterLock, &mut tx)
+            .await;
+        scope.check(&rows::text(&row, "queue")?, Some(req.job_id))?;
         let inserted = sqlx::query(include_str!("queries/observations/insert.sql"))
             .bind(req.job_id)
             .bind(req.attempt)

@@ -44,6 +44,9 @@ pub enum PausePoint {
     /// A ListEvents page has decided how far it may serve, and has not
     /// read the events yet.
     EventsAfterHorizon,
+    /// A RecordObservation holds its job's row in share mode and has
+    /// written nothing yet (inside the transaction).
+    ObservationAfterLock,
     /// A pruning batch has read its candidate ids (a plain read), and has
     /// not locked them yet.
     PruneAfterCandidates,

@@ -147,6 +147,11 @@ impl JobStore {
     /// Every provider of this database, by name, with its queues, what is
     /// left of its budget now and its jobs in flight.
     pub async fn list_providers(&self) -> Result<Vec<ProviderRecord>, CoordinatorError> {
+        let read = self.list_providers_once().await;
+        self.outage_named(read).await
+    }
+
+    async fn list_providers_once(&self) -> Result<Vec<ProviderRecord>, CoordinatorError> {
         let pool = self.pool();
         let found = sqlx::query(&format!(
             "SELECT {PROVIDER_COLUMNS} FROM providers ORDER BY name"
@@ -348,6 +353,15 @@ impl JobStore {
         name: &str,
         by: &ChangeBy,
     ) -> Result<ProviderRecord, CoordinatorError> {
+        self.retry_conflicts(|| self.delete_provider_once(name, by))
+            .await
+    }
+
+    async fn delete_provider_once(
+        &self,
+        name: &str,
+        by: &ChangeBy,
+    ) -> Result<ProviderRecord, CoordinatorError> {
         let before = self
             .get_provider(name)
             .await?
@@ -388,6 +402,10 @@ impl JobStore {
     /// (`Pause::None`, which also ends a throttle a worker reported).
     /// `InvalidArgument` (field `name`) for an unknown provider.
     pub async fn set_pause(&self, req: &SetPause) -> Result<(), CoordinatorError> {
+        self.retry_conflicts(|| self.set_pause_once(req)).await
+    }
+
+    async fn set_pause_once(&self, req: &SetPause) -> Result<(), CoordinatorError> {
         let mut tx = self.begin().await?;
         let Some(before) = lock_provider(&mut tx, &req.name).await? else {
             tx.rollback().await.map_err(convert_sqlx_err)?;
@@ -443,6 +461,11 @@ impl JobStore {
     /// Stores a queue's resend policy (it wins over the coordinators'
     /// flags from the next claim or Fail on).
     pub async fn put_queue_policy(&self, req: &PutQueuePolicy) -> Result<(), CoordinatorError> {
+        self.retry_conflicts(|| self.put_queue_policy_once(req))
+            .await
+    }
+
+    async fn put_queue_policy_once(&self, req: &PutQueuePolicy) -> Result<(), CoordinatorError> {
         let mut tx = self.begin().await?;
         sqlx::query(
             "INSERT INTO queue_policies (queue, resend_window_us, max_dispatches, job_retention_us, \
@@ -474,6 +497,15 @@ impl JobStore {
     /// Removes a queue's stored resend policy; returns the row as it was.
     /// `InvalidArgument` (field `queue`) when the queue has none.
     pub async fn delete_queue_policy(
+        &self,
+        queue: &str,
+        by: &ChangeBy,
+    ) -> Result<QueuePolicyRecord, CoordinatorError> {
+        self.retry_conflicts(|| self.delete_queue_policy_once(queue, by))
+            .await
+    }
+
+    async fn delete_queue_policy_once(
         &self,
         queue: &str,
         by: &ChangeBy,
@@ -524,8 +556,12 @@ impl JobStore {
         ))
         .fetch_all(&self.pool())
         .await
-        .map_err(convert_sqlx_err)?;
-        found.iter().map(policy_row).collect()
+        .map_err(convert_sqlx_err);
+        self.outage_named(found)
+            .await?
+            .iter()
+            .map(policy_row)
+            .collect()
     }
 
     /// Recorded changes, newest first: of `subject` only when given, with
@@ -548,8 +584,9 @@ impl JobStore {
         .bind(limit)
         .fetch_all(&self.pool())
         .await
-        .map_err(convert_sqlx_err)?;
-        found
+        .map_err(convert_sqlx_err);
+        self.outage_named(found)
+            .await?
             .iter()
             .map(|r| {
                 Ok(PolicyChange {

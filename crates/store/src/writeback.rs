@@ -18,7 +18,7 @@ use super::events::{self, call_digest, CallKey, NewEvent};
 use super::pause::PausePoint;
 use super::reads::LockedJob;
 use super::tx::Tx;
-use super::{micros, JobStore, CONFLICT_RETRIES};
+use super::{micros, JobStore};
 use jobfence_domain::event::parse_fail_detail;
 use jobfence_domain::write_plan::{self, AppliedWrite, WritePlan};
 use jobfence_domain::{
@@ -121,29 +121,9 @@ impl JobStore {
             let (round, later): (Vec<usize>, Vec<usize>) = rest
                 .iter()
                 .partition(|&&i| jobs.insert(writes[i].write.job_id()));
-            let mut tries = 0;
-            let done = loop {
-                match self.write_round(writes, &round, policies).await {
-                    Err(CoordinatorError::TransactionConflict(why)) => {
-                        let why = match self.outage_or_conflict(why).await {
-                            Ok(why) => why,
-                            Err(outage) => break Err(outage),
-                        };
-                        if tries == CONFLICT_RETRIES {
-                            self.count_conflict(false);
-                            break Err(CoordinatorError::TransactionConflict(why));
-                        }
-                        tries += 1;
-                        self.count_conflict(true);
-                        tracing::debug!(
-                            tries,
-                            why,
-                            "transaction conflict, running the batch again"
-                        );
-                    }
-                    other => break other,
-                }
-            };
+            let done = self
+                .retry_conflicts(|| self.write_round(writes, &round, policies))
+                .await;
             match done {
                 Ok(round_answers) => {
                     for (i, answer) in round.iter().zip(round_answers) {

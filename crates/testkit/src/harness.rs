@@ -40,6 +40,38 @@ fn with_database(url: &str, db: &str) -> String {
     format!("{head}/{db}")
 }
 
+/// A connection to the test server for creating and dropping databases.
+///
+/// A connection can fail for a moment on a loaded machine (a handshake
+/// cut short, every server thread busy); that is not the test's failure, so
+/// any error but a refused login is tried again, with a growing pause, for
+/// up to two minutes; then the panic names every error seen.
+pub async fn connect_admin() -> MySqlPool {
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    let mut pause = Duration::from_millis(100);
+    let mut seen = Vec::new();
+    loop {
+        match MySqlPool::connect(&base_url()).await {
+            Ok(pool) => return pool,
+            Err(e) => {
+                let refused_login = matches!(&e, sqlx::Error::Database(db)
+                    if db.code().as_deref() == Some("28000"));
+                seen.push(e.to_string());
+                if refused_login || std::time::Instant::now() >= deadline {
+                    panic!(
+                        "cannot reach the test database at {}; run scripts/test, which starts it. \
+                         Errors, oldest first: {seen:?}",
+                        base_url()
+                    );
+                }
+                eprintln!("test database not reached ({e}); trying again in {pause:?}");
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_secs(2));
+            }
+        }
+    }
+}
+
 /// A private database, migrated.
 pub struct TestDb {
     pub name: String,
@@ -50,7 +82,13 @@ impl TestDb {
     /// A private, migrated database.
     pub async fn new() -> TestDb {
         let db = Self::empty().await;
-        let pool = store::connect(&db.url, &PoolSettings::default()).unwrap();
+        // A loaded machine (two test binaries and a build at once) can keep
+        // a connection waiting for longer than a coordinator's 1 s.
+        let settings = PoolSettings {
+            acquire_timeout: Duration::from_secs(30),
+            ..PoolSettings::default()
+        };
+        let pool = store::connect(&db.url, &settings).unwrap();
         store::MIGRATOR.run(&pool).await.expect("migrations apply");
         pool.close().await;
         db
@@ -68,12 +106,7 @@ impl TestDb {
                 .unwrap()
                 .subsec_nanos()
         );
-        let admin = MySqlPool::connect(&base_url()).await.unwrap_or_else(|e| {
-            panic!(
-                "cannot reach the test database at {} ({e}); run scripts/test, which starts it",
-                base_url()
-            )
-        });
+        let admin = connect_admin().await;
         sqlx::query(&format!(
             "CREATE DATABASE `{name}` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"
         ))
@@ -127,6 +160,20 @@ impl Harness {
         let pool = db.pool();
         let served = Serve::over(pool.clone())
             .clock_frozen_at(unix_micros)
+            .start()
+            .await;
+        Self::around(db, pool, served).await
+    }
+
+    /// [`Harness::start`] whose store sessions wait at most `secs` seconds
+    /// for a row lock (`innodb_lock_wait_timeout`; the coordinator's own
+    /// default is 10 s): a call stuck behind a paused one becomes a lock
+    /// wait timeout, 1205, soon. `Harness::pool` keeps the server's default.
+    pub async fn start_with_lock_wait(secs: u32) -> Harness {
+        let db = TestDb::new().await;
+        let pool = db.pool();
+        let served = Serve::over(pool.clone())
+            .session_sql(&format!("; SET SESSION innodb_lock_wait_timeout = {secs}"))
             .start()
             .await;
         Self::around(db, pool, served).await
@@ -301,11 +348,10 @@ impl Harness {
     pub async fn finish(mut self) {
         self.stop().await;
         self.pool.close().await;
-        if let Ok(admin) = MySqlPool::connect(&base_url()).await {
-            let _ = sqlx::query(&format!("DROP DATABASE `{}`", self.db.name))
-                .execute(&admin)
-                .await;
-        }
+        let admin = connect_admin().await;
+        let _ = sqlx::query(&format!("DROP DATABASE `{}`", self.db.name))
+            .execute(&admin)
+            .await;
     }
 }
 
@@ -397,24 +443,6 @@ pub fn waiting(c: &Coordinator, pipeline: &str) -> usize {
         .find(|(p, _)| *p == pipeline)
         .map(|(_, n)| *n)
         .unwrap_or(0)
-}
-
-/// Open InnoDB transactions of sessions using this test's database (other
-/// tests run on the same server), other than the asking one.
-pub async fn open_transactions(h: &Harness) -> Vec<(u64, String)> {
-    sqlx::query(
-        "SELECT CAST(t.trx_mysql_thread_id AS UNSIGNED) AS id, CAST(t.trx_state AS CHAR) AS state \
-         FROM information_schema.innodb_trx t \
-         JOIN information_schema.processlist p ON p.ID = t.trx_mysql_thread_id \
-         WHERE p.DB = ? AND t.trx_mysql_thread_id <> CONNECTION_ID()",
-    )
-    .bind(&h.db.name)
-    .fetch_all(&h.pool)
-    .await
-    .expect("read information_schema.innodb_trx")
-    .into_iter()
-    .map(|r| (r.get::<u64, _>("id"), r.get::<String, _>("state")))
-    .collect()
 }
 
 /// Kills the database session of the transaction paused at `gate` (a

@@ -15,6 +15,7 @@
 //!   answers; [`secure`]: a coordinator with TLS and callers.
 //! - [`demo`]: a shortened `jobfence demo` and its report.
 //! - [`process`]: ports of child processes, read back from their logs.
+//! - [`locks`]: waiting until a competing call is blocked on a row lock.
 //!
 //! The test binaries: `in_process` (this crate's, `tests/in_process/`)
 //! needs MariaDB only; `system` and `cluster` (the root package's) also
@@ -22,6 +23,7 @@
 
 pub mod demo;
 pub mod harness;
+pub mod locks;
 pub mod ops;
 pub mod process;
 pub mod sdk;
@@ -30,4 +32,5 @@ pub mod serve;
 
 pub use demo::{numbers, report_line, run_short_demo, DemoRun};
 pub use harness::*;
+pub use locks::until_lock_wait;
 pub use serve::{test_config, test_options, Serve, Served};

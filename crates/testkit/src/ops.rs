@@ -223,36 +223,8 @@ pub async fn fresh_db() -> (TestDb, MySqlPool) {
 /// Drops a test database.
 pub async fn drop_db(db: TestDb, pool: MySqlPool) {
     pool.close().await;
-    if let Ok(admin) = MySqlPool::connect(&crate::base_url()).await {
-        let _ = sqlx::query(&format!("DROP DATABASE `{}`", db.name))
-            .execute(&admin)
-            .await;
-    }
-}
-
-/// Polls `information_schema` until a session of database `db` waits for
-/// a row lock (the deterministic way to know a competing call is blocked).
-/// InnoDB refreshes INNODB_TRX only when nobody read it for 100 ms, so the
-/// polls are spaced wider than that, or the answer would never change.
-pub async fn wait_for_lock_wait(pool: &MySqlPool, db: &str) {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        let waiting: i64 = sqlx::query_scalar(
-            "SELECT COUNT(*) FROM information_schema.INNODB_TRX t \
-             JOIN information_schema.PROCESSLIST p ON p.ID = t.trx_mysql_thread_id \
-             WHERE t.trx_state = 'LOCK WAIT' AND p.DB = ?",
-        )
-        .bind(db)
-        .fetch_one(pool)
-        .await
-        .unwrap();
-        if waiting > 0 {
-            return;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "no session of {db} ever waited for a lock"
-        );
-        tokio::time::sleep(Duration::from_millis(150)).await;
-    }
+    let admin = crate::connect_admin().await;
+    let _ = sqlx::query(&format!("DROP DATABASE `{}`", db.name))
+        .execute(&admin)
+        .await;
 }

@@ -40,24 +40,7 @@ pub async fn observations(h: &Harness, job_id: u64) -> Vec<proto::Observation> {
         .observations
 }
 
-pub use crate::harness::{kill_the_paused_session, open_transactions};
-
-/// Waits until some session of this test's database is blocked on a row
-/// lock (a retried call queued behind a paused one). Polls an observable
-/// condition, bounded, instead of sleeping and hoping.
-pub async fn wait_for_lock_wait(h: &Harness) {
-    for _ in 0..2_000 {
-        if open_transactions(h)
-            .await
-            .iter()
-            .any(|(_, state)| state == "LOCK WAIT")
-        {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    panic!("no session ever waited on the paused call's row lock");
-}
+pub use crate::harness::kill_the_paused_session;
 
 /// Rows of this test's database in `running`, i.e. jobs held by someone.
 pub async fn running_rows(pool: &sqlx::MySqlPool) -> i64 {

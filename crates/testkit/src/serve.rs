@@ -54,6 +54,7 @@ pub struct Serve {
     pauses: PausePoints,
     metrics: bool,
     frozen_at: Option<i64>,
+    session_sql: Option<String>,
 }
 
 impl Serve {
@@ -83,6 +84,7 @@ impl Serve {
             pauses: PausePoints::new(),
             metrics: false,
             frozen_at: None,
+            session_sql: None,
         }
     }
 
@@ -119,15 +121,24 @@ impl Serve {
         self
     }
 
+    /// Has every session of the store run `more` (SQL starting with `;`)
+    /// after its setup (see `JobStore::with_session_sql`; [`Serve::over`]
+    /// only, not with [`Serve::clock_frozen_at`]).
+    pub fn session_sql(mut self, more: &str) -> Serve {
+        self.session_sql = Some(more.to_owned());
+        self
+    }
+
     /// Starts serving on a loopback port of the system's choosing; the
     /// server runs until [`Served::stop`] (or until it is dropped).
     pub async fn start(self) -> Served {
         let coordinator = match self.over {
             Over::Pool(pool) => {
                 let store = JobStore::with_pause_points(pool, self.pauses.clone());
-                let store = match self.frozen_at {
-                    Some(t) => store.frozen_clock_at(t),
-                    None => store,
+                let store = match (self.frozen_at, &self.session_sql) {
+                    (Some(t), _) => store.frozen_clock_at(t),
+                    (None, Some(more)) => store.with_session_sql(more),
+                    (None, None) => store,
                 };
                 Coordinator::new(store, self.config)
             }
