@@ -31,7 +31,7 @@ pub struct BatchSettings {
 
 struct Queued<T, R> {
     item: T,
-    reply: oneshot::Sender<R>,
+    reply: oneshot::Sender<Result<R, CoordinatorError>>,
 }
 
 /// Runs calls of one kind in batches (see the module docs). Cheap to
@@ -103,13 +103,10 @@ impl<T: Send + 'static, R: Send + 'static> Batcher<T, R> {
                 sizes.observe(batch.len() as f64);
                 let run = run.clone();
                 tokio::spawn(async move {
-                    let (items, replies): (Vec<T>, Vec<oneshot::Sender<R>>) =
+                    let (items, replies): (Vec<T>, Vec<_>) =
                         batch.into_iter().map(|q| (q.item, q.reply)).unzip();
                     let answers = run(items).await;
-                    debug_assert_eq!(answers.len(), replies.len());
-                    for (reply, answer) in replies.into_iter().zip(answers) {
-                        let _ = reply.send(answer);
-                    }
+                    answer_all(what, replies, answers);
                     drop(slot);
                 });
             }
@@ -140,12 +137,41 @@ impl<T: Send + 'static, R: Send + 'static> Batcher<T, R> {
             // The batch task panicked: a bug, and nothing says whether the
             // batch committed.
             CoordinatorError::CommitOutcomeUnknown(format!("the {} batch was lost", self.what))
-        })
+        })?
     }
 
     /// Calls waiting for a batch now.
     pub fn waiting(&self) -> usize {
         self.capacity - self.tx.capacity()
+    }
+}
+
+/// Sends each caller its answer, in order. A batch that answered fewer
+/// calls than it was given is a bug (`run` must answer every item); the
+/// callers left over are told so, `Internal`, rather than left to find
+/// their reply dropped.
+fn answer_all<R>(
+    what: &'static str,
+    replies: Vec<oneshot::Sender<Result<R, CoordinatorError>>>,
+    answers: Vec<R>,
+) {
+    let (given, answered) = (replies.len(), answers.len());
+    if answered != given {
+        tracing::error!(
+            what,
+            given,
+            answered,
+            "a batch answered a different number of calls"
+        );
+    }
+    let mut answers = answers.into_iter();
+    for reply in replies {
+        let answer = answers.next().ok_or_else(|| {
+            CoordinatorError::Internal(format!(
+                "the {what} batch answered {answered} of its {given} calls"
+            ))
+        });
+        let _ = reply.send(answer);
     }
 }
 
@@ -206,6 +232,60 @@ mod tests {
             assert_eq!(r.await.unwrap().unwrap(), (i as u32 + 2) * 10);
         }
         assert_eq!(*batches.lock().unwrap(), vec![vec![1], vec![2, 3, 4]]);
+    }
+
+    #[tokio::test]
+    async fn a_batch_that_answers_too_few_calls_answers_the_rest_internal() {
+        let (gate_tx, gate_rx) = tokio::sync::watch::channel(false);
+        let started = Arc::new(AtomicUsize::new(0));
+        let counted = started.clone();
+        // A broken `run`: it answers only the first call of each batch.
+        let b: Batcher<u32, u32> = Batcher::spawn(
+            "test",
+            BatchSettings {
+                max_batch: 10,
+                concurrency: 1,
+                queue_capacity: 100,
+            },
+            sizes(),
+            move |items: Vec<u32>| {
+                let mut gate = gate_rx.clone();
+                counted.fetch_add(1, Ordering::SeqCst);
+                async move {
+                    let _ = gate.wait_for(|open| *open).await;
+                    items.into_iter().take(1).collect()
+                }
+            },
+        );
+        let first = tokio::spawn({
+            let b = b.clone();
+            async move { b.submit(1).await }
+        });
+        while started.load(Ordering::SeqCst) == 0 {
+            tokio::task::yield_now().await;
+        }
+        let rest: Vec<_> = (2..=3)
+            .map(|i| {
+                let b = b.clone();
+                tokio::spawn(async move { b.submit(i).await })
+            })
+            .collect();
+        while b.waiting() < 2 {
+            tokio::task::yield_now().await;
+        }
+        gate_tx.send(true).unwrap();
+        assert_eq!(first.await.unwrap().unwrap(), 1);
+        let mut answers = Vec::new();
+        for r in rest {
+            answers.push(r.await.unwrap());
+        }
+        assert_eq!(answers[0].as_ref().unwrap(), &2, "the batch's first call");
+        match &answers[1] {
+            Err(CoordinatorError::Internal(why)) => {
+                assert!(why.contains("answered 1 of its 2 calls"), "{why}")
+            }
+            other => panic!("the unanswered call got {other:?}"),
+        }
     }
 
     #[tokio::test]

@@ -5,8 +5,7 @@ use super::long_poll::Wake;
 use super::Coordinator;
 use jobfence_domain::validate::Violations;
 use jobfence_domain::{
-    ClaimSlot, ClaimedJob, CoordinatorError, Job, NextAction, QueuePolicy, QueueScope,
-    TakeoverRequest,
+    ClaimSlot, ClaimedJob, CoordinatorError, Job, QueuePolicy, QueueScope, TakeoverRequest,
 };
 use jobfence_metrics::Metrics;
 use jobfence_store::{JobStore, MAX_CLAIM_TRANSACTION_JOBS};
@@ -161,7 +160,8 @@ impl Coordinator {
         }
         self.pipelines.waiters.due_in(&job.queue, lease);
         if c.takeover {
-            debug_assert_eq!(job.next_action, NextAction::Reconcile);
+            // A takeover is a reconcile: checked before it was written
+            // (jobfence_domain::transition::check_hand_out).
             self.metrics.takeover(&job.queue, via);
             tracing::info!(
                 job_id = job.id,
@@ -192,6 +192,20 @@ fn parked(metrics: &Metrics, job: &Job) {
         dispatch_count = job.dispatch_count,
         "resend not handed out: its window would close within the lease; moved to manual review"
     );
+}
+
+/// A claim task's result, or `None` when it panicked or was cancelled (at
+/// shutdown): nothing then says whether it committed, so its calls are
+/// answered `Unanswered` (a Claim never acts on an unknown outcome) rather
+/// than the panic being carried on, or a cancellation turned into one.
+fn joined_claim<T>(joined: Result<T, tokio::task::JoinError>) -> Option<T> {
+    match joined {
+        Ok(done) => Some(done),
+        Err(e) => {
+            tracing::error!(error = %e, "a claim transaction's task ended without an answer");
+            None
+        }
+    }
 }
 
 /// Runs one batch of Claims: one claim transaction per queue (split so
@@ -235,10 +249,9 @@ pub(crate) async fn run_claims(
     }
     let mut answers: Vec<Option<ClaimAnswer>> = (0..calls.len()).map(|_| None).collect();
     while let Some(joined) = runs.join_next().await {
-        let (k, result) = match joined {
-            Ok(done) => done,
-            // A panicking claim task: nothing says whether it committed.
-            Err(e) => std::panic::resume_unwind(e.into_panic()),
+        let Some((k, result)) = joined_claim(joined) else {
+            // Its calls stay unanswered: `Unanswered`, never acted on.
+            continue;
         };
         let chunk = &chunks[k].0;
         match result {
@@ -265,4 +278,20 @@ pub(crate) async fn run_claims(
         .into_iter()
         .map(|a| a.unwrap_or(Err(CoordinatorError::Unanswered { what: "claim" })))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_cancelled_or_panicked_claim_task_is_left_unanswered_not_a_panic() {
+        let cancelled = tokio::spawn(std::future::pending::<u32>());
+        cancelled.abort();
+        assert_eq!(joined_claim(cancelled.await), None);
+        let panicked = tokio::spawn(async { panic!("a claim task's bug") });
+        assert_eq!(joined_claim::<u32>(panicked.await), None);
+        let done = tokio::spawn(async { 7u32 });
+        assert_eq!(joined_claim(done.await), Some(7));
+    }
 }

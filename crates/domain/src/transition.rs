@@ -49,6 +49,22 @@ pub fn hand_out(
     }
 }
 
+/// Checks a hand-out before it is written: one that takes over a running
+/// job (an expired lease) must hand it out as `reconcile` (DESIGN.md rule
+/// 5: a takeover's first step is always reconcile). A plan that does not is
+/// a bug, refused `Internal` before anything is written, in release builds
+/// too (a worker handed such a job would send the operation again).
+pub fn check_hand_out(before: &Job, after: &Job) -> Result<(), CoordinatorError> {
+    if before.state == JobState::Running && after.next_action != NextAction::Reconcile {
+        return Err(CoordinatorError::Internal(format!(
+            "a takeover of job {} was planned as {} instead of reconcile",
+            before.id,
+            after.next_action.as_str()
+        )));
+    }
+    Ok(())
+}
+
 /// Why a named Takeover of `job` (read under its row lock) must not
 /// happen, if it must not: a caller of another queue (it learns nothing of
 /// the job's state), a finished job, a job that is not running, a lease
@@ -202,6 +218,26 @@ mod tests {
             updated_at: t("2026-01-01 00:00:00"),
             finished_at: None,
         }
+    }
+
+    #[test]
+    fn a_takeover_handed_out_as_anything_but_reconcile_is_refused() {
+        let now = t("2026-01-01 00:01:00");
+        let lease = Duration::from_secs(30);
+        let reconcile = hand_out(&running(), NextAction::Reconcile, false, lease, "b", now);
+        let execute = hand_out(&running(), NextAction::Execute, true, lease, "b", now);
+        assert!(check_hand_out(&running(), &reconcile).is_ok());
+        assert!(matches!(
+            check_hand_out(&running(), &execute),
+            Err(CoordinatorError::Internal(_))
+        ));
+        // A first claim of a ready job may execute.
+        let ready = Job {
+            state: JobState::Ready,
+            ..running()
+        };
+        let claimed = hand_out(&ready, NextAction::Execute, true, lease, "b", now);
+        assert!(check_hand_out(&ready, &claimed).is_ok());
     }
 
     #[test]

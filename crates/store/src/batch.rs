@@ -161,6 +161,29 @@ pub(crate) struct Change<'a> {
     pub after: &'a Job,
 }
 
+/// Checks that every change keeps its row's id and moves its attempt by
+/// at most one (a hand-out adds one; every other write keeps it: DESIGN.md
+/// rule 3). A change that does not is a bug in the caller's plan, refused
+/// `Internal` before anything is written, in release builds too.
+pub(crate) fn check_images(changes: &[Change<'_>]) -> Result<(), CoordinatorError> {
+    for c in changes {
+        let (b, a) = (c.before, c.after);
+        if b.id != a.id {
+            return Err(CoordinatorError::Internal(format!(
+                "a fenced write planned job {}'s row as job {}'s",
+                b.id, a.id
+            )));
+        }
+        if a.attempt != b.attempt && a.attempt != b.attempt + 1 {
+            return Err(CoordinatorError::Internal(format!(
+                "a fenced write planned job {} from attempt {} to {}",
+                b.id, b.attempt, a.attempt
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// Writes every change in one UPDATE, fenced row by row. Every row must
 /// match: the caller holds their locks, so a row that did not is a bug or
 /// a schema the code does not know, reported as a conflict (the
@@ -172,6 +195,7 @@ pub(crate) async fn write_images(
     let Some(first) = changes.first() else {
         return Ok(());
     };
+    check_images(changes)?;
     let n = shape(changes.len());
     let sql = expand(
         include_str!("queries/batch/write_images.sql"),
@@ -189,9 +213,7 @@ pub(crate) async fn write_images(
     macro_rules! column {
         ($value:expr) => {
             for i in 0..n {
-                let c = row(i);
-                debug_assert_eq!(c.before.id, c.after.id);
-                let a = c.after;
+                let a = row(i).after;
                 q = q.bind(a.id).bind($value(a));
             }
         };
@@ -215,7 +237,6 @@ pub(crate) async fn write_images(
     }
     for i in 0..n {
         let b = row(i).before;
-        debug_assert!(row(i).after.attempt == b.attempt || row(i).after.attempt == b.attempt + 1);
         q = q.bind(b.id).bind(b.state.as_str()).bind(b.attempt);
     }
     let done = q.execute(conn).await.map_err(convert_sqlx_err)?;
@@ -232,6 +253,50 @@ pub(crate) async fn write_images(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn job(id: u64, attempt: u64) -> Job {
+        let t = DbTime::parse_from_str("2026-01-01 00:00:00", "%Y-%m-%d %H:%M:%S").unwrap();
+        Job {
+            id,
+            queue: "refunds".into(),
+            operation_key: "refund-1".into(),
+            payload: "{}".into(),
+            state: jobfence_domain::JobState::Running,
+            attempt,
+            next_action: jobfence_domain::NextAction::Execute,
+            run_at: t,
+            lease_until: Some(t),
+            lease_owner: None,
+            first_dispatched_at: None,
+            dispatch_count: 0,
+            provider_reference: None,
+            result: None,
+            last_error: None,
+            state_reason: None,
+            created_at: t,
+            updated_at: t,
+            finished_at: None,
+        }
+    }
+
+    #[test]
+    fn a_change_that_moves_an_id_or_skips_an_attempt_is_refused() {
+        let before = job(7, 3);
+        let renewed = job(7, 3);
+        let handed_out = job(7, 4);
+        let skipped = job(7, 5);
+        let other = job(8, 3);
+        let ok = |after| {
+            check_images(&[Change {
+                before: &before,
+                after,
+            }])
+        };
+        assert!(ok(&renewed).is_ok());
+        assert!(ok(&handed_out).is_ok());
+        assert!(matches!(ok(&skipped), Err(CoordinatorError::Internal(_))));
+        assert!(matches!(ok(&other), Err(CoordinatorError::Internal(_))));
+    }
 
     #[test]
     fn hex_and_time_encode_as_sql_reads_them() {

@@ -593,6 +593,9 @@ async fn write_decided<'a>(
             after: &d.after,
         })
         .collect();
+    for d in decided.iter().filter(|d| d.slot.is_some()) {
+        transition::check_hand_out(&d.locked.job, &d.after)?;
+    }
     batch::write_images(&mut *conn, &changes).await?;
     Ok(decided
         .iter()
