@@ -296,6 +296,41 @@ async fn a_zombie_naming_a_pruned_job_is_refused_and_writes_nothing() {
     assert_eq!(reason(&never), "JOB_NOT_FOUND");
 }
 
+/// `keys_recorded` counts the records a batch wrote. A record that exists
+/// already is left as it is and not counted: the driver reports matched
+/// rows (DESIGN.md rule 10), so an upsert's no-op would count as one.
+#[tokio::test]
+async fn a_key_record_already_held_is_neither_rewritten_nor_counted() {
+    let h = Harness::start().await;
+    let ids = finished_jobs(&h, 3).await;
+    // A record of the first job's key, as a batch run again would find it.
+    sqlx::query(
+        "INSERT INTO operation_keys (queue, operation_key, request_digest, job_id, final_state, \
+         attempt, dispatch_count, provider_reference, created_at, finished_at, pruned_at) \
+         SELECT queue, operation_key, request_digest, id, state, attempt, dispatch_count, \
+         're_kept', created_at, finished_at, UTC_TIMESTAMP(6) FROM jobs WHERE id = ?",
+    )
+    .bind(ids[0])
+    .execute(&h.pool)
+    .await
+    .unwrap();
+    let counts = prune(h.coordinator.store(), &thirty_days()).await;
+    assert_eq!(counts.jobs, 3, "{counts:?}");
+    assert_eq!(
+        counts.keys_recorded, 2,
+        "only the two new records: {counts:?}"
+    );
+    assert_eq!(total(&h, "operation_keys").await, 3);
+    let kept: String = sqlx::query_scalar(
+        "SELECT CAST(provider_reference AS CHAR) FROM operation_keys WHERE job_id = ?",
+    )
+    .bind(ids[0])
+    .fetch_one(&h.pool)
+    .await
+    .unwrap();
+    assert_eq!(kept, "re_kept", "the record held is left as it was");
+}
+
 #[tokio::test]
 async fn live_jobs_are_never_pruned_whatever_their_age() {
     let h = Harness::start().await;

@@ -273,3 +273,63 @@ async fn an_archive_that_cannot_be_written_stops_the_run_and_deletes_nothing() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// An archive whose write can only finish once another task of the test's
+/// runtime has run: it wakes that task, then waits for its answer.
+struct NeedsTheRuntime {
+    entered: std::sync::Arc<tokio::sync::Notify>,
+    answered: std::sync::Mutex<std::sync::mpsc::Receiver<()>>,
+}
+
+impl jobfence_store::archive::PruneArchive for NeedsTheRuntime {
+    fn write_batch(&self, lines: &[Vec<u8>]) -> Result<u64, String> {
+        self.entered.notify_one();
+        let answered = self.answered.lock().unwrap();
+        answered
+            .recv_timeout(Duration::from_secs(20))
+            .map(|()| lines.len() as u64)
+            .map_err(|_| "the write blocked the async runtime's only thread".to_string())
+    }
+}
+
+/// The archive's file work (gzip, fsync) runs on a blocking thread, not on
+/// the async runtime that serves the live calls: on a runtime of one
+/// thread, a write that needs another task to run still finishes.
+#[tokio::test(flavor = "current_thread")]
+async fn the_archive_is_written_off_the_async_runtime() {
+    let h = Harness::start().await;
+    for i in 0..2 {
+        finished(&h, &format!("refund-{i}"), 31).await;
+    }
+    let entered = std::sync::Arc::new(tokio::sync::Notify::new());
+    let (tx, rx) = std::sync::mpsc::channel();
+    let helper = tokio::spawn({
+        let entered = entered.clone();
+        async move {
+            entered.notified().await;
+            tx.send(()).unwrap();
+        }
+    });
+    let archive = std::sync::Arc::new(NeedsTheRuntime {
+        entered,
+        answered: std::sync::Mutex::new(rx),
+    });
+    let run = h
+        .coordinator
+        .store()
+        .prune_archived(
+            &settings(Path::new(".")).retention,
+            500,
+            0.0,
+            Some(archive),
+            |_| {},
+        )
+        .await
+        .expect("the batch's archive write finished");
+    assert!(
+        matches!(run, jobfence_store::retention::PruneRun::Done(c) if c.jobs == 2 && c.archived_jobs == 2),
+        "{run:?}"
+    );
+    helper.await.unwrap();
+    h.finish().await;
+}

@@ -9,6 +9,7 @@ use jobfence_domain::{CoordinatorError, PruneCounts, Retention};
 use jobfence_store::archive::PruneArchive;
 use jobfence_store::retention::{PruneRun, DEFAULT_PRUNE_BATCH};
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 pub use jobfence_store::retention::DEFAULT_PRUNE_REST;
@@ -75,6 +76,17 @@ impl PruneReport {
     }
 }
 
+/// Ends a run's archive file (fsync, rename, directory fsync) on a
+/// blocking thread, off the async runtime.
+async fn finish_blocking(archive: Arc<ArchiveFile>) -> Result<Option<PathBuf>, String> {
+    tokio::task::spawn_blocking(move || match Arc::into_inner(archive) {
+        Some(file) => file.finish(),
+        None => Err("the archive was still in use when its run ended".into()),
+    })
+    .await
+    .unwrap_or_else(|e| Err(format!("the archive's closing thread failed: {e}")))
+}
+
 impl Coordinator {
     /// One pruning run over every database, one after the other (see
     /// `JobStore::prune`); `progress` is called after each batch with the
@@ -90,7 +102,7 @@ impl Coordinator {
         for (n, store) in self.shards().all() {
             let n = *n;
             let archive = match &settings.archive_dir {
-                Some(dir) => Some(ArchiveFile::new(dir, &store.schema_name().await?)),
+                Some(dir) => Some(Arc::new(ArchiveFile::new(dir, &store.schema_name().await?))),
                 None => None,
             };
             let run = store
@@ -98,11 +110,14 @@ impl Coordinator {
                     &settings.retention,
                     settings.batch,
                     settings.rest,
-                    archive.as_ref().map(|a| a as &dyn PruneArchive),
+                    archive.clone().map(|a| a as Arc<dyn PruneArchive>),
                     |c| progress(n, c),
                 )
                 .await;
-            let archived = archive.map(ArchiveFile::finish);
+            let archived = match archive {
+                Some(a) => Some(finish_blocking(a).await),
+                None => None,
+            };
             let run = match (run, archived) {
                 (Err(e), _) => return Err(e),
                 (Ok(_), Some(Err(why))) => return Err(CoordinatorError::Internal(why)),

@@ -24,6 +24,7 @@ use super::{commit, convert_sqlx_err, micros, JobStore};
 use jobfence_domain::{CoordinatorError, DbTime, KeyRecord, PruneCounts, Retention};
 use sqlx::mysql::MySqlRow;
 use sqlx::Executor;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// The name of the database lock a pruning run holds (`GET_LOCK`), so
@@ -61,6 +62,19 @@ pub struct RetentionStats {
     pub oldest_finished_age: Option<Duration>,
     /// Seconds since the Unix epoch of the last run that finished, if any.
     pub last_run_unix: Option<f64>,
+}
+
+/// Hands `lines` to `archive` on a blocking thread (the gzip and the fsync
+/// must not stall the async runtime, whose other tasks are the live calls),
+/// and waits for it.
+async fn write_blocking(
+    archive: &Arc<dyn PruneArchive>,
+    lines: Vec<Vec<u8>>,
+) -> Result<u64, String> {
+    let archive = Arc::clone(archive);
+    tokio::task::spawn_blocking(move || archive.write_batch(&lines))
+        .await
+        .unwrap_or_else(|e| Err(format!("the archive's writing thread failed: {e}")))
 }
 
 fn id_list(ids: &[u64]) -> String {
@@ -123,12 +137,14 @@ impl JobStore {
     /// `archive` (when given) before the batch commits: a write that fails
     /// rolls the batch back and ends the run with the error, so no row is
     /// deleted that the archive does not hold (see [`crate::archive`]).
+    /// The write (compression, fsync) runs on a blocking thread, not on
+    /// the async runtime, while the batch's transaction waits for it.
     pub async fn prune_archived(
         &self,
         retention: &Retention,
         batch: u32,
         rest: f64,
-        archive: Option<&dyn PruneArchive>,
+        archive: Option<Arc<dyn PruneArchive>>,
         mut progress: impl FnMut(&PruneCounts),
     ) -> Result<PruneRun, CoordinatorError> {
         let mut lock = self.pool().acquire().await.map_err(convert_sqlx_err)?;
@@ -147,7 +163,7 @@ impl JobStore {
         loop {
             let took = std::time::Instant::now();
             let (counts, more) = self
-                .retry_conflicts(|| self.prune_batch_once(retention, batch, archive))
+                .retry_conflicts(|| self.prune_batch_once(retention, batch, archive.as_ref()))
                 .await?;
             if more && rest > 0.0 {
                 tokio::time::sleep(took.elapsed().mul_f64(rest)).await;
@@ -196,7 +212,7 @@ impl JobStore {
         &self,
         retention: &Retention,
         batch: u32,
-        archive: Option<&dyn PruneArchive>,
+        archive: Option<&Arc<dyn PruneArchive>>,
     ) -> Result<(PruneCounts, bool), CoordinatorError> {
         let default_us = micros(retention.jobs);
         let mut conn = self.pool().acquire().await.map_err(convert_sqlx_err)?;
@@ -308,7 +324,7 @@ impl JobStore {
                         rows.events
                     )));
                 }
-                match archive.write_batch(&rows.lines) {
+                match write_blocking(archive, rows.lines).await {
                     Ok(bytes) => (jobs, bytes),
                     Err(why) => {
                         tx.rollback().await.map_err(convert_sqlx_err)?;
@@ -328,8 +344,7 @@ impl JobStore {
                 jobs,
                 observations,
                 events,
-                // An existing record is "affected" 0 times by the no-op
-                // update; a new one once.
+                // Only new records are inserted (see record_keys.sql).
                 keys_recorded: keys.rows_affected(),
                 keys_pruned: 0,
                 archived_jobs,
