@@ -27,7 +27,7 @@ use tonic::Code;
 /// database 1, nothing else placed.
 struct TwoShards {
     dbs: [TestDb; 2],
-    _coordinator: Coordinator,
+    coordinator: Coordinator,
     channel: Channel,
     _stop: tokio::sync::oneshot::Sender<()>,
 }
@@ -53,7 +53,7 @@ async fn two_shards() -> TwoShards {
     let served = kit::serve_in_process(coordinator.clone(), Duration::from_millis(100)).await;
     TwoShards {
         dbs,
-        _coordinator: coordinator,
+        coordinator,
         channel: served.channel,
         _stop: served.stop,
     }
@@ -402,6 +402,67 @@ async fn listing_stats_and_events_cover_both_databases() {
         .await
         .unwrap_err();
     assert_eq!(bad.code(), Code::InvalidArgument);
+}
+
+/// The console's Events page over two databases: one feed per database,
+/// each with its own cursor, shown together; the live read follows both.
+#[tokio::test]
+async fn the_consoles_events_page_shows_and_follows_both_databases() {
+    let s = two_shards().await;
+    let refund = s.enqueue("refunds", "r-1").await.job_id;
+    let payout = s.enqueue("payouts-eu", "p-1").await.job_id;
+    assert_ne!(shard_of(refund), shard_of(payout));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(jobfence_console::serve(
+        listener,
+        s.coordinator.clone(),
+        jobfence_console::operator::Identity::Typed,
+        std::future::pending(),
+    ));
+    let http = reqwest::Client::new();
+    let page = http
+        .get(format!("{base}/events"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for id in [refund, payout] {
+        assert!(
+            page.contains(&format!("/jobs/{id}")),
+            "job {id} missing: {page}"
+        );
+    }
+    // The page's cursor names both feeds; what is written after it, in
+    // either database, comes with the next live read.
+    let after = page
+        .split("data-after=\"")
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .expect("the table carries its cursors")
+        .to_owned();
+    assert_eq!(
+        after.split(',').count(),
+        2,
+        "one cursor per database: {after}"
+    );
+    let later = s.enqueue("payouts-eu", "p-2").await.job_id;
+    let live: serde_json::Value = http
+        .get(format!("{base}/events/live?after={after}"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let rows = live["rows"].as_str().unwrap();
+    assert!(rows.contains(&format!("/jobs/{later}")), "{rows}");
+    assert!(
+        !rows.contains(&format!("/jobs/{refund}\"")),
+        "seen once: {rows}"
+    );
 }
 
 #[tokio::test]

@@ -127,7 +127,25 @@ pub fn window(pairs: &Pairs) -> Result<Duration, FieldViolation> {
     }
 }
 
-/// The events cursor `from` (a number), if given.
+/// A list of events cursors under `key` (numbers separated by commas,
+/// one per database of the coordinator), if given.
+pub fn cursors(pairs: &Pairs, key: &str) -> Result<Option<Vec<u64>>, FieldViolation> {
+    let Some(raw) = value(pairs, key) else {
+        return Ok(None);
+    };
+    raw.split(',')
+        .map(|c| c.trim().parse::<u64>())
+        .collect::<Result<Vec<_>, _>>()
+        .map(Some)
+        .map_err(|_| {
+            FieldViolation::new(
+                key,
+                format!("{raw:?} is not a list of event ids (numbers separated by commas)"),
+            )
+        })
+}
+
+/// A cursor (a number) under `key`, if given.
 pub fn cursor(pairs: &Pairs, key: &str) -> Result<Option<u64>, FieldViolation> {
     let mut v = Vec::new();
     let n = number(&mut v, pairs, key);

@@ -287,13 +287,16 @@ impl Coordinator {
             .collect()
     }
 
-    /// The id of the newest event written (0 when there is none): where a
-    /// reader that wants the latest events starts, a little before it. It
-    /// may belong to a transaction that has not committed; a cursor taken
-    /// from it is only a starting point for [`Self::list_events`], never a
-    /// promise that the events below it are all visible.
-    pub async fn last_event_id(&self) -> Result<u64, CoordinatorError> {
-        self.store().last_event_id().await
+    /// One cursor per database (see [`Self::feed_starts`]) `back` events
+    /// before its newest one, never before its start: where a reader of
+    /// every database's latest events (the console's Events page) begins.
+    pub async fn latest_event_cursors(&self, back: u64) -> Result<Vec<u64>, CoordinatorError> {
+        let mut cursors = Vec::new();
+        for ((_, store), start) in self.shards().all().iter().zip(self.feed_starts()) {
+            let last = store.last_event_id().await?;
+            cursors.push(last.saturating_sub(back).max(start));
+        }
+        Ok(cursors)
     }
 }
 

@@ -3,6 +3,11 @@
 //! browser then asks for the events after its cursor every couple of
 //! seconds, which is what WatchEvents does inside the server, so every
 //! committed event shows up once and in order.
+//!
+//! A coordinator over several databases (`--shards`) has one feed per
+//! database, each with its own cursor: the page holds one cursor per
+//! database (`from` and `after` are lists, comma-separated), reads every
+//! feed, and shows their events together, by time.
 
 use super::{refusal, view};
 use crate::forms::{self, query_string, Pairs};
@@ -38,13 +43,44 @@ fn rows(events: &[FeedEvent]) -> Markup {
     }
 }
 
-/// `GET /events?queue=&from=`: the latest events, or those after `from`.
+/// The events of every database's feed after `cursors` (one per
+/// database), together by time, oldest first, and each feed's next
+/// cursor.
+async fn read_feeds(
+    console: &Console,
+    cursors: &[u64],
+    queue: Option<&str>,
+) -> Result<(Vec<FeedEvent>, Vec<u64>), jobfence_domain::CoordinatorError> {
+    let mut events = Vec::new();
+    let mut next = Vec::with_capacity(cursors.len());
+    for &cursor in cursors {
+        let page = console
+            .coordinator
+            .list_events(cursor, PAGE as u32, queue)
+            .await?;
+        next.push(page.next_after);
+        events.extend(page.events);
+    }
+    events.sort_by_key(|e| (e.created_at, e.id));
+    Ok((events, next))
+}
+
+fn joined(cursors: &[u64]) -> String {
+    cursors
+        .iter()
+        .map(u64::to_string)
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// `GET /events?queue=&from=`: the latest events, or those after `from`
+/// (one cursor per database).
 pub async fn page(State(console): State<Console>, Query(q): Query<Pairs>) -> Response {
     let queue = forms::value(&q, "queue").map(str::to_owned);
     let q_owned = queue.clone().unwrap_or_default();
     let mut notices: Vec<Notice> = vec![];
     let mut status = StatusCode::OK;
-    let from = match forms::cursor(&q, "from") {
+    let from = match forms::cursors(&q, "from") {
         Ok(f) => f,
         Err(bad) => {
             notices.push(super::bad_input(&[bad]));
@@ -55,33 +91,37 @@ pub async fn page(State(console): State<Console>, Query(q): Query<Pairs>) -> Res
     let live = from.is_none();
     let start = match from {
         Some(f) => Ok(f),
-        None => console
-            .coordinator
-            .last_event_id()
-            .await
-            .map(|last| last.saturating_sub(PAGE)),
+        None => console.coordinator.latest_event_cursors(PAGE).await,
     };
     let page = match start {
-        Ok(start) => console
-            .coordinator
-            .list_events(start, PAGE as u32, queue.as_deref())
+        Ok(start) => read_feeds(&console, &start, queue.as_deref())
             .await
             .map(|p| (start, p)),
         Err(e) => Err(e),
     };
     let table = match page {
-        Ok((start, p)) => {
-            let earlier = start.saturating_sub(PAGE).to_string();
+        Ok((start, (events, next_after))) => {
+            let starts = console.coordinator.feed_starts();
+            let earlier: Vec<u64> = start
+                .iter()
+                .zip(starts.iter().chain(std::iter::repeat(&0)))
+                .map(|(c, s)| c.saturating_sub(PAGE).max(*s))
+                .collect();
+            let has_earlier = start
+                .iter()
+                .zip(starts.iter().chain(std::iter::repeat(&0)))
+                .any(|(c, s)| c > s);
+            let earlier = joined(&earlier);
             html! {
                 table.events
                     data-feed=[live.then(|| format!("/events/live?{}", query_string(&[("queue", &q_owned)])))]
-                    data-after=(p.next_after) data-every-ms=(POLL_MS) {
+                    data-after=(joined(&next_after)) data-every-ms=(POLL_MS) {
                     thead { tr { th.num { "Event" } th { "When" } th { "Job" } th { "Queue" } th.num { "Attempt" } th { "What happened" } } }
-                    tbody { (rows(&p.events)) }
+                    tbody { (rows(&events)) }
                 }
-                @if p.events.is_empty() { p.empty { "No events here yet" @if live { "; new ones appear as they happen" } "." } }
+                @if events.is_empty() { p.empty { "No events here yet" @if live { "; new ones appear as they happen" } "." } }
                 nav.pager {
-                    @if start > 0 {
+                    @if has_earlier {
                         a href={ "/events?" (query_string(&[("queue", &q_owned), ("from", &earlier)])) } { "← earlier events" }
                     }
                     @if !live { a href={ "/events?" (query_string(&[("queue", &q_owned)])) } { "latest, live →" } }
@@ -115,11 +155,13 @@ pub async fn page(State(console): State<Console>, Query(q): Query<Pairs>) -> Res
     )
 }
 
-/// `GET /events/live?queue=&after=N`: `{"after": cursor, "rows": html}`,
-/// the rows of the events after `N`, newest first.
+/// `GET /events/live?queue=&after=C[,C…]`: `{"after": cursors, "rows":
+/// html}`, the rows of the events after each database's cursor, newest
+/// first.
 pub async fn live(State(console): State<Console>, Query(q): Query<Pairs>) -> Response {
-    let after = match forms::cursor(&q, "after") {
-        Ok(a) => a.unwrap_or(0),
+    let after = match forms::cursors(&q, "after") {
+        Ok(Some(a)) => a,
+        Ok(None) => console.coordinator.feed_starts(),
         Err(bad) => {
             return (
                 StatusCode::BAD_REQUEST,
@@ -129,14 +171,10 @@ pub async fn live(State(console): State<Console>, Query(q): Query<Pairs>) -> Res
         }
     };
     let queue = forms::value(&q, "queue");
-    match console
-        .coordinator
-        .list_events(after, PAGE as u32, queue)
-        .await
-    {
-        Ok(p) => axum::Json(serde_json::json!({
-            "after": p.next_after,
-            "rows": rows(&p.events).into_string(),
+    match read_feeds(&console, &after, queue).await {
+        Ok((events, next)) => axum::Json(serde_json::json!({
+            "after": joined(&next),
+            "rows": rows(&events).into_string(),
         }))
         .into_response(),
         Err(e) => {
