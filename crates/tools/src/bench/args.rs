@@ -64,6 +64,13 @@ pub struct BenchArgs {
     /// How long the paced phase runs, in seconds.
     #[arg(long, default_value_t = 30)]
     pub budget_seconds: u64,
+    /// Wait at most this long, in seconds, before the large-table phases
+    /// for InnoDB to write back and purge what their bulk load left (the
+    /// server's dirty pages and purge history, server-wide figures); 0
+    /// skips the wait (a smoke run on a shared test server, whose other
+    /// clients keep those figures up whatever the wait).
+    #[arg(long, default_value_t = 120)]
+    pub settle_seconds: u64,
     /// Run every phase this many times, interleaved (direct, coordinator,
     /// batching, direct, …), and report the median run of each.
     #[arg(long, default_value_t = 1)]

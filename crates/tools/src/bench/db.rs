@@ -229,19 +229,27 @@ pub(super) async fn load_finished(pool: &MySqlPool, rows: u64, days_ago: u32) ->
     Ok(())
 }
 
-/// Waits (at most 2 minutes) until InnoDB has written back the pages a
-/// bulk load dirtied and purged the rows it deleted: the phase after it
-/// measures claims on a large table, not the background writes of the
-/// load competing with them for this machine's two cores.
-pub(super) async fn settle(pool: &MySqlPool) -> Result<()> {
+/// Waits (at most `limit`; `--settle-seconds`) until InnoDB has written
+/// back the pages a bulk load dirtied and purged the rows it deleted: the
+/// phase after it measures claims on a large table, not the background
+/// writes of the load competing with them for this machine's two cores. A
+/// zero `limit` does not wait.
+pub(super) async fn settle(pool: &MySqlPool, limit: Duration) -> Result<()> {
+    if limit.is_zero() {
+        eprintln!("bench: not waiting for InnoDB to settle (--settle-seconds 0)");
+        return Ok(());
+    }
     let started = Instant::now();
     let (mut dirty, mut history) = (0u64, 0u64);
-    while started.elapsed() < Duration::from_secs(120) {
+    while started.elapsed() < limit {
         let (name, value): (String, String) =
             sqlx::query_as("SHOW GLOBAL STATUS LIKE 'Innodb_buffer_pool_pages_dirty'")
                 .fetch_one(pool)
                 .await?;
-        debug_assert_eq!(name, "Innodb_buffer_pool_pages_dirty");
+        ensure!(
+            name == "Innodb_buffer_pool_pages_dirty",
+            "SHOW GLOBAL STATUS answered {name}"
+        );
         dirty = value.parse().unwrap_or(0);
         let (h,): (i64,) = sqlx::query_as(
             "SELECT CAST(COUNT AS SIGNED) FROM information_schema.INNODB_METRICS \

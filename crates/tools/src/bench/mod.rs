@@ -244,7 +244,7 @@ impl Bench {
             load_finished(&self.pool, args.finished_rows, 0).await?;
             for _ in 0..reps {
                 self.clear_queue().await?;
-                settle(&self.pool).await?;
+                settle(&self.pool, Duration::from_secs(args.settle_seconds)).await?;
                 self.lifecycle_kept(
                     Phase::CoordinatorFinished(args.finished_rows),
                     n,
@@ -267,6 +267,7 @@ impl Bench {
                         jobs: args.jobs,
                         rounds: args.prune_rounds,
                         rest: args.prune_rest,
+                        settle: Duration::from_secs(args.settle_seconds),
                     },
                 )
                 .await?,

@@ -85,6 +85,9 @@ pub struct Load {
     pub rounds: usize,
     /// The pruner's rest after each batch (times its duration).
     pub rest: f64,
+    /// The longest wait for InnoDB to settle before and after (see
+    /// `settle`).
+    pub settle: Duration,
 }
 
 /// Runs the phase; the tables are left as pruning left them.
@@ -95,9 +98,10 @@ pub async fn run(pool: &MySqlPool, addr: &str, load: Load) -> Result<PruneFigure
         jobs,
         rounds,
         rest,
+        settle: settle_limit,
     } = load;
     load_finished(pool, rows, 40).await?;
-    settle(pool).await?;
+    settle(pool, settle_limit).await?;
     let before = sizes(pool).await?;
     let rounds = rounds.max(1);
 
@@ -149,7 +153,7 @@ pub async fn run(pool: &MySqlPool, addr: &str, load: Load) -> Result<PruneFigure
         pruning.as_secs_f64(),
         counts.batches
     );
-    settle(pool).await?;
+    settle(pool, settle_limit).await?;
     let after = sizes(pool).await?;
     Ok(PruneFigures {
         rows,

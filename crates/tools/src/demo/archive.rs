@@ -17,6 +17,9 @@ pub(super) struct Archived {
     /// Lines per job id (more than one: a batch whose commit failed after
     /// its write was archived again when it was pruned).
     pub(super) jobs: BTreeMap<u64, u32>,
+    /// The archived `stale_write_rejected` events: (job id, event id) →
+    /// the RPC refused (the event's detail up to its first `:`).
+    pub(super) stale: BTreeMap<(u64, u64), String>,
 }
 
 /// Reads every archive file of `dir`.
@@ -48,6 +51,16 @@ pub(super) fn read(dir: &Path) -> Result<Archived> {
                 .as_u64()
                 .with_context(|| format!("a line without job.id in {}", path.display()))?;
             *archived.jobs.entry(id).or_default() += 1;
+            for e in v["events"].as_array().into_iter().flatten() {
+                if e["kind"] == "stale_write_rejected" {
+                    let (Some(event), Some(detail)) = (e["id"].as_u64(), e["detail"].as_str())
+                    else {
+                        continue;
+                    };
+                    let rpc = detail.split(':').next().unwrap_or(detail);
+                    archived.stale.insert((id, event), rpc.to_owned());
+                }
+            }
         }
     }
     Ok(archived)

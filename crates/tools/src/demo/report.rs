@@ -133,8 +133,14 @@ pub struct Report {
     /// Manual reviews by reason (the coordinator's, or the worker's error).
     pub manual_reviews: BTreeMap<String, i64>,
     pub takeovers: i64,
-    /// Stale writes rejected, by RPC.
+    /// Stale writes rejected, by RPC: the `stale_write_rejected` events of
+    /// the tables and of the prune archive (the pruner removes a finished
+    /// job's events with it, so the tables alone lose the early ones).
     pub stale_rejected: BTreeMap<String, i64>,
+    /// The same events one by one, by (job id, event id) → RPC: a job in
+    /// the tables and in the archive (archived again after a failed
+    /// commit) counts once.
+    stale_events: BTreeMap<(u64, u64), String>,
     pub observations: i64,
     pub resends_allowed: i64,
     pub refunds_made: u64,
@@ -180,7 +186,7 @@ impl Report {
             all.jobs += r.jobs;
             add(&mut all.states, r.states);
             add(&mut all.manual_reviews, r.manual_reviews);
-            add(&mut all.stale_rejected, r.stale_rejected);
+            all.stale_events.extend(r.stale_events);
             add(&mut all.completed_by, r.completed_by);
             all.takeovers += r.takeovers;
             all.observations += r.observations;
@@ -191,6 +197,7 @@ impl Report {
             all.unfinished.extend(r.unfinished);
             all.violations.extend(r.violations);
         }
+        all.tally_stale();
         Ok(all)
     }
 
@@ -230,15 +237,18 @@ impl Report {
         }
         r.jobs = r.states.values().sum();
         for row in sqlx::query(
-            "SELECT CAST(SUBSTRING_INDEX(detail, ':', 1) AS CHAR) AS rpc, COUNT(*) AS n \
-             FROM job_events WHERE kind = 'stale_write_rejected' GROUP BY rpc",
+            "SELECT job_id, id, CAST(SUBSTRING_INDEX(detail, ':', 1) AS CHAR) AS rpc \
+             FROM job_events WHERE kind = 'stale_write_rejected'",
         )
         .fetch_all(pool)
         .await?
         {
-            r.stale_rejected
-                .insert(text(&row, "rpc")?, row.try_get("n")?);
+            r.stale_events.insert(
+                (row.try_get("job_id")?, row.try_get("id")?),
+                text(&row, "rpc")?,
+            );
         }
+        r.tally_stale();
         r.resends_allowed = sqlx::query(
             "SELECT COUNT(*) AS n FROM job_events WHERE kind = 'retry_scheduled' AND detail = 'retry_execute'",
         )
@@ -310,6 +320,8 @@ impl Report {
     /// Checks the pruner's archive: every pruned job must be in it (a
     /// missing one is a violation).
     pub(super) fn check_archive(&mut self, archived: &super::archive::Archived) {
+        self.stale_events.extend(archived.stale.clone());
+        self.tally_stale();
         for id in &self.pruned_ids {
             if !archived.jobs.contains_key(id) {
                 self.violations
@@ -317,6 +329,14 @@ impl Report {
             }
         }
         self.archived = Some((archived.jobs.len(), archived.files));
+    }
+
+    /// `stale_rejected` counted again from `stale_events`.
+    fn tally_stale(&mut self) {
+        self.stale_rejected.clear();
+        for rpc in self.stale_events.values() {
+            *self.stale_rejected.entry(rpc.clone()).or_default() += 1;
+        }
     }
 
     /// True when no refund was made twice and nothing is lost.
