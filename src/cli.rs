@@ -246,10 +246,12 @@ pub struct ServeArgs {
         default_value_t = false
     )]
     pub require_durable_database: bool,
-    /// Tests only (hidden): name this API version in every answer's
-    /// `jobfence-api-version` header instead of the real one, to see
-    /// clients refuse a coordinator of another major version. It changes
-    /// nothing else.
+    /// Tests only (hidden, and compiled into debug builds only, so a
+    /// release binary cannot be started with it): name this API version in
+    /// every answer's `jobfence-api-version` header instead of the real
+    /// one, to see clients refuse a coordinator of another major version.
+    /// It changes nothing else.
+    #[cfg(debug_assertions)]
     #[arg(long, hide = true)]
     pub advertise_api_version: Option<String>,
 }
@@ -443,6 +445,13 @@ async fn run_server(command: Command) -> anyhow::Result<ExitCode> {
             return prune(shards, settings).await;
         }
         Command::Serve(args) => {
+            if jobfence_store::PAUSE_POINTS_COMPILED {
+                tracing::warn!(
+                    "this binary was built with the test kit's pause points (a build of the \
+                     whole workspace, `--workspace`, unifies the store's test feature into it); \
+                     for production build it alone: cargo build --release --bin jobfence"
+                );
+            }
             let pruner = args.retention.settings(args.prune_interval)?;
             let security = args.security.security()?;
             let console_token = args.security.console_token()?;
@@ -515,7 +524,10 @@ async fn run_server(command: Command) -> anyhow::Result<ExitCode> {
                 limits,
                 reflection: args.security.reflection,
                 companions,
+                #[cfg(debug_assertions)]
                 advertised_api_version: args.advertise_api_version.clone(),
+                #[cfg(not(debug_assertions))]
+                advertised_api_version: None,
             };
             server::serve_with(
                 coordinator,
