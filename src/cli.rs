@@ -446,7 +446,8 @@ async fn run_server(command: Command) -> anyhow::Result<ExitCode> {
         }
         Command::Serve(args) => {
             if jobfence_store::PAUSE_POINTS_COMPILED {
-                tracing::warn!(
+                // Not a warning: the test suite's own binary is such a build.
+                tracing::info!(
                     "this binary was built with the test kit's pause points (a build of the \
                      whole workspace, `--workspace`, unifies the store's test feature into it); \
                      for production build it alone: cargo build --release --bin jobfence"

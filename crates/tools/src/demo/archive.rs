@@ -20,6 +20,9 @@ pub(super) struct Archived {
     /// The archived `stale_write_rejected` events: (job id, event id) →
     /// the RPC refused (the event's detail up to its first `:`).
     pub(super) stale: BTreeMap<(u64, u64), String>,
+    /// The archived succeeded jobs: job id → the worker that completed
+    /// it (its lease owner).
+    pub(super) completed: BTreeMap<u64, String>,
 }
 
 /// Reads every archive file of `dir`.
@@ -51,6 +54,11 @@ pub(super) fn read(dir: &Path) -> Result<Archived> {
                 .as_u64()
                 .with_context(|| format!("a line without job.id in {}", path.display()))?;
             *archived.jobs.entry(id).or_default() += 1;
+            if v["job"]["state"] == "succeeded" {
+                if let Some(worker) = v["job"]["lease_owner"].as_str() {
+                    archived.completed.insert(id, worker.to_owned());
+                }
+            }
             for e in v["events"].as_array().into_iter().flatten() {
                 if e["kind"] == "stale_write_rejected" {
                     let (Some(event), Some(detail)) = (e["id"].as_u64(), e["detail"].as_str())

@@ -144,8 +144,11 @@ pub struct Report {
     pub observations: i64,
     pub resends_allowed: i64,
     pub refunds_made: u64,
-    /// Succeeded jobs by the worker that completed them.
+    /// Succeeded jobs by the worker that completed them, the pruned ones
+    /// (read from the prune archive) included.
     pub completed_by: BTreeMap<String, i64>,
+    /// The same one by one: job id → the worker that completed it.
+    completed: BTreeMap<u64, String>,
     /// Jobs not in a terminal state or manual_review, or in manual_review
     /// without a reason.
     pub unfinished: Vec<String>,
@@ -187,7 +190,7 @@ impl Report {
             add(&mut all.states, r.states);
             add(&mut all.manual_reviews, r.manual_reviews);
             all.stale_events.extend(r.stale_events);
-            add(&mut all.completed_by, r.completed_by);
+            all.completed.extend(r.completed);
             all.takeovers += r.takeovers;
             all.observations += r.observations;
             all.resends_allowed += r.resends_allowed;
@@ -197,7 +200,7 @@ impl Report {
             all.unfinished.extend(r.unfinished);
             all.violations.extend(r.violations);
         }
-        all.tally_stale();
+        all.tally();
         Ok(all)
     }
 
@@ -248,7 +251,6 @@ impl Report {
                 text(&row, "rpc")?,
             );
         }
-        r.tally_stale();
         r.resends_allowed = sqlx::query(
             "SELECT COUNT(*) AS n FROM job_events WHERE kind = 'retry_scheduled' AND detail = 'retry_execute'",
         )
@@ -267,13 +269,12 @@ impl Report {
                 .insert(text(&row, "why")?, row.try_get("n")?);
         }
         for row in sqlx::query(
-            "SELECT CAST(lease_owner AS CHAR) AS w, COUNT(*) AS n FROM jobs \
-             WHERE state = 'succeeded' GROUP BY w",
+            "SELECT id, CAST(lease_owner AS CHAR) AS w FROM jobs WHERE state = 'succeeded'",
         )
         .fetch_all(pool)
         .await?
         {
-            r.completed_by.insert(text(&row, "w")?, row.try_get("n")?);
+            r.completed.insert(row.try_get("id")?, text(&row, "w")?);
         }
         for row in sqlx::query(
             "SELECT id, CAST(operation_key AS CHAR) AS k, CAST(state AS CHAR) AS s, \
@@ -302,6 +303,7 @@ impl Report {
                 _ => {}
             }
         }
+        r.tally();
         Ok(r)
     }
 
@@ -321,7 +323,8 @@ impl Report {
     /// missing one is a violation).
     pub(super) fn check_archive(&mut self, archived: &super::archive::Archived) {
         self.stale_events.extend(archived.stale.clone());
-        self.tally_stale();
+        self.completed.extend(archived.completed.clone());
+        self.tally();
         for id in &self.pruned_ids {
             if !archived.jobs.contains_key(id) {
                 self.violations
@@ -331,11 +334,16 @@ impl Report {
         self.archived = Some((archived.jobs.len(), archived.files));
     }
 
-    /// `stale_rejected` counted again from `stale_events`.
-    fn tally_stale(&mut self) {
+    /// `stale_rejected` and `completed_by` counted again from
+    /// `stale_events` and `completed`.
+    fn tally(&mut self) {
         self.stale_rejected.clear();
         for rpc in self.stale_events.values() {
             *self.stale_rejected.entry(rpc.clone()).or_default() += 1;
+        }
+        self.completed_by.clear();
+        for worker in self.completed.values() {
+            *self.completed_by.entry(worker.clone()).or_default() += 1;
         }
     }
 
