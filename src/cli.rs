@@ -492,7 +492,7 @@ async fn run_server(command: Command) -> anyhow::Result<ExitCode> {
                 companions.push(jobfence_console::companion(listener, identity)?);
             }
             let coordinator = Coordinator::over_shards(shards, args.coordinator_config());
-            // DESIGN.md rule 13: a stored policy wins over the flags; say so
+            // docs/design.md rule 13: a stored policy wins over the flags; say so
             // where they differ. A database that does not answer yet is
             // not waited for.
             if let Err(e) = coordinator.warn_flags_differ_from_stored().await {

@@ -1,5 +1,5 @@
 //! `jobfence prune` and the retention flags `jobfence serve` shares with
-//! it (DESIGN.md rule 14; docs/operating.md, "Retention").
+//! it (docs/design.md rule 14; docs/operating.md, "Retention").
 
 use crate::cli::DatabaseArgs;
 use clap::Args;
@@ -10,7 +10,7 @@ use jobfence_store::shards::Shards;
 use std::process::ExitCode;
 use std::time::Duration;
 
-/// How long finished jobs and their key records are kept (DESIGN.md rule
+/// How long finished jobs and their key records are kept (docs/design.md rule
 /// 14; docs/operating.md, "Retention").
 #[derive(Debug, Args)]
 pub struct RetentionArgs {

@@ -53,7 +53,7 @@ const (
 //
 //   - ErrOutcomeUnknown: the call may or may not have been applied (a lost
 //     COMMIT, or a transport failure after the request left). After a
-//     Claim or Takeover: hold nothing (DESIGN.md rule 4). After a write:
+//     Claim or Takeover: hold nothing (docs/design.md rule 4). After a write:
 //     sending the same call again is safe, it is answered as a replay.
 //   - ErrNothingApplied: the coordinator (or the load balancer) said nothing
 //     was applied; retry later (the client already did, within its budget).

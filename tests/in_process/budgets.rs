@@ -1,4 +1,4 @@
-//! Provider budgets (DESIGN.md rules 11–13) against the real database:
+//! Provider budgets (docs/design.md rules 11–13) against the real database:
 //! what a claim hands out for a provider, across coordinators, and what
 //! operators and workers' throttle reports do to it.
 

@@ -1,4 +1,4 @@
-//! COMMIT_OUTCOME_UNKNOWN over gRPC on a single server (DESIGN.md rule 4)
+//! COMMIT_OUTCOME_UNKNOWN over gRPC on a single server (docs/design.md rule 4)
 //! for Complete, Fail, Takeover and Enqueue, each twice: the connection of
 //! the paused transaction is killed before its COMMIT (the server rolls
 //! back), or its COMMIT goes through and only the answer is lost (the

@@ -1,5 +1,5 @@
 //! Group commit: concurrent fenced writes share one transaction, and each
-//! is still decided on its own row (DESIGN.md rule 8). A stale write in a
+//! is still decided on its own row (docs/design.md rule 8). A stale write in a
 //! batch gets its own refusal while the rest apply; a replay inside a batch
 //! is recognised; a lost commit is unknown for every write in it. The
 //! batches are formed deterministically: at the store by handing it the

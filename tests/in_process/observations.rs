@@ -1,4 +1,4 @@
-//! RecordObservation never changes a job (DESIGN.md rule 7): the whole
+//! RecordObservation never changes a job (docs/design.md rule 7): the whole
 //! `jobs` row, every column as stored, is the same before and after, for
 //! a running job observed by its current attempt and for a webhook's
 //! "succeeded" on a ready job and on a job in manual review. The

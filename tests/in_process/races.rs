@@ -290,7 +290,7 @@ async fn lease_left_us(h: &Harness, at: i64, job_id: u64) -> i64 {
 /// Claim's inline takeover (its expired-lease scan) at the lease's exact
 /// boundary on the database clock: the coordinator's clock is stopped at
 /// T, so a lease ending at T + 1 µs is live for every claim and one ending
-/// at T has expired (`lease_until <= UTC_TIMESTAMP(6)`, DESIGN.md rules 1
+/// at T has expired (`lease_until <= UTC_TIMESTAMP(6)`, docs/design.md rules 1
 /// and 2).
 #[tokio::test]
 async fn a_claim_never_takes_a_lease_one_microsecond_from_its_end_and_takes_it_at_the_end() {

@@ -1,4 +1,4 @@
-//! Retention (DESIGN.md rule 14, issue 19): finished jobs are pruned with
+//! Retention (docs/design.md rule 14, issue 19): finished jobs are pruned with
 //! their observations and events; their operation keys are not. A retried
 //! Enqueue of a pruned key answers as before, a zombie naming a pruned job
 //! is refused and writes nothing, live jobs are never pruned whatever their
@@ -298,7 +298,7 @@ async fn a_zombie_naming_a_pruned_job_is_refused_and_writes_nothing() {
 
 /// `keys_recorded` counts the records a batch wrote. A record that exists
 /// already is left as it is and not counted: the driver reports matched
-/// rows (DESIGN.md rule 10), so an upsert's no-op would count as one.
+/// rows (docs/design.md rule 10), so an upsert's no-op would count as one.
 #[tokio::test]
 async fn a_key_record_already_held_is_neither_rewritten_nor_counted() {
     let h = Harness::start().await;

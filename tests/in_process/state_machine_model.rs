@@ -1,7 +1,7 @@
 //! Property test: random sequences of claims, lease expiries, takeovers,
 //! writes, exact replays of earlier writes and closings of the resend
 //! window, from several workers, checked call by call against a model of
-//! DESIGN.md's state machine, on the real database. After every call each
+//! docs/design.md's state machine, on the real database. After every call each
 //! stored row must equal the model (state, attempt, next action, dispatches,
 //! lease, owner, first dispatch, provider reference, last error, why it is
 //! parked, finished), so must its observations and its events (their kinds,

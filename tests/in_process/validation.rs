@@ -278,7 +278,7 @@ async fn unknown_jobs_are_not_found() {
     h.finish().await;
 }
 
-/// DESIGN.md rule 14: a finished job's operation key is not forgotten. An
+/// docs/design.md rule 14: a finished job's operation key is not forgotten. An
 /// Enqueue of the key of a succeeded (or failed) job answers with that job,
 /// never a new one that would send the operation a second time; another
 /// payload under it is a conflict; nothing is written either way.

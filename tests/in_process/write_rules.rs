@@ -1,4 +1,4 @@
-//! The resend policy (DESIGN.md rule 6), lease renewal (and the seed's
+//! The resend policy (docs/design.md rule 6), lease renewal (and the seed's
 //! matched-vs-changed rows trap), and Fail's dispositions, end to end.
 
 use jobfence_testkit as kit;
@@ -181,7 +181,7 @@ async fn exhausted_dispatches_go_to_manual_review() {
     h.finish().await;
 }
 
-/// A resend is checked again when it is handed out (DESIGN.md rule 6):
+/// A resend is checked again when it is handed out (docs/design.md rule 6):
 /// one that waited in the queue (or for the provider's budget) until its
 /// window would close within the lease is not sent, and not handed out
 /// either: it goes to manual review with the reason Fail gives.
@@ -323,7 +323,7 @@ async fn a_renewal_that_changes_no_value_is_still_applied() {
 /// A takeover of a resend in flight (the job was failed as RETRY_EXECUTE,
 /// handed out again as an execute, then its lease ran out) starts with
 /// reconcile, named or inline: the resend may have reached the provider
-/// (DESIGN.md rule 5). Neither counts as a dispatch.
+/// (docs/design.md rule 5). Neither counts as a dispatch.
 #[tokio::test]
 async fn a_takeover_after_a_retry_execute_resend_starts_with_reconcile() {
     let h = harness(Duration::from_secs(3600), 5).await;

@@ -1,5 +1,5 @@
 //! The coordinator says when the database can lose an acknowledged commit
-//! (DESIGN.md rule 9: a lost claim lets the next claim hand out the same
+//! (docs/design.md rule 9: a lost claim lets the next claim hand out the same
 //! attempt twice), run against the real binary and real MariaDB servers: a
 //! private one started with `innodb_flush_log_at_trx_commit=2` gets a
 //! warning naming the setting, `jobfence_database_durable 0`, and with

@@ -786,7 +786,7 @@ async fn the_subcommand_prints_its_port_and_serves() {
 
 // The Rust refund worker against a provider past its rate limit: it must
 // report the 429 with its Fail (provider_retry_after), so the coordinator
-// holds every worker's hand-outs for the provider (DESIGN.md rule 11).
+// holds every worker's hand-outs for the provider (docs/design.md rule 11).
 
 const WORKER_QUEUE: &str = "refunds";
 /// The provider's interval at 0.01 requests/s: a 429 asks for 100 s.

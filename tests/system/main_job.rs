@@ -1,7 +1,7 @@
 //! The main job end to end, with real worker processes: the seed's zombie
 //! story step by step, a shortened `jobfence demo` with every fault kind
 //! enabled, checked against the fake provider's ledger, and the same short
-//! flood with and without the provider budget (DESIGN.md rule 11).
+//! flood with and without the provider budget (docs/design.md rule 11).
 
 use jobfence_testkit as kit;
 
@@ -299,7 +299,7 @@ async fn the_demo_with_every_fault_kind_refunds_nothing_twice() {
     for worker in ["rust-", "python-1", "node-1", "go-1"] {
         assert!(line("completed by").contains(worker), "{worker}\n{context}");
     }
-    // scripts/mariadb runs the database durably (DESIGN.md rule 9).
+    // scripts/mariadb runs the database durably (docs/design.md rule 9).
     assert!(
         line("database durable").contains("yes (innodb_flush_log_at_trx_commit=1"),
         "{context}"

@@ -12,7 +12,7 @@
 //! - [`admin`]: the operator calls and the events feed.
 //! - [`providers`]: provider budgets and stored queue policies.
 //! - [`gauges`]: the gauges read from the databases (pending ages, pools).
-//! - [`retention`]: the pruner (DESIGN.md rule 14).
+//! - [`retention`]: the pruner (docs/design.md rule 14).
 
 pub mod admin;
 pub mod archive;
@@ -317,7 +317,7 @@ impl Coordinator {
     }
 
     /// `err`, except that a job not found whose key record says it was
-    /// pruned is `JobPruned` with that record (DESIGN.md rule 14: a pruned
+    /// pruned is `JobPruned` with that record (docs/design.md rule 14: a pruned
     /// job answers with a typed reason, never as if it had not existed);
     /// one outside `scope` is `QueueNotAllowed` instead, telling nothing.
     /// Costs a lookup only on the not-found path.

@@ -1,4 +1,4 @@
-//! The operator calls on providers and stored queue policies (DESIGN.md
+//! The operator calls on providers and stored queue policies (docs/design.md
 //! rules 11–13): checked here, stored in the database of the queues they
 //! govern (so a claim's transaction reads them with its jobs), logged, and
 //! waking the long-polling Claims a change may let through.
@@ -326,7 +326,7 @@ impl Coordinator {
 
     /// Logs a warning for every stored queue policy that differs from
     /// what this coordinator's flags would apply to that queue: the stored
-    /// one wins (DESIGN.md rule 13), so the flag is misleading. Returns
+    /// one wins (docs/design.md rule 13), so the flag is misleading. Returns
     /// the queues warned about.
     pub async fn warn_flags_differ_from_stored(&self) -> Result<Vec<String>, CoordinatorError> {
         let mut differ = Vec::new();

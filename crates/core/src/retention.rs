@@ -1,4 +1,4 @@
-//! The pruner (DESIGN.md rule 14): runs the store's pruning over every
+//! The pruner (docs/design.md rule 14): runs the store's pruning over every
 //! database of the coordinator, on an interval inside `jobfence serve` or
 //! once (`jobfence prune`), and records what it did in the metrics.
 

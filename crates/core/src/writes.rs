@@ -91,7 +91,7 @@ impl Coordinator {
 
     /// Fail: applies the disposition, except a resend outside the queue's
     /// resend window or past its max dispatches, which goes to manual
-    /// review (DESIGN.md rule 6); the answer says what was applied and why.
+    /// review (docs/design.md rule 6); the answer says what was applied and why.
     /// Refusals as for [`renew_lease`](Self::renew_lease).
     pub async fn fail(
         &self,

@@ -26,7 +26,7 @@ pub enum Resolution {
     },
     /// Back to ready after `delay`; the next worker sends again with the
     /// same operation_key. An explicitly authorized resend: the resend
-    /// window restarts from the next dispatch (DESIGN.md rule 6 would
+    /// window restarts from the next dispatch (docs/design.md rule 6 would
     /// otherwise turn it back into a reconcile).
     RetryExecute {
         /// Until the job is due again (DB clock).

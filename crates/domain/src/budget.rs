@@ -1,4 +1,4 @@
-//! Provider budgets (DESIGN.md rules 11 and 12) as pure functions of what a
+//! Provider budgets (docs/design.md rules 11 and 12) as pure functions of what a
 //! claim transaction read under the provider's row lock, by the database
 //! clock.
 //!

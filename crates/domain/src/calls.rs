@@ -1,7 +1,7 @@
 //! The calls the coordinator hands to the store, validated and with every
 //! default applied. The gRPC adapters build the coordinator's inputs; the
 //! coordinator checks them and builds these; the store executes them, alone
-//! or batched with other calls of the same kind (DESIGN.md rule 8: a batch
+//! or batched with other calls of the same kind (docs/design.md rule 8: a batch
 //! changes how many jobs share a transaction, never the rule per job).
 
 use super::{
@@ -99,7 +99,7 @@ pub struct RecordObservationRequest {
 }
 
 /// A write back that only the current attempt of a running job may make
-/// (DESIGN.md rule 3). Several of them, for different jobs, may share one
+/// (docs/design.md rule 3). Several of them, for different jobs, may share one
 /// transaction (a group commit); each is still fenced on its own row.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum FencedWrite {

@@ -1,5 +1,5 @@
 //! Whether the database keeps an acknowledged commit through a crash
-//! (DESIGN.md rule 9), as a pure function of the settings the server reports.
+//! (docs/design.md rule 9), as a pure function of the settings the server reports.
 //!
 //! The fence rests on one fact: once a Claim or Takeover has committed
 //! attempt N, no later claim hands out N again. If the server acknowledges
@@ -123,7 +123,7 @@ fn provider_option<'a>(s: &'a DurabilitySettings, key: &str) -> Option<&'a str> 
 }
 
 /// Decides which of `settings` let an acknowledged commit be lost, and what
-/// each one risks (DESIGN.md rule 9: the database commits durably; on
+/// each one risks (docs/design.md rule 9: the database commits durably; on
 /// replication, only synchronous or certified commits count).
 ///
 /// - `innodb_flush_log_at_trx_commit` must be `1` (or MariaDB's `3`); a value

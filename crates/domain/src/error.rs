@@ -18,7 +18,7 @@ pub enum CoordinatorError {
     JobNotFound { job_id: u64 },
 
     /// The presented attempt was superseded by a claim or takeover
-    /// (DESIGN.md rule 3): the caller no longer holds the job.
+    /// (docs/design.md rule 3): the caller no longer holds the job.
     #[error(
         "attempt {presented} of job {job_id} was superseded by attempt {current} (job is {state})"
     )]
@@ -46,7 +46,7 @@ pub enum CoordinatorError {
         state: JobState,
     },
 
-    /// The job finished and was pruned by retention (DESIGN.md rule 14):
+    /// The job finished and was pruned by retention (docs/design.md rule 14):
     /// what is left of it is its key record. Nothing was written.
     #[error("job {} was pruned ({}; finished {})", .0.job_id, .0.final_state, .0.finished_at)]
     JobPruned(Box<super::KeyRecord>),
@@ -110,7 +110,7 @@ pub enum CoordinatorError {
     },
 
     /// The connection was lost during COMMIT: the change may or may not have
-    /// been applied (DESIGN.md rule 4). Never report ownership after this.
+    /// been applied (docs/design.md rule 4). Never report ownership after this.
     #[error("commit outcome unknown: {0}")]
     CommitOutcomeUnknown(String),
 
@@ -141,7 +141,7 @@ pub enum CoordinatorError {
     },
 
     /// A Takeover whose reconcile the provider's budget cannot pay for now
-    /// (DESIGN.md rule 11): too few units, the in-flight cap, an
+    /// (docs/design.md rule 11): too few units, the in-flight cap, an
     /// operator's pause, or the provider's own Retry-After reported by a
     /// worker. Nothing was written; ask again after `retry_after` (`None`:
     /// only an operator's resume or a job leaving flight changes it).

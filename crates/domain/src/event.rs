@@ -6,7 +6,7 @@
 use crate::{FailDisposition, OverrideReason};
 
 /// What an entry of the events log records. Every transition and every
-/// refused write has one (DESIGN.md: the log is written in the transaction
+/// refused write has one (docs/design.md: the log is written in the transaction
 /// of the change and doubles as the outbox).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum EventKind {

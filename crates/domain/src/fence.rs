@@ -1,4 +1,4 @@
-//! The fencing rule (DESIGN.md rule 3), as a pure function of the row read
+//! The fencing rule (docs/design.md rule 3), as a pure function of the row read
 //! under `SELECT … FOR UPDATE` and the attempt the caller presented.
 //!
 //! Only the current attempt of a `running` job may write. Lease expiry does

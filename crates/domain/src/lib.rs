@@ -1,4 +1,4 @@
-//! The job model of DESIGN.md and its pure rules, independent of MySQL and
+//! The job model of docs/design.md and its pure rules, independent of MySQL and
 //! of gRPC (this crate depends on neither sqlx nor tonic): the bottom of
 //! jobfence's layers, which every other crate of the coordinator uses.
 //!
@@ -277,7 +277,7 @@ pub struct ClaimedJob {
     pub provider: Option<String>,
 }
 
-/// Per-queue rules the coordinator enforces (DESIGN.md rule 6).
+/// Per-queue rules the coordinator enforces (docs/design.md rule 6).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct QueuePolicy {
     /// How long after the first dispatch a resend with the same

@@ -1,4 +1,4 @@
-//! The resend policy (DESIGN.md rule 6) and the dispatch bookkeeping of a
+//! The resend policy (docs/design.md rule 6) and the dispatch bookkeeping of a
 //! claim, as pure functions of facts read under the row lock. Time here is
 //! always a difference measured by the database clock (rule 2).
 

@@ -1,5 +1,5 @@
 //! Providers and stored queue policies as operators see and change them
-//! (DESIGN.md rules 11 and 13): the records, the requests, and the
+//! (docs/design.md rules 11 and 13): the records, the requests, and the
 //! recorded changes. What a claim does with a budget is in [`super::budget`].
 
 use super::budget::{Budget, Pause};
@@ -84,7 +84,7 @@ pub struct SetPause {
 pub struct PutQueuePolicy {
     pub queue: String,
     pub policy: QueuePolicy,
-    /// The queue's retention of finished jobs (DESIGN.md rule 14); `None`:
+    /// The queue's retention of finished jobs (docs/design.md rule 14); `None`:
     /// the coordinators' default.
     pub job_retention: Option<std::time::Duration>,
     pub by: ChangeBy,

@@ -1,4 +1,4 @@
-//! Retention (DESIGN.md rule 14): what a pruned job leaves behind, and the
+//! Retention (docs/design.md rule 14): what a pruned job leaves behind, and the
 //! rules the pruner's settings must follow.
 //!
 //! A finished job (`succeeded`, `failed`, `cancelled`) older than its

@@ -1,4 +1,4 @@
-//! The transitions of DESIGN.md's table as pure functions: the row a
+//! The transitions of docs/design.md's table as pure functions: the row a
 //! change leaves behind, computed from the row read under its lock and the
 //! database clock read in the same transaction (rule 2: `now` is always
 //! `UTC_TIMESTAMP(6)` of the database, never this process's clock).
@@ -50,7 +50,7 @@ pub fn hand_out(
 }
 
 /// Checks a hand-out before it is written: one that takes over a running
-/// job (an expired lease) must hand it out as `reconcile` (DESIGN.md rule
+/// job (an expired lease) must hand it out as `reconcile` (docs/design.md rule
 /// 5: a takeover's first step is always reconcile). A plan that does not is
 /// a bug, refused `Internal` before anything is written, in release builds
 /// too (a worker handed such a job would send the operation again).

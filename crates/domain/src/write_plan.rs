@@ -2,7 +2,7 @@
 //! names, decided on that row as read under its lock: the pure half of a
 //! group commit (the store's `writeback.rs` locks, writes and commits).
 //!
-//! Each call is decided on its own row (DESIGN.md rule 8): a caller of
+//! Each call is decided on its own row (docs/design.md rule 8): a caller of
 //! another queue learns nothing (its refusal leaves no event); a caller
 //! that no longer holds the job is refused with exactly why (rule 3); the
 //! holder's write becomes the job's next row image and one event, with a

@@ -4,7 +4,7 @@
 //! that a create made no refund ([`ProviderError::Unavailable`],
 //! [`ProviderError::RateLimited`], [`ProviderError::Rejected`]); every other
 //! failure is an unknown outcome, which the worker must turn into
-//! `reconcile`, never into "not refunded" (DESIGN.md rule 5).
+//! `reconcile`, never into "not refunded" (docs/design.md rule 5).
 
 use super::faults::{FaultConfig, FaultKind, FAULT_HEADER};
 use super::limit::{ProviderStats, RateLimitConfig};

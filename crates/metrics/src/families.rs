@@ -253,7 +253,7 @@ impl DatabaseGauges {
             database_durable: registered(r, IntGaugeVec::new(
                 Opts::new(
                     "jobfence_database_durable",
-                    "1 when the database's settings keep every acknowledged commit through a crash (DESIGN.md rule 9), 0 when one of them can lose it (the log warns which) or they cannot be read. Absent until first read; read at start, then on every health check.",
+                    "1 when the database's settings keep every acknowledged commit through a crash (docs/design.md rule 9), 0 when one of them can lose it (the log warns which) or they cannot be read. Absent until first read; read at start, then on every health check.",
                 ),
                 &[],
             )

@@ -1,4 +1,4 @@
-//! The provider-budget metrics (DESIGN.md rules 11–12), per provider:
+//! The provider-budget metrics (docs/design.md rules 11–12), per provider:
 //! what is handed out and by which next action (so the share of the
 //! provider's traffic that reconciles eat, the seed's fourth metric, is a
 //! ratio of two series), what the budget held back and why, throttle

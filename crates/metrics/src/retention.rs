@@ -1,4 +1,4 @@
-//! The pruner's metrics (DESIGN.md rule 14, docs/operating.md
+//! The pruner's metrics (docs/design.md rule 14, docs/operating.md
 //! "Retention"): rows pruned by table, the last successful run, the age of
 //! the oldest finished job still held, and the key records held.
 

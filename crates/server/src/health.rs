@@ -1,6 +1,6 @@
 //! The server's view of its databases: health (SERVING only while every
 //! database answers, each through a node that is ready) and durability
-//! (DESIGN.md rule 9), followed on an interval, told to the gRPC health
+//! (docs/design.md rule 9), followed on an interval, told to the gRPC health
 //! service and mirrored for `GET /healthz`.
 
 use crate::grpc::{JobAdminService, JobCoordinatorService, JobEventsService};
@@ -56,7 +56,7 @@ pub(crate) enum DurabilityView {
 
 /// Follows the databases: health (SERVING only while every one answers,
 /// each through a node that is ready: see `store::health`) and durability
-/// (DESIGN.md rule 9), read at every check because a database can come
+/// (docs/design.md rule 9), read at every check because a database can come
 /// back, or be changed with `SET GLOBAL`, between two checks.
 pub(crate) struct DatabaseFollower {
     pub(crate) health: Health,
@@ -249,7 +249,7 @@ impl DatabaseFollower {
             anyhow::bail!(
                 "refusing to serve (--require-durable-database): the database can lose an \
                  acknowledged commit, after which a claim could hand out the same attempt \
-                 twice (DESIGN.md rule 9): {risks}"
+                 twice (docs/design.md rule 9): {risks}"
             );
         }
         Ok(())

@@ -112,7 +112,7 @@ pub struct OpsOptions {
     /// How often a caught-up WatchEvents looks for new events.
     pub events_poll_interval: Duration,
     /// Refuse to serve, rather than only warn, while the database's settings
-    /// can lose an acknowledged commit (DESIGN.md rule 9): [`serve_with`]
+    /// can lose an acknowledged commit (docs/design.md rule 9): [`serve_with`]
     /// then stops with an error. Checked before the first RPC is accepted
     /// (when the database answers at start), then at every health check.
     pub require_durable_database: bool,

@@ -1,6 +1,6 @@
 //! Operator writes: ResolveManualReview and CancelJob.
 //!
-//! Fenced like every worker write (DESIGN.md rule 3): one short transaction
+//! Fenced like every worker write (docs/design.md rule 3): one short transaction
 //! locks the row by primary key, checks state and attempt under the lock,
 //! and runs an UPDATE that still carries `id + state + attempt` in its WHERE,
 //! with the event appended in the same transaction. The operator presents

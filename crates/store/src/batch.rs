@@ -162,7 +162,7 @@ pub(crate) struct Change<'a> {
 }
 
 /// Checks that every change keeps its row's id and moves its attempt by
-/// at most one (a hand-out adds one; every other write keeps it: DESIGN.md
+/// at most one (a hand-out adds one; every other write keeps it: docs/design.md
 /// rule 3). A change that does not is a bug in the caller's plan, refused
 /// `Internal` before anything is written, in release builds too.
 pub(crate) fn check_images(changes: &[Change<'_>]) -> Result<(), CoordinatorError> {

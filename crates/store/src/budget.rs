@@ -1,4 +1,4 @@
-//! The provider budget inside a claim or takeover transaction (DESIGN.md
+//! The provider budget inside a claim or takeover transaction (docs/design.md
 //! rules 11–13): what the transaction reads of its queue's stored rules,
 //! the provider row it locks, and the statements that spend the units it
 //! hands out, committed with the hand-outs themselves.

@@ -126,7 +126,7 @@ pub struct ClaimBatch {
     /// dispatches to one.
     pub budget: Option<BudgetReport>,
     /// Due resends parked in manual review instead of being handed out
-    /// (their window would close within the lease; DESIGN.md rule 6).
+    /// (their window would close within the lease; docs/design.md rule 6).
     pub parked: Vec<Job>,
 }
 
@@ -160,7 +160,7 @@ impl JobStore {
     /// concurrent claim are skipped, so two claims never get the same job.
     ///
     /// `policy` is the coordinator's default for the queue; a policy stored
-    /// in the database wins (DESIGN.md rule 13). When the queue dispatches
+    /// in the database wins (docs/design.md rule 13). When the queue dispatches
     /// to a provider, the transaction locks the provider's row and hands
     /// out only what its budget allows now (rules 11 and 12): each job
     /// spends the cost of its next action, and the units are spent in the
@@ -311,7 +311,7 @@ impl JobStore {
     /// `LeaseNotExpired`, and `QueueNotAllowed` when `scope` does not cover
     /// the job's queue (nothing written). When the job's queue dispatches
     /// to a provider, the takeover's reconcile spends its budget like any
-    /// hand-out (DESIGN.md rule 11): with too few units left, its sends
+    /// hand-out (docs/design.md rule 11): with too few units left, its sends
     /// paused entirely or its Retry-After running, `ProviderHoldback` with
     /// when to ask again, and nothing written.
     pub async fn takeover(

@@ -1,4 +1,4 @@
-//! Reads the database server's durability settings (DESIGN.md rule 9); the
+//! Reads the database server's durability settings (docs/design.md rule 9); the
 //! verdict on them is `domain::durability::assess`.
 
 use super::{convert_sqlx_err, JobStore};

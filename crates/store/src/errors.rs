@@ -97,7 +97,7 @@ pub fn convert_sqlx_err(err: sqlx::Error) -> CoordinatorError {
     }
 }
 
-/// Translates an error from COMMIT itself (DESIGN.md rule 4). A deadlock or
+/// Translates an error from COMMIT itself (docs/design.md rule 4). A deadlock or
 /// lock wait timeout (Galera reports certification failures as 1213) means
 /// the server rolled back: `TransactionConflict`. Anything else — the
 /// connection lost, killed, or the server shutting down while COMMIT was

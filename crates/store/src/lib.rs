@@ -15,13 +15,13 @@
 //! - `events_feed.rs`: the log read by cursor (the outbox feed).
 //! - `admin.rs`: operator writes (ResolveManualReview, CancelJob);
 //!   `admin/stats.rs`: operator reads and the pending ages of the gauges.
-//! - `durability.rs`: the server's durability settings (DESIGN.md rule 9).
+//! - `durability.rs`: the server's durability settings (docs/design.md rule 9).
 //! - `nodes.rs`: Galera sessions, and moving to another node of the
 //!   database's list when the current one leaves (`health.rs` decides).
 //! - `shards.rs`: several databases, queues placed on them, job ids that
 //!   name their database.
 //! - `retention.rs`: pruning finished jobs in batches, their key records,
-//!   and the answers for pruned jobs and keys (DESIGN.md rule 14).
+//!   and the answers for pruned jobs and keys (docs/design.md rule 14).
 //! - `queries/`: the SQL, one file per statement.
 
 mod admin;
@@ -452,7 +452,7 @@ impl JobStore {
 }
 
 /// Commits, telling a definite rollback (deadlock, lock wait timeout) from
-/// an unknown outcome (DESIGN.md rule 4); see [`errors::convert_commit_err`].
+/// an unknown outcome (docs/design.md rule 4); see [`errors::convert_commit_err`].
 async fn commit(tx: Transaction<'_, MySql>) -> Result<(), CoordinatorError> {
     tx.commit().await.map_err(errors::convert_commit_err)
 }

@@ -1,5 +1,5 @@
 //! RecordObservation: evidence about a job (a provider response, a
-//! webhook), accepted from any attempt including stale ones (DESIGN.md
+//! webhook), accepted from any attempt including stale ones (docs/design.md
 //! rule 7). It never changes the job; the current holder or the reconciler
 //! reads it and decides.
 

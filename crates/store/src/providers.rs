@@ -1,4 +1,4 @@
-//! Operator changes of providers and stored queue policies (DESIGN.md
+//! Operator changes of providers and stored queue policies (docs/design.md
 //! rules 11 and 13), each one short transaction that also records the
 //! change, with the operator's name, in `policy_changes`.
 //!

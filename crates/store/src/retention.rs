@@ -1,4 +1,4 @@
-//! Retention (DESIGN.md rule 14): pruning finished jobs in small batches,
+//! Retention (docs/design.md rule 14): pruning finished jobs in small batches,
 //! keeping their operation keys, and answering for what was pruned.
 //!
 //! One batch is one short transaction: read up to `batch` candidate ids

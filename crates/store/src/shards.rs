@@ -5,7 +5,7 @@
 //!   shards file (`--shards`): an exact queue name, else the longest
 //!   matching prefix, else the default. Enqueue and Claim go to the
 //!   queue's database; nothing about a job ever spans two databases, so
-//!   every rule of DESIGN.md holds per database unchanged.
+//!   every rule of docs/design.md holds per database unchanged.
 //! - **Job ids name their database**: database `k` hands out job ids and
 //!   event ids in `[k·2^48 + 1, (k+1)·2^48)` (its tables' AUTO_INCREMENT
 //!   starts there, set once by [`JobStore::ensure_shard`]), so a write, a

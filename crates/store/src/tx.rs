@@ -33,7 +33,7 @@ impl Tx {
 
     /// Commits. A deadlock or lock wait timeout at COMMIT (Galera's
     /// certification failure) is a `TransactionConflict`: rolled back. Any
-    /// other failure leaves the outcome unknown (DESIGN.md rule 4):
+    /// other failure leaves the outcome unknown (docs/design.md rule 4):
     /// `CommitOutcomeUnknown`, and the connection is closed.
     pub async fn commit(mut self) -> Result<(), CoordinatorError> {
         let done = self.conn.execute("COMMIT").await;
@@ -67,7 +67,7 @@ impl Tx {
                 // it, so COMMIT never ran.
                 Some(Err(e @ sqlx::Error::Database(_))) => return Err(convert_sqlx_err(e)),
                 // The connection failed with COMMIT sent or on its way:
-                // the server may have run everything (DESIGN.md rule 4).
+                // the server may have run everything (docs/design.md rule 4).
                 Some(Err(e)) => return Err(CoordinatorError::CommitOutcomeUnknown(e.to_string())),
                 None => {
                     return Err(CoordinatorError::Internal(

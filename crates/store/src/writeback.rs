@@ -6,7 +6,7 @@
 //! (`domain::fence::check`) to each locked row on its own, write the new
 //! image of every row whose caller holds it with one UPDATE that still
 //! carries `id + state + attempt` per row, append one event per call, and
-//! commit. Each call's answer depends on its own row only (DESIGN.md rule
+//! commit. Each call's answer depends on its own row only (docs/design.md rule
 //! 8): a caller that does not hold its job is told exactly why (superseded
 //! by attempt N, not running) and the others apply; a call applied before
 //! (a replay after a lost response) is answered OK without writing; every
@@ -249,7 +249,7 @@ async fn lock_round(
 }
 
 /// The stored rules of a round's queues: a resend is decided on the
-/// queue's stored policy (DESIGN.md rule 13), and a throttle report names
+/// queue's stored policy (docs/design.md rule 13), and a throttle report names
 /// the queue's provider. Read in the round's transaction, only when a call
 /// needs them.
 struct RoundRules {

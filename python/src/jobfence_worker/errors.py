@@ -248,7 +248,7 @@ class OperatorMismatch(PermissionDenied):
 
 class ProviderHeld(JobfenceError):
     """RESOURCE_EXHAUSTED from a Takeover: the budget of the job's provider
-    cannot pay for the reconcile now (DESIGN.md rule 11). Nothing was
+    cannot pay for the reconcile now (docs/design.md rule 11). Nothing was
     taken; ``retry_after`` (seconds, from google.rpc.RetryInfo, or None)
     says when to ask again, ``provider`` names the provider."""
 

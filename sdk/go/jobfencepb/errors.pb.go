@@ -72,7 +72,7 @@ const (
 	ErrorReason_JOB_NOT_CANCELLABLE ErrorReason = 10
 	// UNAVAILABLE: the connection was lost during COMMIT; the call may or may
 	// not have been applied. After a Claim or Takeover, hold nothing
-	// (DESIGN.md rule 4).
+	// (docs/design.md rule 4).
 	ErrorReason_COMMIT_OUTCOME_UNKNOWN ErrorReason = 11
 	// UNAVAILABLE: the database did not answer; nothing was applied.
 	ErrorReason_DATABASE_UNAVAILABLE ErrorReason = 12
@@ -116,7 +116,7 @@ const (
 	// RESOURCE_EXHAUSTED: a Takeover whose reconcile the provider's budget
 	// cannot pay for now (metadata `provider`, `limit`: `rate` or
 	// `in_flight`), with a RetryInfo for when the next unit is due. Nothing
-	// was written. DESIGN.md rule 11.
+	// was written. docs/design.md rule 11.
 	ErrorReason_PROVIDER_BUDGET_EXHAUSTED ErrorReason = 24
 	// RESOURCE_EXHAUSTED: an operator paused the provider (metadata
 	// `provider`); retry after the RetryInfo delay. Nothing was written.
@@ -125,7 +125,7 @@ const (
 	// Retry-After runs (metadata `provider`, `throttled_until`), with a
 	// RetryInfo until then. Nothing was written.
 	ErrorReason_PROVIDER_THROTTLED ErrorReason = 26
-	// NOT_FOUND: the job finished and was pruned by retention (DESIGN.md rule
+	// NOT_FOUND: the job finished and was pruned by retention (docs/design.md rule
 	// 14). Answers GetJob and every call naming the job (a zombie's Complete,
 	// Fail, RenewLease, RecordObservation, a Takeover); nothing was written.
 	// Metadata: what its key record holds (`job_id`, `queue`,

@@ -155,7 +155,7 @@ class Overloaded extends Unavailable {
 /** The load balancer found no coordinator serving and forwarded nothing. */
 class NoCoordinatorServing extends Unavailable {}
 /**
- * A Takeover the budget of the job's provider cannot pay for now (DESIGN.md
+ * A Takeover the budget of the job's provider cannot pay for now (docs/design.md
  * rule 11): nothing taken; ask again after retryAfterSeconds.
  */
 class ProviderHeld extends JobfenceError {

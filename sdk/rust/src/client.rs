@@ -32,7 +32,7 @@ pub struct WorkerConfig {
     /// The queue to claim from ([A-Za-z0-9._-], 1..=128 bytes).
     pub queue: String,
     /// Lease asked for on every Claim and Takeover, counted from the
-    /// commit by the database clock (DESIGN.md rule 2); must lie within
+    /// commit by the database clock (docs/design.md rule 2); must lie within
     /// the coordinator's bounds (default 1 s ..= 1 h), which counts it in
     /// whole microseconds. Pick it above the P99 of one job's work:
     /// when it runs out the job is open to takeover (rule 1).
@@ -127,7 +127,7 @@ impl WorkerConfig {
 ///
 /// It hands out [`ClaimedJob`] handles and offers no call that writes to
 /// a job by id and attempt: a write can only be made through the handle
-/// that a committed Claim or Takeover returned (DESIGN.md rules 3 and 4).
+/// that a committed Claim or Takeover returned (docs/design.md rules 3 and 4).
 #[derive(Debug, Clone)]
 pub struct WorkerClient {
     pub(crate) rpc:

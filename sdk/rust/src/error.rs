@@ -20,7 +20,7 @@ use tonic_types::{BadRequest, StatusExt};
 #[derive(Debug, thiserror::Error)]
 pub enum WriteError {
     /// Reason `ATTEMPT_SUPERSEDED`: a later claim or takeover replaced this
-    /// attempt (DESIGN.md rule 3). The handle no longer holds the job and
+    /// attempt (docs/design.md rule 3). The handle no longer holds the job and
     /// never will again. When the refused write carried a provider result,
     /// the SDK kept it as an observation (rule 7) and says so in
     /// `observation_recorded`.
@@ -85,7 +85,7 @@ pub enum WriteError {
 /// Why a Claim or Takeover handed out no job handle.
 ///
 /// Whatever the variant, the worker holds nothing and must not touch the
-/// provider for any job (DESIGN.md rule 4, the seed's 邊界防呆).
+/// provider for any job (docs/design.md rule 4, the seed's 邊界防呆).
 #[derive(Debug, thiserror::Error)]
 pub enum ClaimError {
     /// Reason `COMMIT_OUTCOME_UNKNOWN`, or a transport failure (connection
@@ -132,7 +132,7 @@ pub enum ClaimError {
     Denied(Box<Status>),
     /// Takeover only, reasons `PROVIDER_BUDGET_EXHAUSTED`, `PROVIDER_PAUSED`
     /// and `PROVIDER_THROTTLED` (RESOURCE_EXHAUSTED): the provider's budget
-    /// cannot pay for the takeover's reconcile now (DESIGN.md rule 11).
+    /// cannot pay for the takeover's reconcile now (docs/design.md rule 11).
     /// Nothing was taken; ask again after `retry_after`.
     #[error("provider {provider:?} held the takeover ({reason}); retry after {retry_after:?}")]
     ProviderHeld {

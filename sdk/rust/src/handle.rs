@@ -23,7 +23,7 @@ pub enum Disposition {
     /// Send again with the same operation_key after the retry delay. The
     /// coordinator applies it only while the queue's resend window
     /// (counted from the first dispatch) is open and dispatches remain;
-    /// otherwise it parks the job in manual review (DESIGN.md rule 6).
+    /// otherwise it parks the job in manual review (docs/design.md rule 6).
     RetryExecute,
     /// Terminal: the outcome is known to be a failure.
     Failed,
@@ -109,7 +109,7 @@ pub fn observation_dedup_key(worker_id: &str, provider_reference: &str) -> Strin
 ///
 /// Every write presents the attempt the handle was issued, and the
 /// coordinator applies it only while that attempt is the job's current one
-/// and the job is running (DESIGN.md rule 3). Expiry of the lease does not
+/// and the job is running (docs/design.md rule 3). Expiry of the lease does not
 /// end the handle's write right; a takeover that commits does (rule 1).
 ///
 /// There is no way to get a provider key from the handle other than

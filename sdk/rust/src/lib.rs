@@ -6,7 +6,7 @@
 //! - [`WorkerClient::claim`] / [`WorkerClient::takeover`] hand out
 //!   [`ClaimedJob`] handles, and only a committed claim does: an unclear
 //!   one (lost commit, expired deadline, transport error) yields no handle
-//!   at all, so a worker never acts on a job it may not hold (DESIGN.md
+//!   at all, so a worker never acts on a job it may not hold (docs/design.md
 //!   rule 4).
 //! - Every write goes through the handle, which presents its attempt
 //!   (the fencing token); refusals come back as [`WriteError`] variants

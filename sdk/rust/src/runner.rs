@@ -21,7 +21,7 @@ pub type HandlerError = Box<dyn std::error::Error + Send + Sync>;
 /// returns without a write that settled the job, the runner sends
 /// `Fail(RetryReconcile)` with [`WorkerConfig::release_delay`]: reconcile,
 /// never resend, because the handler may have reached the provider before
-/// it stopped (DESIGN.md rule 5).
+/// it stopped (docs/design.md rule 5).
 ///
 /// [`WorkerConfig::release_delay`]: super::WorkerConfig::release_delay
 pub trait Handler: Send + Sync + 'static {

@@ -26,7 +26,7 @@ pub fn refusal(e: &CoordinatorError) -> (StatusCode, Notice) {
             StatusCode::NOT_FOUND,
             Notice::new(Level::Error, format!("There is no job {job_id}.")),
         ),
-        // DESIGN.md rule 14: what the key record of a pruned job says.
+        // docs/design.md rule 14: what the key record of a pruned job says.
         CoordinatorError::JobPruned(k) => (
             StatusCode::NOT_FOUND,
             Notice::new(

@@ -1,4 +1,4 @@
-//! Providers: each provider's budget (DESIGN.md rules 11–13) and what is
+//! Providers: each provider's budget (docs/design.md rules 11–13) and what is
 //! left of it now, its queues, jobs in flight, pause and throttle; the
 //! forms to pause it (everything, or sends only while reconciles go on),
 //! resume it and edit its budget, each with a recorded reason; the stored

@@ -1,5 +1,5 @@
 //! Proto conversions of the JobAdmin provider and queue-policy calls
-//! (DESIGN.md rules 11–13). The handlers themselves are in `job_admin.rs`,
+//! (docs/design.md rules 11–13). The handlers themselves are in `job_admin.rs`,
 //! with the other operator calls.
 
 use super::convert::{self, duration};

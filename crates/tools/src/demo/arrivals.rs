@@ -8,7 +8,7 @@
 //! Between batches it also sends again the refunds whose jobs the
 //! coordinators already pruned (read from `operation_keys`), as a producer
 //! that retries long after would: each must answer the pruned job,
-//! `created=false` (DESIGN.md rule 14); one that creates a job is a
+//! `created=false` (docs/design.md rule 14); one that creates a job is a
 //! violation of the invariant.
 
 use anyhow::{bail, Result};

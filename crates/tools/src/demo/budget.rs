@@ -1,5 +1,5 @@
 //! The provider's rate limit and the budget that keeps the demo under it
-//! (DESIGN.md rules 11–13). The fake provider answers `429` past
+//! (docs/design.md rules 11–13). The fake provider answers `429` past
 //! `--provider-rate-limit`; unless `--no-budget`, the demo puts a budget of
 //! [`BUDGET_SHARE`] of that limit on its queue through JobAdmin
 //! (`PutProvider`, with the operator's credentials), so every coordinator

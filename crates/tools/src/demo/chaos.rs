@@ -7,7 +7,7 @@
 //! every coordinator stopped for longer than the lease while the workers
 //! hold jobs and refunds keep arriving, so that when they come back every
 //! held lease has expired at once and the backlog floods the provider (the
-//! provider budget's test, DESIGN.md rule 11).
+//! provider budget's test, docs/design.md rule 11).
 
 use super::report::Storm;
 use super::Cluster;

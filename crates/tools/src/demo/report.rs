@@ -75,7 +75,7 @@ async fn count_events(pool: &MySqlPool, kind: &str) -> Result<i64> {
 }
 
 /// Whether the database keeps a committed attempt through a crash
-/// (DESIGN.md rule 9), for the log and the report: `yes (settings)`,
+/// (docs/design.md rule 9), for the log and the report: `yes (settings)`,
 /// `NO (setting=value: risk; …)` or `unknown (error)`.
 pub async fn database_durable(pool: &MySqlPool) -> String {
     match JobStore::new(pool.clone()).durability_settings().await {
@@ -216,7 +216,7 @@ impl Report {
             ..Report::default()
         };
         // Pruned jobs: their key records, checked against the ledger like
-        // the rows (DESIGN.md rule 14: the key outlives the row).
+        // the rows (docs/design.md rule 14: the key outlives the row).
         for row in sqlx::query(
             "SELECT job_id, CAST(operation_key AS CHAR) AS k, CAST(final_state AS CHAR) AS s \
              FROM operation_keys",

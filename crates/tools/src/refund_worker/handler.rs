@@ -5,7 +5,7 @@
 //! and the coordinator allows it only inside the resend window. A `429`
 //! from the provider is reported with the Fail (`provider_retry_after`), so
 //! the coordinator holds every worker's hand-outs for that provider until
-//! its Retry-After (DESIGN.md rule 11): no worker keeps a rate limiter.
+//! its Retry-After (docs/design.md rule 11): no worker keeps a rate limiter.
 //!
 //! One hand-out makes at most one provider call for an EXECUTE (the send,
 //! or the check of evidence handed over with it) and two for a RECONCILE
@@ -215,7 +215,7 @@ impl RefundHandler {
     /// worker, a webhook): the newest success with a provider reference,
     /// checked with **one** lookup, never more, whatever the number of
     /// observations: every provider call a hand-out can cause must be paid
-    /// for by its cost in the provider's budget (DESIGN.md rule 11), and a
+    /// for by its cost in the provider's budget (docs/design.md rule 11), and a
     /// lookup per observation had no bound.
     async fn check_evidence(&self, job: &ClaimedJob) -> Evidence {
         let Some(o) = job.observations().iter().rev().find(|o| {

@@ -6,7 +6,7 @@
 -- FORCE INDEX: one primary-key lookup per id whatever the table's size (a
 -- small table would otherwise be scanned, and the scan would wait on rows
 -- other transactions hold).
--- Also read, by the database clock (DESIGN.md rule 2): `now`, which stamps
+-- Also read, by the database clock (docs/design.md rule 2): `now`, which stamps
 -- every change of the batch; the time since the first dispatch (resend
 -- window); whether the lease has expired (takeover); and whether the job
 -- has observations (so a takeover reads them only when there are some).

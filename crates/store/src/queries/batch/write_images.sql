@@ -1,7 +1,7 @@
 -- Writes the new image of each job of a batch (claims, takeovers, and the
 -- fenced writes Complete, Fail and RenewLease), as computed by
 -- domain::transition from the row read under its lock. Fenced row by row
--- (DESIGN.md rule 3): a row is written only while it still has the `state`
+-- (docs/design.md rule 3): a row is written only while it still has the `state`
 -- and `attempt` its image was computed from (the fence list holds `(id,
 -- state, attempt)` of each), so a batch can never apply one job's change to a row
 -- another attempt now holds. The caller holds every row's lock and checks

@@ -1,5 +1,5 @@
 -- The stored rules of one queue, read first in its claim or takeover
--- transaction (DESIGN.md rules 11-13), in the claim's one round trip. Sent
+-- transaction (docs/design.md rules 11-13), in the claim's one round trip. Sent
 -- as text: {queue} is written in as a literal (see store::literal).
 --
 -- 1. The provider the queue dispatches to, its row locked until COMMIT:

@@ -1,6 +1,6 @@
 -- Key records past their own retention (a plain read; deleted by job id
 -- next): never before their queue's job retention has also ended, so a key
--- record always outlives its job (DESIGN.md rule 14).
+-- record always outlives its job (docs/design.md rule 14).
 -- Binds: key retention (us), default job retention (us), batch size.
 SELECT k.job_id
 FROM operation_keys k FORCE INDEX (ix_operation_keys_finished)

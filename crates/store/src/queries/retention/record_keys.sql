@@ -1,8 +1,8 @@
 -- Pruning: the key record of each locked job, written before the job row
--- goes, in the same transaction (DESIGN.md rule 14). Idempotent: a record
+-- goes, in the same transaction (docs/design.md rule 14). Idempotent: a record
 -- that exists already (a batch run again) is left as it is and not
 -- inserted, so the statement's row count is the records it wrote (the
--- driver counts matched rows, DESIGN.md rule 10: an ON DUPLICATE KEY
+-- driver counts matched rows, docs/design.md rule 10: an ON DUPLICATE KEY
 -- no-op alone would count as one); the ON DUPLICATE KEY clause stays for a
 -- record another pruner wrote meanwhile.
 INSERT INTO operation_keys (

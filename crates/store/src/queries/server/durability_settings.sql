@@ -1,5 +1,5 @@
 -- The settings that decide whether an acknowledged commit survives a crash
--- (DESIGN.md rule 9). SHOW rather than SELECT @@GLOBAL.…: a variable the
+-- (docs/design.md rule 9). SHOW rather than SELECT @@GLOBAL.…: a variable the
 -- server does not have (wsrep_on on MySQL) is simply absent here, where
 -- @@GLOBAL would fail the whole statement. Needs no privilege.
 SHOW GLOBAL VARIABLES WHERE Variable_name IN (
