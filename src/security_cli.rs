@@ -222,7 +222,7 @@ pub enum CredentialsCommand {
         #[arg(long = "host", default_values_t = ["localhost".to_owned(), "127.0.0.1".to_owned()])]
         hosts: Vec<String>,
         /// NAME:ROLE:QUEUES, e.g. rust-1:worker:refunds (repeatable).
-        /// Without any: the callers of scripts/serve and the README
+        /// Without any: the callers of scripts/serve and docs/api.md
         /// ([`DEV_CALLERS`], with a client certificate for `worker`).
         #[arg(long = "caller")]
         callers: Vec<DevCaller>,
@@ -233,7 +233,7 @@ pub enum CredentialsCommand {
 }
 
 /// The callers `jobfence credentials dev` makes when given none: those of
-/// `scripts/serve` and the README's examples.
+/// `scripts/serve` and the grpcurl examples of docs/api.md.
 pub const DEV_CALLERS: [&str; 5] = [
     "worker:worker:refunds",
     "producer:producer:refunds",

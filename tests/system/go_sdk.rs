@@ -49,7 +49,7 @@ fn go(args: &[&str]) -> Command {
 
 /// Builds a Go program (a package path of the module, or a file by its
 /// absolute path) into `out` and returns `out`. Used by the conformance
-/// suite (the agent), the README's worker and the demo's tests.
+/// suite (the agent), the worker of docs/workers.md and the demo's tests.
 pub fn build(what: &str, out: &Path) -> PathBuf {
     if let Some(dir) = out.parent() {
         std::fs::create_dir_all(dir).unwrap();

@@ -21,6 +21,48 @@ mod shards;
 
 use jobfence_console::operator::Identity;
 use jobfence_testkit::secure::Secure;
+use std::path::Path;
+
+/// The fenced code block after `<!-- snippet: NAME -->` in README.md or a
+/// page of docs/, as printed (with a final newline). The docs' examples are
+/// run from there, so what a reader copies is what was tested; a name must
+/// mark exactly one block, so a snippet is never printed twice.
+pub fn doc_snippet(name: &str) -> String {
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut files = vec![repo.join("README.md")];
+    let mut pages: Vec<_> = std::fs::read_dir(repo.join("docs"))
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .filter(|path| path.extension().is_some_and(|ext| ext == "md"))
+        .collect();
+    pages.sort();
+    files.extend(pages);
+    let marker = format!("<!-- snippet: {name} -->");
+    let mut found = Vec::new();
+    for file in &files {
+        let text = std::fs::read_to_string(file).unwrap();
+        for (at, _) in text.match_indices(&marker) {
+            found.push((file, block_after(&text[at + marker.len()..])));
+        }
+    }
+    match found.as_slice() {
+        [(_, code)] => code.clone(),
+        [] => panic!("no {marker} in README.md or docs/*.md"),
+        many => panic!(
+            "{marker} marks {} blocks: {:?}",
+            many.len(),
+            many.iter().map(|(file, _)| file).collect::<Vec<_>>()
+        ),
+    }
+}
+
+/// The body of the first fenced code block in `text`, with a final newline.
+fn block_after(text: &str) -> String {
+    let open = text.find("```").expect("a code block after the marker");
+    let body = &text[open..];
+    let body = &body[body.find('\n').unwrap() + 1..];
+    body[..body.find("\n```").expect("the code block ends")].to_owned() + "\n"
+}
 
 /// A coordinator with TLS and the callers file, its console beside it
 /// acting as the operator `alice` ([`Secure::console`]).

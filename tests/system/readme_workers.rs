@@ -1,22 +1,23 @@
 //! Each client installed the way its users install it, in a clean place,
 //! and run against a real coordinator:
 //!
-//! - Rust: a crate of its own in a temporary directory, made of the README's
-//!   `Cargo.toml` lines and minimal worker, builds against `sdk/rust` alone
-//!   (`cargo tree` shows no sqlx, nothing of the coordinator) and works jobs.
-//! - Python: a fresh venv, the README's `pip install` line, the package's
-//!   `jobfence-refund-worker` against the fake provider, then the README's
+//! - Rust: a crate of its own in a temporary directory, made of the
+//!   `Cargo.toml` lines and minimal worker of docs/workers.md, builds
+//!   against `sdk/rust` alone (`cargo tree` shows no sqlx, nothing of the
+//!   coordinator) and works jobs.
+//! - Python: a fresh venv, the docs' `pip install` line, the package's
+//!   `jobfence-refund-worker` against the fake provider, then the docs'
 //!   minimal worker.
 //! - Node: `npm ci` from the committed lock file in a copy of the package,
-//!   its refund worker against the fake provider, then the README's
+//!   its refund worker against the fake provider, then the docs'
 //!   install line and minimal worker in a new project.
 //! - Go: `go vet` and `go test` are tests/system/go_sdk.rs; here the
 //!   module's `cmd/refund-worker`, built offline (GOPATH mode against
 //!   Debian's packages, `sdk/go/tools/go`), against the fake provider, then
-//!   the README's build line and minimal worker in a new directory.
+//!   the docs' build line and minimal worker in a new directory.
 //!
-//! The snippets are read from README.md, so what is printed there is what
-//! runs. `/path/to/jobfence` in them stands for this checkout. The minimal
+//! The snippets are read from docs/workers.md (`crate::doc_snippet`), so
+//! what is printed there is what runs. `/path/to/jobfence` in them stands for this checkout. The minimal
 //! workers run against a coordinator with TLS and authentication on (as
 //! scripts/serve runs it), with the environment scripts/serve prints.
 
@@ -37,20 +38,10 @@ fn repo() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// The fenced code block after `<!-- snippet: NAME -->` in README.md, with
+/// The snippet `name` of the docs ([`crate::doc_snippet`]), with
 /// `/path/to/jobfence` replaced by this checkout.
 fn snippet(name: &str) -> String {
-    let readme = std::fs::read_to_string(repo().join("README.md")).unwrap();
-    let marker = format!("<!-- snippet: {name} -->");
-    let after = &readme[readme
-        .find(&marker)
-        .unwrap_or_else(|| panic!("README.md has no {marker}"))
-        + marker.len()..];
-    let open = after.find("```").expect("a code block after the marker");
-    let body = &after[open..];
-    let body = &body[body.find('\n').unwrap() + 1..];
-    let code = &body[..body.find("\n```").expect("the code block ends")];
-    code.replace("/path/to/jobfence", repo().to_str().unwrap()) + "\n"
+    crate::doc_snippet(name).replace("/path/to/jobfence", repo().to_str().unwrap())
 }
 
 /// A scratch directory under the target dir, emptied first.
@@ -139,7 +130,7 @@ async fn a_rust_worker_builds_against_the_sdk_crate_alone() {
         std::fs::read_to_string(repo().join("sdk/rust/examples/minimal_worker.rs")).unwrap();
     assert!(
         example.ends_with(&worker),
-        "sdk/rust/examples/minimal_worker.rs must end with the README's worker"
+        "sdk/rust/examples/minimal_worker.rs must end with the worker of docs/workers.md"
     );
     std::fs::write(dir.join("src/main.rs"), worker).unwrap();
     // The workspace's lock: the same versions, so nothing new is fetched.
@@ -156,7 +147,7 @@ async fn a_rust_worker_builds_against_the_sdk_crate_alone() {
         c
     };
     run(
-        "cargo build (the README's worker)",
+        "cargo build (the docs' worker)",
         &mut cargo_cmd(&["build", "--offline", "--quiet"]),
     )
     .await;
@@ -191,7 +182,7 @@ async fn a_rust_worker_builds_against_the_sdk_crate_alone() {
         .stdout(Stdio::piped())
         .kill_on_drop(true)
         .spawn()
-        .expect("start the README's Rust worker");
+        .expect("start the docs' Rust worker");
     until_completed_by(&h, &jobs, "rust-minimal-1", &mut worker).await;
     let status = stop(&mut worker, nix::sys::signal::Signal::SIGINT).await;
     assert!(status.success(), "Ctrl-C stops it cleanly: {status}");
@@ -215,9 +206,9 @@ async fn the_python_package_installs_in_a_fresh_venv_and_runs_its_refund_worker(
         bin.display(),
         std::env::var("PATH").unwrap_or_default()
     );
-    // The README's install line, with the venv's pip first on the PATH.
+    // The docs' install line, with the venv's pip first on the PATH.
     run(
-        "the README's pip install",
+        "the docs' pip install",
         Command::new("sh")
             .args(["-c", &snippet("python-install")])
             .env("PATH", &path)
@@ -247,7 +238,7 @@ async fn the_python_package_installs_in_a_fresh_venv_and_runs_its_refund_worker(
     until_completed_by(&h, &jobs, "py-installed-1", &mut worker).await;
     stop(&mut worker, nix::sys::signal::Signal::SIGTERM).await;
 
-    // The README's minimal worker, on the installed package only.
+    // The docs' minimal worker, on the installed package only.
     run_the_readme_python_worker(&h, &dir, &bin).await;
     h.finish().await;
 }
@@ -322,11 +313,11 @@ async fn the_node_package_installs_with_npm_ci_and_runs_its_refund_worker() {
     let status = stop(&mut worker, nix::sys::signal::Signal::SIGTERM).await;
     assert!(status.success(), "SIGTERM stops it cleanly: {status}");
 
-    // The README's install line and minimal worker, in a new project.
+    // The docs' install line and minimal worker, in a new project.
     let app = scratch("readme-node-app");
     std::fs::write(app.join("package.json"), r#"{"name":"app","private":true}"#).unwrap();
     run(
-        "the README's npm install",
+        "the docs' npm install",
         Command::new("sh")
             .args(["-c", &snippet("node-install")])
             .env("npm_config_audit", "false")
@@ -344,7 +335,7 @@ async fn the_node_package_installs_with_npm_ci_and_runs_its_refund_worker() {
         .stdin(Stdio::null())
         .kill_on_drop(true)
         .spawn()
-        .expect("start the README's Node worker");
+        .expect("start the docs' Node worker");
     until_completed_by(&h, &jobs, "node-minimal-1", &mut worker).await;
     let status = stop(&mut worker, nix::sys::signal::Signal::SIGINT).await;
     assert!(status.success(), "Ctrl-C stops it cleanly: {status}");
@@ -379,11 +370,11 @@ async fn the_go_client_builds_offline_and_runs_its_refund_worker() {
     let status = stop(&mut worker, nix::sys::signal::Signal::SIGTERM).await;
     assert!(status.success(), "SIGTERM stops it cleanly: {status}");
 
-    // The README's build line and minimal worker, in a new directory.
+    // The docs' build line and minimal worker, in a new directory.
     let app = scratch("readme-go-app");
     std::fs::write(app.join("main.go"), snippet("go-worker")).unwrap();
     run(
-        "the README's go build",
+        "the docs' go build",
         Command::new("sh")
             .args(["-c", &snippet("go-install")])
             .current_dir(&app),
@@ -397,7 +388,7 @@ async fn the_go_client_builds_offline_and_runs_its_refund_worker() {
         .stdin(Stdio::null())
         .kill_on_drop(true)
         .spawn()
-        .expect("start the README's Go worker");
+        .expect("start the docs' Go worker");
     until_completed_by(&h, &jobs, "go-minimal-1", &mut worker).await;
     let status = stop(&mut worker, nix::sys::signal::Signal::SIGINT).await;
     assert!(status.success(), "Ctrl-C stops it cleanly: {status}");
@@ -418,7 +409,7 @@ fn copy_dir(from: &Path, to: &Path) {
     }
 }
 
-/// Runs the README's minimal Python worker (its `python-worker` snippet,
+/// Runs the docs' minimal Python worker (its `python-worker` snippet,
 /// written into `dir`) with the venv whose `bin` is given, against a TLS
 /// coordinator with tokens over `h`'s database, until it completed two
 /// refunds; the installed package only (no PYTHONPATH).
@@ -434,7 +425,7 @@ async fn run_the_readme_python_worker(h: &Harness, dir: &std::path::Path, bin: &
         .stdin(Stdio::null())
         .kill_on_drop(true)
         .spawn()
-        .expect("start the README's Python worker");
+        .expect("start the docs' Python worker");
     until_completed_by(h, &jobs, "python-minimal-1", &mut worker).await;
     stop(&mut worker, nix::sys::signal::Signal::SIGTERM).await;
     secure.stop().await;

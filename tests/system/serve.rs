@@ -265,7 +265,7 @@ async fn grpcurl_lists_describes_and_drives_the_real_binary() {
     .await;
     assert!(ok && out.contains("\"SERVING\""), "{out}");
 
-    // The README's walk-through: enqueue, claim, complete by hand.
+    // The walk-through of docs/api.md: enqueue, claim, complete by hand.
     let (ok, out) = run_grpcurl(
         &addr,
         &[
@@ -328,19 +328,7 @@ async fn grpcurl_lists_describes_and_drives_the_real_binary() {
     assert!(status.success(), "exit status {status:?}");
 }
 
-/// The fenced code block after `<!-- snippet: NAME -->` in README.md.
-fn readme_snippet(name: &str) -> String {
-    let readme =
-        std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md"))
-            .unwrap();
-    let marker = format!("<!-- snippet: {name} -->");
-    let after = &readme[readme.find(&marker).expect("the snippet marker") + marker.len()..];
-    let body = &after[after.find("```").expect("a code block")..];
-    let body = &body[body.find('\n').unwrap() + 1..];
-    body[..body.find("\n```").expect("the block ends")].to_owned() + "\n"
-}
-
-/// The README's grpcurl walk-through, as printed, against the binary run
+/// The grpcurl walk-through of docs/api.md, as printed, against the binary run
 /// as scripts/serve runs it: TLS and authentication on, with the
 /// throw-away credentials of `jobfence credentials dev` in `.local/serve`
 /// (of a scratch directory; only the address is replaced).
@@ -394,10 +382,10 @@ async fn the_readmes_grpcurl_examples_work_as_printed() {
     }
     assert!(serving, "the server never reported SERVING");
 
-    let script = readme_snippet("grpcurl").replace("A=127.0.0.1:50051", &format!("A={addr}"));
+    let script = crate::doc_snippet("grpcurl").replace("A=127.0.0.1:50051", &format!("A={addr}"));
     assert!(
         script.contains(&format!("A={addr}")),
-        "the README's address line"
+        "the docs' address line"
     );
     let grpcurl_dir = std::path::Path::new(&grpcurl)
         .parent()

@@ -23,7 +23,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 /// Every limit of the gRPC listener. The defaults are the documented ones
-/// (README, "Configuration").
+/// (docs/configuration.md).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {
     /// Largest request message, in bytes (`--max-request-size`); a larger

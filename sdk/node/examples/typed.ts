@@ -1,8 +1,8 @@
 // The public API of jobfence-worker as a TypeScript user writes it (the
-// README's worker, the handle's writes, the typed errors). Not run: it is
-// type-checked against src/index.d.ts with `npm run typecheck`
+// worker of docs/workers.md, the handle's writes, the typed errors). Not
+// run: it is type-checked against src/index.d.ts with `npm run typecheck`
 // (tsc --noEmit --strict), so a declaration that drifts from the API as
-// the README uses it fails there.
+// docs/workers.md uses it fails there.
 
 import {
   ApiVersionUnsupported,

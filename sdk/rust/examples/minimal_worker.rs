@@ -1,4 +1,4 @@
-//! The minimal worker of the README ("Writing a worker"): claims refunds and
+//! The minimal worker of docs/workers.md ("The clients"): claims refunds and
 //! completes them. `cargo run --example minimal_worker` with a coordinator
 //! on `$JOBFENCE_COORDINATOR` (default `https://127.0.0.1:50051`), and the
 //! TLS and token variables scripts/serve prints (`JOBFENCE_TLS_CA`,
