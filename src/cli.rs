@@ -1,19 +1,20 @@
 //! The `jobfence` command line. Every flag can also be set by the
 //! `JOBFENCE_*` environment variable named in its help.
+//!
+//! Here: the commands, the database flags, `migrate`, and the dispatch to
+//! each command's own module (`serve` in src/serve_cli.rs, `prune` in
+//! src/retention_cli.rs, `credentials` in src/security_cli.rs, the
+//! operator commands in the crate jobfence-operator).
 
-use crate::retention_cli::{prune, AbortOnDrop, PruneArgs, RetentionArgs};
-use crate::security_cli::{CredentialsArgs, LimitsArgs, SecurityArgs};
+use crate::retention_cli::{prune, PruneArgs};
+use crate::security_cli::CredentialsArgs;
+use crate::serve_cli::{serve, ServeArgs};
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use jobfence_core::batcher::BatchSettings;
-use jobfence_core::long_poll::LongPollSettings;
-use jobfence_core::{Coordinator, CoordinatorConfig};
-use jobfence_domain::{CoordinatorError, QueuePolicies, QueuePolicy};
+use jobfence_domain::CoordinatorError;
 use jobfence_operator::{self as admin_cli, Operation};
-use jobfence_server::{self as server, OpsOptions, ServeOptions};
 use jobfence_store::shards::{Shards, ShardsConfig};
 use jobfence_store::{JobStore, PoolSettings};
-use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -126,199 +127,6 @@ pub struct DatabaseArgs {
     pub db_acquire_timeout: Duration,
 }
 
-#[derive(Debug, Args)]
-pub struct ServeArgs {
-    #[command(flatten)]
-    pub database: DatabaseArgs,
-    #[command(flatten)]
-    pub retention: RetentionArgs,
-    /// Do not prune in this coordinator (another one, or `jobfence prune`
-    /// from cron, does it). Pruning is on by default.
-    #[arg(long, env = "JOBFENCE_PRUNE_OFF", default_value_t = false)]
-    pub prune_off: bool,
-    /// Time between two pruning runs of this coordinator (one coordinator
-    /// of a database prunes at a time: a database lock decides).
-    #[arg(long, env = "JOBFENCE_PRUNE_INTERVAL", value_parser = humantime::parse_duration, default_value = "60s")]
-    pub prune_interval: Duration,
-    #[command(flatten)]
-    pub security: SecurityArgs,
-    #[command(flatten)]
-    pub limits: LimitsArgs,
-    /// Address to listen on for gRPC.
-    #[arg(long, env = "JOBFENCE_LISTEN", default_value = "127.0.0.1:50051")]
-    pub listen: SocketAddr,
-    /// Apply migrations before serving.
-    #[arg(long, env = "JOBFENCE_MIGRATE", default_value_t = false)]
-    pub migrate: bool,
-    /// Lease given when a Claim or Takeover names none (e.g. 30s).
-    #[arg(long, env = "JOBFENCE_DEFAULT_LEASE", value_parser = humantime::parse_duration, default_value = "30s")]
-    pub default_lease: Duration,
-    /// Shortest lease a worker may ask for.
-    #[arg(long, env = "JOBFENCE_MIN_LEASE", value_parser = humantime::parse_duration, default_value = "1s")]
-    pub min_lease: Duration,
-    /// Longest lease a worker may ask for.
-    #[arg(long, env = "JOBFENCE_MAX_LEASE", value_parser = humantime::parse_duration, default_value = "1h")]
-    pub max_lease: Duration,
-    /// Most jobs one Claim may take.
-    #[arg(long, env = "JOBFENCE_MAX_CLAIM_BATCH", default_value_t = 100)]
-    pub max_claim_batch: u32,
-    /// Most items one EnqueueBatch may carry.
-    #[arg(long, env = "JOBFENCE_MAX_ENQUEUE_BATCH", default_value_t = 1000)]
-    pub max_enqueue_batch: usize,
-    /// Most calls one database transaction serves: concurrent Completes,
-    /// Fails and RenewLeases share a group commit, concurrent Claims of a
-    /// queue one claim transaction, concurrent Enqueues one insert.
-    #[arg(long, env = "JOBFENCE_BATCH_MAX", default_value_t = 64)]
-    pub batch_max: usize,
-    /// Most batches of each kind (write, claim, enqueue) running at once;
-    /// each holds one database connection.
-    #[arg(long, env = "JOBFENCE_BATCH_CONCURRENCY", default_value_t = 2)]
-    pub batch_concurrency: usize,
-    /// Most calls of each kind waiting for a batch; past it a call is
-    /// refused at once with RESOURCE_EXHAUSTED / OVERLOADED.
-    #[arg(long, env = "JOBFENCE_MAX_QUEUED_CALLS", default_value_t = 4096)]
-    pub max_queued_calls: usize,
-    /// Longest `wait` of a long-polling Claim (longer ones are cut to it).
-    #[arg(long, env = "JOBFENCE_MAX_CLAIM_WAIT", value_parser = humantime::parse_duration, default_value = "30s")]
-    pub max_claim_wait: Duration,
-    /// How often a waiting Claim looks again when nothing woke it: the
-    /// bound for work enqueued or released through another coordinator.
-    #[arg(long, env = "JOBFENCE_CLAIM_POLL_INTERVAL", value_parser = humantime::parse_duration, default_value = "1s")]
-    pub claim_poll_interval: Duration,
-    /// Most long-polling Claims waiting at once; past it a Claim that
-    /// finds nothing answers empty at once.
-    #[arg(long, env = "JOBFENCE_MAX_CLAIM_WAITERS", default_value_t = 10_000)]
-    pub max_claim_waiters: usize,
-    /// Provider idempotency window, from the first dispatch: a resend is
-    /// allowed only inside it (Stripe: 24h).
-    #[arg(long, env = "JOBFENCE_RESEND_WINDOW", value_parser = humantime::parse_duration, default_value = "24h")]
-    pub resend_window: Duration,
-    /// Per-queue resend window, QUEUE=DURATION (repeatable; comma-separated in the env).
-    #[arg(long, env = "JOBFENCE_QUEUE_RESEND_WINDOW", value_parser = parse_queue_duration, value_delimiter = ',')]
-    pub queue_resend_window: Vec<(String, Duration)>,
-    /// Most times a job is handed out with EXECUTE before a resend goes to
-    /// manual review.
-    #[arg(long, env = "JOBFENCE_MAX_DISPATCHES", default_value_t = 3)]
-    pub max_dispatches: u32,
-    /// Per-queue max dispatches, QUEUE=N (repeatable; comma-separated in the env).
-    #[arg(long, env = "JOBFENCE_QUEUE_MAX_DISPATCHES", value_parser = parse_queue_count, value_delimiter = ',')]
-    pub queue_max_dispatches: Vec<(String, u32)>,
-    /// How often the database is pinged for the health status.
-    #[arg(long, env = "JOBFENCE_HEALTH_INTERVAL", value_parser = humantime::parse_duration, default_value = "1s")]
-    pub health_interval: Duration,
-    /// How long one health check may take before the database counts as
-    /// gone (at most --health-interval): health turns NOT_SERVING within
-    /// interval + timeout of an outage.
-    #[arg(long, env = "JOBFENCE_HEALTH_TIMEOUT", value_parser = humantime::parse_duration, default_value = "1s")]
-    pub health_timeout: Duration,
-    /// On SIGTERM: how long to report NOT_SERVING before closing the listener.
-    #[arg(long, env = "JOBFENCE_DRAIN_DELAY", value_parser = humantime::parse_duration, default_value = "2s")]
-    pub drain_delay: Duration,
-    /// After the drain delay: how long in-flight calls may take before
-    /// their connections are closed anyway.
-    #[arg(long, env = "JOBFENCE_SHUTDOWN_TIMEOUT", value_parser = humantime::parse_duration, default_value = "10s")]
-    pub shutdown_timeout: Duration,
-    /// Address for the Prometheus endpoint (`GET /metrics` and `GET
-    /// /healthz`, plain HTTP without authentication); off when unset. Keep
-    /// it on loopback or a private network (a warning says so otherwise).
-    #[arg(long, env = "JOBFENCE_METRICS_LISTEN")]
-    pub metrics_listen: Option<SocketAddr>,
-    /// Serve the operator web console (plain HTTP) on this address; off
-    /// when unset, 127.0.0.1:9465 when given without one. It has no login
-    /// of its own (it acts with --console-token-file when --callers is
-    /// given), so only loopback addresses are accepted.
-    #[arg(long, env = "JOBFENCE_CONSOLE_LISTEN", num_args = 0..=1, default_missing_value = jobfence_console::DEFAULT_LISTEN)]
-    pub console_listen: Option<SocketAddr>,
-    /// How often the oldest-pending-age gauges are recomputed from the
-    /// database (only with --metrics-listen).
-    #[arg(long, env = "JOBFENCE_PENDING_REFRESH_INTERVAL", value_parser = humantime::parse_duration, default_value = "15s")]
-    pub pending_refresh_interval: Duration,
-    /// How often a caught-up WatchEvents stream looks for new events.
-    #[arg(long, env = "JOBFENCE_EVENTS_POLL_INTERVAL", value_parser = humantime::parse_duration, default_value = "250ms")]
-    pub events_poll_interval: Duration,
-    /// Refuse to serve (exit non-zero) while the database's settings can
-    /// lose an acknowledged commit (innodb_flush_log_at_trx_commit other
-    /// than 1, sync_binlog other than 1 with the binary log on), instead of
-    /// only logging a warning. Checked at start and at every health check.
-    #[arg(
-        long,
-        env = "JOBFENCE_REQUIRE_DURABLE_DATABASE",
-        default_value_t = false
-    )]
-    pub require_durable_database: bool,
-    /// Tests only (hidden, and compiled into debug builds only, so a
-    /// release binary cannot be started with it): name this API version in
-    /// every answer's `jobfence-api-version` header instead of the real
-    /// one, to see clients refuse a coordinator of another major version.
-    /// It changes nothing else.
-    #[cfg(debug_assertions)]
-    #[arg(long, hide = true)]
-    pub advertise_api_version: Option<String>,
-}
-
-fn parse_queue_duration(s: &str) -> Result<(String, Duration), String> {
-    let (q, d) = s
-        .split_once('=')
-        .ok_or("expected QUEUE=DURATION, e.g. refunds=24h")?;
-    Ok((
-        q.to_owned(),
-        humantime::parse_duration(d).map_err(|e| e.to_string())?,
-    ))
-}
-
-fn parse_queue_count(s: &str) -> Result<(String, u32), String> {
-    let (q, n) = s
-        .split_once('=')
-        .ok_or("expected QUEUE=N, e.g. refunds=5")?;
-    Ok((q.to_owned(), n.parse().map_err(|e| format!("{e}"))?))
-}
-
-impl ServeArgs {
-    /// The coordinator configuration these flags describe.
-    pub fn coordinator_config(&self) -> CoordinatorConfig {
-        let default = QueuePolicy {
-            resend_window: self.resend_window,
-            max_dispatches: self.max_dispatches,
-        };
-        let mut policies = QueuePolicies {
-            default,
-            ..Default::default()
-        };
-        for (q, w) in &self.queue_resend_window {
-            policies
-                .by_queue
-                .entry(q.clone())
-                .or_insert(default)
-                .resend_window = *w;
-        }
-        for (q, n) in &self.queue_max_dispatches {
-            policies
-                .by_queue
-                .entry(q.clone())
-                .or_insert(default)
-                .max_dispatches = *n;
-        }
-        CoordinatorConfig {
-            default_lease: self.default_lease,
-            min_lease: self.min_lease,
-            max_lease: self.max_lease,
-            max_claim_batch: self.max_claim_batch,
-            max_enqueue_batch: self.max_enqueue_batch,
-            policies,
-            batching: BatchSettings {
-                max_batch: self.batch_max,
-                concurrency: self.batch_concurrency,
-                queue_capacity: self.max_queued_calls,
-            },
-            long_poll: LongPollSettings {
-                max_wait: self.max_claim_wait,
-                poll_interval: self.claim_poll_interval,
-                max_waiters: self.max_claim_waiters,
-            },
-        }
-    }
-}
-
 fn init_tracing(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("JOBFENCE_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
@@ -371,8 +179,8 @@ fn split_urls(list: &str) -> Vec<String> {
 /// With `serving`, one database used alone that does not answer yet is
 /// left to be checked when it does (as before numbers were checked, a
 /// coordinator starts while its only database is down): returns true
-/// then, for [`OpsOptions::check_shard_numbers`].
-async fn prepare(shards: &Shards, migrate: bool, serving: bool) -> anyhow::Result<bool> {
+/// then, for [`jobfence_server::OpsOptions::check_shard_numbers`].
+pub async fn prepare(shards: &Shards, migrate: bool, serving: bool) -> anyhow::Result<bool> {
     if migrate {
         for (n, store) in shards.all() {
             store
@@ -432,113 +240,13 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// Runs a command that serves or works on the databases (and the tools'
+/// commands); the exit status is its answer.
 async fn run_server(command: Command) -> anyhow::Result<ExitCode> {
     match command {
-        Command::Migrate(db) => {
-            let shards = open_shards(&db)?;
-            prepare(&shards, true, false).await?;
-        }
-        Command::Prune(args) => {
-            let settings = args.retention.settings(Duration::ZERO)?;
-            let shards = open_shards(&args.database)?;
-            prepare(&shards, false, false).await?;
-            return prune(shards, settings).await;
-        }
-        Command::Serve(args) => {
-            if jobfence_store::PAUSE_POINTS_COMPILED {
-                // Not a warning: the test suite's own binary is such a build.
-                tracing::info!(
-                    "this binary was built with the test kit's pause points (a build of the \
-                     whole workspace, `--workspace`, unifies the store's test feature into it); \
-                     for production build it alone: cargo build --release --bin jobfence"
-                );
-            }
-            let pruner = args.retention.settings(args.prune_interval)?;
-            let security = args.security.security()?;
-            let console_token = args.security.console_token()?;
-            let limits = args.limits.limits(args.max_claim_wait)?;
-            let shards = open_shards(&args.database)?;
-            let check_shard_numbers = prepare(&shards, args.migrate, true).await?;
-            let listener = tokio::net::TcpListener::bind(args.listen)
-                .await
-                .with_context(|| format!("binding {}", args.listen))?;
-            let metrics_listener = match args.metrics_listen {
-                Some(addr) => {
-                    if !addr.ip().is_loopback() {
-                        tracing::warn!(
-                            listen = %addr,
-                            "the metrics listener (/metrics, /healthz) is plain HTTP without \
-                             authentication and not on loopback: keep it on a private network"
-                        );
-                    }
-                    Some(
-                        tokio::net::TcpListener::bind(addr)
-                            .await
-                            .with_context(|| format!("binding {addr} for /metrics"))?,
-                    )
-                }
-                None => None,
-            };
-            let mut companions = Vec::new();
-            if let Some(addr) = args.console_listen {
-                jobfence_console::require_loopback(addr)?;
-                let listener = tokio::net::TcpListener::bind(addr)
-                    .await
-                    .with_context(|| format!("binding {addr} for the console"))?;
-                let identity = jobfence_console::operator::Identity::for_coordinator(
-                    security.auth.clone(),
-                    console_token,
-                )?;
-                companions.push(jobfence_console::companion(listener, identity)?);
-            }
-            let coordinator = Coordinator::over_shards(shards, args.coordinator_config());
-            // docs/design.md rule 13: a stored policy wins over the flags; say so
-            // where they differ. A database that does not answer yet is
-            // not waited for.
-            if let Err(e) = coordinator.warn_flags_differ_from_stored().await {
-                tracing::warn!(error = %e, "stored queue policies not compared with the flags");
-            }
-            let pruning = (!args.prune_off).then(|| {
-                tracing::info!(
-                    jobs = %humantime::format_duration(pruner.retention.jobs),
-                    keys = %pruner.retention.keys.map_or("forever".into(), |k| humantime::format_duration(k).to_string()),
-                    interval = %humantime::format_duration(pruner.interval),
-                    archive_dir = ?pruner.archive_dir,
-                    "pruning finished jobs past their retention"
-                );
-                coordinator.spawn_pruner(pruner)
-            });
-            let _stop_pruning = pruning.map(AbortOnDrop);
-            let options = ServeOptions {
-                health_interval: args.health_interval,
-                health_timeout: args.health_timeout,
-                drain_delay: args.drain_delay,
-                shutdown_timeout: args.shutdown_timeout,
-            };
-            let ops = OpsOptions {
-                metrics_listener,
-                pending_refresh_interval: args.pending_refresh_interval,
-                events_poll_interval: args.events_poll_interval,
-                require_durable_database: args.require_durable_database,
-                check_shard_numbers,
-                security,
-                limits,
-                reflection: args.security.reflection,
-                companions,
-                #[cfg(debug_assertions)]
-                advertised_api_version: args.advertise_api_version.clone(),
-                #[cfg(not(debug_assertions))]
-                advertised_api_version: None,
-            };
-            server::serve_with(
-                coordinator,
-                listener,
-                options,
-                ops,
-                crate::signal::shutdown_signal(),
-            )
-            .await?;
-        }
+        Command::Migrate(db) => migrate(db).await?,
+        Command::Prune(args) => return prune_once(args).await,
+        Command::Serve(args) => serve(args).await?,
         Command::Operator(_) | Command::Credentials(_) => {
             unreachable!("operator commands are run by admin_cli")
         }
@@ -559,6 +267,23 @@ async fn run_server(command: Command) -> anyhow::Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `jobfence migrate`: applies the migrations to every database, then
+/// checks each one's number.
+async fn migrate(db: DatabaseArgs) -> anyhow::Result<()> {
+    let shards = open_shards(&db)?;
+    prepare(&shards, true, false).await?;
+    Ok(())
+}
+
+/// `jobfence prune`: the retention settings checked, the databases
+/// checked, then one pruning run.
+async fn prune_once(args: PruneArgs) -> anyhow::Result<ExitCode> {
+    let settings = args.retention.settings(Duration::ZERO)?;
+    let shards = open_shards(&args.database)?;
+    prepare(&shards, false, false).await?;
+    prune(shards, settings).await
 }
 
 #[cfg(test)]

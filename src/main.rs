@@ -7,6 +7,7 @@
 mod cli;
 mod retention_cli;
 mod security_cli;
+mod serve_cli;
 mod signal;
 
 use clap::Parser;

@@ -9,7 +9,7 @@
 //! a post whose `Origin` is another origin, or that the browser marks as
 //! `Sec-Fetch-Site: cross-site`, is refused before the token is looked at.
 
-use axum::http::header::{COOKIE, HOST, ORIGIN, SET_COOKIE};
+use axum::http::header::{COOKIE, HOST, ORIGIN};
 use axum::http::{HeaderMap, HeaderValue};
 
 /// The cookie holding the token.
@@ -65,13 +65,6 @@ pub fn ensure(headers: &HeaderMap) -> (String, Option<HeaderValue>) {
             let value = HeaderValue::from_str(&set).expect("hex is a valid header value");
             (token, Some(value))
         }
-    }
-}
-
-/// Adds the `Set-Cookie` from [`ensure`], if any, to a response's headers.
-pub fn set_cookie(headers: &mut HeaderMap, set: Option<HeaderValue>) {
-    if let Some(v) = set {
-        headers.append(SET_COOKIE, v);
     }
 }
 

@@ -81,45 +81,24 @@ fn state_name(s: Option<jobfence_domain::JobState>) -> &'static str {
     s.map_or("unchanged", |s| s.as_str())
 }
 
-/// Tells `e`.
+/// Tells `e`: one arm per kind, grouped by family; a kind whose sentence
+/// takes more than a line has a function of its own below.
 pub fn tell(e: &FeedEvent) -> Told {
     let a = e.attempt;
     let detail = e.detail.as_deref().unwrap_or("");
-    // A refused write's detail starts with the call (`fail: …`).
-    let head = detail.split_once(':').map_or(detail, |(h, _)| h);
-    // A Fail's detail says what was applied, and why it differs from the
-    // request (domain::event::fail_detail).
-    let fail = parse_fail_detail(detail);
     let Some(kind) = e.event_kind() else {
         // A kind a newer coordinator wrote: told as it is.
         return told(Tone::Info, e.kind.clone(), detail.to_owned());
     };
     match kind {
+        // The job's course, as its workers move it.
         EventKind::Enqueued => told(
             Tone::Info,
             "Enqueued",
             format!("in queue {}, operation_key {}", e.queue, e.operation_key),
         ),
-        EventKind::Claimed => told(
-            Tone::Info,
-            format!("Claimed: attempt {a}"),
-            if matches!(detail.parse(), Ok(NextAction::Reconcile)) {
-                "handed out to a worker, to reconcile first (ask the provider what happened)"
-                    .to_owned()
-            } else {
-                "handed out to a worker, to send the operation".to_owned()
-            },
-        ),
-        EventKind::TakenOver => told(
-            Tone::Warn,
-            format!("Taken over: attempt {a}"),
-            format!(
-                "the lease of attempt {} expired and another worker took the job; attempt {} \
-                 may no longer write, and attempt {a} reconciles first",
-                a.saturating_sub(1),
-                a.saturating_sub(1)
-            ),
-        ),
+        EventKind::Claimed => claimed(a, detail),
+        EventKind::TakenOver => taken_over(a),
         EventKind::LeaseRenewed => told(
             Tone::Info,
             format!("Lease renewed by attempt {a}"),
@@ -130,98 +109,166 @@ pub fn tell(e: &FeedEvent) -> Told {
             format!("Completed by attempt {a}"),
             "the job succeeded",
         ),
-        EventKind::RetryScheduled if matches!(fail, Some((FailDisposition::RetryExecute, _))) => {
-            told(
-                Tone::Warn,
-                format!("Resend allowed for attempt {a}"),
-                "the outcome was unknown and the provider's idempotency window is still open: \
-             the operation will be sent again with the same operation_key",
-            )
-        }
-        EventKind::RetryScheduled => told(
-            Tone::Info,
-            format!("Retry scheduled by attempt {a}"),
-            "back to ready; the next worker reconciles first",
-        ),
+        EventKind::RetryScheduled => retry_scheduled(a, detail),
         EventKind::Failed => told(
             Tone::Bad,
             format!("Failed by attempt {a}"),
             "the outcome is known: the operation did not and will not happen",
         ),
-        EventKind::ManualReview => told(
-            Tone::Warn,
-            "Parked for manual review",
-            format!(
-                "attempt {a}: {}",
-                override_reason(fail.and_then(|(_, why)| why))
-            ),
-        ),
-        EventKind::StaleWriteRejected => told(
-            Tone::Fence,
-            format!("Stale write refused: attempt {a}"),
-            format!(
-                "a {} from attempt {a} arrived after the job had moved on (now attempt {}, {}); \
-                 it was refused and changed nothing",
-                if head.is_empty() { "write" } else { head },
-                e.current_attempt,
-                state_name(e.from_state),
-            ),
-        ),
-        EventKind::ObservationRecorded => {
-            let (source, outcome) = detail.split_once(' ').unwrap_or((detail, ""));
-            let stale = if a < e.current_attempt {
-                format!(
-                    " — from attempt {a}, already superseded by attempt {}: kept as evidence, \
-                     not written",
-                    e.current_attempt
-                )
-            } else {
-                String::new()
-            };
-            told(
-                if outcome == "succeeded" {
-                    Tone::Good
-                } else {
-                    Tone::Info
-                },
-                format!("Observation: {source} saw {outcome}"),
-                format!("the provider's answer, recorded{stale}"),
-            )
-        }
-        EventKind::ManualReviewResolved => {
-            let operator = json_field(detail, "operator").unwrap_or_default();
-            let action = json_field(detail, "action").unwrap_or_default();
-            let reason = json_field(detail, "reason").unwrap_or_default();
-            told(
-                Tone::Operator,
-                format!("Resolved by {operator}: {}", action.replace('_', " ")),
-                format!("now {}; reason: {reason}", state_name(e.to_state)),
-            )
-        }
-        EventKind::ResolveRejected | EventKind::CancelRejected => {
-            let operator = json_field(detail, "operator").unwrap_or_default();
-            let refused = json_field(detail, "refused").unwrap_or_default();
-            let what = if kind == EventKind::CancelRejected {
-                "Cancel"
-            } else {
-                "Resolution"
-            };
-            told(
-                Tone::Fence,
-                format!("{what} by {operator} refused"),
-                format!("presented attempt {a}: {refused}"),
-            )
-        }
-        EventKind::Cancelled => {
-            let operator = json_field(detail, "operator").unwrap_or_default();
-            let reason = json_field(detail, "reason").unwrap_or_default();
-            told(
-                Tone::Operator,
-                format!("Cancelled by {operator}"),
-                format!("never dispatched; reason: {reason}"),
-            )
-        }
+        EventKind::ManualReview => parked(a, detail),
+        // The fence, and the evidence it keeps.
+        EventKind::StaleWriteRejected => stale_write(e, detail),
+        EventKind::ObservationRecorded => observation(e, detail),
+        // A person's action, and the fence refusing one.
+        EventKind::ManualReviewResolved => resolved(e, detail),
+        EventKind::ResolveRejected => operator_refused("Resolution", a, detail),
+        EventKind::CancelRejected => operator_refused("Cancel", a, detail),
+        EventKind::Cancelled => cancelled(detail),
     }
+}
+
+// The job's course.
+
+/// A claim, to send or to reconcile first (the claim's detail is its next
+/// action).
+fn claimed(a: u64, detail: &str) -> Told {
+    told(
+        Tone::Info,
+        format!("Claimed: attempt {a}"),
+        if matches!(detail.parse(), Ok(NextAction::Reconcile)) {
+            "handed out to a worker, to reconcile first (ask the provider what happened)".to_owned()
+        } else {
+            "handed out to a worker, to send the operation".to_owned()
+        },
+    )
+}
+
+/// A takeover: the attempt before this one may no longer write.
+fn taken_over(a: u64) -> Told {
+    told(
+        Tone::Warn,
+        format!("Taken over: attempt {a}"),
+        format!(
+            "the lease of attempt {} expired and another worker took the job; attempt {} \
+             may no longer write, and attempt {a} reconciles first",
+            a.saturating_sub(1),
+            a.saturating_sub(1)
+        ),
+    )
+}
+
+/// A retry: a resend the window still allows, or a reconcile. A Fail's
+/// detail says what was applied (domain::event::fail_detail).
+fn retry_scheduled(a: u64, detail: &str) -> Told {
+    if matches!(
+        parse_fail_detail(detail),
+        Some((FailDisposition::RetryExecute, _))
+    ) {
+        told(
+            Tone::Warn,
+            format!("Resend allowed for attempt {a}"),
+            "the outcome was unknown and the provider's idempotency window is still open: \
+             the operation will be sent again with the same operation_key",
+        )
+    } else {
+        told(
+            Tone::Info,
+            format!("Retry scheduled by attempt {a}"),
+            "back to ready; the next worker reconciles first",
+        )
+    }
+}
+
+/// A park in manual review, and why it differs from what the worker asked
+/// (a refused resend), from the Fail's detail.
+fn parked(a: u64, detail: &str) -> Told {
+    let why = parse_fail_detail(detail).and_then(|(_, why)| why);
+    told(
+        Tone::Warn,
+        "Parked for manual review",
+        format!("attempt {a}: {}", override_reason(why)),
+    )
+}
+
+// The fence.
+
+/// A write from a superseded attempt, refused; its detail starts with the
+/// call (`fail: …`).
+fn stale_write(e: &FeedEvent, detail: &str) -> Told {
+    let a = e.attempt;
+    let head = detail.split_once(':').map_or(detail, |(h, _)| h);
+    told(
+        Tone::Fence,
+        format!("Stale write refused: attempt {a}"),
+        format!(
+            "a {} from attempt {a} arrived after the job had moved on (now attempt {}, {}); \
+             it was refused and changed nothing",
+            if head.is_empty() { "write" } else { head },
+            e.current_attempt,
+            state_name(e.from_state),
+        ),
+    )
+}
+
+/// The provider's answer, recorded (`source outcome`); from a superseded
+/// attempt it is kept as evidence and writes nothing.
+fn observation(e: &FeedEvent, detail: &str) -> Told {
+    let a = e.attempt;
+    let (source, outcome) = detail.split_once(' ').unwrap_or((detail, ""));
+    let stale = if a < e.current_attempt {
+        format!(
+            " — from attempt {a}, already superseded by attempt {}: kept as evidence, \
+             not written",
+            e.current_attempt
+        )
+    } else {
+        String::new()
+    };
+    told(
+        if outcome == "succeeded" {
+            Tone::Good
+        } else {
+            Tone::Info
+        },
+        format!("Observation: {source} saw {outcome}"),
+        format!("the provider's answer, recorded{stale}"),
+    )
+}
+
+// A person's action; its detail is JSON.
+
+/// An operator's resolution of a parked job.
+fn resolved(e: &FeedEvent, detail: &str) -> Told {
+    let operator = json_field(detail, "operator").unwrap_or_default();
+    let action = json_field(detail, "action").unwrap_or_default();
+    let reason = json_field(detail, "reason").unwrap_or_default();
+    told(
+        Tone::Operator,
+        format!("Resolved by {operator}: {}", action.replace('_', " ")),
+        format!("now {}; reason: {reason}", state_name(e.to_state)),
+    )
+}
+
+/// An operator's resolution or cancel (`what`) that the fence refused.
+fn operator_refused(what: &str, a: u64, detail: &str) -> Told {
+    let operator = json_field(detail, "operator").unwrap_or_default();
+    let refused = json_field(detail, "refused").unwrap_or_default();
+    told(
+        Tone::Fence,
+        format!("{what} by {operator} refused"),
+        format!("presented attempt {a}: {refused}"),
+    )
+}
+
+/// An operator's cancel of a job never dispatched.
+fn cancelled(detail: &str) -> Told {
+    let operator = json_field(detail, "operator").unwrap_or_default();
+    let reason = json_field(detail, "reason").unwrap_or_default();
+    told(
+        Tone::Operator,
+        format!("Cancelled by {operator}"),
+        format!("never dispatched; reason: {reason}"),
+    )
 }
 
 #[cfg(test)]
