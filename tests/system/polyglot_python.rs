@@ -1,4 +1,4 @@
-//! A Python worker (python/src/jobfence_worker) against the coordinator served
+//! A Python worker (sdk/python/src/jobfence_worker) against the coordinator served
 //! in-process: it claims and completes a job, then holds one that the Rust
 //! side takes over at an exact point of its script, and must be refused
 //! with ATTEMPT_SUPERSEDED (asserted in Python) and keep its late result as
@@ -48,8 +48,8 @@ fn require_grpc(python: &str) {
         out.status.success(),
         "the Python interpreter {python:?} cannot import grpcio \
          (grpcio, grpcio-status, googleapis-common-protos): \
-         install python/requirements.txt into it, or set JOBFENCE_PYTHON to one that has them \
-         (scripts/test does both with .local/venv).\n{}",
+         install the dependencies of sdk/python/pyproject.toml into it, or set JOBFENCE_PYTHON \
+         to one that has them (scripts/python-env does both with .local/venv).\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
 }
@@ -69,7 +69,7 @@ impl Script {
         let mut child = Command::new(&python)
             .arg(repo().join("tests/polyglot/python_worker.py"))
             .args(args)
-            .env("PYTHONPATH", repo().join("python/src"))
+            .env("PYTHONPATH", repo().join("sdk/python/src"))
             .env("PYTHONUNBUFFERED", "1")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
