@@ -12,6 +12,10 @@ The rules it enforces (docs/workers.md has the whole protocol):
   ``AttemptSuperseded``, ``JobNotRunning``, ``Overloaded``, ...
 * A provider success that can no longer be written back is recorded as an
   observation instead of being dropped.
+* ``client.run(handler, concurrency)`` is the run loop every jobfence
+  client has: it claims only for free slots, hands each ``ClaimedJob`` to
+  the handler, releases a job the handler left unsettled with
+  ``RETRY_RECONCILE``, and on its stop signal finishes what it holds.
 
 ``WorkerClient`` is synchronous; ``jobfence_worker.aio.AsyncWorkerClient``
 is the same client on ``grpc.aio``. ``jobfence_worker.refund_worker`` is a
@@ -27,6 +31,7 @@ from ._wire import (
     observation_dedup_key,
 )
 from .client import ClaimedJob, WorkerClient
+from .runner import AsyncHandler, Handler, RunReport
 from .credentials import Credentials
 from .errors import (
     API_MAJOR,
@@ -41,6 +46,7 @@ from .errors import (
     CredentialInvalid,
     CredentialMissing,
     DatabaseUnavailable,
+    Denied,
     InternalError,
     InvalidRequest,
     JobfenceError,
@@ -75,18 +81,17 @@ from .errors import (
 
 __version__ = "0.1.0"
 
-__version__ = "0.1.0"
-
 __all__ = [
     "API_MAJOR", "API_VERSION_HEADER", "ApiVersionUnsupported", "__version__",
     "DOMAIN", "REASONS", "AttemptNotIssued", "AttemptSuperseded", "ClaimedJob",
     "CommitOutcomeUnknown", "CredentialExpired", "CredentialInvalid", "CredentialMissing",
-    "Credentials", "DatabaseUnavailable", "Disposition", "FailWritten", "InternalError",
+    "AsyncHandler", "Credentials", "DatabaseUnavailable", "Denied", "Disposition", "Handler",
+    "FailWritten", "InternalError",
     "InvalidRequest", "JobFinished", "JobNotCancellable", "JobNotFound", "JobPruned", "EventsCursorPruned", "JobNotInManualReview",
     "JobNotRunning", "JobfenceError", "LeaseNotExpired", "NoCoordinatorServing", "NotAuthorized",
     "OperationKeyConflict", "OperatorMismatch", "OutcomeUnknown", "Overloaded", "ProviderBudgetExhausted", "ProviderHeld", "ProviderPaused",
     "ProviderThrottled",
-    "PermissionDenied", "QueueNotAllowed", "Recorded", "RetryPolicy", "RoleNotAllowed",
+    "PermissionDenied", "QueueNotAllowed", "Recorded", "RetryPolicy", "RoleNotAllowed", "RunReport",
     "ServerShuttingDown", "TransactionConflict", "Unauthenticated", "Unavailable", "WorkerClient",
     "Written", "from_rpc_error", "from_status", "observation_dedup_key",
 ]

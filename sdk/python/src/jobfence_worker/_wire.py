@@ -12,6 +12,7 @@ from typing import Any, Callable, Dict, Optional, Tuple
 from google.protobuf import duration_pb2
 
 from ._proto import coordinator_pb2 as pb
+from .errors import AttemptSuperseded, JobNotFound, JobNotRunning
 
 SERVICE = "jobfence.v1.JobCoordinator"
 
@@ -178,6 +179,11 @@ class HandleBase:
         self._worker_id = worker_id
         self.takeover: bool = claimed.takeover
         self.observations = list(claimed.observations)
+        #: True once a write told this handle it no longer holds the job:
+        #: its Complete or Fail was applied (or replayed), or a write was
+        #: refused as superseded, not running or not found. The run loop
+        #: releases a job whose handler returned while it was still False.
+        self.settled: bool = False
 
     @property
     def job_id(self) -> int:
@@ -208,3 +214,21 @@ class HandleBase:
 
     def _evidence_key(self, provider_reference: str) -> str:
         return observation_dedup_key(self._worker_id, provider_reference)
+
+    def _applied(self, job: pb.Job, settles: bool) -> None:
+        self.job = job
+        if settles:
+            self.settled = True
+
+    def _refused(self, err: Exception) -> None:
+        """Marks the handle settled when a refusal says it no longer holds
+        the job (as the Rust, Node and Go handles do)."""
+        if isinstance(err, (AttemptSuperseded, JobNotRunning, JobNotFound)):
+            self.settled = True
+
+
+class ClaimInterrupted(Exception):
+    """A Claim of the run loop cut short by its stop signal (its RPC
+    cancelled): nothing was handed out. If the coordinator had committed
+    it, its jobs come back after their lease through a takeover that
+    reconciles first (docs/design.md rule 4)."""

@@ -4,6 +4,13 @@ errors as the synchronous one, with ``await``.
     async with AsyncWorkerClient("127.0.0.1:50051", "w-1", "refunds") as client:
         for job in await client.claim(4, wait_seconds=10):
             await job.complete("re_123", "{}")
+
+or with the run loop (``stop``: an ``asyncio.Event``):
+
+    async def handle(job):
+        await job.complete("re_%d" % job.job_id, "{}")
+
+    report = await client.run(handle, concurrency=4, stop=stop)
 """
 
 from __future__ import annotations
@@ -30,6 +37,8 @@ from .errors import (
     retryable_claim,
     retryable_write,
 )
+
+from .runner import AsyncHandler, RunReport, run_loop_async
 
 log = logging.getLogger("jobfence_worker")
 
@@ -110,6 +119,26 @@ class AsyncWorkerClient:
         response = await self._call("Claim", request, retryable_claim, extra_seconds=wait_seconds)
         return [AsyncClaimedJob(self, c) for c in response.jobs]
 
+    async def run(self, handler: AsyncHandler, concurrency: int = 1, *,
+                  wait_seconds: float = 10.0, stop: Optional[asyncio.Event] = None,
+                  on_claim_error: Optional[Callable[[JobfenceError], None]] = None,
+                  release_delay_seconds: float = 1.0, poll_seconds: float = 1.0) -> RunReport:
+        """As ``WorkerClient.run``, on the event loop: claims and handles
+        jobs until ``stop`` (an ``asyncio.Event``) is set, at most
+        ``concurrency`` (1..100) at once, each ``await handler(job)`` a task
+        of its own. It claims only for free slots; releases a job the
+        handler left unsettled with ``RETRY_RECONCILE``; after a failed
+        claim (an unknown outcome included: hold nothing) calls
+        ``on_claim_error``, backs off and claims again; stops claiming on
+        ``Denied`` or ``InvalidRequest`` and raises it once the handlers in
+        flight are done. When ``stop`` is set it cancels a long poll under
+        way and **finishes** what it holds: it awaits every handler in
+        flight, abandons no job, and returns a ``RunReport``."""
+        return await run_loop_async(self, handler, concurrency, wait_seconds=wait_seconds,
+                                    stop=stop, on_claim_error=on_claim_error,
+                                    release_delay_seconds=release_delay_seconds,
+                                    poll_seconds=poll_seconds)
+
     async def takeover(self, job_id: int) -> "AsyncClaimedJob":
         """Takes over one job whose lease expired; starts with RECONCILE."""
         request = _wire.takeover_request(job_id, self.worker_id, self.lease_seconds)
@@ -150,10 +179,14 @@ class AsyncClaimedJob(_wire.HandleBase):
         try:
             response = await self._client._call("Complete", request, retryable_write)
         except (AttemptSuperseded, JobNotRunning) as refusal:
+            self._refused(refusal)
             if provider_reference:
                 refusal.observation_recorded = await self._keep_evidence(provider_reference, result)
             raise
-        self.job = response.job
+        except JobfenceError as err:
+            self._refused(err)
+            raise
+        self._applied(response.job, settles=True)
         return Written(response.replayed, response.job)
 
     async def fail(self, disposition: Disposition, error: str,
@@ -169,15 +202,23 @@ class AsyncClaimedJob(_wire.HandleBase):
         (a throttled send was not processed: ``RETRY_EXECUTE``)."""
         request = _wire.fail_request(self.job_id, self._attempt, disposition, error,
                                      retry_delay_seconds, provider_retry_after_seconds)
-        response = await self._client._call("Fail", request, retryable_write)
-        self.job = response.job
+        try:
+            response = await self._client._call("Fail", request, retryable_write)
+        except JobfenceError as err:
+            self._refused(err)
+            raise
+        self._applied(response.job, settles=True)
         return _wire.fail_written(response)
 
     async def renew_lease(self, lease_seconds: float) -> Written:
         """Extends the lease from now (DB clock); never shortens it."""
         request = _wire.renew_request(self.job_id, self._attempt, lease_seconds)
-        response = await self._client._call("RenewLease", request, retryable_write)
-        self.job = response.job
+        try:
+            response = await self._client._call("RenewLease", request, retryable_write)
+        except JobfenceError as err:
+            self._refused(err)
+            raise
+        self._applied(response.job, settles=False)
         return Written(response.replayed, response.job)
 
     async def record_observation(self, outcome: str, provider_reference: str, body: str,

@@ -13,7 +13,7 @@ import grpc
 from . import _wire
 from ._proto import coordinator_pb2 as pb
 from .credentials import Credentials
-from ._wire import Disposition, FailWritten, Recorded, RetryPolicy, Written
+from ._wire import ClaimInterrupted, Disposition, FailWritten, Recorded, RetryPolicy, Written
 from .errors import (
     AttemptSuperseded,
     check_api_version,
@@ -23,8 +23,13 @@ from .errors import (
     retryable_claim,
     retryable_write,
 )
+from .runner import Handler, RunReport, run_loop
 
 log = logging.getLogger("jobfence_worker")
+
+#: How often a cancellable call (the run loop's Claim) looks at its stop
+#: signal, in seconds.
+_STOP_POLL_SECONDS = 0.05
 
 
 class WorkerClient:
@@ -70,13 +75,15 @@ class WorkerClient:
         self.close()
 
     def _call(self, method: str, request: Any, retryable: Callable[[JobfenceError], bool],
-              extra_seconds: float = 0.0) -> Any:
+              extra_seconds: float = 0.0, stop: Optional[threading.Event] = None) -> Any:
+        """One call under the retry policy. With ``stop`` (the run loop's
+        Claim), setting it cuts the call and its retries short with
+        ``ClaimInterrupted``."""
         started, tries = time.monotonic(), 0
         while True:
             tries += 1
             try:
-                response, call = self._calls[method].with_call(
-                    request, timeout=self.timeout_seconds + extra_seconds, metadata=self._metadata)
+                response, call = self._invoke(method, request, extra_seconds, stop)
                 check_api_version(call.initial_metadata())
                 return response
             except grpc.RpcError as err:
@@ -91,7 +98,27 @@ class WorkerClient:
                 with self._retries_lock:
                     self.retries += 1
                 log.debug("retrying %s in %.3f s after %r", method, wait, mapped)
-                time.sleep(wait)
+                if stop is None:
+                    time.sleep(wait)
+                elif stop.wait(wait):
+                    raise ClaimInterrupted() from None
+
+    def _invoke(self, method: str, request: Any, extra_seconds: float,
+                stop: Optional[threading.Event]) -> Tuple[Any, Any]:
+        """``(response, call)``; a failure raises the call's ``grpc.RpcError``."""
+        timeout = self.timeout_seconds + extra_seconds
+        if stop is None:
+            return self._calls[method].with_call(request, timeout=timeout,
+                                                 metadata=self._metadata)
+        # A blocking call cannot be interrupted; a future can be cancelled.
+        call = self._calls[method].future(request, timeout=timeout, metadata=self._metadata)
+        while True:
+            try:
+                return call.result(timeout=_STOP_POLL_SECONDS), call
+            except grpc.FutureTimeoutError:
+                if stop.is_set():
+                    call.cancel()
+                    raise ClaimInterrupted() from None
 
     def claim(self, max_jobs: int = 1, wait_seconds: float = 0.0) -> List["ClaimedJob"]:
         """Claims up to ``max_jobs`` due jobs; returns their handles (maybe
@@ -105,6 +132,54 @@ class WorkerClient:
                                       wait_seconds)
         response = self._call("Claim", request, retryable_claim, extra_seconds=wait_seconds)
         return [ClaimedJob(self, c) for c in response.jobs]
+
+    def _claim_until(self, stop: threading.Event, max_jobs: int,
+                     wait_seconds: float) -> List["ClaimedJob"]:
+        """``claim``, cut short (``ClaimInterrupted``) when ``stop`` is set."""
+        request = _wire.claim_request(self.queue, self.worker_id, max_jobs, self.lease_seconds,
+                                      wait_seconds)
+        response = self._call("Claim", request, retryable_claim, extra_seconds=wait_seconds,
+                              stop=stop)
+        return [ClaimedJob(self, c) for c in response.jobs]
+
+    def run(self, handler: Handler, concurrency: int = 1, *,
+            wait_seconds: float = 10.0, stop: Optional[threading.Event] = None,
+            on_claim_error: Optional[Callable[[JobfenceError], None]] = None,
+            release_delay_seconds: float = 1.0,
+            poll_seconds: float = 1.0) -> RunReport:
+        """Claims and handles jobs until ``stop`` (a ``threading.Event``) is
+        set, at most ``concurrency`` (1..100) at once, each handler in a
+        thread of its own: the run loop of every jobfence client (Rust
+        ``WorkerClient::run``, Node ``client.run``, Go ``client.Run``).
+
+        * It claims only for free slots: each Claim asks for exactly the
+          free slots (a long poll of ``wait_seconds``), so it never holds a
+          job it cannot start now.
+        * ``handler(job)`` gets a ``ClaimedJob`` and writes back through it
+          (``complete``, ``fail``; ``renew_lease`` for a long job: nothing
+          renews on its own). A job it leaves without a write that settled
+          it (it returned, or raised) is released with ``Fail(RETRY_RECONCILE)``
+          after ``release_delay_seconds``: reconcile, never resend, because
+          the handler may have reached the provider. Its exception is
+          logged and counted, never raised here.
+        * A Claim whose outcome is unknown (``OutcomeUnknown``, a lost
+          COMMIT included) hands out nothing and runs no handler: the jobs
+          it may have taken come back after their lease through a takeover
+          that reconciles first. It and any other failed Claim (after the
+          client's retries) go to ``on_claim_error`` (default: a warning
+          in the log), then the loop waits ``retry.backoff(failures)`` and
+          claims again.
+        * A Claim refused for who the caller is (``Denied``) or as an
+          ``InvalidRequest`` cannot succeed by asking again: the loop stops
+          claiming, lets the handlers in flight finish, and raises it.
+        * When ``stop`` is set it stops claiming (a long poll under way is
+          cancelled: nothing from it is handled) and **finishes** what it
+          holds: it waits for every handler in flight, which writes back as
+          usual, and abandons no job. Then it returns a ``RunReport``.
+        """
+        return run_loop(self, handler, concurrency, wait_seconds=wait_seconds, stop=stop,
+                        on_claim_error=on_claim_error,
+                        release_delay_seconds=release_delay_seconds, poll_seconds=poll_seconds)
 
     def takeover(self, job_id: int) -> "ClaimedJob":
         """Takes over one job whose lease expired; starts with RECONCILE."""
@@ -152,10 +227,14 @@ class ClaimedJob(_wire.HandleBase):
         try:
             response = self._client._call("Complete", request, retryable_write)
         except (AttemptSuperseded, JobNotRunning) as refusal:
+            self._refused(refusal)
             if provider_reference:
                 refusal.observation_recorded = self._keep_evidence(provider_reference, result)
             raise
-        self.job = response.job
+        except JobfenceError as err:
+            self._refused(err)
+            raise
+        self._applied(response.job, settles=True)
         return Written(response.replayed, response.job)
 
     def fail(self, disposition: Disposition, error: str,
@@ -171,15 +250,23 @@ class ClaimedJob(_wire.HandleBase):
         (a throttled send was not processed: ``RETRY_EXECUTE``)."""
         request = _wire.fail_request(self.job_id, self._attempt, disposition, error,
                                      retry_delay_seconds, provider_retry_after_seconds)
-        response = self._client._call("Fail", request, retryable_write)
-        self.job = response.job
+        try:
+            response = self._client._call("Fail", request, retryable_write)
+        except JobfenceError as err:
+            self._refused(err)
+            raise
+        self._applied(response.job, settles=True)
         return _wire.fail_written(response)
 
     def renew_lease(self, lease_seconds: float) -> Written:
         """Extends the lease from now (DB clock); never shortens it."""
         request = _wire.renew_request(self.job_id, self._attempt, lease_seconds)
-        response = self._client._call("RenewLease", request, retryable_write)
-        self.job = response.job
+        try:
+            response = self._client._call("RenewLease", request, retryable_write)
+        except JobfenceError as err:
+            self._refused(err)
+            raise
+        self._applied(response.job, settles=False)
         return Written(response.replayed, response.job)
 
     def record_observation(self, outcome: str, provider_reference: str, body: str,
