@@ -1,10 +1,10 @@
 // Package jobfence is the Go worker client of jobfence, a job coordinator
 // that fences every write back with an attempt (a fencing token).
 //
-// A Claim or Takeover that committed hands out *Job handles; every write
-// goes through the handle, which presents the attempt it was issued, and
-// the coordinator applies it only while that attempt is the job's current
-// one. Refusals are typed: switch on them with errors.Is (a Reason such as
+// A Claim or Takeover that committed hands out *ClaimedJob handles; every
+// write goes through the handle, which presents the attempt it was
+// issued, and the coordinator applies it only while that attempt is the
+// job's current one. Refusals are typed: switch on them with errors.Is (a Reason such as
 // ReasonAttemptSuperseded, or a kind such as ErrNotHolder) and read the
 // details with errors.As(err, &*Error). A late provider result refused as
 // stale is kept as an observation. See the package README.
@@ -140,9 +140,9 @@ func dur(d time.Duration) *durationpb.Duration { return durationpb.New(d) }
 // provider's budget allows now: claim only what you can send.
 //
 // Errors: ErrOutcomeUnknown (the claim may have committed: hold nothing;
-// its jobs come back after their lease), ErrNothingApplied after the
+// its jobs come back after their lease), ErrUnavailable after the
 // retries, ErrDenied, ReasonInvalidRequest.
-func (c *Client) Claim(ctx context.Context, maxJobs uint32, wait time.Duration) ([]*Job, error) {
+func (c *Client) Claim(ctx context.Context, maxJobs uint32, wait time.Duration) ([]*ClaimedJob, error) {
 	req := &pb.ClaimRequest{
 		Queue: c.cfg.Queue, WorkerId: c.cfg.WorkerID, MaxJobs: maxJobs, Lease: dur(c.cfg.Lease),
 	}
@@ -157,7 +157,7 @@ func (c *Client) Claim(ctx context.Context, maxJobs uint32, wait time.Duration) 
 	if err != nil {
 		return nil, err
 	}
-	jobs := make([]*Job, 0, len(resp.GetJobs()))
+	jobs := make([]*ClaimedJob, 0, len(resp.GetJobs()))
 	for _, cj := range resp.GetJobs() {
 		jobs = append(jobs, c.handle(cj))
 	}
@@ -169,7 +169,7 @@ func (c *Client) Claim(ctx context.Context, maxJobs uint32, wait time.Duration) 
 // ReasonLeaseNotExpired, ReasonJobFinished, ReasonJobNotRunning,
 // ReasonJobNotFound, and ErrProviderHeld (the provider's budget: ask again
 // after the error's RetryAfter).
-func (c *Client) Takeover(ctx context.Context, jobID uint64) (*Job, error) {
+func (c *Client) Takeover(ctx context.Context, jobID uint64) (*ClaimedJob, error) {
 	req := &pb.TakeoverRequest{JobId: jobID, WorkerId: c.cfg.WorkerID, Lease: dur(c.cfg.Lease)}
 	var resp *pb.TakeoverResponse
 	err := c.call(ctx, 0, retryClaim, func(ctx context.Context) (err error) {

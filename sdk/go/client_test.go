@@ -346,3 +346,17 @@ func TestReasonsComeFromTheAPI(t *testing.T) {
 		}
 	}
 }
+
+func TestTheSharedNamesAreTheEarlierOnes(t *testing.T) {
+	// ClaimedJob and ErrUnavailable are the names every jobfence client
+	// uses; Job and ErrNothingApplied stay, as the very same type and error.
+	var handle *Job = (*ClaimedJob)(nil)
+	_ = handle
+	if ErrNothingApplied != ErrUnavailable {
+		t.Fatal("ErrNothingApplied must be ErrUnavailable")
+	}
+	e := &Error{Reason: ReasonDatabaseUnavailable, Sent: true}
+	if !errors.Is(e, ErrUnavailable) || !errors.Is(e, ErrNothingApplied) {
+		t.Fatalf("%v is neither", e)
+	}
+}

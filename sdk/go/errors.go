@@ -55,7 +55,7 @@ const (
 //     COMMIT, or a transport failure after the request left). After a
 //     Claim or Takeover: hold nothing (docs/design.md rule 4). After a write:
 //     sending the same call again is safe, it is answered as a replay.
-//   - ErrNothingApplied: the coordinator (or the load balancer) said nothing
+//   - ErrUnavailable: the coordinator (or the load balancer) said nothing
 //     was applied; retry later (the client already did, within its budget).
 //   - ErrDenied: refused for who the caller is (UNAUTHENTICATED or
 //     PERMISSION_DENIED); never retried: fix the credential.
@@ -65,11 +65,18 @@ const (
 //     (RetryAfter says when to ask again).
 var (
 	ErrOutcomeUnknown = errors.New("jobfence: outcome unknown")
-	ErrNothingApplied = errors.New("jobfence: nothing applied")
+	ErrUnavailable    = errors.New("jobfence: nothing applied")
 	ErrDenied         = errors.New("jobfence: denied")
 	ErrNotHolder      = errors.New("jobfence: not the holder")
 	ErrProviderHeld   = errors.New("jobfence: held by the provider's budget")
 )
+
+// ErrNothingApplied is the earlier name of ErrUnavailable: the same error,
+// so errors.Is matches either.
+//
+// Deprecated: use ErrUnavailable, the name the Rust, Python and Node
+// clients give this kind too (Unavailable).
+var ErrNothingApplied = ErrUnavailable
 
 // Error is a failed jobfence call: its gRPC code, the ErrorInfo reason
 // (empty when the status carried none, e.g. a transport failure), the
@@ -107,7 +114,7 @@ func (e *Error) Is(target error) bool {
 	switch target {
 	case ErrOutcomeUnknown:
 		return e.outcomeUnknown()
-	case ErrNothingApplied:
+	case ErrUnavailable:
 		return e.nothingApplied()
 	case ErrDenied:
 		return e.Code == codes.Unauthenticated || e.Code == codes.PermissionDenied

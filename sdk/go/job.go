@@ -32,10 +32,11 @@ func (d Disposition) String() string {
 	return pb.FailDisposition(d).String()
 }
 
-// Job is a job this worker holds: handed out by a committed Claim or
-// Takeover, with the attempt it was issued. Every write presents that
-// attempt. Not safe for concurrent writes (one handler owns a job).
-type Job struct {
+// ClaimedJob is a job this worker holds: handed out by a committed Claim
+// or Takeover, with the attempt it was issued. Every write presents that
+// attempt. Not safe for concurrent writes (one handler owns a job). The
+// Rust, Python and Node clients name their handle ClaimedJob too.
+type ClaimedJob struct {
 	client  *Client
 	attempt uint64
 	// Job is the job as last seen (after the hand-out, then after each
@@ -51,40 +52,48 @@ type Job struct {
 	settled bool
 }
 
-func (c *Client) handle(cj *pb.ClaimedJob) *Job {
-	return &Job{
+// Job is the earlier name of ClaimedJob, the same type.
+//
+// Deprecated: use ClaimedJob, the name every jobfence client gives its
+// handle (Job is also the API's message, pb.Job).
+type Job = ClaimedJob
+
+func (c *Client) handle(cj *pb.ClaimedJob) *ClaimedJob {
+	return &ClaimedJob{
 		client: c, attempt: cj.GetJob().GetAttempt(), Job: cj.GetJob(),
 		Takeover: cj.GetTakeover(), Observations: cj.GetObservations(),
 	}
 }
 
 // ID is the job's id.
-func (j *Job) ID() uint64 { return j.Job.GetJobId() }
+func (j *ClaimedJob) ID() uint64 { return j.Job.GetJobId() }
 
 // OperationKey is THE idempotency key to send to the provider. It never
 // changes across attempts, so the provider de-duplicates a resend or a
 // reconcile by a later attempt. Never build a provider key from Attempt.
-func (j *Job) OperationKey() string { return j.Job.GetOperationKey() }
+func (j *ClaimedJob) OperationKey() string { return j.Job.GetOperationKey() }
 
 // Attempt is the fencing token this handle presents; for logs only.
-func (j *Job) Attempt() uint64 { return j.attempt }
+func (j *ClaimedJob) Attempt() uint64 { return j.attempt }
 
 // Payload is the job's payload as enqueued.
-func (j *Job) Payload() string { return j.Job.GetPayload() }
+func (j *ClaimedJob) Payload() string { return j.Job.GetPayload() }
 
 // Reconcile is true when the next action is RECONCILE (always after a
 // takeover): ask the provider what happened before sending anything.
-func (j *Job) Reconcile() bool { return j.Job.GetNextAction() == pb.NextAction_NEXT_ACTION_RECONCILE }
+func (j *ClaimedJob) Reconcile() bool {
+	return j.Job.GetNextAction() == pb.NextAction_NEXT_ACTION_RECONCILE
+}
 
 // Settled is true once a write settled the job or told this handle it no
 // longer holds it.
-func (j *Job) Settled() bool {
+func (j *ClaimedJob) Settled() bool {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	return j.settled
 }
 
-func (j *Job) settle() {
+func (j *ClaimedJob) settle() {
 	j.mu.Lock()
 	j.settled = true
 	j.mu.Unlock()
@@ -105,7 +114,7 @@ type FailWritten struct {
 	OverrideReason string
 }
 
-func (j *Job) written(job *pb.Job, replayed bool, settles bool) Written {
+func (j *ClaimedJob) written(job *pb.Job, replayed bool, settles bool) Written {
 	if job != nil {
 		j.Job = job
 	}
@@ -117,7 +126,7 @@ func (j *Job) written(job *pb.Job, replayed bool, settles bool) Written {
 
 // refused marks the handle settled when the coordinator says it no
 // longer holds the job.
-func (j *Job) refused(err error) error {
+func (j *ClaimedJob) refused(err error) error {
 	if errors.Is(err, ErrNotHolder) {
 		j.settle()
 	}
@@ -129,7 +138,7 @@ func (j *Job) refused(err error) error {
 // result is kept as an observation (source WORKER, outcome SUCCEEDED) and
 // the error says ObservationRecorded. Retried through an unknown outcome:
 // an applied Complete is answered as a replay.
-func (j *Job) Complete(ctx context.Context, providerReference, result string) (Written, error) {
+func (j *ClaimedJob) Complete(ctx context.Context, providerReference, result string) (Written, error) {
 	req := &pb.CompleteRequest{
 		JobId: j.ID(), Attempt: j.attempt, ProviderReference: providerReference, Result: result,
 	}
@@ -151,7 +160,7 @@ func (j *Job) Complete(ctx context.Context, providerReference, result string) (W
 
 // Fail reports a failure with a disposition; errText says what went
 // wrong (required); retryDelay is how long until a retried job is due.
-func (j *Job) Fail(ctx context.Context, d Disposition, errText string,
+func (j *ClaimedJob) Fail(ctx context.Context, d Disposition, errText string,
 	retryDelay time.Duration) (FailWritten, error) {
 	return j.fail(ctx, d, errText, retryDelay, 0)
 }
@@ -160,7 +169,7 @@ func (j *Job) Fail(ctx context.Context, d Disposition, errText string,
 // with Retry-After): providerRetryAfter is how long it asked to wait. The
 // coordinator then hands out nothing for the provider until then, on every
 // coordinator. A throttled send was not processed: RetryExecute.
-func (j *Job) FailThrottled(ctx context.Context, d Disposition, errText string,
+func (j *ClaimedJob) FailThrottled(ctx context.Context, d Disposition, errText string,
 	retryDelay, providerRetryAfter time.Duration) (FailWritten, error) {
 	if providerRetryAfter <= 0 {
 		providerRetryAfter = time.Second
@@ -168,7 +177,7 @@ func (j *Job) FailThrottled(ctx context.Context, d Disposition, errText string,
 	return j.fail(ctx, d, errText, retryDelay, providerRetryAfter)
 }
 
-func (j *Job) fail(ctx context.Context, d Disposition, errText string,
+func (j *ClaimedJob) fail(ctx context.Context, d Disposition, errText string,
 	retryDelay, providerRetryAfter time.Duration) (FailWritten, error) {
 	req := &pb.FailRequest{
 		JobId: j.ID(), Attempt: j.attempt, Disposition: pb.FailDisposition(d), Error: errText,
@@ -194,7 +203,7 @@ func (j *Job) fail(ctx context.Context, d Disposition, errText string,
 
 // RenewLease extends the lease to lease from now (DB clock); never
 // shortens it.
-func (j *Job) RenewLease(ctx context.Context, lease time.Duration) (Written, error) {
+func (j *ClaimedJob) RenewLease(ctx context.Context, lease time.Duration) (Written, error) {
 	req := &pb.RenewLeaseRequest{JobId: j.ID(), Attempt: j.attempt, Lease: dur(lease)}
 	var resp *pb.RenewLeaseResponse
 	err := j.client.call(ctx, 0, retryWrite, func(ctx context.Context) (err error) {
@@ -210,7 +219,7 @@ func (j *Job) RenewLease(ctx context.Context, lease time.Duration) (Written, err
 // RecordObservation records evidence about the job, allowed from any
 // attempt, stale included; it never changes the job. dedupKey is unique
 // per job: a repeat returns the first observation (duplicate true).
-func (j *Job) RecordObservation(ctx context.Context, outcome pb.ObservationOutcome,
+func (j *ClaimedJob) RecordObservation(ctx context.Context, outcome pb.ObservationOutcome,
 	providerReference, body, dedupKey string) (*pb.Observation, bool, error) {
 	req := &pb.RecordObservationRequest{
 		JobId: j.ID(), Attempt: j.attempt, Source: pb.ObservationSource_OBSERVATION_SOURCE_WORKER,
@@ -227,7 +236,7 @@ func (j *Job) RecordObservation(ctx context.Context, outcome pb.ObservationOutco
 	return resp.GetObservation(), resp.GetDuplicate(), nil
 }
 
-func (j *Job) keepEvidence(ctx context.Context, providerReference, result string) bool {
+func (j *ClaimedJob) keepEvidence(ctx context.Context, providerReference, result string) bool {
 	_, _, err := j.RecordObservation(ctx, pb.ObservationOutcome_OBSERVATION_OUTCOME_SUCCEEDED,
 		providerReference, result, ObservationDedupKey(j.client.cfg.WorkerID, providerReference))
 	if err != nil {

@@ -64,13 +64,13 @@ type retryable func(*Error) bool
 // Claims and takeovers: only what applied nothing. After an unclear
 // claim the worker holds nothing; what it may have taken comes back
 // after its lease, through a takeover that reconciles first.
-func retryClaim(e *Error) bool { return errors.Is(e, ErrNothingApplied) }
+func retryClaim(e *Error) bool { return errors.Is(e, ErrUnavailable) }
 
 // Writes, observations and reads: also an unknown outcome, because the
 // coordinator answers an applied write as a replay and de-duplicates
 // observations; never a refusal.
 func retryWrite(e *Error) bool {
-	return errors.Is(e, ErrNothingApplied) || errors.Is(e, ErrOutcomeUnknown)
+	return errors.Is(e, ErrUnavailable) || errors.Is(e, ErrOutcomeUnknown)
 }
 
 // Retries counts the retries the client made since it was made: calls

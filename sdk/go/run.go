@@ -26,7 +26,7 @@ type RunOptions struct {
 // through the job (Complete, Fail, FailThrottled). A job it leaves without
 // a write that settled it is released with RetryReconcile: the handler
 // may have reached the provider.
-type Handler func(ctx context.Context, job *Job) error
+type Handler func(ctx context.Context, job *ClaimedJob) error
 
 // Run claims and handles jobs until ctx ends, at most Concurrency at once.
 // A claim refused for who the caller is (ErrDenied) or as an invalid
@@ -89,7 +89,7 @@ func (c *Client) Run(ctx context.Context, handler Handler, opts RunOptions) erro
 		failures = 0
 		for _, job := range jobs {
 			handlers.Add(1)
-			go func(job *Job) {
+			go func(job *ClaimedJob) {
 				defer handlers.Done()
 				defer func() { <-slots }()
 				c.handleOne(work, handler, job)
@@ -98,7 +98,7 @@ func (c *Client) Run(ctx context.Context, handler Handler, opts RunOptions) erro
 	}
 }
 
-func (c *Client) handleOne(ctx context.Context, handler Handler, job *Job) {
+func (c *Client) handleOne(ctx context.Context, handler Handler, job *ClaimedJob) {
 	why := "handler returned without writing back"
 	func() {
 		defer func() {

@@ -510,8 +510,9 @@ async fn shutdown_lets_the_handler_in_flight_finish_and_claims_nothing_more() {
     let client = sdk(&h, config("worker-a", Q)).await;
     let (handler, started, go) = gated();
     let (stop, stopped) = oneshot::channel::<()>();
+    // The run loop by its name on the client (the same loop as Worker::run).
     let runner = tokio::spawn(async move {
-        Worker::new(client)
+        client
             .run(handler, async {
                 let _ = stopped.await;
             })

@@ -1,5 +1,5 @@
 """The Python side of tests/system/polyglot_python.rs: a worker built on
-python/src/jobfence_worker, driven step by step over stdin/stdout so the Rust
+sdk/python/src/jobfence_worker, driven step by step over stdin/stdout so the Rust
 side can take a job over at an exact point. Every expectation about the
 refusals is asserted here, in Python.
 

@@ -248,7 +248,7 @@ impl Agent {
                 vec![
                     (
                         "PYTHONPATH",
-                        repo().join("python/src").display().to_string(),
+                        repo().join("sdk/python/src").display().to_string(),
                     ),
                     ("PYTHONUNBUFFERED", "1".into()),
                 ],

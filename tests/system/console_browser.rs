@@ -371,7 +371,7 @@ async fn the_console_in_a_browser() {
     assert!(
         has_selenium,
         "the Python interpreter {python:?} cannot import selenium: install \
-         python/requirements.txt into it (scripts/test does, into .local/venv)"
+         tests/requirements.txt into it (scripts/python-env does, into .local/venv)"
     );
     for bin in [&chromium, &chromedriver] {
         assert!(

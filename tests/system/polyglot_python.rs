@@ -1,9 +1,15 @@
-//! A Python worker (python/src/jobfence_worker) against the coordinator served
+//! A Python worker (sdk/python/src/jobfence_worker) against the coordinator served
 //! in-process: it claims and completes a job, then holds one that the Rust
 //! side takes over at an exact point of its script, and must be refused
 //! with ATTEMPT_SUPERSEDED (asserted in Python) and keep its late result as
 //! an observation (asserted here too). The two sides step each other over
 //! the script's stdin/stdout; nothing waits on a clock.
+//!
+//! Then the package's run loop (`WorkerClient.run`, and
+//! `AsyncWorkerClient.run`), with three slots, over jobs whose handlers
+//! complete, leave without a write or raise: every job ends succeeded, the
+//! ones its handler left are released to reconcile and completed by the
+//! next attempt, and no more than three are handled at once.
 //!
 //! The interpreter is `$JOBFENCE_PYTHON` (scripts/test points it at
 //! .local/venv), else `python3`. Without grpcio this test fails; it never
@@ -48,8 +54,8 @@ fn require_grpc(python: &str) {
         out.status.success(),
         "the Python interpreter {python:?} cannot import grpcio \
          (grpcio, grpcio-status, googleapis-common-protos): \
-         install python/requirements.txt into it, or set JOBFENCE_PYTHON to one that has them \
-         (scripts/test does both with .local/venv).\n{}",
+         install the dependencies of sdk/python/pyproject.toml into it, or set JOBFENCE_PYTHON \
+         to one that has them (scripts/python-env does both with .local/venv).\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
 }
@@ -63,13 +69,14 @@ struct Script {
 }
 
 impl Script {
-    fn start(args: &[String]) -> Script {
+    /// Runs `tests/polyglot/<script>` with `args`.
+    fn start(script: &str, args: &[String]) -> Script {
         let python = python();
         require_grpc(&python);
         let mut child = Command::new(&python)
-            .arg(repo().join("tests/polyglot/python_worker.py"))
+            .arg(repo().join("tests/polyglot").join(script))
             .args(args)
-            .env("PYTHONPATH", repo().join("python/src"))
+            .env("PYTHONPATH", repo().join("sdk/python/src"))
             .env("PYTHONUNBUFFERED", "1")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -148,12 +155,15 @@ async fn a_python_worker_is_fenced_like_a_rust_one() {
         .unwrap()
         .local_addr()
         .unwrap();
-    let mut py = Script::start(&[
-        h.addr.to_string(),
-        WORKER.to_owned(),
-        Q.to_owned(),
-        closed.to_string(),
-    ]);
+    let mut py = Script::start(
+        "python_worker.py",
+        &[
+            h.addr.to_string(),
+            WORKER.to_owned(),
+            Q.to_owned(),
+            closed.to_string(),
+        ],
+    );
 
     // 1. Claim, complete, replay.
     let claimed = py.expect("CLAIMED").await;
@@ -222,4 +232,86 @@ async fn a_python_worker_is_fenced_like_a_rust_one() {
     assert_eq!(o.dedup_key, observation_dedup_key(WORKER, "re_py_late"));
     assert_eq!(h.count_events(held, "stale_write_rejected").await, 2);
     h.finish().await;
+}
+
+/// The package's run loop over six jobs of one queue: `ok` jobs complete
+/// on their first attempt; the `leave` job's handler returns without a
+/// write and the `raise` job's raises, so the loop releases both with
+/// RETRY_RECONCILE and the next attempt completes them.
+async fn the_run_loop_handles_and_releases(aio: bool) {
+    let h = Harness::start().await;
+    let queue = if aio { "py-run-aio" } else { "py-run" };
+    let worker = format!("{queue}-1");
+    let mut jobs = Vec::new();
+    for (i, payload) in ["ok", "leave", "ok", "raise", "ok", "ok"]
+        .iter()
+        .enumerate()
+    {
+        let key = format!("refund-{queue}-{i}");
+        jobs.push((h.enqueue(queue, &key, payload).await.job_id, *payload));
+    }
+    let mut args: Vec<String> = aio.then(|| "--aio".to_owned()).into_iter().collect();
+    args.extend([
+        h.addr.to_string(),
+        worker.clone(),
+        queue.to_owned(),
+        jobs.len().to_string(),
+    ]);
+    let mut py = Script::start("python_run_loop.py", &args);
+    let report: std::collections::BTreeMap<String, u64> = py
+        .expect("REPORT")
+        .await
+        .iter()
+        .filter_map(|kv| kv.split_once('='))
+        .map(|(k, v)| (k.to_owned(), v.parse().unwrap()))
+        .collect();
+    py.expect("DONE").await;
+    py.finish();
+
+    let count = |k: &str| {
+        report
+            .get(k)
+            .copied()
+            .unwrap_or_else(|| panic!("{k}: {report:?}"))
+    };
+    assert_eq!(
+        count("claimed"),
+        8,
+        "six jobs, two of them twice: {report:?}"
+    );
+    assert_eq!(count("handled"), 8, "{report:?}");
+    assert_eq!(count("handler_errors"), 1, "{report:?}");
+    assert_eq!(count("released"), 2, "{report:?}");
+    assert_eq!(count("unclear_claims"), 0, "{report:?}");
+    let peak = count("peak");
+    assert!((1..=3).contains(&peak), "at most three at once: {report:?}");
+    for (id, payload) in jobs {
+        let row = h.row(id).await;
+        let attempts = if payload == "ok" { 1 } else { 2 };
+        assert_eq!(row.state, JobState::Succeeded, "job {id} ({payload})");
+        assert_eq!(row.attempt, attempts, "job {id} ({payload})");
+        assert_eq!(row.lease_owner.as_deref(), Some(worker.as_str()));
+        assert_eq!(
+            row.provider_reference,
+            Some(format!("re_py_run_{id}")),
+            "job {id} ({payload})"
+        );
+        assert_eq!(h.count_events(id, "completed").await, 1);
+        assert_eq!(
+            h.count_events(id, "retry_scheduled").await,
+            usize::from(payload != "ok"),
+            "job {id} ({payload}) released once"
+        );
+    }
+    h.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_python_run_loop_handles_and_releases_jobs() {
+    the_run_loop_handles_and_releases(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_python_asyncio_run_loop_handles_and_releases_jobs() {
+    the_run_loop_handles_and_releases(true).await;
 }

@@ -245,14 +245,14 @@ async fn the_python_package_installs_in_a_fresh_venv_and_runs_its_refund_worker(
 
 #[tokio::test]
 async fn the_python_package_unit_tests_pass() {
-    // python/tests: one exception class per reason of the coordinator, and
+    // sdk/python/tests: one exception class per reason of the coordinator, and
     // stubs that match proto/ (grpcio-tools is in .local/venv).
     let python = std::env::var("JOBFENCE_PYTHON").unwrap_or_else(|_| "python3".into());
     run(
-        "python -m unittest discover -s python/tests",
+        "python -m unittest discover -s sdk/python/tests",
         Command::new(python)
-            .args(["-m", "unittest", "discover", "-s", "python/tests"])
-            .env("PYTHONPATH", repo().join("python/src"))
+            .args(["-m", "unittest", "discover", "-s", "sdk/python/tests"])
+            .env("PYTHONPATH", repo().join("sdk/python/src"))
             .current_dir(repo()),
     )
     .await;

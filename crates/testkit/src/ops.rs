@@ -113,7 +113,7 @@ pub fn python() -> String {
         let venv = venv.to_str().unwrap().to_owned();
         assert!(
             std::path::Path::new(&venv).exists(),
-            "no JOBFENCE_PYTHON and no {venv}: run scripts/test, or create the venv and pip install -r python/requirements.txt"
+            "no JOBFENCE_PYTHON and no {venv}: run scripts/test, or scripts/python-env (which makes the venv)"
         );
         venv
     })

@@ -147,7 +147,7 @@ func (p *Provider) Find(ctx context.Context, reference string) ([]Refund, error)
 
 // Handler returns the jobfence handler of one refund job.
 func Handler(p *Provider) jobfence.Handler {
-	return func(ctx context.Context, job *jobfence.Job) error {
+	return func(ctx context.Context, job *jobfence.ClaimedJob) error {
 		var payload struct {
 			PaymentID string `json:"payment_id"`
 			Amount    int64  `json:"amount"`
@@ -179,7 +179,7 @@ func Handler(p *Provider) jobfence.Handler {
 	}
 }
 
-func reconcile(ctx context.Context, p *Provider, job *jobfence.Job) error {
+func reconcile(ctx context.Context, p *Provider, job *jobfence.ClaimedJob) error {
 	found, err := p.Find(ctx, job.OperationKey())
 	var t *throttled
 	switch {
@@ -204,7 +204,7 @@ func reconcile(ctx context.Context, p *Provider, job *jobfence.Job) error {
 	return write(job.Fail(ctx, jobfence.RetryExecute, "not found at the provider; resend with the same idempotency key", 500*time.Millisecond))
 }
 
-func settled(ctx context.Context, job *jobfence.Job, r Refund) error {
+func settled(ctx context.Context, job *jobfence.ClaimedJob, r Refund) error {
 	switch r.Status {
 	case "succeeded":
 		body, _ := json.Marshal(r)

@@ -11,14 +11,17 @@ import {
   AttemptSuperseded,
   ClaimedJob,
   credentialsFromEnv,
+  Denied,
   Disposition,
   FailWritten,
+  Handler,
   JobNotRunning,
   NotAuthorized,
   observationDedupKey,
   OutcomeUnknown,
   REASONS,
   RetryPolicy,
+  RunOptions,
   Unavailable,
   WorkerClient,
   Written,
@@ -76,6 +79,12 @@ async function main(): Promise<void> {
     onClaimError: (err: Error) => {
       if (err instanceof NotAuthorized) stop.abort();
     },
+  });
+  // The names the four clients share: Handler, RunOptions, Denied.
+  const handler: Handler = handle;
+  const options: RunOptions = { concurrency: 2, waitSeconds: 5, signal: stop.signal };
+  await client.run(handler, options).catch((err: unknown) => {
+    if (!(err instanceof Denied)) throw err;
   });
   client.close();
 }

@@ -227,7 +227,7 @@ class WorkerClient {
    * RETRY_RECONCILE: the handler may have reached the provider. A claim
    * that failed after the client's retries (OutcomeUnknown: hold nothing;
    * Unavailable) goes to `onClaimError` (by default a line on stderr),
-   * then the loop backs off and claims again. A claim refused for who the caller is (NotAuthorized: no or a
+   * then the loop backs off and claims again. A claim refused for who the caller is (Denied: no or a
    * bad credential, another queue's, a role without Claim) or as an
    * InvalidRequest cannot succeed by asking again: the loop stops
    * claiming, lets the handlers in flight finish, and `run` rejects with

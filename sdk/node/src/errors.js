@@ -9,7 +9,7 @@
 // or a transport failure), where the call may have been applied (after a
 // Claim or Takeover: hold nothing); Unavailable (DatabaseUnavailable,
 // TransactionConflict, Overloaded), where nothing was applied: retry later;
-// NotAuthorized (Unauthenticated: CredentialMissing, CredentialInvalid,
+// Denied, also named NotAuthorized (Unauthenticated: CredentialMissing, CredentialInvalid,
 // CredentialExpired; PermissionDenied: RoleNotAllowed, QueueNotAllowed,
 // OperatorMismatch), where the caller may not make the call: nothing was
 // applied, never retried.
@@ -175,6 +175,9 @@ class InternalError extends JobfenceError {}
 class ServerShuttingDown extends JobfenceError {}
 /** Refused for who the caller is: nothing applied, never retried; fix the credential. */
 class NotAuthorized extends JobfenceError {}
+// The name every jobfence client gives this family (Rust Denied, Go
+// ErrDenied, Python Denied): the same class as NotAuthorized, which stays.
+const Denied = NotAuthorized;
 class Unauthenticated extends NotAuthorized {}
 class CredentialMissing extends Unauthenticated {}
 class CredentialInvalid extends Unauthenticated {}
@@ -317,7 +320,7 @@ module.exports = {
   JobFinished, LeaseNotExpired, OperationKeyConflict, JobNotInManualReview, JobNotCancellable,
   InvalidRequest, OutcomeUnknown, CommitOutcomeUnknown, Unavailable, DatabaseUnavailable,
   TransactionConflict, Overloaded, NoCoordinatorServing, InternalError, ServerShuttingDown, NotAuthorized,
-  Unauthenticated, CredentialMissing, CredentialInvalid, CredentialExpired, PermissionDenied, RoleNotAllowed,
+  Denied, Unauthenticated, CredentialMissing, CredentialInvalid, CredentialExpired, PermissionDenied, RoleNotAllowed,
   QueueNotAllowed, OperatorMismatch, ProviderHeld, ProviderBudgetExhausted, ProviderPaused, ProviderThrottled,
   fromStatus, fromServiceError,
   retryableWrite, retryableClaim, neverSent, encodeStatusForTests: (obj) => Status.encode(Status.fromObject(obj)).finish(),

@@ -115,8 +115,23 @@ export declare class WorkerClient {
   getJob(jobId: number): Promise<{ job: Job; observations: Observation[] }>;
   enqueue(queue: string, operationKey: string, payload: string, options?: { delaySeconds?: number }): Promise<{ job: Job; created: boolean }>;
   enqueueBatch(items: Array<{ queue: string; operationKey: string; payload: string }>): Promise<unknown[]>;
-  /** Claims and handles jobs until `signal` aborts; a claim that failed after the retries goes to `onClaimError` (default: a line on stderr), then it claims again. Rejects with the error when a claim is refused for who the caller is (NotAuthorized) or as an InvalidRequest: asking again cannot succeed. */
-  run(handler: (job: ClaimedJob) => Promise<void>, options?: { concurrency?: number; waitSeconds?: number; signal?: AbortSignal; onClaimError?: (err: Error) => void }): Promise<void>;
+  /** Claims and handles jobs until `signal` aborts; a claim that failed after the retries goes to `onClaimError` (default: a line on stderr), then it claims again. Rejects with the error when a claim is refused for who the caller is (Denied) or as an InvalidRequest: asking again cannot succeed. */
+  run(handler: Handler, options?: RunOptions): Promise<void>;
+}
+
+/** The work `run` does with each job it holds: write back through the job; one left unsettled is released with RETRY_RECONCILE. */
+export type Handler = (job: ClaimedJob) => Promise<void>;
+
+/** The options of `run` (Go `RunOptions`). */
+export interface RunOptions {
+  /** Jobs handled at once (default 1); `run` claims only for free slots. */
+  concurrency?: number;
+  /** The long poll of each Claim, in seconds (default 10). */
+  waitSeconds?: number;
+  /** Aborting it stops the claiming; the handlers in flight finish. */
+  signal?: AbortSignal;
+  /** Hears a claim that failed after the retries (default: a line on stderr). */
+  onClaimError?: (err: Error) => void;
 }
 
 /** A job this worker holds; every write presents its attempt. */
@@ -182,6 +197,8 @@ export declare class InternalError extends JobfenceError {}
 export declare class ServerShuttingDown extends JobfenceError {}
 /** Refused for who the caller is: nothing was applied; never retried. */
 export declare class NotAuthorized extends JobfenceError {}
+/** NotAuthorized under the name every jobfence client gives it: the same class. */
+export { NotAuthorized as Denied };
 export declare class Unauthenticated extends NotAuthorized {}
 export declare class CredentialMissing extends Unauthenticated {}
 export declare class CredentialInvalid extends Unauthenticated {}

@@ -133,3 +133,9 @@ test('credentials come from the environment, the token from its file', () => {
   assert.deepStrictEqual(jw.credentialsFromEnv({}), {});
   assert.throws(() => jw.credentialsFromEnv({ JOBFENCE_TLS_CLIENT_CERT: file }), /JOBFENCE_TLS_CLIENT_KEY/);
 });
+
+test('Denied is NotAuthorized under the name every client shares', () => {
+  assert.strictEqual(jw.Denied, jw.NotAuthorized);
+  const err = fromStatus(Code.UNAUTHENTICATED, 'no', status(Code.UNAUTHENTICATED, 'CREDENTIAL_MISSING'));
+  assert.ok(err instanceof jw.Denied);
+});

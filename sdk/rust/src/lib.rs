@@ -16,8 +16,10 @@
 //!   the attempt is readable for logs only.
 //! - A provider success that can no longer be written back (superseded) is
 //!   kept as an observation instead of being dropped (rule 7).
-//! - [`Worker::run`] runs a [`Handler`] on up to `max_in_flight` jobs at a
-//!   time, claims only for free slots, and shuts down gracefully.
+//! - [`WorkerClient::run`] (the same loop as [`Worker::run`]) runs a
+//!   [`Handler`] on up to `max_in_flight` jobs at a time, claims only for
+//!   free slots, and shuts down gracefully: the run loop every jobfence
+//!   client has (docs/workers.md, "The clients side by side").
 //! - Calls are retried with exponential backoff and jitter only where a
 //!   repeat cannot do harm (see [`WorkerClient::claim`] for why a Claim is
 //!   not one of them); a refusal for who the caller is

@@ -1,10 +1,13 @@
-//! [`Worker::run`]: claims jobs as slots free up, runs a [`Handler`] on
-//! each, and shuts down gracefully.
+//! [`Worker::run`] (and [`WorkerClient::run`], the same loop): claims jobs
+//! as slots free up, runs a [`Handler`] on each, and shuts down gracefully.
 
-use super::client::WorkerClient;
+use super::client::{WorkerClient, WorkerConfig};
+use super::error::ClaimError;
 use super::handle::{ClaimedJob, Disposition};
 use std::future::Future;
+use std::ops::ControlFlow;
 use std::sync::Arc;
+use std::time::Duration;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 
@@ -110,109 +113,171 @@ impl Worker {
         handler: H,
         shutdown: impl Future<Output = ()>,
     ) -> RunReport {
-        let config = self.client.config().clone();
-        let slots = Arc::new(Semaphore::new(config.max_in_flight as usize));
-        let handler = Arc::new(handler);
-        let mut tasks = JoinSet::new();
-        let mut report = RunReport::default();
-        let mut failures = 0u32;
+        let mut run = Run::new(self.client.clone(), handler);
         tokio::pin!(shutdown);
-        loop {
-            while let Some(done) = tasks.try_join_next() {
-                tally(&mut report, done);
+        while run.round(&mut shutdown).await.is_continue() {}
+        run.wind_down().await
+    }
+}
+
+impl WorkerClient {
+    /// The run loop, on the client as every jobfence client has it
+    /// (Python `client.run`, Node `client.run`, Go `client.Run`): the same
+    /// as `Worker::new(client.clone()).run(handler, shutdown)`, which
+    /// stays. The slots are [`WorkerConfig::max_in_flight`](super::WorkerConfig::max_in_flight).
+    pub async fn run<H: Handler>(
+        &self,
+        handler: H,
+        shutdown: impl Future<Output = ()>,
+    ) -> RunReport {
+        Worker::new(self.clone()).run(handler, shutdown).await
+    }
+}
+
+/// The state of one [`Worker::run`]: its handlers in flight and its counts.
+struct Run<H> {
+    client: WorkerClient,
+    config: WorkerConfig,
+    slots: Arc<Semaphore>,
+    handler: Arc<H>,
+    tasks: JoinSet<Finished>,
+    report: RunReport,
+    /// Failed claims in a row, for the backoff.
+    failures: u32,
+}
+
+impl<H: Handler> Run<H> {
+    fn new(client: WorkerClient, handler: H) -> Self {
+        let config = client.config().clone();
+        Run {
+            slots: Arc::new(Semaphore::new(config.max_in_flight as usize)),
+            client,
+            config,
+            handler: Arc::new(handler),
+            tasks: JoinSet::new(),
+            report: RunReport::default(),
+            failures: 0,
+        }
+    }
+
+    /// One round: wait for a free slot, claim for every free slot, hand the
+    /// jobs to handlers, then pause if the answer says so. Breaks on
+    /// `shutdown` or on a claim that cannot succeed by asking again.
+    async fn round<S: Future<Output = ()> + Unpin>(&mut self, shutdown: &mut S) -> ControlFlow<()> {
+        while let Some(done) = self.tasks.try_join_next() {
+            tally(&mut self.report, done);
+        }
+        // Wait for a free slot; only then ask for work.
+        let first = tokio::select! {
+            biased;
+            _ = &mut *shutdown => return ControlFlow::Break(()),
+            permit = self.slots.clone().acquire_owned() => permit.expect("the slot semaphore is never closed"),
+        };
+        let mut permits = vec![first];
+        while let Ok(p) = self.slots.clone().try_acquire_owned() {
+            permits.push(p);
+        }
+        let asked = tokio::time::Instant::now();
+        // A long-polling Claim is cut short by the shutdown signal (its
+        // RPC cancelled: a claim the coordinator had not started yet is
+        // dropped; one it had committed comes back after its lease).
+        let claimed = tokio::select! {
+            biased;
+            _ = &mut *shutdown => {
+                self.report.interrupted_claims += 1;
+                return ControlFlow::Break(());
             }
-            // Wait for a free slot; only then ask for work.
-            let first = tokio::select! {
+            claimed = self.client.claim_waiting(permits.len() as u32, self.config.claim_wait) => claimed,
+        };
+        let wait = match claimed {
+            Ok(jobs) => self.dispatch(jobs, &mut permits, asked),
+            Err(e) => self.claim_failed(e)?,
+        };
+        drop(permits);
+        if let Some(wait) = wait {
+            tokio::select! {
                 biased;
-                _ = &mut shutdown => break,
-                permit = slots.clone().acquire_owned() => permit.expect("the slot semaphore is never closed"),
-            };
-            let mut permits = vec![first];
-            while let Ok(p) = slots.clone().try_acquire_owned() {
-                permits.push(p);
-            }
-            let asked = tokio::time::Instant::now();
-            // A long-polling Claim is cut short by the shutdown signal (its
-            // RPC cancelled: a claim the coordinator had not started yet is
-            // dropped; one it had committed comes back after its lease).
-            let claimed = tokio::select! {
-                biased;
-                _ = &mut shutdown => {
-                    report.interrupted_claims += 1;
-                    break;
-                }
-                claimed = self.client.claim_waiting(permits.len() as u32, config.claim_wait) => claimed,
-            };
-            let wait = match claimed {
-                Ok(jobs) => {
-                    failures = 0;
-                    let idle = jobs.is_empty();
-                    for job in jobs {
-                        report.claimed += 1;
-                        report.takeovers += u64::from(job.is_takeover());
-                        let permit = permits.pop().expect("a claim never exceeds the free slots");
-                        tasks.spawn(handle_one(
-                            handler.clone(),
-                            job,
-                            permit,
-                            config.release_delay,
-                        ));
-                    }
-                    // Poll only when the coordinator did not wait for work
-                    // (long poll off, or a draining coordinator).
-                    let waited = asked.elapsed() >= config.claim_wait / 2;
-                    (idle && !waited).then_some(config.poll_interval)
-                }
-                Err(e @ (super::ClaimError::Denied(_) | super::ClaimError::Invalid(_))) => {
-                    report.failed_claims += 1;
-                    tracing::error!(error = %e, "claim refused; asking again cannot succeed: stopping");
-                    report.stopped_by = Some(e.to_string());
-                    break;
-                }
-                Err(e) => {
-                    failures = failures.saturating_add(1);
-                    if matches!(e, super::ClaimError::OutcomeUnknown(_)) {
-                        report.unclear_claims += 1;
-                        tracing::warn!(error = %e, "claim outcome unknown: holding nothing");
-                    } else {
-                        report.failed_claims += 1;
-                        tracing::warn!(error = %e, "claim failed");
-                    }
-                    Some(config.retry.backoff(failures))
-                }
-            };
-            drop(permits);
-            if let Some(wait) = wait {
-                tokio::select! {
-                    biased;
-                    _ = &mut shutdown => break,
-                    _ = tokio::time::sleep(wait) => {}
-                }
+                _ = &mut *shutdown => return ControlFlow::Break(()),
+                _ = tokio::time::sleep(wait) => {}
             }
         }
+        ControlFlow::Continue(())
+    }
+
+    /// Starts a handler for each claimed job, each on one of `permits`;
+    /// says how long to pause before the next claim, if at all.
+    fn dispatch(
+        &mut self,
+        jobs: Vec<ClaimedJob>,
+        permits: &mut Vec<OwnedSemaphorePermit>,
+        asked: tokio::time::Instant,
+    ) -> Option<Duration> {
+        self.failures = 0;
+        let idle = jobs.is_empty();
+        for job in jobs {
+            self.report.claimed += 1;
+            self.report.takeovers += u64::from(job.is_takeover());
+            let permit = permits.pop().expect("a claim never exceeds the free slots");
+            self.tasks.spawn(handle_one(
+                self.handler.clone(),
+                job,
+                permit,
+                self.config.release_delay,
+            ));
+        }
+        // Poll only when the coordinator did not wait for work (long poll
+        // off, or a draining coordinator).
+        let waited = asked.elapsed() >= self.config.claim_wait / 2;
+        (idle && !waited).then_some(self.config.poll_interval)
+    }
+
+    /// Counts a failed claim: breaks when asking again cannot succeed,
+    /// else says how long to back off.
+    fn claim_failed(&mut self, e: ClaimError) -> ControlFlow<(), Option<Duration>> {
+        if matches!(e, ClaimError::Denied(_) | ClaimError::Invalid(_)) {
+            self.report.failed_claims += 1;
+            tracing::error!(error = %e, "claim refused; asking again cannot succeed: stopping");
+            self.report.stopped_by = Some(e.to_string());
+            return ControlFlow::Break(());
+        }
+        self.failures = self.failures.saturating_add(1);
+        if matches!(e, ClaimError::OutcomeUnknown(_)) {
+            self.report.unclear_claims += 1;
+            tracing::warn!(error = %e, "claim outcome unknown: holding nothing");
+        } else {
+            self.report.failed_claims += 1;
+            tracing::warn!(error = %e, "claim failed");
+        }
+        ControlFlow::Continue(Some(self.config.retry.backoff(self.failures)))
+    }
+
+    /// After the loop: waits up to `shutdown_grace` for the handlers in
+    /// flight, then aborts the rest (their jobs stay leased and come back
+    /// through a takeover).
+    async fn wind_down(mut self) -> RunReport {
         tracing::info!(
-            in_flight = tasks.len(),
-            grace_ms = config.shutdown_grace.as_millis() as u64,
+            in_flight = self.tasks.len(),
+            grace_ms = self.config.shutdown_grace.as_millis() as u64,
             "stopped claiming; waiting for handlers in flight"
         );
-        let grace = tokio::time::sleep(config.shutdown_grace);
+        let grace = tokio::time::sleep(self.config.shutdown_grace);
         tokio::pin!(grace);
         loop {
             tokio::select! {
-                done = tasks.join_next() => match done {
-                    Some(done) => tally(&mut report, done),
+                done = self.tasks.join_next() => match done {
+                    Some(done) => tally(&mut self.report, done),
                     None => break,
                 },
                 _ = &mut grace => {
-                    report.abandoned = tasks.len() as u64;
-                    tracing::warn!(abandoned = report.abandoned, "shutdown grace over: abandoning handlers (their jobs come back after the lease)");
-                    tasks.abort_all();
-                    while tasks.join_next().await.is_some() {}
+                    self.report.abandoned = self.tasks.len() as u64;
+                    tracing::warn!(abandoned = self.report.abandoned, "shutdown grace over: abandoning handlers (their jobs come back after the lease)");
+                    self.tasks.abort_all();
+                    while self.tasks.join_next().await.is_some() {}
                     break;
                 }
             }
         }
-        report
+        self.report
     }
 }
 

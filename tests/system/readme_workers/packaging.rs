@@ -61,12 +61,15 @@ fn versions_are_written_in_one_place() {
     assert_eq!(api_major, jobfence_api::MAJOR);
     let copies = [
         (
-            "python/pyproject.toml",
-            toml_version("python/pyproject.toml", "[project]"),
+            "sdk/python/pyproject.toml",
+            toml_version("sdk/python/pyproject.toml", "[project]"),
         ),
         (
-            "python/src/jobfence_worker/__init__.py",
-            value_after("python/src/jobfence_worker/__init__.py", "__version__ = "),
+            "sdk/python/src/jobfence_worker/__init__.py",
+            value_after(
+                "sdk/python/src/jobfence_worker/__init__.py",
+                "__version__ = ",
+            ),
         ),
         (
             "sdk/node/package.json",
@@ -85,8 +88,8 @@ fn versions_are_written_in_one_place() {
     }
     let majors = [
         (
-            "python/src/jobfence_worker/errors.py",
-            value_after("python/src/jobfence_worker/errors.py", "API_MAJOR = "),
+            "sdk/python/src/jobfence_worker/errors.py",
+            value_after("sdk/python/src/jobfence_worker/errors.py", "API_MAJOR = "),
         ),
         (
             "sdk/node/src/errors.js",
@@ -217,9 +220,9 @@ async fn the_rust_crates_package_and_pass_a_publish_dry_run() {
 async fn the_python_wheel_and_sdist_pass_twine_and_the_wheel_runs_the_readme_worker() {
     let python = std::env::var("JOBFENCE_PYTHON").unwrap_or_else(|_| "python3".into());
     let dir = scratch("packaging-python");
-    // A copy of python/, so the build leaves nothing in the checkout.
+    // A copy of sdk/python/, so the build leaves nothing in the checkout.
     let src = dir.join("src");
-    copy_dir(&repo().join("python"), &src);
+    copy_dir(&repo().join("sdk/python"), &src);
     let _ = std::fs::remove_dir_all(src.join("build"));
     let dist = dir.join("dist");
     run(

@@ -14,7 +14,7 @@
 //!    with it) and two for a reconcile (that check, then the lookup); the
 //!    Python, Node and Go ones one either way, and none of them retries a
 //!    call within a hand-out (`crates/tools/src/refund_worker/handler.rs`,
-//!    `python/src/jobfence_worker/refund_worker.py`,
+//!    `sdk/python/src/jobfence_worker/refund_worker.py`,
 //!    `sdk/node/src/refund_worker.js`, `sdk/go/refund/refund.go`).
 //! 2. **The rate is under the limit.** Over any `W` seconds the budget
 //!    spends at most `b + 0.8·L·W` units (`b` its burst, `L` the limit),

@@ -172,7 +172,7 @@ async fn run_workload(
             ];
             // The package from its source tree (its dependencies are in
             // the venv scripts/python-env made).
-            let mut env = vec![("PYTHONPATH", "python/src".to_owned())];
+            let mut env = vec![("PYTHONPATH", "sdk/python/src".to_owned())];
             env.extend(cluster.client_env(credentials::PYTHON_WORKERS));
             cluster
                 .workers

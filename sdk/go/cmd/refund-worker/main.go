@@ -50,7 +50,7 @@ func main() {
 	defer client.Close()
 	log.Printf("go refund worker %s started on %s", *workerID, *coordinator)
 	handle := refund.Handler(refund.NewProvider(*provider, *providerTimeout))
-	err = client.Run(ctx, func(ctx context.Context, job *jobfence.Job) error {
+	err = client.Run(ctx, func(ctx context.Context, job *jobfence.ClaimedJob) error {
 		err := handle(ctx, job)
 		if err != nil {
 			// The handler's errors are its writes that failed after the

@@ -131,6 +131,12 @@ class ReasonsTest(unittest.TestCase):
             grpc.StatusCode.PERMISSION_DENIED, "QUEUE_NOT_ALLOWED", {"queue": "payouts", "job_id": "7"}))
         self.assertEqual((err.queue, err.job_id), ("payouts", 7))
 
+    def test_denied_is_not_authorized_under_the_name_every_client_shares(self):
+        self.assertIs(jw.Denied, jw.NotAuthorized)
+        err = from_status(grpc.StatusCode.UNAUTHENTICATED, "no", status(
+            grpc.StatusCode.UNAUTHENTICATED, "CREDENTIAL_MISSING"))
+        self.assertIsInstance(err, jw.Denied)
+
 
 class CredentialsTest(unittest.TestCase):
     def test_from_env_reads_the_token_file_and_never_shows_it(self):

@@ -12,7 +12,7 @@ The classes form three families a worker acts on:
   call may have been applied. After a Claim or Takeover: hold nothing;
 * ``Unavailable`` (``DatabaseUnavailable``, ``TransactionConflict``,
   ``Overloaded``): nothing was applied; retry after a backoff;
-* ``NotAuthorized`` (``Unauthenticated``: ``CredentialMissing``,
+* ``Denied``, also named ``NotAuthorized`` (``Unauthenticated``: ``CredentialMissing``,
   ``CredentialInvalid``, ``CredentialExpired``; ``PermissionDenied``:
   ``RoleNotAllowed``, ``QueueNotAllowed``, ``OperatorMismatch``): the caller
   may not make this call; nothing was applied and it is never retried.
@@ -201,6 +201,13 @@ class NotAuthorized(JobfenceError):
     """A refusal for who the caller is: nothing was applied, and the same
     credential cannot change that. Never retried: fix the credential
     (``Credentials``) or the coordinator's callers file."""
+
+
+#: The name every jobfence client gives this family (Rust
+#: ``WriteError::Denied``/``ClaimError::Denied``, Go ``ErrDenied``, Node
+#: ``Denied``): the same class as ``NotAuthorized``, which stays for the
+#: code that already catches it.
+Denied = NotAuthorized
 
 
 class Unauthenticated(NotAuthorized):
@@ -423,7 +430,8 @@ def retryable_claim(err: JobfenceError) -> bool:
 
 __all__ = [
     "AttemptNotIssued", "AttemptSuperseded", "CommitOutcomeUnknown", "CredentialExpired",
-    "CredentialInvalid", "CredentialMissing", "DOMAIN", "DatabaseUnavailable", "InternalError",
+    "CredentialInvalid", "CredentialMissing", "DOMAIN", "DatabaseUnavailable", "Denied",
+    "InternalError",
     "EventsCursorPruned", "InvalidRequest", "JobFinished", "JobNotCancellable", "JobNotFound",
     "JobNotInManualReview", "JobPruned",
     "JobNotRunning", "JobfenceError", "LeaseNotExpired", "NoCoordinatorServing", "NotAuthorized",

@@ -2,7 +2,7 @@
 afresh with grpcio-tools, coordinator.proto and errors.proto must give the
 same file descriptors as the ones in ``_proto/coordinator_pb2.py`` and
 ``_proto/errors_pb2.py``. When it fails, run
-``python python/tools/gen_stubs.py`` and commit the result."""
+``python sdk/python/tools/gen_stubs.py`` and commit the result."""
 
 import os
 import tempfile
@@ -13,7 +13,7 @@ from google.protobuf import descriptor_pb2
 
 from jobfence_worker._proto import coordinator_pb2, errors_pb2
 
-REPO = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, os.pardir)
+REPO = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, os.pardir, os.pardir)
 
 
 def without_json_names(fd):
@@ -43,8 +43,8 @@ class StubsTest(unittest.TestCase):
             with open(out, "rb") as f:
                 fresh = descriptor_pb2.FileDescriptorSet.FromString(f.read()).file[0]
         shipped = descriptor_pb2.FileDescriptorProto.FromString(stub.DESCRIPTOR.serialized_pb)
-        self.assertEqual(without_json_names(shipped), without_json_names(fresh), "python/src/jobfence_worker/_proto is stale: "
-                         "run python python/tools/gen_stubs.py")
+        self.assertEqual(without_json_names(shipped), without_json_names(fresh), "sdk/python/src/jobfence_worker/_proto is stale: "
+                         "run python sdk/python/tools/gen_stubs.py")
 
     def test_shipped_stubs_match_proto(self):
         self.check("coordinator.proto", coordinator_pb2)

@@ -2,14 +2,14 @@
 (``src/jobfence_worker/_proto/coordinator_pb2.py``, ``errors_pb2.py`` and
 their ``.pyi``) from the repository's ``proto/``, with grpcio-tools:
 
-    python python/tools/gen_stubs.py
+    python sdk/python/tools/gen_stubs.py
 
 Only the messages are generated: the client calls the service's methods by
 name from the file descriptor, for the synchronous and the asyncio channel
 alike, so no ``_pb2_grpc`` module (and no grpcio version pin) is needed.
 ``errors_pb2`` carries the enum ``ErrorReason`` from which ``REASONS``
 (``jobfence_worker.errors``) is built: every reason a coordinator sends.
-``python/tests/test_stubs.py`` fails when the shipped stubs no longer
+``sdk/python/tests/test_stubs.py`` fails when the shipped stubs no longer
 describe ``proto/``.
 """
 
@@ -23,7 +23,7 @@ from importlib import resources
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PACKAGE = os.path.join(HERE, os.pardir, "src", "jobfence_worker", "_proto")
-PROTO_ROOT = os.path.join(HERE, os.pardir, os.pardir, "proto")
+PROTO_ROOT = os.path.join(HERE, os.pardir, os.pardir, os.pardir, "proto")
 # The files the package ships stubs of (the client speaks JobCoordinator;
 # errors.proto lists the ErrorInfo reasons).
 PROTOS = [os.path.join("jobfence", "v1", name) for name in ("coordinator.proto", "errors.proto")]

@@ -1,0 +1,234 @@
+"""What the synchronous and the asyncio clients share: the messages, the
+method table, the request builders and the result types. No I/O here."""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import random
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, Optional, Tuple
+
+from google.protobuf import duration_pb2
+
+from ._proto import coordinator_pb2 as pb
+from .errors import AttemptSuperseded, JobNotFound, JobNotRunning
+
+SERVICE = "jobfence.v1.JobCoordinator"
+
+
+def methods() -> Dict[str, Tuple[str, Callable[[Any], bytes], Callable[[bytes], Any]]]:
+    """``name -> (path, serializer, deserializer)`` for every method of the
+    service, read from the shipped file descriptor (so a channel of either
+    kind can call it with ``unary_unary``)."""
+    out = {}
+    service = pb.DESCRIPTOR.services_by_name["JobCoordinator"]
+    for m in service.methods:
+        request = getattr(pb, m.input_type.name)
+        response = getattr(pb, m.output_type.name)
+        out[m.name] = ("/%s/%s" % (SERVICE, m.name), request.SerializeToString, response.FromString)
+    return out
+
+
+class Disposition(enum.Enum):
+    """How Fail disposes of the job (the API's FailDisposition)."""
+
+    RETRY_RECONCILE = "FAIL_DISPOSITION_RETRY_RECONCILE"
+    RETRY_EXECUTE = "FAIL_DISPOSITION_RETRY_EXECUTE"
+    FAILED = "FAIL_DISPOSITION_FAILED"
+    MANUAL_REVIEW = "FAIL_DISPOSITION_MANUAL_REVIEW"
+
+
+@dataclass
+class RetryPolicy:
+    """How patiently a call that is safe to repeat is retried: for up to
+    ``budget`` seconds from its first try (no retry starts whose wait would
+    end past it; 0 turns retrying off), with a backoff that doubles from
+    ``initial`` seconds up to ``maximum`` seconds, half of it random (equal
+    jitter). The default, 30 s from 50 ms up to 2 s, is the same in every
+    jobfence client and outlasts a 10-second database outage."""
+
+    budget: float = 30.0
+    initial: float = 0.05
+    maximum: float = 2.0
+
+    def backoff(self, retry: int) -> float:
+        """Seconds to wait before retry number ``retry`` (1 for the first)."""
+        ceiling = min(self.maximum, self.initial * (2 ** max(0, retry - 1)))
+        return ceiling / 2 + random.uniform(0, ceiling / 2)
+
+    def wait(self, retry: int, error: object) -> float:
+        """Seconds to wait before retry number ``retry`` after ``error``:
+        the backoff, or the server's retry-after hint (``retry_after`` of
+        an ``Overloaded``, from google.rpc.RetryInfo) when that is longer."""
+        hint = getattr(error, "retry_after", None) or 0.0
+        return max(self.backoff(retry), hint)
+
+    def next_wait(self, retry: int, error: object, elapsed: float) -> Optional[float]:
+        """``wait(retry, error)``, or None when it would end past the
+        budget (``elapsed``: seconds since the call's first try)."""
+        wait = self.wait(retry, error)
+        return None if elapsed + wait > self.budget else wait
+
+
+@dataclass
+class Written:
+    """An applied Complete or RenewLease. ``replayed``: this exact call had
+    already been applied (its answer was lost); nothing was written again."""
+
+    replayed: bool
+    job: pb.Job
+
+
+@dataclass
+class FailWritten:
+    """An applied Fail. ``applied`` may differ from the request when the
+    coordinator turned a resend into manual review (``override_reason``)."""
+
+    replayed: bool
+    job: pb.Job
+    applied: Disposition
+    override_reason: str
+
+
+@dataclass
+class Recorded:
+    """A recorded observation; ``duplicate`` when its dedup key existed."""
+
+    observation: pb.Observation
+    duplicate: bool
+
+
+def observation_dedup_key(worker_id: str, provider_reference: str) -> str:
+    """``worker:<worker_id>:<provider_reference>``, or ``worker-sha256:<hex>``
+    of both when longer than 255 bytes: the same key every jobfence SDK
+    derives, so one worker reporting one result twice records it once."""
+    plain = "worker:%s:%s" % (worker_id, provider_reference)
+    if len(plain.encode()) <= 255:
+        return plain
+    digest = hashlib.sha256(worker_id.encode() + b"\0" + provider_reference.encode())
+    return "worker-sha256:" + digest.hexdigest()
+
+
+def duration(seconds: float) -> duration_pb2.Duration:
+    """Seconds as a protobuf Duration."""
+    d = duration_pb2.Duration()
+    d.seconds = int(seconds)
+    d.nanos = int(round((seconds - int(seconds)) * 1e9))
+    return d
+
+
+def claim_request(queue: str, worker_id: str, max_jobs: int, lease_seconds: float,
+                  wait_seconds: float) -> pb.ClaimRequest:
+    request = pb.ClaimRequest(queue=queue, worker_id=worker_id, max_jobs=max_jobs,
+                              lease=duration(lease_seconds))
+    if wait_seconds > 0:
+        request.wait.CopyFrom(duration(wait_seconds))
+    return request
+
+
+def takeover_request(job_id: int, worker_id: str, lease_seconds: float) -> pb.TakeoverRequest:
+    return pb.TakeoverRequest(job_id=job_id, worker_id=worker_id, lease=duration(lease_seconds))
+
+
+def complete_request(job_id: int, attempt: int, provider_reference: str,
+                     result: str) -> pb.CompleteRequest:
+    return pb.CompleteRequest(job_id=job_id, attempt=attempt,
+                              provider_reference=provider_reference, result=result)
+
+
+def fail_request(job_id: int, attempt: int, disposition: Disposition, error: str,
+                 retry_delay_seconds: float,
+                 provider_retry_after_seconds: Optional[float] = None) -> pb.FailRequest:
+    request = pb.FailRequest(job_id=job_id, attempt=attempt,
+                             disposition=pb.FailDisposition.Value(disposition.value), error=error,
+                             retry_delay=duration(retry_delay_seconds))
+    if provider_retry_after_seconds is not None:
+        request.provider_retry_after.CopyFrom(duration(provider_retry_after_seconds))
+    return request
+
+
+def renew_request(job_id: int, attempt: int, lease_seconds: float) -> pb.RenewLeaseRequest:
+    return pb.RenewLeaseRequest(job_id=job_id, attempt=attempt, lease=duration(lease_seconds))
+
+
+def observation_request(job_id: int, attempt: int, outcome: str, provider_reference: str,
+                        body: str, dedup_key: str) -> pb.RecordObservationRequest:
+    """``outcome`` like ``"SUCCEEDED"`` (an ObservationOutcome without its prefix)."""
+    return pb.RecordObservationRequest(
+        job_id=job_id, attempt=attempt,
+        source=pb.ObservationSource.Value("OBSERVATION_SOURCE_WORKER"),
+        outcome=pb.ObservationOutcome.Value("OBSERVATION_OUTCOME_" + outcome),
+        provider_reference=provider_reference, body=body, dedup_key=dedup_key)
+
+
+def fail_written(response: pb.FailResponse) -> FailWritten:
+    return FailWritten(response.replayed, response.job,
+                       Disposition(pb.FailDisposition.Name(response.applied)),
+                       response.override_reason)
+
+
+class HandleBase:
+    """The read-only part of a job handle: what a Claim or Takeover handed
+    out. Every write presents ``attempt``; the coordinator applies it only
+    while that attempt is the job's current one (and the job is running)."""
+
+    def __init__(self, claimed: pb.ClaimedJob, worker_id: str) -> None:
+        self.job: pb.Job = claimed.job
+        self._attempt: int = claimed.job.attempt
+        self._worker_id = worker_id
+        self.takeover: bool = claimed.takeover
+        self.observations = list(claimed.observations)
+        #: True once a write told this handle it no longer holds the job:
+        #: its Complete or Fail was applied (or replayed), or a write was
+        #: refused as superseded, not running or not found. The run loop
+        #: releases a job whose handler returned while it was still False.
+        self.settled: bool = False
+
+    @property
+    def job_id(self) -> int:
+        return self.job.job_id
+
+    @property
+    def operation_key(self) -> str:
+        """THE idempotency key to send to the provider. Never changes
+        across attempts, so the provider de-duplicates a resend or a
+        reconcile by a later attempt; a key built from the attempt would
+        look like a new operation."""
+        return self.job.operation_key
+
+    @property
+    def attempt(self) -> int:
+        """The fencing token, for logs only: never put it in a provider key."""
+        return self._attempt
+
+    @property
+    def payload(self) -> str:
+        return self.job.payload
+
+    @property
+    def next_action(self) -> str:
+        """``"NEXT_ACTION_EXECUTE"`` or ``"NEXT_ACTION_RECONCILE"`` (always
+        RECONCILE after a takeover: ask the provider what happened first)."""
+        return pb.NextAction.Name(self.job.next_action)
+
+    def _evidence_key(self, provider_reference: str) -> str:
+        return observation_dedup_key(self._worker_id, provider_reference)
+
+    def _applied(self, job: pb.Job, settles: bool) -> None:
+        self.job = job
+        if settles:
+            self.settled = True
+
+    def _refused(self, err: Exception) -> None:
+        """Marks the handle settled when a refusal says it no longer holds
+        the job (as the Rust, Node and Go handles do)."""
+        if isinstance(err, (AttemptSuperseded, JobNotRunning, JobNotFound)):
+            self.settled = True
+
+
+class ClaimInterrupted(Exception):
+    """A Claim of the run loop cut short by its stop signal (its RPC
+    cancelled): nothing was handed out. If the coordinator had committed
+    it, its jobs come back after their lease through a takeover that
+    reconciles first (docs/design.md rule 4)."""
