@@ -117,7 +117,7 @@ pub async fn run(args: DemoArgs, interrupted: impl Future<Output = ()>) -> Resul
     let mut report = cluster.report(&setup, &plan, &happened).await?;
     report.add_pruned_retries(&pruned);
     println!("{}", report.render());
-    if let Some(console) = &setup.console_listen {
+    if let Some(console) = &cluster.console {
         println!(
             "console: http://{console}/ shows this run (the coordinator stays up for it; \
              Ctrl-C stops it)"
