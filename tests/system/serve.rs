@@ -356,13 +356,8 @@ async fn the_readmes_grpcurl_examples_work_as_printed() {
         String::from_utf8_lossy(&out.stderr)
     );
     let mut server = tokio::process::Command::new(bin)
-        .args([
-            "serve",
-            "--database-url",
-            &db.url,
-            "--listen",
-            "127.0.0.1:0",
-        ])
+        .args(["serve", "--database-url", &db.url])
+        .args(["--listen", "127.0.0.1:0"])
         .arg("--tls-cert")
         .arg(creds.join("server.pem"))
         .arg("--tls-key")
@@ -532,13 +527,8 @@ async fn a_token_issued_with_the_cli_works_after_sighup_and_not_after_revocation
     );
     let callers = dir.join("callers");
     let mut server = tokio::process::Command::new(bin)
-        .args([
-            "serve",
-            "--database-url",
-            &db.url,
-            "--listen",
-            "127.0.0.1:0",
-        ])
+        .args(["serve", "--database-url", &db.url])
+        .args(["--listen", "127.0.0.1:0"])
         .arg("--tls-cert")
         .arg(dir.join("server.pem"))
         .arg("--tls-key")
