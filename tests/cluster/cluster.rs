@@ -14,6 +14,7 @@ use jobfence_api::v1::{
 };
 use jobfence_fake_provider::netcut::NetCut as Proxy;
 use jobfence_tools::demo::coordinators::haproxy_config;
+use kit::process::{addr_in_file, free_port, SERVING_GRPC, SERVING_METRICS};
 use kit::{url_host_port, TestDb};
 use sqlx::Row;
 use std::path::{Path, PathBuf};
@@ -24,14 +25,6 @@ use std::time::{Duration, Instant};
 use tonic::transport::Channel;
 
 const Q: &str = "refunds";
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 fn haproxy_bin() -> PathBuf {
     if let Ok(p) = std::env::var("JOBFENCE_HAPROXY") {
@@ -73,39 +66,42 @@ struct Coordinator {
 }
 
 impl Coordinator {
-    fn start(name: &'static str, database_url: &str, dir: &Path) -> Coordinator {
-        Self::start_with(name, database_url, dir, &["--insecure".into()])
+    async fn start(name: &'static str, database_url: &str, dir: &Path) -> Coordinator {
+        Self::start_with(name, database_url, dir, &["--insecure".into()]).await
     }
 
     /// [`Coordinator::start`] with `security` instead of `--insecure`.
-    fn start_with(
+    /// It listens on port 0; its ports are read from its log.
+    async fn start_with(
         name: &'static str,
         database_url: &str,
         dir: &Path,
         security: &[String],
     ) -> Coordinator {
-        let (grpc, metrics) = (free_port(), free_port());
-        let log = std::fs::File::create(dir.join(format!("{name}.log"))).unwrap();
+        let path = dir.join(format!("{name}.log"));
+        let log = std::fs::File::create(&path).unwrap();
         let child = Command::new(env!("CARGO_BIN_EXE_jobfence"))
             .args(["serve", "--database-url", database_url])
             .args(security)
-            .args(["--listen", &format!("127.0.0.1:{grpc}")])
-            .args(["--metrics-listen", &format!("127.0.0.1:{metrics}")])
+            .args(["--listen", "127.0.0.1:0"])
+            .args(["--metrics-listen", "127.0.0.1:0"])
             // A health ping may take 2 s before the coordinator calls the
             // database unreachable: on a loaded CI machine a 500 ms ping
             // timeout flapped a healthy coordinator to NOT_SERVING, and
             // HAProxy took it out between two calls of one test.
             .args(["--health-interval", "500ms", "--health-timeout", "2s"])
             .args(["--drain-delay", "2s"])
+            .env("JOBFENCE_LOG", "info")
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
             .unwrap();
+        let process = Some(Running(child));
         Coordinator {
             name,
-            grpc,
-            metrics,
-            process: Some(Running(child)),
+            grpc: addr_in_file(&path, SERVING_GRPC).await.port(),
+            metrics: addr_in_file(&path, SERVING_METRICS).await.port(),
+            process,
         }
     }
 
@@ -241,8 +237,9 @@ async fn two_coordinators_behind_haproxy_balance_drain_and_follow_the_database()
         .replace(&upstream.to_string(), &db_proxy.addr.to_string());
     let dir = std::env::temp_dir().join(format!("jobfence-cluster-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let mut c1 = Coordinator::start("c1", &via_proxy, &dir);
-    let c2 = Coordinator::start("c2", &via_proxy, &dir);
+    let mut c1 = Coordinator::start("c1", &via_proxy, &dir).await;
+    let c2 = Coordinator::start("c2", &via_proxy, &dir).await;
+    // HAProxy cannot bind port 0 (see kit::process::free_port).
     let listen = free_port();
     let (_haproxy, socket) = start_haproxy(listen, &[&c1, &c2], &dir);
     time_until(Duration::from_secs(20), || async {
@@ -518,7 +515,8 @@ async fn haproxy_reencrypts_tls_and_still_answers_when_no_coordinator_is_up() {
         "--callers".into(),
         files.callers.display().to_string(),
     ];
-    let mut c1 = Coordinator::start_with("c1", &db.url, &dir, &security);
+    let mut c1 = Coordinator::start_with("c1", &db.url, &dir, &security).await;
+    // HAProxy cannot bind port 0 (see kit::process::free_port).
     let listen = free_port();
     let tls = jobfence_tools::demo::coordinators::HaproxyTls {
         frontend_pem: frontend,

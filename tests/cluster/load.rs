@@ -35,14 +35,6 @@ const FLOOD_FOR: Duration = Duration::from_secs(6);
 /// the flood.
 const JOBS: usize = 150;
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// The resident set of `pid`, in KiB.
 fn rss_kib(pid: u32) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
@@ -134,11 +126,14 @@ async fn a_flood_is_refused_quickly_while_memory_stays_flat_and_work_goes_on() {
         queues: queues.into(),
     });
     let files = pki::dev_setup(&dir, &["localhost", "127.0.0.1"], &callers, &[]).unwrap();
-    let port = free_port();
-    let addr = format!("127.0.0.1:{port}");
-    let metrics_addr = format!("127.0.0.1:{}", free_port());
     let mut server = tokio::process::Command::new(env!("CARGO_BIN_EXE_jobfence"))
-        .args(["serve", "--database-url", &db.url, "--listen", &addr])
+        .args([
+            "serve",
+            "--database-url",
+            &db.url,
+            "--listen",
+            "127.0.0.1:0",
+        ])
         .arg("--tls-cert")
         .arg(&files.server_cert)
         .arg("--tls-key")
@@ -153,14 +148,17 @@ async fn a_flood_is_refused_quickly_while_memory_stays_flat_and_work_goes_on() {
         .args(["--max-concurrent-calls", &MAX_CALLS.to_string()])
         .args(["--max-calls-per-caller", &MAX_CALLS_PER_CALLER.to_string()])
         .args(["--max-claim-wait", "5s", "--call-timeout", "10s"])
-        .args(["--metrics-listen", &metrics_addr])
-        .env("JOBFENCE_LOG", "error")
+        .args(["--metrics-listen", "127.0.0.1:0"])
+        // Errors only, but the lines that say where it listens (port 0).
+        .env("JOBFENCE_LOG", "error,jobfence_server=info")
         .stdin(Stdio::null())
         .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
+        .stderr(Stdio::piped())
         .kill_on_drop(true)
         .spawn()
         .unwrap();
+    let log = kit::process::ServeLog::follow(&mut server);
+    let (addr, metrics_addr) = (log.grpc().await.to_string(), log.metrics().await);
     let pid = server.id().unwrap();
     let creds = |caller: &str| Credentials {
         tls_ca_pem: Some(std::fs::read(&files.ca).unwrap()),

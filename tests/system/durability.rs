@@ -8,6 +8,7 @@
 
 use jobfence_testkit as kit;
 
+use kit::process::{find_bin, free_port, SERVING_METRICS};
 use kit::{base_url, TestDb};
 use serde_json::Value;
 use sqlx::mysql::MySqlPool;
@@ -18,28 +19,6 @@ use std::time::{Duration, Instant};
 use tokio::io::AsyncBufReadExt;
 
 const BIN: &str = env!("CARGO_BIN_EXE_jobfence");
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// `name` on PATH or in the sbin/bin directories, as `scripts/mariadb` looks.
-fn find_bin(name: &str) -> PathBuf {
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&path)
-        .chain(
-            ["/usr/sbin", "/usr/bin", "/usr/local/sbin", "/usr/local/bin"]
-                .iter()
-                .map(PathBuf::from),
-        )
-        .map(|d| d.join(name))
-        .find(|p| p.is_file())
-        .unwrap_or_else(|| panic!("{name} not found: run scripts/test, which installs MariaDB"))
-}
 
 /// A MariaDB server of this test's own (temporary datadir, loopback port),
 /// flushing its redo log once a second. Killed and removed on drop, also
@@ -84,6 +63,7 @@ impl PrivateMariadb {
             socket =
                 std::env::temp_dir().join(format!("jf-durability-{}.sock", std::process::id()));
         }
+        // mariadbd cannot bind port 0 (`--port=0` is its default port).
         let port = free_port();
         // The flags of scripts/mariadb, but a small buffer pool and the
         // setting under test.
@@ -149,12 +129,11 @@ struct Served {
     logs: Arc<Mutex<Vec<Value>>>,
     /// Reads stderr into `logs` until it ends.
     reader: Option<tokio::task::JoinHandle<()>>,
-    metrics: String,
 }
 
 impl Served {
+    /// Listens on port 0; the addresses are in its log.
     fn spawn(database_url: &str, extra: &[&str]) -> Served {
-        let metrics = format!("127.0.0.1:{}", free_port());
         let mut child = tokio::process::Command::new(BIN)
             .args([
                 "--log-format",
@@ -164,8 +143,8 @@ impl Served {
                 "--database-url",
                 database_url,
             ])
-            .args(["--listen", &format!("127.0.0.1:{}", free_port())])
-            .args(["--metrics-listen", &metrics])
+            .args(["--listen", "127.0.0.1:0"])
+            .args(["--metrics-listen", "127.0.0.1:0"])
             .args(["--health-interval", "100ms", "--drain-delay", "0s"])
             .args(extra)
             .env("JOBFENCE_LOG", "info")
@@ -190,13 +169,19 @@ impl Served {
             child,
             logs,
             reader: Some(reader),
-            metrics,
         }
+    }
+
+    /// Where it serves `/metrics`, once it said so.
+    fn metrics(&self) -> Option<String> {
+        let logs = self.logs.lock().unwrap();
+        let line = logs.iter().find(|l| message(l) == SERVING_METRICS)?;
+        line["fields"]["listen"].as_str().map(String::from)
     }
 
     /// `jobfence_database_durable` as scraped now (`None`: not there yet).
     async fn durable_gauge(&self) -> Option<i64> {
-        let text = reqwest::get(format!("http://{}/metrics", self.metrics))
+        let text = reqwest::get(format!("http://{}/metrics", self.metrics()?))
             .await
             .ok()?
             .text()

@@ -47,6 +47,30 @@ fn tool(name: &str) -> PathBuf {
     path
 }
 
+/// The address Prometheus bound, from its log (its web listener binds
+/// port 0 and logs `msg="Listening on" address=127.0.0.1:PORT`).
+async fn listening_on(log: &Path) -> String {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        let found = text
+            .lines()
+            .filter(|l| l.contains("msg=\"Listening on\""))
+            .find_map(|l| {
+                l.split_whitespace()
+                    .find_map(|w| w.strip_prefix("address="))
+            });
+        if let Some(addr) = found {
+            return addr.to_owned();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "prometheus did not say where it listens within 30 s:\n{text}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 fn rules() -> PathBuf {
     repo().join("deploy/prometheus/jobfence.rules.yml")
 }
@@ -274,12 +298,6 @@ async fn a_real_prometheus_scrapes_every_metric_the_rules_and_the_dashboard_use(
     assert!(wanted.contains("jobfence_takeovers_total"), "{wanted:?}");
 
     let db = TestDb::new().await;
-    let port = || jobfence_tools::procs::free_port().unwrap();
-    let (grpc, metrics, web) = (
-        format!("127.0.0.1:{}", port()),
-        format!("127.0.0.1:{}", port()),
-        format!("127.0.0.1:{}", port()),
-    );
     let mut coordinator = Command::new(BIN)
         .args([
             "serve",
@@ -287,15 +305,18 @@ async fn a_real_prometheus_scrapes_every_metric_the_rules_and_the_dashboard_use(
             "--database-url",
             &db.url,
             "--listen",
-            &grpc,
+            "127.0.0.1:0",
         ])
-        .args(["--metrics-listen", &metrics])
+        .args(["--metrics-listen", "127.0.0.1:0"])
         .args(["--pending-refresh-interval", "1s", "--drain-delay", "0s"])
-        .env("JOBFENCE_LOG", "warn")
+        .env("JOBFENCE_LOG", "info")
         .stdin(Stdio::null())
+        .stderr(Stdio::piped())
         .kill_on_drop(true)
         .spawn()
         .expect("start jobfence serve");
+    let log = kit::process::ServeLog::follow(&mut coordinator);
+    let (grpc, metrics) = (log.grpc().await.to_string(), log.metrics().await);
     jobfence_tools::procs::wait_coordinator(&grpc, &Default::default())
         .await
         .unwrap();
@@ -321,7 +342,7 @@ async fn a_real_prometheus_scrapes_every_metric_the_rules_and_the_dashboard_use(
             "--storage.tsdb.path={}",
             dir.join("data").display()
         ))
-        .arg(format!("--web.listen-address={web}"))
+        .arg("--web.listen-address=127.0.0.1:0")
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::from(
@@ -330,6 +351,7 @@ async fn a_real_prometheus_scrapes_every_metric_the_rules_and_the_dashboard_use(
         .kill_on_drop(true)
         .spawn()
         .expect("start prometheus");
+    let web = listening_on(&dir.join("prometheus.log")).await;
 
     let http = reqwest::Client::new();
     let deadline = Instant::now() + Duration::from_secs(60);

@@ -180,25 +180,19 @@ async fn serve_prunes_on_its_interval_and_shows_it_in_metrics() {
     let db = TestDb::new().await;
     let pool = db.pool();
     old_finished_jobs(&pool, 2, 2).await;
-    let port = |()| {
-        std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port()
-    };
-    let metrics = format!("127.0.0.1:{}", port(()));
-    let _server = tokio::process::Command::new(BIN)
+    let mut server = tokio::process::Command::new(BIN)
         .args(["serve", "--insecure", "--database-url", &db.url])
-        .args(["--listen", &format!("127.0.0.1:{}", port(()))])
-        .args(["--metrics-listen", &metrics])
+        .args(["--listen", "127.0.0.1:0"])
+        .args(["--metrics-listen", "127.0.0.1:0"])
         .args(["--retention-jobs", "1d", "--prune-interval", "200ms"])
         .args(["--pending-refresh-interval", "200ms", "--drain-delay", "0s"])
+        .env("JOBFENCE_LOG", "info")
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .stderr(Stdio::piped())
         .kill_on_drop(true)
         .spawn()
         .unwrap();
+    let metrics = kit::process::ServeLog::follow(&mut server).metrics().await;
     let mut text = String::new();
     for _ in 0..300 {
         if count(&pool, "jobs").await == 0 {

@@ -6,6 +6,7 @@ use jobfence_testkit as kit;
 
 use jobfence_api::v1::{CompleteRequest, GetJobRequest};
 use jobfence_server::ServeOptions;
+use kit::process::{addr_in_file, ServeLog, SERVING_GRPC};
 use kit::{reason, Harness, TestDb};
 use std::process::Stdio;
 use std::time::Duration;
@@ -185,14 +186,6 @@ async fn run_grpcurl(addr: &str, args: &[&str]) -> (bool, String) {
     (out.status.success(), text)
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 #[tokio::test]
 async fn grpcurl_lists_describes_and_drives_the_real_binary() {
     let db = TestDb::empty().await;
@@ -210,20 +203,21 @@ async fn grpcurl_lists_describes_and_drives_the_real_binary() {
             String::from_utf8_lossy(&out.stderr)
         );
     }
-    let addr = format!("127.0.0.1:{}", free_port());
     // Configured through the environment, as in a deployment.
     let mut server = tokio::process::Command::new(bin)
         .arg("serve")
         .env("JOBFENCE_INSECURE", "true")
         .env("JOBFENCE_DATABASE_URL", &db.url)
-        .env("JOBFENCE_LISTEN", &addr)
+        .env("JOBFENCE_LISTEN", "127.0.0.1:0")
         .env("JOBFENCE_DRAIN_DELAY", "0s")
         .env("JOBFENCE_HEALTH_INTERVAL", "100ms")
+        .env("JOBFENCE_LOG", "info")
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .stderr(Stdio::piped())
         .kill_on_drop(true)
         .spawn()
         .unwrap();
+    let addr = ServeLog::follow(&mut server).grpc().await.to_string();
 
     // Wait for the process to come up and report SERVING.
     let mut serving = false;
@@ -349,9 +343,9 @@ async fn the_readmes_grpcurl_examples_work_as_printed() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let addr = format!("127.0.0.1:{}", free_port());
     let mut server = tokio::process::Command::new(bin)
-        .args(["serve", "--database-url", &db.url, "--listen", &addr])
+        .args(["serve", "--database-url", &db.url])
+        .args(["--listen", "127.0.0.1:0"])
         .arg("--tls-cert")
         .arg(creds.join("server.pem"))
         .arg("--tls-key")
@@ -359,11 +353,13 @@ async fn the_readmes_grpcurl_examples_work_as_printed() {
         .arg("--callers")
         .arg(creds.join("callers"))
         .args(["--health-interval", "100ms", "--drain-delay", "0s"])
+        .env("JOBFENCE_LOG", "info")
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .stderr(Stdio::piped())
         .kill_on_drop(true)
         .spawn()
         .unwrap();
+    let addr = ServeLog::follow(&mut server).grpc().await.to_string();
     let grpcurl = grpcurl();
     let mut serving = false;
     for _ in 0..100 {
@@ -441,7 +437,7 @@ async fn serving_without_tls_or_callers_is_an_explicit_choice_warned_about() {
     let serve = |extra: &[&str]| {
         let mut cmd = tokio::process::Command::new(bin);
         cmd.args(["serve", "--database-url", &db.url])
-            .args(["--listen", &format!("127.0.0.1:{}", free_port())])
+            .args(["--listen", "127.0.0.1:0"])
             .args(["--drain-delay", "0s"])
             .args(extra)
             .env("JOBFENCE_LOG", "info")
@@ -518,9 +514,9 @@ async fn a_token_issued_with_the_cli_works_after_sighup_and_not_after_revocation
         String::from_utf8_lossy(&out.stderr)
     );
     let callers = dir.join("callers");
-    let addr = format!("127.0.0.1:{}", free_port());
     let mut server = tokio::process::Command::new(bin)
-        .args(["serve", "--database-url", &db.url, "--listen", &addr])
+        .args(["serve", "--database-url", &db.url])
+        .args(["--listen", "127.0.0.1:0"])
         .arg("--tls-cert")
         .arg(dir.join("server.pem"))
         .arg("--tls-key")
@@ -535,6 +531,7 @@ async fn a_token_issued_with_the_cli_works_after_sighup_and_not_after_revocation
         .spawn()
         .unwrap();
     let pid = nix::unistd::Pid::from_raw(server.id().unwrap() as i32);
+    let addr = addr_in_file(&dir.join("serve.log"), SERVING_GRPC).await;
 
     let token_file = dir.join("rust-7");
     let out = std::process::Command::new(bin)

@@ -1,16 +1,17 @@
 //! Ports for processes a test starts. A `jobfence serve` child listens on
 //! port 0 (`--listen 127.0.0.1:0`, `--metrics-listen 127.0.0.1:0`) and
-//! logs the address it got; [`ServeLog`] reads it back from its log, so no
-//! test picks a port another process may take first. Only programs that
-//! cannot tell which port they bound (MariaDB, HAProxy, Prometheus) get
-//! one from [`free_port`].
+//! logs the address it got; [`ServeLog`] (stderr piped) or
+//! [`addr_in_file`] (stderr to a file) reads it back, so no test picks a
+//! port another process may take first (`jobfence fake-provider` prints
+//! `listening on ADDR`, Prometheus logs `msg="Listening on" address=ADDR`).
+//! Only the programs that cannot bind port 0 get one from [`free_port`]:
+//! MariaDB and HAProxy.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::io::AsyncBufReadExt;
-use tokio::task::JoinHandle;
 
 /// The log message of a coordinator's gRPC listener (with `listen=`).
 pub const SERVING_GRPC: &str = "serving jobfence.v1.JobCoordinator, JobAdmin and JobEvents";
@@ -18,8 +19,10 @@ pub const SERVING_GRPC: &str = "serving jobfence.v1.JobCoordinator, JobAdmin and
 pub const SERVING_METRICS: &str = "serving /metrics";
 
 /// A loopback port that was free a moment ago, for a program that cannot
-/// bind port 0 and say which port it got. Another process may take it
-/// before the program does: use it for nothing else.
+/// bind port 0 and say which port it got: mariadbd (`--port=0` means its
+/// default port, 3306) and HAProxy (2.6 refuses `bind 127.0.0.1:0`:
+/// "invalid port '0'"). Another process may take it before the program
+/// does: use it for nothing else.
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -31,7 +34,7 @@ pub fn free_port() -> u16 {
 /// The `listen` address of a log line whose message is `message`, in the
 /// text format (`… message listen=127.0.0.1:4242`) or JSON
 /// (`"fields":{"message":…,"listen":"127.0.0.1:4242"}`).
-pub fn listen_of(line: &str, message: &str) -> Option<SocketAddr> {
+fn listen_of(line: &str, message: &str) -> Option<SocketAddr> {
     if !line.contains(message) {
         return None;
     }
@@ -44,11 +47,11 @@ pub fn listen_of(line: &str, message: &str) -> Option<SocketAddr> {
 }
 
 /// The stderr of a `jobfence serve` child, collected line by line (text or
-/// JSON), with the addresses it logged.
+/// JSON), with the addresses it logged. It is read until the child exits,
+/// even once this is dropped, so the pipe never fills.
 #[derive(Debug)]
 pub struct ServeLog {
     lines: Arc<Mutex<Vec<String>>>,
-    reader: Option<JoinHandle<()>>,
 }
 
 impl ServeLog {
@@ -57,20 +60,17 @@ impl ServeLog {
         let stderr = child.stderr.take().expect("the child's stderr is piped");
         let lines: Arc<Mutex<Vec<String>>> = Arc::default();
         let sink = lines.clone();
-        let reader = tokio::spawn(async move {
+        tokio::spawn(async move {
             let mut read = tokio::io::BufReader::new(stderr).lines();
             while let Ok(Some(line)) = read.next_line().await {
                 sink.lock().unwrap().push(line);
             }
         });
-        ServeLog {
-            lines,
-            reader: Some(reader),
-        }
+        ServeLog { lines }
     }
 
     /// Every line so far.
-    pub fn lines(&self) -> Vec<String> {
+    fn lines(&self) -> Vec<String> {
         self.lines.lock().unwrap().clone()
     }
 
@@ -98,16 +98,6 @@ impl ServeLog {
     /// Where the child serves `/metrics`.
     pub async fn metrics(&self) -> SocketAddr {
         self.addr(SERVING_METRICS).await
-    }
-
-    /// Waits until stderr ended (the child exited), for its last lines.
-    pub async fn finish(&mut self) {
-        if let Some(reader) = self.reader.take() {
-            tokio::time::timeout(Duration::from_secs(10), reader)
-                .await
-                .expect("stderr ends once the child exited")
-                .unwrap();
-        }
     }
 }
 

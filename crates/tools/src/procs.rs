@@ -1,21 +1,37 @@
 //! Child processes of the demo and the benchmark: started with their
 //! output in a log file, paused (SIGSTOP), resumed (SIGCONT), killed
-//! (SIGKILL) or stopped (SIGTERM) on purpose; and waiting for a
-//! coordinator to serve.
+//! (SIGKILL) or stopped (SIGTERM) on purpose; the addresses they bound
+//! (they listen on port 0 and log the port they got, so no port is picked
+//! that another process may take first), read back from that log; and
+//! waiting for a coordinator to serve.
 
 use anyhow::{bail, Context, Result};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
+use std::io::{Read, Seek, SeekFrom};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 use tokio::process::{Child, Command};
+
+/// The log message of a coordinator's gRPC listener (with `listen=`).
+pub const SERVING_GRPC: &str = "serving jobfence.v1.JobCoordinator, JobAdmin and JobEvents";
+/// The log message of a coordinator's `/metrics` listener.
+pub const SERVING_METRICS: &str = "serving /metrics";
+/// The start of the log message of a coordinator's console listener.
+pub const SERVING_CONSOLE: &str = "serving the operator console";
+/// What `jobfence fake-provider` prints on stdout, followed by its address.
+pub const PROVIDER_LISTENING: &str = "listening on";
 
 /// A running child process.
 #[derive(Debug)]
 pub struct Proc {
     pub name: String,
     pub log: PathBuf,
+    /// Where this process's output starts in `log` (a restarted process
+    /// appends to its predecessor's).
+    log_start: u64,
     child: Child,
 }
 
@@ -35,6 +51,7 @@ impl Proc {
             .append(true)
             .open(&log)
             .with_context(|| format!("opening {}", log.display()))?;
+        let log_start = file.metadata()?.len();
         let child = Command::new(program)
             .args(args)
             .envs(envs.iter().map(|(k, v)| (*k, v.as_str())))
@@ -47,8 +64,46 @@ impl Proc {
         Ok(Proc {
             name: name.to_owned(),
             log,
+            log_start,
             child,
         })
+    }
+
+    /// Waits (up to 30 s) for the address this process logged with
+    /// `message` (see [`listen_of`]); fails at once if it exited.
+    pub async fn listen_addr(&mut self, message: &str) -> Result<SocketAddr> {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let text = self.output()?;
+            if let Some(a) = text.lines().find_map(|l| listen_of(l, message)) {
+                return Ok(a);
+            }
+            if let Some(status) = self.exited() {
+                bail!(
+                    "{} exited ({status}) before it said where it listens; its log ({}):\n{text}",
+                    self.name,
+                    self.log.display()
+                );
+            }
+            if Instant::now() > deadline {
+                bail!(
+                    "{} did not log {message:?} within 30 s; see {}",
+                    self.name,
+                    self.log.display()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// What this process wrote to its log so far.
+    fn output(&self) -> Result<String> {
+        let mut file = std::fs::File::open(&self.log)
+            .with_context(|| format!("reading {}", self.log.display()))?;
+        file.seek(SeekFrom::Start(self.log_start))?;
+        let mut bytes = Vec::new();
+        file.read_to_end(&mut bytes)?;
+        Ok(String::from_utf8_lossy(&bytes).into_owned())
     }
 
     fn signal(&self, sig: Signal) -> Result<()> {
@@ -103,11 +158,27 @@ impl Proc {
     }
 }
 
-/// A free TCP port on loopback (bind to 0, read it, release it).
-pub fn free_port() -> Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port())
+/// The address in a log line that holds `message`: the `listen` field of
+/// `jobfence serve`'s log, in its text format (`… message listen=ADDR`) or
+/// JSON (`"fields":{"message":…,"listen":"ADDR"}`), or the word right
+/// after `message` (the fake provider's `listening on ADDR`).
+fn listen_of(line: &str, message: &str) -> Option<SocketAddr> {
+    let (_, after) = line.split_once(message)?;
+    if let Ok(v) = serde_json::from_str::<serde_json::Value>(line) {
+        return v["fields"]["listen"].as_str()?.parse().ok();
+    }
+    line.split_whitespace()
+        .find_map(|w| w.strip_prefix("listen="))
+        .or_else(|| after.split_whitespace().next())
+        .and_then(|a| a.trim_matches('"').parse().ok())
+}
+
+/// The `JOBFENCE_LOG` of a `jobfence serve` child whose addresses are
+/// read from its log: `base` (the filter it would have had), with the info
+/// lines of the server and the console let through, which say where they
+/// listen.
+pub fn serve_log_filter(base: &str) -> String {
+    format!("{base},jobfence_server=info,jobfence_console=info")
 }
 
 /// Waits (up to 30 s) until the coordinator at `addr` reports SERVING;
@@ -139,5 +210,34 @@ pub async fn wait_coordinator(
             bail!("the coordinator at {addr} did not become SERVING within 30 s");
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_listen_address_is_read_from_every_format() {
+        let text = "2026-12-01T15:30:45.755Z  INFO jobfence_server: serving jobfence.v1.JobCoordinator, JobAdmin and JobEvents listen=127.0.0.1:41234";
+        assert_eq!(
+            listen_of(text, SERVING_GRPC),
+            Some("127.0.0.1:41234".parse().unwrap())
+        );
+        assert_eq!(listen_of(text, SERVING_METRICS), None);
+        let json = r#"{"timestamp":"…","level":"INFO","fields":{"message":"serving /metrics","listen":"127.0.0.1:9464"},"target":"jobfence_server"}"#;
+        assert_eq!(
+            listen_of(json, SERVING_METRICS),
+            Some("127.0.0.1:9464".parse().unwrap())
+        );
+        let console = "2026-12-01T15:30:45.755Z  INFO jobfence_console: serving the operator console: it acts as this operator for anyone who can reach its loopback address listen=127.0.0.1:8080 operator=console";
+        assert_eq!(
+            listen_of(console, SERVING_CONSOLE),
+            Some("127.0.0.1:8080".parse().unwrap())
+        );
+        assert_eq!(
+            listen_of("listening on 127.0.0.1:37989", PROVIDER_LISTENING),
+            Some("127.0.0.1:37989".parse().unwrap())
+        );
     }
 }

@@ -41,6 +41,44 @@ impl BatchCounts {
         out
     }
 
+    /// The batch-size histogram sums and counts, per pipeline, and the
+    /// server-side time of Claim and Complete, from the coordinator's
+    /// `/metrics` text.
+    pub(super) fn parse(text: &str) -> BatchCounts {
+        let mut out = BatchCounts::default();
+        for line in text.lines() {
+            for (i, pipeline) in BatchCounts::PIPELINES.iter().enumerate() {
+                let label = format!("{{pipeline=\"{pipeline}\"}}");
+                let value = |name: &str| {
+                    line.strip_prefix(&format!("jobfence_batch_size_{name}{label} "))
+                        .and_then(|v| v.trim().parse::<f64>().ok())
+                };
+                if let Some(v) = value("sum") {
+                    out.calls[i] = v;
+                }
+                if let Some(v) = value("count") {
+                    out.batches[i] = v;
+                }
+            }
+            // Server-side time of the worker RPCs, whatever their code.
+            for (i, method) in ["Claim", "Complete"].iter().enumerate() {
+                if !line.contains(&format!("method=\"{method}\"")) {
+                    continue;
+                }
+                let v = || {
+                    line.rsplit_once(' ')
+                        .and_then(|(_, v)| v.parse::<f64>().ok())
+                };
+                if line.starts_with("jobfence_rpc_duration_seconds_sum{") {
+                    out.rpc_seconds[i] += v().unwrap_or(0.0);
+                } else if line.starts_with("jobfence_rpc_duration_seconds_count{") {
+                    out.rpc_calls[i] += v().unwrap_or(0.0);
+                }
+            }
+        }
+        out
+    }
+
     /// Mean server-side time of Claim (0) or Complete (1), if called.
     pub fn server_mean(&self, i: usize) -> Option<Duration> {
         (self.rpc_calls[i] > 0.0)

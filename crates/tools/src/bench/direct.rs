@@ -122,59 +122,12 @@ pub async fn batched(
             let owner = format!("batched-{w}");
             loop {
                 let t = Instant::now();
-                let mut tx = pool.begin().await?;
-                let rows = sqlx::query(CLAIM_ONE)
-                    .bind(&queue)
-                    .bind(batch)
-                    .fetch_all(&mut *tx)
-                    .await?;
-                if rows.is_empty() {
-                    tx.rollback().await?;
+                let Some(jobs) = claim_batch(&pool, &queue, &owner, batch).await? else {
                     return Ok::<_, anyhow::Error>(lat);
-                }
-                let jobs: Vec<(u64, u64)> = rows
-                    .iter()
-                    .map(|r| (r.get("id"), r.get::<u64, _>("attempt") + 1))
-                    .collect();
-                let ids = placeholders(jobs.len());
-                let sql = format!(
-                    "UPDATE jobs SET attempt = attempt + 1, state = 'running', \
-                     lease_until = DATE_ADD(UTC_TIMESTAMP(6), INTERVAL 30 SECOND), lease_owner = ?, \
-                     dispatch_count = dispatch_count + 1, \
-                     first_dispatched_at = COALESCE(first_dispatched_at, UTC_TIMESTAMP(6)), \
-                     updated_at = UTC_TIMESTAMP(6) WHERE state = 'ready' AND id IN ({ids})"
-                );
-                let mut q = sqlx::query(&sql).bind(&owner);
-                for (id, _) in &jobs {
-                    q = q.bind(id);
-                }
-                let claimed = q.execute(&mut *tx).await?;
-                ensure!(claimed.rows_affected() == jobs.len() as u64, "claimed rows changed");
-                tx.commit().await?;
+                };
                 lat.claim.push(t.elapsed());
-
                 let t = Instant::now();
-                let mut tx = pool.begin().await?;
-                for (id, attempt) in &jobs {
-                    let completed = sqlx::query(COMPLETE)
-                        .bind("re_bench")
-                        .bind(id)
-                        .bind(attempt)
-                        .execute(&mut *tx)
-                        .await?;
-                    ensure!(completed.rows_affected() == 1, "complete of job {id} not applied");
-                }
-                let values = vec!["(?, ?, ?, 'completed', 'running', 'succeeded', ?, ?, UTC_TIMESTAMP(6))"; jobs.len()].join(", ");
-                let sql = format!(
-                    "INSERT INTO job_events (job_id, queue, attempt, kind, from_state, \
-                     to_state, current_attempt, detail, created_at) VALUES {values}"
-                );
-                let mut q = sqlx::query(&sql);
-                for (id, attempt) in &jobs {
-                    q = q.bind(id).bind(&queue).bind(attempt).bind(attempt).bind("re_bench");
-                }
-                q.execute(&mut *tx).await?;
-                tx.commit().await?;
+                complete_batch(&pool, &queue, &jobs).await?;
                 lat.complete.push(t.elapsed());
                 done.fetch_add(jobs.len() as u64, Ordering::Relaxed);
             }
@@ -186,6 +139,87 @@ pub async fn batched(
         elapsed: started.elapsed(),
         latencies,
     })
+}
+
+/// Claims up to `batch` ready jobs of `queue` for `owner` in one
+/// transaction: their (id, new attempt), or `None` when the queue is
+/// empty.
+async fn claim_batch(
+    pool: &MySqlPool,
+    queue: &str,
+    owner: &str,
+    batch: u32,
+) -> Result<Option<Vec<(u64, u64)>>> {
+    let mut tx = pool.begin().await?;
+    let rows = sqlx::query(CLAIM_ONE)
+        .bind(queue)
+        .bind(batch)
+        .fetch_all(&mut *tx)
+        .await?;
+    if rows.is_empty() {
+        tx.rollback().await?;
+        return Ok(None);
+    }
+    let jobs: Vec<(u64, u64)> = rows
+        .iter()
+        .map(|r| (r.get("id"), r.get::<u64, _>("attempt") + 1))
+        .collect();
+    let ids = placeholders(jobs.len());
+    let sql = format!(
+        "UPDATE jobs SET attempt = attempt + 1, state = 'running', \
+         lease_until = DATE_ADD(UTC_TIMESTAMP(6), INTERVAL 30 SECOND), lease_owner = ?, \
+         dispatch_count = dispatch_count + 1, \
+         first_dispatched_at = COALESCE(first_dispatched_at, UTC_TIMESTAMP(6)), \
+         updated_at = UTC_TIMESTAMP(6) WHERE state = 'ready' AND id IN ({ids})"
+    );
+    let mut q = sqlx::query(&sql).bind(owner);
+    for (id, _) in &jobs {
+        q = q.bind(id);
+    }
+    let claimed = q.execute(&mut *tx).await?;
+    ensure!(
+        claimed.rows_affected() == jobs.len() as u64,
+        "claimed rows changed"
+    );
+    tx.commit().await?;
+    Ok(Some(jobs))
+}
+
+/// Completes the claimed `jobs` in one transaction: one fenced UPDATE per
+/// job, one multi-row insert of their completion events.
+async fn complete_batch(pool: &MySqlPool, queue: &str, jobs: &[(u64, u64)]) -> Result<()> {
+    let mut tx = pool.begin().await?;
+    for (id, attempt) in jobs {
+        let completed = sqlx::query(COMPLETE)
+            .bind("re_bench")
+            .bind(id)
+            .bind(attempt)
+            .execute(&mut *tx)
+            .await?;
+        ensure!(
+            completed.rows_affected() == 1,
+            "complete of job {id} not applied"
+        );
+    }
+    let values =
+        vec!["(?, ?, ?, 'completed', 'running', 'succeeded', ?, ?, UTC_TIMESTAMP(6))"; jobs.len()]
+            .join(", ");
+    let sql = format!(
+        "INSERT INTO job_events (job_id, queue, attempt, kind, from_state, \
+         to_state, current_attempt, detail, created_at) VALUES {values}"
+    );
+    let mut q = sqlx::query(&sql);
+    for (id, attempt) in jobs {
+        q = q
+            .bind(id)
+            .bind(queue)
+            .bind(attempt)
+            .bind(attempt)
+            .bind("re_bench");
+    }
+    q.execute(&mut *tx).await?;
+    tx.commit().await?;
+    Ok(())
 }
 
 /// Single-row autocommit inserts by `callers` connections: what Enqueue

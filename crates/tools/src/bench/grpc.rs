@@ -7,7 +7,7 @@ use super::{Latencies, PhaseRun};
 use anyhow::{bail, ensure, Context, Result};
 use jobfence_api::v1::job_coordinator_client::JobCoordinatorClient;
 use jobfence_api::v1::{
-    ClaimRequest, CompleteRequest, EnqueueBatchRequest, EnqueueRequest, GetJobRequest,
+    ClaimRequest, ClaimedJob, CompleteRequest, EnqueueBatchRequest, EnqueueRequest, GetJobRequest,
 };
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -46,64 +46,15 @@ pub async fn lifecycle_until(
     let started = Instant::now();
     let mut tasks = tokio::task::JoinSet::new();
     for (w, client) in clients.into_iter().enumerate() {
-        let (done, queue) = (done.clone(), queue.to_owned());
-        tasks.spawn(async move {
-            let mut lat = Latencies::default();
-            let worker_id = format!("grpc-{w}");
-            loop {
-                if until.is_some_and(|u| Instant::now() >= u) {
-                    return Ok::<_, anyhow::Error>(lat);
-                }
-                let t = Instant::now();
-                let jobs = client
-                    .clone()
-                    .claim(ClaimRequest {
-                        queue: queue.clone(),
-                        worker_id: worker_id.clone(),
-                        max_jobs,
-                        lease: None,
-                        wait: until.map(|_| prost_types::Duration {
-                            seconds: 1,
-                            nanos: 0,
-                        }),
-                    })
-                    .await
-                    .context("Claim")?
-                    .into_inner()
-                    .jobs;
-                lat.claim.push(t.elapsed());
-                if jobs.is_empty() && until.is_none() {
-                    return Ok::<_, anyhow::Error>(lat);
-                }
-                let completes = jobs.into_iter().map(|c| {
-                    let mut client = client.clone();
-                    async move {
-                        let job = c.job.context("claimed job without a job")?;
-                        let t = Instant::now();
-                        let out = client
-                            .complete(CompleteRequest {
-                                job_id: job.job_id,
-                                attempt: job.attempt,
-                                provider_reference: "re_bench".into(),
-                                result: String::new(),
-                            })
-                            .await
-                            .with_context(|| format!("Complete of job {}", job.job_id))?
-                            .into_inner();
-                        ensure!(!out.replayed, "job {} completed twice", job.job_id);
-                        Ok::<_, anyhow::Error>(t.elapsed())
-                    }
-                });
-                let mut set = tokio::task::JoinSet::new();
-                for c in completes {
-                    set.spawn(c);
-                }
-                while let Some(r) = set.join_next().await {
-                    lat.complete.push(r??);
-                    done.fetch_add(1, Ordering::Relaxed);
-                }
-            }
-        });
+        let worker = LifecycleWorker {
+            client,
+            queue: queue.to_owned(),
+            worker_id: format!("grpc-{w}"),
+            max_jobs,
+            until,
+            done: done.clone(),
+        };
+        tasks.spawn(worker.run());
     }
     let latencies = join(tasks).await?;
     Ok(PhaseRun {
@@ -111,6 +62,84 @@ pub async fn lifecycle_until(
         elapsed: started.elapsed(),
         latencies,
     })
+}
+
+/// One gRPC worker of [`lifecycle_until`].
+struct LifecycleWorker {
+    client: JobCoordinatorClient<Channel>,
+    queue: String,
+    worker_id: String,
+    max_jobs: u32,
+    /// Long-poll until then; `None`: stop at the first empty Claim.
+    until: Option<Instant>,
+    /// Jobs completed, by every worker.
+    done: Arc<AtomicU64>,
+}
+
+impl LifecycleWorker {
+    /// Claims and completes until the queue is empty (or `until`), timing
+    /// every call.
+    async fn run(self) -> Result<Latencies> {
+        let mut lat = Latencies::default();
+        loop {
+            if self.until.is_some_and(|u| Instant::now() >= u) {
+                return Ok(lat);
+            }
+            let t = Instant::now();
+            let jobs = self
+                .client
+                .clone()
+                .claim(ClaimRequest {
+                    queue: self.queue.clone(),
+                    worker_id: self.worker_id.clone(),
+                    max_jobs: self.max_jobs,
+                    lease: None,
+                    wait: self.until.map(|_| prost_types::Duration {
+                        seconds: 1,
+                        nanos: 0,
+                    }),
+                })
+                .await
+                .context("Claim")?
+                .into_inner()
+                .jobs;
+            lat.claim.push(t.elapsed());
+            if jobs.is_empty() && self.until.is_none() {
+                return Ok(lat);
+            }
+            self.complete(jobs, &mut lat).await?;
+        }
+    }
+
+    /// Completes the claimed `jobs` side by side, each checked to be
+    /// applied once.
+    async fn complete(&self, jobs: Vec<ClaimedJob>, lat: &mut Latencies) -> Result<()> {
+        let mut set = tokio::task::JoinSet::new();
+        for c in jobs {
+            let mut client = self.client.clone();
+            set.spawn(async move {
+                let job = c.job.context("claimed job without a job")?;
+                let t = Instant::now();
+                let out = client
+                    .complete(CompleteRequest {
+                        job_id: job.job_id,
+                        attempt: job.attempt,
+                        provider_reference: "re_bench".into(),
+                        result: String::new(),
+                    })
+                    .await
+                    .with_context(|| format!("Complete of job {}", job.job_id))?
+                    .into_inner();
+                ensure!(!out.replayed, "job {} completed twice", job.job_id);
+                Ok::<_, anyhow::Error>(t.elapsed())
+            });
+        }
+        while let Some(r) = set.join_next().await {
+            lat.complete.push(r??);
+            self.done.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(())
+    }
 }
 
 /// `callers` clients enqueue `jobs` jobs, `batch` per call (1: the Enqueue

@@ -30,7 +30,7 @@ pub mod procstat;
 mod prune;
 mod report;
 
-use crate::procs::{free_port, Proc};
+use crate::procs::{self, Proc};
 use anyhow::{ensure, Context, Result};
 pub use args::BenchArgs;
 use db::*;
@@ -57,66 +57,10 @@ pub struct Latencies {
 /// Runs the benchmark; `Err` if a phase failed or its check did not hold.
 pub async fn run(args: BenchArgs) -> Result<()> {
     let started = Instant::now();
-    let (server, db) = args
-        .database_url
-        .rsplit_once('/')
-        .context("--database-url needs a database name")?;
-    ensure!(!db.is_empty(), "--database-url needs a database name");
-    let admin = MySqlPool::connect(&format!("{server}/"))
-        .await
-        .with_context(|| format!("connecting to {server} (scripts/mariadb start?)"))?;
-    sqlx::query(&format!("DROP DATABASE IF EXISTS `{db}`"))
-        .execute(&admin)
-        .await?;
-    sqlx::query(&format!(
-        "CREATE DATABASE `{db}` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"
-    ))
-    .execute(&admin)
-    .await?;
-    let max_workers = args.workers.iter().copied().max().unwrap_or(1);
-    let pool = store::connect(
-        &args.database_url,
-        &PoolSettings {
-            max_connections: (max_workers + 8) as u32,
-            ..PoolSettings::default()
-        },
-    )?;
-    store::MIGRATOR.run(&pool).await.context("migrations")?;
+    let (admin, db, pool) = fresh_database(&args).await?;
     let settings = read_settings(&pool).await?;
     let db_pid = db_server_pid(&pool).await;
-
-    std::fs::create_dir_all(&args.log_dir)?;
-    let addr = format!("127.0.0.1:{}", free_port()?);
-    let metrics_addr = format!("127.0.0.1:{}", free_port()?);
-    let bin = match &args.coordinator_bin {
-        Some(b) => b.clone(),
-        None => std::env::current_exe()?,
-    };
-    // Cleartext and open, like the direct SQL it is compared with
-    // (docs/benchmarks.md).
-    let mut serve_args: Vec<String> = vec![
-        "serve".into(),
-        "--insecure".into(),
-        "--database-url".into(),
-        args.database_url.clone(),
-        "--listen".into(),
-        addr.clone(),
-        "--db-max-connections".into(),
-        "32".into(),
-        "--metrics-listen".into(),
-        metrics_addr.clone(),
-        // The pruning phase prunes itself, measured; nothing else may.
-        "--prune-off".into(),
-    ];
-    serve_args.extend(args.serve_flags.iter().cloned());
-    let mut coordinator = Proc::spawn(
-        "bench-coordinator",
-        &bin,
-        &serve_args,
-        &[("JOBFENCE_LOG", "warn".into())],
-        &args.log_dir,
-    )?;
-    crate::procs::wait_coordinator(&addr, &Default::default()).await?;
+    let (mut coordinator, addr, metrics_addr) = start_coordinator(&args).await?;
     grpc::warm_up(&addr).await?;
     let coordinator_pid = coordinator.pid().context("the coordinator exited")?;
     let grpc_rtt = grpc::health_round_trip(&addr, 500).await?;
@@ -159,6 +103,77 @@ pub async fn run(args: BenchArgs) -> Result<()> {
     Ok(())
 }
 
+/// The benchmark's own database, created afresh with the schema: a
+/// connection to its server (to drop it at the end), its name, and a
+/// pool for the phases.
+async fn fresh_database(args: &BenchArgs) -> Result<(MySqlPool, String, MySqlPool)> {
+    let (server, db) = args
+        .database_url
+        .rsplit_once('/')
+        .context("--database-url needs a database name")?;
+    ensure!(!db.is_empty(), "--database-url needs a database name");
+    let admin = MySqlPool::connect(&format!("{server}/"))
+        .await
+        .with_context(|| format!("connecting to {server} (scripts/mariadb start?)"))?;
+    sqlx::query(&format!("DROP DATABASE IF EXISTS `{db}`"))
+        .execute(&admin)
+        .await?;
+    sqlx::query(&format!(
+        "CREATE DATABASE `{db}` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"
+    ))
+    .execute(&admin)
+    .await?;
+    let max_workers = args.workers.iter().copied().max().unwrap_or(1);
+    let pool = store::connect(
+        &args.database_url,
+        &PoolSettings {
+            max_connections: (max_workers + 8) as u32,
+            ..PoolSettings::default()
+        },
+    )?;
+    store::MIGRATOR.run(&pool).await.context("migrations")?;
+    Ok((admin, db.to_owned(), pool))
+}
+
+/// `jobfence serve` as its own process, on port 0; once it serves, the
+/// process, its gRPC address and its metrics address, read from its log.
+async fn start_coordinator(args: &BenchArgs) -> Result<(Proc, String, String)> {
+    std::fs::create_dir_all(&args.log_dir)?;
+    let bin = match &args.coordinator_bin {
+        Some(b) => b.clone(),
+        None => std::env::current_exe()?,
+    };
+    // Cleartext and open, like the direct SQL it is compared with
+    // (docs/benchmarks.md).
+    let mut serve_args: Vec<String> = vec![
+        "serve".into(),
+        "--insecure".into(),
+        "--database-url".into(),
+        args.database_url.clone(),
+        "--listen".into(),
+        "127.0.0.1:0".into(),
+        "--db-max-connections".into(),
+        "32".into(),
+        "--metrics-listen".into(),
+        "127.0.0.1:0".into(),
+        // The pruning phase prunes itself, measured; nothing else may.
+        "--prune-off".into(),
+    ];
+    serve_args.extend(args.serve_flags.iter().cloned());
+    let mut coordinator = Proc::spawn(
+        "bench-coordinator",
+        &bin,
+        &serve_args,
+        // Warnings only, but the lines that say where it listens.
+        &[("JOBFENCE_LOG", procs::serve_log_filter("warn"))],
+        &args.log_dir,
+    )?;
+    let addr = coordinator.listen_addr(procs::SERVING_GRPC).await?;
+    let metrics = coordinator.listen_addr(procs::SERVING_METRICS).await?;
+    procs::wait_coordinator(&addr.to_string(), &Default::default()).await?;
+    Ok((coordinator, addr.to_string(), metrics.to_string()))
+}
+
 struct Bench {
     pool: MySqlPool,
     coordinator_pid: u32,
@@ -171,14 +186,48 @@ struct Bench {
 }
 
 impl Bench {
+    /// Every phase, in order (see the module's documentation).
     async fn all(&mut self, args: &BenchArgs, addr: &str) -> Result<()> {
-        let pool = self.pool.clone();
-        let reps = args.repeat.max(1);
         let max_workers = args.workers.iter().copied().max().unwrap_or(1);
-        // The phases being compared run one after the other, `reps` times
-        // round: drift of a shared machine hits them alike.
+        self.compared(args, addr, max_workers).await?;
+        if args.budget_rate > 0.0 {
+            self.paced(args, addr, max_workers).await?;
+        }
+        self.ceiling(args).await?;
+        self.enqueues(args, addr).await?;
+        if args.finished_rows > 0 {
+            self.finished_rows(args, addr, max_workers).await?;
+        }
+        if args.prune_rows > 0 {
+            self.reset().await?;
+            self.pruning = Some(
+                prune::run(
+                    &self.pool,
+                    addr,
+                    prune::Load {
+                        rows: args.prune_rows,
+                        workers: max_workers,
+                        jobs: args.jobs,
+                        rounds: args.prune_rounds,
+                        rest: args.prune_rest,
+                        settle: Duration::from_secs(args.settle_seconds),
+                    },
+                )
+                .await?,
+            );
+        }
+        Ok(())
+    }
+
+    /// The phases being compared, for each worker count: direct, the
+    /// coordinator (at the most workers also under a budget far above
+    /// the load), and the coordinator with batching clients. They run one
+    /// after the other, `--repeat` times round: drift of a shared machine
+    /// hits them alike.
+    async fn compared(&mut self, args: &BenchArgs, addr: &str, max_workers: usize) -> Result<()> {
+        let pool = self.pool.clone();
         for &n in &args.workers {
-            for _ in 0..reps {
+            for _ in 0..args.repeat.max(1) {
                 self.lifecycle(Phase::Direct, n, args.jobs, || {
                     direct::lifecycle(&pool, QUEUE, n)
                 })
@@ -207,20 +256,29 @@ impl Bench {
                 .await?;
             }
         }
-        if args.budget_rate > 0.0 {
-            self.paced(args, addr, max_workers).await?;
-        }
+        Ok(())
+    }
+
+    /// The batched direct ceiling.
+    async fn ceiling(&mut self, args: &BenchArgs) -> Result<()> {
+        let pool = self.pool.clone();
         let (c, b) = (args.ceiling_connections, args.ceiling_batch);
-        for _ in 0..reps {
+        for _ in 0..args.repeat.max(1) {
             self.lifecycle(Phase::Ceiling(b), c, args.jobs, || {
                 direct::batched(&pool, QUEUE, c, b)
             })
             .await?;
         }
+        Ok(())
+    }
 
+    /// Enqueue: direct single-row inserts, the Enqueue RPC and
+    /// EnqueueBatch.
+    async fn enqueues(&mut self, args: &BenchArgs, addr: &str) -> Result<()> {
+        let pool = self.pool.clone();
         let (jobs, callers) = (args.enqueue_jobs, args.enqueue_callers);
         let batch_callers = 4;
-        for _ in 0..reps {
+        for _ in 0..args.repeat.max(1) {
             self.enqueue(Phase::Inserts, callers, jobs, || {
                 direct::inserts(&pool, QUEUE, jobs, callers)
             })
@@ -237,41 +295,24 @@ impl Bench {
             )
             .await?;
         }
+        Ok(())
+    }
 
-        if args.finished_rows > 0 {
-            let n = args.workers.iter().copied().max().unwrap_or(1);
-            self.reset().await?;
-            load_finished(&self.pool, args.finished_rows, 0).await?;
-            for _ in 0..reps {
-                self.clear_queue().await?;
-                settle(&self.pool, Duration::from_secs(args.settle_seconds)).await?;
-                self.lifecycle_kept(
-                    Phase::CoordinatorFinished(args.finished_rows),
-                    n,
-                    args.jobs,
-                    || grpc::lifecycle(addr, QUEUE, n, 1),
-                )
-                .await?;
-            }
-        }
-        if args.prune_rows > 0 {
-            let n = args.workers.iter().copied().max().unwrap_or(1);
-            self.reset().await?;
-            self.pruning = Some(
-                prune::run(
-                    &self.pool,
-                    addr,
-                    prune::Load {
-                        rows: args.prune_rows,
-                        workers: n,
-                        jobs: args.jobs,
-                        rounds: args.prune_rounds,
-                        rest: args.prune_rest,
-                        settle: Duration::from_secs(args.settle_seconds),
-                    },
-                )
-                .await?,
-            );
+    /// The coordinator phase again, with `--finished-rows` finished jobs
+    /// in the table.
+    async fn finished_rows(&mut self, args: &BenchArgs, addr: &str, n: usize) -> Result<()> {
+        self.reset().await?;
+        load_finished(&self.pool, args.finished_rows, 0).await?;
+        for _ in 0..args.repeat.max(1) {
+            self.clear_queue().await?;
+            settle(&self.pool, Duration::from_secs(args.settle_seconds)).await?;
+            self.lifecycle_kept(
+                Phase::CoordinatorFinished(args.finished_rows),
+                n,
+                args.jobs,
+                || grpc::lifecycle(addr, QUEUE, n, 1),
+            )
+            .await?;
         }
         Ok(())
     }
@@ -527,38 +568,7 @@ impl Bench {
         let Ok(text) = async { reqwest::get(url).await?.text().await }.await else {
             return BatchCounts::default();
         };
-        let mut out = BatchCounts::default();
-        for line in text.lines() {
-            for (i, pipeline) in BatchCounts::PIPELINES.iter().enumerate() {
-                let label = format!("{{pipeline=\"{pipeline}\"}}");
-                let value = |name: &str| {
-                    line.strip_prefix(&format!("jobfence_batch_size_{name}{label} "))
-                        .and_then(|v| v.trim().parse::<f64>().ok())
-                };
-                if let Some(v) = value("sum") {
-                    out.calls[i] = v;
-                }
-                if let Some(v) = value("count") {
-                    out.batches[i] = v;
-                }
-            }
-            // Server-side time of the worker RPCs, whatever their code.
-            for (i, method) in ["Claim", "Complete"].iter().enumerate() {
-                if !line.contains(&format!("method=\"{method}\"")) {
-                    continue;
-                }
-                let v = || {
-                    line.rsplit_once(' ')
-                        .and_then(|(_, v)| v.parse::<f64>().ok())
-                };
-                if line.starts_with("jobfence_rpc_duration_seconds_sum{") {
-                    out.rpc_seconds[i] += v().unwrap_or(0.0);
-                } else if line.starts_with("jobfence_rpc_duration_seconds_count{") {
-                    out.rpc_calls[i] += v().unwrap_or(0.0);
-                }
-            }
-        }
-        out
+        BatchCounts::parse(&text)
     }
 }
 

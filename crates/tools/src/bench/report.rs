@@ -173,6 +173,24 @@ struct Target {
     met: Option<bool>,
 }
 
+/// A target called `what`: the value measured in `unit` (`None`: its
+/// phases did not run), met when `ok` holds for it.
+fn target(what: String, value: Option<f64>, unit: &str, ok: impl Fn(f64) -> bool) -> Target {
+    Target {
+        what,
+        measured: value.map_or("not measured".into(), |v| format!("{v:.2}{unit}")),
+        met: value.map(ok),
+    }
+}
+
+/// `a`'s rate over `b`'s, when both ran.
+fn ratio(a: Option<&Measured>, b: Option<&Measured>) -> Option<f64> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.rate() / b.rate()),
+        _ => None,
+    }
+}
+
 impl Report<'_> {
     /// The median run (by jobs/s) of each phase and worker count, in the
     /// order the phases first ran.
@@ -293,101 +311,128 @@ impl Report<'_> {
             .collect()
     }
 
+    /// The targets of the performance work, in the order they are
+    /// printed.
     fn targets(&self) -> Vec<Target> {
-        let mut out = Vec::new();
         let n_max = self.args.workers.iter().copied().max().unwrap_or(64);
-        let ratio = |a: Option<&Measured>, b: Option<&Measured>| match (a, b) {
-            (Some(a), Some(b)) => Some(a.rate() / b.rate()),
-            _ => None,
-        };
-        let at = |phase, n| self.find(phase, n);
-        let check =
-            |what: String, value: Option<f64>, unit: &str, ok: &dyn Fn(f64) -> bool| Target {
-                what,
-                measured: value.map_or("not measured".into(), |v| format!("{v:.2}{unit}")),
-                met: value.map(ok),
-            };
-        let coord_max = at(Phase::Coordinator, n_max);
-        out.push(check(
-            format!("{n_max} workers, max_jobs=1: coordinator ≥ 3× direct"),
-            ratio(coord_max, at(Phase::Direct, n_max)),
-            "×",
-            &|r| r >= 3.0,
-        ));
-        out.push(check(
-            format!("{n_max} workers, max_jobs=1: coordinator ≥ 50% of the batched direct ceiling"),
-            ratio(coord_max, self.ceiling()).map(|r| r * 100.0),
-            " %",
-            &|r| r >= 50.0,
-        ));
-        out.push(check(
-            "1 worker: coordinator ≥ 0.8× direct".into(),
-            ratio(at(Phase::Coordinator, 1), at(Phase::Direct, 1)),
-            "×",
-            &|r| r >= 0.8,
-        ));
-        out.push(check(
-            format!("coordinator CPU ≤ 150 µs per job at {n_max} workers"),
-            coord_max.and_then(|m| m.per_job_us(m.coord_cpu)),
-            " µs",
-            &|us| us <= 150.0,
-        ));
+        let mut out = self.coordinator_targets(n_max);
+        out.extend(self.enqueue_targets());
+        out.extend(self.cost_targets(n_max));
+        out.push(self.paced_target());
+        out
+    }
+
+    /// The coordinator's lifecycle against the direct SQL: at the most
+    /// workers, at one, and its CPU per job.
+    fn coordinator_targets(&self, n_max: usize) -> Vec<Target> {
+        let coord_max = self.find(Phase::Coordinator, n_max);
+        vec![
+            target(
+                format!("{n_max} workers, max_jobs=1: coordinator ≥ 3× direct"),
+                ratio(coord_max, self.find(Phase::Direct, n_max)),
+                "×",
+                |r| r >= 3.0,
+            ),
+            target(
+                format!(
+                    "{n_max} workers, max_jobs=1: coordinator ≥ 50% of the batched direct ceiling"
+                ),
+                ratio(coord_max, self.ceiling()).map(|r| r * 100.0),
+                " %",
+                |r| r >= 50.0,
+            ),
+            target(
+                "1 worker: coordinator ≥ 0.8× direct".into(),
+                ratio(
+                    self.find(Phase::Coordinator, 1),
+                    self.find(Phase::Direct, 1),
+                ),
+                "×",
+                |r| r >= 0.8,
+            ),
+            target(
+                format!("coordinator CPU ≤ 150 µs per job at {n_max} workers"),
+                coord_max.and_then(|m| m.per_job_us(m.coord_cpu)),
+                " µs",
+                |us| us <= 150.0,
+            ),
+        ]
+    }
+
+    /// Batched and single enqueue.
+    fn enqueue_targets(&self) -> Vec<Target> {
         let medians = self.medians();
         let batch = medians
             .iter()
             .copied()
             .find(|m| matches!(m.phase, Phase::EnqueueBatch(_)));
-        out.push(check(
-            "batched enqueue ≥ 20,000 jobs/s".into(),
-            batch.map(Measured::rate),
-            " jobs/s",
-            &|r| r >= 20_000.0,
-        ));
         let single = medians.iter().copied().find(|m| m.phase == Phase::Enqueue);
-        out.push(check(
-            format!(
-                "single Enqueue at {} callers ≥ 2× before this work ({ENQUEUE_BEFORE:.0}/s)",
-                self.args.enqueue_callers
+        vec![
+            target(
+                "batched enqueue ≥ 20,000 jobs/s".into(),
+                batch.map(Measured::rate),
+                " jobs/s",
+                |r| r >= 20_000.0,
             ),
-            single.map(|m| m.rate() / ENQUEUE_BEFORE),
-            "×",
-            &|r| r >= 2.0,
-        ));
-        out.push(check(
-            format!("coordinator peak RSS ≤ 100 MiB at {n_max} workers"),
-            coord_max
-                .and_then(|m| m.coord_rss)
-                .map(|b| b as f64 / 1048576.0),
-            " MiB",
-            &|mib| mib <= 100.0,
-        ));
-        let finished = medians
-            .iter()
-            .copied()
+            target(
+                format!(
+                    "single Enqueue at {} callers ≥ 2× before this work ({ENQUEUE_BEFORE:.0}/s)",
+                    self.args.enqueue_callers
+                ),
+                single.map(|m| m.rate() / ENQUEUE_BEFORE),
+                "×",
+                |r| r >= 2.0,
+            ),
+        ]
+    }
+
+    /// What the coordinator's load costs at the most workers: its memory,
+    /// a table full of finished rows, a provider budget far above the
+    /// load.
+    fn cost_targets(&self, n_max: usize) -> Vec<Target> {
+        let coord_max = self.find(Phase::Coordinator, n_max);
+        let finished = self
+            .medians()
+            .into_iter()
             .find(|m| matches!(m.phase, Phase::CoordinatorFinished(_)));
-        out.push(check(
-            "with the finished rows loaded, claim throughput ≥ 80% of the empty table".into(),
-            ratio(finished, coord_max).map(|r| r * 100.0),
-            " %",
-            &|r| r >= 80.0,
-        ));
-        out.push(check(
-            format!(
-                "{n_max} workers under a provider budget far above the load: claim throughput within 10% of no budget"
+        vec![
+            target(
+                format!("coordinator peak RSS ≤ 100 MiB at {n_max} workers"),
+                coord_max
+                    .and_then(|m| m.coord_rss)
+                    .map(|b| b as f64 / 1048576.0),
+                " MiB",
+                |mib| mib <= 100.0,
             ),
-            ratio(at(Phase::CoordinatorBudget, n_max), coord_max).map(|r| r * 100.0),
-            " %",
-            &|r| r >= 90.0,
-        ));
-        let paced = medians
-            .iter()
-            .copied()
+            target(
+                "with the finished rows loaded, claim throughput ≥ 80% of the empty table".into(),
+                ratio(finished, coord_max).map(|r| r * 100.0),
+                " %",
+                |r| r >= 80.0,
+            ),
+            target(
+                format!(
+                    "{n_max} workers under a provider budget far above the load: claim throughput within 10% of no budget"
+                ),
+                ratio(self.find(Phase::CoordinatorBudget, n_max), coord_max).map(|r| r * 100.0),
+                " %",
+                |r| r >= 90.0,
+            ),
+        ]
+    }
+
+    /// A budget below the load: the hand-out rate against the configured
+    /// one.
+    fn paced_target(&self) -> Target {
+        let paced = self
+            .medians()
+            .into_iter()
             .find(|m| matches!(m.phase, Phase::BudgetPaced { .. }));
         let configured = paced.and_then(|m| match m.phase {
             Phase::BudgetPaced { rate_milli, .. } => Some(rate_milli as f64 / 1000.0),
             _ => None,
         });
-        out.push(check(
+        target(
             format!(
                 "a budget below the load ({}/s): hand-out rate within 5% of it over {} s",
                 configured.map_or("–".into(), |r| format!("{r}")),
@@ -397,9 +442,8 @@ impl Report<'_> {
                 .zip(configured)
                 .map(|(m, r)| (m.rate() - r) / r * 100.0),
             " % off",
-            &|off| off.abs() <= 5.0,
-        ));
-        out
+            |off| off.abs() <= 5.0,
+        )
     }
 
     /// The table and the targets, for the terminal.
@@ -446,6 +490,38 @@ impl Report<'_> {
     /// The report as Markdown.
     pub fn markdown(&self) -> String {
         let mut out = String::new();
+        self.markdown_setup(&mut out);
+        let _ = writeln!(out, "| {} |", HEADER.join(" | "));
+        let _ = writeln!(out, "|{}|", vec!["---"; HEADER.len()].join("|"));
+        for r in self.rows() {
+            let _ = writeln!(out, "| {} |", r.cells.join(" | "));
+        }
+        let _ = writeln!(
+            out,
+            "\nColumns: *N* is workers (enqueue: callers); latencies are per call as the caller saw \
+             it (for enqueue phases the call), and *server mean* as the coordinator measured \
+             it (from its `jobfence_rpc_duration_seconds`); CPU is per job over the phase (coordinator process; \
+             database server process when it runs on this machine; *workers' CPU* is the \
+             benchmark's own process, which runs the direct workers' SQL or the gRPC load \
+             generator); *DB stmts/job* and \
+             *fsyncs/job* are the server's `Questions` and `Innodb_data_fsyncs` over the \
+             phase per job; *calls/txn* is the mean number of calls per transaction of the \
+             coordinator's claim, write and enqueue pipelines; *× direct* compares with the \
+             direct lifecycle at the same N (enqueue phases: with direct single-row inserts); \
+             *× ceiling* with the batched direct ceiling.\n"
+        );
+        self.markdown_targets(&mut out);
+        if let Some(p) = &self.pruning {
+            out.push('\n');
+            out.push_str(&p.markdown());
+        }
+        out
+    }
+
+    /// The title, how the figures were made, and the setup: the command,
+    /// the machine, the database settings, the coordinator, the round
+    /// trips.
+    fn markdown_setup(&self, out: &mut String) {
         let _ = writeln!(out, "# Benchmarks\n");
         let _ = writeln!(
             out,
@@ -480,25 +556,10 @@ impl Report<'_> {
             self.round_trips.1.as_secs_f64() * 1e6
         );
         let _ = writeln!(out, "- whole run: {:.0} s\n", self.elapsed.as_secs_f64());
-        let _ = writeln!(out, "| {} |", HEADER.join(" | "));
-        let _ = writeln!(out, "|{}|", vec!["---"; HEADER.len()].join("|"));
-        for r in self.rows() {
-            let _ = writeln!(out, "| {} |", r.cells.join(" | "));
-        }
-        let _ = writeln!(
-            out,
-            "\nColumns: *N* is workers (enqueue: callers); latencies are per call as the caller saw \
-             it (for enqueue phases the call), and *server mean* as the coordinator measured \
-             it (from its `jobfence_rpc_duration_seconds`); CPU is per job over the phase (coordinator process; \
-             database server process when it runs on this machine; *workers' CPU* is the \
-             benchmark's own process, which runs the direct workers' SQL or the gRPC load \
-             generator); *DB stmts/job* and \
-             *fsyncs/job* are the server's `Questions` and `Innodb_data_fsyncs` over the \
-             phase per job; *calls/txn* is the mean number of calls per transaction of the \
-             coordinator's claim, write and enqueue pipelines; *× direct* compares with the \
-             direct lifecycle at the same N (enqueue phases: with direct single-row inserts); \
-             *× ceiling* with the batched direct ceiling.\n"
-        );
+    }
+
+    /// The targets as a table, and where the misses are explained.
+    fn markdown_targets(&self, out: &mut String) {
         let _ = writeln!(out, "## Targets\n");
         let _ = writeln!(out, "| target | this run | met |");
         let _ = writeln!(out, "|---|---|---|");
@@ -519,10 +580,5 @@ impl Report<'_> {
              mechanism changed (runs with one of them turned off) and what was left alone: \
              `docs/architecture.md`, \"What each mechanism changed\" and \"Limits\"."
         );
-        if let Some(p) = &self.pruning {
-            out.push('\n');
-            out.push_str(&p.markdown());
-        }
-        out
     }
 }

@@ -1,12 +1,13 @@
 //! The demo's processes: how they are set up before the run (fresh
-//! databases, credentials, addresses), started (the fake provider, the
-//! coordinators), told apart, and asked for the report at the end.
+//! databases, credentials), started (the fake provider, the coordinators;
+//! each binds port 0 and the address it got is read from its log), told
+//! apart, and asked for the report at the end.
 
 use super::coordinators::{self, Coordinators};
 use super::credentials::{self, DemoCredentials};
 use super::report::{self, Report};
 use super::{budget, chaos, databases, say, worker_logs, DemoArgs};
-use crate::procs::{free_port, Proc};
+use crate::procs::{self, Proc};
 use anyhow::{bail, Result};
 use jobfence_fake_provider::ProviderClient;
 use sqlx::mysql::MySqlPool;
@@ -21,6 +22,8 @@ pub(super) struct Cluster {
     pub(super) coordinators: Coordinators,
     pub(super) provider: Proc,
     pub(super) provider_client: ProviderClient,
+    /// Where the first coordinator serves the console (`--console`).
+    pub(super) console: Option<String>,
     /// Jobs the workers can hold at once, all together.
     pub(super) slots: usize,
     pub(super) workers: Vec<Proc>,
@@ -162,14 +165,11 @@ pub(super) struct Setup {
     pub(super) queues: Vec<String>,
     pub(super) credentials: Option<DemoCredentials>,
     pub(super) database_durable: String,
-    pub(super) provider_addr: String,
-    pub(super) metrics_listen: String,
-    pub(super) console_listen: Option<String>,
 }
 
 impl Setup {
-    /// Fresh logs, fresh databases, throw-away credentials (unless
-    /// `--insecure`) and free ports.
+    /// Fresh logs, fresh databases and throw-away credentials (unless
+    /// `--insecure`).
     pub(super) async fn prepare(args: &DemoArgs) -> Result<Setup> {
         let logs = args.work_dir.join("logs");
         std::fs::create_dir_all(&logs)?;
@@ -205,21 +205,7 @@ impl Setup {
             queues,
             credentials,
             database_durable,
-            provider_addr: format!("127.0.0.1:{}", free_port()?),
-            metrics_listen: match &args.metrics_listen {
-                Some(m) => m.clone(),
-                None => format!("127.0.0.1:{}", free_port()?),
-            },
-            console_listen: if args.console {
-                Some(format!("127.0.0.1:{}", free_port()?))
-            } else {
-                None
-            },
         })
-    }
-
-    pub(super) fn provider_url(&self) -> String {
-        format!("http://{}/", self.provider_addr)
     }
 }
 
@@ -233,18 +219,10 @@ impl Cluster {
         plan: &budget::Plan,
         slots: usize,
     ) -> Result<Cluster> {
-        let mut provider_args = provider_flags(args, &setup.provider_addr);
-        provider_args.extend(plan.provider_flags());
-        let provider = Proc::spawn("provider", &setup.exe, &provider_args, &[], &setup.logs)?;
-        let provider_client = ProviderClient::new(setup.provider_url().parse()?);
+        let (provider, provider_addr) = start_provider(args, setup, plan).await?;
+        let provider_url = format!("http://{provider_addr}/");
+        let provider_client = ProviderClient::new(provider_url.parse()?);
         wait_provider(&provider_client).await?;
-        let mut first_only = Vec::new();
-        if let Some(c) = &setup.console_listen {
-            first_only.extend(["--console-listen".to_owned(), c.clone()]);
-            if let Some(creds) = &setup.credentials {
-                first_only.extend(creds.console_flags());
-            }
-        }
         let coordinators = Coordinators::start(
             args.coordinators,
             &setup.databases,
@@ -259,15 +237,20 @@ impl Cluster {
                     &setup.archive,
                     args.coordinators > 1,
                 ),
-                first_only,
+                console: args.console,
+                first_only: match &setup.credentials {
+                    Some(creds) if args.console => creds.console_flags(),
+                    _ => Vec::new(),
+                },
             },
-            Some(&setup.metrics_listen),
+            args.metrics_listen.as_deref(),
         )
         .await?;
         let cluster = Cluster {
             exe: setup.exe.clone(),
             logs: setup.logs.clone(),
-            provider_url: setup.provider_url(),
+            provider_url,
+            console: coordinators.list[0].console.clone(),
             coordinators,
             provider,
             provider_client,
@@ -280,7 +263,7 @@ impl Cluster {
             galera: args.galera.then(|| args.galera_script.clone()),
             node_restart: None,
         };
-        cluster.announce(&setup.provider_addr);
+        cluster.announce(&provider_addr.to_string());
         Ok(cluster)
     }
 
@@ -334,7 +317,7 @@ impl Cluster {
         let storm = happened.iter().find_map(|h| h.storm.clone());
         let ledger = self.provider_client.ledger().await;
         let provider_stats = self.provider_client.stats().await;
-        if setup.console_listen.is_none() {
+        if self.console.is_none() {
             self.coordinators.stop().await;
         }
         let _ = self.provider.stop(Duration::from_secs(5)).await;
@@ -356,12 +339,26 @@ impl Cluster {
     }
 }
 
-/// The flags of the fake provider: its address and the faults of `args`.
-fn provider_flags(args: &DemoArgs, addr: &str) -> Vec<String> {
+/// Starts the fake provider on port 0, with the faults of `args` and the
+/// plan's rate limit; the process and the address it printed.
+async fn start_provider(
+    args: &DemoArgs,
+    setup: &Setup,
+    plan: &budget::Plan,
+) -> Result<(Proc, std::net::SocketAddr)> {
+    let mut flags = provider_flags(args);
+    flags.extend(plan.provider_flags());
+    let mut provider = Proc::spawn("provider", &setup.exe, &flags, &[], &setup.logs)?;
+    let addr = provider.listen_addr(procs::PROVIDER_LISTENING).await?;
+    Ok((provider, addr))
+}
+
+/// The flags of the fake provider: port 0 and the faults of `args`.
+fn provider_flags(args: &DemoArgs) -> Vec<String> {
     let mut flags: Vec<String> = vec![
         "fake-provider".into(),
         "--listen".into(),
-        addr.to_owned(),
+        "127.0.0.1:0".into(),
         "--idempotency-retention".into(),
         humantime::format_duration(args.provider_retention).to_string(),
         "--pending-ratio".into(),

@@ -5,7 +5,7 @@
 //! (SIGKILL), cut the database off for a few seconds; and what it measures:
 //! how long health and the load balancer took to notice.
 
-use crate::procs::{free_port, Proc};
+use crate::procs::{self, Proc};
 use anyhow::{bail, Context, Result};
 use jobfence_fake_provider::netcut::NetCut;
 use std::path::{Path, PathBuf};
@@ -89,6 +89,17 @@ pub fn haproxy_bin() -> Result<PathBuf> {
     )
 }
 
+/// A loopback port that was free a moment ago, for HAProxy's frontend:
+/// HAProxy cannot bind port 0 and say which port it got (2.6 refuses
+/// `bind 127.0.0.1:0`: "invalid port '0'"), so its port is chosen in
+/// advance, and another process may take it first. Every other process
+/// of the demo binds port 0 and logs its address.
+fn haproxy_port() -> Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
+
 /// HAProxy's status of a server (`UP`, `DOWN`, …), from its runtime API.
 pub async fn haproxy_status(socket: &Path, server: &str) -> Result<String> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -110,6 +121,8 @@ pub struct Coordinator {
     pub name: String,
     pub grpc: String,
     pub metrics: String,
+    /// Where it serves the console, if it does.
+    pub console: Option<String>,
     pub proc: Proc,
 }
 
@@ -137,7 +150,9 @@ pub struct Settings {
     /// `jobfence serve` flags every coordinator gets (lease, window, …),
     /// besides its addresses and the database URL.
     pub serve_flags: Vec<String>,
-    /// Flags for the first coordinator only (the console's address).
+    /// Whether the first coordinator serves the console.
+    pub console: bool,
+    /// Flags for the first coordinator only (the console's credential).
     pub first_only: Vec<String>,
 }
 
@@ -212,76 +227,28 @@ impl Coordinators {
         settings: Settings,
         metrics_listen: Option<&str>,
     ) -> Result<Coordinators> {
-        let mut relays = Relays { cuts: Vec::new() };
-        let db_flags = match databases {
-            Databases::Nodes(urls) => {
-                let mut through = Vec::new();
-                for u in urls {
-                    through.push(relays.through(u).await?);
-                }
-                vec!["--database-url".to_owned(), through.join(",")]
-            }
-            Databases::Shards(list) => {
-                let mut file = String::from("# written by jobfence demo --shards\n");
-                for (k, (url, queue)) in list.iter().enumerate() {
-                    file.push_str(&format!("database {k} {}\n", relays.through(url).await?));
-                    file.push_str(&format!("queue {queue} {k}\n"));
-                }
-                let path = std::fs::canonicalize(&settings.logs)?.join("shards.conf");
-                std::fs::write(&path, file)?;
-                vec!["--shards".to_owned(), path.display().to_string()]
-            }
-        };
-        let db_cuts = relays.cuts;
+        let (db_flags, db_cuts) = db_flags(databases, &settings.logs).await?;
         let mut list = Vec::new();
         for i in 1..=n.max(1) {
-            let metrics = match (i, metrics_listen) {
-                (1, Some(m)) => m.to_owned(),
-                _ => format!("127.0.0.1:{}", free_port()?),
+            // Port 0 (the addresses are read back from its log), but for
+            // the metrics address `--metrics-listen` asked for.
+            let listen = Listen {
+                grpc: "127.0.0.1:0".into(),
+                metrics: match (i, metrics_listen) {
+                    (1, Some(m)) => m.to_owned(),
+                    _ => "127.0.0.1:0".into(),
+                },
+                console: (i == 1 && settings.console).then(|| "127.0.0.1:0".into()),
             };
-            let c = spawn(
-                &settings,
-                &db_flags,
-                &format!("coordinator-{i}"),
-                &format!("127.0.0.1:{}", free_port()?),
-                &metrics,
-            )?;
-            list.push(c);
+            let name = format!("coordinator-{i}");
+            let proc = spawn(&settings, &db_flags, &name, &listen)?;
+            list.push(Coordinator::bound(name, proc, listen.console.is_some()).await?);
         }
         for c in &list {
             super::wait_coordinator(&c.grpc, &settings.client()?).await?;
         }
         let (haproxy, addr) = if list.len() > 1 {
-            let listen = format!("127.0.0.1:{}", free_port()?);
-            // HAProxy reads a stats socket path only when it is absolute.
-            let dir = std::fs::canonicalize(&settings.logs)?;
-            let socket = dir.join("haproxy.sock");
-            let errorfile = dir.join("grpc-unavailable.http");
-            std::fs::write(&errorfile, GRPC_UNAVAILABLE)?;
-            let servers: Vec<(String, String, u16)> = list
-                .iter()
-                .map(|c| {
-                    let port = c
-                        .metrics
-                        .rsplit_once(':')
-                        .map_or(0, |(_, p)| p.parse().unwrap_or(0));
-                    (c.name.clone(), c.grpc.clone(), port)
-                })
-                .collect();
-            let config = settings.logs.join("haproxy.cfg");
-            let tls = settings.credentials.as_ref().map(|c| c.haproxy());
-            std::fs::write(
-                &config,
-                haproxy_config(&listen, &socket, &errorfile, &servers, tls.as_ref()),
-            )?;
-            let proc = Proc::spawn(
-                "haproxy",
-                &haproxy_bin()?,
-                &["-db".into(), "-f".into(), config.display().to_string()],
-                &[],
-                &settings.logs,
-            )?;
-            super::wait_coordinator(&listen, &settings.client()?).await?;
+            let (proc, socket, listen) = start_haproxy(&settings, &list).await?;
             (Some((proc, socket)), listen)
         } else {
             (None, list[0].grpc.clone())
@@ -379,10 +346,23 @@ impl Coordinators {
         Ok(())
     }
 
+    /// Starts coordinator `i` again on the addresses it had: HAProxy's
+    /// configuration names them, and the workers call them.
     fn spawn_again(&mut self, i: usize) -> Result<()> {
         let c = &self.list[i];
-        let (name, grpc, metrics) = (c.name.clone(), c.grpc.clone(), c.metrics.clone());
-        self.list[i] = spawn(&self.settings, &self.db_flags, &name, &grpc, &metrics)?;
+        let listen = Listen {
+            grpc: c.grpc.clone(),
+            metrics: c.metrics.clone(),
+            console: c.console.clone(),
+        };
+        let proc = spawn(&self.settings, &self.db_flags, &c.name, &listen)?;
+        self.list[i] = Coordinator {
+            name: c.name.clone(),
+            grpc: listen.grpc,
+            metrics: listen.metrics,
+            console: listen.console,
+            proc,
+        };
         Ok(())
     }
 
@@ -481,21 +461,116 @@ impl Settings {
     }
 }
 
-fn spawn(
+/// Where a coordinator listens: port 0 at its first start (it logs the
+/// port it got), its old addresses when it is started again.
+struct Listen {
+    grpc: String,
+    metrics: String,
+    /// The console's, for the coordinator that serves it.
+    console: Option<String>,
+}
+
+impl Coordinator {
+    /// `proc`, a coordinator just started, with the addresses it logged:
+    /// gRPC, metrics, and the console's if it serves it.
+    async fn bound(name: String, mut proc: Proc, console: bool) -> Result<Coordinator> {
+        let grpc = proc.listen_addr(procs::SERVING_GRPC).await?.to_string();
+        let metrics = proc.listen_addr(procs::SERVING_METRICS).await?.to_string();
+        let console = if console {
+            Some(proc.listen_addr(procs::SERVING_CONSOLE).await?.to_string())
+        } else {
+            None
+        };
+        Ok(Coordinator {
+            name,
+            grpc,
+            metrics,
+            console,
+            proc,
+        })
+    }
+}
+
+/// The `jobfence serve` flags that name the databases, each reached
+/// through a relay (one per database server, returned too) that the demo
+/// can cut.
+async fn db_flags(databases: &Databases, logs: &Path) -> Result<(Vec<String>, Vec<NetCut>)> {
+    let mut relays = Relays { cuts: Vec::new() };
+    let flags = match databases {
+        Databases::Nodes(urls) => {
+            let mut through = Vec::new();
+            for u in urls {
+                through.push(relays.through(u).await?);
+            }
+            vec!["--database-url".to_owned(), through.join(",")]
+        }
+        Databases::Shards(list) => {
+            let mut file = String::from("# written by jobfence demo --shards\n");
+            for (k, (url, queue)) in list.iter().enumerate() {
+                file.push_str(&format!("database {k} {}\n", relays.through(url).await?));
+                file.push_str(&format!("queue {queue} {k}\n"));
+            }
+            let path = std::fs::canonicalize(logs)?.join("shards.conf");
+            std::fs::write(&path, file)?;
+            vec!["--shards".to_owned(), path.display().to_string()]
+        }
+    };
+    Ok((flags, relays.cuts))
+}
+
+/// HAProxy in front of `list`, configured from the project's file; its
+/// process, its runtime API socket, and the address it serves, once it
+/// does.
+async fn start_haproxy(
     settings: &Settings,
-    db_flags: &[String],
-    name: &str,
-    grpc: &str,
-    metrics: &str,
-) -> Result<Coordinator> {
+    list: &[Coordinator],
+) -> Result<(Proc, PathBuf, String)> {
+    let listen = format!("127.0.0.1:{}", haproxy_port()?);
+    // HAProxy reads a stats socket path only when it is absolute.
+    let dir = std::fs::canonicalize(&settings.logs)?;
+    let socket = dir.join("haproxy.sock");
+    let errorfile = dir.join("grpc-unavailable.http");
+    std::fs::write(&errorfile, GRPC_UNAVAILABLE)?;
+    let servers: Vec<(String, String, u16)> = list
+        .iter()
+        .map(|c| {
+            let port = c
+                .metrics
+                .rsplit_once(':')
+                .map_or(0, |(_, p)| p.parse().unwrap_or(0));
+            (c.name.clone(), c.grpc.clone(), port)
+        })
+        .collect();
+    let config = settings.logs.join("haproxy.cfg");
+    let tls = settings.credentials.as_ref().map(|c| c.haproxy());
+    std::fs::write(
+        &config,
+        haproxy_config(&listen, &socket, &errorfile, &servers, tls.as_ref()),
+    )?;
+    let proc = Proc::spawn(
+        "haproxy",
+        &haproxy_bin()?,
+        &["-db".into(), "-f".into(), config.display().to_string()],
+        &[],
+        &settings.logs,
+    )?;
+    super::wait_coordinator(&listen, &settings.client()?).await?;
+    Ok((proc, socket, listen))
+}
+
+/// Starts coordinator `name` on `listen`.
+fn spawn(settings: &Settings, db_flags: &[String], name: &str, listen: &Listen) -> Result<Proc> {
     let mut args: Vec<String> = vec!["serve".into()];
     args.extend(db_flags.iter().cloned());
     args.extend([
         "--listen".into(),
-        grpc.into(),
+        listen.grpc.clone(),
         "--metrics-listen".into(),
-        metrics.into(),
+        listen.metrics.clone(),
     ]);
+    if let Some(console) = &listen.console {
+        args.extend(["--console-listen".into(), console.clone()]);
+    }
     match &settings.credentials {
         Some(c) => args.extend(c.serve_flags()),
         None => args.push("--insecure".into()),
@@ -504,11 +579,9 @@ fn spawn(
     if name.ends_with("-1") {
         args.extend(settings.first_only.iter().cloned());
     }
-    let proc = Proc::spawn(name, &settings.exe, &args, &[], &settings.logs)?;
-    Ok(Coordinator {
-        name: name.into(),
-        grpc: grpc.into(),
-        metrics: metrics.into(),
-        proc,
-    })
+    // The lines that say where it listens are read back from its log,
+    // whatever the filter this process was given.
+    let filter = std::env::var("JOBFENCE_LOG").unwrap_or_else(|_| "info".into());
+    let env = [("JOBFENCE_LOG", procs::serve_log_filter(&filter))];
+    Proc::spawn(name, &settings.exe, &args, &env, &settings.logs)
 }

@@ -117,7 +117,7 @@ pub async fn run(args: DemoArgs, interrupted: impl Future<Output = ()>) -> Resul
     let mut report = cluster.report(&setup, &plan, &happened).await?;
     report.add_pruned_retries(&pruned);
     println!("{}", report.render());
-    if let Some(console) = &setup.console_listen {
+    if let Some(console) = &cluster.console {
         println!(
             "console: http://{console}/ shows this run (the coordinator stays up for it; \
              Ctrl-C stops it)"
@@ -143,92 +143,7 @@ async fn run_workload(
     // Every worker starts first and says so, then the refunds arrive: the
     // workers that boot fastest (or long-poll) would otherwise take them all
     // before the slower ones (Python and Node load their stubs) are up.
-    // Spread over several databases, every queue gets a worker, and the
-    // first queue two (see `Cluster::queue_for_worker`).
-    let rust_workers = rust_workers(args, cluster.queues.len());
-    for i in 1..=rust_workers {
-        let w = cluster.rust_worker(&format!("rust-{i}"), args.concurrency)?;
-        cluster.workers.push(w);
-    }
-    if args.python_workers > 0 {
-        let python = python_cmd;
-        for i in 1..=args.python_workers {
-            let name = format!("python-{i}");
-            let script: Vec<String> = vec![
-                "-m".into(),
-                "jobfence_worker.refund_worker".into(),
-                "--coordinator".into(),
-                cluster.coordinators.addr.clone(),
-                "--provider".into(),
-                cluster.provider_url.clone(),
-                "--worker-id".into(),
-                name.clone(),
-                "--queue".into(),
-                cluster.next_queue(),
-                "--lease-seconds".into(),
-                args.lease.as_secs().max(1).to_string(),
-                "--batch".into(),
-                budget::PYTHON_BATCH.to_string(),
-            ];
-            // The package from its source tree (its dependencies are in
-            // the venv scripts/python-env made).
-            let mut env = vec![("PYTHONPATH", "sdk/python/src".to_owned())];
-            env.extend(cluster.client_env(credentials::PYTHON_WORKERS));
-            cluster
-                .workers
-                .push(Proc::spawn(&name, python, &script, &env, &cluster.logs)?);
-        }
-    }
-    for i in 1..=args.node_workers {
-        let name = format!("node-{i}");
-        let script: Vec<String> = vec![
-            "sdk/node/src/refund_worker.js".into(),
-            "--coordinator".into(),
-            cluster.coordinators.addr.clone(),
-            "--provider".into(),
-            cluster.provider_url.clone(),
-            "--worker-id".into(),
-            name.clone(),
-            "--queue".into(),
-            cluster.next_queue(),
-            "--lease-seconds".into(),
-            args.lease.as_secs().max(1).to_string(),
-            "--concurrency".into(),
-            args.concurrency.to_string(),
-        ];
-        let env = cluster.client_env(credentials::NODE_WORKERS);
-        cluster.workers.push(Proc::spawn(
-            &name,
-            &args.node,
-            &script,
-            &env,
-            &cluster.logs,
-        )?);
-    }
-    if args.go_workers > 0 {
-        let go_worker = build_go_worker(args).await?;
-        for i in 1..=args.go_workers {
-            let name = format!("go-{i}");
-            let flags: Vec<String> = vec![
-                "-coordinator".into(),
-                cluster.coordinators.addr.clone(),
-                "-provider".into(),
-                cluster.provider_url.clone(),
-                "-worker-id".into(),
-                name.clone(),
-                "-queue".into(),
-                cluster.next_queue(),
-                "-lease".into(),
-                format!("{}s", args.lease.as_secs().max(1)),
-                "-concurrency".into(),
-                args.concurrency.to_string(),
-            ];
-            let env = cluster.client_env(credentials::GO_WORKERS);
-            cluster
-                .workers
-                .push(Proc::spawn(&name, &go_worker, &flags, &env, &cluster.logs)?);
-        }
-    }
+    start_workers(cluster, args, python_cmd).await?;
     wait_workers_started(&mut cluster.workers).await?;
     let mut arrivals = Arrivals::start(
         &cluster.coordinators.addr,
@@ -245,6 +160,115 @@ async fn run_workload(
     ));
     let happened = drive(cluster, pool, args, started, &mut arrivals).await?;
     Ok((happened, arrivals.pruned.clone()))
+}
+
+/// Starts the Rust, Python, Node and Go workers, in that order. Spread
+/// over several databases, every queue gets a worker, and the first queue
+/// two (see `Cluster::queue_for_worker`): each worker takes the next queue
+/// in turn, so each is pushed before the next one is made.
+async fn start_workers(
+    cluster: &mut Cluster,
+    args: &DemoArgs,
+    python_cmd: &std::path::Path,
+) -> Result<()> {
+    let rust_workers = rust_workers(args, cluster.queues.len());
+    for i in 1..=rust_workers {
+        let w = cluster.rust_worker(&format!("rust-{i}"), args.concurrency)?;
+        cluster.workers.push(w);
+    }
+    for i in 1..=args.python_workers {
+        let w = python_worker(cluster, args, python_cmd, &format!("python-{i}"))?;
+        cluster.workers.push(w);
+    }
+    for i in 1..=args.node_workers {
+        let w = node_worker(cluster, args, &format!("node-{i}"))?;
+        cluster.workers.push(w);
+    }
+    if args.go_workers > 0 {
+        let go_worker = build_go_worker(args).await?;
+        for i in 1..=args.go_workers {
+            let w = go_worker_proc(cluster, args, &go_worker, &format!("go-{i}"))?;
+            cluster.workers.push(w);
+        }
+    }
+    Ok(())
+}
+
+/// The Python refund worker `name` on the next queue.
+fn python_worker(
+    cluster: &Cluster,
+    args: &DemoArgs,
+    python: &std::path::Path,
+    name: &str,
+) -> Result<Proc> {
+    let script: Vec<String> = vec![
+        "-m".into(),
+        "jobfence_worker.refund_worker".into(),
+        "--coordinator".into(),
+        cluster.coordinators.addr.clone(),
+        "--provider".into(),
+        cluster.provider_url.clone(),
+        "--worker-id".into(),
+        name.into(),
+        "--queue".into(),
+        cluster.next_queue(),
+        "--lease-seconds".into(),
+        args.lease.as_secs().max(1).to_string(),
+        "--batch".into(),
+        budget::PYTHON_BATCH.to_string(),
+    ];
+    // The package from its source tree (its dependencies are in the venv
+    // scripts/python-env made).
+    let mut env = vec![("PYTHONPATH", "sdk/python/src".to_owned())];
+    env.extend(cluster.client_env(credentials::PYTHON_WORKERS));
+    Proc::spawn(name, python, &script, &env, &cluster.logs)
+}
+
+/// The Node refund worker `name` on the next queue.
+fn node_worker(cluster: &Cluster, args: &DemoArgs, name: &str) -> Result<Proc> {
+    let script: Vec<String> = vec![
+        "sdk/node/src/refund_worker.js".into(),
+        "--coordinator".into(),
+        cluster.coordinators.addr.clone(),
+        "--provider".into(),
+        cluster.provider_url.clone(),
+        "--worker-id".into(),
+        name.into(),
+        "--queue".into(),
+        cluster.next_queue(),
+        "--lease-seconds".into(),
+        args.lease.as_secs().max(1).to_string(),
+        "--concurrency".into(),
+        args.concurrency.to_string(),
+    ];
+    let env = cluster.client_env(credentials::NODE_WORKERS);
+    Proc::spawn(name, &args.node, &script, &env, &cluster.logs)
+}
+
+/// The Go refund worker `name` (the program `go_worker`, built by
+/// [`build_go_worker`]) on the next queue.
+fn go_worker_proc(
+    cluster: &Cluster,
+    args: &DemoArgs,
+    go_worker: &std::path::Path,
+    name: &str,
+) -> Result<Proc> {
+    let flags: Vec<String> = vec![
+        "-coordinator".into(),
+        cluster.coordinators.addr.clone(),
+        "-provider".into(),
+        cluster.provider_url.clone(),
+        "-worker-id".into(),
+        name.into(),
+        "-queue".into(),
+        cluster.next_queue(),
+        "-lease".into(),
+        format!("{}s", args.lease.as_secs().max(1)),
+        "-concurrency".into(),
+        args.concurrency.to_string(),
+    ];
+    let env = cluster.client_env(credentials::GO_WORKERS);
+    Proc::spawn(name, go_worker, &flags, &env, &cluster.logs)
 }
 
 /// Builds sdk/go's refund worker into the work directory with
@@ -321,8 +345,47 @@ async fn drive(
     started: Instant,
     arrivals: &mut Arrivals,
 ) -> Result<Vec<chaos::Happened>> {
-    let mut arrived = false;
-    let mut chaos: Vec<Chaos> = match (args.chaos, cluster.coordinators.balanced()) {
+    let mut run = Drive {
+        chaos: schedule(args, cluster),
+        t0: Instant::now(),
+        started,
+        tty: std::io::stderr().is_terminal(),
+        last_line: Instant::now() - Duration::from_secs(10),
+        note: String::new(),
+        injected: Vec::new(),
+        arrived: false,
+    };
+    loop {
+        run.check_processes(cluster)?;
+        run.chaos_steps(cluster, pool).await?;
+        run.check_arrivals(arrivals).await?;
+        let open = run.progress(pool, arrivals).await?;
+        if open == 0 && run.chaos.is_empty() {
+            if run.tty {
+                eprintln!();
+            }
+            return Ok(run.injected);
+        }
+        if run.t0.elapsed() > args.max_duration {
+            if run.tty {
+                eprintln!();
+            }
+            if run.chaos.iter().any(|c| matches!(c, Chaos::Resume(_))) {
+                let _ = cluster.workers[0].resume();
+            }
+            say(&format!(
+                "stopping after {}: jobs still open",
+                humantime::format_duration(args.max_duration)
+            ));
+            return Ok(run.injected);
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// The failures to inject, first steps first (each may lead to others).
+fn schedule(args: &DemoArgs, cluster: &Cluster) -> Vec<Chaos> {
+    match (args.chaos, cluster.coordinators.balanced()) {
         (false, _) => Vec::new(),
         (true, false) if cluster.galera.is_some() => vec![
             Chaos::Pause,
@@ -333,13 +396,30 @@ async fn drive(
         // The rolling restart leads to a coordinator's kill, then to the
         // database outage: one disturbance of the coordinators at a time.
         (true, true) => vec![Chaos::Pause, Chaos::Kill, Chaos::RollingRestart],
-    };
-    let t0 = Instant::now();
-    let tty = std::io::stderr().is_terminal();
-    let mut last_line = Instant::now() - Duration::from_secs(10);
-    let mut note = String::new();
-    let mut injected = Vec::new();
-    loop {
+    }
+}
+
+/// Where [`drive`] is: the failures still to come, and what the progress
+/// line shows.
+struct Drive {
+    chaos: Vec<Chaos>,
+    /// When the schedule started: its steps are timed from here.
+    t0: Instant,
+    /// When the demo started: the progress lines' clock.
+    started: Instant,
+    tty: bool,
+    last_line: Instant,
+    /// The last thing that happened, shown after the counts.
+    note: String,
+    injected: Vec<chaos::Happened>,
+    /// Every refund has been enqueued.
+    arrived: bool,
+}
+
+impl Drive {
+    /// Fails if the provider or a coordinator exited on its own; notes a
+    /// worker that failed.
+    fn check_processes(&mut self, cluster: &mut Cluster) -> Result<()> {
         if let Some(status) = cluster.provider.exited() {
             bail!(
                 "the provider exited unexpectedly ({status}); see {}",
@@ -354,54 +434,72 @@ async fn drive(
         }
         for w in &mut cluster.workers {
             if let Some(status) = w.exited() {
-                if !status.success() && !note.contains(&w.name) {
-                    note = format!("{} exited ({status}); see {}", w.name, w.log.display());
+                if !status.success() && !self.note.contains(&w.name) {
+                    self.note = format!("{} exited ({status}); see {}", w.name, w.log.display());
                 }
             }
         }
+        Ok(())
+    }
+
+    /// Takes every step of the schedule that is due, and says what
+    /// happened.
+    async fn chaos_steps(&mut self, cluster: &mut Cluster, pool: &[MySqlPool]) -> Result<()> {
         let mut i = 0;
-        while i < chaos.len() {
-            match chaos_step(cluster, pool, chaos[i].clone(), t0.elapsed()).await? {
+        while i < self.chaos.len() {
+            match chaos_step(cluster, pool, self.chaos[i].clone(), self.t0.elapsed()).await? {
                 None => i += 1,
                 Some(happened) => {
-                    if tty {
+                    if self.tty {
                         eprintln!();
                     }
                     say(&format!(
                         "[{:>4}s] {}",
-                        started.elapsed().as_secs(),
+                        self.started.elapsed().as_secs(),
                         happened.what
                     ));
-                    note = happened.what.clone();
-                    chaos.remove(i);
-                    chaos.extend(happened.next.clone());
-                    injected.push(happened);
+                    self.note = happened.what.clone();
+                    self.chaos.remove(i);
+                    self.chaos.extend(happened.next.clone());
+                    self.injected.push(happened);
                 }
             }
         }
-        if !arrived && arrivals.done().await? {
-            arrived = true;
-            if tty {
+        Ok(())
+    }
+
+    /// Says once when every refund has been enqueued.
+    async fn check_arrivals(&mut self, arrivals: &mut Arrivals) -> Result<()> {
+        if !self.arrived && arrivals.done().await? {
+            self.arrived = true;
+            if self.tty {
                 eprintln!();
             }
             say(&format!(
                 "[{:>4}s] all {} refunds enqueued in {:.1} s ({} EnqueueBatch calls retried)",
-                started.elapsed().as_secs(),
+                self.started.elapsed().as_secs(),
                 arrivals.total,
                 arrivals.took.unwrap_or_default().as_secs_f64(),
                 arrivals.retried()
             ));
         }
+        Ok(())
+    }
+
+    /// Prints the jobs by state (on a terminal in place, else every 2 s)
+    /// and returns how many are still open (one more while refunds are
+    /// still arriving).
+    async fn progress(&mut self, pool: &[MySqlPool], arrivals: &Arrivals) -> Result<i64> {
         let states = report::states_all(pool).await?;
         let mut open =
             states.get("ready").copied().unwrap_or(0) + states.get("running").copied().unwrap_or(0);
-        if !arrived {
+        if !self.arrived {
             open += 1;
         }
         let line = format!(
             "[{:>4}s] {}{}",
-            started.elapsed().as_secs(),
-            if arrived {
+            self.started.elapsed().as_secs(),
+            if self.arrived {
                 String::new()
             } else {
                 format!("arrived {}/{}  ", arrivals.arrived(), arrivals.total)
@@ -416,35 +514,18 @@ async fn drive(
             // Nothing left to disturb; a frozen worker still gets resumed
             // by its own step on the next turn, and a storm's end is still
             // measured.
-            chaos.retain(|c| matches!(c, Chaos::Resume(_) | Chaos::StormDrain(_)));
+            self.chaos
+                .retain(|c| matches!(c, Chaos::Resume(_) | Chaos::StormDrain(_)));
         }
-        if tty {
+        let note = &self.note;
+        if self.tty {
             eprint!("\r{line}  {note:<60}");
-        } else if last_line.elapsed() >= Duration::from_secs(2) || open == 0 {
+        } else if self.last_line.elapsed() >= Duration::from_secs(2) || open == 0 {
             eprintln!("{line}  {note}");
-            last_line = Instant::now();
+            self.last_line = Instant::now();
         }
         let _ = std::io::stderr().flush();
-        if open == 0 && chaos.is_empty() {
-            if tty {
-                eprintln!();
-            }
-            return Ok(injected);
-        }
-        if t0.elapsed() > args.max_duration {
-            if tty {
-                eprintln!();
-            }
-            if chaos.iter().any(|c| matches!(c, Chaos::Resume(_))) {
-                let _ = cluster.workers[0].resume();
-            }
-            say(&format!(
-                "stopping after {}: jobs still open",
-                humantime::format_duration(args.max_duration)
-            ));
-            return Ok(injected);
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
+        Ok(open)
     }
 }
 

@@ -215,8 +215,19 @@ impl Report {
                 .try_get("n")?,
             ..Report::default()
         };
-        // Pruned jobs: their key records, checked against the ledger like
-        // the rows (docs/design.md rule 14: the key outlives the row).
+        r.check_pruned(pool, ledger).await?;
+        r.jobs = r.states.values().sum();
+        r.read_events(pool).await?;
+        r.read_outcomes(pool).await?;
+        r.check_jobs(pool, ledger).await?;
+        r.tally();
+        Ok(r)
+    }
+
+    /// Pruned jobs: their key records, checked against the ledger like
+    /// the rows (docs/design.md rule 14: the key outlives the row), and
+    /// counted by their final state.
+    async fn check_pruned(&mut self, pool: &MySqlPool, ledger: &Ledger) -> Result<()> {
         for row in sqlx::query(
             "SELECT job_id, CAST(operation_key AS CHAR) AS k, CAST(final_state AS CHAR) AS s \
              FROM operation_keys",
@@ -228,17 +239,22 @@ impl Report {
             let key = text(&row, "k")?;
             let state = text(&row, "s")?;
             let made = ledger.by_merchant_reference(&key).refunds;
-            r.refunds_made += made;
-            r.pruned += 1;
-            r.pruned_ids.push(id);
-            *r.states.entry(state.clone()).or_default() += 1;
+            self.refunds_made += made;
+            self.pruned += 1;
+            self.pruned_ids.push(id);
+            *self.states.entry(state.clone()).or_default() += 1;
             if (state == "succeeded" && made != 1) || made > 1 {
-                r.violations.push(format!(
+                self.violations.push(format!(
                     "pruned job {id} ({key}) {state} with {made} refunds made"
                 ));
             }
         }
-        r.jobs = r.states.values().sum();
+        Ok(())
+    }
+
+    /// The stale writes rejected and the resends allowed, from the
+    /// events still in the tables.
+    async fn read_events(&mut self, pool: &MySqlPool) -> Result<()> {
         for row in sqlx::query(
             "SELECT job_id, id, CAST(SUBSTRING_INDEX(detail, ':', 1) AS CHAR) AS rpc \
              FROM job_events WHERE kind = 'stale_write_rejected'",
@@ -246,17 +262,22 @@ impl Report {
         .fetch_all(pool)
         .await?
         {
-            r.stale_events.insert(
+            self.stale_events.insert(
                 (row.try_get("job_id")?, row.try_get("id")?),
                 text(&row, "rpc")?,
             );
         }
-        r.resends_allowed = sqlx::query(
+        self.resends_allowed = sqlx::query(
             "SELECT COUNT(*) AS n FROM job_events WHERE kind = 'retry_scheduled' AND detail = 'retry_execute'",
         )
         .fetch_one(pool)
         .await?
         .try_get("n")?;
+        Ok(())
+    }
+
+    /// Manual reviews by reason, and who completed each succeeded job.
+    async fn read_outcomes(&mut self, pool: &MySqlPool) -> Result<()> {
         for row in sqlx::query(
             "SELECT CAST(IF(state_reason = 'REQUESTED' OR state_reason IS NULL, \
              CONCAT('worker: ', LEFT(last_error, 40)), state_reason) AS CHAR) AS why, \
@@ -265,7 +286,7 @@ impl Report {
         .fetch_all(pool)
         .await?
         {
-            r.manual_reviews
+            self.manual_reviews
                 .insert(text(&row, "why")?, row.try_get("n")?);
         }
         for row in sqlx::query(
@@ -274,8 +295,16 @@ impl Report {
         .fetch_all(pool)
         .await?
         {
-            r.completed.insert(row.try_get("id")?, text(&row, "w")?);
+            self.completed.insert(row.try_get("id")?, text(&row, "w")?);
         }
+        Ok(())
+    }
+
+    /// Every job in the tables against the ledger: a succeeded job with
+    /// other than one refund, or any job with more than one, is a
+    /// violation; a job still open, or parked without a reason, is
+    /// unfinished.
+    async fn check_jobs(&mut self, pool: &MySqlPool, ledger: &Ledger) -> Result<()> {
         for row in sqlx::query(
             "SELECT id, CAST(operation_key AS CHAR) AS k, CAST(state AS CHAR) AS s, \
              (state_reason IS NOT NULL OR last_error IS NOT NULL) AS has_reason FROM jobs",
@@ -287,24 +316,25 @@ impl Report {
             let key = text(&row, "k")?;
             let state = text(&row, "s")?;
             let made = ledger.by_merchant_reference(&key).refunds;
-            r.refunds_made += made;
+            self.refunds_made += made;
             match state.as_str() {
-                "succeeded" if made != 1 => r.violations.push(format!(
+                "succeeded" if made != 1 => self.violations.push(format!(
                     "job {id} ({key}) succeeded with {made} refunds made"
                 )),
                 "succeeded" => {}
-                _ if made > 1 => r.violations.push(format!(
+                _ if made > 1 => self.violations.push(format!(
                     "job {id} ({key}) is {state} with {made} refunds made"
                 )),
-                "ready" | "running" => r.unfinished.push(format!("job {id} ({key}) is {state}")),
-                "manual_review" if row.try_get::<i64, _>("has_reason")? == 0 => r.unfinished.push(
-                    format!("job {id} ({key}) is in manual_review without a reason"),
-                ),
+                "ready" | "running" => self.unfinished.push(format!("job {id} ({key}) is {state}")),
+                "manual_review" if row.try_get::<i64, _>("has_reason")? == 0 => {
+                    self.unfinished.push(format!(
+                        "job {id} ({key}) is in manual_review without a reason"
+                    ))
+                }
                 _ => {}
             }
         }
-        r.tally();
-        Ok(r)
+        Ok(())
     }
 
     /// Adds the producer's Enqueues of pruned keys; each not answered with
@@ -356,17 +386,18 @@ impl Report {
     /// `invariant: VIOLATED (…)`.
     pub fn render(&self) -> String {
         let mut s = String::new();
-        let join = |m: &BTreeMap<String, i64>| {
-            if m.is_empty() {
-                "none".to_owned()
-            } else {
-                m.iter()
-                    .map(|(k, v)| format!("{k} {v}"))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            }
-        };
         let _ = writeln!(s, "jobfence demo report");
+        self.render_jobs(&mut s);
+        self.render_pruning(&mut s);
+        self.render_fencing(&mut s);
+        self.render_provider(&mut s);
+        self.render_verdict(&mut s);
+        s
+    }
+
+    /// The database, the jobs, the failures injected and how the jobs
+    /// ended.
+    fn render_jobs(&self, s: &mut String) {
         if !self.database_durable.is_empty() {
             let _ = writeln!(s, "  database durable        {}", self.database_durable);
         }
@@ -375,8 +406,16 @@ impl Report {
             let head = if i == 0 { "failures injected" } else { "" };
             let _ = writeln!(s, "  {head:<23} {what}");
         }
-        let _ = writeln!(s, "  by final state          {}", join(&self.states));
-        let _ = writeln!(s, "  completed by            {}", join(&self.completed_by));
+        let _ = writeln!(s, "  by final state          {}", joined(&self.states));
+        let _ = writeln!(
+            s,
+            "  completed by            {}",
+            joined(&self.completed_by)
+        );
+    }
+
+    /// What the pruner removed during the run, and its archive.
+    fn render_pruning(&self, s: &mut String) {
         let _ = writeln!(
             s,
             "  pruned                  {} finished jobs (key records kept); {} Enqueues of pruned keys sent again, {} answered the pruned job with created=false",
@@ -398,6 +437,12 @@ impl Report {
                 }
             );
         }
+    }
+
+    /// What the fence did: takeovers (the storm's too), stale writes
+    /// rejected, observations, resends, manual reviews, and the refunds
+    /// the ledger holds.
+    fn render_fencing(&self, s: &mut String) {
         let _ = writeln!(s, "  takeovers               {}", self.takeovers);
         if let Some(storm) = &self.storm {
             let _ = writeln!(
@@ -419,16 +464,20 @@ impl Report {
         let _ = writeln!(
             s,
             "  stale writes rejected   {}",
-            join(&self.stale_rejected)
+            joined(&self.stale_rejected)
         );
         let _ = writeln!(s, "  observations recorded   {}", self.observations);
         let _ = writeln!(s, "  resends allowed         {}", self.resends_allowed);
         let _ = writeln!(
             s,
             "  manual reviews          {}",
-            join(&self.manual_reviews)
+            joined(&self.manual_reviews)
         );
         let _ = writeln!(s, "  refunds made (ledger)   {}", self.refunds_made);
+    }
+
+    /// The provider's limit, what it counted, and the budget under it.
+    fn render_provider(&self, s: &mut String) {
         if let Some(p) = &self.provider {
             let _ = writeln!(
                 s,
@@ -442,6 +491,11 @@ impl Report {
             );
             let _ = writeln!(s, "  provider budget         {}", p.budget);
         }
+    }
+
+    /// The first jobs not finished and violations, and the last line:
+    /// `invariant: OK` or `invariant: VIOLATED (…)`.
+    fn render_verdict(&self, s: &mut String) {
         for u in self.unfinished.iter().take(10) {
             let _ = writeln!(s, "  not finished: {u}");
         }
@@ -460,6 +514,17 @@ impl Report {
             }
             let _ = write!(s, "invariant: VIOLATED ({})", what.join("; "));
         }
-        s
+    }
+}
+
+/// `k v, k v, …` of a count per name, or `none`.
+fn joined(m: &BTreeMap<String, i64>) -> String {
+    if m.is_empty() {
+        "none".to_owned()
+    } else {
+        m.iter()
+            .map(|(k, v)| format!("{k} {v}"))
+            .collect::<Vec<_>>()
+            .join(", ")
     }
 }
