@@ -100,18 +100,6 @@ fn locked_jobs(rows: &[MySqlRow]) -> Result<Vec<LockedJob>, CoordinatorError> {
 /// coalesced claims.
 pub const MAX_CLAIM_TRANSACTION_JOBS: u32 = 256;
 
-/// A validated Claim of one caller (see [`JobStore::claim`]).
-#[derive(Debug, Clone)]
-pub struct ClaimRequest {
-    pub queue: String,
-    pub worker_id: String,
-    /// At least 1.
-    pub max_jobs: u32,
-    /// Lease length from the commit (DB clock).
-    pub lease: Duration,
-    pub policy: QueuePolicy,
-}
-
 /// What a coalesced claim handed out: the jobs of each slot, in the order
 /// of the slots, and, when asked for and some slot got fewer jobs than it
 /// wanted, how long until it is worth asking again (`Some(ZERO)`: already;
@@ -139,20 +127,6 @@ struct Decided<'a> {
 }
 
 impl JobStore {
-    /// Hands out up to `max_jobs` jobs of the queue to one caller; see
-    /// [`claim_batch`](Self::claim_batch).
-    pub async fn claim(&self, req: &ClaimRequest) -> Result<Vec<ClaimedJob>, CoordinatorError> {
-        let slot = ClaimSlot {
-            worker_id: req.worker_id.clone(),
-            max_jobs: req.max_jobs,
-            lease: req.lease,
-        };
-        let mut out = self
-            .claim_batch(&req.queue, req.policy, &[slot], false)
-            .await?;
-        Ok(out.jobs.pop().unwrap_or_default())
-    }
-
     /// One claim transaction for several callers of one queue: first
     /// running jobs whose lease expired (inline takeover, next_action
     /// `reconcile`), then due ready jobs, oldest first, handed out to the
