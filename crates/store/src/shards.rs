@@ -420,13 +420,10 @@ impl JobStore {
     /// table.
     async fn is_migrated(&self) -> Result<bool, CoordinatorError> {
         let mut tx = self.begin().await?;
-        let n: i64 = sqlx::query_scalar(
-            "SELECT COUNT(*) FROM information_schema.tables \
-             WHERE table_schema = DATABASE() AND table_name = 'jobfence_shard'",
-        )
-        .fetch_one(&mut *tx)
-        .await
-        .map_err(super::convert_sqlx_err)?;
+        let n: i64 = sqlx::query_scalar(include_str!("queries/shards/has_table.sql"))
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(super::convert_sqlx_err)?;
         tx.rollback().await.map_err(super::convert_sqlx_err)?;
         Ok(n > 0)
     }
@@ -452,18 +449,18 @@ impl JobStore {
         let (low, high) = (range_start(shard), range_start(shard + 1));
         loop {
             let mut tx = self.begin().await?;
-            let recorded: Option<u32> = sqlx::query_scalar(
-                "SELECT shard FROM jobfence_shard WHERE singleton = 1 FOR UPDATE",
-            )
-            .fetch_optional(&mut *tx)
-            .await
-            .map_err(convert_sqlx_err)?;
+            let recorded: Option<u32> =
+                sqlx::query_scalar(include_str!("queries/shards/lock_number.sql"))
+                    .fetch_optional(&mut *tx)
+                    .await
+                    .map_err(convert_sqlx_err)?;
             if let Some(r) = recorded.filter(|r| *r != shard) {
                 return Ok(Err(Refusal::RecordedAs(r)));
             }
             let mut empty = Vec::new();
             for table in ["jobs", "job_events", "policy_changes"] {
-                let max: Option<u64> = sqlx::query_scalar(&format!("SELECT MAX(id) FROM {table}"))
+                let sql = include_str!("queries/shards/max_id.sql").replace("{table}", table);
+                let max: Option<u64> = sqlx::query_scalar(&sql)
                     .fetch_one(&mut *tx)
                     .await
                     .map_err(convert_sqlx_err)?;
@@ -479,15 +476,12 @@ impl JobStore {
                 return Ok(Ok(()));
             }
             if recorded.is_none() {
-                let inserted = sqlx::query(
-                    "INSERT IGNORE INTO jobfence_shard (singleton, shard, created_at) \
-                     VALUES (1, ?, UTC_TIMESTAMP(6))",
-                )
-                .bind(shard)
-                .execute(&mut *tx)
-                .await
-                .map_err(convert_sqlx_err)?
-                .rows_affected();
+                let inserted = sqlx::query(include_str!("queries/shards/record_number.sql"))
+                    .bind(shard)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(convert_sqlx_err)?
+                    .rows_affected();
                 if inserted == 0 {
                     // Another coordinator recorded a number since the
                     // SELECT (no row to lock then): look again.
@@ -503,7 +497,10 @@ impl JobStore {
             // empty).
             if shard > 0 {
                 for table in empty {
-                    sqlx::raw_sql(&format!("ALTER TABLE {table} AUTO_INCREMENT = {}", low + 1))
+                    let sql = include_str!("queries/shards/start_ids.sql")
+                        .replace("{table}", table)
+                        .replace("{start}", &(low + 1).to_string());
+                    sqlx::raw_sql(&sql)
                         .execute(&self.pool())
                         .await
                         .map_err(convert_sqlx_err)?;

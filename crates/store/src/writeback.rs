@@ -517,10 +517,8 @@ async fn queue_rules(
     if queues.is_empty() {
         return Ok(out);
     }
-    let sql = format!(
-        "SELECT queue, provider, resend_window_us, max_dispatches FROM queue_policies WHERE queue IN ({})",
-        vec!["?"; queues.len()].join(", ")
-    );
+    let sql = include_str!("queries/queue_policies/write_rules.sql")
+        .replace("{queues}", &super::reads::placeholders(queues.len()));
     let mut q = sqlx::query(&sql);
     for queue in queues {
         q = q.bind(*queue);
@@ -546,11 +544,9 @@ fn throttle_statement(
     now: DbTime,
 ) -> Result<String, CoordinatorError> {
     let until = super::literal::time(transition::after(now, retry_after));
-    Ok(format!(
-        "UPDATE providers SET throttled_until = GREATEST(COALESCE(throttled_until, {until}), {until}), \
-         throttle_reports = throttle_reports + 1 WHERE name = {}",
-        super::literal::provider(provider)?
-    ))
+    Ok(include_str!("queries/providers/throttle.sql")
+        .replace("{until}", &until)
+        .replace("{provider}", &super::literal::provider(provider)?))
 }
 
 /// The call's name inside its digest and refusal detail (kept from the
