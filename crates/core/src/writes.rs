@@ -95,34 +95,10 @@ impl Coordinator {
     /// Refusals as for [`renew_lease`](Self::renew_lease).
     pub async fn fail(
         &self,
-        req: Fail,
+        mut req: Fail,
         scope: &QueueScope,
     ) -> Result<FailOutcome, CoordinatorError> {
-        let mut v = Violations::default();
-        v.job_id(req.job_id);
-        v.attempt(req.attempt);
-        if req.error.is_empty() {
-            v.add("error", "must say what went wrong");
-        }
-        v.max_bytes("error", &req.error, MAX_ERROR_BYTES);
-        v.delay("retry_delay", req.retry_delay);
-        if let Some(d) = req.provider_retry_after {
-            if d.is_zero() {
-                v.add(
-                    "provider_retry_after",
-                    "must be positive when set (leave it unset when the provider gave none)",
-                );
-            } else if d > MAX_PROVIDER_RETRY_AFTER {
-                v.add(
-                    "provider_retry_after",
-                    format!(
-                        "must be at most {}",
-                        humantime::format_duration(MAX_PROVIDER_RETRY_AFTER)
-                    ),
-                );
-            }
-        }
-        v.finish()?;
+        check_fail(&req)?;
         // The queue (and so its policy) is read under the row lock.
         let out = self
             .write(
@@ -130,7 +106,8 @@ impl Coordinator {
                     job_id: req.job_id,
                     attempt: req.attempt,
                     disposition: req.disposition,
-                    error: req.error,
+                    // What follows the write does not read the error.
+                    error: std::mem::take(&mut req.error),
                     retry_delay: req.retry_delay,
                     expected_lease: self.config.default_lease,
                     provider_retry_after: req.provider_retry_after,
@@ -139,9 +116,16 @@ impl Coordinator {
             )
             .await?;
         let out = out.into_fail()?;
-        if out.replayed {
-            return Ok(out);
+        if !out.replayed {
+            self.failed(&req, &out);
         }
+        Ok(out)
+    }
+
+    /// What an applied Fail changes beyond its row: a retry wakes the
+    /// queue's long-polling Claims when it is due, a throttle report and
+    /// every resend decision are counted and logged.
+    fn failed(&self, req: &Fail, out: &FailOutcome) {
         let job = &out.job;
         if matches!(
             out.applied,
@@ -195,7 +179,6 @@ impl Coordinator {
                 "moved to manual review"
             );
         }
-        Ok(out)
     }
 
     /// Sends one fenced write through the write pipeline; labels the RPC's
@@ -260,4 +243,33 @@ impl Coordinator {
         }
         Err(e)
     }
+}
+
+/// The checks of a Fail's own fields (the rest is the fence's).
+fn check_fail(req: &Fail) -> Result<(), CoordinatorError> {
+    let mut v = Violations::default();
+    v.job_id(req.job_id);
+    v.attempt(req.attempt);
+    if req.error.is_empty() {
+        v.add("error", "must say what went wrong");
+    }
+    v.max_bytes("error", &req.error, MAX_ERROR_BYTES);
+    v.delay("retry_delay", req.retry_delay);
+    if let Some(d) = req.provider_retry_after {
+        if d.is_zero() {
+            v.add(
+                "provider_retry_after",
+                "must be positive when set (leave it unset when the provider gave none)",
+            );
+        } else if d > MAX_PROVIDER_RETRY_AFTER {
+            v.add(
+                "provider_retry_after",
+                format!(
+                    "must be at most {}",
+                    humantime::format_duration(MAX_PROVIDER_RETRY_AFTER)
+                ),
+            );
+        }
+    }
+    v.finish()
 }
