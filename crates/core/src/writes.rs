@@ -7,22 +7,23 @@ use super::Coordinator;
 use jobfence_domain::budget::MAX_PROVIDER_RETRY_AFTER;
 use jobfence_domain::validate::{Violations, MAX_BODY_BYTES, MAX_ERROR_BYTES, MAX_KEY_BYTES};
 use jobfence_domain::{
-    CompleteRequest, CoordinatorError, FailDisposition, FailOutcome, FailRequest, FencedOutcome,
-    FencedWrite, QueueScope, RenewLeaseRequest, ScopedWrite, WriteOutcome,
+    Complete, CoordinatorError, Fail, FailDisposition, FailOutcome, FencedOutcome, FencedWrite,
+    QueueScope, RenewLease, ScopedWrite, WriteOutcome,
 };
 use std::time::Duration;
 
-/// RenewLease input before defaults.
+/// What a caller gives a RenewLease, before defaults (the lease).
 #[derive(Debug, Clone)]
-pub struct RenewLease {
+pub struct RenewLeaseParams {
     pub job_id: u64,
     pub attempt: u64,
     pub lease: Option<Duration>,
 }
 
-/// Fail input before the queue policy is known.
+/// What a caller gives a Fail, before the queue policy and the default
+/// lease are known.
 #[derive(Debug, Clone)]
-pub struct Fail {
+pub struct FailParams {
     pub job_id: u64,
     pub attempt: u64,
     pub disposition: FailDisposition,
@@ -41,7 +42,7 @@ impl Coordinator {
     /// lock, before the fence; nothing written).
     pub async fn renew_lease(
         &self,
-        req: RenewLease,
+        req: RenewLeaseParams,
         scope: &QueueScope,
     ) -> Result<WriteOutcome, CoordinatorError> {
         let mut v = Violations::default();
@@ -51,7 +52,7 @@ impl Coordinator {
         v.finish()?;
         let out = self
             .write(
-                FencedWrite::RenewLease(RenewLeaseRequest {
+                FencedWrite::RenewLease(RenewLease {
                     job_id: req.job_id,
                     attempt: req.attempt,
                     lease,
@@ -69,7 +70,7 @@ impl Coordinator {
     /// Refusals as for [`renew_lease`](Self::renew_lease).
     pub async fn complete(
         &self,
-        req: CompleteRequest,
+        req: Complete,
         scope: &QueueScope,
     ) -> Result<WriteOutcome, CoordinatorError> {
         let mut v = Violations::default();
@@ -95,14 +96,14 @@ impl Coordinator {
     /// Refusals as for [`renew_lease`](Self::renew_lease).
     pub async fn fail(
         &self,
-        mut req: Fail,
+        mut req: FailParams,
         scope: &QueueScope,
     ) -> Result<FailOutcome, CoordinatorError> {
         check_fail(&req)?;
         // The queue (and so its policy) is read under the row lock.
         let out = self
             .write(
-                FencedWrite::Fail(FailRequest {
+                FencedWrite::Fail(Fail {
                     job_id: req.job_id,
                     attempt: req.attempt,
                     disposition: req.disposition,
@@ -125,7 +126,7 @@ impl Coordinator {
     /// What an applied Fail changes beyond its row: a retry wakes the
     /// queue's long-polling Claims when it is due, a throttle report and
     /// every resend decision are counted and logged.
-    fn failed(&self, req: &Fail, out: &FailOutcome) {
+    fn failed(&self, req: &FailParams, out: &FailOutcome) {
         let job = &out.job;
         if matches!(
             out.applied,
@@ -246,7 +247,7 @@ impl Coordinator {
 }
 
 /// The checks of a Fail's own fields (the rest is the fence's).
-fn check_fail(req: &Fail) -> Result<(), CoordinatorError> {
+fn check_fail(req: &FailParams) -> Result<(), CoordinatorError> {
     let mut v = Violations::default();
     v.job_id(req.job_id);
     v.attempt(req.attempt);

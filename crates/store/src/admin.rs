@@ -24,7 +24,7 @@ use jobfence_domain::{
 };
 use sqlx::MySqlConnection;
 
-use jobfence_domain::admin::{CancelRequest, Resolution, ResolveRequest};
+use jobfence_domain::admin::{CancelJob, Resolution, ResolveManualReview};
 
 /// Longest `state_reason` stored (the column is VARCHAR(255)), in bytes.
 const STATE_REASON_BYTES: usize = 255;
@@ -84,7 +84,7 @@ fn attempt_refusal(job: &Job, presented: u64) -> Option<CoordinatorError> {
 async fn write_resolution(
     conn: &mut MySqlConnection,
     job: &Job,
-    req: &ResolveRequest,
+    req: &ResolveManualReview,
 ) -> Result<(), CoordinatorError> {
     let to_state = req.resolution.to_state();
     let (next_action, retry_delay, reference, result) = match &req.resolution {
@@ -129,7 +129,7 @@ async fn write_resolution(
 
 /// An explicitly authorized resend restarts the resend window from the
 /// next dispatch (docs/design.md rule 6).
-fn restarts_window(req: &ResolveRequest) -> bool {
+fn restarts_window(req: &ResolveManualReview) -> bool {
     matches!(req.resolution, Resolution::RetryExecute { .. })
 }
 
@@ -138,7 +138,7 @@ fn restarts_window(req: &ResolveRequest) -> bool {
 /// counted from until now.
 fn resolved_event<'a>(
     job: &'a Job,
-    req: &ResolveRequest,
+    req: &ResolveManualReview,
     digest: [u8; 32],
     now: DbTime,
 ) -> NewEvent<'a> {
@@ -183,12 +183,12 @@ impl JobStore {
     /// `AttemptNotIssued`, `JobNotFound`.
     pub async fn resolve_manual_review(
         &self,
-        req: &ResolveRequest,
+        req: &ResolveManualReview,
     ) -> Result<WriteOutcome, CoordinatorError> {
         self.retry_conflicts(|| self.resolve_once(req)).await
     }
 
-    fn resolve_digest(req: &ResolveRequest) -> [u8; 32] {
+    fn resolve_digest(req: &ResolveManualReview) -> [u8; 32] {
         let (reference, result, delay) = match &req.resolution {
             Resolution::Succeeded {
                 provider_reference,
@@ -216,7 +216,10 @@ impl JobStore {
         ])
     }
 
-    async fn resolve_once(&self, req: &ResolveRequest) -> Result<WriteOutcome, CoordinatorError> {
+    async fn resolve_once(
+        &self,
+        req: &ResolveManualReview,
+    ) -> Result<WriteOutcome, CoordinatorError> {
         let digest = Self::resolve_digest(req);
         let mut tx = self.begin().await?;
         let locked = reads::lock_job(&mut tx, req.job_id)
@@ -259,11 +262,11 @@ impl JobStore {
     /// Cancels a `ready` job that was never dispatched. Refusals:
     /// `JobNotCancellable`, `AttemptSuperseded`, `AttemptNotIssued`,
     /// `JobNotFound`.
-    pub async fn cancel_job(&self, req: &CancelRequest) -> Result<WriteOutcome, CoordinatorError> {
+    pub async fn cancel_job(&self, req: &CancelJob) -> Result<WriteOutcome, CoordinatorError> {
         self.retry_conflicts(|| self.cancel_once(req)).await
     }
 
-    async fn cancel_once(&self, req: &CancelRequest) -> Result<WriteOutcome, CoordinatorError> {
+    async fn cancel_once(&self, req: &CancelJob) -> Result<WriteOutcome, CoordinatorError> {
         let digest = call_digest(&[
             b"cancel_job",
             &req.job_id.to_be_bytes(),

@@ -25,7 +25,7 @@ use decide::{decide, room_left, Claiming, Decided, Holds};
 use jobfence_domain::budget::{Allowance, BudgetReport, Holdback};
 use jobfence_domain::{
     transition, ClaimSlot, ClaimedJob, CoordinatorError, DbTime, EventKind, Job, JobState,
-    NextAction, Observation, QueuePolicy, QueueScope, TakeoverRequest,
+    NextAction, Observation, QueuePolicy, QueueScope, Takeover,
 };
 use sqlx::mysql::MySqlRow;
 use sqlx::MySqlConnection;
@@ -109,7 +109,7 @@ pub const MAX_CLAIM_TRANSACTION_JOBS: u32 = 256;
 /// next job of the queue becomes claimable or, if the provider's budget
 /// held due jobs back, when its next unit is due.
 #[derive(Debug, Default)]
-pub struct ClaimBatch {
+pub struct ClaimBatchOutcome {
     pub jobs: Vec<Vec<ClaimedJob>>,
     pub next_due: Option<Duration>,
     /// What the claim did against its provider's budget, when the queue
@@ -148,7 +148,7 @@ impl JobStore {
         policy: QueuePolicy,
         slots: &[ClaimSlot],
         want_next_due: bool,
-    ) -> Result<ClaimBatch, CoordinatorError> {
+    ) -> Result<ClaimBatchOutcome, CoordinatorError> {
         self.retry_conflicts(|| self.claim_once(queue, policy, slots, want_next_due))
             .await
     }
@@ -159,7 +159,7 @@ impl JobStore {
         default_policy: QueuePolicy,
         slots: &[ClaimSlot],
         want_next_due: bool,
-    ) -> Result<ClaimBatch, CoordinatorError> {
+    ) -> Result<ClaimBatchOutcome, CoordinatorError> {
         let wanted: u32 = slots.iter().map(|s| s.max_jobs).sum();
         let mut tx = self.begin_batch().await?;
         let Scan {
@@ -182,7 +182,7 @@ impl JobStore {
             } else {
                 tx.commit_after(&settled.after).await?;
             }
-            return Ok(ClaimBatch {
+            return Ok(ClaimBatchOutcome {
                 jobs: vec![Vec::new(); slots.len()],
                 next_due: settled.next_due,
                 budget: settled.report,
@@ -194,7 +194,7 @@ impl JobStore {
             .ok_or_else(|| CoordinatorError::Internal("a claim decided without a clock".into()))?;
         let observations = self.write_claim(tx, &decided, now, &settled.after).await?;
         let (jobs, parked) = hand_out(decided, observations, slots.len(), run.provider);
-        Ok(ClaimBatch {
+        Ok(ClaimBatchOutcome {
             jobs,
             next_due: settled.next_due,
             budget: settled.report,
@@ -236,7 +236,7 @@ impl JobStore {
     /// when to ask again, and nothing written.
     pub async fn takeover(
         &self,
-        req: &TakeoverRequest,
+        req: &Takeover,
         scope: &QueueScope,
     ) -> Result<ClaimedJob, CoordinatorError> {
         self.retry_conflicts(|| self.takeover_once(req, scope))
@@ -245,7 +245,7 @@ impl JobStore {
 
     async fn takeover_once(
         &self,
-        req: &TakeoverRequest,
+        req: &Takeover,
         scope: &QueueScope,
     ) -> Result<ClaimedJob, CoordinatorError> {
         let mut tx = self.begin().await?;

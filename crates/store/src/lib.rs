@@ -55,7 +55,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-pub use claim::{ClaimBatch, MAX_CLAIM_TRANSACTION_JOBS};
+pub use claim::{ClaimBatchOutcome, MAX_CLAIM_TRANSACTION_JOBS};
 pub use enqueue::EnqueueResult;
 pub use errors::convert_sqlx_err;
 pub use health::HealthProbe;

@@ -22,9 +22,9 @@ use super::{micros, JobStore};
 use jobfence_domain::event::parse_fail_detail;
 use jobfence_domain::write_plan::{self, AppliedWrite, WritePlan};
 use jobfence_domain::{
-    transition, CompleteRequest, CoordinatorError, DbTime, EventKind, FailDisposition, FailOutcome,
-    FailRequest, FencedOutcome, FencedWrite, JobState, OverrideReason, QueuePolicies, QueuePolicy,
-    QueueScope, RenewLeaseRequest, ScopedWrite, WriteOutcome,
+    transition, Complete, CoordinatorError, DbTime, EventKind, Fail, FailDisposition, FailOutcome,
+    FencedOutcome, FencedWrite, JobState, OverrideReason, QueuePolicies, QueuePolicy, QueueScope,
+    RenewLease, ScopedWrite, WriteOutcome,
 };
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
@@ -38,11 +38,8 @@ const STALE_NOW: Duration = Duration::from_millis(50);
 pub type WriteResult = Result<FencedOutcome, CoordinatorError>;
 
 impl JobStore {
-    /// Extends the lease of the current attempt (see `RenewLeaseRequest`).
-    pub async fn renew_lease(
-        &self,
-        req: &RenewLeaseRequest,
-    ) -> Result<WriteOutcome, CoordinatorError> {
+    /// Extends the lease of the current attempt (see `RenewLease`).
+    pub async fn renew_lease(&self, req: &RenewLease) -> Result<WriteOutcome, CoordinatorError> {
         let out = self.write_one(FencedWrite::RenewLease(req.clone())).await?;
         Ok(WriteOutcome {
             job: out.job,
@@ -51,7 +48,7 @@ impl JobStore {
     }
 
     /// Marks the job succeeded with the provider's reference and result.
-    pub async fn complete(&self, req: &CompleteRequest) -> Result<WriteOutcome, CoordinatorError> {
+    pub async fn complete(&self, req: &Complete) -> Result<WriteOutcome, CoordinatorError> {
         let out = self.write_one(FencedWrite::Complete(req.clone())).await?;
         Ok(WriteOutcome {
             job: out.job,
@@ -63,7 +60,7 @@ impl JobStore {
     /// window, or past its max dispatches, goes to manual review instead.
     pub async fn fail(
         &self,
-        req: &FailRequest,
+        req: &Fail,
         policies: &QueuePolicies,
     ) -> Result<FailOutcome, CoordinatorError> {
         let out = self

@@ -184,7 +184,7 @@ impl JobAdmin for JobAdminService {
                 let resolution = resolution(&mut v, &r);
                 v.finish()?;
                 span.record("resolution", resolution.as_str());
-                let call = jobfence_domain::admin::ResolveRequest {
+                let call = jobfence_domain::admin::ResolveManualReview {
                     job_id: r.job_id,
                     attempt: r.attempt,
                     resolution,
@@ -219,7 +219,7 @@ impl JobAdmin for JobAdminService {
                 span.record("job_id", r.job_id);
                 span.record("attempt", r.attempt);
                 span.record("operator", operator.as_str());
-                let call = jobfence_domain::admin::CancelRequest {
+                let call = jobfence_domain::admin::CancelJob {
                     job_id: r.job_id,
                     attempt: r.attempt,
                     operator,

@@ -55,7 +55,7 @@ impl JobCoordinator for JobCoordinatorService {
             let mut v = Violations::default();
             let delay = duration(&mut v, "delay", r.delay);
             v.finish()?;
-            let call = domain::EnqueueRequest {
+            let call = domain::Enqueue {
                 queue: r.queue,
                 operation_key: r.operation_key,
                 payload: r.payload,
@@ -121,7 +121,7 @@ impl JobCoordinator for JobCoordinatorService {
                 Some(d) => wait.min(d.saturating_sub(d / 10 + DEADLINE_MARGIN)),
                 None => wait,
             };
-            let call = coordinator::Claim {
+            let call = coordinator::ClaimParams {
                 queue: r.queue,
                 worker_id: r.worker_id,
                 max_jobs: r.max_jobs,
@@ -154,7 +154,7 @@ impl JobCoordinator for JobCoordinatorService {
             let mut v = Violations::default();
             let lease = duration(&mut v, "lease", r.lease);
             v.finish()?;
-            let call = coordinator::Takeover {
+            let call = coordinator::TakeoverParams {
                 job_id: r.job_id,
                 worker_id: r.worker_id,
                 lease,
@@ -186,7 +186,7 @@ impl JobCoordinator for JobCoordinatorService {
             let mut v = Violations::default();
             let lease = duration(&mut v, "lease", r.lease);
             v.finish()?;
-            let call = coordinator::RenewLease {
+            let call = coordinator::RenewLeaseParams {
                 job_id: r.job_id,
                 attempt: r.attempt,
                 lease,
@@ -214,7 +214,7 @@ impl JobCoordinator for JobCoordinatorService {
             let span = Span::current();
             span.record("job_id", r.job_id);
             span.record("attempt", r.attempt);
-            let call = domain::CompleteRequest {
+            let call = domain::Complete {
                 job_id: r.job_id,
                 attempt: r.attempt,
                 provider_reference: non_empty(r.provider_reference),
@@ -257,7 +257,7 @@ impl JobCoordinator for JobCoordinatorService {
             let provider_retry_after =
                 duration(&mut v, "provider_retry_after", r.provider_retry_after);
             v.finish()?;
-            let call = coordinator::Fail {
+            let call = coordinator::FailParams {
                 job_id: r.job_id,
                 attempt: r.attempt,
                 disposition,
@@ -310,7 +310,7 @@ impl JobCoordinator for JobCoordinatorService {
         span.record("observed", outcome.as_str());
         let scope = jobfence_auth::observation_scope(caller.as_deref(), source)
             .map_err(|r| rpc.refuse(&extensions, r))?;
-        let call = domain::RecordObservationRequest {
+        let call = domain::RecordObservation {
             job_id: r.job_id,
             attempt: r.attempt,
             source,
@@ -362,12 +362,12 @@ impl JobCoordinatorService {
     fn enqueue_items(
         &self,
         items: Vec<EnqueueRequest>,
-    ) -> Result<Vec<domain::EnqueueRequest>, CoordinatorError> {
+    ) -> Result<Vec<domain::Enqueue>, CoordinatorError> {
         let mut v = Violations::default();
-        let items: Vec<domain::EnqueueRequest> = items
+        let items: Vec<domain::Enqueue> = items
             .into_iter()
             .enumerate()
-            .map(|(i, item)| domain::EnqueueRequest {
+            .map(|(i, item)| domain::Enqueue {
                 delay: duration(&mut v, &format!("items[{i}].delay"), item.delay)
                     .unwrap_or_default(),
                 queue: item.queue,
