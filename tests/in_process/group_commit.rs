@@ -10,8 +10,8 @@ use jobfence_testkit as kit;
 
 use jobfence_api::v1::{self as proto, TakeoverRequest};
 use jobfence_domain::{
-    CompleteRequest, CoordinatorError, FailDisposition, FailRequest, FencedWrite, JobState,
-    QueuePolicies, RenewLeaseRequest,
+    Complete, CoordinatorError, Fail, FailDisposition, FencedWrite, JobState, QueuePolicies,
+    RenewLease,
 };
 use jobfence_server::ServeOptions;
 use jobfence_store::JobStore;
@@ -22,7 +22,7 @@ use tonic::Code;
 const Q: &str = "refunds";
 
 fn complete(job_id: u64, attempt: u64, reference: &str) -> FencedWrite {
-    FencedWrite::Complete(CompleteRequest {
+    FencedWrite::Complete(Complete {
         job_id,
         attempt,
         provider_reference: Some(reference.into()),
@@ -91,7 +91,7 @@ async fn a_stale_write_in_a_batch_is_refused_alone_and_the_others_apply() {
     let current = take_over(&h, jobs[2].job_id).await;
     let store = JobStore::new(h.pool.clone());
     store
-        .complete(&CompleteRequest {
+        .complete(&Complete {
             job_id: jobs[3].job_id,
             attempt: jobs[3].attempt,
             provider_reference: Some("re_first".into()),
@@ -102,7 +102,7 @@ async fn a_stale_write_in_a_batch_is_refused_alone_and_the_others_apply() {
 
     let batch = vec![
         complete(jobs[0].job_id, jobs[0].attempt, "re_0"),
-        FencedWrite::Fail(FailRequest {
+        FencedWrite::Fail(Fail {
             job_id: jobs[1].job_id,
             attempt: jobs[1].attempt,
             disposition: FailDisposition::RetryReconcile,
@@ -385,20 +385,20 @@ async fn a_renewal_and_a_complete_of_one_job_in_one_batch_apply_in_order() {
     let answers = store
         .write_batch(
             &[
-                FencedWrite::RenewLease(RenewLeaseRequest {
+                FencedWrite::RenewLease(RenewLease {
                     job_id: job.job_id,
                     attempt: job.attempt,
                     lease: Duration::from_secs(600),
                 }),
                 complete(job.job_id, job.attempt, "re_1"),
-                FencedWrite::RenewLease(RenewLeaseRequest {
+                FencedWrite::RenewLease(RenewLease {
                     job_id: job.job_id,
                     attempt: job.attempt,
                     lease: Duration::from_secs(600),
                 }),
                 // Another job's renewal in the same batch stays running,
                 // so the moved lease can be read back from its row.
-                FencedWrite::RenewLease(RenewLeaseRequest {
+                FencedWrite::RenewLease(RenewLease {
                     job_id: other.job_id,
                     attempt: other.attempt,
                     lease: Duration::from_secs(600),

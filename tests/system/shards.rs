@@ -62,7 +62,7 @@ async fn two_shards() -> TwoShards {
 /// A refunds job enqueued straight through `c`, without gRPC.
 async fn enqueue_alone(c: &Coordinator, key: &str) -> jobfence_domain::EnqueueOutcome {
     c.enqueue(
-        jobfence_domain::EnqueueRequest {
+        jobfence_domain::Enqueue {
             queue: "refunds".into(),
             operation_key: key.into(),
             payload: "{}".into(),

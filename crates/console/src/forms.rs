@@ -6,7 +6,7 @@
 //! bare 400. The limits themselves (queue names, key lengths, delays) are
 //! the coordinator's, checked where `JobAdmin`'s are.
 
-use jobfence_domain::admin::{ListJobsFilter, Resolution, ResolveRequest};
+use jobfence_domain::admin::{ListJobsFilter, Resolution, ResolveManualReview};
 use jobfence_domain::budget::{Budget, Pause};
 use jobfence_domain::FieldViolation;
 use jobfence_domain::JobState;
@@ -163,7 +163,7 @@ pub fn resolve_request(
     job_id: u64,
     operator: &str,
     pairs: &Pairs,
-) -> Result<(ResolveRequest, bool), Vec<FieldViolation>> {
+) -> Result<(ResolveManualReview, bool), Vec<FieldViolation>> {
     let mut v = Vec::new();
     let attempt = match value(pairs, "attempt").map(str::parse::<u64>) {
         Some(Ok(a)) => a,
@@ -210,7 +210,7 @@ pub fn resolve_request(
     let authorize = value(pairs, "authorize_resend").is_some();
     match resolution {
         Some(resolution) if v.is_empty() => Ok((
-            ResolveRequest {
+            ResolveManualReview {
                 job_id,
                 attempt,
                 resolution,

@@ -3,7 +3,7 @@
 
 use super::Coordinator;
 use jobfence_domain::admin::{
-    CancelRequest, ListJobsFilter, QueueStats, Resolution, ResolveRequest,
+    CancelJob, ListJobsFilter, QueueStats, Resolution, ResolveManualReview,
 };
 use jobfence_domain::feed::{FeedEvent, FeedPage};
 use jobfence_domain::validate::{Violations, MAX_BODY_BYTES, MAX_DELAY, MAX_ERROR_BYTES};
@@ -101,7 +101,7 @@ impl Coordinator {
     /// takes on the risk that the provider's idempotency window is closed.
     pub async fn resolve_manual_review(
         &self,
-        req: ResolveRequest,
+        req: ResolveManualReview,
         authorize_resend: bool,
     ) -> Result<WriteOutcome, CoordinatorError> {
         let mut v = Violations::default();
@@ -173,7 +173,7 @@ impl Coordinator {
     }
 
     /// CancelJob; see [`jobfence_store::JobStore::cancel_job`].
-    pub async fn cancel_job(&self, req: CancelRequest) -> Result<WriteOutcome, CoordinatorError> {
+    pub async fn cancel_job(&self, req: CancelJob) -> Result<WriteOutcome, CoordinatorError> {
         let mut v = Violations::default();
         v.job_id(req.job_id);
         operator_fields(&mut v, &req.operator, &req.reason);

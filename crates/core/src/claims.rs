@@ -5,17 +5,17 @@ use super::long_poll::Wake;
 use super::Coordinator;
 use jobfence_domain::validate::Violations;
 use jobfence_domain::{
-    ClaimSlot, ClaimedJob, CoordinatorError, Job, QueuePolicy, QueueScope, TakeoverRequest,
+    ClaimSlot, ClaimedJob, CoordinatorError, Job, QueuePolicy, QueueScope, Takeover,
 };
 use jobfence_metrics::Metrics;
 use jobfence_store::{JobStore, MAX_CLAIM_TRANSACTION_JOBS};
 use std::sync::Arc;
 use std::time::Duration;
 
-/// Claim input before defaults: `lease: None` means the default lease,
+/// What a caller gives a Claim, before defaults: `lease: None` means the default lease,
 /// `wait` zero means answer at once.
 #[derive(Debug, Clone)]
-pub struct Claim {
+pub struct ClaimParams {
     pub queue: String,
     pub worker_id: String,
     pub max_jobs: u32,
@@ -25,25 +25,26 @@ pub struct Claim {
     pub wait: Duration,
 }
 
-/// Takeover input before defaults.
+/// What a caller gives a Takeover, before defaults (the lease).
 #[derive(Debug, Clone)]
-pub struct Takeover {
+pub struct TakeoverParams {
     pub job_id: u64,
     pub worker_id: String,
     pub lease: Option<Duration>,
 }
 
-/// One caller's share of a coalesced claim.
-pub(crate) struct ClaimCall {
+/// A validated Claim of one caller, waiting in its database's claim
+/// pipeline: its share of a coalesced claim transaction.
+pub(crate) struct QueuedClaim {
     queue: String,
     policy: QueuePolicy,
     slot: ClaimSlot,
     want_next_due: bool,
 }
 
-/// What a coalesced claim gave one caller: its jobs, and when the queue's
-/// next job is due if it was asked for.
-pub(crate) type ClaimAnswer = Result<(Vec<ClaimedJob>, Option<Duration>), CoordinatorError>;
+/// What a coalesced claim gave one caller (a claim pipeline's `<Verb>Result`):
+/// its jobs, and when the queue's next job is due if it was asked for.
+pub(crate) type ClaimResult = Result<(Vec<ClaimedJob>, Option<Duration>), CoordinatorError>;
 
 impl Coordinator {
     /// Claim: up to `max_jobs` jobs of the queue (see
@@ -54,7 +55,7 @@ impl Coordinator {
     /// not cover the queue.
     pub async fn claim(
         &self,
-        req: Claim,
+        req: ClaimParams,
         scope: &QueueScope,
     ) -> Result<Vec<ClaimedJob>, CoordinatorError> {
         let mut v = Violations::default();
@@ -76,7 +77,7 @@ impl Coordinator {
         self.metrics.set_claim_waiters(waiters.waiting());
         let claimed = loop {
             let (claimed, next_due) = claims
-                .submit(ClaimCall {
+                .submit(QueuedClaim {
                     queue: req.queue.clone(),
                     policy,
                     slot: ClaimSlot {
@@ -115,7 +116,7 @@ impl Coordinator {
     /// against `scope` under its row lock).
     pub async fn takeover(
         &self,
-        req: Takeover,
+        req: TakeoverParams,
         scope: &QueueScope,
     ) -> Result<ClaimedJob, CoordinatorError> {
         let mut v = Violations::default();
@@ -127,7 +128,7 @@ impl Coordinator {
             .shards
             .for_job(req.job_id)?
             .takeover(
-                &TakeoverRequest {
+                &Takeover {
                     job_id: req.job_id,
                     worker_id: req.worker_id.clone(),
                     lease,
@@ -213,9 +214,9 @@ fn joined_claim<T>(joined: Result<T, tokio::task::JoinError>) -> Option<T> {
 /// side.
 pub(crate) async fn run_claims(
     store: JobStore,
-    calls: Vec<ClaimCall>,
+    calls: Vec<QueuedClaim>,
     metrics: Metrics,
-) -> Vec<ClaimAnswer> {
+) -> Vec<ClaimResult> {
     // Group by queue, keeping arrival order inside each group, and split a
     // group that would take too many jobs in one transaction.
     let mut chunks: Vec<(Vec<usize>, u32)> = Vec::new();
@@ -247,7 +248,7 @@ pub(crate) async fn run_claims(
             (k, result)
         });
     }
-    let mut answers: Vec<Option<ClaimAnswer>> = (0..calls.len()).map(|_| None).collect();
+    let mut answers: Vec<Option<ClaimResult>> = (0..calls.len()).map(|_| None).collect();
     while let Some(joined) = runs.join_next().await {
         let Some((k, result)) = joined_claim(joined) else {
             // Its calls stay unanswered: `Unanswered`, never acted on.

@@ -3,7 +3,7 @@
 
 use super::Coordinator;
 use jobfence_domain::validate::{Violations, MAX_BODY_BYTES};
-use jobfence_domain::{CoordinatorError, EnqueueOutcome, EnqueueRequest, QueueScope};
+use jobfence_domain::{CoordinatorError, Enqueue, EnqueueOutcome, QueueScope};
 
 impl Coordinator {
     /// Enqueue; see [`JobStore::enqueue`]. Concurrent Enqueues share one
@@ -11,7 +11,7 @@ impl Coordinator {
     /// queue (after validation; nothing written).
     pub async fn enqueue(
         &self,
-        req: EnqueueRequest,
+        req: Enqueue,
         scope: &QueueScope,
     ) -> Result<EnqueueOutcome, CoordinatorError> {
         let mut v = Violations::default();
@@ -42,7 +42,7 @@ impl Coordinator {
     /// written, and an Enqueue again is answered `created=false`.
     pub async fn enqueue_batch(
         &self,
-        items: Vec<EnqueueRequest>,
+        items: Vec<Enqueue>,
         scope: &QueueScope,
     ) -> Result<Vec<Result<EnqueueOutcome, CoordinatorError>>, CoordinatorError> {
         let mut v = Violations::default();
@@ -67,7 +67,7 @@ impl Coordinator {
             (0..items.len()).map(|_| None).collect();
         let mut failed = None;
         for (d, which) in by_database {
-            let part: Vec<EnqueueRequest> = which.iter().map(|&i| items[i].clone()).collect();
+            let part: Vec<Enqueue> = which.iter().map(|&i| items[i].clone()).collect();
             match self.shards.at(d).enqueue_batch(&part).await {
                 Ok(done) => {
                     for (i, answer) in which.into_iter().zip(done) {
@@ -95,7 +95,7 @@ impl Coordinator {
 
     /// Adds the limits an EnqueueBatch of `items` breaks to `v` (fields
     /// named `items[i].field`).
-    pub fn check_enqueue_batch(&self, items: &[EnqueueRequest], v: &mut Violations) {
+    pub fn check_enqueue_batch(&self, items: &[Enqueue], v: &mut Violations) {
         if items.is_empty() {
             v.add("items", "must hold at least one item");
         } else if items.len() > self.config.max_enqueue_batch {
@@ -126,7 +126,7 @@ impl Coordinator {
 
 /// The limits of one Enqueue; `prefix` names the item in a batch
 /// (`items[3].`).
-fn check_enqueue(v: &mut Violations, prefix: &str, req: &EnqueueRequest) {
+fn check_enqueue(v: &mut Violations, prefix: &str, req: &Enqueue) {
     v.queue(&format!("{prefix}queue"), &req.queue);
     v.unique_key(&format!("{prefix}operation_key"), &req.operation_key);
     v.max_bytes(&format!("{prefix}payload"), &req.payload, MAX_BODY_BYTES);

@@ -26,11 +26,11 @@ pub mod retention;
 mod writes;
 
 use batcher::{BatchSettings, Batcher};
-use claims::{run_claims, ClaimAnswer, ClaimCall};
+use claims::{run_claims, ClaimResult, QueuedClaim};
 use jobfence_domain::validate::{Violations, MAX_BODY_BYTES, MAX_KEY_BYTES};
 use jobfence_domain::{
-    CoordinatorError, EnqueueRequest, Job, Observation, QueuePolicies, QueueScope,
-    RecordObservationRequest, ScopedWrite,
+    CoordinatorError, Enqueue, Job, Observation, QueuePolicies, QueueScope, RecordObservation,
+    ScopedWrite,
 };
 use jobfence_metrics::Metrics;
 use jobfence_store::shards::Shards;
@@ -39,8 +39,8 @@ use long_poll::{LongPollSettings, Waiters};
 use std::sync::Arc;
 use std::time::Duration;
 
-pub use claims::{Claim, Takeover};
-pub use writes::{Fail, RenewLease};
+pub use claims::{ClaimParams, TakeoverParams};
+pub use writes::{FailParams, RenewLeaseParams};
 
 /// Lease bounds, batch sizes, long-poll bounds and queue policies.
 #[derive(Debug, Clone)]
@@ -86,8 +86,8 @@ impl Default for CoordinatorConfig {
 /// and a transaction never spans two databases.
 struct DatabasePipelines {
     writes: Batcher<ScopedWrite, WriteResult>,
-    claims: Batcher<ClaimCall, ClaimAnswer>,
-    enqueues: Batcher<EnqueueRequest, EnqueueResult>,
+    claims: Batcher<QueuedClaim, ClaimResult>,
+    enqueues: Batcher<Enqueue, EnqueueResult>,
 }
 
 /// The batching pipelines (one set per database, indexed like
@@ -118,7 +118,7 @@ impl DatabasePipelines {
                 "claim",
                 batching,
                 metrics.batch_sizes("claim"),
-                move |calls: Vec<ClaimCall>| run_claims(store.clone(), calls, m.clone()),
+                move |calls: Vec<QueuedClaim>| run_claims(store.clone(), calls, m.clone()),
             )
         };
         let enqueues = {
@@ -127,7 +127,7 @@ impl DatabasePipelines {
                 "enqueue",
                 batching,
                 metrics.batch_sizes("enqueue"),
-                move |items: Vec<EnqueueRequest>| {
+                move |items: Vec<Enqueue>| {
                     let store = store.clone();
                     async move {
                         match store.enqueue_batch(&items).await {
@@ -268,7 +268,7 @@ impl Coordinator {
     /// queue is checked against `scope` before anything is written).
     pub async fn record_observation(
         &self,
-        req: RecordObservationRequest,
+        req: RecordObservation,
         scope: &QueueScope,
     ) -> Result<(Observation, bool), CoordinatorError> {
         let mut v = Violations::default();

@@ -7,22 +7,23 @@ use super::Coordinator;
 use jobfence_domain::budget::MAX_PROVIDER_RETRY_AFTER;
 use jobfence_domain::validate::{Violations, MAX_BODY_BYTES, MAX_ERROR_BYTES, MAX_KEY_BYTES};
 use jobfence_domain::{
-    CompleteRequest, CoordinatorError, FailDisposition, FailOutcome, FailRequest, FencedOutcome,
-    FencedWrite, QueueScope, RenewLeaseRequest, ScopedWrite, WriteOutcome,
+    Complete, CoordinatorError, Fail, FailDisposition, FailOutcome, FencedOutcome, FencedWrite,
+    QueueScope, RenewLease, ScopedWrite, WriteOutcome,
 };
 use std::time::Duration;
 
-/// RenewLease input before defaults.
+/// What a caller gives a RenewLease, before defaults (the lease).
 #[derive(Debug, Clone)]
-pub struct RenewLease {
+pub struct RenewLeaseParams {
     pub job_id: u64,
     pub attempt: u64,
     pub lease: Option<Duration>,
 }
 
-/// Fail input before the queue policy is known.
+/// What a caller gives a Fail, before the queue policy and the default
+/// lease are known.
 #[derive(Debug, Clone)]
-pub struct Fail {
+pub struct FailParams {
     pub job_id: u64,
     pub attempt: u64,
     pub disposition: FailDisposition,
@@ -41,7 +42,7 @@ impl Coordinator {
     /// lock, before the fence; nothing written).
     pub async fn renew_lease(
         &self,
-        req: RenewLease,
+        req: RenewLeaseParams,
         scope: &QueueScope,
     ) -> Result<WriteOutcome, CoordinatorError> {
         let mut v = Violations::default();
@@ -51,7 +52,7 @@ impl Coordinator {
         v.finish()?;
         let out = self
             .write(
-                FencedWrite::RenewLease(RenewLeaseRequest {
+                FencedWrite::RenewLease(RenewLease {
                     job_id: req.job_id,
                     attempt: req.attempt,
                     lease,
@@ -69,7 +70,7 @@ impl Coordinator {
     /// Refusals as for [`renew_lease`](Self::renew_lease).
     pub async fn complete(
         &self,
-        req: CompleteRequest,
+        req: Complete,
         scope: &QueueScope,
     ) -> Result<WriteOutcome, CoordinatorError> {
         let mut v = Violations::default();
@@ -95,42 +96,19 @@ impl Coordinator {
     /// Refusals as for [`renew_lease`](Self::renew_lease).
     pub async fn fail(
         &self,
-        req: Fail,
+        mut req: FailParams,
         scope: &QueueScope,
     ) -> Result<FailOutcome, CoordinatorError> {
-        let mut v = Violations::default();
-        v.job_id(req.job_id);
-        v.attempt(req.attempt);
-        if req.error.is_empty() {
-            v.add("error", "must say what went wrong");
-        }
-        v.max_bytes("error", &req.error, MAX_ERROR_BYTES);
-        v.delay("retry_delay", req.retry_delay);
-        if let Some(d) = req.provider_retry_after {
-            if d.is_zero() {
-                v.add(
-                    "provider_retry_after",
-                    "must be positive when set (leave it unset when the provider gave none)",
-                );
-            } else if d > MAX_PROVIDER_RETRY_AFTER {
-                v.add(
-                    "provider_retry_after",
-                    format!(
-                        "must be at most {}",
-                        humantime::format_duration(MAX_PROVIDER_RETRY_AFTER)
-                    ),
-                );
-            }
-        }
-        v.finish()?;
+        check_fail(&req)?;
         // The queue (and so its policy) is read under the row lock.
         let out = self
             .write(
-                FencedWrite::Fail(FailRequest {
+                FencedWrite::Fail(Fail {
                     job_id: req.job_id,
                     attempt: req.attempt,
                     disposition: req.disposition,
-                    error: req.error,
+                    // What follows the write does not read the error.
+                    error: std::mem::take(&mut req.error),
                     retry_delay: req.retry_delay,
                     expected_lease: self.config.default_lease,
                     provider_retry_after: req.provider_retry_after,
@@ -139,9 +117,16 @@ impl Coordinator {
             )
             .await?;
         let out = out.into_fail()?;
-        if out.replayed {
-            return Ok(out);
+        if !out.replayed {
+            self.failed(&req, &out);
         }
+        Ok(out)
+    }
+
+    /// What an applied Fail changes beyond its row: a retry wakes the
+    /// queue's long-polling Claims when it is due, a throttle report and
+    /// every resend decision are counted and logged.
+    fn failed(&self, req: &FailParams, out: &FailOutcome) {
         let job = &out.job;
         if matches!(
             out.applied,
@@ -195,7 +180,6 @@ impl Coordinator {
                 "moved to manual review"
             );
         }
-        Ok(out)
     }
 
     /// Sends one fenced write through the write pipeline; labels the RPC's
@@ -260,4 +244,33 @@ impl Coordinator {
         }
         Err(e)
     }
+}
+
+/// The checks of a Fail's own fields (the rest is the fence's).
+fn check_fail(req: &FailParams) -> Result<(), CoordinatorError> {
+    let mut v = Violations::default();
+    v.job_id(req.job_id);
+    v.attempt(req.attempt);
+    if req.error.is_empty() {
+        v.add("error", "must say what went wrong");
+    }
+    v.max_bytes("error", &req.error, MAX_ERROR_BYTES);
+    v.delay("retry_delay", req.retry_delay);
+    if let Some(d) = req.provider_retry_after {
+        if d.is_zero() {
+            v.add(
+                "provider_retry_after",
+                "must be positive when set (leave it unset when the provider gave none)",
+            );
+        } else if d > MAX_PROVIDER_RETRY_AFTER {
+            v.add(
+                "provider_retry_after",
+                format!(
+                    "must be at most {}",
+                    humantime::format_duration(MAX_PROVIDER_RETRY_AFTER)
+                ),
+            );
+        }
+    }
+    v.finish()
 }

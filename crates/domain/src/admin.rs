@@ -57,7 +57,7 @@ impl Resolution {
 
 /// A validated ResolveManualReview.
 #[derive(Debug, Clone)]
-pub struct ResolveRequest {
+pub struct ResolveManualReview {
     /// The parked job.
     pub job_id: u64,
     /// The attempt the operator saw on the parked job.
@@ -72,7 +72,7 @@ pub struct ResolveRequest {
 
 /// A validated CancelJob.
 #[derive(Debug, Clone)]
-pub struct CancelRequest {
+pub struct CancelJob {
     /// The job to cancel.
     pub job_id: u64,
     /// The attempt the operator saw (0 for a job never claimed).

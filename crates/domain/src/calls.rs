@@ -12,7 +12,7 @@ use std::time::Duration;
 
 /// A validated Enqueue.
 #[derive(Debug, Clone, PartialEq)]
-pub struct EnqueueRequest {
+pub struct Enqueue {
     pub queue: String,
     /// The business identity, sent to the provider as its idempotency key.
     pub operation_key: String,
@@ -42,7 +42,7 @@ pub struct ClaimSlot {
 
 /// A validated Takeover of one named job.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TakeoverRequest {
+pub struct Takeover {
     pub job_id: u64,
     pub worker_id: String,
     pub lease: Duration,
@@ -50,7 +50,7 @@ pub struct TakeoverRequest {
 
 /// A validated RenewLease.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RenewLeaseRequest {
+pub struct RenewLease {
     pub job_id: u64,
     pub attempt: u64,
     /// New lease, counted from now (DB clock). Never shortens the current one.
@@ -59,7 +59,7 @@ pub struct RenewLeaseRequest {
 
 /// A validated Complete.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CompleteRequest {
+pub struct Complete {
     pub job_id: u64,
     pub attempt: u64,
     pub provider_reference: Option<String>,
@@ -68,7 +68,7 @@ pub struct CompleteRequest {
 
 /// A validated Fail.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FailRequest {
+pub struct Fail {
     pub job_id: u64,
     pub attempt: u64,
     pub disposition: FailDisposition,
@@ -86,7 +86,7 @@ pub struct FailRequest {
 
 /// A validated RecordObservation.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RecordObservationRequest {
+pub struct RecordObservation {
     pub job_id: u64,
     /// The attempt the reporter held; any value (0 for webhooks).
     pub attempt: u64,
@@ -103,9 +103,9 @@ pub struct RecordObservationRequest {
 /// transaction (a group commit); each is still fenced on its own row.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum FencedWrite {
-    RenewLease(RenewLeaseRequest),
-    Complete(CompleteRequest),
-    Fail(FailRequest),
+    RenewLease(RenewLease),
+    Complete(Complete),
+    Fail(Fail),
 }
 
 impl FencedWrite {

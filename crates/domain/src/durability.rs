@@ -137,8 +137,21 @@ fn provider_option<'a>(s: &'a DurabilitySettings, key: &str) -> Option<&'a str> 
 ///   still reported (rule 9 asks for the flush too). `pc.ignore_sb` or
 ///   `pc.ignore_quorum` set to true let both sides of a partition commit.
 pub fn assess(settings: DurabilitySettings) -> Durability {
-    let mut risks = Vec::new();
     let galera = settings.wsrep_on.as_deref().is_some_and(is_on);
+    let mut risks: Vec<DurabilityRisk> = [flush_risk(&settings, galera), binlog_risk(&settings)]
+        .into_iter()
+        .flatten()
+        .collect();
+    if galera {
+        risks.extend(split_brain_risks(&settings));
+    }
+    Durability { settings, risks }
+}
+
+/// What `innodb_flush_log_at_trx_commit` risks, if anything: `1` (or
+/// MariaDB's `3`) flushes every commit; an unreported or undocumented value
+/// cannot be shown to.
+fn flush_risk(settings: &DurabilitySettings, galera: bool) -> Option<DurabilityRisk> {
     let lost_window = if galera {
         "; Galera's certification keeps them on the other nodes, so they are lost only \
          when every node of the cluster crashes within that second (a shared power loss)"
@@ -146,7 +159,7 @@ pub fn assess(settings: DurabilitySettings) -> Durability {
         ""
     };
     let flush = settings.innodb_flush_log_at_trx_commit.as_deref();
-    let flush_risk = match flush.map(str::trim) {
+    let risk = match flush.map(str::trim) {
         Some("1" | "3") => None,
         Some("2") => Some(format!(
             "the redo log is written at commit but flushed to disk only about once a \
@@ -168,60 +181,67 @@ pub fn assess(settings: DurabilitySettings) -> Durability {
              acknowledged is unknown"
                 .to_owned(),
         ),
-    };
-    if let Some(risk) = flush_risk {
-        risks.push(DurabilityRisk {
-            setting: "innodb_flush_log_at_trx_commit",
-            value: shown(&settings.innodb_flush_log_at_trx_commit).to_owned(),
-            risk,
-        });
+    }?;
+    Some(DurabilityRisk {
+        setting: "innodb_flush_log_at_trx_commit",
+        value: shown(&settings.innodb_flush_log_at_trx_commit).to_owned(),
+        risk,
+    })
+}
+
+/// What `sync_binlog` risks with the binary log on, if anything: InnoDB's
+/// crash recovery trusts the binary log, so a commit missing from it is
+/// rolled back.
+fn binlog_risk(settings: &DurabilitySettings) -> Option<DurabilityRisk> {
+    if !settings.log_bin.as_deref().is_some_and(is_on) {
+        return None;
     }
-    if settings.log_bin.as_deref().is_some_and(is_on) {
-        let sync = settings.sync_binlog.as_deref().map(str::trim);
-        let recovery = "which crash recovery then rolls back (InnoDB trusts the binary log) \
-                        and replicas never receive";
-        let risk = match sync.map(str::parse::<u64>) {
-            Some(Ok(1)) => None,
-            Some(Ok(0)) => Some(format!(
-                "the binary log is flushed to disk only when the operating system decides, \
-                 so after a power loss or operating-system crash it can lack acknowledged \
-                 commits, {recovery}"
-            )),
-            Some(Ok(n)) => Some(format!(
-                "the binary log is flushed to disk every {n} commit groups, so after a power \
-                 loss or operating-system crash it can lack the last {} groups of acknowledged \
-                 commits, {recovery}",
-                n - 1
-            )),
-            Some(Err(_)) | None => Some(
-                "not reported as a number, so whether the binary log holds every acknowledged \
-                 commit after a crash is unknown"
+    let sync = settings.sync_binlog.as_deref().map(str::trim);
+    let recovery = "which crash recovery then rolls back (InnoDB trusts the binary log) \
+                    and replicas never receive";
+    let risk = match sync.map(str::parse::<u64>) {
+        Some(Ok(1)) => None,
+        Some(Ok(0)) => Some(format!(
+            "the binary log is flushed to disk only when the operating system decides, \
+             so after a power loss or operating-system crash it can lack acknowledged \
+             commits, {recovery}"
+        )),
+        Some(Ok(n)) => Some(format!(
+            "the binary log is flushed to disk every {n} commit groups, so after a power \
+             loss or operating-system crash it can lack the last {} groups of acknowledged \
+             commits, {recovery}",
+            n - 1
+        )),
+        Some(Err(_)) | None => Some(
+            "not reported as a number, so whether the binary log holds every acknowledged \
+             commit after a crash is unknown"
+                .to_owned(),
+        ),
+    }?;
+    Some(DurabilityRisk {
+        setting: "sync_binlog",
+        value: shown(&settings.sync_binlog).to_owned(),
+        risk,
+    })
+}
+
+/// The Galera options that let both sides of a partition commit
+/// (`pc.ignore_sb`, `pc.ignore_quorum` set to true).
+fn split_brain_risks(settings: &DurabilitySettings) -> Vec<DurabilityRisk> {
+    GALERA_SPLIT_BRAIN_OPTIONS
+        .into_iter()
+        .filter_map(|(key, setting)| {
+            let v = provider_option(settings, key).filter(|v| is_on(v))?;
+            Some(DurabilityRisk {
+                setting,
+                value: v.to_owned(),
+                risk: "both sides of a network partition keep committing, so each can \
+                       hand out the same attempt, and one side's commits are discarded \
+                       when the cluster is merged again"
                     .to_owned(),
-            ),
-        };
-        if let Some(risk) = risk {
-            risks.push(DurabilityRisk {
-                setting: "sync_binlog",
-                value: shown(&settings.sync_binlog).to_owned(),
-                risk,
-            });
-        }
-    }
-    if galera {
-        for (key, setting) in GALERA_SPLIT_BRAIN_OPTIONS {
-            if let Some(v) = provider_option(&settings, key).filter(|v| is_on(v)) {
-                risks.push(DurabilityRisk {
-                    setting,
-                    value: v.to_owned(),
-                    risk: "both sides of a network partition keep committing, so each can \
-                           hand out the same attempt, and one side's commits are discarded \
-                           when the cluster is merged again"
-                        .to_owned(),
-                });
-            }
-        }
-    }
-    Durability { settings, risks }
+            })
+        })
+        .collect()
 }
 
 #[cfg(test)]

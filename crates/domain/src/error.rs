@@ -211,13 +211,4 @@ impl CoordinatorError {
     pub fn invalid(field: impl Into<String>, description: impl Into<String>) -> Self {
         CoordinatorError::InvalidArgument(vec![FieldViolation::new(field, description)])
     }
-
-    /// True for a refused write from a worker that no longer holds the job
-    /// (the outcome counted by the stale-attempt metric).
-    pub fn is_stale_write(&self) -> bool {
-        matches!(
-            self,
-            CoordinatorError::AttemptSuperseded { .. } | CoordinatorError::JobNotRunning { .. }
-        )
-    }
 }

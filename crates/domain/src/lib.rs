@@ -59,8 +59,8 @@ pub mod write_plan;
 use chrono::NaiveDateTime;
 
 pub use calls::{
-    ClaimSlot, CompleteRequest, EnqueueOutcome, EnqueueRequest, FailRequest, FencedOutcome,
-    FencedWrite, RecordObservationRequest, RenewLeaseRequest, ScopedWrite, TakeoverRequest,
+    ClaimSlot, Complete, Enqueue, EnqueueOutcome, Fail, FencedOutcome, FencedWrite,
+    RecordObservation, RenewLease, ScopedWrite, Takeover,
 };
 pub use error::CoordinatorError;
 pub use event::EventKind;

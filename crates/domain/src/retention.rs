@@ -7,7 +7,7 @@
 //! retried Enqueue of the key still answers the old job instead of creating
 //! a second one (and a second refund).
 
-use crate::{DbTime, EnqueueRequest, Job, JobState, NextAction};
+use crate::{DbTime, Enqueue, Job, JobState, NextAction};
 use std::time::Duration;
 
 /// What the coordinator remembers of a pruned job: one row of
@@ -39,7 +39,7 @@ impl KeyRecord {
     /// payload is the request's own (its digest matched the stored one).
     /// The result body, the last error and the lease history were deleted
     /// with the row and are `None`.
-    pub fn as_enqueued_job(&self, req: &EnqueueRequest) -> Job {
+    pub fn as_enqueued_job(&self, req: &Enqueue) -> Job {
         Job {
             id: self.job_id,
             queue: self.queue.clone(),

@@ -121,9 +121,7 @@ pub fn plan(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{
-        CompleteRequest, FailRequest, JobState, NextAction, QueuePolicy, RenewLeaseRequest,
-    };
+    use crate::{Complete, Fail, JobState, NextAction, QueuePolicy, RenewLease};
 
     fn t(s: i64) -> DbTime {
         chrono::DateTime::from_timestamp(1_800_000_000 + s, 0)
@@ -163,7 +161,7 @@ mod tests {
     }
 
     fn fail(attempt: u64, disposition: FailDisposition) -> FencedWrite {
-        FencedWrite::Fail(FailRequest {
+        FencedWrite::Fail(Fail {
             job_id: 7,
             attempt,
             disposition,
@@ -183,7 +181,7 @@ mod tests {
 
     #[test]
     fn the_holder_completes_and_leaves_its_reference_in_the_event() {
-        let write = FencedWrite::Complete(CompleteRequest {
+        let write = FencedWrite::Complete(Complete {
             job_id: 7,
             attempt: 3,
             provider_reference: Some("re_1".into()),
@@ -206,7 +204,7 @@ mod tests {
     #[test]
     fn a_superseded_attempt_is_refused_and_another_queue_learns_nothing() {
         let job = running(4);
-        let write = FencedWrite::RenewLease(RenewLeaseRequest {
+        let write = FencedWrite::RenewLease(RenewLease {
             job_id: 7,
             attempt: 3,
             lease: Duration::from_secs(30),

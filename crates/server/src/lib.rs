@@ -225,7 +225,7 @@ pub async fn serve_with(
     coordinator: Coordinator,
     listener: TcpListener,
     options: ServeOptions,
-    ops: OpsOptions,
+    mut ops: OpsOptions,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     let (reporter, health_service) = tonic_health::server::health_reporter();
@@ -245,18 +245,7 @@ pub async fn serve_with(
     let watcher = follower
         .start(&options, ops.require_durable_database)
         .await?;
-    if let Some(listener) = ops.metrics_listener {
-        serve_metrics(
-            listener,
-            &coordinator,
-            &health,
-            &stop_rx,
-            ops.pending_refresh_interval,
-        )?;
-    }
-    for companion in ops.companions {
-        tokio::spawn(companion(coordinator.clone(), stop_of(&stop_rx)));
-    }
+    start_operator_side(&coordinator, &health, &stop_rx, &mut ops)?;
     let events = JobEventsService::new(
         coordinator.clone(),
         ops.events_poll_interval,
@@ -301,6 +290,30 @@ pub async fn serve_with(
     .run(server, shutdown)
     .await?;
     tracing::info!("stopped");
+    Ok(())
+}
+
+/// Starts what serves the operators beside the gRPC services: the metrics
+/// endpoint (when `ops` has its listener) and the companions (taken out of
+/// `ops`), each until the server stops.
+fn start_operator_side(
+    coordinator: &Coordinator,
+    health: &Health,
+    stop: &watch::Receiver<bool>,
+    ops: &mut OpsOptions,
+) -> anyhow::Result<()> {
+    if let Some(listener) = ops.metrics_listener.take() {
+        serve_metrics(
+            listener,
+            coordinator,
+            health,
+            stop,
+            ops.pending_refresh_interval,
+        )?;
+    }
+    for companion in std::mem::take(&mut ops.companions) {
+        tokio::spawn(companion(coordinator.clone(), stop_of(stop)));
+    }
     Ok(())
 }
 

@@ -19,9 +19,12 @@ use super::events::{self, call_digest, NewEvent};
 use super::pause::PausePoint;
 use super::reads;
 use super::{commit, convert_sqlx_err, micros, JobStore};
-use jobfence_domain::{CoordinatorError, EventKind, Job, JobState, NextAction, WriteOutcome};
+use jobfence_domain::{
+    CoordinatorError, DbTime, EventKind, Job, JobState, NextAction, WriteOutcome,
+};
+use sqlx::MySqlConnection;
 
-use jobfence_domain::admin::{CancelRequest, Resolution, ResolveRequest};
+use jobfence_domain::admin::{CancelJob, Resolution, ResolveManualReview};
 
 /// Longest `state_reason` stored (the column is VARCHAR(255)), in bytes.
 const STATE_REASON_BYTES: usize = 255;
@@ -76,6 +79,103 @@ fn attempt_refusal(job: &Job, presented: u64) -> Option<CoordinatorError> {
     }
 }
 
+/// The fenced UPDATE of a resolution (`queries/admin/resolve.sql`), on
+/// the row locked and checked by the caller.
+async fn write_resolution(
+    conn: &mut MySqlConnection,
+    job: &Job,
+    req: &ResolveManualReview,
+) -> Result<(), CoordinatorError> {
+    let to_state = req.resolution.to_state();
+    let (next_action, retry_delay, reference, result) = match &req.resolution {
+        Resolution::Succeeded {
+            provider_reference,
+            result,
+        } => (
+            None,
+            None,
+            Some(provider_reference.as_str()),
+            result.as_deref(),
+        ),
+        Resolution::Failed => (None, None, None, None),
+        Resolution::RetryReconcile { delay } => {
+            (Some(NextAction::Reconcile), Some(*delay), None, None)
+        }
+        Resolution::RetryExecute { delay } => (Some(NextAction::Execute), Some(*delay), None, None),
+    };
+    let updated = sqlx::query(include_str!("queries/admin/resolve.sql"))
+        .bind(to_state.as_str())
+        .bind(next_action.map(NextAction::as_str))
+        .bind(retry_delay.is_some())
+        .bind(micros(retry_delay.unwrap_or_default()))
+        .bind(reference)
+        .bind(result)
+        .bind(state_reason("resolved", &req.operator, &req.reason))
+        .bind(restarts_window(req))
+        .bind(to_state.is_terminal())
+        .bind(job.id)
+        .bind(req.attempt)
+        .execute(conn)
+        .await
+        .map_err(convert_sqlx_err)?;
+    if updated.rows_affected() != 1 {
+        return Err(CoordinatorError::TransactionConflict(format!(
+            "job {} changed under its row lock",
+            job.id
+        )));
+    }
+    Ok(())
+}
+
+/// An explicitly authorized resend restarts the resend window from the
+/// next dispatch (docs/design.md rule 6).
+fn restarts_window(req: &ResolveManualReview) -> bool {
+    matches!(req.resolution, Resolution::RetryExecute { .. })
+}
+
+/// The `manual_review_resolved` event of a resolution, with the provider's
+/// reference and, for an authorized resend, the dispatch the window
+/// counted from until now.
+fn resolved_event<'a>(
+    job: &'a Job,
+    req: &ResolveManualReview,
+    digest: [u8; 32],
+    now: DbTime,
+) -> NewEvent<'a> {
+    let mut extra = vec![];
+    if let Resolution::Succeeded {
+        provider_reference, ..
+    } = &req.resolution
+    {
+        extra.push(("provider_reference", provider_reference.as_str().into()));
+    }
+    if restarts_window(req) {
+        extra.push((
+            "previous_first_dispatched_at",
+            job.first_dispatched_at
+                .map(|t| t.and_utc().to_rfc3339())
+                .into(),
+        ));
+    }
+    NewEvent {
+        job_id: job.id,
+        queue: &job.queue,
+        attempt: req.attempt,
+        kind: EventKind::ManualReviewResolved,
+        from_state: Some(JobState::ManualReview),
+        to_state: Some(req.resolution.to_state()),
+        current_attempt: job.attempt,
+        request_digest: Some(digest),
+        detail: Some(detail(
+            req.resolution.as_str(),
+            &req.operator,
+            &req.reason,
+            &extra,
+        )),
+        created_at: now,
+    }
+}
+
 impl JobStore {
     /// Resolves a job parked in manual review. Refusals:
     /// `JobNotInManualReview` (not parked, e.g. resolved by someone else
@@ -83,12 +183,12 @@ impl JobStore {
     /// `AttemptNotIssued`, `JobNotFound`.
     pub async fn resolve_manual_review(
         &self,
-        req: &ResolveRequest,
+        req: &ResolveManualReview,
     ) -> Result<WriteOutcome, CoordinatorError> {
         self.retry_conflicts(|| self.resolve_once(req)).await
     }
 
-    fn resolve_digest(req: &ResolveRequest) -> [u8; 32] {
+    fn resolve_digest(req: &ResolveManualReview) -> [u8; 32] {
         let (reference, result, delay) = match &req.resolution {
             Resolution::Succeeded {
                 provider_reference,
@@ -116,7 +216,10 @@ impl JobStore {
         ])
     }
 
-    async fn resolve_once(&self, req: &ResolveRequest) -> Result<WriteOutcome, CoordinatorError> {
+    async fn resolve_once(
+        &self,
+        req: &ResolveManualReview,
+    ) -> Result<WriteOutcome, CoordinatorError> {
         let digest = Self::resolve_digest(req);
         let mut tx = self.begin().await?;
         let locked = reads::lock_job(&mut tx, req.job_id)
@@ -134,10 +237,9 @@ impl JobStore {
         } else {
             attempt_refusal(job, req.attempt)
         };
-        let resolution = req.resolution.as_str();
         if let Some(refusal) = refusal {
             let refused = Refused {
-                action: resolution,
+                action: req.resolution.as_str(),
                 operator: &req.operator,
                 reason: &req.reason,
                 presented: req.attempt,
@@ -145,75 +247,8 @@ impl JobStore {
             };
             return refused.answer(tx, locked, &digest, refusal).await;
         }
-        let to_state = req.resolution.to_state();
-        let (next_action, retry_delay, reference, result) = match &req.resolution {
-            Resolution::Succeeded {
-                provider_reference,
-                result,
-            } => (
-                None,
-                None,
-                Some(provider_reference.as_str()),
-                result.as_deref(),
-            ),
-            Resolution::Failed => (None, None, None, None),
-            Resolution::RetryReconcile { delay } => {
-                (Some(NextAction::Reconcile), Some(*delay), None, None)
-            }
-            Resolution::RetryExecute { delay } => {
-                (Some(NextAction::Execute), Some(*delay), None, None)
-            }
-        };
-        let restart_window = matches!(req.resolution, Resolution::RetryExecute { .. });
-        let updated = sqlx::query(include_str!("queries/admin/resolve.sql"))
-            .bind(to_state.as_str())
-            .bind(next_action.map(NextAction::as_str))
-            .bind(retry_delay.is_some())
-            .bind(micros(retry_delay.unwrap_or_default()))
-            .bind(reference)
-            .bind(result)
-            .bind(state_reason("resolved", &req.operator, &req.reason))
-            .bind(restart_window)
-            .bind(to_state.is_terminal())
-            .bind(job.id)
-            .bind(req.attempt)
-            .execute(&mut *tx)
-            .await
-            .map_err(convert_sqlx_err)?;
-        if updated.rows_affected() != 1 {
-            return Err(CoordinatorError::TransactionConflict(format!(
-                "job {} changed under its row lock",
-                job.id
-            )));
-        }
-        let mut extra = vec![];
-        if let Some(r) = reference {
-            extra.push(("provider_reference", r.into()));
-        }
-        if restart_window {
-            extra.push((
-                "previous_first_dispatched_at",
-                job.first_dispatched_at
-                    .map(|t| t.and_utc().to_rfc3339())
-                    .into(),
-            ));
-        }
-        events::append(
-            &mut tx,
-            NewEvent {
-                job_id: job.id,
-                queue: &job.queue,
-                attempt: req.attempt,
-                kind: EventKind::ManualReviewResolved,
-                from_state: Some(JobState::ManualReview),
-                to_state: Some(to_state),
-                current_attempt: job.attempt,
-                request_digest: Some(digest),
-                detail: Some(detail(resolution, &req.operator, &req.reason, &extra)),
-                created_at: locked.now,
-            },
-        )
-        .await?;
+        write_resolution(&mut tx, job, req).await?;
+        events::append(&mut tx, resolved_event(job, req, digest, locked.now)).await?;
         let after = reads::job(&mut tx, job.id)
             .await?
             .ok_or(CoordinatorError::JobNotFound { job_id: job.id })?;
@@ -227,11 +262,11 @@ impl JobStore {
     /// Cancels a `ready` job that was never dispatched. Refusals:
     /// `JobNotCancellable`, `AttemptSuperseded`, `AttemptNotIssued`,
     /// `JobNotFound`.
-    pub async fn cancel_job(&self, req: &CancelRequest) -> Result<WriteOutcome, CoordinatorError> {
+    pub async fn cancel_job(&self, req: &CancelJob) -> Result<WriteOutcome, CoordinatorError> {
         self.retry_conflicts(|| self.cancel_once(req)).await
     }
 
-    async fn cancel_once(&self, req: &CancelRequest) -> Result<WriteOutcome, CoordinatorError> {
+    async fn cancel_once(&self, req: &CancelJob) -> Result<WriteOutcome, CoordinatorError> {
         let digest = call_digest(&[
             b"cancel_job",
             &req.job_id.to_be_bytes(),

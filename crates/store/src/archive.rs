@@ -44,30 +44,22 @@ pub(crate) async fn read_rows(
     tx: &mut sqlx::MySqlConnection,
     ids: &str,
 ) -> Result<ArchivedRows, CoordinatorError> {
-    let read = |table: &str, order: &str| {
-        let column = if table == "jobs" { "id" } else { "job_id" };
-        format!("SELECT * FROM {table} WHERE {column} IN ({ids}) ORDER BY {order} FOR UPDATE")
-    };
-    // The columns that hold bytes, not text: a `utf8mb4_bin` text column
-    // looks binary to the driver, so the schema says which is which.
-    let binary: Vec<(String, String)> = sqlx::query_as(
-        "SELECT CAST(table_name AS CHAR), CAST(column_name AS CHAR) FROM information_schema.columns \
-         WHERE table_schema = DATABASE() AND table_name IN ('jobs', 'job_observations', 'job_events') \
-         AND data_type IN ('binary', 'varbinary', 'tinyblob', 'blob', 'mediumblob', 'longblob')",
-    )
-    .fetch_all(&mut *tx)
-    .await
-    .map_err(convert_sqlx_err)?;
+    let read = |sql: &str| sql.replace("{ids}", ids);
+    let binary: Vec<(String, String)> =
+        sqlx::query_as(include_str!("queries/archive/binary_columns.sql"))
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(convert_sqlx_err)?;
     let binary: HashSet<(String, String)> = binary.into_iter().collect();
-    let jobs = sqlx::query(&read("jobs", "id"))
+    let jobs = sqlx::query(&read(include_str!("queries/archive/jobs.sql")))
         .fetch_all(&mut *tx)
         .await
         .map_err(convert_sqlx_err)?;
-    let observations = sqlx::query(&read("job_observations", "job_id, id"))
+    let observations = sqlx::query(&read(include_str!("queries/archive/observations.sql")))
         .fetch_all(&mut *tx)
         .await
         .map_err(convert_sqlx_err)?;
-    let events = sqlx::query(&read("job_events", "job_id, id"))
+    let events = sqlx::query(&read(include_str!("queries/archive/events.sql")))
         .fetch_all(&mut *tx)
         .await
         .map_err(convert_sqlx_err)?;

@@ -147,7 +147,7 @@ pub(crate) async fn result_sets(
 /// The database clock, read again (see `writeback`: a batch that waited
 /// long for its locks must not stamp its changes with the time it started).
 pub(crate) async fn db_now(conn: &mut MySqlConnection) -> Result<DbTime, CoordinatorError> {
-    let row = sqlx::query("SELECT UTC_TIMESTAMP(6) AS now")
+    let row = sqlx::query(include_str!("queries/batch/db_now.sql"))
         .fetch_one(conn)
         .await
         .map_err(convert_sqlx_err)?;

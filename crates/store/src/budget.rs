@@ -228,16 +228,15 @@ impl LockedProvider {
         let mut out = Vec::new();
         let q = literal::queue(queue)?;
         let now = literal::time(self.now);
+        let fill = |sql: &str| sql.replace("{now}", &now).replace("{queue}", &q);
         if spent > 0 {
-            out.push(format!(
-                "UPDATE providers SET tat = {} WHERE name = {}",
-                literal::time(self.gcra().spend(self.now, spent)),
-                literal::provider(&self.name)?
-            ));
+            out.push(
+                include_str!("queries/budget/spend.sql")
+                    .replace("{tat}", &literal::time(self.gcra().spend(self.now, spent)))
+                    .replace("{provider}", &literal::provider(&self.name)?),
+            );
             if self.shares.len() > 1 {
-                out.push(format!(
-                    "UPDATE queue_policies SET last_granted_at = {now} WHERE queue = {q}"
-                ));
+                out.push(fill(include_str!("queries/budget/granted.sql")));
             }
         }
         // A queue that shares its provider says it is waiting, at most a
@@ -255,9 +254,7 @@ impl LockedProvider {
                         > (window.as_micros() / 4) as i64
                 });
             if stale {
-                out.push(format!(
-                    "UPDATE queue_policies SET last_short_at = {now} WHERE queue = {q}"
-                ));
+                out.push(fill(include_str!("queries/budget/short.sql")));
             }
         }
         Ok(out)

@@ -11,23 +11,25 @@
 //! the rows handed out to each caller in turn, one UPDATE (fenced row by
 //! row) and one event insert for the whole batch.
 
+mod decide;
+
 use super::batch::{self, with_job_columns, Change};
 use super::budget::{self, LockedProvider, Rules};
 use super::events::{self, NewEvent};
 use super::literal;
 use super::pause::PausePoint;
 use super::reads::{self, LockedJob};
+use super::tx::Tx;
 use super::{commit, convert_sqlx_err, JobStore};
-use jobfence_domain::budget::BudgetReport;
-use jobfence_domain::budget::{Allowance, Holdback};
-use jobfence_domain::policy::{claim_action, ClaimDecision};
+use decide::{decide, room_left, Claiming, Decided, Holds};
+use jobfence_domain::budget::{Allowance, BudgetReport, Holdback};
 use jobfence_domain::{
     transition, ClaimSlot, ClaimedJob, CoordinatorError, DbTime, EventKind, Job, JobState,
-    NextAction, QueuePolicy, QueueScope, TakeoverRequest,
+    NextAction, Observation, QueuePolicy, QueueScope, Takeover,
 };
 use sqlx::mysql::MySqlRow;
 use sqlx::MySqlConnection;
-use std::collections::BTreeMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::LazyLock;
 use std::time::Duration;
 
@@ -100,18 +102,6 @@ fn locked_jobs(rows: &[MySqlRow]) -> Result<Vec<LockedJob>, CoordinatorError> {
 /// coalesced claims.
 pub const MAX_CLAIM_TRANSACTION_JOBS: u32 = 256;
 
-/// A validated Claim of one caller (see [`JobStore::claim`]).
-#[derive(Debug, Clone)]
-pub struct ClaimRequest {
-    pub queue: String,
-    pub worker_id: String,
-    /// At least 1.
-    pub max_jobs: u32,
-    /// Lease length from the commit (DB clock).
-    pub lease: Duration,
-    pub policy: QueuePolicy,
-}
-
 /// What a coalesced claim handed out: the jobs of each slot, in the order
 /// of the slots, and, when asked for and some slot got fewer jobs than it
 /// wanted, how long until it is worth asking again (`Some(ZERO)`: already;
@@ -119,7 +109,7 @@ pub struct ClaimRequest {
 /// next job of the queue becomes claimable or, if the provider's budget
 /// held due jobs back, when its next unit is due.
 #[derive(Debug, Default)]
-pub struct ClaimBatch {
+pub struct ClaimBatchOutcome {
     pub jobs: Vec<Vec<ClaimedJob>>,
     pub next_due: Option<Duration>,
     /// What the claim did against its provider's budget, when the queue
@@ -130,29 +120,7 @@ pub struct ClaimBatch {
     pub parked: Vec<Job>,
 }
 
-/// A job a claim decided on: handed to slot `slot`, or parked.
-struct Decided<'a> {
-    locked: &'a LockedJob,
-    after: Job,
-    /// `None`: parked in manual review, not handed out.
-    slot: Option<usize>,
-}
-
 impl JobStore {
-    /// Hands out up to `max_jobs` jobs of the queue to one caller; see
-    /// [`claim_batch`](Self::claim_batch).
-    pub async fn claim(&self, req: &ClaimRequest) -> Result<Vec<ClaimedJob>, CoordinatorError> {
-        let slot = ClaimSlot {
-            worker_id: req.worker_id.clone(),
-            max_jobs: req.max_jobs,
-            lease: req.lease,
-        };
-        let mut out = self
-            .claim_batch(&req.queue, req.policy, &[slot], false)
-            .await?;
-        Ok(out.jobs.pop().unwrap_or_default())
-    }
-
     /// One claim transaction for several callers of one queue: first
     /// running jobs whose lease expired (inline takeover, next_action
     /// `reconcile`), then due ready jobs, oldest first, handed out to the
@@ -180,7 +148,7 @@ impl JobStore {
         policy: QueuePolicy,
         slots: &[ClaimSlot],
         want_next_due: bool,
-    ) -> Result<ClaimBatch, CoordinatorError> {
+    ) -> Result<ClaimBatchOutcome, CoordinatorError> {
         self.retry_conflicts(|| self.claim_once(queue, policy, slots, want_next_due))
             .await
     }
@@ -191,7 +159,7 @@ impl JobStore {
         default_policy: QueuePolicy,
         slots: &[ClaimSlot],
         want_next_due: bool,
-    ) -> Result<ClaimBatch, CoordinatorError> {
+    ) -> Result<ClaimBatchOutcome, CoordinatorError> {
         let wanted: u32 = slots.iter().map(|s| s.max_jobs).sum();
         let mut tx = self.begin_batch().await?;
         let Scan {
@@ -202,107 +170,59 @@ impl JobStore {
         let room = (wanted as usize).saturating_sub(candidates.len());
         candidates.extend(ready.into_iter().take(room));
         self.pause(PausePoint::ClaimAfterScan).await;
-        let provider = rules.provider.as_ref();
-        // The latest clock reading of the scans: every lease runs from it.
-        let now = candidates
-            .iter()
-            .map(|c| c.now)
-            .chain(provider.map(|p| p.now))
-            .max();
-        let claiming = now.map(|now| Claiming {
-            slots,
-            policy: rules.policy.unwrap_or(default_policy),
-            provider,
-            now,
-        });
-        let mut allowance = provider.map_or_else(Allowance::unlimited, |p| p.allowance(queue));
-        let mut held = Holds::default();
+        let mut run = ClaimRun::new(queue, slots, want_next_due, &rules, default_policy);
+        run.clock(&candidates);
         // Declared before what borrows it (jobs found by a second scan).
         let mut extra: Vec<LockedJob> = Vec::new();
-        let mut decided = match &claiming {
-            Some(c) => decide(&candidates, c, &mut allowance, &mut held, &[]),
-            None => Vec::new(),
-        };
-        // Sends paused and the slots not full: reconciles may wait behind
-        // the held sends in run_at order; look for them.
-        if held.count(Holdback::Paused) > 0 && room_left(&decided, slots) > 0 {
-            let taken: std::collections::HashSet<u64> =
-                candidates.iter().map(|c| c.job.id).collect();
-            extra = scan(&mut tx, queue, wanted, true)
-                .await?
-                .ready
-                .into_iter()
-                .filter(|c| !taken.contains(&c.job.id))
-                .collect();
-        }
-        if let Some(c) = &claiming {
-            let more = decide(&extra, c, &mut allowance, &mut held, &decided);
-            decided.extend(more);
-        }
-
-        let handed = decided.iter().filter(|d| d.slot.is_some()).count();
-        let short = (handed as u32) < wanted;
-        let budget_held = held.budget_total() > 0;
-        let report = provider.map(|p| BudgetReport {
-            provider: p.name.clone(),
-            deferred: held.counts(),
-            units_left: allowance.units.min(p.gcra().available()),
-            in_flight: p.in_flight.map(|n| n + handed as u64),
-        });
-        let next_due = match (short && want_next_due, provider) {
-            (false, _) => None,
-            (true, Some(p)) if !held.is_empty() => held.due_in(p, allowance.spent),
-            (true, _) => next_due(&mut tx, queue).await?,
-        };
-        let after = match provider {
-            Some(p) => p.after_claim(queue, allowance.spent, budget_held)?,
-            None => Vec::new(),
-        };
+        let decided = run.decide(&mut tx, &candidates, &mut extra).await?;
+        let settled = run.settle(&mut tx, &decided).await?;
         if decided.is_empty() {
-            if after.is_empty() {
+            if settled.after.is_empty() {
                 tx.rollback().await?;
             } else {
-                tx.commit_after(&after).await?;
+                tx.commit_after(&settled.after).await?;
             }
-            return Ok(ClaimBatch {
+            return Ok(ClaimBatchOutcome {
                 jobs: vec![Vec::new(); slots.len()],
-                next_due,
-                budget: report,
+                next_due: settled.next_due,
+                budget: settled.report,
                 parked: Vec::new(),
             });
         }
-        let now = claiming
-            .map(|c| c.now)
+        let now = run
+            .now
             .ok_or_else(|| CoordinatorError::Internal("a claim decided without a clock".into()))?;
-        let events = write_decided(&mut tx, &decided, now).await?;
+        let observations = self.write_claim(tx, &decided, now, &settled.after).await?;
+        let (jobs, parked) = hand_out(decided, observations, slots.len(), run.provider);
+        Ok(ClaimBatchOutcome {
+            jobs,
+            next_due: settled.next_due,
+            budget: settled.report,
+            parked,
+        })
+    }
+
+    /// Writes what a claim decided and its events, reads the observations
+    /// of the jobs it hands out, and commits with the statements that
+    /// spend its provider's budget (`after`): one transaction, so a claim
+    /// that does not commit spends nothing.
+    async fn write_claim(
+        &self,
+        mut tx: Tx,
+        decided: &[Decided<'_>],
+        now: DbTime,
+        after: &[String],
+    ) -> Result<HashMap<u64, Vec<Observation>>, CoordinatorError> {
+        let events = write_decided(&mut tx, decided, now).await?;
         let with_observations: Vec<u64> = decided
             .iter()
             .filter(|d| d.slot.is_some() && d.locked.has_observations)
             .map(|d| d.locked.job.id)
             .collect();
-        let mut observations = reads::observations(&mut tx, &with_observations).await?;
+        let observations = reads::observations(&mut tx, &with_observations).await?;
         self.pause_in(PausePoint::ClaimBeforeCommit, &mut tx).await;
-        events::append_and_commit_with(tx, &events, &after).await?;
-        drop(events);
-        let mut jobs: Vec<Vec<ClaimedJob>> = vec![Vec::new(); slots.len()];
-        let mut parked = Vec::new();
-        for d in decided {
-            match d.slot {
-                Some(i) => jobs[i].push(ClaimedJob {
-                    takeover: d.locked.job.state == JobState::Running,
-                    observations: observations.remove(&d.after.id).unwrap_or_default(),
-                    job: d.after,
-                    provider: provider.map(|p| p.name.clone()),
-                }),
-                None => parked.push(d.after),
-            }
-        }
-        Ok(ClaimBatch {
-            jobs,
-            next_due,
-            budget: report,
-            parked,
-        })
+        events::append_and_commit_with(tx, &events, after).await?;
+        Ok(observations)
     }
 
     /// Takes over one named job: only a `running` job whose lease has
@@ -316,7 +236,7 @@ impl JobStore {
     /// when to ask again, and nothing written.
     pub async fn takeover(
         &self,
-        req: &TakeoverRequest,
+        req: &Takeover,
         scope: &QueueScope,
     ) -> Result<ClaimedJob, CoordinatorError> {
         self.retry_conflicts(|| self.takeover_once(req, scope))
@@ -325,7 +245,7 @@ impl JobStore {
 
     async fn takeover_once(
         &self,
-        req: &TakeoverRequest,
+        req: &Takeover,
         scope: &QueueScope,
     ) -> Result<ClaimedJob, CoordinatorError> {
         let mut tx = self.begin().await?;
@@ -401,160 +321,158 @@ impl JobStore {
     }
 }
 
-/// Due jobs a claim did not hand out, by why.
-#[derive(Debug, Default)]
-struct Holds {
-    counts: BTreeMap<HoldKey, u32>,
-    /// The smallest cost among the jobs held for units.
-    min_cost: Option<u32>,
-}
-
-/// [`Holdback`] in a stable order.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-struct HoldKey(u8);
-
-const HOLDBACKS: [Holdback; 5] = [
-    Holdback::Rate,
-    Holdback::FairShare,
-    Holdback::InFlight,
-    Holdback::Throttled,
-    Holdback::Paused,
-];
-
-impl Holds {
-    fn add(&mut self, why: Holdback, cost: u32) {
-        let k = HOLDBACKS.iter().position(|h| *h == why).unwrap_or(0) as u8;
-        *self.counts.entry(HoldKey(k)).or_default() += 1;
-        if matches!(why, Holdback::Rate | Holdback::FairShare) {
-            self.min_cost = Some(self.min_cost.map_or(cost, |c| c.min(cost)));
-        }
-    }
-
-    fn count(&self, why: Holdback) -> u32 {
-        let k = HOLDBACKS.iter().position(|h| *h == why).unwrap_or(0) as u8;
-        self.counts.get(&HoldKey(k)).copied().unwrap_or(0)
-    }
-
-    fn is_empty(&self) -> bool {
-        self.counts.is_empty()
-    }
-
-    fn counts(&self) -> Vec<(Holdback, u32)> {
-        self.counts
-            .iter()
-            .map(|(k, n)| (HOLDBACKS[usize::from(k.0)], *n))
-            .collect()
-    }
-
-    /// Held for the budget itself (rate, share, in-flight cap), not for an
-    /// operator's pause or a throttle: what makes a queue wait its turn.
-    fn budget_total(&self) -> u32 {
-        [Holdback::Rate, Holdback::FairShare, Holdback::InFlight]
-            .iter()
-            .map(|h| self.count(*h))
-            .sum()
-    }
-
-    /// When the first held job could go, as far as the provider row
-    /// tells (`None`: a pause or the in-flight cap; the poll decides).
-    fn due_in(&self, p: &LockedProvider, spent: u32) -> Option<Duration> {
-        let mut due: Option<Duration> = None;
-        for (why, _) in self.counts() {
-            let cost = self.min_cost.unwrap_or(1);
-            match p.due_in(why, spent, cost) {
-                Some(d) => due = Some(due.map_or(d, |x| x.min(d))),
-                None if why == Holdback::Paused
-                    && p.pause == jobfence_domain::budget::Pause::All =>
-                {
-                    return None;
-                }
-                None => {}
-            }
-        }
-        due
-    }
-}
-
-/// Room left in the slots after `decided`.
-fn room_left(decided: &[Decided<'_>], slots: &[ClaimSlot]) -> u32 {
-    let handed = decided.iter().filter(|d| d.slot.is_some()).count() as u32;
-    slots
-        .iter()
-        .map(|s| s.max_jobs)
-        .sum::<u32>()
-        .saturating_sub(handed)
-}
-
-/// The claim's facts: the slots, the policy, the provider and the clock
-/// (every lease runs from `now`, the latest reading of the scans).
-#[derive(Clone, Copy)]
-struct Claiming<'s> {
+/// One claim transaction's facts and budget as it decides: the slots,
+/// the queue's policy, its provider's row (locked by the scan), the clock
+/// every lease runs from, what the budget still allows and what it held
+/// back.
+struct ClaimRun<'s> {
+    queue: &'s str,
     slots: &'s [ClaimSlot],
+    wanted: u32,
+    want_next_due: bool,
     policy: QueuePolicy,
     provider: Option<&'s LockedProvider>,
-    now: DbTime,
+    /// The latest clock reading of the scans; `None` before
+    /// [`clock`](Self::clock), or when they read no row at all.
+    now: Option<DbTime>,
+    allowance: Allowance,
+    held: Holds,
 }
 
-/// Decides each candidate in scan order (after the decisions `before`):
-/// parked (a resend past its window), handed to the next slot with room,
-/// or held back by the provider's budget.
-fn decide<'a>(
-    candidates: &'a [LockedJob],
-    claiming: &Claiming<'_>,
-    allowance: &mut Allowance,
-    held: &mut Holds,
-    before: &[Decided<'_>],
-) -> Vec<Decided<'a>> {
-    let Claiming {
-        slots,
-        policy,
-        provider,
-        now,
-    } = *claiming;
-    let mut filled: Vec<u32> = vec![0; slots.len()];
-    for d in before {
-        if let Some(i) = d.slot {
-            filled[i] += 1;
+/// What a claim spends of its provider's budget and says about it.
+struct Settled {
+    /// What the claim did against the budget, when the queue has a provider.
+    report: Option<BudgetReport>,
+    /// When a slot left short may look again (asked for only).
+    next_due: Option<Duration>,
+    /// The statements that spend the units, sent with the COMMIT.
+    after: Vec<String>,
+}
+
+impl<'s> ClaimRun<'s> {
+    fn new(
+        queue: &'s str,
+        slots: &'s [ClaimSlot],
+        want_next_due: bool,
+        rules: &'s Rules,
+        default_policy: QueuePolicy,
+    ) -> Self {
+        let provider = rules.provider.as_ref();
+        ClaimRun {
+            queue,
+            slots,
+            wanted: slots.iter().map(|s| s.max_jobs).sum(),
+            want_next_due,
+            policy: rules.policy.unwrap_or(default_policy),
+            provider,
+            now: None,
+            allowance: provider.map_or_else(Allowance::unlimited, |p| p.allowance(queue)),
+            held: Holds::default(),
         }
     }
-    let mut out = Vec::new();
-    let mut slot = 0;
-    for c in candidates {
-        while slot < slots.len() && filled[slot] >= slots[slot].max_jobs {
-            slot += 1;
+
+    /// Takes the latest clock reading of the scans (the candidates' and
+    /// the provider row's): every lease runs from it.
+    fn clock(&mut self, candidates: &[LockedJob]) {
+        self.now = candidates
+            .iter()
+            .map(|c| c.now)
+            .chain(self.provider.map(|p| p.now))
+            .max();
+    }
+
+    /// Decides the candidates in scan order and, when the provider's sends
+    /// are paused and the slots are not full, the reconciles waiting behind
+    /// the held sends in run_at order, found by a second scan into `extra`.
+    async fn decide<'a>(
+        &mut self,
+        tx: &mut Tx,
+        candidates: &'a [LockedJob],
+        extra: &'a mut Vec<LockedJob>,
+    ) -> Result<Vec<Decided<'a>>, CoordinatorError> {
+        let Some(now) = self.now else {
+            return Ok(Vec::new());
+        };
+        let claiming = Claiming {
+            slots: self.slots,
+            policy: self.policy,
+            provider: self.provider,
+            now,
+        };
+        let (allowance, held) = (&mut self.allowance, &mut self.held);
+        let mut decided = decide(candidates, &claiming, allowance, held, &[]);
+        if held.count(Holdback::Paused) > 0 && room_left(&decided, self.slots) > 0 {
+            let taken: HashSet<u64> = candidates.iter().map(|c| c.job.id).collect();
+            *extra = scan(tx, self.queue, self.wanted, true)
+                .await?
+                .ready
+                .into_iter()
+                .filter(|c| !taken.contains(&c.job.id))
+                .collect();
         }
-        let Some(s) = slots.get(slot) else { break };
-        let takeover = c.job.state == JobState::Running;
-        match claim_action(takeover, c.job.next_action, s.lease, c.dispatch, policy) {
-            ClaimDecision::Park(reason) => out.push(Decided {
-                locked: c,
-                after: transition::park(&c.job, reason, now),
-                slot: None,
+        let extra: &'a Vec<LockedJob> = extra;
+        let more = decide(extra, &claiming, allowance, held, &decided);
+        decided.extend(more);
+        Ok(decided)
+    }
+
+    /// What the decisions spend of the budget (docs/design.md rule 11),
+    /// the report of it, and, when asked for and a slot was left short,
+    /// when to look again: when the held jobs' next unit is due, or else
+    /// when the queue's next job becomes claimable.
+    async fn settle(
+        &self,
+        tx: &mut Tx,
+        decided: &[Decided<'_>],
+    ) -> Result<Settled, CoordinatorError> {
+        let handed = decided.iter().filter(|d| d.slot.is_some()).count();
+        let short = (handed as u32) < self.wanted;
+        let report = self.provider.map(|p| BudgetReport {
+            provider: p.name.clone(),
+            deferred: self.held.counts(),
+            units_left: self.allowance.units.min(p.gcra().available()),
+            in_flight: p.in_flight.map(|n| n + handed as u64),
+        });
+        let next_due = match (short && self.want_next_due, self.provider) {
+            (false, _) => None,
+            (true, Some(p)) if !self.held.is_empty() => self.held.due_in(p, self.allowance.spent),
+            (true, _) => next_due(tx, self.queue).await?,
+        };
+        let budget_held = self.held.budget_total() > 0;
+        let after = match self.provider {
+            Some(p) => p.after_claim(self.queue, self.allowance.spent, budget_held)?,
+            None => Vec::new(),
+        };
+        Ok(Settled {
+            report,
+            next_due,
+            after,
+        })
+    }
+}
+
+/// The answer of a committed claim: the jobs of each slot, in the order
+/// of the slots, and the due resends it parked.
+fn hand_out(
+    decided: Vec<Decided<'_>>,
+    mut observations: HashMap<u64, Vec<Observation>>,
+    slots: usize,
+    provider: Option<&LockedProvider>,
+) -> (Vec<Vec<ClaimedJob>>, Vec<Job>) {
+    let mut jobs: Vec<Vec<ClaimedJob>> = vec![Vec::new(); slots];
+    let mut parked = Vec::new();
+    for d in decided {
+        match d.slot {
+            Some(i) => jobs[i].push(ClaimedJob {
+                takeover: d.locked.job.state == JobState::Running,
+                observations: observations.remove(&d.after.id).unwrap_or_default(),
+                job: d.after,
+                provider: provider.map(|p| p.name.clone()),
             }),
-            ClaimDecision::HandOut { action, dispatch } => {
-                let cost = provider.map_or(0, |p| p.cost(action));
-                match allowance.take(action, cost) {
-                    Ok(()) => {
-                        filled[slot] += 1;
-                        out.push(Decided {
-                            locked: c,
-                            after: transition::hand_out(
-                                &c.job,
-                                action,
-                                dispatch,
-                                s.lease,
-                                &s.worker_id,
-                                now,
-                            ),
-                            slot: Some(slot),
-                        });
-                    }
-                    Err(why) => held.add(why, cost),
-                }
-            }
+            None => parked.push(d.after),
         }
     }
-    out
+    (jobs, parked)
 }
 
 /// How long until the next job of `queue` becomes claimable (see

@@ -14,7 +14,7 @@ use super::literal;
 use super::pause::PausePoint;
 use super::tx::Tx;
 use super::{convert_sqlx_err, micros, rows, JobStore};
-use jobfence_domain::{CoordinatorError, EnqueueOutcome, EnqueueRequest, Job, JobState};
+use jobfence_domain::{CoordinatorError, Enqueue, EnqueueOutcome, Job, JobState};
 use serde::Serialize;
 use sqlx::mysql::MySqlRow;
 use sqlx::MySqlConnection;
@@ -53,7 +53,7 @@ impl JobStore {
     /// operation_key, payload) again returns the existing job with
     /// `created = false`; the same key with another payload is
     /// `OperationKeyConflict`.
-    pub async fn enqueue(&self, req: &EnqueueRequest) -> EnqueueResult {
+    pub async fn enqueue(&self, req: &Enqueue) -> EnqueueResult {
         self.enqueue_batch(std::slice::from_ref(req))
             .await?
             .pop()
@@ -71,7 +71,7 @@ impl JobStore {
     /// commit's outcome is unknown).
     pub async fn enqueue_batch(
         &self,
-        items: &[EnqueueRequest],
+        items: &[Enqueue],
     ) -> Result<Vec<EnqueueResult>, CoordinatorError> {
         let digests: Vec<[u8; 32]> = items
             .iter()
@@ -124,7 +124,7 @@ impl JobStore {
     /// transaction created it, and its stored digest.
     async fn enqueue_once(
         &self,
-        items: &[EnqueueRequest],
+        items: &[Enqueue],
         digests: &[[u8; 32]],
         distinct: &[usize],
     ) -> Result<HashMap<usize, (Job, bool, [u8; 32])>, CoordinatorError> {
@@ -195,7 +195,7 @@ impl JobStore {
 /// Some items of a batch (`which` indexes `items`), as the statements
 /// want them.
 struct Picked<'a> {
-    items: &'a [EnqueueRequest],
+    items: &'a [Enqueue],
     which: &'a [usize],
 }
 
@@ -244,7 +244,7 @@ impl<'a> Picked<'a> {
 /// The existing jobs among `which` items, by item index.
 async fn by_keys(
     conn: &mut MySqlConnection,
-    items: &[EnqueueRequest],
+    items: &[Enqueue],
     which: &[usize],
 ) -> Result<Vec<(usize, (Job, [u8; 32]))>, CoordinatorError> {
     let picked = Picked { items, which };
@@ -264,7 +264,7 @@ async fn by_keys(
 /// by the first statement is found by the second if it was pruned.
 async fn lookup_keys(
     conn: &mut MySqlConnection,
-    items: &[EnqueueRequest],
+    items: &[Enqueue],
     which: &[usize],
 ) -> Result<(FoundJobs, FoundRecords), CoordinatorError> {
     use sqlx::Row;
@@ -313,7 +313,7 @@ type FoundRecords = Vec<(usize, (jobfence_domain::KeyRecord, [u8; 32]))>;
 /// (duplicate key) and the batch run again.
 async fn insert_and_commit(
     mut tx: Tx,
-    items: &[EnqueueRequest],
+    items: &[Enqueue],
     digests: &[[u8; 32]],
     which: &[usize],
 ) -> Result<Vec<(usize, (Job, [u8; 32]))>, CoordinatorError> {
@@ -380,7 +380,7 @@ fn with_literal(sql: &str, literal: &str) -> String {
 /// [`INSERT_CHUNK_BYTES`] of payload.
 async fn insert(
     conn: &mut MySqlConnection,
-    items: &[EnqueueRequest],
+    items: &[Enqueue],
     digests: &[[u8; 32]],
     which: &[usize],
 ) -> Result<(), CoordinatorError> {

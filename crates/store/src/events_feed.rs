@@ -66,10 +66,6 @@ pub const ALLOCATION_GRACE: Duration = Duration::from_secs(2);
 /// reports a lock wait timeout, 1205, instead).
 const LOCK_NOWAIT: u16 = 3572;
 
-const SELECT_EVENTS: &str = "SELECT e.id, e.job_id, e.queue, j.operation_key, e.attempt, e.kind, \
-     e.from_state, e.to_state, e.current_attempt, e.detail, e.created_at \
-     FROM job_events e JOIN jobs j ON j.id = e.job_id";
-
 fn state(row: &MySqlRow, column: &str) -> Result<Option<JobState>, CoordinatorError> {
     opt_text(row, column)?
         .map(|s| {
@@ -153,12 +149,10 @@ impl JobStore {
             });
         }
         let sql = match queue {
-            Some(_) => format!(
-                "{SELECT_EVENTS} WHERE e.id > ? AND e.id <= ? AND e.queue = ? ORDER BY e.id LIMIT ?"
-            ),
-            None => format!("{SELECT_EVENTS} WHERE e.id > ? AND e.id <= ? ORDER BY e.id LIMIT ?"),
+            Some(_) => include_str!("queries/events_feed/page_of_queue.sql"),
+            None => include_str!("queries/events_feed/page.sql"),
         };
-        let mut query = sqlx::query(&sql).bind(after).bind(horizon);
+        let mut query = sqlx::query(sql).bind(after).bind(horizon);
         if let Some(q) = queue {
             query = query.bind(q);
         }
@@ -204,13 +198,12 @@ impl JobStore {
         }
         // One range probe covers every hole however wide (READ COMMITTED
         // takes no gap locks: it locks, and here meets, existing rows only).
-        let probe = sqlx::query_scalar::<_, u64>(
-            "SELECT id FROM job_events WHERE id > ? AND id < ? ORDER BY id FOR UPDATE NOWAIT",
-        )
-        .bind(contiguous)
-        .bind(last)
-        .fetch_all(&mut *conn)
-        .await;
+        let probe =
+            sqlx::query_scalar::<_, u64>(include_str!("queries/events_feed/probe_holes.sql"))
+                .bind(contiguous)
+                .bind(last)
+                .fetch_all(&mut *conn)
+                .await;
         let found: BTreeSet<u64> = match probe {
             Ok(found) => found.into_iter().collect(),
             Err(e)
@@ -259,8 +252,7 @@ impl JobStore {
 
     /// Every event of one job, oldest first.
     pub async fn job_events(&self, job_id: u64) -> Result<Vec<FeedEvent>, CoordinatorError> {
-        let sql = format!("{SELECT_EVENTS} WHERE e.job_id = ? ORDER BY e.id");
-        let fetched = sqlx::query(&sql)
+        let fetched = sqlx::query(include_str!("queries/events_feed/of_job.sql"))
             .bind(job_id)
             .fetch_all(&self.pool())
             .await
@@ -271,7 +263,7 @@ impl JobStore {
     /// The largest event id allocated so far, committed or not (0 when
     /// there is none): one dive into the primary key.
     pub async fn last_event_id(&self) -> Result<u64, CoordinatorError> {
-        let last: Option<u64> = sqlx::query_scalar("SELECT MAX(id) FROM job_events")
+        let last: Option<u64> = sqlx::query_scalar(include_str!("queries/events_feed/last_id.sql"))
             .fetch_one(&self.pool())
             .await
             .map_err(convert_sqlx_err)?;

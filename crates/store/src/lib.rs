@@ -55,7 +55,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-pub use claim::{ClaimBatch, ClaimRequest, MAX_CLAIM_TRANSACTION_JOBS};
+pub use claim::{ClaimBatchOutcome, MAX_CLAIM_TRANSACTION_JOBS};
 pub use enqueue::EnqueueResult;
 pub use errors::convert_sqlx_err;
 pub use health::HealthProbe;
@@ -108,17 +108,13 @@ impl Default for PoolSettings {
 /// (and run again, see [`CONFLICT_RETRIES`]).
 const LOCK_WAIT_TIMEOUT_SECS: u32 = 10;
 
-/// What every session of ours runs first. READ COMMITTED: the claim scan
-/// with SKIP LOCKED scales far better than under REPEATABLE READ (whose
-/// next-key locks make concurrent claims and completes wait on each other),
-/// and every decision is taken on rows read with a locking read anyway.
+/// What every session of ours runs first (`queries/server/session_setup.sql`:
+/// READ COMMITTED, the lock wait timeout, autocommit on or off).
 fn session_setup(autocommit: bool) -> String {
-    format!(
-        "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED; \
-         SET SESSION innodb_lock_wait_timeout = {LOCK_WAIT_TIMEOUT_SECS}; \
-         SET SESSION autocommit = {}",
-        u8::from(autocommit)
-    )
+    include_str!("queries/server/session_setup.sql")
+        .trim_end()
+        .replace("{lock_wait_timeout}", &LOCK_WAIT_TIMEOUT_SECS.to_string())
+        .replace("{autocommit}", &u8::from(autocommit).to_string())
 }
 
 fn pool_options(settings: &PoolSettings, autocommit: bool) -> MySqlPoolOptions {
@@ -385,7 +381,7 @@ impl JobStore {
 
     /// Like [`ping`](Self::ping), saying why the database does not answer.
     pub async fn check(&self) -> Result<(), String> {
-        sqlx::query("SELECT 1")
+        sqlx::query(include_str!("queries/server/ping.sql"))
             .execute(&self.pool())
             .await
             .map(|_| ())

@@ -32,16 +32,15 @@ pub(crate) async fn galera_session(
     if !is_galera(conn).await? {
         return Ok(());
     }
-    conn.execute(sqlx::raw_sql(&format!(
-        "SET SESSION wsrep_sync_wait = {sync_wait}"
-    )))
-    .await?;
+    let sql = include_str!("queries/server/galera_sync_wait.sql")
+        .replace("{sync_wait}", &sync_wait.to_string());
+    conn.execute(sqlx::raw_sql(&sql)).await?;
     Ok(())
 }
 
 async fn is_galera(conn: &mut MySqlConnection) -> Result<bool, sqlx::Error> {
     let row = conn
-        .fetch_optional(sqlx::raw_sql("SHOW VARIABLES LIKE 'wsrep_on'"))
+        .fetch_optional(sqlx::raw_sql(include_str!("queries/server/galera_on.sql")))
         .await?;
     Ok(match row {
         Some(row) => rows_text(&row, 1)?.eq_ignore_ascii_case("ON"),
@@ -66,10 +65,9 @@ pub(crate) struct NodeState {
 /// The Galera state of the node `conn` is on (call only when `wsrep_on`).
 pub(crate) async fn node_state(conn: &mut MySqlConnection) -> Result<NodeState, CoordinatorError> {
     let rows = conn
-        .fetch_all(sqlx::raw_sql(
-            "SHOW GLOBAL STATUS WHERE Variable_name IN \
-             ('wsrep_ready', 'wsrep_local_state_comment', 'wsrep_cluster_status')",
-        ))
+        .fetch_all(sqlx::raw_sql(include_str!(
+            "queries/server/galera_node_state.sql"
+        )))
         .await
         .map_err(convert_sqlx_err)?;
     let mut state = NodeState {

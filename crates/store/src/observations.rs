@@ -6,7 +6,7 @@
 use super::errors::{error_number, is_unique_violation};
 use super::pause::PausePoint;
 use super::{commit, convert_sqlx_err, reads, rows, JobStore};
-use jobfence_domain::{CoordinatorError, Observation, QueueScope, RecordObservationRequest};
+use jobfence_domain::{CoordinatorError, Observation, QueueScope, RecordObservation};
 
 /// MySQL's "foreign key constraint fails" on insert: the job does not exist.
 const NO_REFERENCED_ROW: u16 = 1452;
@@ -18,7 +18,7 @@ impl JobStore {
     /// job's queue.
     pub async fn record_observation(
         &self,
-        req: &RecordObservationRequest,
+        req: &RecordObservation,
         scope: &QueueScope,
     ) -> Result<(Observation, bool), CoordinatorError> {
         self.retry_conflicts(|| self.record_once(req, scope)).await
@@ -26,7 +26,7 @@ impl JobStore {
 
     async fn record_once(
         &self,
-        req: &RecordObservationRequest,
+        req: &RecordObservation,
         scope: &QueueScope,
     ) -> Result<(Observation, bool), CoordinatorError> {
         let mut tx = self.begin().await?;

@@ -157,10 +157,11 @@ mod armed {
         /// test which database session holds it.
         pub(crate) async fn pause_in(&self, point: PausePoint, conn: &mut MySqlConnection) {
             if let Some(gate) = self.take(point) {
-                let id: Option<u64> = sqlx::query_scalar("SELECT CONNECTION_ID()")
-                    .fetch_one(&mut *conn)
-                    .await
-                    .ok();
+                let id: Option<u64> =
+                    sqlx::query_scalar(include_str!("queries/server/connection_id.sql"))
+                        .fetch_one(&mut *conn)
+                        .await
+                        .ok();
                 let _ = gate.reached.send(id);
                 let _ = gate.release.await;
             }

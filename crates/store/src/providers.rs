@@ -7,6 +7,7 @@
 //! after it, so no claim spends under half-changed rules.
 
 use super::budget::{budget, stored_policy};
+use super::reads::placeholders;
 use super::{commit, convert_sqlx_err, rows, JobStore};
 use jobfence_domain::budget::{Budget, Gcra, Pause};
 use jobfence_domain::providers::{
@@ -18,13 +19,6 @@ use jobfence_domain::{CoordinatorError, DbTime, QueuePolicy};
 use sqlx::mysql::MySqlRow;
 use sqlx::{MySql, MySqlConnection, Transaction};
 use std::collections::BTreeMap;
-
-const PROVIDER_COLUMNS: &str = "name, rate_per_second, burst, max_in_flight, execute_cost, \
-    reconcile_cost, tat, pause, pause_reason, throttled_until, throttle_reports, updated_at, \
-    updated_by, UTC_TIMESTAMP(6) AS now";
-
-const POLICY_COLUMNS: &str =
-    "queue, provider, resend_window_us, max_dispatches, job_retention_us, updated_at, updated_by";
 
 fn unknown_provider(name: &str) -> CoordinatorError {
     CoordinatorError::invalid("name", format!("no provider is named {name:?}"))
@@ -103,25 +97,22 @@ async fn record(
     by: &ChangeBy,
     detail: &str,
 ) -> Result<(), CoordinatorError> {
-    sqlx::query(
-        "INSERT INTO policy_changes (subject, action, operator, reason, detail, changed_at) \
-         VALUES (?, ?, ?, ?, ?, UTC_TIMESTAMP(6))",
-    )
-    .bind(subject)
-    .bind(action.as_str())
-    .bind(&by.operator)
-    .bind(&by.reason)
-    .bind(detail)
-    .execute(conn)
-    .await
-    .map_err(convert_sqlx_err)?;
+    sqlx::query(include_str!("queries/policy_changes/insert.sql"))
+        .bind(subject)
+        .bind(action.as_str())
+        .bind(&by.operator)
+        .bind(&by.reason)
+        .bind(detail)
+        .execute(conn)
+        .await
+        .map_err(convert_sqlx_err)?;
     Ok(())
 }
 
 /// Queue rows that hold neither a provider nor a policy are removed
 /// (`queue` alone, or every such row of the caller's change).
 async fn tidy(conn: &mut MySqlConnection) -> Result<(), CoordinatorError> {
-    sqlx::query("DELETE FROM queue_policies WHERE provider IS NULL AND resend_window_us IS NULL AND job_retention_us IS NULL")
+    sqlx::query(include_str!("queries/queue_policies/tidy.sql"))
         .execute(conn)
         .await
         .map_err(convert_sqlx_err)?;
@@ -133,14 +124,115 @@ async fn lock_provider(
     conn: &mut MySqlConnection,
     name: &str,
 ) -> Result<Option<ProviderRecord>, CoordinatorError> {
-    let row = sqlx::query(&format!(
-        "SELECT {PROVIDER_COLUMNS} FROM providers WHERE name = ? FOR UPDATE"
-    ))
-    .bind(name)
-    .fetch_optional(conn)
-    .await
-    .map_err(convert_sqlx_err)?;
+    let row = sqlx::query(include_str!("queries/providers/lock.sql"))
+        .bind(name)
+        .fetch_optional(conn)
+        .await
+        .map_err(convert_sqlx_err)?;
     row.as_ref().map(provider_row).transpose()
+}
+
+/// A provider's budget written: inserted (`new`; a new budget starts
+/// full) or updated (what was spent is kept, but never more than the new
+/// burst's worth).
+async fn write_budget(
+    conn: &mut MySqlConnection,
+    req: &PutProvider,
+    new: bool,
+) -> Result<(), CoordinatorError> {
+    let b = &req.budget;
+    let query = if new {
+        sqlx::query(include_str!("queries/providers/insert.sql"))
+            .bind(&req.name)
+            .bind(b.rate_per_second)
+            .bind(b.burst)
+            .bind(b.max_in_flight)
+            .bind(b.execute_cost)
+            .bind(b.reconcile_cost)
+            .bind(&req.by.operator)
+    } else {
+        sqlx::query(include_str!("queries/providers/update.sql"))
+            .bind(b.rate_per_second)
+            .bind(b.burst)
+            .bind(b.max_in_flight)
+            .bind(b.execute_cost)
+            .bind(b.reconcile_cost)
+            .bind(b.tolerance_us().ceil() as i64)
+            .bind(&req.by.operator)
+            .bind(&req.name)
+    };
+    query.execute(conn).await.map_err(convert_sqlx_err)?;
+    Ok(())
+}
+
+/// Gives a provider the queues of its list and releases the ones that left
+/// it; returns the queues of the list that dispatch to another provider,
+/// `(queue, other provider)`, read back under the row locks the writes
+/// took, so two operators giving one queue to two providers at once cannot
+/// both succeed (the caller then rolls back).
+async fn assign_queues(
+    conn: &mut MySqlConnection,
+    req: &PutProvider,
+) -> Result<Vec<(String, String)>, CoordinatorError> {
+    let release = if req.queues.is_empty() {
+        include_str!("queries/providers/release_queues.sql").to_owned()
+    } else {
+        include_str!("queries/providers/release_other_queues.sql")
+            .replace("{queues}", &placeholders(req.queues.len()))
+    };
+    let mut q = sqlx::query(&release).bind(&req.by.operator).bind(&req.name);
+    for queue in &req.queues {
+        q = q.bind(queue);
+    }
+    q.execute(&mut *conn).await.map_err(convert_sqlx_err)?;
+    for queue in &req.queues {
+        sqlx::query(include_str!("queries/providers/assign_queue.sql"))
+            .bind(queue)
+            .bind(&req.name)
+            .bind(&req.by.operator)
+            .execute(&mut *conn)
+            .await
+            .map_err(convert_sqlx_err)?;
+    }
+    if req.queues.is_empty() {
+        return Ok(Vec::new());
+    }
+    let sql = include_str!("queries/queue_policies/lock_queues.sql")
+        .replace("{queues}", &placeholders(req.queues.len()));
+    let mut q = sqlx::query(&sql);
+    for queue in &req.queues {
+        q = q.bind(queue);
+    }
+    let mut taken = Vec::new();
+    for row in q.fetch_all(&mut *conn).await.map_err(convert_sqlx_err)? {
+        if let Some(other) = rows::opt_text(&row, "provider")? {
+            if other != req.name {
+                taken.push((rows::text(&row, "queue")?, other));
+            }
+        }
+    }
+    Ok(taken)
+}
+
+/// The refusal of a PutProvider naming queues that dispatch to another
+/// provider: one violation per such queue (`queues[i]`).
+fn queues_taken(req: &PutProvider, taken: &[(String, String)]) -> CoordinatorError {
+    CoordinatorError::InvalidArgument(
+        req.queues
+            .iter()
+            .enumerate()
+            .filter_map(|(i, q)| {
+                taken.iter().find(|(t, _)| t == q).map(|(_, other)| {
+                    FieldViolation::new(
+                        format!("queues[{i}]"),
+                        format!(
+                            "queue {q:?} already dispatches to provider {other:?}: a queue has one provider (take it out of {other:?} first)"
+                        ),
+                    )
+                })
+            })
+            .collect(),
+    )
 }
 
 impl JobStore {
@@ -153,23 +245,19 @@ impl JobStore {
 
     async fn list_providers_once(&self) -> Result<Vec<ProviderRecord>, CoordinatorError> {
         let pool = self.pool();
-        let found = sqlx::query(&format!(
-            "SELECT {PROVIDER_COLUMNS} FROM providers ORDER BY name"
-        ))
-        .fetch_all(&pool)
-        .await
-        .map_err(convert_sqlx_err)?;
+        let found = sqlx::query(include_str!("queries/providers/list.sql"))
+            .fetch_all(&pool)
+            .await
+            .map_err(convert_sqlx_err)?;
         let mut out: Vec<ProviderRecord> =
             found.iter().map(provider_row).collect::<Result<_, _>>()?;
         if out.is_empty() {
             return Ok(out);
         }
-        let queues = sqlx::query(
-            "SELECT queue, provider FROM queue_policies WHERE provider IS NOT NULL ORDER BY queue",
-        )
-        .fetch_all(&pool)
-        .await
-        .map_err(convert_sqlx_err)?;
+        let queues = sqlx::query(include_str!("queries/providers/queues.sql"))
+            .fetch_all(&pool)
+            .await
+            .map_err(convert_sqlx_err)?;
         let mut by_provider: BTreeMap<String, Vec<String>> = BTreeMap::new();
         for row in &queues {
             by_provider
@@ -219,116 +307,11 @@ impl JobStore {
     async fn put_provider_once(&self, req: &PutProvider) -> Result<bool, CoordinatorError> {
         let mut tx = self.begin().await?;
         let before = lock_provider(&mut tx, &req.name).await?;
-        let b = &req.budget;
-        let tolerance_us = b.tolerance_us().ceil() as i64;
-        if before.is_none() {
-            // A new budget starts full: tat = now offers the whole burst.
-            sqlx::query(
-                "INSERT INTO providers (name, rate_per_second, burst, max_in_flight, execute_cost, \
-                 reconcile_cost, tat, created_at, updated_at, updated_by) \
-                 VALUES (?, ?, ?, ?, ?, ?, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), ?)",
-            )
-            .bind(&req.name)
-            .bind(b.rate_per_second)
-            .bind(b.burst)
-            .bind(b.max_in_flight)
-            .bind(b.execute_cost)
-            .bind(b.reconcile_cost)
-            .bind(&req.by.operator)
-            .execute(&mut *tx)
-            .await
-            .map_err(convert_sqlx_err)?;
-        } else {
-            sqlx::query(
-                "UPDATE providers SET rate_per_second = ?, burst = ?, max_in_flight = ?, \
-                 execute_cost = ?, reconcile_cost = ?, \
-                 tat = LEAST(tat, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND), \
-                 updated_at = UTC_TIMESTAMP(6), updated_by = ? WHERE name = ?",
-            )
-            .bind(b.rate_per_second)
-            .bind(b.burst)
-            .bind(b.max_in_flight)
-            .bind(b.execute_cost)
-            .bind(b.reconcile_cost)
-            .bind(tolerance_us)
-            .bind(&req.by.operator)
-            .bind(&req.name)
-            .execute(&mut *tx)
-            .await
-            .map_err(convert_sqlx_err)?;
-        }
-        // Queues that left the list dispatch to no provider any more.
-        let mut release =
-            "UPDATE queue_policies SET provider = NULL, updated_at = UTC_TIMESTAMP(6), \
-             updated_by = ? WHERE provider = ?"
-                .to_owned();
-        if !req.queues.is_empty() {
-            release.push_str(&format!(
-                " AND queue NOT IN ({})",
-                vec!["?"; req.queues.len()].join(", ")
-            ));
-        }
-        let mut q = sqlx::query(&release).bind(&req.by.operator).bind(&req.name);
-        for queue in &req.queues {
-            q = q.bind(queue);
-        }
-        q.execute(&mut *tx).await.map_err(convert_sqlx_err)?;
-        // A queue already given to another provider keeps it (the row is
-        // left as it is), and is refused below: read back under the locks
-        // this statement took, so two operators giving one queue to two
-        // providers at once cannot both succeed.
-        for queue in &req.queues {
-            sqlx::query(
-                "INSERT INTO queue_policies (queue, provider, updated_at, updated_by) \
-                 VALUES (?, ?, UTC_TIMESTAMP(6), ?) \
-                 ON DUPLICATE KEY UPDATE \
-                 updated_by = IF(provider IS NULL OR provider = VALUES(provider), VALUES(updated_by), updated_by), \
-                 updated_at = IF(provider IS NULL OR provider = VALUES(provider), VALUES(updated_at), updated_at), \
-                 provider = IF(provider IS NULL, VALUES(provider), provider)",
-            )
-            .bind(queue)
-            .bind(&req.name)
-            .bind(&req.by.operator)
-            .execute(&mut *tx)
-            .await
-            .map_err(convert_sqlx_err)?;
-        }
-        let mut taken = Vec::new();
-        if !req.queues.is_empty() {
-            let sql = format!(
-                "SELECT queue, provider FROM queue_policies WHERE queue IN ({}) FOR UPDATE",
-                vec!["?"; req.queues.len()].join(", ")
-            );
-            let mut q = sqlx::query(&sql);
-            for queue in &req.queues {
-                q = q.bind(queue);
-            }
-            for row in q.fetch_all(&mut *tx).await.map_err(convert_sqlx_err)? {
-                if let Some(other) = rows::opt_text(&row, "provider")? {
-                    if other != req.name {
-                        taken.push((rows::text(&row, "queue")?, other));
-                    }
-                }
-            }
-        }
+        write_budget(&mut tx, req, before.is_none()).await?;
+        let taken = assign_queues(&mut tx, req).await?;
         if !taken.is_empty() {
             tx.rollback().await.map_err(convert_sqlx_err)?;
-            return Err(CoordinatorError::InvalidArgument(
-                req.queues
-                    .iter()
-                    .enumerate()
-                    .filter_map(|(i, q)| {
-                        taken.iter().find(|(t, _)| t == q).map(|(_, other)| {
-                            FieldViolation::new(
-                                format!("queues[{i}]"),
-                                format!(
-                                    "queue {q:?} already dispatches to provider {other:?}: a queue has one provider (take it out of {other:?} first)"
-                                ),
-                            )
-                        })
-                    })
-                    .collect(),
-            ));
+            return Err(queues_taken(req, &taken));
         }
         tidy(&mut tx).await?;
         let mut queues = req.queues.clone();
@@ -339,7 +322,7 @@ impl JobStore {
             &provider_subject(&req.name),
             PolicyAction::PutProvider,
             &req.by,
-            &provider_detail(b, &queues, pause),
+            &provider_detail(&req.budget, &queues, pause),
         )
         .await?;
         commit(tx).await?;
@@ -371,17 +354,14 @@ impl JobStore {
             tx.rollback().await.map_err(convert_sqlx_err)?;
             return Err(unknown_provider(name));
         }
-        sqlx::query(
-            "UPDATE queue_policies SET provider = NULL, updated_at = UTC_TIMESTAMP(6), \
-             updated_by = ? WHERE provider = ?",
-        )
-        .bind(&by.operator)
-        .bind(name)
-        .execute(&mut *tx)
-        .await
-        .map_err(convert_sqlx_err)?;
+        sqlx::query(include_str!("queries/providers/release_queues.sql"))
+            .bind(&by.operator)
+            .bind(name)
+            .execute(&mut *tx)
+            .await
+            .map_err(convert_sqlx_err)?;
         tidy(&mut tx).await?;
-        sqlx::query("DELETE FROM providers WHERE name = ?")
+        sqlx::query(include_str!("queries/providers/delete.sql"))
             .bind(name)
             .execute(&mut *tx)
             .await
@@ -415,22 +395,20 @@ impl JobStore {
             Pause::None => (PolicyAction::ResumeProvider, None),
             _ => (PolicyAction::PauseProvider, Some(req.by.reason.as_str())),
         };
-        let resume_clears = if req.pause == Pause::None {
-            ", throttled_until = NULL"
+        // A resume also ends a throttle a worker reported.
+        let sql = if req.pause == Pause::None {
+            include_str!("queries/providers/resume.sql")
         } else {
-            ""
+            include_str!("queries/providers/pause.sql")
         };
-        sqlx::query(&format!(
-            "UPDATE providers SET pause = ?, pause_reason = ?{resume_clears}, \
-             updated_at = UTC_TIMESTAMP(6), updated_by = ? WHERE name = ?"
-        ))
-        .bind(req.pause.as_str())
-        .bind(reason.map(|r| truncate(r, 255)))
-        .bind(&req.by.operator)
-        .bind(&req.name)
-        .execute(&mut *tx)
-        .await
-        .map_err(convert_sqlx_err)?;
+        sqlx::query(sql)
+            .bind(req.pause.as_str())
+            .bind(reason.map(|r| truncate(r, 255)))
+            .bind(&req.by.operator)
+            .bind(&req.name)
+            .execute(&mut *tx)
+            .await
+            .map_err(convert_sqlx_err)?;
         let queues = self.queues_of(&mut tx, &req.name).await?;
         record(
             &mut tx,
@@ -449,12 +427,11 @@ impl JobStore {
         conn: &mut Transaction<'static, MySql>,
         provider: &str,
     ) -> Result<Vec<String>, CoordinatorError> {
-        let found =
-            sqlx::query("SELECT queue FROM queue_policies WHERE provider = ? ORDER BY queue")
-                .bind(provider)
-                .fetch_all(&mut **conn)
-                .await
-                .map_err(convert_sqlx_err)?;
+        let found = sqlx::query(include_str!("queries/queue_policies/of_provider.sql"))
+            .bind(provider)
+            .fetch_all(&mut **conn)
+            .await
+            .map_err(convert_sqlx_err)?;
         found.iter().map(|r| rows::text(r, "queue")).collect()
     }
 
@@ -467,22 +444,15 @@ impl JobStore {
 
     async fn put_queue_policy_once(&self, req: &PutQueuePolicy) -> Result<(), CoordinatorError> {
         let mut tx = self.begin().await?;
-        sqlx::query(
-            "INSERT INTO queue_policies (queue, resend_window_us, max_dispatches, job_retention_us, \
-             updated_at, updated_by) \
-             VALUES (?, ?, ?, ?, UTC_TIMESTAMP(6), ?) \
-             ON DUPLICATE KEY UPDATE resend_window_us = VALUES(resend_window_us), \
-             max_dispatches = VALUES(max_dispatches), job_retention_us = VALUES(job_retention_us), \
-             updated_at = VALUES(updated_at), updated_by = VALUES(updated_by)",
-        )
-        .bind(&req.queue)
-        .bind(req.policy.resend_window.as_micros() as u64)
-        .bind(req.policy.max_dispatches)
-        .bind(req.job_retention.map(|d| d.as_micros() as u64))
-        .bind(&req.by.operator)
-        .execute(&mut *tx)
-        .await
-        .map_err(convert_sqlx_err)?;
+        sqlx::query(include_str!("queries/queue_policies/put.sql"))
+            .bind(&req.queue)
+            .bind(req.policy.resend_window.as_micros() as u64)
+            .bind(req.policy.max_dispatches)
+            .bind(req.job_retention.map(|d| d.as_micros() as u64))
+            .bind(&req.by.operator)
+            .execute(&mut *tx)
+            .await
+            .map_err(convert_sqlx_err)?;
         record(
             &mut tx,
             &queue_subject(&req.queue),
@@ -511,13 +481,11 @@ impl JobStore {
         by: &ChangeBy,
     ) -> Result<QueuePolicyRecord, CoordinatorError> {
         let mut tx = self.begin().await?;
-        let row = sqlx::query(&format!(
-            "SELECT {POLICY_COLUMNS} FROM queue_policies WHERE queue = ? FOR UPDATE"
-        ))
-        .bind(queue)
-        .fetch_optional(&mut *tx)
-        .await
-        .map_err(convert_sqlx_err)?;
+        let row = sqlx::query(include_str!("queries/queue_policies/lock.sql"))
+            .bind(queue)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(convert_sqlx_err)?;
         let before = row.as_ref().map(policy_row).transpose()?;
         let Some(before) = before.filter(|b| b.policy.is_some()) else {
             tx.rollback().await.map_err(convert_sqlx_err)?;
@@ -526,15 +494,12 @@ impl JobStore {
                 format!("queue {queue:?} has no stored policy"),
             ));
         };
-        sqlx::query(
-            "UPDATE queue_policies SET resend_window_us = NULL, max_dispatches = NULL, \
-             job_retention_us = NULL, updated_at = UTC_TIMESTAMP(6), updated_by = ? WHERE queue = ?",
-        )
-        .bind(&by.operator)
-        .bind(queue)
-        .execute(&mut *tx)
-        .await
-        .map_err(convert_sqlx_err)?;
+        sqlx::query(include_str!("queries/queue_policies/clear.sql"))
+            .bind(&by.operator)
+            .bind(queue)
+            .execute(&mut *tx)
+            .await
+            .map_err(convert_sqlx_err)?;
         tidy(&mut tx).await?;
         record(
             &mut tx,
@@ -551,12 +516,10 @@ impl JobStore {
     /// Every queue row of this database (a stored policy or a provider),
     /// by queue.
     pub async fn list_queue_policies(&self) -> Result<Vec<QueuePolicyRecord>, CoordinatorError> {
-        let found = sqlx::query(&format!(
-            "SELECT {POLICY_COLUMNS} FROM queue_policies ORDER BY queue"
-        ))
-        .fetch_all(&self.pool())
-        .await
-        .map_err(convert_sqlx_err);
+        let found = sqlx::query(include_str!("queries/queue_policies/list.sql"))
+            .fetch_all(&self.pool())
+            .await
+            .map_err(convert_sqlx_err);
         self.outage_named(found)
             .await?
             .iter()
@@ -572,19 +535,15 @@ impl JobStore {
         before: Option<u64>,
         limit: u32,
     ) -> Result<Vec<PolicyChange>, CoordinatorError> {
-        let found = sqlx::query(
-            "SELECT id, changed_at, operator, subject, action, reason, detail FROM policy_changes \
-             WHERE (? IS NULL OR subject = ?) AND (? IS NULL OR id < ?) \
-             ORDER BY id DESC LIMIT ?",
-        )
-        .bind(subject)
-        .bind(subject)
-        .bind(before)
-        .bind(before)
-        .bind(limit)
-        .fetch_all(&self.pool())
-        .await
-        .map_err(convert_sqlx_err);
+        let found = sqlx::query(include_str!("queries/policy_changes/list.sql"))
+            .bind(subject)
+            .bind(subject)
+            .bind(before)
+            .bind(before)
+            .bind(limit)
+            .fetch_all(&self.pool())
+            .await
+            .map_err(convert_sqlx_err);
         self.outage_named(found)
             .await?
             .iter()

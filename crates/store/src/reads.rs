@@ -1,6 +1,7 @@
 //! Plain (non-locking) reads of jobs and observations.
 
-use super::rows::{self, JOB_COLUMNS, OBSERVATION_COLUMNS};
+use super::batch::with_job_columns;
+use super::rows::{self, OBSERVATION_COLUMNS};
 use super::{convert_sqlx_err, JobStore};
 use jobfence_domain::policy::DispatchFacts;
 use jobfence_domain::{CoordinatorError, DbTime, Job, Observation};
@@ -9,12 +10,17 @@ use std::collections::HashMap;
 use std::sync::LazyLock;
 
 static SELECT_JOB: LazyLock<String> =
-    LazyLock::new(|| format!("SELECT {JOB_COLUMNS} FROM jobs WHERE id = ?"));
-static SELECT_OBSERVATION: LazyLock<String> = LazyLock::new(|| {
-    format!("SELECT {OBSERVATION_COLUMNS} FROM job_observations WHERE job_id = ? AND dedup_key = ?")
-});
+    LazyLock::new(|| with_job_columns(include_str!("queries/jobs/by_id.sql")));
+static SELECT_OBSERVATION: LazyLock<String> =
+    LazyLock::new(|| with_observation_columns(include_str!("queries/observations/by_key.sql")));
 
-fn placeholders(n: usize) -> String {
+/// `sql` with `{observation_columns}` replaced by [`OBSERVATION_COLUMNS`].
+fn with_observation_columns(sql: &str) -> String {
+    sql.replace("{observation_columns}", OBSERVATION_COLUMNS)
+}
+
+/// `n` placeholders, `?, ?, …`, for a statement's `{…}` list of values.
+pub(crate) fn placeholders(n: usize) -> String {
     vec!["?"; n].join(", ")
 }
 
@@ -40,10 +46,8 @@ pub(crate) async fn observations(
     if ids.is_empty() {
         return Ok(out);
     }
-    let sql = format!(
-        "SELECT {OBSERVATION_COLUMNS} FROM job_observations WHERE job_id IN ({}) ORDER BY id",
-        placeholders(ids.len())
-    );
+    let sql = with_observation_columns(include_str!("queries/observations/of_jobs.sql"))
+        .replace("{ids}", &placeholders(ids.len()));
     let mut query = sqlx::query(&sql);
     for id in ids {
         query = query.bind(*id);

@@ -17,13 +17,13 @@
 //! lock another pruner holds, and a conflict (a Galera certification
 //! failure) rolls its batch back whole, to be run again.
 
-use super::archive::{read_rows, PruneArchive};
+use super::archive::{read_rows, ArchivedRows, PruneArchive};
 use super::pause::PausePoint;
 use super::rows::{get, opt_text, text};
 use super::{commit, convert_sqlx_err, micros, JobStore};
 use jobfence_domain::{CoordinatorError, DbTime, KeyRecord, PruneCounts, Retention};
 use sqlx::mysql::MySqlRow;
-use sqlx::Executor;
+use sqlx::{Executor, MySqlConnection};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -98,6 +98,117 @@ pub(crate) fn key_record(row: &MySqlRow) -> Result<KeyRecord, CoordinatorError> 
     })
 }
 
+/// `sql` with `{pruner_lock}` replaced by [`PRUNER_LOCK`].
+fn with_pruner_lock(sql: &str) -> String {
+    sql.replace("{pruner_lock}", PRUNER_LOCK)
+}
+
+/// Step 2 of a pruning batch: locks the candidates still terminal (SKIP
+/// LOCKED: rows another pruner holds are left to it), in id order.
+async fn lock_candidates(
+    tx: &mut MySqlConnection,
+    candidates: &[u64],
+) -> Result<Vec<u64>, CoordinatorError> {
+    let sql = include_str!("queries/retention/lock_candidates.sql")
+        .replace("{ids}", &id_list(candidates));
+    let mut locked: Vec<u64> = sqlx::query_scalar(&sql)
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(convert_sqlx_err)?;
+    locked.sort_unstable();
+    Ok(locked)
+}
+
+/// Step 3: the key record of each locked job (docs/design.md rule 14),
+/// before the job row goes; how many were new (see record_keys.sql).
+async fn record_keys(tx: &mut MySqlConnection, ids: &str) -> Result<u64, CoordinatorError> {
+    let keys =
+        sqlx::query(&include_str!("queries/retention/record_keys.sql").replace("{ids}", ids))
+            .execute(&mut *tx)
+            .await
+            .map_err(convert_sqlx_err)?;
+    Ok(keys.rows_affected())
+}
+
+/// What one pruning batch deleted.
+struct Deleted {
+    observations: u64,
+    events: u64,
+    jobs: u64,
+}
+
+/// Step 4: deletes the locked jobs' observations, events (raising the
+/// events feed's mark past them) and rows.
+async fn delete_batch(tx: &mut MySqlConnection, ids: &str) -> Result<Deleted, CoordinatorError> {
+    let run = |sql: &str| sql.replace("{ids}", ids);
+    let observations = sqlx::query(&run(include_str!(
+        "queries/retention/delete_observations.sql"
+    )))
+    .execute(&mut *tx)
+    .await
+    .map_err(convert_sqlx_err)?
+    .rows_affected();
+    let last_event: Option<u64> =
+        sqlx::query_scalar(&run(include_str!("queries/retention/last_event.sql")))
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(convert_sqlx_err)?;
+    let events = sqlx::query(&run(include_str!("queries/retention/delete_events.sql")))
+        .execute(&mut *tx)
+        .await
+        .map_err(convert_sqlx_err)?
+        .rows_affected();
+    if let Some(last) = last_event {
+        sqlx::query(include_str!("queries/retention/mark_events.sql"))
+            .bind(last)
+            .execute(&mut *tx)
+            .await
+            .map_err(convert_sqlx_err)?;
+    }
+    let jobs = sqlx::query(&run(include_str!("queries/retention/delete_jobs.sql")))
+        .execute(&mut *tx)
+        .await
+        .map_err(convert_sqlx_err)?
+        .rows_affected();
+    Ok(Deleted {
+        observations,
+        events,
+        jobs,
+    })
+}
+
+/// Step 5: checks that the rows read for the archive are exactly the rows
+/// deleted, and writes them (durably) before the batch commits: `(jobs,
+/// bytes)` archived. An `Err` rolls the batch back.
+async fn archive_batch(
+    archive: &Arc<dyn PruneArchive>,
+    rows: ArchivedRows,
+    deleted: &Deleted,
+) -> Result<(u64, u64), CoordinatorError> {
+    let Deleted {
+        observations,
+        events,
+        jobs,
+    } = *deleted;
+    if rows.lines.len() as u64 != jobs || rows.observations != observations || rows.events != events
+    {
+        return Err(CoordinatorError::Internal(format!(
+            "pruning archived {} jobs, {} observations and {} events but deleted \
+             {jobs}, {observations} and {events}; batch rolled back",
+            rows.lines.len(),
+            rows.observations,
+            rows.events
+        )));
+    }
+    match write_blocking(archive, rows.lines).await {
+        Ok(bytes) => Ok((jobs, bytes)),
+        Err(why) => Err(CoordinatorError::Internal(format!(
+            "pruning stopped: the archive could not be written ({why}); \
+             the batch of {jobs} jobs was rolled back, nothing of it deleted"
+        ))),
+    }
+}
+
 impl JobStore {
     /// One pruning run: takes the database lock [`PRUNER_LOCK`] on a
     /// session of its own (`GET_LOCK(…, 0)`: another coordinator already
@@ -151,10 +262,12 @@ impl JobStore {
         // Closed, not returned, when dropped: the server then frees the
         // lock whatever happened to this run.
         lock.close_on_drop();
-        let got: Option<i64> = sqlx::query_scalar(&format!("SELECT GET_LOCK({PRUNER_LOCK}, 0)"))
-            .fetch_one(&mut *lock)
-            .await
-            .map_err(convert_sqlx_err)?;
+        let got: Option<i64> = sqlx::query_scalar(&with_pruner_lock(include_str!(
+            "queries/retention/lock_pruner.sql"
+        )))
+        .fetch_one(&mut *lock)
+        .await
+        .map_err(convert_sqlx_err)?;
         if got != Some(1) {
             return Ok(PruneRun::LockHeld);
         }
@@ -186,13 +299,12 @@ impl JobStore {
                 progress(&total);
             }
         }
-        sqlx::query("UPDATE pruning_marks SET last_run_at = UTC_TIMESTAMP(6) WHERE singleton = 1")
+        sqlx::query(include_str!("queries/retention/mark_run.sql"))
             .execute(&self.pool())
             .await
             .map_err(convert_sqlx_err)?;
-        let _ = lock
-            .execute(sqlx::raw_sql(&format!("DO RELEASE_LOCK({PRUNER_LOCK})")))
-            .await;
+        let unlock = with_pruner_lock(include_str!("queries/retention/unlock_pruner.sql"));
+        let _ = lock.execute(sqlx::raw_sql(&unlock)).await;
         Ok(PruneRun::Done(total))
     }
 
@@ -214,144 +326,85 @@ impl JobStore {
         batch: u32,
         archive: Option<&Arc<dyn PruneArchive>>,
     ) -> Result<(PruneCounts, bool), CoordinatorError> {
-        let default_us = micros(retention.jobs);
-        let mut conn = self.pool().acquire().await.map_err(convert_sqlx_err)?;
-        let shortest: Option<i64> =
-            sqlx::query_scalar("SELECT CAST(MIN(job_retention_us) AS SIGNED) FROM queue_policies")
-                .fetch_one(&mut *conn)
-                .await
-                .map_err(convert_sqlx_err)?;
-        let bound = shortest.map_or(default_us, |s| s.min(default_us));
-        let candidates: Vec<u64> =
-            sqlx::query_scalar(include_str!("queries/retention/candidates.sql"))
-                .bind(bound)
-                .bind(default_us)
-                .bind(batch.max(1))
-                .fetch_all(&mut *conn)
-                .await
-                .map_err(convert_sqlx_err)?;
-        drop(conn);
+        let candidates = self.prune_candidates(retention, batch).await?;
         if candidates.is_empty() {
             return Ok((PruneCounts::default(), false));
         }
         let full = candidates.len() as u32 >= batch.max(1);
         self.pause(PausePoint::PruneAfterCandidates).await;
         let mut tx = self.begin().await?;
-        let ids = id_list(&candidates);
-        // Terminal states never change, but the state is checked here and
-        // again in the DELETE: a live job is never pruned.
-        let mut locked: Vec<u64> = sqlx::query_scalar(&format!(
-            "SELECT id FROM jobs WHERE id IN ({ids}) \
-             AND state IN ('succeeded', 'failed', 'cancelled') AND finished_at IS NOT NULL \
-             ORDER BY id FOR UPDATE SKIP LOCKED"
-        ))
-        .fetch_all(&mut *tx)
-        .await
-        .map_err(convert_sqlx_err)?;
+        let locked = lock_candidates(&mut tx, &candidates).await?;
         if locked.is_empty() {
             tx.rollback().await.map_err(convert_sqlx_err)?;
             // Every candidate is another pruner's now, or gone.
             return Ok((PruneCounts::default(), false));
         }
-        locked.sort_unstable();
         self.pause_in(PausePoint::PruneAfterLock, &mut tx).await;
         let ids = id_list(&locked);
         let archived = match archive {
             Some(_) => Some(read_rows(&mut tx, &ids).await?),
             None => None,
         };
-        let keys =
-            sqlx::query(&include_str!("queries/retention/record_keys.sql").replace("{ids}", &ids))
-                .execute(&mut *tx)
-                .await
-                .map_err(convert_sqlx_err)?;
-        let observations = sqlx::query(&format!(
-            "DELETE FROM job_observations WHERE job_id IN ({ids})"
-        ))
-        .execute(&mut *tx)
-        .await
-        .map_err(convert_sqlx_err)?
-        .rows_affected();
-        let last_event: Option<u64> = sqlx::query_scalar(&format!(
-            "SELECT MAX(id) FROM job_events WHERE job_id IN ({ids})"
-        ))
-        .fetch_one(&mut *tx)
-        .await
-        .map_err(convert_sqlx_err)?;
-        let events = sqlx::query(&format!("DELETE FROM job_events WHERE job_id IN ({ids})"))
-            .execute(&mut *tx)
-            .await
-            .map_err(convert_sqlx_err)?
-            .rows_affected();
-        if let Some(last) = last_event {
-            sqlx::query(
-                "UPDATE pruning_marks SET events_pruned_through = GREATEST(events_pruned_through, ?) \
-                 WHERE singleton = 1",
-            )
-            .bind(last)
-            .execute(&mut *tx)
-            .await
-            .map_err(convert_sqlx_err)?;
-        }
-        let jobs = sqlx::query(&format!(
-            "DELETE FROM jobs WHERE id IN ({ids}) AND state IN ('succeeded', 'failed', 'cancelled')"
-        ))
-        .execute(&mut *tx)
-        .await
-        .map_err(convert_sqlx_err)?
-        .rows_affected();
-        if jobs != locked.len() as u64 {
+        let keys_recorded = record_keys(&mut tx, &ids).await?;
+        let deleted = delete_batch(&mut tx, &ids).await?;
+        if deleted.jobs != locked.len() as u64 {
             // Cannot happen (the rows are locked and terminal): refuse to
             // commit a batch that did not do what it checked.
             tx.rollback().await.map_err(convert_sqlx_err)?;
             return Err(CoordinatorError::Internal(format!(
-                "pruning locked {} jobs but deleted {jobs}",
-                locked.len()
+                "pruning locked {} jobs but deleted {}",
+                locked.len(),
+                deleted.jobs
             )));
         }
-        let (archived_jobs, archived_bytes) = match (archive, archived) {
-            (Some(archive), Some(rows)) => {
-                if rows.lines.len() as u64 != jobs
-                    || rows.observations != observations
-                    || rows.events != events
-                {
-                    tx.rollback().await.map_err(convert_sqlx_err)?;
-                    return Err(CoordinatorError::Internal(format!(
-                        "pruning archived {} jobs, {} observations and {} events but deleted \
-                         {jobs}, {observations} and {events}; batch rolled back",
-                        rows.lines.len(),
-                        rows.observations,
-                        rows.events
-                    )));
-                }
-                match write_blocking(archive, rows.lines).await {
-                    Ok(bytes) => (jobs, bytes),
-                    Err(why) => {
-                        tx.rollback().await.map_err(convert_sqlx_err)?;
-                        return Err(CoordinatorError::Internal(format!(
-                            "pruning stopped: the archive could not be written ({why}); \
-                             the batch of {jobs} jobs was rolled back, nothing of it deleted"
-                        )));
-                    }
-                }
+        let written = match (archive, archived) {
+            (Some(archive), Some(rows)) => archive_batch(archive, rows, &deleted).await,
+            _ => Ok((0, 0)),
+        };
+        let (archived_jobs, archived_bytes) = match written {
+            Ok(written) => written,
+            Err(e) => {
+                tx.rollback().await.map_err(convert_sqlx_err)?;
+                return Err(e);
             }
-            _ => (0, 0),
         };
         commit(tx).await?;
-        Ok((
-            PruneCounts {
-                batches: 1,
-                jobs,
-                observations,
-                events,
-                // Only new records are inserted (see record_keys.sql).
-                keys_recorded: keys.rows_affected(),
-                keys_pruned: 0,
-                archived_jobs,
-                archived_bytes,
-            },
-            full,
-        ))
+        let counts = PruneCounts {
+            batches: 1,
+            jobs: deleted.jobs,
+            observations: deleted.observations,
+            events: deleted.events,
+            keys_recorded,
+            keys_pruned: 0,
+            archived_jobs,
+            archived_bytes,
+        };
+        Ok((counts, full))
+    }
+
+    /// Step 1 of a pruning batch: up to `batch` ids of terminal jobs past
+    /// their retention (a plain read, on a connection of its own, returned
+    /// before the batch's transaction begins).
+    async fn prune_candidates(
+        &self,
+        retention: &Retention,
+        batch: u32,
+    ) -> Result<Vec<u64>, CoordinatorError> {
+        let default_us = micros(retention.jobs);
+        let mut conn = self.pool().acquire().await.map_err(convert_sqlx_err)?;
+        let shortest: Option<i64> =
+            sqlx::query_scalar(include_str!("queries/retention/shortest.sql"))
+                .fetch_one(&mut *conn)
+                .await
+                .map_err(convert_sqlx_err)?;
+        let bound = shortest.map_or(default_us, |s| s.min(default_us));
+        sqlx::query_scalar(include_str!("queries/retention/candidates.sql"))
+            .bind(bound)
+            .bind(default_us)
+            .bind(batch.max(1))
+            .fetch_all(&mut *conn)
+            .await
+            .map_err(convert_sqlx_err)
     }
 
     /// Deletes up to `batch` key records past `keys` (and past their
@@ -372,23 +425,23 @@ impl JobStore {
         if ids.is_empty() {
             return Ok(0);
         }
-        let done = sqlx::query(&format!(
-            "DELETE FROM operation_keys WHERE job_id IN ({})",
-            id_list(&ids)
-        ))
-        .execute(&self.pool())
-        .await
-        .map_err(convert_sqlx_err)?;
+        let sql =
+            include_str!("queries/retention/delete_keys.sql").replace("{ids}", &id_list(&ids));
+        let done = sqlx::query(&sql)
+            .execute(&self.pool())
+            .await
+            .map_err(convert_sqlx_err)?;
         Ok(done.rows_affected())
     }
 
     /// The name of this store's database schema (`DATABASE()`), which
     /// names its archive files.
     pub async fn schema_name(&self) -> Result<String, CoordinatorError> {
-        let name: Option<String> = sqlx::query_scalar("SELECT DATABASE()")
-            .fetch_one(&self.pool())
-            .await
-            .map_err(convert_sqlx_err)?;
+        let name: Option<String> =
+            sqlx::query_scalar(include_str!("queries/server/schema_name.sql"))
+                .fetch_one(&self.pool())
+                .await
+                .map_err(convert_sqlx_err)?;
         Ok(name.unwrap_or_default())
     }
 
@@ -420,27 +473,21 @@ impl JobStore {
     /// Key records held, the oldest finished job's age and the last run.
     pub async fn retention_stats(&self) -> Result<RetentionStats, CoordinatorError> {
         let pool = self.pool();
-        let key_records: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM operation_keys")
-            .fetch_one(&pool)
+        let key_records: i64 =
+            sqlx::query_scalar(include_str!("queries/retention/key_records.sql"))
+                .fetch_one(&pool)
+                .await
+                .map_err(convert_sqlx_err)?;
+        let oldest: Option<i64> =
+            sqlx::query_scalar(include_str!("queries/retention/oldest_finished.sql"))
+                .fetch_one(&pool)
+                .await
+                .map_err(convert_sqlx_err)?;
+        let last: Option<i64> = sqlx::query_scalar(include_str!("queries/retention/last_run.sql"))
+            .fetch_optional(&pool)
             .await
-            .map_err(convert_sqlx_err)?;
-        let oldest: Option<i64> = sqlx::query_scalar(
-            "SELECT CAST(TIMESTAMPDIFF(MICROSECOND, MIN(f), UTC_TIMESTAMP(6)) AS SIGNED) FROM ( \
-               SELECT MIN(finished_at) AS f FROM jobs WHERE state = 'succeeded' \
-               UNION ALL SELECT MIN(finished_at) FROM jobs WHERE state = 'failed' \
-               UNION ALL SELECT MIN(finished_at) FROM jobs WHERE state = 'cancelled') AS t",
-        )
-        .fetch_one(&pool)
-        .await
-        .map_err(convert_sqlx_err)?;
-        let last: Option<i64> = sqlx::query_scalar(
-            "SELECT CAST(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', last_run_at) AS SIGNED) \
-             FROM pruning_marks WHERE singleton = 1",
-        )
-        .fetch_optional(&pool)
-        .await
-        .map_err(convert_sqlx_err)?
-        .flatten();
+            .map_err(convert_sqlx_err)?
+            .flatten();
         Ok(RetentionStats {
             key_records: key_records.max(0) as u64,
             oldest_finished_age: oldest.map(|us| Duration::from_micros(us.max(0) as u64)),
@@ -454,7 +501,7 @@ pub(crate) async fn events_pruned_through(
     conn: &mut sqlx::MySqlConnection,
 ) -> Result<u64, CoordinatorError> {
     let mark: Option<u64> =
-        sqlx::query_scalar("SELECT events_pruned_through FROM pruning_marks WHERE singleton = 1")
+        sqlx::query_scalar(include_str!("queries/retention/events_pruned_through.sql"))
             .fetch_optional(conn)
             .await
             .map_err(convert_sqlx_err)?;

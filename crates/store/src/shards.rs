@@ -420,13 +420,10 @@ impl JobStore {
     /// table.
     async fn is_migrated(&self) -> Result<bool, CoordinatorError> {
         let mut tx = self.begin().await?;
-        let n: i64 = sqlx::query_scalar(
-            "SELECT COUNT(*) FROM information_schema.tables \
-             WHERE table_schema = DATABASE() AND table_name = 'jobfence_shard'",
-        )
-        .fetch_one(&mut *tx)
-        .await
-        .map_err(super::convert_sqlx_err)?;
+        let n: i64 = sqlx::query_scalar(include_str!("queries/shards/has_table.sql"))
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(super::convert_sqlx_err)?;
         tx.rollback().await.map_err(super::convert_sqlx_err)?;
         Ok(n > 0)
     }
@@ -452,18 +449,18 @@ impl JobStore {
         let (low, high) = (range_start(shard), range_start(shard + 1));
         loop {
             let mut tx = self.begin().await?;
-            let recorded: Option<u32> = sqlx::query_scalar(
-                "SELECT shard FROM jobfence_shard WHERE singleton = 1 FOR UPDATE",
-            )
-            .fetch_optional(&mut *tx)
-            .await
-            .map_err(convert_sqlx_err)?;
+            let recorded: Option<u32> =
+                sqlx::query_scalar(include_str!("queries/shards/lock_number.sql"))
+                    .fetch_optional(&mut *tx)
+                    .await
+                    .map_err(convert_sqlx_err)?;
             if let Some(r) = recorded.filter(|r| *r != shard) {
                 return Ok(Err(Refusal::RecordedAs(r)));
             }
             let mut empty = Vec::new();
             for table in ["jobs", "job_events", "policy_changes"] {
-                let max: Option<u64> = sqlx::query_scalar(&format!("SELECT MAX(id) FROM {table}"))
+                let sql = include_str!("queries/shards/max_id.sql").replace("{table}", table);
+                let max: Option<u64> = sqlx::query_scalar(&sql)
                     .fetch_one(&mut *tx)
                     .await
                     .map_err(convert_sqlx_err)?;
@@ -479,15 +476,12 @@ impl JobStore {
                 return Ok(Ok(()));
             }
             if recorded.is_none() {
-                let inserted = sqlx::query(
-                    "INSERT IGNORE INTO jobfence_shard (singleton, shard, created_at) \
-                     VALUES (1, ?, UTC_TIMESTAMP(6))",
-                )
-                .bind(shard)
-                .execute(&mut *tx)
-                .await
-                .map_err(convert_sqlx_err)?
-                .rows_affected();
+                let inserted = sqlx::query(include_str!("queries/shards/record_number.sql"))
+                    .bind(shard)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(convert_sqlx_err)?
+                    .rows_affected();
                 if inserted == 0 {
                     // Another coordinator recorded a number since the
                     // SELECT (no row to lock then): look again.
@@ -503,7 +497,10 @@ impl JobStore {
             // empty).
             if shard > 0 {
                 for table in empty {
-                    sqlx::raw_sql(&format!("ALTER TABLE {table} AUTO_INCREMENT = {}", low + 1))
+                    let sql = include_str!("queries/shards/start_ids.sql")
+                        .replace("{table}", table)
+                        .replace("{start}", &(low + 1).to_string());
+                    sqlx::raw_sql(&sql)
                         .execute(&self.pool())
                         .await
                         .map_err(convert_sqlx_err)?;
@@ -551,51 +548,4 @@ fn refuse_shard(shard: u32, why: Refusal) -> CoordinatorError {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn ids_name_their_database() {
-        assert_eq!(shard_of(1), 0);
-        assert_eq!(shard_of(range_start(1) + 1), 1);
-        assert_eq!(shard_of(range_start(2) - 1), 1);
-        assert!(range_start(MAX_SHARDS) <= 1 << 53);
-    }
-
-    #[test]
-    fn an_exact_name_beats_the_longest_prefix_which_beats_the_default() {
-        let c = ShardsConfig::parse(
-            "# two databases\n\
-             database 0 mysql://a/x\n\
-             database 1 mysql://b/x,mysql://c/x\n\
-             queue payouts-eu 0\n\
-             prefix pay 0\n\
-             prefix payouts- 1  # longer\n\
-             default 0\n",
-        )
-        .unwrap();
-        assert_eq!(c.databases[&1], ["mysql://b/x", "mysql://c/x"]);
-        let p = &c.placement;
-        assert_eq!(p.shard_for("payouts-eu"), Some(0));
-        assert_eq!(p.shard_for("payouts-us"), Some(1));
-        assert_eq!(p.shard_for("payments"), Some(0));
-        assert_eq!(p.shard_for("refunds"), Some(0));
-    }
-
-    #[test]
-    fn a_file_with_a_mistake_is_refused_with_its_line() {
-        let bad = [
-            ("database 0 mysql://a/x\nqueue refunds 1\n", "database 1"),
-            ("database 0 mysql://a/x\ndatabase 0 mysql://b/x\n", "line 2"),
-            ("database 32 mysql://a/x\n", "from 0 to 31"),
-            ("database 0 mysql://a/x\nqueue refunds\n", "line 2"),
-            ("# nothing\n", "no database"),
-        ];
-        for (text, says) in bad {
-            let err = ShardsConfig::parse(text).unwrap_err();
-            assert!(err.contains(says), "{err:?} should say {says:?}");
-        }
-        let none = ShardsConfig::parse("database 0 mysql://a/x\nqueue refunds 0\n").unwrap();
-        assert_eq!(none.placement.shard_for("payouts"), None);
-    }
-}
+mod tests;

@@ -22,9 +22,9 @@ use super::{micros, JobStore};
 use jobfence_domain::event::parse_fail_detail;
 use jobfence_domain::write_plan::{self, AppliedWrite, WritePlan};
 use jobfence_domain::{
-    transition, CompleteRequest, CoordinatorError, DbTime, EventKind, FailDisposition, FailOutcome,
-    FailRequest, FencedOutcome, FencedWrite, JobState, OverrideReason, QueuePolicies, QueuePolicy,
-    QueueScope, RenewLeaseRequest, ScopedWrite, WriteOutcome,
+    transition, Complete, CoordinatorError, DbTime, EventKind, Fail, FailDisposition, FailOutcome,
+    FencedOutcome, FencedWrite, JobState, OverrideReason, QueuePolicies, QueuePolicy, QueueScope,
+    RenewLease, ScopedWrite, WriteOutcome,
 };
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
@@ -38,11 +38,8 @@ const STALE_NOW: Duration = Duration::from_millis(50);
 pub type WriteResult = Result<FencedOutcome, CoordinatorError>;
 
 impl JobStore {
-    /// Extends the lease of the current attempt (see `RenewLeaseRequest`).
-    pub async fn renew_lease(
-        &self,
-        req: &RenewLeaseRequest,
-    ) -> Result<WriteOutcome, CoordinatorError> {
+    /// Extends the lease of the current attempt (see `RenewLease`).
+    pub async fn renew_lease(&self, req: &RenewLease) -> Result<WriteOutcome, CoordinatorError> {
         let out = self.write_one(FencedWrite::RenewLease(req.clone())).await?;
         Ok(WriteOutcome {
             job: out.job,
@@ -51,7 +48,7 @@ impl JobStore {
     }
 
     /// Marks the job succeeded with the provider's reference and result.
-    pub async fn complete(&self, req: &CompleteRequest) -> Result<WriteOutcome, CoordinatorError> {
+    pub async fn complete(&self, req: &Complete) -> Result<WriteOutcome, CoordinatorError> {
         let out = self.write_one(FencedWrite::Complete(req.clone())).await?;
         Ok(WriteOutcome {
             job: out.job,
@@ -63,7 +60,7 @@ impl JobStore {
     /// window, or past its max dispatches, goes to manual review instead.
     pub async fn fail(
         &self,
-        req: &FailRequest,
+        req: &Fail,
         policies: &QueuePolicies,
     ) -> Result<FailOutcome, CoordinatorError> {
         let out = self
@@ -517,10 +514,8 @@ async fn queue_rules(
     if queues.is_empty() {
         return Ok(out);
     }
-    let sql = format!(
-        "SELECT queue, provider, resend_window_us, max_dispatches FROM queue_policies WHERE queue IN ({})",
-        vec!["?"; queues.len()].join(", ")
-    );
+    let sql = include_str!("queries/queue_policies/write_rules.sql")
+        .replace("{queues}", &super::reads::placeholders(queues.len()));
     let mut q = sqlx::query(&sql);
     for queue in queues {
         q = q.bind(*queue);
@@ -546,11 +541,9 @@ fn throttle_statement(
     now: DbTime,
 ) -> Result<String, CoordinatorError> {
     let until = super::literal::time(transition::after(now, retry_after));
-    Ok(format!(
-        "UPDATE providers SET throttled_until = GREATEST(COALESCE(throttled_until, {until}), {until}), \
-         throttle_reports = throttle_reports + 1 WHERE name = {}",
-        super::literal::provider(provider)?
-    ))
+    Ok(include_str!("queries/providers/throttle.sql")
+        .replace("{until}", &until)
+        .replace("{provider}", &super::literal::provider(provider)?))
 }
 
 /// The call's name inside its digest and refusal detail (kept from the

@@ -5,7 +5,7 @@
 use jobfence_api::v1 as proto;
 use jobfence_domain::validate::Violations;
 use jobfence_domain::{
-    self as domain, ClaimedJob, DbTime, FailDisposition, Job, JobState, NextAction, Observation,
+    ClaimedJob, DbTime, FailDisposition, Job, JobState, NextAction, Observation,
     ObservationOutcome, ObservationSource,
 };
 use std::time::Duration;
@@ -197,9 +197,4 @@ pub fn disposition_to_proto(d: FailDisposition) -> proto::FailDisposition {
 /// An empty string means "not given".
 pub fn non_empty(s: String) -> Option<String> {
     (!s.is_empty()).then_some(s)
-}
-
-/// Turns collected shape violations into the coordinator's error.
-pub fn finish(v: Violations) -> Result<(), domain::CoordinatorError> {
-    v.finish()
 }

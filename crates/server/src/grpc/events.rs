@@ -8,6 +8,7 @@
 //! reconnects from the last event it applied, to this replica or another.
 
 use super::status::{reason, ERROR_DOMAIN};
+use super::Rpc;
 use jobfence_api::v1::job_events_server::JobEvents;
 use jobfence_api::v1::{
     self as proto, ListEventsRequest, ListEventsResponse, WatchEventsRequest, WatchEventsResponse,
@@ -76,28 +77,18 @@ impl JobEventsService {
 }
 
 impl JobEventsService {
-    fn finish<T>(&self, result: Result<T, CoordinatorError>) -> Result<Response<T>, Status> {
-        super::finish(self.coordinator.metrics(), result)
+    /// The handler skeleton of `method` (see [`Rpc`]).
+    fn rpc(&self, method: &'static str) -> Rpc<'_> {
+        Rpc::new(self.coordinator.metrics(), method)
     }
+}
 
-    /// Refuses a feed of a queue outside the caller's scope; a feed of
-    /// every queue (no `queue` filter) needs a grant on `*`.
-    fn check_queue<T>(
-        &self,
-        request: &Request<T>,
-        queue: &str,
-        method: &str,
-    ) -> Result<(), Status> {
-        let caller = super::caller(request);
-        let scope: QueueScope = super::scope(caller.as_deref(), Action::ReadEvents, method)
-            .map_err(|r| super::refused(self.coordinator.metrics(), request.extensions(), r))?;
-        // `*` is in no scope but the unrestricted one.
-        let queue = if queue.is_empty() { "*" } else { queue };
-        match scope.check(queue, None) {
-            Ok(()) => Ok(()),
-            Err(e) => self.finish::<()>(Err(e)).map(|_| ()),
-        }
-    }
+/// Refuses a feed of a queue outside the caller's scope; a feed of every
+/// queue (no `queue` filter) needs a grant on `*`.
+fn check_feed_queue(scope: &QueueScope, queue: &str) -> Result<(), CoordinatorError> {
+    // `*` is in no scope but the unrestricted one.
+    let queue = if queue.is_empty() { "*" } else { queue };
+    scope.check(queue, None)
 }
 
 fn shutting_down() -> Status {
@@ -185,27 +176,27 @@ impl JobEvents for JobEventsService {
         &self,
         request: Request<ListEventsRequest>,
     ) -> Result<Response<ListEventsResponse>, Status> {
-        self.check_queue(&request, &request.get_ref().queue, "ListEvents")?;
-        let r = request.into_inner();
-        let span = Span::current();
-        span.record("after_event_id", r.after_event_id);
-        span.record("queue", r.queue.as_str());
-        let queue = super::convert::non_empty(r.queue);
-        let feed_starts = self.coordinator.feed_starts();
-        let result = self
-            .coordinator
-            .list_events(r.after_event_id, r.limit, queue.as_deref())
-            .await
-            .map(|page| {
-                span.record("listed", page.events.len());
-                span.record("next_after_event_id", page.next_after);
-                ListEventsResponse {
-                    events: page.events.into_iter().map(event_to_proto).collect(),
-                    next_after_event_id: page.next_after,
-                    feed_starts,
-                }
-            });
-        self.finish(result)
+        let rpc = self.rpc("ListEvents");
+        rpc.scoped(request, Action::ReadEvents, |r, scope| async move {
+            check_feed_queue(&scope, &r.queue)?;
+            let span = Span::current();
+            span.record("after_event_id", r.after_event_id);
+            span.record("queue", r.queue.as_str());
+            let queue = super::convert::non_empty(r.queue);
+            let feed_starts = self.coordinator.feed_starts();
+            let page = self
+                .coordinator
+                .list_events(r.after_event_id, r.limit, queue.as_deref())
+                .await?;
+            span.record("listed", page.events.len());
+            span.record("next_after_event_id", page.next_after);
+            Ok(ListEventsResponse {
+                events: page.events.into_iter().map(event_to_proto).collect(),
+                next_after_event_id: page.next_after,
+                feed_starts,
+            })
+        })
+        .await
     }
 
     type WatchEventsStream = WatchStream;
@@ -219,7 +210,11 @@ impl JobEvents for JobEventsService {
         &self,
         request: Request<WatchEventsRequest>,
     ) -> Result<Response<Self::WatchEventsStream>, Status> {
-        self.check_queue(&request, &request.get_ref().queue, "WatchEvents")?;
+        let rpc = self.rpc("WatchEvents");
+        let scope = rpc.scope(&request, Action::ReadEvents)?;
+        if let Err(e) = check_feed_queue(&scope, &request.get_ref().queue) {
+            return rpc.answer(Err(e));
+        }
         let r = request.into_inner();
         let span = Span::current();
         span.record("after_event_id", r.after_event_id);
@@ -233,7 +228,7 @@ impl JobEvents for JobEventsService {
             .map(|_| ());
         if let Err(e) = checked {
             if !transient(&e) {
-                return self.finish(Err(e));
+                return rpc.answer(Err(e));
             }
         }
         span.record("outcome", "streaming");

@@ -1,11 +1,12 @@
-//! `jobfence.v1.JobAdmin`: the operator service. Same five steps as the
-//! worker-facing adapters: take the request, build the domain call, await
-//! the coordinator, map the error through [`super::status`], record the
-//! outcome on the span.
+//! `jobfence.v1.JobAdmin`: the operator service, in the same shape as the
+//! worker-facing adapters ([`Rpc`]): the operator's writes are recorded
+//! under the operator's name ([`Rpc::operator`]), the reads only record
+//! the caller ([`Rpc::read`]).
 
 use super::convert::{self, duration, non_empty};
 use super::events::event_to_proto;
 use super::providers as conv;
+use super::Rpc;
 use jobfence_api::v1::job_admin_server::JobAdmin;
 use jobfence_api::v1::{
     self as proto, CancelJobRequest, CancelJobResponse, DeleteProviderRequest,
@@ -18,13 +19,12 @@ use jobfence_api::v1::{
     ResolveManualReviewRequest, ResolveManualReviewResponse, ResumeProviderRequest,
     ResumeProviderResponse,
 };
-use jobfence_auth::Refusal;
 use jobfence_core::Coordinator;
 use jobfence_domain::admin::{ListJobsFilter, Resolution};
 use jobfence_domain::budget::Pause;
 use jobfence_domain::providers::{ChangeBy, PutProvider, PutQueuePolicy, SetPause};
 use jobfence_domain::validate::Violations;
-use jobfence_domain::JobState;
+use jobfence_domain::{CoordinatorError, JobState};
 use tonic::{Request, Response, Status};
 use tracing::{instrument, Span};
 
@@ -40,20 +40,9 @@ impl JobAdminService {
         JobAdminService { coordinator }
     }
 
-    fn finish<T>(
-        &self,
-        result: Result<T, jobfence_domain::CoordinatorError>,
-    ) -> Result<Response<T>, Status> {
-        super::finish(self.coordinator.metrics(), result)
-    }
-
-    /// The operator to record: the credential's name when the server
-    /// authenticates (a request naming someone else is refused), else the
-    /// request's `operator` field.
-    fn operator<T>(&self, request: &Request<T>, requested: &str) -> Result<String, Status> {
-        let caller = super::caller(request);
-        Refusal::operator_for(caller.as_deref(), requested)
-            .map_err(|r| super::refused(self.coordinator.metrics(), request.extensions(), r))
+    /// The handler skeleton of `method` (see [`Rpc`]).
+    fn rpc(&self, method: &'static str) -> Rpc<'_> {
+        Rpc::new(self.coordinator.metrics(), method)
     }
 }
 
@@ -129,46 +118,19 @@ impl JobAdmin for JobAdminService {
         &self,
         request: Request<ListJobsRequest>,
     ) -> Result<Response<ListJobsResponse>, Status> {
-        super::caller(&request);
-        let r = request.into_inner();
-        let span = Span::current();
-        span.record("queue", r.queue.as_str());
-        let result = async {
-            let mut v = Violations::default();
-            let states = r
-                .states
-                .iter()
-                .map(|s| state_from(&mut v, "states", *s))
-                .collect();
-            let min_age = duration(&mut v, "min_age", r.min_age);
-            let after_id = if r.page_token.is_empty() {
-                0
-            } else {
-                r.page_token.parse().unwrap_or_else(|_| {
-                    v.add("page_token", "is not a token this service returned");
-                    0
+        self.rpc("ListJobs")
+            .read(request, |r| async move {
+                let span = Span::current();
+                span.record("queue", r.queue.as_str());
+                let filter = list_filter(r)?;
+                let (jobs, next) = self.coordinator.list_jobs(filter).await?;
+                span.record("listed", jobs.len());
+                Ok(ListJobsResponse {
+                    jobs: jobs.into_iter().map(convert::job).collect(),
+                    next_page_token: next.map(|id| id.to_string()).unwrap_or_default(),
                 })
-            };
-            v.finish()?;
-            let (jobs, next) = self
-                .coordinator
-                .list_jobs(ListJobsFilter {
-                    queue: non_empty(r.queue),
-                    states,
-                    min_age,
-                    operation_key: None,
-                    after_id,
-                    limit: r.page_size,
-                })
-                .await?;
-            span.record("listed", jobs.len());
-            Ok(ListJobsResponse {
-                jobs: jobs.into_iter().map(convert::job).collect(),
-                next_page_token: next.map(|id| id.to_string()).unwrap_or_default(),
             })
-        }
-        .await;
-        self.finish(result)
+            .await
     }
 
     #[instrument(
@@ -180,25 +142,25 @@ impl JobAdmin for JobAdminService {
         &self,
         request: Request<GetJobDetailRequest>,
     ) -> Result<Response<GetJobDetailResponse>, Status> {
-        super::caller(&request);
-        let r = request.into_inner();
-        let span = Span::current();
-        span.record("job_id", r.job_id);
-        let result = self.coordinator.job_detail(r.job_id).await.map(|d| {
-            span.record("queue", d.job.queue.as_str());
-            span.record("operation_key", d.job.operation_key.as_str());
-            span.record("attempt", d.job.attempt);
-            GetJobDetailResponse {
-                job: Some(convert::job(d.job)),
-                observations: d
-                    .observations
-                    .into_iter()
-                    .map(convert::observation)
-                    .collect(),
-                events: d.events.into_iter().map(event_to_proto).collect(),
-            }
-        });
-        self.finish(result)
+        self.rpc("GetJob")
+            .read(request, |r| async move {
+                let span = Span::current();
+                span.record("job_id", r.job_id);
+                let d = self.coordinator.job_detail(r.job_id).await?;
+                span.record("queue", d.job.queue.as_str());
+                span.record("operation_key", d.job.operation_key.as_str());
+                span.record("attempt", d.job.attempt);
+                Ok(GetJobDetailResponse {
+                    job: Some(convert::job(d.job)),
+                    observations: d
+                        .observations
+                        .into_iter()
+                        .map(convert::observation)
+                        .collect(),
+                    events: d.events.into_iter().map(event_to_proto).collect(),
+                })
+            })
+            .await
     }
 
     #[instrument(
@@ -212,38 +174,34 @@ impl JobAdmin for JobAdminService {
         &self,
         request: Request<ResolveManualReviewRequest>,
     ) -> Result<Response<ResolveManualReviewResponse>, Status> {
-        let operator = self.operator(&request, &request.get_ref().operator)?;
-        let r = request.into_inner();
-        let span = Span::current();
-        span.record("job_id", r.job_id);
-        span.record("attempt", r.attempt);
-        span.record("operator", operator.as_str());
-        let result = async {
-            let mut v = Violations::default();
-            let resolution = resolution(&mut v, &r);
-            v.finish()?;
-            span.record("resolution", resolution.as_str());
-            let out = self
-                .coordinator
-                .resolve_manual_review(
-                    jobfence_domain::admin::ResolveRequest {
-                        job_id: r.job_id,
-                        attempt: r.attempt,
-                        resolution,
-                        operator,
-                        reason: r.reason,
-                    },
-                    r.authorize_resend,
-                )
-                .await?;
-            span.record("replayed", out.replayed);
-            Ok(ResolveManualReviewResponse {
-                job: Some(convert::job(out.job)),
-                replayed: out.replayed,
+        self.rpc("ResolveManualReview")
+            .operator(request, |r, operator| async move {
+                let span = Span::current();
+                span.record("job_id", r.job_id);
+                span.record("attempt", r.attempt);
+                span.record("operator", operator.as_str());
+                let mut v = Violations::default();
+                let resolution = resolution(&mut v, &r);
+                v.finish()?;
+                span.record("resolution", resolution.as_str());
+                let call = jobfence_domain::admin::ResolveManualReview {
+                    job_id: r.job_id,
+                    attempt: r.attempt,
+                    resolution,
+                    operator,
+                    reason: r.reason,
+                };
+                let out = self
+                    .coordinator
+                    .resolve_manual_review(call, r.authorize_resend)
+                    .await?;
+                span.record("replayed", out.replayed);
+                Ok(ResolveManualReviewResponse {
+                    job: Some(convert::job(out.job)),
+                    replayed: out.replayed,
+                })
             })
-        }
-        .await;
-        self.finish(result)
+            .await
     }
 
     #[instrument(
@@ -255,30 +213,27 @@ impl JobAdmin for JobAdminService {
         &self,
         request: Request<CancelJobRequest>,
     ) -> Result<Response<CancelJobResponse>, Status> {
-        let operator = self.operator(&request, &request.get_ref().operator)?;
-        let r = request.into_inner();
-        let span = Span::current();
-        span.record("job_id", r.job_id);
-        span.record("attempt", r.attempt);
-        span.record("operator", operator.as_str());
-        let result = self
-            .coordinator
-            .cancel_job(jobfence_domain::admin::CancelRequest {
-                job_id: r.job_id,
-                attempt: r.attempt,
-                operator,
-                reason: r.reason,
-            })
-            .await
-            .map(|out| {
+        self.rpc("CancelJob")
+            .operator(request, |r, operator| async move {
+                let span = Span::current();
+                span.record("job_id", r.job_id);
+                span.record("attempt", r.attempt);
+                span.record("operator", operator.as_str());
+                let call = jobfence_domain::admin::CancelJob {
+                    job_id: r.job_id,
+                    attempt: r.attempt,
+                    operator,
+                    reason: r.reason,
+                };
+                let out = self.coordinator.cancel_job(call).await?;
                 span.record("queue", out.job.queue.as_str());
                 span.record("replayed", out.replayed);
-                CancelJobResponse {
+                Ok(CancelJobResponse {
                     job: Some(convert::job(out.job)),
                     replayed: out.replayed,
-                }
-            });
-        self.finish(result)
+                })
+            })
+            .await
     }
 
     #[instrument(name = "QueueStats", skip_all, fields(caller, queue, outcome))]
@@ -286,24 +241,22 @@ impl JobAdmin for JobAdminService {
         &self,
         request: Request<QueueStatsRequest>,
     ) -> Result<Response<QueueStatsResponse>, Status> {
-        super::caller(&request);
-        let r = request.into_inner();
-        Span::current().record("queue", r.queue.as_str());
-        let result = async {
-            let mut v = Violations::default();
-            let window = duration(&mut v, "window", r.window);
-            v.finish()?;
-            let (stats, window) = self
-                .coordinator
-                .queue_stats(non_empty(r.queue), window)
-                .await?;
-            Ok(QueueStatsResponse {
-                queues: stats.into_iter().map(queue_stats).collect(),
-                window: Some(convert::duration_to_proto(window)),
+        self.rpc("QueueStats")
+            .read(request, |r| async move {
+                Span::current().record("queue", r.queue.as_str());
+                let mut v = Violations::default();
+                let window = duration(&mut v, "window", r.window);
+                v.finish()?;
+                let (stats, window) = self
+                    .coordinator
+                    .queue_stats(non_empty(r.queue), window)
+                    .await?;
+                Ok(QueueStatsResponse {
+                    queues: stats.into_iter().map(queue_stats).collect(),
+                    window: Some(convert::duration_to_proto(window)),
+                })
             })
-        }
-        .await;
-        self.finish(result)
+            .await
     }
 
     #[instrument(
@@ -315,35 +268,28 @@ impl JobAdmin for JobAdminService {
         &self,
         request: Request<PutProviderRequest>,
     ) -> Result<Response<PutProviderResponse>, Status> {
-        let operator = self.operator(&request, &request.get_ref().operator)?;
-        let r = request.into_inner();
-        let span = Span::current();
-        span.record("provider", r.name.as_str());
-        span.record("operator", operator.as_str());
-        let result = async {
-            let mut v = Violations::default();
-            let budget = conv::budget(&mut v, r.budget);
-            v.finish()?;
-            let (provider, created) = self
-                .coordinator
-                .put_provider(PutProvider {
+        self.rpc("PutProvider")
+            .operator(request, |r, operator| async move {
+                let span = Span::current();
+                span.record("provider", r.name.as_str());
+                span.record("operator", operator.as_str());
+                let mut v = Violations::default();
+                let budget = conv::budget(&mut v, r.budget);
+                v.finish()?;
+                let call = PutProvider {
                     name: r.name,
                     budget,
                     queues: r.queues,
-                    by: ChangeBy {
-                        operator,
-                        reason: r.reason,
-                    },
+                    by: by(operator, r.reason),
+                };
+                let (provider, created) = self.coordinator.put_provider(call).await?;
+                span.record("created", created);
+                Ok(PutProviderResponse {
+                    provider: Some(conv::provider(provider)),
+                    created,
                 })
-                .await?;
-            span.record("created", created);
-            Ok(PutProviderResponse {
-                provider: Some(conv::provider(provider)),
-                created,
             })
-        }
-        .await;
-        self.finish(result)
+            .await
     }
 
     #[instrument(
@@ -355,23 +301,16 @@ impl JobAdmin for JobAdminService {
         &self,
         request: Request<DeleteProviderRequest>,
     ) -> Result<Response<DeleteProviderResponse>, Status> {
-        let operator = self.operator(&request, &request.get_ref().operator)?;
-        let r = request.into_inner();
-        Span::current().record("provider", r.name.as_str());
-        let result = self
-            .coordinator
-            .delete_provider(
-                &r.name,
-                ChangeBy {
-                    operator,
-                    reason: r.reason,
-                },
-            )
+        self.rpc("DeleteProvider")
+            .operator(request, |r, operator| async move {
+                Span::current().record("provider", r.name.as_str());
+                let by = by(operator, r.reason);
+                let p = self.coordinator.delete_provider(&r.name, by).await?;
+                Ok(DeleteProviderResponse {
+                    provider: Some(conv::provider(p)),
+                })
+            })
             .await
-            .map(|p| DeleteProviderResponse {
-                provider: Some(conv::provider(p)),
-            });
-        self.finish(result)
     }
 
     #[instrument(name = "ListProviders", skip_all, fields(caller, outcome))]
@@ -379,15 +318,14 @@ impl JobAdmin for JobAdminService {
         &self,
         request: Request<ListProvidersRequest>,
     ) -> Result<Response<ListProvidersResponse>, Status> {
-        super::caller(&request);
-        let result = self
-            .coordinator
-            .list_providers()
+        self.rpc("ListProviders")
+            .read(request, |_| async move {
+                let all = self.coordinator.list_providers().await?;
+                Ok(ListProvidersResponse {
+                    providers: all.into_iter().map(conv::provider).collect(),
+                })
+            })
             .await
-            .map(|all| ListProvidersResponse {
-                providers: all.into_iter().map(conv::provider).collect(),
-            });
-        self.finish(result)
     }
 
     #[instrument(
@@ -399,31 +337,24 @@ impl JobAdmin for JobAdminService {
         &self,
         request: Request<PauseProviderRequest>,
     ) -> Result<Response<PauseProviderResponse>, Status> {
-        let operator = self.operator(&request, &request.get_ref().operator)?;
-        let r = request.into_inner();
-        Span::current().record("provider", r.name.as_str());
-        let result = async {
-            let mut v = Violations::default();
-            let pause = conv::pause(&mut v, r.pause);
-            v.finish()?;
-            Span::current().record("pause", pause.as_str());
-            let p = self
-                .coordinator
-                .set_provider_pause(SetPause {
+        self.rpc("PauseProvider")
+            .operator(request, |r, operator| async move {
+                Span::current().record("provider", r.name.as_str());
+                let mut v = Violations::default();
+                let pause = conv::pause(&mut v, r.pause);
+                v.finish()?;
+                Span::current().record("pause", pause.as_str());
+                let call = SetPause {
                     name: r.name,
                     pause,
-                    by: ChangeBy {
-                        operator,
-                        reason: r.reason,
-                    },
+                    by: by(operator, r.reason),
+                };
+                let p = self.coordinator.set_provider_pause(call).await?;
+                Ok(PauseProviderResponse {
+                    provider: Some(conv::provider(p)),
                 })
-                .await?;
-            Ok(PauseProviderResponse {
-                provider: Some(conv::provider(p)),
             })
-        }
-        .await;
-        self.finish(result)
+            .await
     }
 
     #[instrument(
@@ -435,24 +366,20 @@ impl JobAdmin for JobAdminService {
         &self,
         request: Request<ResumeProviderRequest>,
     ) -> Result<Response<ResumeProviderResponse>, Status> {
-        let operator = self.operator(&request, &request.get_ref().operator)?;
-        let r = request.into_inner();
-        Span::current().record("provider", r.name.as_str());
-        let result = self
-            .coordinator
-            .set_provider_pause(SetPause {
-                name: r.name,
-                pause: Pause::None,
-                by: ChangeBy {
-                    operator,
-                    reason: r.reason,
-                },
+        self.rpc("ResumeProvider")
+            .operator(request, |r, operator| async move {
+                Span::current().record("provider", r.name.as_str());
+                let call = SetPause {
+                    name: r.name,
+                    pause: Pause::None,
+                    by: by(operator, r.reason),
+                };
+                let p = self.coordinator.set_provider_pause(call).await?;
+                Ok(ResumeProviderResponse {
+                    provider: Some(conv::provider(p)),
+                })
             })
             .await
-            .map(|p| ResumeProviderResponse {
-                provider: Some(conv::provider(p)),
-            });
-        self.finish(result)
     }
 
     #[instrument(
@@ -464,34 +391,27 @@ impl JobAdmin for JobAdminService {
         &self,
         request: Request<PutQueuePolicyRequest>,
     ) -> Result<Response<PutQueuePolicyResponse>, Status> {
-        let operator = self.operator(&request, &request.get_ref().operator)?;
-        let r = request.into_inner();
-        Span::current().record("queue", r.queue.as_str());
-        let result = async {
-            let mut v = Violations::default();
-            let policy = conv::queue_policy(&mut v, &r);
-            let job_retention = r
-                .job_retention
-                .and_then(|d| super::convert::duration(&mut v, "job_retention", Some(d)));
-            v.finish()?;
-            let stored = self
-                .coordinator
-                .put_queue_policy(PutQueuePolicy {
+        self.rpc("PutQueuePolicy")
+            .operator(request, |r, operator| async move {
+                Span::current().record("queue", r.queue.as_str());
+                let mut v = Violations::default();
+                let policy = conv::queue_policy(&mut v, &r);
+                let job_retention = r
+                    .job_retention
+                    .and_then(|d| duration(&mut v, "job_retention", Some(d)));
+                v.finish()?;
+                let call = PutQueuePolicy {
                     queue: r.queue,
                     policy,
                     job_retention,
-                    by: ChangeBy {
-                        operator,
-                        reason: r.reason,
-                    },
+                    by: by(operator, r.reason),
+                };
+                let stored = self.coordinator.put_queue_policy(call).await?;
+                Ok(PutQueuePolicyResponse {
+                    policy: Some(conv::queue_policy_to_proto(stored)),
                 })
-                .await?;
-            Ok(PutQueuePolicyResponse {
-                policy: Some(conv::queue_policy_to_proto(stored)),
             })
-        }
-        .await;
-        self.finish(result)
+            .await
     }
 
     #[instrument(
@@ -503,23 +423,16 @@ impl JobAdmin for JobAdminService {
         &self,
         request: Request<DeleteQueuePolicyRequest>,
     ) -> Result<Response<DeleteQueuePolicyResponse>, Status> {
-        let operator = self.operator(&request, &request.get_ref().operator)?;
-        let r = request.into_inner();
-        Span::current().record("queue", r.queue.as_str());
-        let result = self
-            .coordinator
-            .delete_queue_policy(
-                &r.queue,
-                ChangeBy {
-                    operator,
-                    reason: r.reason,
-                },
-            )
+        self.rpc("DeleteQueuePolicy")
+            .operator(request, |r, operator| async move {
+                Span::current().record("queue", r.queue.as_str());
+                let by = by(operator, r.reason);
+                let p = self.coordinator.delete_queue_policy(&r.queue, by).await?;
+                Ok(DeleteQueuePolicyResponse {
+                    policy: Some(conv::queue_policy_to_proto(p)),
+                })
+            })
             .await
-            .map(|p| DeleteQueuePolicyResponse {
-                policy: Some(conv::queue_policy_to_proto(p)),
-            });
-        self.finish(result)
     }
 
     #[instrument(name = "ListQueuePolicies", skip_all, fields(caller, outcome))]
@@ -527,15 +440,14 @@ impl JobAdmin for JobAdminService {
         &self,
         request: Request<ListQueuePoliciesRequest>,
     ) -> Result<Response<ListQueuePoliciesResponse>, Status> {
-        super::caller(&request);
-        let result =
-            self.coordinator
-                .list_queue_policies()
-                .await
-                .map(|all| ListQueuePoliciesResponse {
+        self.rpc("ListQueuePolicies")
+            .read(request, |_| async move {
+                let all = self.coordinator.list_queue_policies().await?;
+                Ok(ListQueuePoliciesResponse {
                     policies: all.into_iter().map(conv::queue_policy_to_proto).collect(),
-                });
-        self.finish(result)
+                })
+            })
+            .await
     }
 
     #[instrument(name = "ListPolicyChanges", skip_all, fields(caller, outcome))]
@@ -543,19 +455,51 @@ impl JobAdmin for JobAdminService {
         &self,
         request: Request<ListPolicyChangesRequest>,
     ) -> Result<Response<ListPolicyChangesResponse>, Status> {
-        super::caller(&request);
-        let r = request.into_inner();
-        let result = self
-            .coordinator
-            .list_policy_changes(
-                non_empty(r.subject).as_deref(),
-                (r.before_change_id > 0).then_some(r.before_change_id),
-                r.limit,
-            )
+        self.rpc("ListPolicyChanges")
+            .read(request, |r| async move {
+                let subject = non_empty(r.subject);
+                let before = (r.before_change_id > 0).then_some(r.before_change_id);
+                let all = self
+                    .coordinator
+                    .list_policy_changes(subject.as_deref(), before, r.limit)
+                    .await?;
+                Ok(ListPolicyChangesResponse {
+                    changes: all.into_iter().map(conv::change).collect(),
+                })
+            })
             .await
-            .map(|all| ListPolicyChangesResponse {
-                changes: all.into_iter().map(conv::change).collect(),
-            });
-        self.finish(result)
     }
+}
+
+/// Who makes an operator's change, and why.
+fn by(operator: String, reason: String) -> ChangeBy {
+    ChangeBy { operator, reason }
+}
+
+/// The filter of a ListJobs request.
+fn list_filter(r: ListJobsRequest) -> Result<ListJobsFilter, CoordinatorError> {
+    let mut v = Violations::default();
+    let states = r
+        .states
+        .iter()
+        .map(|s| state_from(&mut v, "states", *s))
+        .collect();
+    let min_age = duration(&mut v, "min_age", r.min_age);
+    let after_id = if r.page_token.is_empty() {
+        0
+    } else {
+        r.page_token.parse().unwrap_or_else(|_| {
+            v.add("page_token", "is not a token this service returned");
+            0
+        })
+    };
+    v.finish()?;
+    Ok(ListJobsFilter {
+        queue: non_empty(r.queue),
+        states,
+        min_age,
+        operation_key: None,
+        after_id,
+        limit: r.page_size,
+    })
 }

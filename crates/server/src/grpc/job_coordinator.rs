@@ -1,6 +1,7 @@
 //! `jobfence.v1.JobCoordinator`: the worker-facing service.
 
 use super::convert::{self, duration, non_empty};
+use super::Rpc;
 use jobfence_api::v1::job_coordinator_server::JobCoordinator;
 use jobfence_api::v1::{
     enqueue_batch_result, ClaimRequest, ClaimResponse, CompleteRequest, CompleteResponse,
@@ -12,7 +13,7 @@ use jobfence_api::v1::{
 use jobfence_auth::Action;
 use jobfence_core::{self as coordinator, Coordinator};
 use jobfence_domain::validate::Violations;
-use jobfence_domain::{self as domain, CoordinatorError, QueueScope};
+use jobfence_domain::{self as domain, CoordinatorError};
 use std::time::Duration;
 use tonic::{Request, Response, Status};
 use tracing::{instrument, Span};
@@ -29,20 +30,9 @@ impl JobCoordinatorService {
         JobCoordinatorService { coordinator }
     }
 
-    /// The queues the caller may act on for `action` (see [`super::scope`]).
-    fn scope<T>(
-        &self,
-        request: &Request<T>,
-        action: Action,
-        method: &str,
-    ) -> Result<QueueScope, Status> {
-        let caller = super::caller(request);
-        super::scope(caller.as_deref(), action, method)
-            .map_err(|r| super::refused(self.coordinator.metrics(), request.extensions(), r))
-    }
-
-    fn finish<T>(&self, result: Result<T, CoordinatorError>) -> Result<Response<T>, Status> {
-        super::finish(self.coordinator.metrics(), result)
+    /// The handler skeleton of `method` (see [`Rpc`]).
+    fn rpc(&self, method: &'static str) -> Rpc<'_> {
+        Rpc::new(self.coordinator.metrics(), method)
     }
 }
 
@@ -57,35 +47,28 @@ impl JobCoordinator for JobCoordinatorService {
         &self,
         request: Request<EnqueueRequest>,
     ) -> Result<Response<EnqueueResponse>, Status> {
-        let scope = self.scope(&request, Action::Enqueue, "Enqueue")?;
-        let r = request.into_inner();
-        let span = Span::current();
-        span.record("queue", r.queue.as_str());
-        span.record("operation_key", r.operation_key.as_str());
-        let result = async {
+        let rpc = self.rpc("Enqueue");
+        rpc.scoped(request, Action::Enqueue, |r, scope| async move {
+            let span = Span::current();
+            span.record("queue", r.queue.as_str());
+            span.record("operation_key", r.operation_key.as_str());
             let mut v = Violations::default();
             let delay = duration(&mut v, "delay", r.delay);
             v.finish()?;
-            let out = self
-                .coordinator
-                .enqueue(
-                    domain::EnqueueRequest {
-                        queue: r.queue,
-                        operation_key: r.operation_key,
-                        payload: r.payload,
-                        delay: delay.unwrap_or_default(),
-                    },
-                    &scope,
-                )
-                .await?;
+            let call = domain::Enqueue {
+                queue: r.queue,
+                operation_key: r.operation_key,
+                payload: r.payload,
+                delay: delay.unwrap_or_default(),
+            };
+            let out = self.coordinator.enqueue(call, &scope).await?;
             span.record("job_id", out.job.id);
             Ok(EnqueueResponse {
                 job: Some(convert::job(out.job)),
                 created: out.created,
             })
-        }
-        .await;
-        self.finish(result)
+        })
+        .await
     }
 
     #[instrument(
@@ -97,54 +80,21 @@ impl JobCoordinator for JobCoordinatorService {
         &self,
         request: Request<EnqueueBatchRequest>,
     ) -> Result<Response<EnqueueBatchResponse>, Status> {
-        let scope = self.scope(&request, Action::Enqueue, "EnqueueBatch")?;
-        let r = request.into_inner();
-        let span = Span::current();
-        span.record("items", r.items.len());
-        let result = async {
-            let mut v = Violations::default();
-            let items: Vec<domain::EnqueueRequest> = r
-                .items
-                .into_iter()
-                .enumerate()
-                .map(|(i, item)| domain::EnqueueRequest {
-                    delay: duration(&mut v, &format!("items[{i}].delay"), item.delay)
-                        .unwrap_or_default(),
-                    queue: item.queue,
-                    operation_key: item.operation_key,
-                    payload: item.payload,
-                })
-                .collect();
-            if !v.0.is_empty() {
-                // Name every problem at once, not only the durations.
-                self.coordinator.check_enqueue_batch(&items, &mut v);
-                v.finish()?;
-            }
+        let rpc = self.rpc("EnqueueBatch");
+        rpc.scoped(request, Action::Enqueue, |r, scope| async move {
+            let span = Span::current();
+            span.record("items", r.items.len());
+            let items = self.enqueue_items(r.items)?;
             let answers = self.coordinator.enqueue_batch(items, &scope).await?;
-            span.record(
-                "created",
-                answers
-                    .iter()
-                    .filter(|a| a.as_ref().is_ok_and(|o| o.created))
-                    .count(),
-            );
+            let created = answers
+                .iter()
+                .filter(|a| a.as_ref().is_ok_and(|o| o.created));
+            span.record("created", created.count());
             Ok(EnqueueBatchResponse {
-                results: answers
-                    .into_iter()
-                    .map(|answer| EnqueueBatchResult {
-                        result: Some(match answer {
-                            Ok(out) => enqueue_batch_result::Result::Enqueued(EnqueueResponse {
-                                job: Some(convert::job(out.job)),
-                                created: out.created,
-                            }),
-                            Err(e) => enqueue_batch_result::Result::Error(item_error(&e)),
-                        }),
-                    })
-                    .collect(),
+                results: answers.into_iter().map(enqueue_batch_result).collect(),
             })
-        }
-        .await;
-        self.finish(result)
+        })
+        .await
     }
 
     #[instrument(
@@ -156,13 +106,12 @@ impl JobCoordinator for JobCoordinatorService {
         &self,
         request: Request<ClaimRequest>,
     ) -> Result<Response<ClaimResponse>, Status> {
-        let scope = self.scope(&request, Action::Work, "Claim")?;
         let deadline = call_deadline(request.metadata());
-        let r = request.into_inner();
-        let span = Span::current();
-        span.record("queue", r.queue.as_str());
-        span.record("worker_id", r.worker_id.as_str());
-        let result = async {
+        let rpc = self.rpc("Claim");
+        rpc.scoped(request, Action::Work, |r, scope| async move {
+            let span = Span::current();
+            span.record("queue", r.queue.as_str());
+            span.record("worker_id", r.worker_id.as_str());
             let mut v = Violations::default();
             let lease = duration(&mut v, "lease", r.lease);
             let wait = duration(&mut v, "wait", r.wait).unwrap_or_default();
@@ -172,26 +121,20 @@ impl JobCoordinator for JobCoordinatorService {
                 Some(d) => wait.min(d.saturating_sub(d / 10 + DEADLINE_MARGIN)),
                 None => wait,
             };
-            let jobs = self
-                .coordinator
-                .claim(
-                    coordinator::Claim {
-                        queue: r.queue,
-                        worker_id: r.worker_id,
-                        max_jobs: r.max_jobs,
-                        lease,
-                        wait,
-                    },
-                    &scope,
-                )
-                .await?;
+            let call = coordinator::ClaimParams {
+                queue: r.queue,
+                worker_id: r.worker_id,
+                max_jobs: r.max_jobs,
+                lease,
+                wait,
+            };
+            let jobs = self.coordinator.claim(call, &scope).await?;
             span.record("claimed", jobs.len());
             Ok(ClaimResponse {
                 jobs: jobs.into_iter().map(convert::claimed).collect(),
             })
-        }
-        .await;
-        self.finish(result)
+        })
+        .await
     }
 
     #[instrument(
@@ -203,34 +146,27 @@ impl JobCoordinator for JobCoordinatorService {
         &self,
         request: Request<TakeoverRequest>,
     ) -> Result<Response<TakeoverResponse>, Status> {
-        let scope = self.scope(&request, Action::Work, "Takeover")?;
-        let r = request.into_inner();
-        let span = Span::current();
-        span.record("job_id", r.job_id);
-        span.record("worker_id", r.worker_id.as_str());
-        let result = async {
+        let rpc = self.rpc("Takeover");
+        rpc.scoped(request, Action::Work, |r, scope| async move {
+            let span = Span::current();
+            span.record("job_id", r.job_id);
+            span.record("worker_id", r.worker_id.as_str());
             let mut v = Violations::default();
             let lease = duration(&mut v, "lease", r.lease);
             v.finish()?;
-            let claimed = self
-                .coordinator
-                .takeover(
-                    coordinator::Takeover {
-                        job_id: r.job_id,
-                        worker_id: r.worker_id,
-                        lease,
-                    },
-                    &scope,
-                )
-                .await?;
+            let call = coordinator::TakeoverParams {
+                job_id: r.job_id,
+                worker_id: r.worker_id,
+                lease,
+            };
+            let claimed = self.coordinator.takeover(call, &scope).await?;
             span.record("attempt", claimed.job.attempt);
             span.record("operation_key", claimed.job.operation_key.as_str());
             Ok(TakeoverResponse {
                 claimed: Some(convert::claimed(claimed)),
             })
-        }
-        .await;
-        self.finish(result)
+        })
+        .await
     }
 
     #[instrument(
@@ -242,33 +178,26 @@ impl JobCoordinator for JobCoordinatorService {
         &self,
         request: Request<RenewLeaseRequest>,
     ) -> Result<Response<RenewLeaseResponse>, Status> {
-        let scope = self.scope(&request, Action::Work, "RenewLease")?;
-        let r = request.into_inner();
-        let span = Span::current();
-        span.record("job_id", r.job_id);
-        span.record("attempt", r.attempt);
-        let result = async {
+        let rpc = self.rpc("RenewLease");
+        rpc.scoped(request, Action::Work, |r, scope| async move {
+            let span = Span::current();
+            span.record("job_id", r.job_id);
+            span.record("attempt", r.attempt);
             let mut v = Violations::default();
             let lease = duration(&mut v, "lease", r.lease);
             v.finish()?;
-            let out = self
-                .coordinator
-                .renew_lease(
-                    coordinator::RenewLease {
-                        job_id: r.job_id,
-                        attempt: r.attempt,
-                        lease,
-                    },
-                    &scope,
-                )
-                .await?;
+            let call = coordinator::RenewLeaseParams {
+                job_id: r.job_id,
+                attempt: r.attempt,
+                lease,
+            };
+            let out = self.coordinator.renew_lease(call, &scope).await?;
             Ok(RenewLeaseResponse {
                 job: Some(convert::job(out.job)),
                 replayed: out.replayed,
             })
-        }
-        .await;
-        self.finish(result)
+        })
+        .await
     }
 
     #[instrument(
@@ -280,33 +209,26 @@ impl JobCoordinator for JobCoordinatorService {
         &self,
         request: Request<CompleteRequest>,
     ) -> Result<Response<CompleteResponse>, Status> {
-        let scope = self.scope(&request, Action::Work, "Complete")?;
-        let r = request.into_inner();
-        let span = Span::current();
-        span.record("job_id", r.job_id);
-        span.record("attempt", r.attempt);
-        let result = async {
-            let out = self
-                .coordinator
-                .complete(
-                    domain::CompleteRequest {
-                        job_id: r.job_id,
-                        attempt: r.attempt,
-                        provider_reference: non_empty(r.provider_reference),
-                        result: non_empty(r.result),
-                    },
-                    &scope,
-                )
-                .await?;
+        let rpc = self.rpc("Complete");
+        rpc.scoped(request, Action::Work, |r, scope| async move {
+            let span = Span::current();
+            span.record("job_id", r.job_id);
+            span.record("attempt", r.attempt);
+            let call = domain::Complete {
+                job_id: r.job_id,
+                attempt: r.attempt,
+                provider_reference: non_empty(r.provider_reference),
+                result: non_empty(r.result),
+            };
+            let out = self.coordinator.complete(call, &scope).await?;
             span.record("operation_key", out.job.operation_key.as_str());
             span.record("replayed", out.replayed);
             Ok(CompleteResponse {
                 job: Some(convert::job(out.job)),
                 replayed: out.replayed,
             })
-        }
-        .await;
-        self.finish(result)
+        })
+        .await
     }
 
     #[instrument(
@@ -324,32 +246,26 @@ impl JobCoordinator for JobCoordinatorService {
         )
     )]
     async fn fail(&self, request: Request<FailRequest>) -> Result<Response<FailResponse>, Status> {
-        let scope = self.scope(&request, Action::Work, "Fail")?;
-        let r = request.into_inner();
-        let span = Span::current();
-        span.record("job_id", r.job_id);
-        span.record("attempt", r.attempt);
-        let result = async {
+        let rpc = self.rpc("Fail");
+        rpc.scoped(request, Action::Work, |r, scope| async move {
+            let span = Span::current();
+            span.record("job_id", r.job_id);
+            span.record("attempt", r.attempt);
             let mut v = Violations::default();
             let disposition = convert::disposition(&mut v, r.disposition);
             let retry_delay = duration(&mut v, "retry_delay", r.retry_delay);
             let provider_retry_after =
                 duration(&mut v, "provider_retry_after", r.provider_retry_after);
             v.finish()?;
-            let out = self
-                .coordinator
-                .fail(
-                    coordinator::Fail {
-                        job_id: r.job_id,
-                        attempt: r.attempt,
-                        disposition,
-                        error: r.error,
-                        retry_delay: retry_delay.unwrap_or_default(),
-                        provider_retry_after,
-                    },
-                    &scope,
-                )
-                .await?;
+            let call = coordinator::FailParams {
+                job_id: r.job_id,
+                attempt: r.attempt,
+                disposition,
+                error: r.error,
+                retry_delay: retry_delay.unwrap_or_default(),
+                provider_retry_after,
+            };
+            let out = self.coordinator.fail(call, &scope).await?;
             let applied = convert::disposition_to_proto(out.applied);
             span.record("operation_key", out.job.operation_key.as_str());
             span.record("applied", applied.as_str_name());
@@ -363,11 +279,12 @@ impl JobCoordinator for JobCoordinatorService {
                     .unwrap_or_default(),
                 replayed: out.replayed,
             })
-        }
-        .await;
-        self.finish(result)
+        })
+        .await
     }
 
+    /// The one handler whose scope depends on the message (a webhook
+    /// reports webhooks only), so it authorises after converting it.
     #[instrument(
         name = "RecordObservation",
         skip_all,
@@ -377,6 +294,7 @@ impl JobCoordinator for JobCoordinatorService {
         &self,
         request: Request<RecordObservationRequest>,
     ) -> Result<Response<RecordObservationResponse>, Status> {
+        let rpc = self.rpc("RecordObservation");
         let caller = super::caller(&request);
         let (_, extensions, r) = request.into_parts();
         let span = Span::current();
@@ -386,37 +304,29 @@ impl JobCoordinator for JobCoordinatorService {
         let source = convert::source(&mut v, r.source);
         let outcome = convert::outcome(&mut v, r.outcome);
         if let Err(e) = v.finish() {
-            return self.finish(Err(e));
+            return rpc.answer(Err(e));
         }
         span.record("source", source.as_str());
         span.record("observed", outcome.as_str());
-        // A webhook reports webhooks only: the source decides the scope.
         let scope = jobfence_auth::observation_scope(caller.as_deref(), source)
-            .map_err(|r| super::refused(self.coordinator.metrics(), &extensions, r))?;
-        let result = async {
-            let (observation, duplicate) = self
-                .coordinator
-                .record_observation(
-                    domain::RecordObservationRequest {
-                        job_id: r.job_id,
-                        attempt: r.attempt,
-                        source,
-                        outcome,
-                        provider_reference: non_empty(r.provider_reference),
-                        body: r.body,
-                        dedup_key: r.dedup_key,
-                    },
-                    &scope,
-                )
-                .await?;
+            .map_err(|r| rpc.refuse(&extensions, r))?;
+        let call = domain::RecordObservation {
+            job_id: r.job_id,
+            attempt: r.attempt,
+            source,
+            outcome,
+            provider_reference: non_empty(r.provider_reference),
+            body: r.body,
+            dedup_key: r.dedup_key,
+        };
+        let result = self.coordinator.record_observation(call, &scope).await;
+        rpc.answer(result.map(|(observation, duplicate)| {
             span.record("duplicate", duplicate);
-            Ok(RecordObservationResponse {
+            RecordObservationResponse {
                 observation: Some(convert::observation(observation)),
                 duplicate,
-            })
-        }
-        .await;
-        self.finish(result)
+            }
+        }))
     }
 
     #[instrument(
@@ -428,24 +338,63 @@ impl JobCoordinator for JobCoordinatorService {
         &self,
         request: Request<GetJobRequest>,
     ) -> Result<Response<GetJobResponse>, Status> {
-        let scope = self.scope(&request, Action::ReadJob, "GetJob")?;
-        let r = request.into_inner();
-        Span::current().record("job_id", r.job_id);
-        let result = self
-            .coordinator
-            .get_job(r.job_id, &scope)
-            .await
-            .map(|(job, observations)| {
-                let span = Span::current();
-                span.record("queue", job.queue.as_str());
-                span.record("operation_key", job.operation_key.as_str());
-                span.record("attempt", job.attempt);
-                GetJobResponse {
-                    job: Some(convert::job(job)),
-                    observations: observations.into_iter().map(convert::observation).collect(),
-                }
-            });
-        self.finish(result)
+        let rpc = self.rpc("GetJob");
+        rpc.scoped(request, Action::ReadJob, |r, scope| async move {
+            let span = Span::current();
+            span.record("job_id", r.job_id);
+            let (job, observations) = self.coordinator.get_job(r.job_id, &scope).await?;
+            span.record("queue", job.queue.as_str());
+            span.record("operation_key", job.operation_key.as_str());
+            span.record("attempt", job.attempt);
+            Ok(GetJobResponse {
+                job: Some(convert::job(job)),
+                observations: observations.into_iter().map(convert::observation).collect(),
+            })
+        })
+        .await
+    }
+}
+
+impl JobCoordinatorService {
+    /// The items of an EnqueueBatch as domain calls. A delay that is not a
+    /// duration is refused with every other problem of the batch named at
+    /// once, not only the durations.
+    fn enqueue_items(
+        &self,
+        items: Vec<EnqueueRequest>,
+    ) -> Result<Vec<domain::Enqueue>, CoordinatorError> {
+        let mut v = Violations::default();
+        let items: Vec<domain::Enqueue> = items
+            .into_iter()
+            .enumerate()
+            .map(|(i, item)| domain::Enqueue {
+                delay: duration(&mut v, &format!("items[{i}].delay"), item.delay)
+                    .unwrap_or_default(),
+                queue: item.queue,
+                operation_key: item.operation_key,
+                payload: item.payload,
+            })
+            .collect();
+        if !v.0.is_empty() {
+            self.coordinator.check_enqueue_batch(&items, &mut v);
+            v.finish()?;
+        }
+        Ok(items)
+    }
+}
+
+/// One item's answer in an EnqueueBatch: its job, or its refusal.
+fn enqueue_batch_result(
+    answer: Result<domain::EnqueueOutcome, CoordinatorError>,
+) -> EnqueueBatchResult {
+    EnqueueBatchResult {
+        result: Some(match answer {
+            Ok(out) => enqueue_batch_result::Result::Enqueued(EnqueueResponse {
+                job: Some(convert::job(out.job)),
+                created: out.created,
+            }),
+            Err(e) => enqueue_batch_result::Result::Error(item_error(&e)),
+        }),
     }
 }
 

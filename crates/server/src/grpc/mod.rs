@@ -1,5 +1,6 @@
 //! gRPC adapters: each RPC takes the request, converts it to a domain call,
-//! awaits the coordinator, and maps the error through [`status`].
+//! awaits the coordinator, and maps the error through [`status`], in the
+//! one shape of [`Rpc`].
 //!
 //! - `job_coordinator.rs`: the worker-facing `JobCoordinator`.
 //! - `job_admin.rs`: the operator service `JobAdmin`.
@@ -16,57 +17,167 @@ pub use events::JobEventsService;
 pub use job_admin::JobAdminService;
 pub use job_coordinator::JobCoordinatorService;
 
+use jobfence_api::v1 as proto;
 use jobfence_auth::{self as auth, Action, Caller, Refusal};
 use jobfence_domain::{CoordinatorError, QueueScope};
 use jobfence_metrics::Metrics;
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 use tonic::{Request, Response, Status};
 use tracing::Span;
 
-/// The last step of every handler: records the outcome (`ok` or the
-/// ErrorInfo reason) on the RPC's span and converts the error. A
-/// `QUEUE_NOT_ALLOWED` refusal is also counted and logged, like every
-/// refusal for who the caller is.
-pub(crate) fn finish<T>(
-    metrics: &Metrics,
-    result: Result<T, CoordinatorError>,
-) -> Result<Response<T>, Status> {
-    match result {
-        Ok(v) => {
-            Span::current().record("outcome", "ok");
-            Ok(Response::new(v))
-        }
-        Err(e) => {
-            let (_, reason) = status::code_and_reason(&e);
-            Span::current().record("outcome", reason);
-            if let CoordinatorError::QueueNotAllowed { .. } = &e {
-                metrics.auth_refusal(reason);
-                tracing::warn!(reason, error = %e, "call refused");
+/// The one shape of a gRPC handler, shared by every unary RPC: authorise
+/// the caller, hand the message to the call (which converts it to the
+/// domain's types, awaits the coordinator and records its span fields),
+/// then answer: the outcome on the RPC's span, a `QUEUE_NOT_ALLOWED`
+/// refusal counted and logged, the error mapped by [`status`]. The RPC's
+/// latency and status code are recorded by the layer around every service
+/// (`crate::rpc_metrics`), and its span by the handler's `#[instrument]`.
+///
+/// Three ways to authorise, by who may call: [`scoped`](Self::scoped) (a
+/// worker's or reader's call on the queues its credential covers),
+/// [`operator`](Self::operator) (an operator's write, recorded under the
+/// operator's name) and [`read`](Self::read) (an operator's read).
+pub(crate) struct Rpc<'a> {
+    metrics: &'a Metrics,
+    /// The RPC's name, as a refusal for the caller's role names it.
+    method: &'static str,
+}
+
+impl<'a> Rpc<'a> {
+    /// The handler of `method`, counting into `metrics`.
+    pub(crate) fn new(metrics: &'a Metrics, method: &'static str) -> Self {
+        Rpc { metrics, method }
+    }
+
+    /// A call on the queues the caller may act on for `action`: `call`
+    /// gets the message and that scope.
+    pub(crate) async fn scoped<Req, Resp, Fut>(
+        self,
+        request: Request<Req>,
+        action: Action,
+        call: impl FnOnce(Req, QueueScope) -> Fut,
+    ) -> Result<Response<Resp>, Status>
+    where
+        Fut: Future<Output = Result<Resp, CoordinatorError>>,
+    {
+        let scope = self.scope(&request, action)?;
+        self.answer(call(request.into_inner(), scope).await)
+    }
+
+    /// An operator's write: `call` gets the message and the operator to
+    /// record, the credential's name when the server authenticates (a
+    /// request naming someone else is refused), else the request's
+    /// `operator` field.
+    pub(crate) async fn operator<Req, Resp, Fut>(
+        self,
+        request: Request<Req>,
+        call: impl FnOnce(Req, String) -> Fut,
+    ) -> Result<Response<Resp>, Status>
+    where
+        Req: NamesOperator,
+        Fut: Future<Output = Result<Resp, CoordinatorError>>,
+    {
+        let caller = caller(&request);
+        let operator = Refusal::operator_for(caller.as_deref(), request.get_ref().operator())
+            .map_err(|r| self.refuse(request.extensions(), r))?;
+        self.answer(call(request.into_inner(), operator).await)
+    }
+
+    /// An operator's read: the caller is recorded on the span (the
+    /// authentication layer already checked its role).
+    pub(crate) async fn read<Req, Resp, Fut>(
+        self,
+        request: Request<Req>,
+        call: impl FnOnce(Req) -> Fut,
+    ) -> Result<Response<Resp>, Status>
+    where
+        Fut: Future<Output = Result<Resp, CoordinatorError>>,
+    {
+        caller(&request);
+        self.answer(call(request.into_inner()).await)
+    }
+
+    /// The queues the caller may act on for `action` (see [`scope`]); a
+    /// caller without the role is refused.
+    pub(crate) fn scope<T>(
+        &self,
+        request: &Request<T>,
+        action: Action,
+    ) -> Result<QueueScope, Status> {
+        let caller = caller(request);
+        scope(caller.as_deref(), action, self.method)
+            .map_err(|r| self.refuse(request.extensions(), r))
+    }
+
+    /// A refusal decided by the handler (a webhook's observation source,
+    /// an operator name): counted, logged, recorded on the span, answered.
+    /// `extensions` are the request's (they carry its method and peer).
+    pub(crate) fn refuse(&self, extensions: &tonic::Extensions, refusal: Refusal) -> Status {
+        let (_, reason) = status::refusal_code_and_reason(&refusal);
+        Span::current().record("outcome", reason);
+        let method = extensions
+            .get::<auth::layer::CalledMethod>()
+            .map(|m| m.0.as_str())
+            .unwrap_or("");
+        let peer = extensions.get::<auth::layer::Peer>();
+        auth::layer::refuse(self.metrics, &refusal, method, peer);
+        Status::from(refusal)
+    }
+
+    /// The last step of every handler: records the outcome (`ok` or the
+    /// ErrorInfo reason) on the RPC's span and converts the error. A
+    /// `QUEUE_NOT_ALLOWED` refusal is also counted and logged, like every
+    /// refusal for who the caller is.
+    pub(crate) fn answer<T>(
+        &self,
+        result: Result<T, CoordinatorError>,
+    ) -> Result<Response<T>, Status> {
+        match result {
+            Ok(v) => {
+                Span::current().record("outcome", "ok");
+                Ok(Response::new(v))
             }
-            Err(status::to_status(e))
+            Err(e) => {
+                let (_, reason) = status::code_and_reason(&e);
+                Span::current().record("outcome", reason);
+                if let CoordinatorError::QueueNotAllowed { .. } = &e {
+                    self.metrics.auth_refusal(reason);
+                    tracing::warn!(reason, error = %e, "call refused");
+                }
+                Err(status::to_status(e))
+            }
         }
     }
 }
 
-/// A refusal decided by a handler (a webhook's observation source, an
-/// operator name): counted, logged, recorded on the span, answered.
-/// `extensions` are the request's (they carry its method and peer).
-pub(crate) fn refused(
-    metrics: &Metrics,
-    extensions: &tonic::Extensions,
-    refusal: Refusal,
-) -> Status {
-    let (_, reason) = status::refusal_code_and_reason(&refusal);
-    Span::current().record("outcome", reason);
-    let method = extensions
-        .get::<auth::layer::CalledMethod>()
-        .map(|m| m.0.as_str())
-        .unwrap_or("");
-    let peer = extensions.get::<auth::layer::Peer>();
-    auth::layer::refuse(metrics, &refusal, method, peer);
-    Status::from(refusal)
+/// A request that names the operator it acts for (the JobAdmin writes).
+pub(crate) trait NamesOperator {
+    /// The request's `operator` field.
+    fn operator(&self) -> &str;
 }
+
+macro_rules! names_operator {
+    ($($request:ty),+ $(,)?) => {
+        $(impl NamesOperator for $request {
+            fn operator(&self) -> &str {
+                &self.operator
+            }
+        })+
+    };
+}
+
+names_operator!(
+    proto::ResolveManualReviewRequest,
+    proto::CancelJobRequest,
+    proto::PutProviderRequest,
+    proto::DeleteProviderRequest,
+    proto::PauseProviderRequest,
+    proto::ResumeProviderRequest,
+    proto::PutQueuePolicyRequest,
+    proto::DeleteQueuePolicyRequest,
+);
 
 /// The request's caller, recorded as the span's `caller`; `None` when the
 /// server does not authenticate.

@@ -5,7 +5,7 @@
 //! switch on; never UNKNOWN or INTERNAL. INTERNAL is left for bugs.
 
 use jobfence_domain::budget::Holdback;
-use jobfence_domain::CoordinatorError;
+use jobfence_domain::{CoordinatorError, DbTime, KeyRecord};
 use std::collections::HashMap;
 use std::time::Duration;
 use tonic::Code;
@@ -66,26 +66,14 @@ pub fn code_and_reason(err: &CoordinatorError) -> (Code, &'static str) {
 }
 
 /// The ErrorInfo metadata of `err`: the ids and attempts a client needs
-/// to act on the refusal (`current_attempt`, `job_id`, …).
+/// to act on the refusal (`current_attempt`, `job_id`, …), by family.
 pub fn metadata(err: &CoordinatorError) -> HashMap<String, String> {
     use CoordinatorError::*;
     match err {
-        JobNotFound { job_id } => meta([("job_id", job_id.to_string())]),
-        JobPruned(record) => {
-            let mut m = meta([
-                ("job_id", record.job_id.to_string()),
-                ("queue", record.queue.clone()),
-                ("operation_key", record.operation_key.clone()),
-                ("final_state", record.final_state.to_string()),
-                ("attempt", record.attempt.to_string()),
-                ("finished_at", record.finished_at.and_utc().to_rfc3339()),
-                ("pruned_at", record.pruned_at.and_utc().to_rfc3339()),
-            ]);
-            if let Some(r) = &record.provider_reference {
-                m.insert("provider_reference".into(), r.clone());
-            }
-            m
+        JobNotFound { job_id } | OperationKeyConflict { job_id, .. } => {
+            meta([("job_id", job_id.to_string())])
         }
+        JobPruned(record) => pruned_metadata(record),
         EventsCursorPruned {
             after,
             pruned_through,
@@ -93,7 +81,61 @@ pub fn metadata(err: &CoordinatorError) -> HashMap<String, String> {
             ("after_event_id", after.to_string()),
             ("pruned_through_event_id", pruned_through.to_string()),
         ]),
+        AttemptSuperseded { .. }
+        | AttemptNotIssued { .. }
+        | JobNotRunning { .. }
+        | JobFinished { .. }
+        | LeaseNotExpired { .. }
+        | JobNotInManualReview { .. }
+        | JobNotCancellable { .. } => refusal_metadata(err),
+        ProviderHoldback {
+            provider,
+            why,
+            retry_after,
+            throttled_until,
+        } => holdback_metadata(provider, *why, *retry_after, *throttled_until),
+        QueueNotAllowed { queue, job_id } => {
+            let mut m = meta([("queue", queue.clone())]);
+            if let Some(id) = job_id {
+                m.insert("job_id".into(), id.to_string());
+            }
+            m
+        }
+        _ => HashMap::new(),
+    }
+}
+
+/// A pruned job's key record (docs/design.md rule 14): what a client can
+/// still know of the job.
+fn pruned_metadata(record: &KeyRecord) -> HashMap<String, String> {
+    let mut m = meta([
+        ("job_id", record.job_id.to_string()),
+        ("queue", record.queue.clone()),
+        ("operation_key", record.operation_key.clone()),
+        ("final_state", record.final_state.to_string()),
+        ("attempt", record.attempt.to_string()),
+        ("finished_at", record.finished_at.and_utc().to_rfc3339()),
+        ("pruned_at", record.pruned_at.and_utc().to_rfc3339()),
+    ]);
+    if let Some(r) = &record.provider_reference {
+        m.insert("provider_reference".into(), r.clone());
+    }
+    m
+}
+
+/// A call refused on the job's row (the fence, a takeover's checks, an
+/// operator's write): the job, the attempt presented and the current one,
+/// and the state it is in.
+fn refusal_metadata(err: &CoordinatorError) -> HashMap<String, String> {
+    use CoordinatorError::*;
+    match err {
         AttemptSuperseded {
+            job_id,
+            presented,
+            current,
+            state,
+        }
+        | JobNotInManualReview {
             job_id,
             presented,
             current,
@@ -136,18 +178,6 @@ pub fn metadata(err: &CoordinatorError) -> HashMap<String, String> {
             ("current_attempt", attempt.to_string()),
             ("lease_until", lease_until.and_utc().to_rfc3339()),
         ]),
-        OperationKeyConflict { job_id, .. } => meta([("job_id", job_id.to_string())]),
-        JobNotInManualReview {
-            job_id,
-            presented,
-            current,
-            state,
-        } => meta([
-            ("job_id", job_id.to_string()),
-            ("presented_attempt", presented.to_string()),
-            ("current_attempt", current.to_string()),
-            ("current_state", state.to_string()),
-        ]),
         JobNotCancellable {
             job_id,
             attempt,
@@ -159,39 +189,35 @@ pub fn metadata(err: &CoordinatorError) -> HashMap<String, String> {
             ("current_state", state.to_string()),
             ("dispatch_count", dispatch_count.to_string()),
         ]),
-        ProviderHoldback {
-            provider,
-            why,
-            retry_after,
-            throttled_until,
-        } => {
-            let mut m = meta([("provider", provider.clone())]);
-            match why {
-                Holdback::Rate | Holdback::FairShare => {
-                    m.insert("limit".into(), "rate".into());
-                }
-                Holdback::InFlight => {
-                    m.insert("limit".into(), "in_flight".into());
-                }
-                _ => {}
-            }
-            if let Some(d) = retry_after {
-                m.insert("retry_after_ms".into(), d.as_millis().to_string());
-            }
-            if let Some(t) = throttled_until {
-                m.insert("throttled_until".into(), t.and_utc().to_rfc3339());
-            }
-            m
-        }
-        QueueNotAllowed { queue, job_id } => {
-            let mut m = meta([("queue", queue.clone())]);
-            if let Some(id) = job_id {
-                m.insert("job_id".into(), id.to_string());
-            }
-            m
-        }
         _ => HashMap::new(),
     }
+}
+
+/// A Takeover held back by its provider's budget (docs/design.md rule
+/// 11): which limit, and when to ask again.
+fn holdback_metadata(
+    provider: &str,
+    why: Holdback,
+    retry_after: Option<Duration>,
+    throttled_until: Option<DbTime>,
+) -> HashMap<String, String> {
+    let mut m = meta([("provider", provider.to_owned())]);
+    match why {
+        Holdback::Rate | Holdback::FairShare => {
+            m.insert("limit".into(), "rate".into());
+        }
+        Holdback::InFlight => {
+            m.insert("limit".into(), "in_flight".into());
+        }
+        _ => {}
+    }
+    if let Some(d) = retry_after {
+        m.insert("retry_after_ms".into(), d.as_millis().to_string());
+    }
+    if let Some(t) = throttled_until {
+        m.insert("throttled_until".into(), t.and_utc().to_rfc3339());
+    }
+    m
 }
 
 /// The status a coordinator answers `err` with: the reason's code, an

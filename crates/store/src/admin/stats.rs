@@ -2,8 +2,9 @@
 //! `jobfence_oldest_*_age_seconds` gauges. None of them scans finished jobs
 //! except QueueStats' counts (an index-only count, on demand).
 
-use super::super::reads::elapsed;
-use super::super::rows::{self, get, text, JOB_COLUMNS};
+use super::super::batch::with_job_columns;
+use super::super::reads::{elapsed, placeholders};
+use super::super::rows::{self, get, text};
 use super::super::{convert_sqlx_err, micros, JobStore};
 use jobfence_domain::admin::{ListJobsFilter, OldestJob, PendingAges, QueueStats, PENDING};
 use jobfence_domain::{CoordinatorError, EventKind, Job, JobState};
@@ -23,6 +24,27 @@ fn like_prefix(prefix: &str) -> String {
     }
     p.push('%');
     p
+}
+
+/// The conditions of `queries/admin/list_jobs.sql`'s `{filters}` that
+/// `filter` asks for, in the order their values are bound.
+fn list_filters(filter: &ListJobsFilter) -> String {
+    let mut sql = String::new();
+    if filter.queue.is_some() {
+        sql.push_str(" AND queue = ?");
+    }
+    if !filter.states.is_empty() {
+        sql.push_str(" AND state IN (");
+        sql.push_str(&placeholders(filter.states.len()));
+        sql.push(')');
+    }
+    if filter.min_age.is_some() {
+        sql.push_str(" AND created_at <= DATE_SUB(UTC_TIMESTAMP(6), INTERVAL ? MICROSECOND)");
+    }
+    if filter.operation_key.is_some() {
+        sql.push_str(" AND operation_key LIKE ? ESCAPE '!'");
+    }
+    sql
 }
 
 fn parse_state(s: &str) -> Result<JobState, CoordinatorError> {
@@ -114,22 +136,8 @@ impl JobStore {
     }
 
     async fn list_jobs_once(&self, filter: &ListJobsFilter) -> Result<Vec<Job>, CoordinatorError> {
-        let mut sql = format!("SELECT {JOB_COLUMNS} FROM jobs WHERE id > ?");
-        if filter.queue.is_some() {
-            sql.push_str(" AND queue = ?");
-        }
-        if !filter.states.is_empty() {
-            sql.push_str(" AND state IN (");
-            sql.push_str(&vec!["?"; filter.states.len()].join(", "));
-            sql.push(')');
-        }
-        if filter.min_age.is_some() {
-            sql.push_str(" AND created_at <= DATE_SUB(UTC_TIMESTAMP(6), INTERVAL ? MICROSECOND)");
-        }
-        if filter.operation_key.is_some() {
-            sql.push_str(" AND operation_key LIKE ? ESCAPE '!'");
-        }
-        sql.push_str(" ORDER BY id LIMIT ?");
+        let sql = with_job_columns(include_str!("../queries/admin/list_jobs.sql"))
+            .replace("{filters}", &list_filters(filter));
         let mut query = sqlx::query(&sql).bind(filter.after_id);
         if let Some(q) = &filter.queue {
             query = query.bind(q);
@@ -169,11 +177,10 @@ impl JobStore {
     ) -> Result<Vec<QueueStats>, CoordinatorError> {
         let mut by_queue: BTreeMap<String, QueueStats> = BTreeMap::new();
         let counts = match queue {
-            Some(q) => sqlx::query(
-                "SELECT queue, state, COUNT(*) AS n FROM jobs WHERE queue = ? GROUP BY queue, state",
-            )
-            .bind(q),
-            None => sqlx::query("SELECT queue, state, COUNT(*) AS n FROM jobs GROUP BY queue, state"),
+            Some(q) => {
+                sqlx::query(include_str!("../queries/admin/state_counts_of_queue.sql")).bind(q)
+            }
+            None => sqlx::query(include_str!("../queries/admin/state_counts.sql")),
         }
         .fetch_all(&self.pool())
         .await
@@ -224,7 +231,7 @@ impl JobStore {
     /// The queue of a job, if it exists: a primary-key read, for labelling
     /// a refused write that did not say which queue it was about.
     pub async fn queue_of(&self, job_id: u64) -> Result<Option<String>, CoordinatorError> {
-        let row = sqlx::query("SELECT queue FROM jobs WHERE id = ?")
+        let row = sqlx::query(include_str!("../queries/jobs/queue_of.sql"))
             .bind(job_id)
             .fetch_optional(&self.pool())
             .await

@@ -6,7 +6,7 @@ use super::procstat;
 use super::report::Setting;
 use super::QUEUE;
 use anyhow::{bail, ensure, Context, Result};
-use jobfence_domain::EnqueueRequest;
+use jobfence_domain::Enqueue;
 use jobfence_store::JobStore;
 use sqlx::mysql::MySqlPool;
 use sqlx::Row;
@@ -164,8 +164,8 @@ pub(super) async fn fill(pool: &MySqlPool, jobs: u64) -> Result<()> {
     let store = JobStore::new(pool.clone());
     let mut i = 0;
     while i < jobs {
-        let items: Vec<EnqueueRequest> = (i..(i + 1000).min(jobs))
-            .map(|k| EnqueueRequest {
+        let items: Vec<Enqueue> = (i..(i + 1000).min(jobs))
+            .map(|k| Enqueue {
                 queue: QUEUE.into(),
                 operation_key: format!("job-{k}"),
                 payload: format!("{{\"amount\":{k}}}"),

@@ -1,0 +1,2 @@
+-- DeleteProvider, once its queues were released.
+DELETE FROM providers WHERE name = ?

@@ -1,0 +1,6 @@
+-- PutProvider of a new provider: its budget starts full (tat = now offers
+-- the whole burst). Binds: name, rate_per_second, burst, max_in_flight,
+-- execute_cost, reconcile_cost, operator.
+INSERT INTO providers (name, rate_per_second, burst, max_in_flight, execute_cost,
+                       reconcile_cost, tat, created_at, updated_at, updated_by)
+VALUES (?, ?, ?, ?, ?, ?, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), ?)

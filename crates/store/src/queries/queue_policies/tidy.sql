@@ -1,0 +1,3 @@
+-- Queue rows that hold neither a provider nor a policy are removed, in the
+-- transaction of the change that emptied them.
+DELETE FROM queue_policies WHERE provider IS NULL AND resend_window_us IS NULL AND job_retention_us IS NULL

@@ -1,0 +1,2 @@
+-- Key records held (the retention gauges).
+SELECT COUNT(*) FROM operation_keys

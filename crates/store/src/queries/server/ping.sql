@@ -1,0 +1,2 @@
+-- Whether the database answers a trivial query.
+SELECT 1

@@ -1,0 +1,2 @@
+-- The name of the session's schema, which names the pruner's archive files.
+SELECT DATABASE()
