@@ -15,7 +15,8 @@
 //!   input limits; [`violation`]: one bad field.
 //! - [`error`]: the one error type; [`scope`]: the queues a caller may act
 //!   on; [`durability`]: whether the database can lose a commit;
-//!   [`retention`]: what a pruned job leaves behind.
+//!   [`retention`]: what a pruned job leaves behind; [`settlement`]: what
+//!   a provider's report says about the jobs (docs/design.md rule 15).
 
 /// `FromStr` and `Display` for an enum with `as_str`: the stored or
 /// logged spelling of each value, parsed back with [`UnknownValue`] for a
@@ -51,6 +52,7 @@ pub mod policy;
 pub mod providers;
 pub mod retention;
 pub mod scope;
+pub mod settlement;
 pub mod transition;
 pub mod validate;
 pub mod violation;

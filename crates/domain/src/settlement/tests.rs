@@ -1,0 +1,121 @@
+use super::*;
+
+fn line(reference: &str, status: LineStatus, amount: i64) -> SettlementLine {
+    SettlementLine {
+        provider_reference: reference.into(),
+        operation_key: Some("refund-1".into()),
+        amount_minor: amount,
+        currency: "USD".into(),
+        status,
+        created_at: DbTime::default(),
+    }
+}
+
+fn job(state: JobState, amount: Option<i64>) -> Holder {
+    Holder::Job {
+        id: 7,
+        state,
+        attempt: 3,
+        amount: amount.map(|a| (a, "USD".to_owned())),
+    }
+}
+
+fn kinds(d: &Decision) -> Vec<ExceptionKind> {
+    d.exceptions.iter().map(|(k, _)| *k).collect()
+}
+
+#[test]
+fn one_settled_refund_of_a_succeeded_job_matches() {
+    let d = decide(
+        &job(JobState::Succeeded, Some(500)),
+        &[line("re_1", LineStatus::Succeeded, 500)],
+    );
+    assert_eq!(d.outcome, Outcome::Matched);
+    assert!(d.exceptions.is_empty());
+}
+
+#[test]
+fn pending_failed_and_cancelled_lines_decide_nothing() {
+    for status in [LineStatus::Pending, LineStatus::Failed, LineStatus::Canceled] {
+        let d = decide(&job(JobState::ManualReview, None), &[line("re_1", status, 500)]);
+        assert_eq!(d.outcome, Outcome::Undecided, "{status:?}");
+        let d = decide(&Holder::Nobody, &[line("re_1", status, 500)]);
+        assert_eq!(d.outcome, Outcome::Undecided, "{status:?}");
+    }
+}
+
+#[test]
+fn two_settled_refunds_of_one_key_are_a_double_refund() {
+    let lines = [
+        line("re_1", LineStatus::Succeeded, 500),
+        line("re_2", LineStatus::Succeeded, 500),
+        line("re_3", LineStatus::Failed, 500),
+    ];
+    let d = decide(&job(JobState::Succeeded, None), &lines);
+    assert_eq!(d.outcome, Outcome::Exception);
+    assert_eq!(kinds(&d), [ExceptionKind::DoubleRefund]);
+    assert!(d.exceptions[0].1.contains("re_1, re_2"), "{d:?}");
+    // Also of a job in manual review: not resolved on a double refund.
+    let d = decide(&job(JobState::ManualReview, None), &lines[..2]);
+    assert_eq!(kinds(&d), [ExceptionKind::DoubleRefund]);
+}
+
+#[test]
+fn a_refund_of_a_failed_or_cancelled_job_is_not_recorded() {
+    for state in [JobState::Failed, JobState::Cancelled] {
+        let d = decide(&job(state, None), &[line("re_1", LineStatus::Succeeded, 1)]);
+        assert_eq!(kinds(&d), [ExceptionKind::RefundNotRecorded], "{state:?}");
+        let pruned = Holder::Pruned {
+            job_id: 9,
+            final_state: state,
+        };
+        let d = decide(&pruned, &[line("re_1", LineStatus::Succeeded, 1)]);
+        assert_eq!(kinds(&d), [ExceptionKind::RefundNotRecorded], "{state:?}");
+    }
+}
+
+#[test]
+fn a_manual_review_is_resolved_and_a_live_job_only_observed() {
+    let d = decide(
+        &job(JobState::ManualReview, None),
+        &[line("re_1", LineStatus::Succeeded, 1)],
+    );
+    assert_eq!(
+        d.outcome,
+        Outcome::Resolve {
+            job_id: 7,
+            attempt: 3,
+            provider_reference: "re_1".into()
+        }
+    );
+    for state in [JobState::Ready, JobState::Running] {
+        let d = decide(&job(state, None), &[line("re_1", LineStatus::Succeeded, 1)]);
+        assert_eq!(d.outcome, Outcome::Observe { job_id: 7 });
+    }
+}
+
+#[test]
+fn amounts_are_compared_only_when_the_job_has_one() {
+    let lines = [line("re_1", LineStatus::Succeeded, 499)];
+    let d = decide(&job(JobState::Succeeded, Some(500)), &lines);
+    assert_eq!(d.outcome, Outcome::Matched);
+    assert_eq!(kinds(&d), [ExceptionKind::AmountMismatch]);
+    let d = decide(&job(JobState::Succeeded, None), &lines);
+    assert!(d.exceptions.is_empty());
+    let pruned = Holder::Pruned {
+        job_id: 9,
+        final_state: JobState::Succeeded,
+    };
+    assert_eq!(decide(&pruned, &lines).outcome, Outcome::Matched);
+}
+
+#[test]
+fn a_settled_refund_nobody_enqueued_is_an_unknown_reference() {
+    let d = decide(&Holder::Nobody, &[line("re_9", LineStatus::Succeeded, 1)]);
+    assert_eq!(kinds(&d), [ExceptionKind::UnknownReference]);
+    assert_eq!(
+        ExceptionKind::UnknownReference.severity(),
+        Severity::Warning
+    );
+    assert_eq!(ExceptionKind::DoubleRefund.severity(), Severity::Critical);
+}
