@@ -99,6 +99,8 @@ pub enum PolicyAction {
     ResumeProvider,
     PutQueuePolicy,
     DeleteQueuePolicy,
+    /// A provider's settlement settings were stored.
+    PutSettlement,
 }
 
 impl PolicyAction {
@@ -111,6 +113,7 @@ impl PolicyAction {
             PolicyAction::ResumeProvider => "resume_provider",
             PolicyAction::PutQueuePolicy => "put_queue_policy",
             PolicyAction::DeleteQueuePolicy => "delete_queue_policy",
+            PolicyAction::PutSettlement => "put_settlement",
         }
     }
 }

@@ -43,6 +43,7 @@ mod providers;
 mod reads;
 pub mod retention;
 mod rows;
+pub mod settlement;
 pub mod shards;
 mod tx;
 mod writeback;

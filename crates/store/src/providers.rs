@@ -90,7 +90,7 @@ fn policy_row(row: &MySqlRow) -> Result<QueuePolicyRecord, CoordinatorError> {
 }
 
 /// Records one change in the caller's transaction.
-async fn record(
+pub(crate) async fn record(
     conn: &mut MySqlConnection,
     subject: &str,
     action: PolicyAction,

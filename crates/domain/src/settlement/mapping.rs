@@ -185,7 +185,10 @@ impl Mapping {
         let get = |field: &'static str, column: &str| -> Result<String, LineRefusal> {
             match raw.fields.get(column).map(|v| v.trim()) {
                 Some(v) if !v.is_empty() => Ok(v.to_owned()),
-                _ => Err(refuse(field, format!("column {column:?} is missing or empty"))),
+                _ => Err(refuse(
+                    field,
+                    format!("column {column:?} is missing or empty"),
+                )),
             }
         };
         let provider_reference = get("provider_reference", &self.provider_reference)?;
@@ -197,8 +200,8 @@ impl Mapping {
             .get(&self.operation_key)
             .map(|k| k.trim().to_owned())
             .filter(|k| !k.is_empty());
-        let currency = currency(&get("currency", &self.currency)?)
-            .map_err(|why| refuse("currency", why))?;
+        let currency =
+            currency(&get("currency", &self.currency)?).map_err(|why| refuse("currency", why))?;
         let amount_text = get("amount", &self.amount)?;
         let amount_minor = amount(&amount_text, self.amount_unit, &currency)
             .map_err(|why| refuse("amount", why))?;
@@ -247,8 +250,7 @@ fn amount(text: &str, unit: AmountUnit, currency: &str) -> Result<i64, String> {
             let (whole, frac) = digits.split_once('.').unwrap_or((&digits, ""));
             let places = exponent(currency) as usize;
             let all_digits = |s: &str| s.bytes().all(|b| b.is_ascii_digit());
-            if whole.is_empty() || !all_digits(whole) || !all_digits(frac) || frac.len() > places
-            {
+            if whole.is_empty() || !all_digits(whole) || !all_digits(frac) || frac.len() > places {
                 return Err(bad());
             }
             let scaled = format!("{whole}{frac:0<places$}");

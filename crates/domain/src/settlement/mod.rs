@@ -15,6 +15,7 @@
 //! - everything else it contradicts is an [`ExceptionKind`] for a person.
 
 pub mod mapping;
+pub mod records;
 
 use crate::{DbTime, JobState};
 

@@ -36,8 +36,15 @@ fn one_settled_refund_of_a_succeeded_job_matches() {
 
 #[test]
 fn pending_failed_and_cancelled_lines_decide_nothing() {
-    for status in [LineStatus::Pending, LineStatus::Failed, LineStatus::Canceled] {
-        let d = decide(&job(JobState::ManualReview, None), &[line("re_1", status, 500)]);
+    for status in [
+        LineStatus::Pending,
+        LineStatus::Failed,
+        LineStatus::Canceled,
+    ] {
+        let d = decide(
+            &job(JobState::ManualReview, None),
+            &[line("re_1", status, 500)],
+        );
         assert_eq!(d.outcome, Outcome::Undecided, "{status:?}");
         let d = decide(&Holder::Nobody, &[line("re_1", status, 500)]);
         assert_eq!(d.outcome, Outcome::Undecided, "{status:?}");

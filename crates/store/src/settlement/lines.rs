@@ -1,0 +1,357 @@
+//! A report's lines, stored by the provider's id of each refund, and who
+//! holds their operation keys.
+
+use super::{queue_list, string_list};
+use crate::rows::{get, opt_text, text};
+use crate::{commit, convert_sqlx_err, literal, JobStore};
+use jobfence_domain::settlement::records::{LineCounts, QueueAmounts};
+use jobfence_domain::settlement::{Holder, LineStatus, SettlementLine};
+use jobfence_domain::{CoordinatorError, DbTime, JobState};
+use sqlx::mysql::MySqlRow;
+use std::collections::{BTreeMap, HashMap};
+
+/// The stored lines of one operation key (or one keyless line), as read
+/// for a decision, and when they were read.
+#[derive(Debug, Clone)]
+pub struct KeyLines {
+    /// The operation key; `None` for a line that names none and matched no
+    /// job by its provider reference.
+    pub key: Option<String>,
+    /// `(line id, line)`.
+    pub lines: Vec<(u64, SettlementLine)>,
+    pub read_at: DbTime,
+}
+
+/// Who holds an operation key, and the job's payload (to read its amount).
+#[derive(Debug, Clone)]
+pub struct Held {
+    pub holder: Holder,
+    pub queue: Option<String>,
+    pub payload: Option<String>,
+}
+
+fn line_row(row: &MySqlRow) -> Result<(u64, SettlementLine), CoordinatorError> {
+    let status = text(row, "status")?;
+    Ok((
+        get(row, "id")?,
+        SettlementLine {
+            provider_reference: text(row, "provider_reference")?,
+            operation_key: opt_text(row, "operation_key")?,
+            amount_minor: get(row, "amount_minor")?,
+            currency: text(row, "currency")?,
+            status: status
+                .parse::<LineStatus>()
+                .map_err(|e| CoordinatorError::Internal(format!("{e}")))?,
+            created_at: get(row, "refund_created_at")?,
+        },
+    ))
+}
+
+impl JobStore {
+    /// Writes a batch of a report's lines in one short transaction: a line
+    /// not held is inserted, a line held with something else (a new
+    /// status) rewritten, a line held exactly so left alone; each written
+    /// line is left undecided, for [`decide_lines`](Self::key_lines) to
+    /// match. A line that names no operation key gets the key of the job
+    /// (or key record) of the provider's `queues` whose recorded provider
+    /// reference is the line's. Run again on a conflict; two imports of
+    /// one file at once write each line once.
+    pub async fn put_settlement_lines(
+        &self,
+        provider: &str,
+        queues: &[QueueAmounts],
+        lines: &[SettlementLine],
+    ) -> Result<LineCounts, CoordinatorError> {
+        if lines.is_empty() {
+            return Ok(LineCounts::default());
+        }
+        self.retry_conflicts(|| self.put_lines_once(provider, queues, lines))
+            .await
+    }
+
+    async fn put_lines_once(
+        &self,
+        provider: &str,
+        queues: &[QueueAmounts],
+        lines: &[SettlementLine],
+    ) -> Result<LineCounts, CoordinatorError> {
+        // The last of two lines with one reference in a batch wins, as a
+        // later report's would.
+        let mut batch: BTreeMap<&str, SettlementLine> = BTreeMap::new();
+        for l in lines {
+            batch.insert(l.provider_reference.as_str(), l.clone());
+        }
+        self.fill_keys(queues, &mut batch).await?;
+        let mut tx = self.begin().await?;
+        let refs = string_list(batch.keys().copied());
+        let held: HashMap<String, (u64, SettlementLine)> = sqlx::query(
+            &include_str!("../queries/settlement/lines_existing.sql").replace("{refs}", &refs),
+        )
+        .bind(provider)
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(convert_sqlx_err)?
+        .iter()
+        .map(|r| line_row(r).map(|(id, l)| (l.provider_reference.clone(), (id, l))))
+        .collect::<Result<_, _>>()?;
+        let mut counts = LineCounts::default();
+        let mut rows = String::new();
+        for (reference, line) in &batch {
+            match held.get(*reference) {
+                None => {
+                    counts.new += 1;
+                    push_row(&mut rows, provider, line)?;
+                }
+                Some((_, old)) if same(old, line) => counts.unchanged += 1,
+                Some((id, _)) => {
+                    counts.updated += 1;
+                    update_line(&mut tx, *id, line).await?;
+                }
+            }
+        }
+        if !rows.is_empty() {
+            sqlx::query(
+                &include_str!("../queries/settlement/lines_insert.sql").replace("{rows}", &rows),
+            )
+            .execute(&mut *tx)
+            .await
+            .map_err(convert_sqlx_err)?;
+        }
+        commit(tx).await?;
+        Ok(counts)
+    }
+
+    /// Gives each keyless line of `batch` the key of the job (or key
+    /// record) whose provider reference it is, if one is.
+    async fn fill_keys(
+        &self,
+        queues: &[QueueAmounts],
+        batch: &mut BTreeMap<&str, SettlementLine>,
+    ) -> Result<(), CoordinatorError> {
+        let keyless: Vec<&str> = batch
+            .iter()
+            .filter(|(_, l)| l.operation_key.is_none())
+            .map(|(r, _)| *r)
+            .collect();
+        if keyless.is_empty() || queues.is_empty() {
+            return Ok(());
+        }
+        let sql = include_str!("../queries/settlement/keys_by_reference.sql")
+            .replace("{queues}", &queue_list(queues)?)
+            .replace("{refs}", &string_list(keyless));
+        let found = sqlx::query(&sql)
+            .fetch_all(&self.pool())
+            .await
+            .map_err(convert_sqlx_err)?;
+        for row in &found {
+            let reference = text(row, "provider_reference")?;
+            if let Some(line) = batch.get_mut(reference.as_str()) {
+                line.operation_key = Some(text(row, "operation_key")?);
+            }
+        }
+        Ok(())
+    }
+
+    /// Up to `limit` undecided lines of the provider, grouped by key, each
+    /// key with all its lines (decided or not) as they are now: what a
+    /// decision reads.
+    pub async fn undecided_settlement_lines(
+        &self,
+        provider: &str,
+        limit: u32,
+    ) -> Result<Vec<KeyLines>, CoordinatorError> {
+        let pool = self.pool();
+        let undecided = sqlx::query(include_str!("../queries/settlement/undecided.sql"))
+            .bind(provider)
+            .bind(limit)
+            .fetch_all(&pool)
+            .await
+            .map_err(convert_sqlx_err)?;
+        let mut keys = Vec::new();
+        let mut keyless = Vec::new();
+        for row in &undecided {
+            match opt_text(row, "operation_key")? {
+                Some(k) => keys.push(k),
+                None => keyless.push(get::<u64>(row, "id")?),
+            }
+        }
+        keys.sort();
+        keys.dedup();
+        let mut out = Vec::new();
+        if !keys.is_empty() {
+            let sql = include_str!("../queries/settlement/lines_of_keys.sql")
+                .replace("{keys}", &string_list(keys.iter().map(String::as_str)));
+            let rows = sqlx::query(&sql)
+                .bind(provider)
+                .fetch_all(&pool)
+                .await
+                .map_err(convert_sqlx_err)?;
+            let mut by_key: BTreeMap<String, KeyLines> = BTreeMap::new();
+            for row in &rows {
+                let (id, line) = line_row(row)?;
+                let key = line.operation_key.clone().unwrap_or_default();
+                let read_at: DbTime = get(row, "read_at")?;
+                by_key
+                    .entry(key.clone())
+                    .or_insert_with(|| KeyLines {
+                        key: Some(key),
+                        lines: Vec::new(),
+                        read_at,
+                    })
+                    .lines
+                    .push((id, line));
+            }
+            out.extend(by_key.into_values());
+        }
+        if !keyless.is_empty() {
+            let ids = keyless
+                .iter()
+                .map(u64::to_string)
+                .collect::<Vec<_>>()
+                .join(",");
+            let sql = include_str!("../queries/settlement/lines_of_references.sql")
+                .replace("{ids}", &ids);
+            for row in sqlx::query(&sql)
+                .fetch_all(&pool)
+                .await
+                .map_err(convert_sqlx_err)?
+            {
+                out.push(KeyLines {
+                    key: None,
+                    read_at: get(&row, "read_at")?,
+                    lines: vec![line_row(&row)?],
+                });
+            }
+        }
+        Ok(out)
+    }
+
+    /// Who holds each of `keys` among the provider's `queues`: a job (with
+    /// its payload), else a pruned job's key record; absent keys are held
+    /// by nobody.
+    pub async fn settlement_holders(
+        &self,
+        queues: &[QueueAmounts],
+        keys: &[&str],
+    ) -> Result<HashMap<String, Held>, CoordinatorError> {
+        let mut out = HashMap::new();
+        if keys.is_empty() || queues.is_empty() {
+            return Ok(out);
+        }
+        let sql = include_str!("../queries/settlement/holders.sql")
+            .replace("{queues}", &queue_list(queues)?)
+            .replace("{keys}", &string_list(keys.iter().copied()));
+        let rows = sqlx::query(&sql)
+            .fetch_all(&self.pool())
+            .await
+            .map_err(convert_sqlx_err)?;
+        for row in &rows {
+            let key = text(row, "operation_key")?;
+            let state: JobState = text(row, "state")?
+                .parse()
+                .map_err(|e| CoordinatorError::Internal(format!("{e}")))?;
+            let job_id: u64 = get(row, "job_id")?;
+            let held = if text(row, "kind")? == "job" {
+                Held {
+                    holder: Holder::Job {
+                        id: job_id,
+                        state,
+                        attempt: get(row, "attempt")?,
+                        amount: None,
+                    },
+                    queue: Some(text(row, "queue")?),
+                    payload: opt_text(row, "payload")?,
+                }
+            } else {
+                Held {
+                    holder: Holder::Pruned {
+                        job_id,
+                        final_state: state,
+                    },
+                    queue: Some(text(row, "queue")?),
+                    payload: None,
+                }
+            };
+            // A live job wins over a key record of the same key (a key
+            // whose record expired and was enqueued again).
+            let keep = match out.get(&key) {
+                Some(Held {
+                    holder: Holder::Job { .. },
+                    ..
+                }) => false,
+                _ => true,
+            };
+            if keep {
+                out.insert(key, held);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Marks `ids` decided, unless one changed after `read_at` (a later
+    /// import rewrote it: it is matched again).
+    pub async fn settlement_lines_decided(
+        &self,
+        ids: &[u64],
+        read_at: DbTime,
+    ) -> Result<(), CoordinatorError> {
+        if ids.is_empty() {
+            return Ok(());
+        }
+        let list = ids.iter().map(u64::to_string).collect::<Vec<_>>().join(",");
+        sqlx::query(
+            &include_str!("../queries/settlement/lines_decided.sql").replace("{ids}", &list),
+        )
+        .bind(read_at)
+        .execute(&self.pool())
+        .await
+        .map_err(convert_sqlx_err)?;
+        Ok(())
+    }
+}
+
+fn same(a: &SettlementLine, b: &SettlementLine) -> bool {
+    a == b
+}
+
+fn push_row(out: &mut String, provider: &str, l: &SettlementLine) -> Result<(), CoordinatorError> {
+    if !out.is_empty() {
+        out.push_str(", ");
+    }
+    let amount = u64::try_from(l.amount_minor)
+        .map_err(|_| CoordinatorError::Internal("a settlement amount below zero".into()))?;
+    literal::tuple(
+        out,
+        &[
+            &provider,
+            &l.provider_reference.as_str(),
+            &l.operation_key.as_deref(),
+            &amount,
+            &l.currency.as_str(),
+            &l.status.as_str(),
+            &l.created_at,
+        ],
+    );
+    // The tuple's closing parenthesis, reopened for the three stamps.
+    out.pop();
+    out.push_str(", UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), NULL)");
+    Ok(())
+}
+
+async fn update_line(
+    conn: &mut sqlx::MySqlConnection,
+    id: u64,
+    l: &SettlementLine,
+) -> Result<(), CoordinatorError> {
+    sqlx::query(include_str!("../queries/settlement/line_update.sql"))
+        .bind(l.operation_key.as_deref())
+        .bind(l.amount_minor)
+        .bind(&l.currency)
+        .bind(l.status.as_str())
+        .bind(l.created_at)
+        .bind(id)
+        .execute(conn)
+        .await
+        .map_err(convert_sqlx_err)?;
+    Ok(())
+}

@@ -1,0 +1,207 @@
+//! Settlement's storage (docs/design.md rule 15): a provider's settings,
+//! its report's lines (one row per refund, by the provider's id), who
+//! holds each operation key, the exceptions and their life, and the
+//! periods covered. Every write is a short transaction; nothing here holds
+//! a job's row lock (a manual review is resolved through the ordinary
+//! fenced resolution, by the coordinator).
+
+mod exceptions;
+mod lines;
+mod report;
+
+pub use lines::{Held, KeyLines};
+
+use super::rows::{get, opt_text, text};
+use super::{commit, convert_sqlx_err, literal, micros, JobStore};
+use jobfence_domain::settlement::mapping::Mapping;
+use jobfence_domain::settlement::records::{
+    PutSettlementSettings, QueueAmounts, SettlementSettings,
+};
+use jobfence_domain::CoordinatorError;
+use std::time::Duration;
+
+/// MySQL's "foreign key constraint fails" on insert.
+const NO_REFERENCED_ROW: u16 = 1452;
+
+/// The provider's queues as a list of literals, for `{queues}`.
+fn queue_list(queues: &[QueueAmounts]) -> Result<String, CoordinatorError> {
+    queues
+        .iter()
+        .map(|q| literal::queue(&q.queue))
+        .collect::<Result<Vec<_>, _>>()
+        .map(|l| l.join(", "))
+}
+
+/// Strings as a list of literals, for `{keys}` and `{refs}`.
+fn string_list<'a>(values: impl IntoIterator<Item = &'a str>) -> String {
+    let mut out = String::new();
+    for (i, v) in values.into_iter().enumerate() {
+        if i > 0 {
+            out.push_str(", ");
+        }
+        literal::Literal::write_sql(v, &mut out);
+    }
+    out
+}
+
+fn unknown_provider(name: &str) -> CoordinatorError {
+    CoordinatorError::invalid(
+        "provider",
+        format!("no provider {name:?} here (create it with `jobfence providers set`)"),
+    )
+}
+
+impl JobStore {
+    /// A provider's settlement settings; `None` when it has none (or does
+    /// not exist).
+    pub async fn settlement_settings(
+        &self,
+        provider: &str,
+    ) -> Result<Option<SettlementSettings>, CoordinatorError> {
+        let found = sqlx::query(include_str!("../queries/settlement/settings_get.sql"))
+            .bind(provider)
+            .fetch_all(&self.pool())
+            .await
+            .map_err(convert_sqlx_err);
+        let rows = self.outage_named(found).await?;
+        let Some(first) = rows.first() else {
+            return Ok(None);
+        };
+        fn parse<T: std::str::FromStr<Err = jobfence_domain::UnknownValue>>(
+            row: &sqlx::mysql::MySqlRow,
+            column: &str,
+        ) -> Result<T, CoordinatorError> {
+            text(row, column)?
+                .parse()
+                .map_err(|e: jobfence_domain::UnknownValue| {
+                    CoordinatorError::Internal(e.to_string())
+                })
+        }
+        let mapping = Mapping {
+            provider_reference: text(first, "provider_reference_column")?,
+            operation_key: text(first, "operation_key_column")?,
+            amount: text(first, "amount_column")?,
+            amount_unit: parse(first, "amount_unit")?,
+            currency: text(first, "currency_column")?,
+            status: text(first, "status_column")?,
+            created: text(first, "created_column")?,
+            created_format: parse(first, "created_format")?,
+        };
+        let mut queues = Vec::new();
+        for row in &rows {
+            if let Some(queue) = opt_text(row, "queue")? {
+                queues.push(QueueAmounts {
+                    queue,
+                    amount_pointer: opt_text(row, "amount_pointer")?,
+                    currency_pointer: opt_text(row, "currency_pointer")?,
+                });
+            }
+        }
+        let lag_us: i64 = get(first, "lag_us")?;
+        Ok(Some(SettlementSettings {
+            provider: text(first, "provider")?,
+            preset: opt_text(first, "preset")?,
+            mapping,
+            lag: Duration::from_micros(lag_us.max(0) as u64),
+            queues,
+        }))
+    }
+
+    /// Stores a provider's settlement settings, and the amount pointers of
+    /// the queues listed (each must dispatch to the provider), recorded
+    /// with the operator's name like every policy change.
+    ///
+    /// Errors: `InvalidArgument` for an unknown provider (field
+    /// `provider`) or a queue that is not the provider's (`queues[i]`).
+    pub async fn put_settlement_settings(
+        &self,
+        req: &PutSettlementSettings,
+    ) -> Result<(), CoordinatorError> {
+        self.retry_conflicts(|| self.put_settlement_settings_once(req))
+            .await
+    }
+
+    async fn put_settlement_settings_once(
+        &self,
+        req: &PutSettlementSettings,
+    ) -> Result<(), CoordinatorError> {
+        let mut tx = self.begin().await?;
+        let m = &req.mapping;
+        let put = sqlx::query(include_str!("../queries/settlement/settings_put.sql"))
+            .bind(&req.provider)
+            .bind(req.preset.as_deref())
+            .bind(&m.provider_reference)
+            .bind(&m.operation_key)
+            .bind(&m.amount)
+            .bind(m.amount_unit.as_str())
+            .bind(&m.currency)
+            .bind(&m.status)
+            .bind(&m.created)
+            .bind(m.created_format.as_str())
+            .bind(micros(req.lag))
+            .bind(&req.by.operator)
+            .execute(&mut *tx)
+            .await;
+        match put {
+            Err(e) if super::errors::error_number(&e) == Some(NO_REFERENCED_ROW) => {
+                return Err(unknown_provider(&req.provider))
+            }
+            other => other.map_err(convert_sqlx_err)?,
+        };
+        for (i, q) in req.queues.iter().enumerate() {
+            let done = sqlx::query(include_str!("../queries/settlement/queue_amounts_put.sql"))
+                .bind(q.amount_pointer.as_deref())
+                .bind(q.currency_pointer.as_deref())
+                .bind(&req.by.operator)
+                .bind(&q.queue)
+                .bind(&req.provider)
+                .execute(&mut *tx)
+                .await
+                .map_err(convert_sqlx_err)?;
+            if done.rows_affected() == 0 {
+                tx.rollback().await.map_err(convert_sqlx_err)?;
+                return Err(CoordinatorError::invalid(
+                    &format!("queues[{i}]"),
+                    format!(
+                        "queue {:?} does not dispatch to provider {:?}",
+                        q.queue, req.provider
+                    ),
+                ));
+            }
+        }
+        super::providers::record(
+            &mut tx,
+            &format!("provider:{}", req.provider),
+            jobfence_domain::providers::PolicyAction::PutSettlement,
+            &req.by,
+            &settings_detail(req),
+        )
+        .await?;
+        commit(tx).await
+    }
+}
+
+/// The recorded change's detail (JSON).
+fn settings_detail(req: &PutSettlementSettings) -> String {
+    let m = &req.mapping;
+    serde_json::json!({
+        "preset": req.preset,
+        "columns": {
+            "provider_reference": m.provider_reference,
+            "operation_key": m.operation_key,
+            "amount": m.amount,
+            "amount_unit": m.amount_unit.as_str(),
+            "currency": m.currency,
+            "status": m.status,
+            "created": m.created,
+            "created_format": m.created_format.as_str(),
+        },
+        "lag_s": req.lag.as_secs(),
+        "queues": req.queues.iter().map(|q| serde_json::json!({
+            "queue": q.queue,
+            "amount_pointer": q.amount_pointer,
+            "currency_pointer": q.currency_pointer,
+        })).collect::<Vec<_>>(),
+    })
+    .to_string()
+}
