@@ -143,6 +143,10 @@ pub enum ObservationSource {
     Webhook,
     Reconciler,
     Operator,
+    /// A line of the provider's settlement report, kept by the coordinator's
+    /// settlement import (docs/design.md rule 15); never accepted from a
+    /// caller.
+    Settlement,
 }
 
 impl ObservationSource {
@@ -153,6 +157,7 @@ impl ObservationSource {
             ObservationSource::Webhook => "webhook",
             ObservationSource::Reconciler => "reconciler",
             ObservationSource::Operator => "operator",
+            ObservationSource::Settlement => "settlement",
         }
     }
 }
@@ -213,7 +218,8 @@ impl_str_enum!(
         ObservationSource::Worker,
         ObservationSource::Webhook,
         ObservationSource::Reconciler,
-        ObservationSource::Operator
+        ObservationSource::Operator,
+        ObservationSource::Settlement
     ]
 );
 impl_str_enum!(

@@ -13,9 +13,11 @@
 mod families;
 mod providers;
 mod retention;
+mod settlement;
 
 use families::{DatabaseGauges, JobCounters, ServingMetrics};
 pub use retention::PRUNED_TABLES;
+pub use settlement::SettlementReading;
 
 use jobfence_domain::admin::PendingAges;
 use jobfence_domain::CoordinatorError;
@@ -45,6 +47,7 @@ struct Inner {
     database: DatabaseGauges,
     providers: providers::ProviderMetrics,
     retention: retention::RetentionMetrics,
+    settlement: settlement::SettlementMetrics,
     /// Every queue the gauges were ever set for: a queue whose pending jobs
     /// are all gone reads 0 instead of keeping its last value.
     seen_queues: Mutex<BTreeSet<String>>,
@@ -85,6 +88,7 @@ impl Metrics {
             database: DatabaseGauges::register(&r),
             providers: providers::ProviderMetrics::new(&r),
             retention: retention::RetentionMetrics::new(&r),
+            settlement: settlement::SettlementMetrics::new(&r),
             registry: r,
             seen_queues: Mutex::new(BTreeSet::new()),
         };
@@ -316,6 +320,39 @@ impl Metrics {
         }
         r.archived_jobs.inc_by(counts.archived_jobs);
         r.archived_bytes.inc_by(counts.archived_bytes);
+    }
+
+    /// Counts a settlement batch's lines: written new, updated, left
+    /// unchanged, and refused.
+    pub fn settlement_lines(
+        &self,
+        provider: &str,
+        counts: jobfence_domain::settlement::records::LineCounts,
+        refused: u64,
+    ) {
+        let c = &self.inner.settlement.lines;
+        for (result, n) in [
+            ("new", counts.new),
+            ("updated", counts.updated),
+            ("unchanged", counts.unchanged),
+            ("refused", refused),
+        ] {
+            c.with_label_values(&[provider, result]).inc_by(n);
+        }
+    }
+
+    /// Counts manual reviews a settlement import resolved.
+    pub fn settlement_resolved(&self, provider: &str, n: u64) {
+        self.inner
+            .settlement
+            .resolved
+            .with_label_values(&[provider])
+            .inc_by(n);
+    }
+
+    /// Sets the settlement gauges from the databases' readings.
+    pub fn set_settlement(&self, readings: &[SettlementReading]) {
+        self.inner.settlement.set(readings);
     }
 
     /// Sets the retention gauges from a read after a run: the last

@@ -120,6 +120,7 @@ fn source_to_proto(s: ObservationSource) -> proto::ObservationSource {
         ObservationSource::Webhook => proto::ObservationSource::Webhook,
         ObservationSource::Reconciler => proto::ObservationSource::Reconciler,
         ObservationSource::Operator => proto::ObservationSource::Operator,
+        ObservationSource::Settlement => proto::ObservationSource::Settlement,
     }
 }
 
@@ -148,6 +149,13 @@ pub fn source(v: &mut Violations, raw: i32) -> ObservationSource {
         Ok(proto::ObservationSource::Webhook) => ObservationSource::Webhook,
         Ok(proto::ObservationSource::Reconciler) => ObservationSource::Reconciler,
         Ok(proto::ObservationSource::Operator) => ObservationSource::Operator,
+        Ok(proto::ObservationSource::Settlement) => {
+            v.add(
+                "source",
+                "SETTLEMENT is written by the coordinator's settlement import only",
+            );
+            ObservationSource::Worker
+        }
         _ => {
             unset_or_unknown(v, "source", raw);
             ObservationSource::Worker

@@ -7,9 +7,11 @@
 
 mod exceptions;
 mod lines;
-mod report;
+pub mod report;
 
+pub use exceptions::{Raised, Raising};
 pub use lines::{Held, KeyLines};
+pub use report::{Missing, MissingCursor, SettlementGauges};
 
 use super::rows::{get, opt_text, text};
 use super::{commit, convert_sqlx_err, literal, micros, JobStore};

@@ -222,3 +222,56 @@ impl JobStore {
         Ok(names)
     }
 }
+
+/// One provider's settlement as its gauges show it.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct SettlementGauges {
+    pub provider: String,
+    /// Exceptions open or acknowledged, by kind.
+    pub unresolved: Vec<(ExceptionKind, u64)>,
+    /// Unix seconds.
+    pub newest_period_end: Option<f64>,
+    /// Unix seconds.
+    pub last_import: Option<f64>,
+}
+
+impl JobStore {
+    /// Every provider with settlement settings here, as its gauges show it.
+    pub async fn settlement_gauges(&self) -> Result<Vec<SettlementGauges>, CoordinatorError> {
+        let pool = self.pool();
+        let mut out: Vec<SettlementGauges> = Vec::new();
+        for row in sqlx::query(include_str!("../queries/settlement/gauges_periods.sql"))
+            .fetch_all(&pool)
+            .await
+            .map_err(convert_sqlx_err)?
+        {
+            let secs = |c: &str| -> Result<Option<f64>, CoordinatorError> {
+                Ok(get::<Option<i64>>(&row, c)?.map(|us| us as f64 / 1e6))
+            };
+            out.push(SettlementGauges {
+                provider: text(&row, "provider")?,
+                unresolved: Vec::new(),
+                newest_period_end: secs("newest_end_us")?,
+                last_import: secs("last_import_us")?,
+            });
+        }
+        for row in sqlx::query(include_str!("../queries/settlement/gauges_exceptions.sql"))
+            .fetch_all(&pool)
+            .await
+            .map_err(convert_sqlx_err)?
+        {
+            let provider = text(&row, "provider")?;
+            let kind: ExceptionKind =
+                text(&row, "kind")?
+                    .parse()
+                    .map_err(|e: jobfence_domain::UnknownValue| {
+                        CoordinatorError::Internal(e.to_string())
+                    })?;
+            let n = get::<i64>(&row, "n")?.max(0) as u64;
+            if let Some(g) = out.iter_mut().find(|g| g.provider == provider) {
+                g.unresolved.push((kind, n));
+            }
+        }
+        Ok(out)
+    }
+}

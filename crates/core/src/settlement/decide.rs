@@ -1,0 +1,294 @@
+//! Applying what a key's lines decide: a manual review resolved through
+//! the operator's fenced resolution (recorded as `settlement`), a live job
+//! given the line as an observation, exceptions raised and cleared; then
+//! the lines marked decided.
+
+use crate::Coordinator;
+use jobfence_domain::admin::{Resolution, ResolveRequest};
+use jobfence_domain::settlement::records::SettlementSettings;
+use jobfence_domain::settlement::{
+    decide, ExceptionKind, Holder, Outcome, SettlementLine, OPERATOR,
+};
+use jobfence_domain::{
+    CoordinatorError, ObservationOutcome, ObservationSource, RecordObservationRequest,
+};
+use jobfence_store::settlement::{Held, KeyLines, Raised};
+use jobfence_store::JobStore;
+
+/// How many times a key is decided again after its job moved under the
+/// decision (a worker completed it, an operator resolved it first).
+const REDECIDE: usize = 3;
+
+/// What decisions did, counted for the summary.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Decided {
+    /// Keys whose one settled refund matches their succeeded job.
+    pub matched: u64,
+    /// Manual reviews resolved to succeeded: (job id, provider reference).
+    pub resolved: Vec<(u64, String)>,
+    /// Live jobs given a settled line as an observation.
+    pub observed: u64,
+    /// Keys with only pending, failed or cancelled lines.
+    pub undecided: u64,
+    /// Exceptions opened (or opened again).
+    pub exceptions_opened: u64,
+    /// Exceptions a report no longer raises, resolved.
+    pub exceptions_resolved: u64,
+}
+
+impl Decided {
+    pub fn add(&mut self, other: &Decided) {
+        self.matched += other.matched;
+        self.resolved.extend(other.resolved.iter().cloned());
+        self.observed += other.observed;
+        self.undecided += other.undecided;
+        self.exceptions_opened += other.exceptions_opened;
+        self.exceptions_resolved += other.exceptions_resolved;
+    }
+}
+
+/// The exceptions a key's decision may clear: every kind its lines decide
+/// (MISSING_AT_PROVIDER only once a refund settled).
+fn clearable(lines: &[(u64, SettlementLine)]) -> Vec<ExceptionKind> {
+    let mut kinds = vec![
+        ExceptionKind::DoubleRefund,
+        ExceptionKind::RefundNotRecorded,
+        ExceptionKind::AmountMismatch,
+        ExceptionKind::UnknownReference,
+    ];
+    if lines.iter().any(|(_, l)| l.status.moved_money()) {
+        kinds.push(ExceptionKind::MissingAtProvider);
+    }
+    kinds
+}
+
+/// The job's amount and currency from its payload, by its queue's
+/// pointers; `None` without pointers or when the payload lacks them.
+fn payload_amount(settings: &SettlementSettings, held: &Held) -> Option<(i64, String)> {
+    let queue = settings
+        .queues
+        .iter()
+        .find(|q| Some(&q.queue) == held.queue.as_ref())?;
+    let (amount_at, currency_at) = (
+        queue.amount_pointer.as_ref()?,
+        queue.currency_pointer.as_ref()?,
+    );
+    let payload: serde_json::Value = serde_json::from_str(held.payload.as_ref()?).ok()?;
+    let amount = match payload.pointer(amount_at)? {
+        serde_json::Value::Number(n) => n.as_i64()?,
+        serde_json::Value::String(s) => s.trim().parse().ok()?,
+        _ => return None,
+    };
+    let currency = payload.pointer(currency_at)?.as_str()?.to_ascii_uppercase();
+    Some((amount, currency))
+}
+
+fn holder(settings: &SettlementSettings, held: Option<&Held>) -> Holder {
+    match held {
+        None => Holder::Nobody,
+        Some(h) => match &h.holder {
+            Holder::Job {
+                id, state, attempt, ..
+            } => Holder::Job {
+                id: *id,
+                state: *state,
+                attempt: *attempt,
+                amount: payload_amount(settings, h),
+            },
+            other => other.clone(),
+        },
+    }
+}
+
+/// Decides and applies every key of `batch`.
+pub(super) async fn apply(
+    coordinator: &Coordinator,
+    store: &JobStore,
+    settings: &SettlementSettings,
+    batch: &[KeyLines],
+) -> Result<Decided, CoordinatorError> {
+    let keys: Vec<&str> = batch.iter().filter_map(|k| k.key.as_deref()).collect();
+    let mut holders = store.settlement_holders(&settings.queues, &keys).await?;
+    let mut out = Decided::default();
+    for kl in batch {
+        let subject = match &kl.key {
+            Some(k) => k.clone(),
+            None => kl.lines[0].1.provider_reference.clone(),
+        };
+        let lines: Vec<SettlementLine> = kl.lines.iter().map(|(_, l)| l.clone()).collect();
+        for round in 0..=REDECIDE {
+            let h = holder(settings, kl.key.as_ref().and_then(|k| holders.get(k)));
+            let d = decide(&h, &lines);
+            match apply_one(coordinator, store, settings, &h, &d.outcome, &lines).await? {
+                Applied::Done => {}
+                // The job moved under the decision: read it again.
+                Applied::Moved if round < REDECIDE => {
+                    if let Some(k) = &kl.key {
+                        let again = store.settlement_holders(&settings.queues, &[k]).await?;
+                        holders.extend(again);
+                    }
+                    continue;
+                }
+                Applied::Moved => {}
+            }
+            count(&mut out, &d.outcome);
+            let raised: Vec<Raised> = d
+                .exceptions
+                .iter()
+                .map(|(kind, detail)| Raised {
+                    kind: *kind,
+                    job_id: job_of(&h),
+                    detail: detail.clone(),
+                })
+                .collect();
+            let done = store
+                .raise_settlement_exceptions(
+                    &settings.provider,
+                    &subject,
+                    &raised,
+                    &clearable(&kl.lines),
+                )
+                .await?;
+            out.exceptions_opened += done.opened;
+            out.exceptions_resolved += done.resolved;
+            break;
+        }
+        let ids: Vec<u64> = kl.lines.iter().map(|(id, _)| *id).collect();
+        store.settlement_lines_decided(&ids, kl.read_at).await?;
+    }
+    Ok(out)
+}
+
+fn job_of(h: &Holder) -> Option<u64> {
+    match h {
+        Holder::Job { id, .. } => Some(*id),
+        Holder::Pruned { job_id, .. } => Some(*job_id),
+        Holder::Nobody => None,
+    }
+}
+
+fn count(out: &mut Decided, outcome: &Outcome) {
+    match outcome {
+        Outcome::Matched => out.matched += 1,
+        Outcome::Resolve {
+            job_id,
+            provider_reference,
+            ..
+        } => out.resolved.push((*job_id, provider_reference.clone())),
+        Outcome::Observe { .. } => out.observed += 1,
+        Outcome::Undecided => out.undecided += 1,
+        Outcome::Exception => {}
+    }
+}
+
+enum Applied {
+    Done,
+    /// The job was not where the decision read it: decide again.
+    Moved,
+}
+
+async fn apply_one(
+    coordinator: &Coordinator,
+    store: &JobStore,
+    settings: &SettlementSettings,
+    h: &Holder,
+    outcome: &Outcome,
+    lines: &[SettlementLine],
+) -> Result<Applied, CoordinatorError> {
+    let settled = lines.iter().find(|l| l.status.moved_money());
+    match (outcome, settled, h) {
+        (
+            Outcome::Resolve {
+                job_id,
+                attempt,
+                provider_reference,
+            },
+            Some(line),
+            _,
+        ) => {
+            observe(store, settings, *job_id, *attempt, line).await?;
+            let resolved = coordinator
+                .resolve_manual_review(
+                    ResolveRequest {
+                        job_id: *job_id,
+                        attempt: *attempt,
+                        resolution: Resolution::Succeeded {
+                            provider_reference: provider_reference.clone(),
+                            result: Some(line_body(&settings.provider, line)),
+                        },
+                        operator: OPERATOR.into(),
+                        reason: format!(
+                            "settled in {}'s report: refund {} of {} {}",
+                            settings.provider,
+                            line.provider_reference,
+                            line.amount_minor,
+                            line.currency
+                        ),
+                    },
+                    false,
+                )
+                .await;
+            match resolved {
+                Ok(_) => Ok(Applied::Done),
+                // Fenced like an operator's: a worker or an operator moved
+                // the job first, and nothing was written.
+                Err(
+                    CoordinatorError::JobNotInManualReview { .. }
+                    | CoordinatorError::AttemptSuperseded { .. },
+                ) => Ok(Applied::Moved),
+                Err(e) => Err(e),
+            }
+        }
+        (Outcome::Observe { job_id }, Some(line), Holder::Job { attempt, .. }) => {
+            observe(store, settings, *job_id, *attempt, line).await?;
+            Ok(Applied::Done)
+        }
+        _ => Ok(Applied::Done),
+    }
+}
+
+/// The line as an observation's body (JSON).
+fn line_body(provider: &str, l: &SettlementLine) -> String {
+    serde_json::json!({
+        "provider": provider,
+        "provider_reference": l.provider_reference,
+        "operation_key": l.operation_key,
+        "amount_minor": l.amount_minor,
+        "currency": l.currency,
+        "status": l.status.as_str(),
+        "created": l.created_at.format("%Y-%m-%dT%H:%M:%SZ").to_string(),
+    })
+    .to_string()
+}
+
+/// Keeps a settled line as evidence on the job (de-duplicated per refund).
+async fn observe(
+    store: &JobStore,
+    settings: &SettlementSettings,
+    job_id: u64,
+    attempt: u64,
+    line: &SettlementLine,
+) -> Result<(), CoordinatorError> {
+    let req = RecordObservationRequest {
+        job_id,
+        attempt,
+        source: ObservationSource::Settlement,
+        outcome: ObservationOutcome::Succeeded,
+        provider_reference: Some(line.provider_reference.clone()),
+        body: line_body(&settings.provider, line),
+        dedup_key: format!(
+            "settlement:{}:{}",
+            settings.provider, line.provider_reference
+        ),
+    };
+    match store
+        .record_observation(&req, &jobfence_domain::scope::ANY_QUEUE)
+        .await
+    {
+        Ok(_) => Ok(()),
+        // Pruned meanwhile: the key record still matches; nothing to keep
+        // the line on.
+        Err(CoordinatorError::JobPruned(_) | CoordinatorError::JobNotFound { .. }) => Ok(()),
+        Err(e) => Err(e),
+    }
+}

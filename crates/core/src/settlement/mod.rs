@@ -1,0 +1,235 @@
+//! Settlement (docs/design.md rule 15): a provider's report imported
+//! through the coordinator, matched by operation key against the jobs and
+//! key records of the provider's queues, in short transactions.
+//!
+//! An import is a session ([`Import`]): [`Coordinator::start_import`]
+//! finds the provider's settings, [`Import::lines`] takes each batch of a
+//! report's lines as the caller streams them (read through the provider's
+//! mapping; a bad line is refused with its number and nothing of it is
+//! written), writes them, and decides every key they touched; and
+//! [`Import::finish`] records the period, matches what an earlier import
+//! cut off midway left undecided, and looks for succeeded jobs with no
+//! refund. The file is never held whole: a batch at a time.
+
+mod decide;
+mod gauges;
+
+use super::Coordinator;
+use jobfence_domain::settlement::mapping::{LineRefusal, RawLine};
+use jobfence_domain::settlement::records::{LineCounts, SettlementSettings};
+use jobfence_domain::settlement::{ExceptionKind, SettlementLine};
+use jobfence_domain::validate::Violations;
+use jobfence_domain::{CoordinatorError, DbTime};
+use jobfence_store::settlement::report::MissingCursor;
+use jobfence_store::JobStore;
+
+pub use decide::Decided;
+
+/// Most lines one streamed batch may carry.
+pub const MAX_BATCH_LINES: usize = 2000;
+/// Refused lines an import's summary lists one by one (all are counted).
+pub const MAX_LISTED_REFUSALS: usize = 100;
+
+/// What an import is told first.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ImportHeader {
+    pub provider: String,
+    /// The period the report covers, `[start, end)` UTC.
+    pub period: (DbTime, DbTime),
+    /// Who imports it (the operator credential's name).
+    pub operator: String,
+    /// Read and check every line, write nothing (`--strict`'s first pass).
+    pub check_only: bool,
+}
+
+/// What an import did, for its summary.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ImportSummary {
+    pub lines_read: u64,
+    pub lines_refused: u64,
+    /// The first [`MAX_LISTED_REFUSALS`] refusals.
+    pub refusals: Vec<LineRefusal>,
+    pub lines: LineCounts,
+    pub decided: Decided,
+    /// The succeeded jobs found with no refund in the covered periods
+    /// (exceptions raised or kept).
+    pub missing: u64,
+}
+
+/// An import in progress (see the module docs).
+pub struct Import {
+    coordinator: Coordinator,
+    store: JobStore,
+    settings: SettlementSettings,
+    header: ImportHeader,
+    summary: ImportSummary,
+}
+
+impl Coordinator {
+    /// Starts an import of `header.provider`'s report. Errors:
+    /// `InvalidArgument` for an unknown provider or one without settlement
+    /// settings (field `provider`), an empty or reversed period
+    /// (`period_end`), no operator name.
+    pub async fn start_import(&self, header: ImportHeader) -> Result<Import, CoordinatorError> {
+        let mut v = Violations::default();
+        v.key("operator", &header.operator);
+        if header.period.1 <= header.period.0 {
+            v.add("period_end", "must be after period_start");
+        }
+        if header.provider.is_empty() {
+            v.add("provider", "must name a provider");
+        }
+        v.finish()?;
+        let (store, settings) = self.settlement_home(&header.provider).await?;
+        Ok(Import {
+            coordinator: self.clone(),
+            store,
+            settings,
+            header,
+            summary: ImportSummary::default(),
+        })
+    }
+
+    /// The database holding `provider`'s settlement settings, and them.
+    pub(crate) async fn settlement_home(
+        &self,
+        provider: &str,
+    ) -> Result<(JobStore, SettlementSettings), CoordinatorError> {
+        for (_, store) in self.shards().all() {
+            if let Some(settings) = store.settlement_settings(provider).await? {
+                return Ok((store.clone(), settings));
+            }
+        }
+        Err(CoordinatorError::invalid(
+            "provider",
+            format!(
+                "provider {provider:?} has no settlement settings here \
+                 (set them with `jobfence settlement configure --provider {provider} --preset …`)"
+            ),
+        ))
+    }
+}
+
+impl Import {
+    /// The provider's settings the import reads its lines with.
+    pub fn settings(&self) -> &SettlementSettings {
+        &self.settings
+    }
+
+    /// One batch of the report's lines, as the caller read them. Refused
+    /// lines are counted and listed; the others are written and their keys
+    /// decided (unless the import only checks).
+    pub async fn lines(&mut self, raw: &[RawLine]) -> Result<(), CoordinatorError> {
+        if raw.len() > MAX_BATCH_LINES {
+            return Err(CoordinatorError::invalid(
+                "lines",
+                format!("at most {MAX_BATCH_LINES} lines in one message"),
+            ));
+        }
+        let mut good: Vec<SettlementLine> = Vec::with_capacity(raw.len());
+        for r in raw {
+            self.summary.lines_read += 1;
+            match self.settings.mapping.read(r) {
+                Ok(line) => good.push(line),
+                Err(refused) => {
+                    self.summary.lines_refused += 1;
+                    if self.summary.refusals.len() < MAX_LISTED_REFUSALS {
+                        self.summary.refusals.push(refused);
+                    }
+                }
+            }
+        }
+        if self.header.check_only || good.is_empty() {
+            return Ok(());
+        }
+        let counts = self
+            .store
+            .put_settlement_lines(&self.settings.provider, &self.settings.queues, &good)
+            .await?;
+        self.summary.lines.add(counts);
+        self.coordinator
+            .metrics
+            .settlement_lines(&self.settings.provider, counts, 0);
+        self.decide_undecided(good.len() as u32).await
+    }
+
+    /// Decides the provider's undecided lines, `limit` at a time, until
+    /// none is left.
+    async fn decide_undecided(&mut self, limit: u32) -> Result<(), CoordinatorError> {
+        loop {
+            let batch = self
+                .store
+                .undecided_settlement_lines(&self.settings.provider, limit.max(100))
+                .await?;
+            if batch.is_empty() {
+                return Ok(());
+            }
+            let decided =
+                decide::apply(&self.coordinator, &self.store, &self.settings, &batch).await?;
+            self.coordinator
+                .metrics
+                .settlement_resolved(&self.settings.provider, decided.resolved.len() as u64);
+            self.summary.decided.add(&decided);
+        }
+    }
+
+    /// Ends the import: records the period, decides what is left
+    /// undecided (an earlier import's cut-off batch), and raises
+    /// MISSING_AT_PROVIDER for succeeded jobs of the covered periods with
+    /// no refund, older than the provider's lag. The summary.
+    pub async fn finish(mut self) -> Result<ImportSummary, CoordinatorError> {
+        let provider = self.settings.provider.clone();
+        self.coordinator.metrics.settlement_lines(
+            &provider,
+            LineCounts::default(),
+            self.summary.lines_refused,
+        );
+        if self.header.check_only {
+            return Ok(self.summary);
+        }
+        let (start, end) = self.header.period;
+        self.store
+            .record_settlement_period(&provider, start, end, &self.header.operator)
+            .await?;
+        self.decide_undecided(500).await?;
+        let mut cursor = MissingCursor::Start;
+        while cursor != MissingCursor::Done {
+            let (page, next) = self
+                .store
+                .missing_at_provider(&self.settings, cursor, 500)
+                .await?;
+            for m in &page {
+                let raised = jobfence_store::settlement::Raised {
+                    kind: ExceptionKind::MissingAtProvider,
+                    job_id: Some(m.job_id),
+                    detail: format!(
+                        "job {} succeeded at {} and no refund of its key is in {provider}'s reports",
+                        m.job_id,
+                        m.finished_at.format("%Y-%m-%d %H:%M:%S UTC")
+                    ),
+                };
+                let done = self
+                    .store
+                    .raise_settlement_exceptions(&provider, &m.operation_key, &[raised], &[])
+                    .await?;
+                self.summary.decided.exceptions_opened += done.opened;
+            }
+            self.summary.missing += page.len() as u64;
+            cursor = next;
+        }
+        self.coordinator.refresh_settlement_gauges().await;
+        tracing::info!(
+            provider = %provider,
+            operator = %self.header.operator,
+            lines_read = self.summary.lines_read,
+            lines_refused = self.summary.lines_refused,
+            new = self.summary.lines.new,
+            updated = self.summary.lines.updated,
+            matched = self.summary.decided.matched,
+            resolved = self.summary.decided.resolved.len(),
+            exceptions_opened = self.summary.decided.exceptions_opened,
+            "settlement report imported"
+        );
+        Ok(self.summary)
+    }
+}
