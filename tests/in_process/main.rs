@@ -20,6 +20,7 @@ mod retention;
 mod retention_archive;
 mod security;
 mod seed_scenarios;
+mod settlement;
 mod state_machine_model;
 mod state_machine_races;
 mod validation;

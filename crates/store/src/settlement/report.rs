@@ -77,7 +77,7 @@ impl JobStore {
             MissingCursor::Start | MissingCursor::Job { .. } => {
                 let (t, id) = match after {
                     MissingCursor::Job { finished_at, id } => (finished_at, id),
-                    _ => (DbTime::MIN, 0),
+                    _ => (DbTime::default(), 0),
                 };
                 let rows = sqlx::query(&read(include_str!(
                     "../queries/settlement/missing_jobs.sql"
