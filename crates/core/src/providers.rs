@@ -61,7 +61,10 @@ impl Coordinator {
     }
 
     /// The database holding provider `name`, if any.
-    async fn provider_home(&self, name: &str) -> Result<Option<usize>, CoordinatorError> {
+    pub(crate) async fn provider_home(
+        &self,
+        name: &str,
+    ) -> Result<Option<usize>, CoordinatorError> {
         for (i, (_, store)) in self.shards().all().iter().enumerate() {
             if store.get_provider(name).await?.is_some() {
                 return Ok(Some(i));

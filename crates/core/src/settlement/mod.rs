@@ -11,6 +11,7 @@
 //! cut off midway left undecided, and looks for succeeded jobs with no
 //! refund. The file is never held whole: a batch at a time.
 
+mod admin;
 mod decide;
 mod gauges;
 
