@@ -64,6 +64,12 @@ pub(crate) fn router(state: Arc<AppState>) -> Router {
         .route("/_admin/ledger", get(ledger))
         .route("/_admin/faults", get(get_faults).put(put_faults))
         .route("/_admin/stats", get(stats))
+        .route("/_admin/report", get(report))
+        .route("/_admin/refunds", axum::routing::post(refund_outside))
+        .route(
+            "/_admin/refunds/{merchant_reference}/again",
+            axum::routing::post(refund_again),
+        )
         .route(
             "/_admin/rate-limit",
             get(get_rate_limit).put(put_rate_limit),
@@ -280,6 +286,111 @@ async fn list_refunds(
         Json(RefundList { data }).into_response()
     })
     .await
+}
+
+/// `GET /_admin/report?from=&to=&format=`: the settlement report.
+#[derive(Debug, Deserialize)]
+struct ReportQuery {
+    /// Unix seconds (provider clock), inclusive.
+    from: Option<u64>,
+    /// Unix seconds, exclusive.
+    to: Option<u64>,
+    /// `csv` (default) or `stripe` (Refund objects as JSON lines).
+    format: Option<String>,
+}
+
+/// The settlement report of the refunds created in `[from, to)`, oldest
+/// first (docs/fake-provider.md, "Settlement report"): CSV with the
+/// columns `id,merchant_reference,amount,currency,status,created`, or one
+/// Stripe Refund object per line, the merchant reference in
+/// `metadata.operation_key` and the currency lowercase.
+async fn report(State(app): State<Arc<AppState>>, Query(q): Query<ReportQuery>) -> Response {
+    let refunds = app.book.report(q.from, q.to);
+    match q.format.as_deref().unwrap_or("csv") {
+        "csv" => {
+            let mut body = String::from("id,merchant_reference,amount,currency,status,created\n");
+            for r in &refunds {
+                body.push_str(&format!(
+                    "{},{},{},{},{},{}\n",
+                    csv_field(&r.id),
+                    csv_field(&r.merchant_reference),
+                    r.amount,
+                    csv_field(&r.currency),
+                    status_name(r.status),
+                    r.created
+                ));
+            }
+            ([(header::CONTENT_TYPE, "text/csv; charset=utf-8")], body).into_response()
+        }
+        "stripe" => {
+            let mut body = String::new();
+            for r in &refunds {
+                let line = serde_json::json!({
+                    "id": r.id,
+                    "object": "refund",
+                    "amount": r.amount,
+                    "currency": r.currency.to_ascii_lowercase(),
+                    "status": status_name(r.status),
+                    "created": r.created,
+                    "payment_intent": r.payment_id,
+                    "metadata": {"operation_key": r.merchant_reference},
+                });
+                body.push_str(&line.to_string());
+                body.push('\n');
+            }
+            ([(header::CONTENT_TYPE, "application/x-ndjson")], body).into_response()
+        }
+        other => invalid(format!("unknown format {other:?}: csv or stripe")),
+    }
+}
+
+fn status_name(s: super::model::RefundStatus) -> &'static str {
+    match s {
+        super::model::RefundStatus::Pending => "pending",
+        super::model::RefundStatus::Succeeded => "succeeded",
+        super::model::RefundStatus::Failed => "failed",
+    }
+}
+
+/// A CSV field, quoted when it holds a comma, a quote or a line break.
+fn csv_field(s: &str) -> String {
+    if s.contains([',', '"', '\n', '\r']) {
+        format!("\"{}\"", s.replace('"', "\"\""))
+    } else {
+        s.to_owned()
+    }
+}
+
+/// `POST /_admin/refunds` (a refund's parameters): a refund made outside
+/// the idempotent API, as by hand in the dashboard (for tests and the
+/// demo's injected exceptions).
+async fn refund_outside(State(app): State<Arc<AppState>>, body: Bytes) -> Response {
+    let params: RefundParams = match serde_json::from_slice(&body) {
+        Ok(p) => p,
+        Err(e) => return invalid(format!("invalid refund parameters: {e}")),
+    };
+    if params.amount <= 0 {
+        return invalid("amount must be above zero");
+    }
+    (StatusCode::CREATED, Json(app.book.make_outside(params))).into_response()
+}
+
+/// `POST /_admin/refunds/{merchant_reference}/again`: the same refund made
+/// a second time, as a resend after its idempotency key expired would
+/// (a double refund, for tests and the demo).
+async fn refund_again(
+    State(app): State<Arc<AppState>>,
+    Path(merchant_reference): Path<String>,
+) -> Response {
+    match app.book.params_of(&merchant_reference) {
+        Some(params) => (StatusCode::CREATED, Json(app.book.make_outside(params))).into_response(),
+        None => error(
+            StatusCode::NOT_FOUND,
+            "invalid_request_error",
+            Some("resource_missing"),
+            format!("no refund of merchant reference {merchant_reference:?}"),
+        ),
+    }
 }
 
 async fn ledger(State(app): State<Arc<AppState>>) -> Response {

@@ -248,6 +248,60 @@ impl ProviderClient {
             .await
     }
 
+    /// `GET /_admin/report`: the settlement report of the refunds created
+    /// in `[from, to)` (Unix seconds; `None`: unbounded), as `format`
+    /// (`csv` or `stripe`), written to `out` as it arrives (a report can be
+    /// large). Returns the bytes written.
+    pub async fn report(
+        &self,
+        from: Option<u64>,
+        to: Option<u64>,
+        format: &str,
+        out: &mut (dyn std::io::Write + Send),
+    ) -> Result<u64, ProviderError> {
+        let mut query: Vec<(&str, String)> = vec![("format", format.to_owned())];
+        if let Some(f) = from {
+            query.push(("from", f.to_string()));
+        }
+        if let Some(t) = to {
+            query.push(("to", t.to_string()));
+        }
+        let answer = exchange(
+            self.http.get(self.url(&["_admin", "report"])).query(&query),
+            Duration::from_secs(600),
+        )
+        .await?;
+        if !answer.status.is_success() {
+            return Err(ProviderError::Rejected {
+                status: answer.status.as_u16(),
+                error_type: String::new(),
+                message: String::from_utf8_lossy(&answer.body).into_owned(),
+            });
+        }
+        out.write_all(&answer.body)
+            .map_err(|e| ProviderError::Decode {
+                message: format!("writing the report: {e}"),
+            })?;
+        Ok(answer.body.len() as u64)
+    }
+
+    /// `POST /_admin/refunds`: a refund made outside the idempotent API (as
+    /// by hand in the dashboard).
+    pub async fn refund_outside(&self, params: &RefundParams) -> Result<Refund, ProviderError> {
+        self.admin(self.http.post(self.url(&["_admin", "refunds"])).json(params))
+            .await
+    }
+
+    /// `POST /_admin/refunds/{merchant_reference}/again`: the same refund a
+    /// second time (a double refund).
+    pub async fn refund_again(&self, merchant_reference: &str) -> Result<Refund, ProviderError> {
+        self.admin(
+            self.http
+                .post(self.url(&["_admin", "refunds", merchant_reference, "again"])),
+        )
+        .await
+    }
+
     /// `GET /_admin/faults`.
     pub async fn faults(&self) -> Result<FaultConfig, ProviderError> {
         self.admin(self.http.get(self.url(&["_admin", "faults"])))

@@ -211,6 +211,52 @@ impl RefundBook {
             .collect()
     }
 
+    /// Every refund created in `[from, to)` (Unix seconds, provider clock;
+    /// `None`: unbounded), oldest first, with its status now: what the
+    /// provider's settlement report lists.
+    pub fn report(&self, from: Option<u64>, to: Option<u64>) -> Vec<Refund> {
+        let now = self.clock.now();
+        let books = self.lock();
+        books
+            .refunds
+            .iter()
+            .map(|r| r.view(now, &self.clock))
+            .filter(|r| from.is_none_or(|f| r.created >= f) && to.is_none_or(|t| r.created < t))
+            .collect()
+    }
+
+    /// A refund made outside the idempotent API: by hand in the provider's
+    /// dashboard, or a resend after its idempotency key expired. It moves
+    /// money like any other and settles at once.
+    pub fn make_outside(&self, params: RefundParams) -> Refund {
+        let now = self.clock.now();
+        let mut books = self.lock();
+        let index = books.refunds.len();
+        let id = format!("re_{:06}{:010x}", index + 1, books.rng.u64(..) >> 24);
+        let refund = StoredRefund {
+            id: id.clone(),
+            params,
+            created_at: now,
+            settles_at: now,
+            outcome: RefundStatus::Succeeded,
+        };
+        let view = refund.view(now, &self.clock);
+        books.refunds.push(refund);
+        books.by_id.insert(id, index);
+        view
+    }
+
+    /// The parameters of the newest refund of `merchant_reference`, if any.
+    pub fn params_of(&self, merchant_reference: &str) -> Option<RefundParams> {
+        let books = self.lock();
+        books
+            .refunds
+            .iter()
+            .rev()
+            .find(|r| r.params.merchant_reference == merchant_reference)
+            .map(|r| r.params.clone())
+    }
+
     /// Money moved so far, per payment and per merchant reference.
     pub fn ledger(&self) -> Ledger {
         let now = self.clock.now();
