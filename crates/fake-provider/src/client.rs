@@ -288,8 +288,12 @@ impl ProviderClient {
     /// `POST /_admin/refunds`: a refund made outside the idempotent API (as
     /// by hand in the dashboard).
     pub async fn refund_outside(&self, params: &RefundParams) -> Result<Refund, ProviderError> {
-        self.admin(self.http.post(self.url(&["_admin", "refunds"])).json(params))
-            .await
+        self.admin(
+            self.http
+                .post(self.url(&["_admin", "refunds"]))
+                .json(params),
+        )
+        .await
     }
 
     /// `POST /_admin/refunds/{merchant_reference}/again`: the same refund a

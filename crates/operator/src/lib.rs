@@ -2,8 +2,9 @@
 //! (it depends on the API and the worker SDK's credentials, nothing of the
 //! coordinator): `jobfence jobs list|show|resolve|cancel`,
 //! `jobfence stats`, `jobfence events list|watch`, `jobfence providers
-//! list|set|delete|pause|resume|history` and `jobfence queue-policies
-//! list|set|delete|history`. They talk gRPC to a running coordinator
+//! list|set|delete|pause|resume|history`, `jobfence queue-policies
+//! list|set|delete|history` and `jobfence settlement
+//! configure|import|report|exceptions`. They talk gRPC to a running coordinator
 //! (JobAdmin, JobEvents), print human-readable tables by default and JSON
 //! with `--json`. A refusal is printed with its ErrorInfo reason and
 //! metadata (and each bad field, named by its flag where there is one) and
@@ -25,6 +26,7 @@ mod providers;
 mod queue_policies;
 mod refusal;
 mod render;
+mod settlement;
 mod stats;
 
 pub use changes::{ChangeArgs, HistoryArgs};
@@ -34,6 +36,7 @@ pub use jobs::{CancelArgs, JobsArgs, JobsCommand, ListArgs, ResolveArgs, Resolve
 pub use providers::{ProvidersArgs, ProvidersCommand, SetProviderArgs};
 pub use queue_policies::{QueuePoliciesArgs, QueuePoliciesCommand};
 pub use refusal::{describe_status, describe_status_with_flags};
+pub use settlement::{SettlementArgs, SettlementCommand};
 pub use stats::StatsArgs;
 
 use clap::{Parser, Subcommand};
@@ -61,6 +64,10 @@ pub enum Operation {
     /// dispatches), which win over every coordinator's flags.
     #[command(visible_alias = "queue-policy")]
     QueuePolicies(QueuePoliciesArgs),
+    /// Operator: the provider's settlement reports (docs/design.md rule 15):
+    /// how one is read, importing one, the report of what matched, and the
+    /// exceptions for a person.
+    Settlement(SettlementArgs),
 }
 
 /// The operator commands alone, parsed as `jobfence` parses them
@@ -82,6 +89,7 @@ pub async fn run(op: Operation, out: &mut (dyn Write + Send)) -> anyhow::Result<
         Operation::Events(args) => events::run(args, out).await,
         Operation::Providers(args) => providers::run(args, out).await,
         Operation::QueuePolicies(args) => queue_policies::run(args, out).await,
+        Operation::Settlement(args) => settlement::run(args, out).await,
     }
 }
 

@@ -1,0 +1,288 @@
+//! `jobfence settlement import`: a report file streamed to the coordinator
+//! in batches as it is read (the file is never held whole), a progress
+//! line while it goes, and the summary the coordinator answers. With
+//! `--strict` the whole file is checked first (nothing written) and
+//! imported only if no line is refused.
+
+use super::read::{read, Format, Read1};
+use crate::connection::{channel, Connection};
+use crate::refusal::refused_with_flags;
+use crate::render::print_json;
+use anyhow::Context;
+use chrono::{NaiveDate, NaiveDateTime};
+use clap::Args;
+use jobfence_api::v1 as proto;
+use jobfence_api::v1::import_settlement_request::Part;
+use jobfence_api::v1::job_admin_client::JobAdminClient;
+use serde_json::json;
+use std::io::Write;
+use std::path::PathBuf;
+use tokio::sync::mpsc;
+
+/// Lines per streamed message.
+const BATCH: usize = 500;
+
+/// `jobfence settlement import`.
+#[derive(Debug, Args)]
+pub struct ImportArgs {
+    /// The provider whose report it is (its settings say how to read it).
+    #[arg(long)]
+    pub provider: String,
+    /// The day the report covers (UTC), e.g. 2026-12-01; or --from/--to.
+    #[arg(long, conflicts_with_all = ["from", "to"])]
+    pub period: Option<NaiveDate>,
+    /// The start of the period covered (RFC 3339 or a date, UTC).
+    #[arg(long, requires = "to", value_parser = parse_time)]
+    pub from: Option<NaiveDateTime>,
+    /// The end of the period covered, exclusive.
+    #[arg(long, requires = "from", value_parser = parse_time)]
+    pub to: Option<NaiveDateTime>,
+    /// csv or jsonl; by default from the file's name (.csv, .jsonl, .json,
+    /// .ndjson, each possibly .gz).
+    #[arg(long, value_enum)]
+    pub format: Option<Format>,
+    /// Check every line first and import nothing if one is refused.
+    #[arg(long)]
+    pub strict: bool,
+    /// Your name, recorded with the covered period (a coordinator that
+    /// authenticates records your credential's name).
+    #[arg(long, env = "JOBFENCE_OPERATOR", default_value = "")]
+    pub operator: String,
+    /// The report (gzip'd or not); `-` for standard input (with --format).
+    pub file: PathBuf,
+}
+
+/// A time on the command line: RFC 3339, or a date (its midnight UTC).
+fn parse_time(s: &str) -> Result<NaiveDateTime, String> {
+    if let Ok(t) = chrono::DateTime::parse_from_rfc3339(s) {
+        return Ok(t.naive_utc());
+    }
+    NaiveDate::parse_from_str(s, "%Y-%m-%d")
+        .map(|d| d.and_hms_opt(0, 0, 0).expect("midnight exists"))
+        .map_err(|_| format!("{s:?} is neither an RFC 3339 time nor a date (YYYY-MM-DD)"))
+}
+
+fn timestamp(t: NaiveDateTime) -> prost_types::Timestamp {
+    let utc = t.and_utc();
+    prost_types::Timestamp {
+        seconds: utc.timestamp(),
+        nanos: utc.timestamp_subsec_nanos() as i32,
+    }
+}
+
+/// The flags of the import's fields, for refusals.
+const IMPORT_FLAGS: &crate::refusal::FlagNames = &[
+    ("provider", "--provider"),
+    ("period_end", "--to"),
+    ("operator", "--operator"),
+];
+
+/// Runs the import, printing the summary to `out`.
+pub(crate) async fn run(
+    conn: &Connection,
+    args: ImportArgs,
+    out: &mut (dyn Write + Send),
+) -> anyhow::Result<()> {
+    let (from, to) = match (args.period, args.from, args.to) {
+        (Some(day), _, _) => {
+            let start = day.and_hms_opt(0, 0, 0).expect("midnight exists");
+            (start, start + chrono::Duration::days(1))
+        }
+        (None, Some(f), Some(t)) => (f, t),
+        _ => anyhow::bail!("say which period the report covers: --period DAY, or --from and --to"),
+    };
+    let format = match args.format.or_else(|| Format::of(&args.file)) {
+        Some(f) => f,
+        None => anyhow::bail!(
+            "cannot tell the format of {} from its name: give --format csv or --format jsonl",
+            args.file.display()
+        ),
+    };
+    let header = proto::ImportSettlementHeader {
+        provider: args.provider.clone(),
+        period_start: Some(timestamp(from)),
+        period_end: Some(timestamp(to)),
+        operator: args.operator.clone(),
+        check_only: false,
+    };
+    if args.strict {
+        let checked = stream(
+            conn,
+            &args.file,
+            format,
+            proto::ImportSettlementHeader {
+                check_only: true,
+                ..header.clone()
+            },
+        )
+        .await?;
+        if checked.0.lines_refused > 0 || !checked.1.is_empty() {
+            summary(out, &args, &checked, true, conn.json)?;
+            anyhow::bail!(
+                "--strict: {} line(s) refused; nothing was imported",
+                checked.0.lines_refused + checked.1.len() as u64
+            );
+        }
+    }
+    let done = stream(conn, &args.file, format, header).await?;
+    summary(out, &args, &done, false, conn.json)
+}
+
+/// Streams the file; the coordinator's answer and the lines refused here.
+async fn stream(
+    conn: &Connection,
+    path: &std::path::Path,
+    format: Format,
+    header: proto::ImportSettlementHeader,
+) -> anyhow::Result<(proto::ImportSettlementResponse, Vec<proto::RefusedLine>)> {
+    let mut client = JobAdminClient::new(channel(conn).await?);
+    let (tx, rx) = mpsc::channel::<proto::ImportSettlementRequest>(4);
+    let path_owned = path.to_path_buf();
+    tx.send(proto::ImportSettlementRequest {
+        part: Some(Part::Header(header)),
+    })
+    .await
+    .ok();
+    // File reading and parsing on a thread of its own; the channel's bound
+    // keeps at most a few batches in memory.
+    let reader = tokio::task::spawn_blocking(move || read_and_send(&path_owned, format, tx));
+    let answer = client
+        .import_settlement(tokio_stream::wrappers::ReceiverStream::new(rx))
+        .await;
+    let local = reader.await.context("the file reader stopped")??;
+    eprintln!();
+    let answer = answer.map_err(|s| refused_with_flags(s, IMPORT_FLAGS))?;
+    Ok((answer.into_inner(), local))
+}
+
+/// Reads the file, sending batches; returns the lines refused here.
+fn read_and_send(
+    path: &std::path::Path,
+    format: Format,
+    tx: mpsc::Sender<proto::ImportSettlementRequest>,
+) -> anyhow::Result<Vec<proto::RefusedLine>> {
+    let mut batch = Vec::with_capacity(BATCH);
+    let mut refused = Vec::new();
+    let mut sent = 0u64;
+    let mut last = std::time::Instant::now();
+    let send = |batch: &mut Vec<proto::SettlementReportLine>, sent: &mut u64| -> bool {
+        *sent += batch.len() as u64;
+        let lines = std::mem::take(batch);
+        tx.blocking_send(proto::ImportSettlementRequest {
+            part: Some(Part::Lines(proto::SettlementLineBatch { lines })),
+        })
+        .is_ok()
+    };
+    read(path, format, |line| {
+        match line {
+            Read1::Line(l) => batch.push(l),
+            Read1::Refused(r) => refused.push(r),
+        }
+        if batch.len() >= BATCH {
+            if !send(&mut batch, &mut sent) {
+                return false; // the call ended (refused): stop reading
+            }
+            if last.elapsed().as_secs() >= 1 {
+                eprint!("\rsettlement: {sent} lines sent");
+                last = std::time::Instant::now();
+            }
+        }
+        true
+    })?;
+    if !batch.is_empty() {
+        send(&mut batch, &mut sent);
+    }
+    eprint!("\rsettlement: {sent} lines sent");
+    Ok(refused)
+}
+
+/// Prints the import's summary.
+fn summary(
+    out: &mut (dyn Write + Send),
+    args: &ImportArgs,
+    (answer, local): &(proto::ImportSettlementResponse, Vec<proto::RefusedLine>),
+    checked_only: bool,
+    as_json: bool,
+) -> anyhow::Result<()> {
+    let mut refused: Vec<&proto::RefusedLine> = local.iter().chain(&answer.refused).collect();
+    refused.sort_by_key(|r| r.line);
+    if as_json {
+        let lines: Vec<_> = refused
+            .iter()
+            .map(|r| json!({"line": r.line, "field": r.field, "reason": r.reason}))
+            .collect();
+        return print_json(
+            out,
+            &json!({
+                "provider": args.provider,
+                "checked_only": checked_only,
+                "lines_read": answer.lines_read + local.len() as u64,
+                "lines_refused": answer.lines_refused + local.len() as u64,
+                "refused": lines,
+                "lines_new": answer.lines_new,
+                "lines_updated": answer.lines_updated,
+                "lines_unchanged": answer.lines_unchanged,
+                "matched": answer.matched,
+                "resolved_job_ids": answer.resolved_job_ids,
+                "observed": answer.observed,
+                "undecided": answer.undecided,
+                "exceptions_opened": answer.exceptions_opened,
+                "exceptions_resolved": answer.exceptions_resolved,
+                "missing": answer.missing,
+            }),
+        );
+    }
+    let what = if checked_only { "checked" } else { "imported" };
+    writeln!(
+        out,
+        "settlement report of {} {what} ({})",
+        args.provider,
+        args.file.display()
+    )?;
+    writeln!(
+        out,
+        "  lines          {} read, {} refused; {} new, {} updated, {} unchanged",
+        answer.lines_read + local.len() as u64,
+        answer.lines_refused + local.len() as u64,
+        answer.lines_new,
+        answer.lines_updated,
+        answer.lines_unchanged
+    )?;
+    if !checked_only {
+        let ids: Vec<String> = answer.resolved_job_ids.iter().map(u64::to_string).collect();
+        writeln!(out, "  matched        {}", answer.matched)?;
+        writeln!(
+            out,
+            "  resolved       {} manual reviews{}",
+            ids.len(),
+            if ids.is_empty() {
+                String::new()
+            } else {
+                format!(" (jobs {})", ids.join(", "))
+            }
+        )?;
+        writeln!(
+            out,
+            "  observed       {} (jobs still ready or running)",
+            answer.observed
+        )?;
+        writeln!(
+            out,
+            "  pending        {} keys with no settled refund yet",
+            answer.undecided
+        )?;
+        writeln!(
+            out,
+            "  exceptions     {} opened, {} resolved by the report; {} succeeded jobs with no refund",
+            answer.exceptions_opened, answer.exceptions_resolved, answer.missing
+        )?;
+    }
+    for r in refused.iter().take(100) {
+        writeln!(
+            out,
+            "  refused        line {}: {}: {}",
+            r.line, r.field, r.reason
+        )?;
+    }
+    Ok(())
+}

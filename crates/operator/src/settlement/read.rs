@@ -1,0 +1,262 @@
+//! A provider's report file read line by line, never whole: CSV (a header
+//! row, then one refund per row) or JSON lines (one object per line, nested
+//! objects flattened with dots: `metadata.operation_key`), plain or
+//! gzip'd. What the coordinator receives is each line's number and its
+//! columns as text; the coordinator reads them through the provider's
+//! stored mapping. A line that cannot even be split into columns (a broken
+//! quote, a JSON line that is not an object) is refused here, with its
+//! number, and never sent.
+
+use flate2::read::MultiGzDecoder;
+use jobfence_api::v1::{RefusedLine, SettlementReportLine};
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::{BufRead, BufReader, Read};
+use std::path::Path;
+
+/// How a report file is written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    /// Comma-separated, with a header row naming the columns.
+    Csv,
+    /// One JSON object per line (Stripe's Refund objects, say).
+    Jsonl,
+}
+
+impl Format {
+    /// From a file name: `.csv`, `.jsonl`, `.ndjson`, `.json`, each
+    /// possibly followed by `.gz`.
+    pub fn of(path: &Path) -> Option<Format> {
+        let name = path.file_name()?.to_str()?.to_ascii_lowercase();
+        let name = name.strip_suffix(".gz").unwrap_or(&name);
+        if name.ends_with(".csv") {
+            Some(Format::Csv)
+        } else if [".jsonl", ".ndjson", ".json"]
+            .iter()
+            .any(|e| name.ends_with(e))
+        {
+            Some(Format::Jsonl)
+        } else {
+            None
+        }
+    }
+}
+
+/// Opens `path` (`-`: standard input), unzipping it when it starts with
+/// gzip's magic bytes.
+fn open(path: &Path) -> anyhow::Result<Box<dyn BufRead + Send>> {
+    let raw: Box<dyn Read + Send> = if path == Path::new("-") {
+        Box::new(std::io::stdin())
+    } else {
+        Box::new(File::open(path).map_err(|e| anyhow::anyhow!("opening {}: {e}", path.display()))?)
+    };
+    let mut buffered = BufReader::with_capacity(1 << 16, raw);
+    let gzip = buffered.fill_buf()?.starts_with(&[0x1f, 0x8b]);
+    Ok(if gzip {
+        Box::new(BufReader::with_capacity(
+            1 << 16,
+            MultiGzDecoder::new(buffered),
+        ))
+    } else {
+        Box::new(buffered)
+    })
+}
+
+/// One line as read: sent, or refused here.
+pub enum Read1 {
+    Line(SettlementReportLine),
+    Refused(RefusedLine),
+}
+
+/// Calls `each` with every line of the file, in order; stops early when it
+/// returns false.
+pub fn read(
+    path: &Path,
+    format: Format,
+    mut each: impl FnMut(Read1) -> bool,
+) -> anyhow::Result<()> {
+    let input = open(path)?;
+    match format {
+        Format::Csv => read_csv(input, &mut each),
+        Format::Jsonl => read_jsonl(input, &mut each),
+    }
+}
+
+fn read_csv(
+    input: Box<dyn BufRead + Send>,
+    each: &mut dyn FnMut(Read1) -> bool,
+) -> anyhow::Result<()> {
+    let mut reader = csv::ReaderBuilder::new()
+        .flexible(true)
+        .trim(csv::Trim::All)
+        .from_reader(input);
+    // The csv reader drops a UTF-8 byte-order mark before the header.
+    let headers = reader.headers()?.clone();
+    let mut record = csv::StringRecord::new();
+    loop {
+        let line = reader.position().line() + 1;
+        let next = match reader.read_record(&mut record) {
+            Ok(false) => return Ok(()),
+            Ok(true) => {
+                let fields: HashMap<String, String> = headers
+                    .iter()
+                    .zip(record.iter())
+                    .map(|(h, v)| (h.to_owned(), v.to_owned()))
+                    .collect();
+                let number = record.position().map_or(line, |p| p.line());
+                if fields.values().all(|v| v.is_empty()) {
+                    continue; // a blank line
+                }
+                Read1::Line(SettlementReportLine {
+                    line: number,
+                    fields,
+                })
+            }
+            Err(e) => Read1::Refused(RefusedLine {
+                line: e.position().map_or(line, |p| p.line()),
+                field: "line".into(),
+                reason: format!("not a CSV row: {e}"),
+            }),
+        };
+        if !each(next) {
+            return Ok(());
+        }
+    }
+}
+
+fn read_jsonl(
+    input: Box<dyn BufRead + Send>,
+    each: &mut dyn FnMut(Read1) -> bool,
+) -> anyhow::Result<()> {
+    for (i, line) in input.lines().enumerate() {
+        let number = i as u64 + 1;
+        let line = line?;
+        let text = line.trim_start_matches('\u{feff}').trim();
+        if text.is_empty() {
+            continue;
+        }
+        let next = match serde_json::from_str::<serde_json::Value>(text) {
+            Ok(serde_json::Value::Object(map)) => {
+                let mut fields = HashMap::new();
+                flatten("", &serde_json::Value::Object(map), &mut fields);
+                Read1::Line(SettlementReportLine {
+                    line: number,
+                    fields,
+                })
+            }
+            Ok(_) => Read1::Refused(RefusedLine {
+                line: number,
+                field: "line".into(),
+                reason: "not a JSON object".into(),
+            }),
+            Err(e) => Read1::Refused(RefusedLine {
+                line: number,
+                field: "line".into(),
+                reason: format!("not JSON: {e}"),
+            }),
+        };
+        if !each(next) {
+            break;
+        }
+    }
+    Ok(())
+}
+
+/// A JSON value's scalars, named by their dotted paths; nulls left out.
+fn flatten(prefix: &str, v: &serde_json::Value, out: &mut HashMap<String, String>) {
+    let name = |k: &str| {
+        if prefix.is_empty() {
+            k.to_owned()
+        } else {
+            format!("{prefix}.{k}")
+        }
+    };
+    match v {
+        serde_json::Value::Object(map) => {
+            for (k, v) in map {
+                flatten(&name(k), v, out);
+            }
+        }
+        serde_json::Value::Null => {}
+        serde_json::Value::String(s) => {
+            out.insert(prefix.to_owned(), s.clone());
+        }
+        other => {
+            out.insert(prefix.to_owned(), other.to_string());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    fn lines(
+        bytes: &[u8],
+        format: Format,
+    ) -> Vec<Result<(u64, HashMap<String, String>), (u64, String)>> {
+        let dir = std::env::temp_dir().join(format!("jobfence-read-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join(format!("report-{}", fastrand_name()));
+        std::fs::File::create(&path)
+            .unwrap()
+            .write_all(bytes)
+            .unwrap();
+        let mut out = Vec::new();
+        read(&path, format, |l| {
+            out.push(match l {
+                Read1::Line(l) => Ok((l.line, l.fields)),
+                Read1::Refused(r) => Err((r.line, r.reason)),
+            });
+            true
+        })
+        .unwrap();
+        std::fs::remove_file(&path).unwrap();
+        out
+    }
+
+    fn fastrand_name() -> String {
+        format!("{:?}", std::time::SystemTime::now())
+            .chars()
+            .filter(char::is_ascii_digit)
+            .collect()
+    }
+
+    #[test]
+    fn a_messy_csv_reads_with_its_line_numbers() {
+        let file = b"\xef\xbb\xbfid,merchant_reference,amount\r\nre_1,\"key, with comma\",\"1,234\"\r\n\r\nre_2,k2,5\r\n";
+        let got = lines(file, Format::Csv);
+        assert_eq!(got.len(), 2, "{got:?}");
+        let (n, first) = got[0].clone().unwrap();
+        assert_eq!(n, 2);
+        assert_eq!(
+            first["id"], "re_1",
+            "the BOM is not part of the first column's name"
+        );
+        assert_eq!(first["merchant_reference"], "key, with comma");
+        assert_eq!(first["amount"], "1,234");
+        assert_eq!(got[1].clone().unwrap().0, 4);
+    }
+
+    #[test]
+    fn json_lines_flatten_and_bad_lines_are_refused_with_their_number() {
+        let file = b"{\"id\":\"re_1\",\"amount\":1000,\"metadata\":{\"operation_key\":\"k\"},\"reason\":null}\n\nnot json\n[1]\n";
+        let got = lines(file, Format::Jsonl);
+        let (n, first) = got[0].clone().unwrap();
+        assert_eq!(n, 1);
+        assert_eq!(first["metadata.operation_key"], "k");
+        assert_eq!(first["amount"], "1000");
+        assert!(!first.contains_key("reason"));
+        assert_eq!(got[1].clone().unwrap_err().0, 3);
+        assert_eq!(got[2].clone().unwrap_err().0, 4);
+    }
+
+    #[test]
+    fn a_gzipped_report_is_read_as_plain() {
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        gz.write_all(b"id,amount\nre_1,5\n").unwrap();
+        let got = lines(&gz.finish().unwrap(), Format::Csv);
+        assert_eq!(got[0].clone().unwrap().1["id"], "re_1");
+    }
+}
