@@ -4,7 +4,7 @@
 //! interval and after each import, the exceptions not resolved by kind and
 //! severity, the newest covered period and the last import.
 
-use jobfence_domain::settlement::ExceptionKind;
+use jobfence_domain::settlement::{ExceptionKind, ExceptionState};
 use prometheus::{Gauge, GaugeVec, IntCounterVec, IntGaugeVec, Opts, Registry};
 use std::collections::BTreeSet;
 use std::sync::Mutex;
@@ -13,8 +13,8 @@ use std::sync::Mutex;
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct SettlementReading {
     pub provider: String,
-    /// Exceptions open or acknowledged, by kind.
-    pub unresolved: Vec<(ExceptionKind, u64)>,
+    /// Exceptions open or acknowledged, by kind and state.
+    pub unresolved: Vec<(ExceptionKind, ExceptionState, u64)>,
     /// The end of the newest covered period (Unix seconds), if any.
     pub newest_period_end: Option<f64>,
     /// The last import of any period (Unix seconds), if any.
@@ -50,10 +50,10 @@ impl SettlementMetrics {
         .expect("valid counter");
         let unresolved = IntGaugeVec::new(
             Opts::new(
-                "jobfence_settlement_exceptions_unresolved",
-                "Settlement exceptions open or acknowledged, by provider, kind and severity (DOUBLE_REFUND, REFUND_NOT_RECORDED and MISSING_AT_PROVIDER are critical). From the database.",
+                "jobfence_settlement_exceptions",
+                "Settlement exceptions not resolved, by provider, kind, severity and state (open: nobody has looked; acknowledged: someone is on it). DOUBLE_REFUND, REFUND_NOT_RECORDED and MISSING_AT_PROVIDER are critical. From the database.",
             ),
-            &["provider", "kind", "severity"],
+            &["provider", "kind", "severity", "state"],
         )
         .expect("valid gauge");
         let newest_period_end = GaugeVec::new(
@@ -95,24 +95,27 @@ impl SettlementMetrics {
     pub(super) fn set(&self, readings: &[SettlementReading]) {
         let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
         let now: BTreeSet<String> = readings.iter().map(|r| r.provider.clone()).collect();
-        for gone in seen.difference(&now) {
+        const STATES: [ExceptionState; 2] = [ExceptionState::Open, ExceptionState::Acknowledged];
+        // Each series set once, to its final value: a scrape never sees a
+        // count dip to 0 between two writes.
+        let set_counts = |provider: &str, counts: &[(ExceptionKind, ExceptionState, u64)]| {
             for kind in ExceptionKind::ALL {
-                self.unresolved
-                    .with_label_values(&[gone, kind.as_str(), kind.severity().as_str()])
-                    .set(0);
+                for state in STATES {
+                    let n = counts
+                        .iter()
+                        .find(|(k, s, _)| *k == kind && *s == state)
+                        .map_or(0, |(_, _, n)| *n);
+                    self.unresolved
+                        .with_label_values(&[provider, kind.as_str(), kind.severity().as_str(), state.as_str()])
+                        .set(i64::try_from(n).unwrap_or(i64::MAX));
+                }
             }
+        };
+        for gone in seen.difference(&now) {
+            set_counts(gone, &[]);
         }
         for r in readings {
-            for kind in ExceptionKind::ALL {
-                let n = r
-                    .unresolved
-                    .iter()
-                    .find(|(k, _)| *k == kind)
-                    .map_or(0, |(_, n)| *n);
-                self.unresolved
-                    .with_label_values(&[&r.provider, kind.as_str(), kind.severity().as_str()])
-                    .set(i64::try_from(n).unwrap_or(i64::MAX));
-            }
+            set_counts(&r.provider, &r.unresolved);
             let set = |g: &GaugeVec, v: Option<f64>| {
                 let gauge: Gauge = g.with_label_values(&[&r.provider]);
                 gauge.set(v.unwrap_or(0.0));

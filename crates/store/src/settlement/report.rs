@@ -227,8 +227,8 @@ impl JobStore {
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct SettlementGauges {
     pub provider: String,
-    /// Exceptions open or acknowledged, by kind.
-    pub unresolved: Vec<(ExceptionKind, u64)>,
+    /// Exceptions open or acknowledged, by kind and state.
+    pub unresolved: Vec<(ExceptionKind, ExceptionState, u64)>,
     /// Unix seconds.
     pub newest_period_end: Option<f64>,
     /// Unix seconds.
@@ -267,9 +267,12 @@ impl JobStore {
                     .map_err(|e: jobfence_domain::UnknownValue| {
                         CoordinatorError::Internal(e.to_string())
                     })?;
+            let state: ExceptionState = text(&row, "state")?
+                .parse()
+                .map_err(|e: jobfence_domain::UnknownValue| CoordinatorError::Internal(e.to_string()))?;
             let n = get::<i64>(&row, "n")?.max(0) as u64;
             if let Some(g) = out.iter_mut().find(|g| g.provider == provider) {
-                g.unresolved.push((kind, n));
+                g.unresolved.push((kind, state, n));
             }
         }
         Ok(out)
