@@ -222,6 +222,11 @@ fn is_out_of_range<B>(response: &http::Response<B>) -> bool {
 }
 
 /// `grpc-timeout` value for `d` (milliseconds, at most 8 digits).
+/// The client-streaming import of a provider's settlement report.
+const IMPORT_SETTLEMENT: &str = "/jobfence.v1.JobAdmin/ImportSettlement";
+/// The server-side deadline of a settlement import.
+const IMPORT_TIMEOUT: Duration = Duration::from_secs(3600);
+
 fn grpc_timeout(d: Duration) -> http::HeaderValue {
     let ms = d.as_millis().clamp(1, 99_999_999);
     http::HeaderValue::from_str(&format!("{ms}m")).expect("digits and a unit")
@@ -262,8 +267,14 @@ where
             }
         };
         // The handlers see the server's deadline as the call's own (a
-        // long-polling Claim answers empty before it).
-        let limit = self.admission.limits.call_timeout;
+        // long-polling Claim answers empty before it). A settlement import
+        // streams a whole report file in and is answered at its end: it
+        // gets an hour (an import cut off is run again, and changes nothing
+        // twice).
+        let mut limit = self.admission.limits.call_timeout;
+        if req.uri().path() == IMPORT_SETTLEMENT {
+            limit = limit.max(IMPORT_TIMEOUT);
+        }
         let asked = req
             .headers()
             .get("grpc-timeout")

@@ -4,13 +4,13 @@
 //! the lines marked decided.
 
 use crate::Coordinator;
-use jobfence_domain::admin::{Resolution, ResolveRequest};
+use jobfence_domain::admin::{Resolution, ResolveManualReview};
 use jobfence_domain::settlement::records::SettlementSettings;
 use jobfence_domain::settlement::{
     decide, ExceptionKind, Holder, Outcome, SettlementLine, OPERATOR,
 };
 use jobfence_domain::{
-    CoordinatorError, ObservationOutcome, ObservationSource, RecordObservationRequest,
+    CoordinatorError, ObservationOutcome, ObservationSource, RecordObservation,
 };
 use jobfence_store::settlement::{Held, KeyLines, Raised};
 use jobfence_store::JobStore;
@@ -209,7 +209,7 @@ async fn apply_one(
             observe(store, settings, *job_id, *attempt, line).await?;
             let resolved = coordinator
                 .resolve_manual_review(
-                    ResolveRequest {
+                    ResolveManualReview {
                         job_id: *job_id,
                         attempt: *attempt,
                         resolution: Resolution::Succeeded {
@@ -269,7 +269,7 @@ async fn observe(
     attempt: u64,
     line: &SettlementLine,
 ) -> Result<(), CoordinatorError> {
-    let req = RecordObservationRequest {
+    let req = RecordObservation {
         job_id,
         attempt,
         source: ObservationSource::Settlement,

@@ -113,6 +113,50 @@ fn queue_stats(s: jobfence_domain::admin::QueueStats) -> proto::QueueStats {
 
 #[tonic::async_trait]
 impl JobAdmin for JobAdminService {
+    #[instrument(name = "PutSettlementSettings", skip_all, fields(caller, outcome))]
+    async fn put_settlement_settings(
+        &self,
+        request: Request<proto::PutSettlementSettingsRequest>,
+    ) -> Result<Response<proto::PutSettlementSettingsResponse>, Status> {
+        let rpc = self.rpc("PutSettlementSettings");
+        super::settlement::put_settings(rpc, &self.coordinator, request).await
+    }
+
+    #[instrument(name = "ImportSettlement", skip_all, fields(caller, provider, outcome))]
+    async fn import_settlement(
+        &self,
+        request: Request<tonic::Streaming<proto::ImportSettlementRequest>>,
+    ) -> Result<Response<proto::ImportSettlementResponse>, Status> {
+        let rpc = self.rpc("ImportSettlement");
+        super::settlement::import(rpc, &self.coordinator, request).await
+    }
+
+    #[instrument(name = "GetSettlement", skip_all, fields(caller, outcome))]
+    async fn get_settlement(
+        &self,
+        request: Request<proto::GetSettlementRequest>,
+    ) -> Result<Response<proto::GetSettlementResponse>, Status> {
+        super::settlement::get(self.rpc("GetSettlement"), &self.coordinator, request).await
+    }
+
+    #[instrument(name = "ListSettlementExceptions", skip_all, fields(caller, outcome))]
+    async fn list_settlement_exceptions(
+        &self,
+        request: Request<proto::ListSettlementExceptionsRequest>,
+    ) -> Result<Response<proto::ListSettlementExceptionsResponse>, Status> {
+        let rpc = self.rpc("ListSettlementExceptions");
+        super::settlement::list(rpc, &self.coordinator, request).await
+    }
+
+    #[instrument(name = "ActOnSettlementException", skip_all, fields(caller, outcome))]
+    async fn act_on_settlement_exception(
+        &self,
+        request: Request<proto::ActOnSettlementExceptionRequest>,
+    ) -> Result<Response<proto::ActOnSettlementExceptionResponse>, Status> {
+        let rpc = self.rpc("ActOnSettlementException");
+        super::settlement::act(rpc, &self.coordinator, request).await
+    }
+
     #[instrument(name = "ListJobs", skip_all, fields(caller, queue, listed, outcome))]
     async fn list_jobs(
         &self,

@@ -11,6 +11,7 @@ pub mod events;
 mod job_admin;
 mod job_coordinator;
 mod providers;
+mod settlement;
 pub mod status;
 
 pub use events::JobEventsService;

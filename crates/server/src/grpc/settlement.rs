@@ -1,0 +1,393 @@
+//! The JobAdmin settlement calls (docs/design.md rule 15): the provider's
+//! settings, the streamed import of its report, the report at a glance,
+//! the exceptions and a person's action on one. Each handler has the one
+//! shape of [`Rpc`]; the import reads its header first (the operator's
+//! name, checked against the credential, is in it), then each batch of
+//! lines as it arrives.
+
+use super::convert::{duration, duration_to_proto, timestamp};
+use super::{NamesOperator, Rpc};
+use jobfence_api::v1 as proto;
+use jobfence_api::v1::import_settlement_request::Part;
+use jobfence_auth::Refusal;
+use jobfence_core::settlement::{ImportHeader, ImportSummary};
+use jobfence_core::Coordinator;
+use jobfence_domain::providers::ChangeBy;
+use jobfence_domain::settlement::mapping::{AmountUnit, Mapping, RawLine, TimeFormat};
+use jobfence_domain::settlement::records::{
+    ActOnException, DEFAULT_LAG, ProviderSettlement, PutSettlementSettings, QueueAmounts,
+    SettlementException, SettlementSettings,
+};
+use jobfence_domain::settlement::ExceptionState;
+use jobfence_domain::validate::Violations;
+use jobfence_domain::{CoordinatorError, DbTime};
+use tonic::{Request, Response, Status, Streaming};
+
+impl NamesOperator for proto::PutSettlementSettingsRequest {
+    fn operator(&self) -> &str {
+        &self.operator
+    }
+}
+
+impl NamesOperator for proto::ActOnSettlementExceptionRequest {
+    fn operator(&self) -> &str {
+        &self.operator
+    }
+}
+
+fn opt(s: String) -> Option<String> {
+    (!s.trim().is_empty()).then_some(s)
+}
+
+/// The mapping of a PutSettlementSettings: the preset's, with every column
+/// given over it; without a preset every column is required (checked by
+/// the coordinator).
+fn mapping(v: &mut Violations, preset: Option<&str>, c: Option<proto::SettlementColumns>) -> Mapping {
+    let mut m = preset.and_then(Mapping::preset).unwrap_or(Mapping {
+        provider_reference: String::new(),
+        operation_key: String::new(),
+        amount: String::new(),
+        amount_unit: AmountUnit::Minor,
+        currency: String::new(),
+        status: String::new(),
+        created: String::new(),
+        created_format: TimeFormat::UnixSeconds,
+    });
+    let c = c.unwrap_or_default();
+    for (slot, given) in [
+        (&mut m.provider_reference, c.provider_reference),
+        (&mut m.operation_key, c.operation_key),
+        (&mut m.amount, c.amount),
+        (&mut m.currency, c.currency),
+        (&mut m.status, c.status),
+        (&mut m.created, c.created),
+    ] {
+        if let Some(g) = opt(given) {
+            *slot = g;
+        }
+    }
+    if let Some(u) = opt(c.amount_unit) {
+        match u.parse() {
+            Ok(u) => m.amount_unit = u,
+            Err(_) => v.add("columns.amount_unit", "must be minor or major"),
+        }
+    }
+    if let Some(f) = opt(c.created_format) {
+        match f.parse() {
+            Ok(f) => m.created_format = f,
+            Err(_) => v.add("columns.created_format", "must be unix or rfc3339"),
+        }
+    }
+    m
+}
+
+fn settings_to_proto(s: &SettlementSettings) -> proto::SettlementSettings {
+    let m = &s.mapping;
+    proto::SettlementSettings {
+        provider: s.provider.clone(),
+        preset: s.preset.clone().unwrap_or_default(),
+        columns: Some(proto::SettlementColumns {
+            provider_reference: m.provider_reference.clone(),
+            operation_key: m.operation_key.clone(),
+            amount: m.amount.clone(),
+            amount_unit: m.amount_unit.as_str().into(),
+            currency: m.currency.clone(),
+            status: m.status.clone(),
+            created: m.created.clone(),
+            created_format: m.created_format.as_str().into(),
+        }),
+        lag: Some(duration_to_proto(s.lag)),
+        queues: s
+            .queues
+            .iter()
+            .map(|q| proto::QueueAmountPointers {
+                queue: q.queue.clone(),
+                amount_pointer: q.amount_pointer.clone().unwrap_or_default(),
+                currency_pointer: q.currency_pointer.clone().unwrap_or_default(),
+            })
+            .collect(),
+    }
+}
+
+/// PutSettlementSettings.
+pub(super) async fn put_settings(
+    rpc: Rpc<'_>,
+    coordinator: &Coordinator,
+    request: Request<proto::PutSettlementSettingsRequest>,
+) -> Result<Response<proto::PutSettlementSettingsResponse>, Status> {
+    rpc.operator(request, |r, operator| async move {
+        let mut v = Violations::default();
+        let preset = opt(r.preset);
+        let mapping = mapping(&mut v, preset.as_deref(), r.columns);
+        let lag = duration(&mut v, "lag", r.lag).unwrap_or(DEFAULT_LAG);
+        v.finish()?;
+        let queues = r
+            .queues
+            .into_iter()
+            .map(|q| QueueAmounts {
+                queue: q.queue,
+                amount_pointer: opt(q.amount_pointer),
+                currency_pointer: opt(q.currency_pointer),
+            })
+            .collect();
+        let stored = coordinator
+            .put_settlement_settings(PutSettlementSettings {
+                provider: r.provider,
+                preset,
+                mapping,
+                lag,
+                queues,
+                by: ChangeBy {
+                    operator,
+                    reason: r.reason,
+                },
+            })
+            .await?;
+        Ok(proto::PutSettlementSettingsResponse {
+            settings: Some(settings_to_proto(&stored)),
+        })
+    })
+    .await
+}
+
+fn db_time(v: &mut Violations, field: &str, t: Option<prost_types::Timestamp>) -> DbTime {
+    let at = t.and_then(|t| chrono::DateTime::from_timestamp(t.seconds, t.nanos.max(0) as u32));
+    match at {
+        Some(t) => t.naive_utc(),
+        None => {
+            v.add(field, "is required (a time)");
+            DbTime::default()
+        }
+    }
+}
+
+/// The import's summary as answered.
+fn summary_to_proto(s: ImportSummary) -> proto::ImportSettlementResponse {
+    proto::ImportSettlementResponse {
+        lines_read: s.lines_read,
+        lines_refused: s.lines_refused,
+        refused: s
+            .refusals
+            .into_iter()
+            .map(|r| proto::RefusedLine {
+                line: r.line,
+                field: r.field.into(),
+                reason: r.why,
+            })
+            .collect(),
+        lines_new: s.lines.new,
+        lines_updated: s.lines.updated,
+        lines_unchanged: s.lines.unchanged,
+        matched: s.decided.matched,
+        resolved_job_ids: s.decided.resolved.iter().map(|(id, _)| *id).collect(),
+        observed: s.decided.observed,
+        undecided: s.decided.undecided,
+        exceptions_opened: s.decided.exceptions_opened,
+        exceptions_resolved: s.decided.exceptions_resolved,
+        missing: s.missing,
+    }
+}
+
+/// ImportSettlement: the header, then each batch as it arrives.
+pub(super) async fn import(
+    rpc: Rpc<'_>,
+    coordinator: &Coordinator,
+    request: Request<Streaming<proto::ImportSettlementRequest>>,
+) -> Result<Response<proto::ImportSettlementResponse>, Status> {
+    let caller = super::caller(&request);
+    let (_, extensions, mut stream) = request.into_parts();
+    let first = stream.message().await?;
+    let Some(proto::ImportSettlementRequest {
+        part: Some(Part::Header(header)),
+    }) = first
+    else {
+        return rpc.answer(Err(CoordinatorError::invalid(
+            "header",
+            "the first message of an import is its header",
+        )));
+    };
+    let operator = Refusal::operator_for(caller.as_deref(), &header.operator)
+        .map_err(|r| rpc.refuse(&extensions, r))?;
+    let summary = async {
+        let mut v = Violations::default();
+        let start = db_time(&mut v, "period_start", header.period_start);
+        let end = db_time(&mut v, "period_end", header.period_end);
+        v.finish()?;
+        tracing::Span::current().record("provider", header.provider.as_str());
+        let mut import = coordinator
+            .start_import(ImportHeader {
+                provider: header.provider,
+                period: (start, end),
+                operator,
+                check_only: header.check_only,
+            })
+            .await?;
+        while let Some(message) = stream.message().await.map_err(|s| {
+            CoordinatorError::invalid("lines", format!("the import's stream broke: {}", s.message()))
+        })? {
+            match message.part {
+                Some(Part::Lines(batch)) => {
+                    let raw: Vec<RawLine> = batch
+                        .lines
+                        .into_iter()
+                        .map(|l| RawLine {
+                            line: l.line,
+                            fields: l.fields.into_iter().collect(),
+                        })
+                        .collect();
+                    import.lines(&raw).await?;
+                }
+                _ => {
+                    return Err(CoordinatorError::invalid(
+                        "lines",
+                        "after the header, every message is a batch of lines",
+                    ))
+                }
+            }
+        }
+        import.finish().await
+    }
+    .await;
+    rpc.answer(summary.map(summary_to_proto))
+}
+
+fn report_to_proto((s, r): (SettlementSettings, ProviderSettlement)) -> proto::ProviderSettlement {
+    proto::ProviderSettlement {
+        settings: Some(settings_to_proto(&s)),
+        periods: r
+            .periods
+            .into_iter()
+            .map(|p| proto::SettlementPeriod {
+                start: Some(timestamp(p.start)),
+                end: Some(timestamp(p.end)),
+                last_imported_at: Some(timestamp(p.last_imported_at)),
+                last_imported_by: p.last_imported_by,
+            })
+            .collect(),
+        lines: r
+            .lines
+            .into_iter()
+            .map(|(status, count)| proto::SettlementLineCount { status, count })
+            .collect(),
+        matched: r.matched,
+        resolved_reviews: r.resolved_reviews,
+        exceptions: r
+            .exceptions
+            .into_iter()
+            .map(|(kind, state, count)| proto::SettlementExceptionCount {
+                kind: kind.as_str().into(),
+                severity: kind.severity().as_str().into(),
+                state: state.as_str().into(),
+                count,
+            })
+            .collect(),
+        amounts_not_compared: r.amounts_not_compared,
+    }
+}
+
+/// GetSettlement.
+pub(super) async fn get(
+    rpc: Rpc<'_>,
+    coordinator: &Coordinator,
+    request: Request<proto::GetSettlementRequest>,
+) -> Result<Response<proto::GetSettlementResponse>, Status> {
+    rpc.read(request, |r| async move {
+        let provider = opt(r.provider);
+        let all = coordinator.settlement_reports(provider.as_deref()).await?;
+        Ok(proto::GetSettlementResponse {
+            providers: all.into_iter().map(report_to_proto).collect(),
+        })
+    })
+    .await
+}
+
+/// An exception as answered.
+pub fn exception_to_proto(e: SettlementException) -> proto::SettlementException {
+    proto::SettlementException {
+        id: e.id,
+        provider: e.provider,
+        kind: e.kind.as_str().into(),
+        severity: e.severity.as_str().into(),
+        subject: e.subject,
+        job_id: e.job_id.unwrap_or(0),
+        detail: e.detail,
+        state: e.state.as_str().into(),
+        opened_at: Some(timestamp(e.opened_at)),
+        updated_at: Some(timestamp(e.updated_at)),
+        actions: e
+            .actions
+            .into_iter()
+            .map(|a| proto::SettlementExceptionAction {
+                action: a.action,
+                operator: a.operator,
+                note: a.note,
+                acted_at: Some(timestamp(a.acted_at)),
+            })
+            .collect(),
+    }
+}
+
+fn exception_state(v: &mut Violations, field: &str, s: &str) -> ExceptionState {
+    s.parse().unwrap_or_else(|_| {
+        v.add(field, format!("{s:?} is not open, acknowledged or resolved"));
+        ExceptionState::Open
+    })
+}
+
+/// ListSettlementExceptions.
+pub(super) async fn list(
+    rpc: Rpc<'_>,
+    coordinator: &Coordinator,
+    request: Request<proto::ListSettlementExceptionsRequest>,
+) -> Result<Response<proto::ListSettlementExceptionsResponse>, Status> {
+    rpc.read(request, |r| async move {
+        let found = if r.id != 0 {
+            vec![coordinator.settlement_exception(r.id).await?]
+        } else {
+            let mut v = Violations::default();
+            let states: Vec<ExceptionState> = r
+                .states
+                .iter()
+                .enumerate()
+                .map(|(i, s)| exception_state(&mut v, &format!("states[{i}]"), s))
+                .collect();
+            v.finish()?;
+            let provider = opt(r.provider);
+            let job = (r.job_id != 0).then_some(r.job_id);
+            coordinator
+                .settlement_exceptions(provider.as_deref(), &states, job, r.limit)
+                .await?
+        };
+        Ok(proto::ListSettlementExceptionsResponse {
+            exceptions: found.into_iter().map(exception_to_proto).collect(),
+        })
+    })
+    .await
+}
+
+/// ActOnSettlementException.
+pub(super) async fn act(
+    rpc: Rpc<'_>,
+    coordinator: &Coordinator,
+    request: Request<proto::ActOnSettlementExceptionRequest>,
+) -> Result<Response<proto::ActOnSettlementExceptionResponse>, Status> {
+    rpc.operator(request, |r, operator| async move {
+        let mut v = Violations::default();
+        let seen = exception_state(&mut v, "seen_state", &r.seen_state);
+        let to = exception_state(&mut v, "to_state", &r.to_state);
+        v.finish()?;
+        let done = coordinator
+            .act_on_settlement_exception(ActOnException {
+                id: r.id,
+                seen,
+                to,
+                operator,
+                note: r.note,
+            })
+            .await?;
+        Ok(proto::ActOnSettlementExceptionResponse {
+            exception: Some(exception_to_proto(done)),
+        })
+    })
+    .await
+}
