@@ -15,10 +15,10 @@ use jobfence_domain::settlement::{ExceptionKind, ExceptionState};
 use jobfence_domain::{DbTime, JobState};
 use kit::Harness;
 
-const Q: &str = "refunds";
-const P: &str = "psp";
+pub(crate) const Q: &str = "refunds";
+pub(crate) const P: &str = "psp";
 
-fn by() -> ChangeBy {
+pub(crate) fn by() -> ChangeBy {
     ChangeBy {
         operator: "alice".into(),
         reason: "settlement test".into(),
@@ -28,7 +28,7 @@ fn by() -> ChangeBy {
 /// A provider `psp` for queue `refunds`, read with the fake provider's
 /// preset, amounts at `/amount` and `/currency`, and a lag of 0 (a job
 /// succeeded in a covered period with no refund is missing at once).
-async fn provider(h: &Harness) {
+pub(crate) async fn provider(h: &Harness) {
     let store = h.coordinator.store();
     store
         .put_provider(&PutProvider {
@@ -62,12 +62,12 @@ async fn provider(h: &Harness) {
         .unwrap();
 }
 
-fn payload(amount: i64) -> String {
+pub(crate) fn payload(amount: i64) -> String {
     format!("{{\"amount\":{amount},\"currency\":\"usd\"}}")
 }
 
 /// A job of `key` completed with provider reference `re_<key>`.
-async fn succeeded(h: &Harness, key: &str, amount: i64) -> u64 {
+pub(crate) async fn succeeded(h: &Harness, key: &str, amount: i64) -> u64 {
     let job = h.enqueue(Q, key, &payload(amount)).await;
     let claimed = h.claim_one(Q, "w").await;
     h.client
@@ -84,7 +84,7 @@ async fn succeeded(h: &Harness, key: &str, amount: i64) -> u64 {
 }
 
 /// A job of `key` failed with `disposition`.
-async fn failed(h: &Harness, key: &str, disposition: FailDisposition) -> u64 {
+pub(crate) async fn failed(h: &Harness, key: &str, disposition: FailDisposition) -> u64 {
     let job = h.enqueue(Q, key, &payload(500)).await;
     let claimed = h.claim_one(Q, "w").await;
     h.client
@@ -103,7 +103,7 @@ async fn failed(h: &Harness, key: &str, disposition: FailDisposition) -> u64 {
 }
 
 /// A fake-provider report line.
-fn line(n: u64, reference: &str, key: &str, amount: i64, status: &str) -> RawLine {
+pub(crate) fn line(n: u64, reference: &str, key: &str, amount: i64, status: &str) -> RawLine {
     RawLine {
         line: n,
         fields: [
@@ -120,13 +120,13 @@ fn line(n: u64, reference: &str, key: &str, amount: i64, status: &str) -> RawLin
     }
 }
 
-fn day(s: &str) -> DbTime {
+pub(crate) fn day(s: &str) -> DbTime {
     DbTime::parse_from_str(&format!("{s} 00:00:00"), "%Y-%m-%d %H:%M:%S").unwrap()
 }
 
 /// Imports `lines` as the report of a period covering every job a test
 /// makes (2000–2100), by `operator`.
-async fn import(h: &Harness, lines: &[RawLine]) -> ImportSummary {
+pub(crate) async fn import(h: &Harness, lines: &[RawLine]) -> ImportSummary {
     let mut import = h
         .coordinator
         .start_import(ImportHeader {
@@ -141,7 +141,7 @@ async fn import(h: &Harness, lines: &[RawLine]) -> ImportSummary {
     import.finish().await.unwrap()
 }
 
-async fn unresolved(h: &Harness) -> Vec<(ExceptionKind, String)> {
+pub(crate) async fn unresolved(h: &Harness) -> Vec<(ExceptionKind, String)> {
     let mut found: Vec<(ExceptionKind, String)> = h
         .coordinator
         .store()
@@ -207,5 +207,179 @@ async fn each_outcome_of_a_report() {
     let again = import(&h, &report).await;
     assert_eq!(again.lines.unchanged, 8, "{again:?}");
     assert_eq!(again.decided.exceptions_opened, 0, "{again:?}");
+    h.finish().await;
+}
+
+/// A pruned job is matched through its key record (docs/design.md rule
+/// 14): a settled refund of a pruned succeeded job is matched, one of a
+/// pruned failed job is a refund not recorded.
+#[tokio::test]
+async fn a_pruned_job_is_matched_through_its_key_record() {
+    let h = Harness::start().await;
+    provider(&h).await;
+    let ok = succeeded(&h, "refund-ok", 500).await;
+    let failed_job = failed(&h, "refund-failed", FailDisposition::Failed).await;
+    sqlx::query("UPDATE jobs SET finished_at = DATE_SUB(UTC_TIMESTAMP(6), INTERVAL 40 DAY)")
+        .execute(&h.pool)
+        .await
+        .unwrap();
+    let retention = jobfence_domain::Retention {
+        jobs: std::time::Duration::from_secs(30 * 86_400),
+        keys: None,
+    };
+    h.coordinator
+        .store()
+        .prune(&retention, 500, |_| {})
+        .await
+        .unwrap();
+    let left: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM jobs")
+        .fetch_one(&h.pool)
+        .await
+        .unwrap();
+    assert_eq!(left, 0, "both jobs pruned");
+    let summary = import(
+        &h,
+        &[
+            line(2, "re_ok", "refund-ok", 500, "succeeded"),
+            line(3, "re_f", "refund-failed", 500, "succeeded"),
+        ],
+    )
+    .await;
+    assert_eq!(summary.decided.matched, 1, "{summary:?}");
+    assert_eq!(
+        unresolved(&h).await,
+        vec![(ExceptionKind::RefundNotRecorded, "refund-failed".into())],
+        "the pruned succeeded job matched; its key record's failed one is an exception"
+    );
+    let e = &h
+        .coordinator
+        .store()
+        .list_settlement_exceptions(Some(P), &[ExceptionState::Open], None, 10)
+        .await
+        .unwrap()[0];
+    assert_eq!(e.job_id, Some(failed_job));
+    let _ = ok;
+    h.finish().await;
+}
+
+/// A refund seen again with a new status is updated and its key matched
+/// again: pending decides nothing, settled resolves the review; a second
+/// refund that later fails is no longer a double refund.
+#[tokio::test]
+async fn a_line_seen_again_with_a_new_status_is_matched_again() {
+    let h = Harness::start().await;
+    provider(&h).await;
+    let parked = failed(&h, "refund-parked", FailDisposition::ManualReview).await;
+    let first = import(&h, &[line(2, "re_p", "refund-parked", 500, "pending")]).await;
+    assert_eq!(
+        (first.lines.new, first.decided.undecided),
+        (1, 1),
+        "{first:?}"
+    );
+    assert_eq!(
+        h.row(parked).await.state,
+        JobState::ManualReview,
+        "pending decides nothing"
+    );
+    let second = import(&h, &[line(2, "re_p", "refund-parked", 500, "succeeded")]).await;
+    assert_eq!(second.lines.updated, 1, "{second:?}");
+    assert_eq!(second.decided.resolved, vec![(parked, "re_p".to_owned())]);
+    assert_eq!(h.row(parked).await.state, JobState::Succeeded);
+
+    let _twice = succeeded(&h, "refund-twice", 500).await;
+    let both = [
+        line(2, "re_t1", "refund-twice", 500, "succeeded"),
+        line(3, "re_t2", "refund-twice", 500, "succeeded"),
+    ];
+    import(&h, &both).await;
+    assert_eq!(
+        unresolved(&h).await,
+        vec![(ExceptionKind::DoubleRefund, "refund-twice".into())]
+    );
+    let reversed = import(
+        &h,
+        &[
+            line(2, "re_t1", "refund-twice", 500, "succeeded"),
+            line(3, "re_t2", "refund-twice", 500, "failed"),
+        ],
+    )
+    .await;
+    assert_eq!(reversed.decided.exceptions_resolved, 1, "{reversed:?}");
+    assert!(
+        unresolved(&h).await.is_empty(),
+        "the second refund failed: no money moved twice"
+    );
+    h.finish().await;
+}
+
+/// Bad lines are refused with their numbers and nothing of them is
+/// written; the import goes on. A mapping naming a column the report does
+/// not have refuses the import; so do an unknown provider and a reversed
+/// period, each naming its field.
+#[tokio::test]
+async fn bad_input_is_refused_with_its_line_or_field_and_writes_nothing() {
+    let h = Harness::start().await;
+    provider(&h).await;
+    let _ok = succeeded(&h, "refund-ok", 500).await;
+    let summary = import(
+        &h,
+        &[
+            line(2, "re_ok", "refund-ok", 500, "succeeded"),
+            line(3, "re_bad", "refund-x", 0, "succeeded"),
+            line(4, "re_bad2", "refund-y", 10, "settled-ish"),
+        ],
+    )
+    .await;
+    assert_eq!(
+        (summary.lines_read, summary.lines_refused),
+        (3, 2),
+        "{summary:?}"
+    );
+    let refused: Vec<(u64, &str)> = summary.refusals.iter().map(|r| (r.line, r.field)).collect();
+    assert_eq!(refused, [(3, "amount"), (4, "status")]);
+    let stored: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM settlement_lines")
+        .fetch_one(&h.pool)
+        .await
+        .unwrap();
+    assert_eq!(stored, 1, "only the good line is written");
+
+    let field_of = |e: jobfence_domain::CoordinatorError| match e {
+        jobfence_domain::CoordinatorError::InvalidArgument(v) => v[0].field.clone(),
+        other => panic!("refused with {other:?}"),
+    };
+    let header = |provider: &str, start: &str, end: &str| ImportHeader {
+        provider: provider.into(),
+        period: (day(start), day(end)),
+        operator: "alice".into(),
+        check_only: false,
+    };
+    let unknown = h
+        .coordinator
+        .start_import(header("nobody", "2000-01-01", "2100-01-01"))
+        .await
+        .err()
+        .expect("an unknown provider is refused");
+    assert_eq!(field_of(unknown), "provider");
+    let reversed = h
+        .coordinator
+        .start_import(header(P, "2100-01-01", "2000-01-01"))
+        .await
+        .err()
+        .expect("a reversed period is refused");
+    assert_eq!(field_of(reversed), "period_end");
+    let mut wrong_file = h
+        .coordinator
+        .start_import(header(P, "2000-01-01", "2100-01-01"))
+        .await
+        .unwrap();
+    let mut no_amount = line(2, "re_z", "refund-z", 5, "succeeded");
+    no_amount.fields.remove("amount");
+    let refused = wrong_file.lines(&[no_amount]).await.unwrap_err();
+    assert_eq!(field_of(refused), "columns.amount");
+    let stored: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM settlement_lines")
+        .fetch_one(&h.pool)
+        .await
+        .unwrap();
+    assert_eq!(stored, 1, "nothing of the refused import is written");
     h.finish().await;
 }

@@ -106,7 +106,12 @@ impl SettlementMetrics {
                         .find(|(k, s, _)| *k == kind && *s == state)
                         .map_or(0, |(_, _, n)| *n);
                     self.unresolved
-                        .with_label_values(&[provider, kind.as_str(), kind.severity().as_str(), state.as_str()])
+                        .with_label_values(&[
+                            provider,
+                            kind.as_str(),
+                            kind.severity().as_str(),
+                            state.as_str(),
+                        ])
                         .set(i64::try_from(n).unwrap_or(i64::MAX));
                 }
             }

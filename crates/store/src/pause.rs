@@ -47,6 +47,19 @@ pub enum PausePoint {
     /// A RecordObservation holds its job's row in share mode and has
     /// written nothing yet (inside the transaction).
     ObservationAfterLock,
+    /// A batch of settlement lines holds the locks of the lines it found
+    /// (inside the transaction), and has written nothing yet.
+    SettlementLinesLocked,
+    /// A settlement decision has read who holds its keys, and has written
+    /// nothing of it yet (outside any transaction).
+    SettlementAfterHolders,
+    /// A settlement import is about to read the lines left undecided and
+    /// decide them (its batch is written; outside any transaction).
+    SettlementBeforeDecide,
+    /// Raising a settlement exception found none of its kind for its
+    /// subject (a locking read) and has not inserted it yet (inside the
+    /// transaction).
+    SettlementRaiseAfterRead,
     /// A pruning batch has read its candidate ids (a plain read), and has
     /// not locked them yet.
     PruneAfterCandidates,

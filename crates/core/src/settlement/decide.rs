@@ -9,9 +9,7 @@ use jobfence_domain::settlement::records::SettlementSettings;
 use jobfence_domain::settlement::{
     decide, ExceptionKind, Holder, Outcome, SettlementLine, OPERATOR,
 };
-use jobfence_domain::{
-    CoordinatorError, ObservationOutcome, ObservationSource, RecordObservation,
-};
+use jobfence_domain::{CoordinatorError, ObservationOutcome, ObservationSource, RecordObservation};
 use jobfence_store::settlement::{Held, KeyLines, Raised};
 use jobfence_store::JobStore;
 

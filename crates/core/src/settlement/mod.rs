@@ -64,6 +64,8 @@ pub struct Import {
     settings: SettlementSettings,
     header: ImportHeader,
     summary: ImportSummary,
+    /// Some line of the import was read whole.
+    accepted_any: bool,
 }
 
 impl Coordinator {
@@ -88,6 +90,7 @@ impl Coordinator {
             settings,
             header,
             summary: ImportSummary::default(),
+            accepted_any: false,
         })
     }
 
@@ -128,16 +131,39 @@ impl Import {
             ));
         }
         let mut good: Vec<SettlementLine> = Vec::with_capacity(raw.len());
+        let mut missing: Option<&LineRefusal> = None;
+        let mut refused_here = Vec::new();
         for r in raw {
             self.summary.lines_read += 1;
             match self.settings.mapping.read(r) {
                 Ok(line) => good.push(line),
-                Err(refused) => {
-                    self.summary.lines_refused += 1;
-                    if self.summary.refusals.len() < MAX_LISTED_REFUSALS {
-                        self.summary.refusals.push(refused);
-                    }
-                }
+                Err(refused) => refused_here.push(refused),
+            }
+        }
+        // A mapping naming a column the report does not have refuses the
+        // whole import (nothing written), not each of its lines.
+        if good.is_empty() && !self.accepted_any {
+            missing = refused_here.first().filter(|first| {
+                first.column_missing
+                    && refused_here
+                        .iter()
+                        .all(|r| r.column_missing && r.field == first.field)
+            });
+        }
+        if let Some(m) = missing {
+            return Err(CoordinatorError::invalid(
+                &format!("columns.{}", m.field),
+                format!(
+                    "{} (the provider's settings name it; `jobfence settlement configure` changes them)",
+                    m.why
+                ),
+            ));
+        }
+        self.accepted_any |= !good.is_empty();
+        for refused in refused_here {
+            self.summary.lines_refused += 1;
+            if self.summary.refusals.len() < MAX_LISTED_REFUSALS {
+                self.summary.refusals.push(refused);
             }
         }
         if self.header.check_only || good.is_empty() {

@@ -164,6 +164,8 @@ pub struct LineRefusal {
     pub field: &'static str,
     /// What is wrong, with the value as read.
     pub why: String,
+    /// The line has no such column at all (not merely an empty value).
+    pub column_missing: bool,
 }
 
 impl std::fmt::Display for LineRefusal {
@@ -181,14 +183,16 @@ impl Mapping {
             line: raw.line,
             field,
             why,
+            column_missing: false,
         };
         let get = |field: &'static str, column: &str| -> Result<String, LineRefusal> {
             match raw.fields.get(column).map(|v| v.trim()) {
                 Some(v) if !v.is_empty() => Ok(v.to_owned()),
-                _ => Err(refuse(
-                    field,
-                    format!("column {column:?} is missing or empty"),
-                )),
+                Some(_) => Err(refuse(field, format!("column {column:?} is empty"))),
+                None => Err(LineRefusal {
+                    column_missing: true,
+                    ..refuse(field, format!("the line has no column {column:?}"))
+                }),
             }
         };
         let provider_reference = get("provider_reference", &self.provider_reference)?;

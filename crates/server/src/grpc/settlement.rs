@@ -15,8 +15,8 @@ use jobfence_core::Coordinator;
 use jobfence_domain::providers::ChangeBy;
 use jobfence_domain::settlement::mapping::{AmountUnit, Mapping, RawLine, TimeFormat};
 use jobfence_domain::settlement::records::{
-    ActOnException, DEFAULT_LAG, ProviderSettlement, PutSettlementSettings, QueueAmounts,
-    SettlementException, SettlementSettings,
+    ActOnException, ProviderSettlement, PutSettlementSettings, QueueAmounts, SettlementException,
+    SettlementSettings, DEFAULT_LAG,
 };
 use jobfence_domain::settlement::ExceptionState;
 use jobfence_domain::validate::Violations;
@@ -42,7 +42,11 @@ fn opt(s: String) -> Option<String> {
 /// The mapping of a PutSettlementSettings: the preset's, with every column
 /// given over it; without a preset every column is required (checked by
 /// the coordinator).
-fn mapping(v: &mut Violations, preset: Option<&str>, c: Option<proto::SettlementColumns>) -> Mapping {
+fn mapping(
+    v: &mut Violations,
+    preset: Option<&str>,
+    c: Option<proto::SettlementColumns>,
+) -> Mapping {
     let mut m = preset.and_then(Mapping::preset).unwrap_or(Mapping {
         provider_reference: String::new(),
         operation_key: String::new(),
@@ -223,7 +227,10 @@ pub(super) async fn import(
             })
             .await?;
         while let Some(message) = stream.message().await.map_err(|s| {
-            CoordinatorError::invalid("lines", format!("the import's stream broke: {}", s.message()))
+            CoordinatorError::invalid(
+                "lines",
+                format!("the import's stream broke: {}", s.message()),
+            )
         })? {
             match message.part {
                 Some(Part::Lines(batch)) => {
@@ -329,7 +336,10 @@ pub fn exception_to_proto(e: SettlementException) -> proto::SettlementException 
 
 fn exception_state(v: &mut Violations, field: &str, s: &str) -> ExceptionState {
     s.parse().unwrap_or_else(|_| {
-        v.add(field, format!("{s:?} is not open, acknowledged or resolved"));
+        v.add(
+            field,
+            format!("{s:?} is not open, acknowledged or resolved"),
+        );
         ExceptionState::Open
     })
 }

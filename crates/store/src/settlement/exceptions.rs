@@ -147,6 +147,8 @@ impl JobStore {
             .await
             .map_err(convert_sqlx_err)?;
         let Some(row) = found else {
+            self.pause_in(crate::pause::PausePoint::SettlementRaiseAfterRead, tx)
+                .await;
             let id = sqlx::query(include_str!("../queries/settlement/exception_insert.sql"))
                 .bind(provider)
                 .bind(r.kind.as_str())
@@ -156,7 +158,15 @@ impl JobStore {
                 .bind(&r.detail)
                 .execute(&mut *tx)
                 .await
-                .map_err(convert_sqlx_err)?
+                .map_err(|e| {
+                    // Another import raised it since this one's locking
+                    // read found none: run again, and find it.
+                    if crate::errors::is_unique_violation(&e) {
+                        CoordinatorError::TransactionConflict(e.to_string())
+                    } else {
+                        convert_sqlx_err(e)
+                    }
+                })?
                 .last_insert_id();
             action(tx, id, "opened", OPERATOR, &r.detail).await?;
             return Ok(true);

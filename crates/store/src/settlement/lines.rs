@@ -94,6 +94,8 @@ impl JobStore {
         .iter()
         .map(|r| line_row(r).map(|(id, l)| (l.provider_reference.clone(), (id, l))))
         .collect::<Result<_, _>>()?;
+        self.pause_in(crate::pause::PausePoint::SettlementLinesLocked, &mut tx)
+            .await;
         let mut counts = LineCounts::default();
         let mut rows = String::new();
         for (reference, line) in &batch {
@@ -160,6 +162,8 @@ impl JobStore {
         provider: &str,
         limit: u32,
     ) -> Result<Vec<KeyLines>, CoordinatorError> {
+        self.pause(crate::pause::PausePoint::SettlementBeforeDecide)
+            .await;
         let pool = self.pool();
         let undecided = sqlx::query(include_str!("../queries/settlement/undecided.sql"))
             .bind(provider)
@@ -285,6 +289,8 @@ impl JobStore {
                 out.insert(key, held);
             }
         }
+        self.pause(crate::pause::PausePoint::SettlementAfterHolders)
+            .await;
         Ok(out)
     }
 

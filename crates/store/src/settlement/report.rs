@@ -267,9 +267,12 @@ impl JobStore {
                     .map_err(|e: jobfence_domain::UnknownValue| {
                         CoordinatorError::Internal(e.to_string())
                     })?;
-            let state: ExceptionState = text(&row, "state")?
-                .parse()
-                .map_err(|e: jobfence_domain::UnknownValue| CoordinatorError::Internal(e.to_string()))?;
+            let state: ExceptionState =
+                text(&row, "state")?
+                    .parse()
+                    .map_err(|e: jobfence_domain::UnknownValue| {
+                        CoordinatorError::Internal(e.to_string())
+                    })?;
             let n = get::<i64>(&row, "n")?.max(0) as u64;
             if let Some(g) = out.iter_mut().find(|g| g.provider == provider) {
                 g.unresolved.push((kind, state, n));

@@ -1,0 +1,320 @@
+//! Settlement's races, on deterministic schedules (pause points): the
+//! automatic resolution of a manual review losing cleanly to a person and
+//! a worker who moved the job first, and winning against an operator who
+//! comes second; two imports of one report at once; an import cut off
+//! midway and run again; a lock wait on the lines, run again and counted.
+
+use crate::settlement::{day, failed, import, line, provider, succeeded, unresolved, P, Q};
+use jobfence_testkit as kit;
+
+use jobfence_api::v1::{CompleteRequest, FailDisposition, Resolution, ResolveManualReviewRequest};
+use jobfence_core::settlement::ImportHeader;
+use jobfence_domain::settlement::ExceptionKind;
+use jobfence_domain::JobState;
+use jobfence_store::PausePoint;
+use kit::{reason, Harness};
+use tonic::Code;
+
+fn header() -> ImportHeader {
+    ImportHeader {
+        provider: P.into(),
+        period: (day("2000-01-01"), day("2100-01-01")),
+        operator: "alice".into(),
+        check_only: false,
+    }
+}
+
+fn resolve(job_id: u64, attempt: u64, to: Resolution) -> ResolveManualReviewRequest {
+    ResolveManualReviewRequest {
+        job_id,
+        attempt,
+        resolution: to as i32,
+        operator: "bob".into(),
+        reason: "looked at the dashboard".into(),
+        provider_reference: "re_bob".into(),
+        ..Default::default()
+    }
+}
+
+async fn admin(
+    h: &Harness,
+) -> jobfence_api::v1::job_admin_client::JobAdminClient<tonic::transport::Channel> {
+    jobfence_api::v1::job_admin_client::JobAdminClient::connect(format!("http://{}", h.addr))
+        .await
+        .unwrap()
+}
+
+/// Settlement read the job in manual review; before it resolves, an
+/// operator sends it back to a worker, who completes it. The automatic
+/// resolution is refused like any stale write, the key is decided again
+/// and matched: the worker's result stands, nothing is overwritten.
+#[tokio::test]
+async fn the_automatic_resolution_loses_cleanly_to_a_worker_that_finished_first() {
+    let h = Harness::start().await;
+    provider(&h).await;
+    let parked = failed(&h, "refund-parked", FailDisposition::ManualReview).await;
+    let attempt = h.row(parked).await.attempt;
+    let mut gate = h.pauses.arm(PausePoint::SettlementAfterHolders);
+    let importing = {
+        let h_coord = h.coordinator.clone();
+        tokio::spawn(async move {
+            let mut import = h_coord.start_import(header()).await.unwrap();
+            import
+                .lines(&[line(2, "re_s", "refund-parked", 500, "succeeded")])
+                .await
+                .unwrap();
+            import.finish().await.unwrap()
+        })
+    };
+    gate.reached().await;
+    admin(&h)
+        .await
+        .resolve_manual_review(resolve(parked, attempt, Resolution::RetryReconcile))
+        .await
+        .expect("the operator moves the job first");
+    let claimed = h.claim_one(Q, "worker-b").await;
+    assert_eq!(claimed.job_id, parked);
+    h.client
+        .clone()
+        .complete(CompleteRequest {
+            job_id: parked,
+            attempt: claimed.attempt,
+            provider_reference: "re_s".into(),
+            result: String::new(),
+        })
+        .await
+        .unwrap();
+    gate.release();
+    let summary = importing.await.unwrap();
+    assert!(summary.decided.resolved.is_empty(), "{summary:?}");
+    assert_eq!(summary.decided.matched, 1, "decided again: matched");
+    let row = h.row(parked).await;
+    assert_eq!(
+        (row.state, row.attempt),
+        (JobState::Succeeded, claimed.attempt)
+    );
+    assert_eq!(
+        h.count_events(parked, "manual_review_resolved").await,
+        1,
+        "only bob's"
+    );
+    assert!(unresolved(&h).await.is_empty());
+    h.finish().await;
+}
+
+/// Settlement holds the job's row with its resolution under way; an
+/// operator resolving the same job waits for the lock and is refused:
+/// the job was resolved first, by the report.
+#[tokio::test]
+async fn the_automatic_resolution_wins_against_an_operator_who_comes_second() {
+    let h = Harness::start().await;
+    provider(&h).await;
+    let parked = failed(&h, "refund-parked", FailDisposition::ManualReview).await;
+    let attempt = h.row(parked).await.attempt;
+    let mut gate = h.pauses.arm(PausePoint::ResolveAfterLock);
+    let importing = {
+        let h_coord = h.coordinator.clone();
+        tokio::spawn(async move {
+            let mut import = h_coord.start_import(header()).await.unwrap();
+            import
+                .lines(&[line(2, "re_s", "refund-parked", 500, "succeeded")])
+                .await
+                .unwrap();
+            import.finish().await.unwrap()
+        })
+    };
+    gate.reached().await;
+    let mut bob = admin(&h).await;
+    let second = tokio::spawn(async move {
+        bob.resolve_manual_review(resolve(parked, attempt, Resolution::Failed))
+            .await
+    });
+    kit::until_lock_wait(&h.pool, &h.db.name).await;
+    gate.release();
+    let summary = importing.await.unwrap();
+    assert_eq!(summary.decided.resolved, vec![(parked, "re_s".to_owned())]);
+    let refused = second.await.unwrap().expect_err("bob comes second");
+    assert_eq!(refused.code(), Code::FailedPrecondition);
+    assert_eq!(reason(&refused), "JOB_NOT_IN_MANUAL_REVIEW");
+    let row = h.row(parked).await;
+    assert_eq!(row.state, JobState::Succeeded);
+    assert_eq!(row.provider_reference.as_deref(), Some("re_s"));
+    h.finish().await;
+}
+
+/// Two operators import the same report at once: one raises the double
+/// refund while the other has read that it is not there yet; the second's
+/// insert meets the first's row, is run again (counted) and finds it.
+/// One exception, opened once.
+#[tokio::test]
+async fn one_report_imported_twice_at_once_raises_each_exception_once() {
+    let h = Harness::start().await;
+    provider(&h).await;
+    let _twice = succeeded(&h, "refund-twice", 500).await;
+    let report = [
+        line(2, "re_t1", "refund-twice", 500, "succeeded"),
+        line(3, "re_t2", "refund-twice", 500, "succeeded"),
+    ];
+    let mut gate = h.pauses.arm(PausePoint::SettlementRaiseAfterRead);
+    let first = {
+        let (c, report) = (h.coordinator.clone(), report.clone());
+        tokio::spawn(async move {
+            let mut import = c.start_import(header()).await.unwrap();
+            import.lines(&report).await.unwrap();
+            import.finish().await.unwrap()
+        })
+    };
+    gate.reached().await;
+    let second = import(&h, &report).await;
+    gate.release();
+    let first = first.await.unwrap();
+    assert_eq!(
+        first.decided.exceptions_opened + second.decided.exceptions_opened,
+        1,
+        "{first:?} {second:?}"
+    );
+    assert_eq!(
+        unresolved(&h).await,
+        vec![(ExceptionKind::DoubleRefund, "refund-twice".into())]
+    );
+    let (actions, lines): (i64, i64) = sqlx::query_as(
+        "SELECT (SELECT COUNT(*) FROM settlement_exception_actions), \
+         (SELECT COUNT(*) FROM settlement_lines)",
+    )
+    .fetch_one(&h.pool)
+    .await
+    .unwrap();
+    assert_eq!((actions, lines), (1, 2), "one 'opened', each line once");
+    assert!(
+        h.coordinator.store().conflicts().0 >= 1,
+        "the second insert was run again"
+    );
+    h.finish().await;
+}
+
+/// A batch of lines waits for another import's lock on the same lines
+/// past its lock wait timeout: run again, counted, then applied.
+#[tokio::test]
+async fn a_lock_wait_on_the_lines_is_run_again_and_counted() {
+    let h = Harness::start_with_lock_wait(1).await;
+    provider(&h).await;
+    let _ok = succeeded(&h, "refund-ok", 500).await;
+    let report = [line(2, "re_ok", "refund-ok", 500, "pending")];
+    import(&h, &report).await;
+    let settled = [line(2, "re_ok", "refund-ok", 500, "succeeded")];
+    let mut gate = h.pauses.arm(PausePoint::SettlementLinesLocked);
+    let first = {
+        let (c, settled) = (h.coordinator.clone(), settled.clone());
+        tokio::spawn(async move {
+            let mut import = c.start_import(header()).await.unwrap();
+            import.lines(&settled).await.unwrap();
+            import.finish().await.unwrap()
+        })
+    };
+    gate.reached().await;
+    let second = {
+        let (c, settled) = (h.coordinator.clone(), settled.clone());
+        tokio::spawn(async move {
+            let mut import = c.start_import(header()).await.unwrap();
+            import.lines(&settled).await.unwrap();
+            import.finish().await.unwrap()
+        })
+    };
+    let store = h.coordinator.store().clone();
+    kit::until(
+        "the second import's lock wait timed out and was run again",
+        || store.conflicts().0 >= 1,
+    )
+    .await;
+    gate.release();
+    let (first, second) = (first.await.unwrap(), second.await.unwrap());
+    assert_eq!(
+        first.lines.updated + second.lines.updated,
+        1,
+        "{first:?} {second:?}"
+    );
+    assert_eq!(first.lines.unchanged + second.lines.unchanged, 1);
+    assert_eq!(
+        h.coordinator.store().conflicts().1,
+        0,
+        "none reached a caller"
+    );
+    h.finish().await;
+}
+
+/// What an import leaves, as rows of the tables it writes: the jobs'
+/// states, the lines, the exceptions and the settlement observations.
+async fn settled_state(h: &Harness) -> Vec<String> {
+    let mut out = Vec::new();
+    for sql in [
+        "SELECT CAST(CONCAT_WS(' ', operation_key, state, COALESCE(provider_reference, '-')) AS CHAR) FROM jobs ORDER BY operation_key",
+        "SELECT CAST(CONCAT_WS(' ', provider_reference, operation_key, status, decided_at IS NOT NULL) AS CHAR) FROM settlement_lines ORDER BY provider_reference",
+        "SELECT CAST(CONCAT_WS(' ', kind, subject, state) AS CHAR) FROM settlement_exceptions ORDER BY kind, subject",
+        "SELECT CAST(CONCAT_WS(' ', source, provider_reference, dedup_key) AS CHAR) FROM job_observations WHERE source = 'settlement' ORDER BY dedup_key",
+    ] {
+        let rows: Vec<String> = sqlx::query_scalar(sql).fetch_all(&h.pool).await.unwrap();
+        out.extend(rows);
+    }
+    out
+}
+
+/// The same jobs on a fresh database: two succeeded, one parked, one
+/// failed.
+async fn jobs_for_the_cut(h: &Harness) {
+    provider(h).await;
+    succeeded(h, "refund-a", 500).await;
+    succeeded(h, "refund-b", 500).await;
+    failed(h, "refund-parked", FailDisposition::ManualReview).await;
+    failed(h, "refund-failed", FailDisposition::Failed).await;
+}
+
+fn report_for_the_cut() -> Vec<jobfence_domain::settlement::mapping::RawLine> {
+    vec![
+        line(2, "re_a", "refund-a", 500, "succeeded"),
+        line(3, "re_p", "refund-parked", 500, "succeeded"),
+        line(4, "re_f", "refund-failed", 500, "succeeded"),
+        line(5, "re_x", "by-hand", 900, "succeeded"),
+    ]
+}
+
+/// An import cut off after its lines were written and before they were
+/// matched (the importing call dropped: a client or a coordinator killed)
+/// is run again, and ends in exactly the state one clean import leaves.
+#[tokio::test]
+async fn an_import_cut_off_midway_and_run_again_ends_as_one_clean_import() {
+    let clean = Harness::start().await;
+    jobs_for_the_cut(&clean).await;
+    import(&clean, &report_for_the_cut()).await;
+    let want = settled_state(&clean).await;
+
+    let h = Harness::start().await;
+    jobs_for_the_cut(&h).await;
+    let mut gate = h.pauses.arm(PausePoint::SettlementBeforeDecide);
+    let cut = {
+        let c = h.coordinator.clone();
+        tokio::spawn(async move {
+            let mut import = c.start_import(header()).await.unwrap();
+            import.lines(&report_for_the_cut()).await.unwrap();
+            import.finish().await.unwrap()
+        })
+    };
+    gate.reached().await;
+    cut.abort();
+    assert!(cut.await.unwrap_err().is_cancelled());
+    drop(gate);
+    let undecided: i64 =
+        sqlx::query_scalar("SELECT COUNT(*) FROM settlement_lines WHERE decided_at IS NULL")
+            .fetch_one(&h.pool)
+            .await
+            .unwrap();
+    assert_eq!(
+        undecided, 4,
+        "the cut import wrote its lines and decided none"
+    );
+    import(&h, &report_for_the_cut()).await;
+    // Job ids and times differ between the two databases; the states, the
+    // lines, the exceptions and the observations must not.
+    assert_eq!(settled_state(&h).await, want);
+    clean.finish().await;
+    h.finish().await;
+}
