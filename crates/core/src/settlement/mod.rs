@@ -152,7 +152,7 @@ impl Import {
         }
         if let Some(m) = missing {
             return Err(CoordinatorError::invalid(
-                &format!("columns.{}", m.field),
+                format!("columns.{}", m.field),
                 format!(
                     "{} (the provider's settings name it; `jobfence settlement configure` changes them)",
                     m.why

@@ -82,28 +82,71 @@ pub fn read(
     }
 }
 
+/// A reader that notes where each line ends, so that a CSV record's line
+/// number can be told from its byte offset (the csv reader's own count
+/// goes wrong with CRLF line ends and blank lines).
+struct NewlineNotes<R> {
+    inner: R,
+    offset: u64,
+    ends: std::rc::Rc<std::cell::RefCell<std::collections::VecDeque<u64>>>,
+}
+
+impl<R: Read> Read for NewlineNotes<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        let mut ends = self.ends.borrow_mut();
+        for (i, b) in buf[..n].iter().enumerate() {
+            if *b == b'\n' {
+                ends.push_back(self.offset + i as u64);
+            }
+        }
+        self.offset += n as u64;
+        Ok(n)
+    }
+}
+
 fn read_csv(
-    input: Box<dyn BufRead + Send>,
+    mut input: Box<dyn BufRead + Send>,
     each: &mut dyn FnMut(Read1) -> bool,
 ) -> anyhow::Result<()> {
+    // A UTF-8 byte-order mark goes before the csv reader sees it (the
+    // byte offsets it reports then match the file's lines).
+    if input.fill_buf()?.starts_with(b"\xef\xbb\xbf") {
+        input.consume(3);
+    }
+    let ends = std::rc::Rc::new(std::cell::RefCell::new(std::collections::VecDeque::new()));
     let mut reader = csv::ReaderBuilder::new()
         .flexible(true)
         .trim(csv::Trim::All)
-        .from_reader(input);
-    // The csv reader drops a UTF-8 byte-order mark before the header.
+        .from_reader(NewlineNotes {
+            inner: input,
+            offset: 0,
+            ends: ends.clone(),
+        });
     let headers = reader.headers()?.clone();
+    let mut line = 1u64;
+    let mut line_at = |byte: u64| {
+        let mut ends = ends.borrow_mut();
+        while ends.front().is_some_and(|&e| e < byte) {
+            ends.pop_front();
+            line += 1;
+        }
+        line
+    };
     let mut record = csv::StringRecord::new();
     loop {
-        let line = reader.position().line() + 1;
         let next = match reader.read_record(&mut record) {
             Ok(false) => return Ok(()),
             Ok(true) => {
+                // Where the parser stopped, just past the record: its own
+                // line end is the last byte before (LF) or the next (CRLF),
+                // and every line end before that is a line above it.
+                let number = line_at(reader.position().byte().saturating_sub(1));
                 let fields: HashMap<String, String> = headers
                     .iter()
                     .zip(record.iter())
                     .map(|(h, v)| (h.to_owned(), v.to_owned()))
                     .collect();
-                let number = record.position().map_or(line, |p| p.line());
                 if fields.values().all(|v| v.is_empty()) {
                     continue; // a blank line
                 }
@@ -113,7 +156,7 @@ fn read_csv(
                 })
             }
             Err(e) => Read1::Refused(RefusedLine {
-                line: e.position().map_or(line, |p| p.line()),
+                line: line_at(reader.position().byte().saturating_sub(1)),
                 field: "line".into(),
                 reason: format!("not a CSV row: {e}"),
             }),
@@ -192,10 +235,10 @@ mod tests {
     use super::*;
     use std::io::Write;
 
-    fn lines(
-        bytes: &[u8],
-        format: Format,
-    ) -> Vec<Result<(u64, HashMap<String, String>), (u64, String)>> {
+    /// A line read: its number and columns, or its number and why refused.
+    type Got = Result<(u64, HashMap<String, String>), (u64, String)>;
+
+    fn lines(bytes: &[u8], format: Format) -> Vec<Got> {
         let dir = std::env::temp_dir().join(format!("jobfence-read-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join(format!("report-{}", fastrand_name()));
@@ -237,6 +280,13 @@ mod tests {
         assert_eq!(first["merchant_reference"], "key, with comma");
         assert_eq!(first["amount"], "1,234");
         assert_eq!(got[1].clone().unwrap().0, 4);
+        let lf = lines(b"id,amount\nre_1,5\n\n\nre_2,6", Format::Csv);
+        let numbers: Vec<u64> = lf.iter().map(|l| l.clone().unwrap().0).collect();
+        assert_eq!(
+            numbers,
+            [2, 5],
+            "LF line ends, blank lines, no final line end"
+        );
     }
 
     #[test]

@@ -278,13 +278,13 @@ impl JobStore {
             };
             // A live job wins over a key record of the same key (a key
             // whose record expired and was enqueued again).
-            let keep = match out.get(&key) {
+            let keep = !matches!(
+                out.get(&key),
                 Some(Held {
                     holder: Holder::Job { .. },
                     ..
-                }) => false,
-                _ => true,
-            };
+                })
+            );
             if keep {
                 out.insert(key, held);
             }

@@ -163,7 +163,7 @@ impl JobStore {
             if done.rows_affected() == 0 {
                 tx.rollback().await.map_err(convert_sqlx_err)?;
                 return Err(CoordinatorError::invalid(
-                    &format!("queues[{i}]"),
+                    format!("queues[{i}]"),
                     format!(
                         "queue {:?} does not dispatch to provider {:?}",
                         q.queue, req.provider
