@@ -299,6 +299,11 @@ async fn the_demo_with_every_fault_kind_refunds_nothing_twice() {
     for worker in ["rust-", "python-1", "node-1", "go-1"] {
         assert!(line("completed by").contains(worker), "{worker}\n{context}");
     }
+    // The product's own settlement of the provider's report found every
+    // refund matched: no exception (docs/design.md rule 15).
+    assert!(line("settlement  ").contains("report lines"), "{context}");
+    assert!(line("settlement  ").contains(" 0 refused"), "{context}");
+    assert!(line("settlement exceptions").ends_with("none"), "{context}");
     // scripts/mariadb runs the database durably (docs/design.md rule 9).
     assert!(
         line("database durable").contains("yes (innodb_flush_log_at_trx_commit=1"),
@@ -415,4 +420,60 @@ async fn the_provider_budget_keeps_the_same_flood_under_the_providers_limit() {
         without.numbers("provider limit")[2],
         with.numbers("provider limit")[2]
     );
+}
+
+/// The demo's settlement with a double refund and a refund made by hand
+/// injected at the provider: the product's own settlement reports exactly
+/// those two exceptions, and the demo fails (docs/design.md rule 15).
+#[tokio::test]
+async fn the_demos_settlement_reports_an_injected_double_refund_and_hand_made_refund() {
+    let (server, _) = base_url()
+        .rsplit_once('/')
+        .map(|(a, b)| (a.to_owned(), b.to_owned()))
+        .unwrap();
+    let db = format!("jf_test_{}_settle", std::process::id());
+    let url = format!("{server}/{db}");
+    let run = kit::run_short_demo_as_is(
+        "settle",
+        &[
+            "--database-url",
+            &url,
+            "--jobs",
+            "100",
+            "--arrival",
+            "10s",
+            "--chaos",
+            "false",
+            "--inject-settlement-exceptions",
+        ],
+    )
+    .await;
+    let context = run.context();
+    assert!(!run.succeeded, "the demo must exit non-zero\n{context}");
+    let exceptions = run.line("settlement exceptions");
+    let listed: Vec<&str> = exceptions
+        .trim_start_matches("settlement exceptions")
+        .trim()
+        .split(", ")
+        .collect();
+    assert_eq!(listed.len(), 2, "exactly two exceptions\n{context}");
+    assert!(
+        listed
+            .iter()
+            .any(|e| e.starts_with("DOUBLE_REFUND refund-")),
+        "{context}"
+    );
+    assert!(
+        listed.contains(&"UNKNOWN_REFERENCE made-by-hand-in-the-dashboard"),
+        "{context}"
+    );
+    assert!(
+        run.report.trim_end().ends_with(')') && run.report.contains("invariant: VIOLATED"),
+        "{context}"
+    );
+    if let Ok(admin) = sqlx::mysql::MySqlPool::connect(&base_url()).await {
+        let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS `{db}`"))
+            .execute(&admin)
+            .await;
+    }
 }

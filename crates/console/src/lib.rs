@@ -218,6 +218,7 @@ pub fn router(console: Console) -> Router {
         .route("/providers/{name}/resume", post(pages::providers::resume))
         .route("/providers/{name}/budget", post(pages::providers::budget))
         .route("/events", get(pages::events::page))
+        .route("/settlement", get(pages::settlement::page))
         .route("/events/live", get(pages::events::live))
         .route(
             "/static/console.css",

@@ -30,6 +30,8 @@ pub enum Nav {
     Providers,
     /// `/events`.
     Events,
+    /// `/settlement`.
+    Settlement,
     /// A page of none of them (not found).
     None,
 }
@@ -123,6 +125,7 @@ pub fn page(title: &str, nav: Nav, notices: &[Notice], body: Markup) -> Markup {
                         (link(Nav::Review, "/review", "Manual review"))
                         (link(Nav::Providers, "/providers", "Providers"))
                         (link(Nav::Events, "/events", "Events"))
+                        (link(Nav::Settlement, "/settlement", "Settlement"))
                     }
                     @match acting_as() {
                         Some(name) => span.operator title="The console acts with this operator's credential, checked on every request; it serves loopback addresses only." {

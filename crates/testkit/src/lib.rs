@@ -30,7 +30,7 @@ pub mod sdk;
 pub mod secure;
 pub mod serve;
 
-pub use demo::{numbers, report_line, run_short_demo, DemoRun};
+pub use demo::{numbers, report_line, run_short_demo, run_short_demo_as_is, DemoRun};
 pub use harness::*;
 pub use locks::until_lock_wait;
 pub use serve::{test_config, test_options, Serve, Served};

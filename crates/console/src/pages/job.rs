@@ -106,6 +106,12 @@ pub async fn show(
         events,
     } = &detail;
     let name = console.operator_field(headers);
+    // The provider's reports are evidence too: shown when there are any.
+    let (settled, exceptions) = console
+        .coordinator
+        .job_settlement(job)
+        .await
+        .unwrap_or_default();
     let body = html! {
         div.page-head {
             h1 { "Job " (job.id) }
@@ -133,6 +139,9 @@ pub async fn show(
         section.card {
             h2 { "Observations " span.muted.small { "what the provider told workers, webhooks and reconcilers" } }
             (observations(obs, job.attempt))
+        }
+        @if !settled.is_empty() || !exceptions.is_empty() {
+            (super::settlement::job_card(&settled, &exceptions))
         }
     };
     if status == StatusCode::OK && notices.iter().any(|n| n.level == Level::Error) {

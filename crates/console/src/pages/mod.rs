@@ -10,6 +10,7 @@ pub mod providers;
 pub mod queues;
 pub mod resolve;
 pub mod review;
+pub mod settlement;
 
 use super::view::{self, Level, Nav, Notice};
 use axum::http::StatusCode;

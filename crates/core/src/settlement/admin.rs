@@ -8,7 +8,7 @@ use jobfence_domain::settlement::records::{
     ActOnException, ProviderSettlement, PutSettlementSettings, SettlementException,
     SettlementSettings,
 };
-use jobfence_domain::settlement::ExceptionState;
+use jobfence_domain::settlement::{ExceptionState, SettlementLine};
 use jobfence_domain::validate::{Violations, MAX_ERROR_BYTES};
 use jobfence_domain::CoordinatorError;
 use std::time::Duration;
@@ -143,6 +143,27 @@ impl Coordinator {
         out.sort_by(|a, b| b.updated_at.cmp(&a.updated_at).then(b.id.cmp(&a.id)));
         out.truncate(limit as usize);
         Ok(out)
+    }
+
+    /// A job's settlement: the report lines of its key (by provider), and
+    /// its exceptions (every state), for its page.
+    pub async fn job_settlement(
+        &self,
+        job: &jobfence_domain::Job,
+    ) -> Result<(Vec<(String, SettlementLine)>, Vec<SettlementException>), CoordinatorError> {
+        let store = self.shards().for_job(job.id)?;
+        let lines = store
+            .settlement_lines_of(&job.queue, &job.operation_key)
+            .await?;
+        let all = [
+            ExceptionState::Open,
+            ExceptionState::Acknowledged,
+            ExceptionState::Resolved,
+        ];
+        let exceptions = store
+            .list_settlement_exceptions(None, &all, Some(job.id), MAX_EXCEPTIONS)
+            .await?;
+        Ok((lines, exceptions))
     }
 
     /// One exception with its life, from whichever database holds it.

@@ -294,6 +294,26 @@ impl JobStore {
         Ok(out)
     }
 
+    /// The settlement lines of the job of `queue` and `operation_key`:
+    /// `(provider, line)`, oldest first.
+    pub async fn settlement_lines_of(
+        &self,
+        queue: &str,
+        operation_key: &str,
+    ) -> Result<Vec<(String, SettlementLine)>, CoordinatorError> {
+        let rows = sqlx::query(include_str!("../queries/settlement/lines_of_job.sql"))
+            .bind(queue)
+            .bind(operation_key)
+            .fetch_all(&self.pool())
+            .await
+            .map_err(convert_sqlx_err);
+        self.outage_named(rows)
+            .await?
+            .iter()
+            .map(|r| Ok((text(r, "provider")?, line_row(r)?.1)))
+            .collect()
+    }
+
     /// Marks `ids` decided, unless one changed after `read_at` (a later
     /// import rewrote it: it is matched again).
     pub async fn settlement_lines_decided(

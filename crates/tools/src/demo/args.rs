@@ -97,6 +97,13 @@ pub struct DemoArgs {
     /// unit, reconcile 2, what the refund workers can spend per hand-out).
     #[arg(long)]
     pub no_budget: bool,
+    /// Before the settlement at the end, make the fake provider refund one
+    /// operation a second time and make a refund by hand in its dashboard:
+    /// the settlement must then report exactly those two exceptions (a
+    /// DOUBLE_REFUND and an UNKNOWN_REFERENCE), and the demo exits
+    /// non-zero.
+    #[arg(long)]
+    pub inject_settlement_exceptions: bool,
     /// Pause, kill and restart processes during the run.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     pub chaos: bool,

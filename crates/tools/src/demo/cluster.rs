@@ -297,6 +297,7 @@ impl Cluster {
     pub(super) async fn report(
         &mut self,
         setup: &Setup,
+        args: &DemoArgs,
         plan: &budget::Plan,
         happened: &[chaos::Happened],
     ) -> Result<Report> {
@@ -315,6 +316,10 @@ impl Cluster {
             })
             .collect();
         let storm = happened.iter().find_map(|h| h.storm.clone());
+        // The product's own settlement, while the coordinators and the
+        // provider still run; the ledger is read after it (the injection
+        // makes refunds).
+        let settled = super::settle::run(self, args, &args.work_dir).await?;
         let ledger = self.provider_client.ledger().await;
         let provider_stats = self.provider_client.stats().await;
         if self.console.is_none() {
@@ -330,6 +335,7 @@ impl Cluster {
         report.injected = injected;
         report.database_durable = setup.database_durable.clone();
         report.storm = storm;
+        report.add_settlement(settled);
         report.provider = Some(report::ProviderSide {
             limit: plan.limit_text(),
             budget: plan.budget_text(),

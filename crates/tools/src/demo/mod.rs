@@ -24,6 +24,7 @@ pub mod coordinators;
 pub mod credentials;
 mod databases;
 pub mod report;
+mod settle;
 mod worker_logs;
 
 pub use crate::procs::wait_coordinator;
@@ -114,7 +115,7 @@ pub async fn run(args: DemoArgs, interrupted: impl Future<Output = ()>) -> Resul
             return Err(e);
         }
     };
-    let mut report = cluster.report(&setup, &plan, &happened).await?;
+    let mut report = cluster.report(&setup, &args, &plan, &happened).await?;
     report.add_pruned_retries(&pruned);
     println!("{}", report.render());
     if let Some(console) = &cluster.console {

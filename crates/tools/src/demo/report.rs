@@ -172,6 +172,8 @@ pub struct Report {
     /// The producer's Enqueues of pruned keys: sent, and answered with the
     /// pruned job and created=false.
     pub pruned_retries: (u32, u32),
+    /// The product's own settlement of the provider's report.
+    pub settlement: Option<super::settle::Settled>,
 }
 
 impl Report {
@@ -377,6 +379,15 @@ impl Report {
         }
     }
 
+    /// Adds the settlement: every exception it left is a violation.
+    pub(super) fn add_settlement(&mut self, settled: super::settle::Settled) {
+        for (kind, subject) in &settled.exceptions {
+            self.violations
+                .push(format!("settlement exception {kind} of {subject}"));
+        }
+        self.settlement = Some(settled);
+    }
+
     /// True when no refund was made twice and nothing is lost.
     pub fn ok(&self) -> bool {
         self.violations.is_empty() && self.unfinished.is_empty()
@@ -391,6 +402,9 @@ impl Report {
         self.render_pruning(&mut s);
         self.render_fencing(&mut s);
         self.render_provider(&mut s);
+        if let Some(settled) = &self.settlement {
+            settled.render(&mut s);
+        }
         self.render_verdict(&mut s);
         s
     }
@@ -507,7 +521,7 @@ impl Report {
         } else {
             let mut what = Vec::new();
             if !self.violations.is_empty() {
-                what.push(format!("{} jobs refunded wrongly", self.violations.len()));
+                what.push(format!("{} violations", self.violations.len()));
             }
             if !self.unfinished.is_empty() {
                 what.push(format!("{} jobs not finished", self.unfinished.len()));
