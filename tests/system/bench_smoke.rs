@@ -36,6 +36,8 @@ fn a_short_benchmark_run_checks_every_phase_and_writes_its_report() {
             "3000",
             "--prune-rounds",
             "1",
+            "--settle-lines",
+            "3000",
             "--budget-rate",
             "40",
             "--budget-seconds",
@@ -90,6 +92,8 @@ fn a_short_benchmark_run_checks_every_phase_and_writes_its_report() {
         "3000 finished jobs (one completion event each)",
         "| while pruning |",
         "| operation_keys | 0 |",
+        "## Settlement import",
+        "| while importing |",
     ] {
         assert!(md.contains(needle), "no {needle:?} in\n{md}");
     }

@@ -64,6 +64,11 @@ pub struct BenchArgs {
     /// How long the paced phase runs, in seconds.
     #[arg(long, default_value_t = 30)]
     pub budget_seconds: u64,
+    /// Report lines (and as many finished jobs) of the settlement phase,
+    /// imported with `jobfence settlement import` while the workers run;
+    /// 0 skips it.
+    #[arg(long, default_value_t = 0)]
+    pub settle_lines: u64,
     /// Wait at most this long, in seconds, before the large-table phases
     /// for InnoDB to write back and purge what their bulk load left (the
     /// server's dirty pages and purge history, server-wide figures); 0

@@ -29,6 +29,7 @@ mod grpc;
 pub mod procstat;
 mod prune;
 mod report;
+mod settle;
 
 use crate::procs::{self, Proc};
 use anyhow::{ensure, Context, Result};
@@ -73,6 +74,7 @@ pub async fn run(args: BenchArgs) -> Result<()> {
         metrics_url: Some(format!("http://{metrics_addr}/metrics")),
         measured: Vec::new(),
         pruning: None,
+        settlement: None,
     };
     let result = bench.all(&args, &addr).await;
     let _ = coordinator.stop(Duration::from_secs(5)).await;
@@ -90,6 +92,7 @@ pub async fn run(args: BenchArgs) -> Result<()> {
         args: &args,
         measured: bench.measured,
         pruning: bench.pruning,
+        settlement: bench.settlement,
         elapsed,
         round_trips: (grpc_rtt, db_rtt),
     };
@@ -183,6 +186,8 @@ struct Bench {
     measured: Vec<Measured>,
     /// The pruning phase, when it ran (`--prune-rows`).
     pruning: Option<prune::PruneFigures>,
+    /// The settlement phase, when it ran (`--settle-lines`).
+    settlement: Option<settle::SettleFigures>,
 }
 
 impl Bench {
@@ -215,6 +220,11 @@ impl Bench {
                 )
                 .await?,
             );
+        }
+        if args.settle_lines > 0 {
+            self.reset().await?;
+            let load = settle::Load::of(args, max_workers, self.coordinator_pid)?;
+            self.settlement = Some(settle::run(&self.pool, addr, load).await?);
         }
         Ok(())
     }

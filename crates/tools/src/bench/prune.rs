@@ -39,7 +39,7 @@ pub struct Side {
 }
 
 impl Side {
-    fn add(&mut self, run: super::PhaseRun) {
+    pub(super) fn add(&mut self, run: super::PhaseRun) {
         self.jobs += run.jobs;
         self.elapsed += run.elapsed;
         self.rounds += 1;
@@ -52,7 +52,7 @@ impl Side {
         self.jobs as f64 / self.elapsed.as_secs_f64().max(1e-9)
     }
 
-    fn claim(&self, p: f64) -> String {
+    pub(super) fn claim(&self, p: f64) -> String {
         super::report::ms(super::report::percentile(&self.latencies.claim, p))
     }
 }
@@ -170,7 +170,12 @@ pub async fn run(pool: &MySqlPool, addr: &str, load: Load) -> Result<PruneFigure
 }
 
 /// One lifecycle round on a fresh benchmark queue, checked.
-async fn round(pool: &MySqlPool, addr: &str, workers: usize, jobs: u64) -> Result<super::PhaseRun> {
+pub(super) async fn round(
+    pool: &MySqlPool,
+    addr: &str,
+    workers: usize,
+    jobs: u64,
+) -> Result<super::PhaseRun> {
     sqlx::query("DELETE FROM job_events WHERE queue = ?")
         .bind(QUEUE)
         .execute(pool)

@@ -135,6 +135,8 @@ pub struct Report<'a> {
     pub measured: Vec<Measured>,
     /// The pruning phase, when it ran.
     pub pruning: Option<super::prune::PruneFigures>,
+    /// The settlement phase, when it ran.
+    pub settlement: Option<super::settle::SettleFigures>,
     pub elapsed: Duration,
     /// Median round trips on loopback: a gRPC call that does no database
     /// work, and `SELECT 1`.
@@ -484,6 +486,10 @@ impl Report<'_> {
             out.push('\n');
             out.push_str(&p.markdown());
         }
+        if let Some(s) = &self.settlement {
+            out.push('\n');
+            out.push_str(&s.markdown());
+        }
         out
     }
 
@@ -514,6 +520,10 @@ impl Report<'_> {
         if let Some(p) = &self.pruning {
             out.push('\n');
             out.push_str(&p.markdown());
+        }
+        if let Some(s) = &self.settlement {
+            out.push('\n');
+            out.push_str(&s.markdown());
         }
         out
     }

@@ -1,0 +1,270 @@
+//! The settlement phase of `jobfence bench` (docs/design.md rule 15):
+//! `--settle-lines` finished jobs of a provider's queue, and a report of
+//! as many refunds (one per job, CSV), imported with `jobfence settlement
+//! import` through the coordinator while N gRPC workers run the lifecycle
+//! on another queue; against the same lifecycle rounds with nothing
+//! imported. Reported: lines imported per second, claim throughput and
+//! p50/p99 of both sides, and the coordinator's peak memory during the
+//! import (its VmHWM, reset just before).
+
+use super::db::load_finished;
+use super::procstat;
+use super::prune::{round as round_on_queue, Side};
+use anyhow::{ensure, Context, Result};
+use jobfence_api::v1 as proto;
+use jobfence_api::v1::job_admin_client::JobAdminClient;
+use sqlx::mysql::MySqlPool;
+use std::fmt::Write as _;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// The provider the phase settles, and the queue its loaded jobs are in
+/// (`load_finished` puts them in `archive`).
+const PROVIDER: &str = "bench-psp";
+const SETTLED_QUEUE: &str = "archive";
+
+/// What the phase loads and runs.
+pub struct Load {
+    /// Jobs loaded, and report lines imported.
+    pub lines: u64,
+    pub workers: usize,
+    /// Jobs per lifecycle round.
+    pub jobs: u64,
+    /// Rounds of the side with nothing imported.
+    pub rounds: usize,
+    /// The `jobfence` binary (its `settlement import` is what is timed).
+    pub bin: PathBuf,
+    pub log_dir: PathBuf,
+    pub coordinator_pid: u32,
+}
+
+impl Load {
+    /// The phase as the flags say.
+    pub fn of(args: &super::BenchArgs, workers: usize, coordinator_pid: u32) -> Result<Load> {
+        Ok(Load {
+            lines: args.settle_lines,
+            workers,
+            jobs: args.jobs,
+            rounds: args.prune_rounds,
+            bin: std::env::current_exe()?,
+            log_dir: args.log_dir.clone(),
+            coordinator_pid,
+        })
+    }
+}
+
+/// What the phase measured.
+#[derive(Debug)]
+pub struct SettleFigures {
+    pub lines: u64,
+    pub workers: usize,
+    pub import: Duration,
+    pub without: Side,
+    pub during: Side,
+    /// The coordinator's peak resident memory during the import, and just
+    /// before it.
+    pub peak_rss: Option<u64>,
+    pub rss_before: Option<u64>,
+}
+
+/// Runs the phase.
+pub async fn run(pool: &MySqlPool, addr: &str, load: Load) -> Result<SettleFigures> {
+    load_finished(pool, load.lines, 2).await?;
+    configure(addr).await?;
+    let report = load.log_dir.join("settlement-report.csv");
+    write_report(&report, load.lines)?;
+    let mut without = Side::default();
+    for _ in 0..load.rounds.max(1) {
+        without.add(round_on_queue(pool, addr, load.workers, load.jobs).await?);
+    }
+    eprintln!(
+        "bench: {:<44} {:>8.0} jobs/s",
+        format!("lifecycle, nothing imported N={}", load.workers),
+        without.rate()
+    );
+    let rss_before = procstat::peak_rss(load.coordinator_pid);
+    procstat::reset_peak_rss(load.coordinator_pid);
+    let started = Instant::now();
+    let importing = tokio::spawn(import(load.bin.clone(), addr.to_owned(), report.clone()));
+    let mut during = Side::default();
+    while !importing.is_finished() || during.rounds == 0 {
+        during.add(round_on_queue(pool, addr, load.workers, load.jobs).await?);
+    }
+    let summary = importing.await??;
+    let import = started.elapsed();
+    let peak_rss = procstat::peak_rss(load.coordinator_pid);
+    ensure!(
+        summary["lines_new"].as_u64() == Some(load.lines)
+            && summary["matched"].as_u64() == Some(load.lines),
+        "the import did not match every line: {summary}"
+    );
+    let figures = SettleFigures {
+        lines: load.lines,
+        workers: load.workers,
+        import,
+        without,
+        during,
+        peak_rss,
+        rss_before,
+    };
+    eprintln!(
+        "bench: {:<44} {:>8.0} jobs/s ({} lines imported in {:.1} s: {:.0} lines/s)",
+        format!("lifecycle while importing N={}", load.workers),
+        figures.during.rate(),
+        load.lines,
+        import.as_secs_f64(),
+        figures.lines_per_second()
+    );
+    Ok(figures)
+}
+
+/// The provider over the loaded jobs' queue, its budget far above any
+/// load, read with the fake provider's preset, no lag.
+async fn configure(addr: &str) -> Result<()> {
+    let mut admin = JobAdminClient::connect(format!("http://{addr}")).await?;
+    admin
+        .put_provider(proto::PutProviderRequest {
+            name: PROVIDER.into(),
+            budget: Some(proto::ProviderBudget {
+                rate_per_second: 1_000_000.0,
+                burst: 1_000_000,
+                ..Default::default()
+            }),
+            queues: vec![SETTLED_QUEUE.into()],
+            operator: "bench".into(),
+            reason: "the settlement phase".into(),
+        })
+        .await
+        .map_err(|s| anyhow::anyhow!(jobfence_operator::describe_status(&s)))?;
+    admin
+        .put_settlement_settings(proto::PutSettlementSettingsRequest {
+            provider: PROVIDER.into(),
+            preset: "fake".into(),
+            lag: Some(prost_types::Duration::default()),
+            queues: vec![proto::QueueAmountPointers {
+                queue: SETTLED_QUEUE.into(),
+                amount_pointer: "/amount".into(),
+                currency_pointer: String::new(),
+            }],
+            operator: "bench".into(),
+            reason: "the settlement phase".into(),
+            ..Default::default()
+        })
+        .await
+        .map_err(|s| anyhow::anyhow!(jobfence_operator::describe_status(&s)))?;
+    Ok(())
+}
+
+/// One settled refund per loaded job (`done-N`), in the fake provider's
+/// columns.
+fn write_report(path: &Path, lines: u64) -> Result<()> {
+    let mut out = std::io::BufWriter::new(std::fs::File::create(path)?);
+    writeln!(out, "id,merchant_reference,amount,currency,status,created")?;
+    for k in 0..lines {
+        writeln!(out, "re_{k:08},done-{k},1,USD,succeeded,1764547200")?;
+    }
+    out.flush()?;
+    Ok(())
+}
+
+/// `jobfence settlement import` of the report; its JSON summary.
+async fn import(bin: PathBuf, addr: String, report: PathBuf) -> Result<serde_json::Value> {
+    let out = tokio::process::Command::new(bin)
+        .args([
+            "settlement",
+            "import",
+            "--provider",
+            PROVIDER,
+            "--json",
+            "--operator",
+            "bench",
+        ])
+        .args([
+            "--from",
+            "2000-01-01",
+            "--to",
+            "2100-01-01",
+            "--endpoint",
+            &addr,
+        ])
+        .arg(&report)
+        .env_remove("JOBFENCE_TOKEN_FILE")
+        .env_remove("JOBFENCE_TLS_CA")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .await
+        .context("running jobfence settlement import")?;
+    ensure!(
+        out.status.success(),
+        "jobfence settlement import failed: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).context("reading the import's summary")
+}
+
+fn mib(b: Option<u64>) -> String {
+    b.map_or("?".into(), |b| {
+        format!("{:.0} MiB", b as f64 / (1024.0 * 1024.0))
+    })
+}
+
+impl SettleFigures {
+    /// Report lines imported per second.
+    pub fn lines_per_second(&self) -> f64 {
+        self.lines as f64 / self.import.as_secs_f64().max(1e-9)
+    }
+
+    /// Claim throughput during the import as a share of without it.
+    pub fn ratio(&self) -> f64 {
+        self.during.rate() / self.without.rate().max(1e-9)
+    }
+
+    /// The section, as Markdown.
+    pub fn markdown(&self) -> String {
+        let mut out = String::new();
+        let _ = writeln!(out, "## Settlement import\n");
+        let _ = writeln!(
+            out,
+            "{} finished jobs of a provider's queue, and the provider's report of as many \
+             settled refunds (CSV, the fake provider's columns), imported with `jobfence \
+             settlement import` (streamed in batches of 500 lines; each batch one short \
+             transaction for the lines and the reads of their keys) while {} gRPC workers run \
+             Claim(1) then Complete on another queue; against the same rounds with nothing \
+             imported. The import took {:.1} s: **{:.0} lines/s** (target 20,000), every line \
+             matched. The coordinator's peak memory during the import: {} (before it: {}).\n",
+            self.lines,
+            self.workers,
+            self.import.as_secs_f64(),
+            self.lines_per_second(),
+            mib(self.peak_rss),
+            mib(self.rss_before),
+        );
+        let _ = writeln!(
+            out,
+            "| lifecycle | rounds | jobs | jobs/s | claim p50/p99 ms |"
+        );
+        let _ = writeln!(out, "|---|---|---|---|---|");
+        for (name, s) in [
+            ("nothing imported", &self.without),
+            ("while importing", &self.during),
+        ] {
+            let _ = writeln!(
+                out,
+                "| {name} | {} | {} | {:.0} | {}/{} |",
+                s.rounds,
+                s.jobs,
+                s.rate(),
+                s.claim(0.5),
+                s.claim(0.99)
+            );
+        }
+        let _ = writeln!(
+            out,
+            "\nClaims while importing: **{:.0} %** of their rate without (target 85 %).\n",
+            self.ratio() * 100.0
+        );
+        out
+    }
+}
