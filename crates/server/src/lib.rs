@@ -171,7 +171,8 @@ impl Default for OpsOptions {
     }
 }
 
-/// Recomputes the pending-age and provider gauges every `interval`, and
+/// Recomputes the pending-age, provider and settlement gauges every
+/// `interval`, and
 /// the retention gauges at most once a minute, until `stop`.
 async fn refresh_pending(
     shards: Shards,
@@ -184,6 +185,7 @@ async fn refresh_pending(
         // Errors are counted and logged inside; the next tick tries again.
         let _ = gauges::refresh_pending_all(&shards, &metrics).await;
         gauges::refresh_providers(&shards, &metrics).await;
+        jobfence_core::settlement::gauges::refresh_settlement(&shards, &metrics).await;
         // Also when this coordinator does not prune (`--prune-off`, cron):
         // the last run is the database's. At most once a minute (it counts
         // the key records).

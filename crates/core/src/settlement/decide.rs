@@ -98,7 +98,10 @@ fn holder(settings: &SettlementSettings, held: Option<&Held>) -> Holder {
     }
 }
 
-/// Decides and applies every key of `batch`.
+/// Decides and applies every key of `batch`. Reads who holds the keys and
+/// which have exceptions not resolved (two statements for the batch);
+/// writes only where something changes (a resolution, an observation, an
+/// exception raised or cleared); marks the batch's lines decided at once.
 pub(super) async fn apply(
     coordinator: &Coordinator,
     store: &JobStore,
@@ -107,12 +110,15 @@ pub(super) async fn apply(
 ) -> Result<Decided, CoordinatorError> {
     let keys: Vec<&str> = batch.iter().filter_map(|k| k.key.as_deref()).collect();
     let mut holders = store.settlement_holders(&settings.queues, &keys).await?;
+    let subjects: Vec<String> = batch.iter().map(subject_of).collect();
+    let with_exceptions = store
+        .unresolved_subjects(
+            &settings.provider,
+            &subjects.iter().map(String::as_str).collect::<Vec<_>>(),
+        )
+        .await?;
     let mut out = Decided::default();
-    for kl in batch {
-        let subject = match &kl.key {
-            Some(k) => k.clone(),
-            None => kl.lines[0].1.provider_reference.clone(),
-        };
+    for (kl, subject) in batch.iter().zip(&subjects) {
         let lines: Vec<SettlementLine> = kl.lines.iter().map(|(_, l)| l.clone()).collect();
         for round in 0..=REDECIDE {
             let h = holder(settings, kl.key.as_ref().and_then(|k| holders.get(k)));
@@ -130,6 +136,9 @@ pub(super) async fn apply(
                 Applied::Moved => {}
             }
             count(&mut out, &d.outcome);
+            if d.exceptions.is_empty() && !with_exceptions.contains(subject) {
+                break;
+            }
             let raised: Vec<Raised> = d
                 .exceptions
                 .iter()
@@ -142,7 +151,7 @@ pub(super) async fn apply(
             let done = store
                 .raise_settlement_exceptions(
                     &settings.provider,
-                    &subject,
+                    subject,
                     &raised,
                     &clearable(&kl.lines),
                 )
@@ -151,10 +160,34 @@ pub(super) async fn apply(
             out.exceptions_resolved += done.resolved;
             break;
         }
-        let ids: Vec<u64> = kl.lines.iter().map(|(id, _)| *id).collect();
-        store.settlement_lines_decided(&ids, kl.read_at).await?;
     }
+    mark_decided(store, batch).await?;
     Ok(out)
+}
+
+/// A key's subject: its operation key, or a keyless line's reference.
+fn subject_of(kl: &KeyLines) -> String {
+    match &kl.key {
+        Some(k) => k.clone(),
+        None => kl.lines[0].1.provider_reference.clone(),
+    }
+}
+
+/// Marks the batch's lines decided, one statement per moment they were
+/// read at (the lines of keys in one, each keyless line in its own).
+async fn mark_decided(store: &JobStore, batch: &[KeyLines]) -> Result<(), CoordinatorError> {
+    let mut by_read: std::collections::BTreeMap<jobfence_domain::DbTime, Vec<u64>> =
+        Default::default();
+    for kl in batch {
+        by_read
+            .entry(kl.read_at)
+            .or_default()
+            .extend(kl.lines.iter().map(|(id, _)| *id));
+    }
+    for (read_at, ids) in by_read {
+        store.settlement_lines_decided(&ids, read_at).await?;
+    }
+    Ok(())
 }
 
 fn job_of(h: &Holder) -> Option<u64> {

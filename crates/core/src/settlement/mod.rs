@@ -13,7 +13,7 @@
 
 mod admin;
 mod decide;
-mod gauges;
+pub mod gauges;
 
 use super::Coordinator;
 use jobfence_domain::settlement::mapping::{LineRefusal, RawLine};

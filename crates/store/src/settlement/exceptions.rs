@@ -195,6 +195,25 @@ impl JobStore {
         Ok(reopen)
     }
 
+    /// Which of `subjects` have an exception not resolved.
+    pub async fn unresolved_subjects(
+        &self,
+        provider: &str,
+        subjects: &[&str],
+    ) -> Result<std::collections::HashSet<String>, CoordinatorError> {
+        if subjects.is_empty() {
+            return Ok(Default::default());
+        }
+        let sql = include_str!("../queries/settlement/unresolved_subjects.sql")
+            .replace("{subjects}", &super::string_list(subjects.iter().copied()));
+        let found: Vec<String> = sqlx::query_scalar(&sql)
+            .bind(provider)
+            .fetch_all(&self.pool())
+            .await
+            .map_err(convert_sqlx_err)?;
+        Ok(found.into_iter().collect())
+    }
+
     /// A person's action on an exception, recorded with their name and
     /// note: fenced on the state they saw. Errors: `InvalidArgument` for an
     /// unknown exception (field `id`), `InvalidArgument` on `state` when it
