@@ -71,6 +71,9 @@ async fn listening_on(log: &Path) -> String {
     }
 }
 
+/// The rules in the rules file (recording rules and alerts).
+const RULES: usize = 21;
+
 fn rules() -> PathBuf {
     repo().join("deploy/prometheus/jobfence.rules.yml")
 }
@@ -94,7 +97,10 @@ async fn promtool(args: &[&str]) -> String {
 #[tokio::test]
 async fn promtool_checks_and_unit_tests_the_rules() {
     let checked = promtool(&["check", "rules", "jobfence.rules.yml"]).await;
-    assert!(checked.contains("SUCCESS: 17 rules found"), "{checked}");
+    assert!(
+        checked.contains(&format!("SUCCESS: {RULES} rules found")),
+        "{checked}"
+    );
     let tested = promtool(&["test", "rules", "jobfence.rules.test.yml"]).await;
     assert!(tested.contains("SUCCESS"), "{tested}");
 }
@@ -181,7 +187,7 @@ fn metric_names_are_read_from_expressions() {
         ["jobfence_a_total", "jobfence_b", "up"]
     );
     let rules = rule_exprs();
-    assert_eq!(rules.len(), 17, "{rules:?}");
+    assert_eq!(rules.len(), RULES, "{rules:?}");
 }
 
 async fn get_json(http: &reqwest::Client, url: &str) -> Value {
@@ -212,6 +218,19 @@ async fn traffic(addr: &str, db: &TestDb) {
             queues: vec![Q.into()],
             operator: "prometheus-test".into(),
             reason: "the provider series exist".into(),
+        })
+        .await
+        .unwrap();
+    // The provider's settlement settings: its settlement series exist.
+    JobAdminClient::connect(format!("http://{addr}"))
+        .await
+        .unwrap()
+        .put_settlement_settings(jobfence_api::v1::PutSettlementSettingsRequest {
+            provider: "psp".into(),
+            preset: "fake".into(),
+            operator: "prometheus-test".into(),
+            reason: "the settlement series exist".into(),
+            ..Default::default()
         })
         .await
         .unwrap();
@@ -383,7 +402,7 @@ async fn a_real_prometheus_scrapes_every_metric_the_rules_and_the_dashboard_use(
                     .collect()
             })
             .unwrap_or_default();
-        let evaluated = rules.len() == 16
+        let evaluated = rules.len() == RULES
             && rules.iter().all(|r| {
                 r["lastEvaluation"]
                     .as_str()
@@ -404,7 +423,7 @@ async fn a_real_prometheus_scrapes_every_metric_the_rules_and_the_dashboard_use(
         missing.is_empty(),
         "metric names used by the rules or the dashboard that the coordinator does not export: {missing:?}"
     );
-    assert_eq!(rules_state.len(), 17, "rules loaded: {rules_state:?}");
+    assert_eq!(rules_state.len(), RULES, "rules loaded: {rules_state:?}");
     for rule in &rules_state {
         assert_eq!(rule["health"], "ok", "{rule}");
     }
