@@ -34,6 +34,7 @@ class ObservationSource(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     OBSERVATION_SOURCE_WEBHOOK: _ClassVar[ObservationSource]
     OBSERVATION_SOURCE_RECONCILER: _ClassVar[ObservationSource]
     OBSERVATION_SOURCE_OPERATOR: _ClassVar[ObservationSource]
+    OBSERVATION_SOURCE_SETTLEMENT: _ClassVar[ObservationSource]
 
 class ObservationOutcome(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -66,6 +67,7 @@ OBSERVATION_SOURCE_WORKER: ObservationSource
 OBSERVATION_SOURCE_WEBHOOK: ObservationSource
 OBSERVATION_SOURCE_RECONCILER: ObservationSource
 OBSERVATION_SOURCE_OPERATOR: ObservationSource
+OBSERVATION_SOURCE_SETTLEMENT: ObservationSource
 OBSERVATION_OUTCOME_UNSPECIFIED: ObservationOutcome
 OBSERVATION_OUTCOME_SUCCEEDED: ObservationOutcome
 OBSERVATION_OUTCOME_PENDING: ObservationOutcome
