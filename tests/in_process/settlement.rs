@@ -5,7 +5,9 @@
 
 use jobfence_testkit as kit;
 
-use jobfence_api::v1::{CompleteRequest, FailDisposition, FailRequest};
+use jobfence_api::v1::{
+    CompleteRequest, FailDisposition, FailRequest, ObservationSource, TakeoverRequest,
+};
 use jobfence_core::settlement::{ImportHeader, ImportSummary};
 use jobfence_domain::budget::Budget;
 use jobfence_domain::providers::{ChangeBy, PutProvider};
@@ -183,6 +185,12 @@ async fn each_outcome_of_a_report() {
     let summary = import(&h, &report).await;
     assert_eq!(summary.lines.new, 8, "{summary:?}");
     assert_eq!(summary.decided.resolved.len(), 1, "{summary:?}");
+    let d = &summary.decided;
+    assert_eq!(
+        (d.matched, d.undecided, d.observed),
+        (2, 1, 0),
+        "matched: refund-ok and refund-short; undecided: the pending line; {summary:?}"
+    );
     let row = h.row(parked).await;
     assert_eq!(row.state, JobState::Succeeded);
     assert_eq!(row.provider_reference.as_deref(), Some("re_p"));
@@ -207,6 +215,53 @@ async fn each_outcome_of_a_report() {
     let again = import(&h, &report).await;
     assert_eq!(again.lines.unchanged, 8, "{again:?}");
     assert_eq!(again.decided.exceptions_opened, 0, "{again:?}");
+    h.finish().await;
+}
+
+/// A settled refund of a job that is still ready or running changes
+/// nothing of the job: the line is kept as a SETTLEMENT observation, and
+/// the reconcile of the takeover that follows hands it to the worker.
+#[tokio::test]
+async fn a_settled_refund_of_a_running_job_is_only_an_observation_its_reconcile_sees() {
+    let h = Harness::start().await;
+    provider(&h).await;
+    let job = h.enqueue(Q, "refund-live", &payload(500)).await;
+    let held = h.claim_one(Q, "worker-a").await;
+    assert_eq!(held.job_id, job.job_id);
+    let summary = import(&h, &[line(2, "re_live", "refund-live", 500, "succeeded")]).await;
+    assert_eq!(summary.decided.observed, 1, "{summary:?}");
+    assert!(summary.decided.resolved.is_empty(), "{summary:?}");
+    let row = h.row(job.job_id).await;
+    assert_eq!(
+        (row.state, row.attempt, row.provider_reference),
+        (JobState::Running, held.attempt, None),
+        "the job itself is untouched"
+    );
+    assert!(unresolved(&h).await.is_empty());
+    h.force_lease_expired(job.job_id).await;
+    let taken = h
+        .client
+        .clone()
+        .takeover(TakeoverRequest {
+            job_id: job.job_id,
+            worker_id: "worker-b".into(),
+            lease: kit::secs(30),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .claimed
+        .unwrap();
+    let seen: Vec<(i32, String)> = taken
+        .observations
+        .iter()
+        .map(|o| (o.source, o.provider_reference.clone()))
+        .collect();
+    assert_eq!(
+        seen,
+        vec![(ObservationSource::Settlement as i32, "re_live".to_owned())],
+        "the reconcile sees the provider's own record"
+    );
     h.finish().await;
 }
 
