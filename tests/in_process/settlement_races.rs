@@ -192,6 +192,88 @@ async fn one_report_imported_twice_at_once_raises_each_exception_once() {
     h.finish().await;
 }
 
+/// Two imports of one report decide one manual review at once: the one
+/// that read the job second finds it resolved by the first (its own
+/// resolution answered as a replay) and decides the key again, matched.
+/// The review is resolved once, listed and counted by one import only.
+#[tokio::test]
+async fn a_review_resolved_by_two_imports_at_once_is_counted_once() {
+    let h = Harness::start().await;
+    provider(&h).await;
+    let parked = failed(&h, "refund-parked", FailDisposition::ManualReview).await;
+    let report = [line(2, "re_p", "refund-parked", 500, "succeeded")];
+    let mut gate = h.pauses.arm(PausePoint::SettlementAfterHolders);
+    let late = {
+        let (c, report) = (h.coordinator.clone(), report.clone());
+        tokio::spawn(async move {
+            let mut import = c.start_import(header()).await.unwrap();
+            import.lines(&report).await.unwrap();
+            import.finish().await.unwrap()
+        })
+    };
+    gate.reached().await;
+    let first = import(&h, &report).await;
+    gate.release();
+    let late = late.await.unwrap();
+    assert_eq!(first.decided.resolved, vec![(parked, "re_p".to_owned())]);
+    assert!(late.decided.resolved.is_empty(), "{late:?}");
+    assert_eq!(late.decided.matched, 1, "decided again: matched; {late:?}");
+    assert_eq!(h.row(parked).await.state, JobState::Succeeded);
+    assert_eq!(h.count_events(parked, "manual_review_resolved").await, 1);
+    let metrics = h.coordinator.metrics().render();
+    assert!(
+        metrics.contains("jobfence_settlement_resolved_reviews_total{provider=\"psp\"} 1"),
+        "{metrics}"
+    );
+    h.finish().await;
+}
+
+/// Two imports, each with one refund of the same succeeded job's key,
+/// at once: the first has found no other line of the key and is about to
+/// insert its line decided (matched); the second waits for the job's row
+/// lock, and after the first commits it finds the first's line, so the
+/// key is decided with both: a double refund, not two matches.
+#[tokio::test]
+async fn two_imports_each_with_one_refund_of_a_key_find_the_double_refund() {
+    let h = Harness::start().await;
+    provider(&h).await;
+    succeeded(&h, "refund-twice", 500).await;
+    let mut gate = h.pauses.arm(PausePoint::SettlementBeforeInsert);
+    let first = {
+        let c = h.coordinator.clone();
+        tokio::spawn(async move {
+            let mut import = c.start_import(header()).await.unwrap();
+            import
+                .lines(&[line(2, "re_t1", "refund-twice", 500, "succeeded")])
+                .await
+                .unwrap();
+            import.finish().await.unwrap()
+        })
+    };
+    gate.reached().await;
+    let second = {
+        let c = h.coordinator.clone();
+        tokio::spawn(async move {
+            let mut import = c.start_import(header()).await.unwrap();
+            import
+                .lines(&[line(2, "re_t2", "refund-twice", 500, "succeeded")])
+                .await
+                .unwrap();
+            import.finish().await.unwrap()
+        })
+    };
+    kit::until_lock_wait(&h.pool, &h.db.name).await;
+    gate.release();
+    let (first, second) = (first.await.unwrap(), second.await.unwrap());
+    assert_eq!(first.decided.matched, 1, "{first:?}");
+    assert_eq!(second.decided.matched, 0, "{second:?}");
+    assert_eq!(
+        unresolved(&h).await,
+        vec![(ExceptionKind::DoubleRefund, "refund-twice".into())]
+    );
+    h.finish().await;
+}
+
 /// A batch of lines waits for another import's lock on the same lines
 /// past its lock wait timeout: run again, counted, then applied.
 #[tokio::test]
@@ -277,9 +359,10 @@ fn report_for_the_cut() -> Vec<jobfence_domain::settlement::mapping::RawLine> {
     ]
 }
 
-/// An import cut off after its lines were written and before they were
-/// matched (the importing call dropped: a client or a coordinator killed)
-/// is run again, and ends in exactly the state one clean import leaves.
+/// An import cut off after its lines were written and before the ones
+/// that need more than their insert were decided (the importing call
+/// dropped: a client or a coordinator killed) is run again, and ends in
+/// exactly the state one clean import leaves.
 #[tokio::test]
 async fn an_import_cut_off_midway_and_run_again_ends_as_one_clean_import() {
     let clean = Harness::start().await;
@@ -308,8 +391,9 @@ async fn an_import_cut_off_midway_and_run_again_ends_as_one_clean_import() {
             .await
             .unwrap();
     assert_eq!(
-        undecided, 4,
-        "the cut import wrote its lines and decided none"
+        undecided, 3,
+        "the cut import wrote its lines; only refund-a's match was decided \
+         with its insert, the three that need more were left undecided"
     );
     import(&h, &report_for_the_cut()).await;
     // Job ids and times differ between the two databases; the states, the

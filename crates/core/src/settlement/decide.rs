@@ -98,6 +98,29 @@ fn holder(settings: &SettlementSettings, held: Option<&Held>) -> Holder {
     }
 }
 
+/// The decision of a key's first and only line, made as the line is
+/// inserted (`JobStore::put_settlement_lines`): taken only when it writes
+/// nothing beyond the line (a match with amounts agreeing, or a line that
+/// decides nothing yet); any other outcome is left to [`apply`].
+pub(super) fn on_insert(
+    settings: &SettlementSettings,
+    held: Option<&Held>,
+    line: &SettlementLine,
+) -> Option<Outcome> {
+    let d = decide(&holder(settings, held), std::slice::from_ref(line));
+    let writes_nothing = matches!(d.outcome, Outcome::Matched | Outcome::Undecided);
+    (writes_nothing && d.exceptions.is_empty()).then_some(d.outcome)
+}
+
+/// The outcomes of lines decided as they were inserted, counted.
+pub(super) fn counted(outcomes: &[Outcome]) -> Decided {
+    let mut out = Decided::default();
+    for o in outcomes {
+        count(&mut out, o);
+    }
+    out
+}
+
 /// Decides and applies every key of `batch`. Reads who holds the keys and
 /// which have exceptions not resolved (two statements for the batch);
 /// writes only where something changes (a resolution, an observation, an
@@ -260,6 +283,10 @@ async fn apply_one(
                 )
                 .await;
             match resolved {
+                // A replay: another import of the same report resolved it
+                // first with the same line; it counts there, and here the
+                // key is decided again (matched).
+                Ok(out) if out.replayed => Ok(Applied::Moved),
                 Ok(_) => Ok(Applied::Done),
                 // Fenced like an operator's: a worker or an operator moved
                 // the job first, and nothing was written.
