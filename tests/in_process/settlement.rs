@@ -438,3 +438,39 @@ async fn bad_input_is_refused_with_its_line_or_field_and_writes_nothing() {
     assert_eq!(stored, 1, "nothing of the refused import is written");
     h.finish().await;
 }
+
+/// Two settled refunds of one key are a double refund whatever the job
+/// recorded: here the job's own provider reference is one of them.
+#[tokio::test]
+async fn a_double_refund_is_raised_when_one_refund_is_the_jobs_own() {
+    let h = Harness::start().await;
+    provider(&h).await;
+    let job = h.enqueue(Q, "d2", "{}").await;
+    let claimed = h.claim_one(Q, "w").await;
+    h.client
+        .clone()
+        .complete(CompleteRequest {
+            job_id: claimed.job_id,
+            attempt: claimed.attempt,
+            provider_reference: "re_d2".into(),
+            result: String::new(),
+        })
+        .await
+        .unwrap();
+    let summary = import(
+        &h,
+        &[
+            line(2, "re_d2", "d2", 500, "succeeded"),
+            line(3, "re_d2b", "d2", 500, "succeeded"),
+        ],
+    )
+    .await;
+    assert_eq!(summary.decided.matched, 0, "{summary:?}");
+    assert_eq!(
+        unresolved(&h).await,
+        vec![(ExceptionKind::DoubleRefund, "d2".into())],
+        "job {}",
+        job.job_id
+    );
+    h.finish().await;
+}

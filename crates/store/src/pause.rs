@@ -50,6 +50,10 @@ pub enum PausePoint {
     /// A batch of settlement lines holds the locks of the lines it found
     /// (inside the transaction), and has written nothing yet.
     SettlementLinesLocked,
+    /// A batch of settlement lines holds its lines' and their finished
+    /// holders' locks and has decided which new lines it inserts decided;
+    /// it has written nothing yet (inside the transaction).
+    SettlementBeforeInsert,
     /// A settlement decision has read who holds its keys, and has written
     /// nothing of it yet (outside any transaction).
     SettlementAfterHolders,

@@ -22,6 +22,7 @@ use jobfence_domain::settlement::{ExceptionKind, SettlementLine};
 use jobfence_domain::validate::Violations;
 use jobfence_domain::{CoordinatorError, DbTime};
 use jobfence_store::settlement::report::MissingCursor;
+use jobfence_store::settlement::Held;
 use jobfence_store::JobStore;
 
 pub use decide::Decided;
@@ -169,11 +170,15 @@ impl Import {
         if self.header.check_only || good.is_empty() {
             return Ok(());
         }
-        let counts = self
+        let settings = &self.settings;
+        let on_insert =
+            |held: Option<&Held>, line: &SettlementLine| decide::on_insert(settings, held, line);
+        let (counts, decided) = self
             .store
-            .put_settlement_lines(&self.settings.provider, &self.settings.queues, &good)
+            .put_settlement_lines(&settings.provider, &settings.queues, &good, &on_insert)
             .await?;
         self.summary.lines.add(counts);
+        self.summary.decided.add(&decide::counted(&decided));
         self.coordinator
             .metrics
             .settlement_lines(&self.settings.provider, counts, 0);

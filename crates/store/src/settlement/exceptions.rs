@@ -201,17 +201,7 @@ impl JobStore {
         provider: &str,
         subjects: &[&str],
     ) -> Result<std::collections::HashSet<String>, CoordinatorError> {
-        if subjects.is_empty() {
-            return Ok(Default::default());
-        }
-        let sql = include_str!("../queries/settlement/unresolved_subjects.sql")
-            .replace("{subjects}", &super::string_list(subjects.iter().copied()));
-        let found: Vec<String> = sqlx::query_scalar(&sql)
-            .bind(provider)
-            .fetch_all(&self.pool())
-            .await
-            .map_err(convert_sqlx_err)?;
-        Ok(found.into_iter().collect())
+        super::on_insert::unresolved_subjects_on(&self.pool(), provider, subjects).await
     }
 
     /// A person's action on an exception, recorded with their name and

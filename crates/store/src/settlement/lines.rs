@@ -1,14 +1,15 @@
 //! A report's lines, stored by the provider's id of each refund, and who
 //! holds their operation keys.
 
+use super::on_insert::{decide_on_insert, holders_on, DecideOnInsert};
 use super::{queue_list, string_list};
 use crate::rows::{get, opt_text, text};
 use crate::{commit, convert_sqlx_err, literal, JobStore};
 use jobfence_domain::settlement::records::{LineCounts, QueueAmounts};
-use jobfence_domain::settlement::{Holder, LineStatus, SettlementLine};
-use jobfence_domain::{CoordinatorError, DbTime, JobState};
+use jobfence_domain::settlement::{Holder, LineStatus, Outcome, SettlementLine};
+use jobfence_domain::{CoordinatorError, DbTime};
 use sqlx::mysql::MySqlRow;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 /// The stored lines of one operation key (or one keyless line), as read
 /// for a decision, and when they were read.
@@ -51,21 +52,25 @@ impl JobStore {
     /// Writes a batch of a report's lines in one short transaction: a line
     /// not held is inserted, a line held with something else (a new
     /// status) rewritten, a line held exactly so left alone; each written
-    /// line is left undecided, for [`decide_lines`](Self::key_lines) to
-    /// match. A line that names no operation key gets the key of the job
-    /// (or key record) of the provider's `queues` whose recorded provider
-    /// reference is the line's. Run again on a conflict; two imports of
-    /// one file at once write each line once.
+    /// line is left undecided, for [`undecided_settlement_lines`]
+    /// (Self::undecided_settlement_lines) to match, except a new line
+    /// that `on_insert` decides in the same transaction (see
+    /// [`DecideOnInsert`]): it is inserted decided, and its outcome is
+    /// returned. A line that names no operation key gets the key of the
+    /// job (or key record) of the provider's `queues` whose recorded
+    /// provider reference is the line's. Run again on a conflict; two
+    /// imports of one file at once write each line once.
     pub async fn put_settlement_lines(
         &self,
         provider: &str,
         queues: &[QueueAmounts],
         lines: &[SettlementLine],
-    ) -> Result<LineCounts, CoordinatorError> {
+        on_insert: DecideOnInsert<'_>,
+    ) -> Result<(LineCounts, Vec<Outcome>), CoordinatorError> {
         if lines.is_empty() {
-            return Ok(LineCounts::default());
+            return Ok(Default::default());
         }
-        self.retry_conflicts(|| self.put_lines_once(provider, queues, lines))
+        self.retry_conflicts(|| self.put_lines_once(provider, queues, lines, on_insert))
             .await
     }
 
@@ -74,7 +79,8 @@ impl JobStore {
         provider: &str,
         queues: &[QueueAmounts],
         lines: &[SettlementLine],
-    ) -> Result<LineCounts, CoordinatorError> {
+        on_insert: DecideOnInsert<'_>,
+    ) -> Result<(LineCounts, Vec<Outcome>), CoordinatorError> {
         // The last of two lines with one reference in a batch wins, as a
         // later report's would.
         let mut batch: BTreeMap<&str, SettlementLine> = BTreeMap::new();
@@ -96,13 +102,30 @@ impl JobStore {
         .collect::<Result<_, _>>()?;
         self.pause_in(crate::pause::PausePoint::SettlementLinesLocked, &mut tx)
             .await;
+        let written: Vec<&SettlementLine> = batch
+            .iter()
+            .filter(|(r, l)| held.get(**r).is_none_or(|(_, old)| !same(old, l)))
+            .map(|(_, l)| l)
+            .collect();
+        let new: HashSet<&str> = batch
+            .keys()
+            .copied()
+            .filter(|r| !held.contains_key(*r))
+            .collect();
+        let decided =
+            decide_on_insert(&mut tx, provider, queues, &written, &new, on_insert).await?;
+        self.pause_in(crate::pause::PausePoint::SettlementBeforeInsert, &mut tx)
+            .await;
         let mut counts = LineCounts::default();
         let mut rows = String::new();
+        let mut outcomes = Vec::new();
         for (reference, line) in &batch {
             match held.get(*reference) {
                 None => {
                     counts.new += 1;
-                    push_row(&mut rows, provider, line)?;
+                    let outcome = decided.get(*reference).cloned();
+                    push_row(&mut rows, provider, line, outcome.is_some())?;
+                    outcomes.extend(outcome);
                 }
                 Some((_, old)) if same(old, line) => counts.unchanged += 1,
                 Some((id, _)) => {
@@ -120,7 +143,7 @@ impl JobStore {
             .map_err(convert_sqlx_err)?;
         }
         commit(tx).await?;
-        Ok(counts)
+        Ok((counts, outcomes))
     }
 
     /// Gives each keyless line of `batch` the key of the job (or key
@@ -238,57 +261,7 @@ impl JobStore {
         queues: &[QueueAmounts],
         keys: &[&str],
     ) -> Result<HashMap<String, Held>, CoordinatorError> {
-        let mut out = HashMap::new();
-        if keys.is_empty() || queues.is_empty() {
-            return Ok(out);
-        }
-        let sql = include_str!("../queries/settlement/holders.sql")
-            .replace("{queues}", &queue_list(queues)?)
-            .replace("{keys}", &string_list(keys.iter().copied()));
-        let rows = sqlx::query(&sql)
-            .fetch_all(&self.pool())
-            .await
-            .map_err(convert_sqlx_err)?;
-        for row in &rows {
-            let key = text(row, "operation_key")?;
-            let state: JobState = text(row, "state")?
-                .parse()
-                .map_err(|e| CoordinatorError::Internal(format!("{e}")))?;
-            let job_id: u64 = get(row, "job_id")?;
-            let held = if text(row, "kind")? == "job" {
-                Held {
-                    holder: Holder::Job {
-                        id: job_id,
-                        state,
-                        attempt: get(row, "attempt")?,
-                        amount: None,
-                    },
-                    queue: Some(text(row, "queue")?),
-                    payload: opt_text(row, "payload")?,
-                }
-            } else {
-                Held {
-                    holder: Holder::Pruned {
-                        job_id,
-                        final_state: state,
-                    },
-                    queue: Some(text(row, "queue")?),
-                    payload: None,
-                }
-            };
-            // A live job wins over a key record of the same key (a key
-            // whose record expired and was enqueued again).
-            let keep = !matches!(
-                out.get(&key),
-                Some(Held {
-                    holder: Holder::Job { .. },
-                    ..
-                })
-            );
-            if keep {
-                out.insert(key, held);
-            }
-        }
+        let out = holders_on(&self.pool(), queues, keys).await?;
         self.pause(crate::pause::PausePoint::SettlementAfterHolders)
             .await;
         Ok(out)
@@ -340,7 +313,12 @@ fn same(a: &SettlementLine, b: &SettlementLine) -> bool {
     a == b
 }
 
-fn push_row(out: &mut String, provider: &str, l: &SettlementLine) -> Result<(), CoordinatorError> {
+fn push_row(
+    out: &mut String,
+    provider: &str,
+    l: &SettlementLine,
+    decided: bool,
+) -> Result<(), CoordinatorError> {
     if !out.is_empty() {
         out.push_str(", ");
     }
@@ -360,7 +338,11 @@ fn push_row(out: &mut String, provider: &str, l: &SettlementLine) -> Result<(), 
     );
     // The tuple's closing parenthesis, reopened for the three stamps.
     out.pop();
-    out.push_str(", UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), NULL)");
+    out.push_str(if decided {
+        ", UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), UTC_TIMESTAMP(6))"
+    } else {
+        ", UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), NULL)"
+    });
     Ok(())
 }
 

@@ -7,10 +7,12 @@
 
 mod exceptions;
 mod lines;
+mod on_insert;
 pub mod report;
 
 pub use exceptions::{Raised, Raising};
 pub use lines::{Held, KeyLines};
+pub use on_insert::DecideOnInsert;
 pub use report::{Missing, MissingCursor, SettlementGauges};
 
 use super::rows::{get, opt_text, text};
