@@ -822,3 +822,67 @@ async fn a_connection_without_an_authenticated_call_is_closed() {
     assert_eq!(connections_closed(&s, "unauthenticated_timeout"), 1);
     s.stop().await;
 }
+
+/// Settlement is the operators' (docs/design.md rule 15): a worker's or a
+/// producer's import of a provider's report is refused before a line of
+/// it is read, and writes nothing; nobody but the import writes a
+/// SETTLEMENT observation.
+#[tokio::test]
+async fn a_settlement_import_is_for_operators_only() {
+    use proto::import_settlement_request::Part;
+    let s = Secure::start(false).await;
+    let job = s.running("refund-1").await;
+    let before = s.counts().await;
+    let messages = || {
+        let header = proto::ImportSettlementHeader {
+            provider: "psp".into(),
+            period_start: Some(prost_types::Timestamp::default()),
+            period_end: Some(prost_types::Timestamp {
+                seconds: 4_000_000_000,
+                nanos: 0,
+            }),
+            operator: "x".into(),
+            check_only: false,
+        };
+        let line = proto::SettlementReportLine {
+            line: 2,
+            fields: [("id", "re_1"), ("merchant_reference", "refund-1")]
+                .into_iter()
+                .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                .collect(),
+        };
+        tokio_stream::iter([
+            proto::ImportSettlementRequest {
+                part: Some(Part::Header(header)),
+            },
+            proto::ImportSettlementRequest {
+                part: Some(Part::Lines(proto::SettlementLineBatch {
+                    lines: vec![line],
+                })),
+            },
+        ])
+    };
+    for caller in ["refunds-worker", "shop", "hooks"] {
+        let mut admin = s.admin(Some(caller)).await;
+        let status = refused(
+            admin.import_settlement(messages()).await,
+            Code::PermissionDenied,
+            "ROLE_NOT_ALLOWED",
+        );
+        assert_eq!(meta(&status, "required_role"), "operator", "{caller}");
+    }
+    let mut hook = s.worker(Some("hooks")).await;
+    refused(
+        hook.record_observation(observation(job.job_id, ObservationSource::Settlement, "s1"))
+            .await,
+        Code::InvalidArgument,
+        "INVALID_REQUEST",
+    );
+    assert_eq!(s.counts().await, before);
+    let lines: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM settlement_lines")
+        .fetch_one(&s.pool)
+        .await
+        .unwrap();
+    assert_eq!(lines, 0);
+    s.stop().await;
+}
