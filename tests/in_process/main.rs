@@ -21,6 +21,7 @@ mod retention_archive;
 mod security;
 mod seed_scenarios;
 mod settlement;
+mod settlement_cli;
 mod settlement_races;
 mod state_machine_model;
 mod state_machine_races;

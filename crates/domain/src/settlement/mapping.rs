@@ -204,6 +204,9 @@ impl Mapping {
             .get(&self.operation_key)
             .map(|k| k.trim().to_owned())
             .filter(|k| !k.is_empty());
+        if operation_key.as_ref().is_some_and(|k| k.len() > 255) {
+            return Err(refuse("operation_key", "longer than 255 bytes".into()));
+        }
         let currency =
             currency(&get("currency", &self.currency)?).map_err(|why| refuse("currency", why))?;
         let amount_text = get("amount", &self.amount)?;
@@ -213,6 +216,7 @@ impl Mapping {
         let status = LineStatus::parse(&status_text)
             .ok_or_else(|| refuse("status", format!("{status_text:?} is not a refund status")))?;
         let created_at = time(&get("created", &self.created)?, self.created_format)
+            .and_then(within_reason)
             .map_err(|why| refuse("created", why))?;
         Ok(SettlementLine {
             provider_reference,
@@ -283,6 +287,22 @@ fn time(text: &str, format: TimeFormat) -> Result<DbTime, String> {
     }
 }
 
+/// A refund's time between 1970 and the end of 9999 (what the database
+/// stores; anything else is a mangled column, not a refund).
+fn within_reason(t: DbTime) -> Result<DbTime, String> {
+    let first = DbTime::default(); // 1970-01-01 00:00:00
+    let last = chrono::NaiveDate::from_ymd_opt(9999, 12, 31)
+        .and_then(|d| d.and_hms_opt(23, 59, 59))
+        .expect("a valid date");
+    if t < first || t > last {
+        return Err(format!(
+            "{} is outside 1970-01-01 to 9999-12-31",
+            t.format("%Y-%m-%d %H:%M:%S")
+        ));
+    }
+    Ok(t)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -345,6 +365,18 @@ mod tests {
         }
         let missing = m.read(&raw(3, &[("id", "re_1")])).unwrap_err();
         assert_eq!((missing.line, missing.field), (3, "currency"));
+        // What the database could not store is refused here, by field.
+        let long_key = "k".repeat(256);
+        for (column, value, field) in [
+            ("metadata.operation_key", long_key.as_str(), "operation_key"),
+            ("created", "-99999999999", "created"),
+            ("created", "999999999999", "created"),
+        ] {
+            let mut line = stripe("100", "usd", "succeeded");
+            line.fields.insert(column.into(), value.into());
+            let refused = m.read(&line).unwrap_err();
+            assert_eq!((refused.line, refused.field), (7, field), "{refused}");
+        }
     }
 
     #[test]

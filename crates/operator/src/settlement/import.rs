@@ -21,6 +21,13 @@ use tokio::sync::mpsc;
 
 /// Lines per streamed message.
 const BATCH: usize = 500;
+/// Bytes of field text after which a batch is sent before it has
+/// [`BATCH`] lines: a message stays well under the coordinator's request
+/// limit (`serve --max-request-size`, 4 MiB by default).
+const BATCH_BYTES: usize = 1 << 20;
+/// A line whose fields hold more text than this is refused here, with its
+/// number: no report line of a refund needs 256 KiB.
+const LINE_BYTES: usize = 256 << 10;
 
 /// `jobfence settlement import`.
 #[derive(Debug, Args)]
@@ -105,6 +112,12 @@ pub(crate) async fn run(
         operator: args.operator.clone(),
         check_only: false,
     };
+    if args.strict && args.file.as_os_str() == "-" {
+        anyhow::bail!(
+            "--strict reads the report twice (checked whole, then imported), and standard \
+             input can be read once: save it to a file and import that"
+        );
+    }
     if args.strict {
         let checked = stream(
             conn,
@@ -129,6 +142,9 @@ pub(crate) async fn run(
 }
 
 /// Streams the file; the coordinator's answer and the lines refused here.
+/// A file that cannot be read to its end (a cut gzip, bytes that are not
+/// UTF-8) cancels the call instead of ending it, so the coordinator
+/// records no period and the import can be run again whole.
 async fn stream(
     conn: &Connection,
     path: &std::path::Path,
@@ -143,13 +159,35 @@ async fn stream(
     })
     .await
     .ok();
+    // Held until the whole file was read: the reader's own sender closing
+    // must not end the call when the reading failed. Declared before the
+    // call, so that on an early return the call is dropped (cancelled)
+    // before the stream could end.
+    let keep_open = tx.clone();
     // File reading and parsing on a thread of its own; the channel's bound
     // keeps at most a few batches in memory.
-    let reader = tokio::task::spawn_blocking(move || read_and_send(&path_owned, format, tx));
-    let answer = client
-        .import_settlement(tokio_stream::wrappers::ReceiverStream::new(rx))
-        .await;
-    let local = reader.await.context("the file reader stopped")??;
+    let mut reader = tokio::task::spawn_blocking(move || read_and_send(&path_owned, format, tx));
+    let call = client.import_settlement(tokio_stream::wrappers::ReceiverStream::new(rx));
+    tokio::pin!(call);
+    let (answer, local) = tokio::select! {
+        // The coordinator answered before the file was read (a refusal):
+        // the reader stops at its next batch.
+        answer = &mut call => {
+            drop(keep_open);
+            let local = reader.await.context("the file reader stopped")?;
+            (answer, local.unwrap_or_default())
+        }
+        local = &mut reader => {
+            let local = local.context("the file reader stopped")?;
+            // On a read error, return: the call is cancelled, not ended.
+            let local = local.map_err(|e| {
+                eprintln!();
+                e.context("the report could not be read to its end: the import was cancelled (the lines sent so far are kept, no period is recorded); import the whole file again once it reads")
+            })?;
+            drop(keep_open);
+            (call.await, local)
+        }
+    };
     eprintln!();
     let answer = answer.map_err(|s| refused_with_flags(s, IMPORT_FLAGS))?;
     Ok((answer.into_inner(), local))
@@ -173,12 +211,28 @@ fn read_and_send(
         })
         .is_ok()
     };
+    let mut bytes = 0usize;
     read(path, format, |line| {
         match line {
-            Read1::Line(l) => batch.push(l),
+            Read1::Line(l) => {
+                let size: usize = l.fields.iter().map(|(k, v)| k.len() + v.len()).sum();
+                if size > LINE_BYTES {
+                    refused.push(proto::RefusedLine {
+                        line: l.line,
+                        field: "line".into(),
+                        reason: format!(
+                            "the line holds {size} bytes; a report line may hold at most {LINE_BYTES}"
+                        ),
+                    });
+                } else {
+                    bytes += size;
+                    batch.push(l);
+                }
+            }
             Read1::Refused(r) => refused.push(r),
         }
-        if batch.len() >= BATCH {
+        if batch.len() >= BATCH || bytes >= BATCH_BYTES {
+            bytes = 0;
             if !send(&mut batch, &mut sent) {
                 return false; // the call ended (refused): stop reading
             }

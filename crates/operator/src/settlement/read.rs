@@ -155,6 +155,14 @@ fn read_csv(
                     fields,
                 })
             }
+            // The file itself could not be read on (a cut gzip): the
+            // import must not end as if the report ended here.
+            Err(e) if matches!(e.kind(), csv::ErrorKind::Io(_)) => {
+                return Err(anyhow::Error::new(e).context(format!(
+                    "reading the report after line {}",
+                    line_at(reader.position().byte())
+                )))
+            }
             Err(e) => Read1::Refused(RefusedLine {
                 line: line_at(reader.position().byte().saturating_sub(1)),
                 field: "line".into(),
@@ -171,9 +179,21 @@ fn read_jsonl(
     input: Box<dyn BufRead + Send>,
     each: &mut dyn FnMut(Read1) -> bool,
 ) -> anyhow::Result<()> {
-    for (i, line) in input.lines().enumerate() {
+    for (i, line) in input.split(b'\n').enumerate() {
         let number = i as u64 + 1;
-        let line = line?;
+        let line = line.map_err(|e| {
+            anyhow::Error::new(e).context(format!("reading the report after line {}", number - 1))
+        })?;
+        let Ok(line) = String::from_utf8(line) else {
+            if !each(Read1::Refused(RefusedLine {
+                line: number,
+                field: "line".into(),
+                reason: "not UTF-8 text".into(),
+            })) {
+                break;
+            }
+            continue;
+        };
         let text = line.trim_start_matches('\u{feff}').trim();
         if text.is_empty() {
             continue;
@@ -291,7 +311,7 @@ mod tests {
 
     #[test]
     fn json_lines_flatten_and_bad_lines_are_refused_with_their_number() {
-        let file = b"{\"id\":\"re_1\",\"amount\":1000,\"metadata\":{\"operation_key\":\"k\"},\"reason\":null}\n\nnot json\n[1]\n";
+        let file = b"{\"id\":\"re_1\",\"amount\":1000,\"metadata\":{\"operation_key\":\"k\"},\"reason\":null}\n\nnot json\n[1]\n{\"id\":\"re_\xff\"}\n";
         let got = lines(file, Format::Jsonl);
         let (n, first) = got[0].clone().unwrap();
         assert_eq!(n, 1);
@@ -300,6 +320,31 @@ mod tests {
         assert!(!first.contains_key("reason"));
         assert_eq!(got[1].clone().unwrap_err().0, 3);
         assert_eq!(got[2].clone().unwrap_err().0, 4);
+        assert_eq!(got[3].clone().unwrap_err(), (5, "not UTF-8 text".into()));
+    }
+
+    #[test]
+    fn a_report_cut_short_is_an_error_not_its_end() {
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        for i in 0..2000 {
+            writeln!(gz, "re_{i},{i}").unwrap();
+        }
+        let whole = gz.finish().unwrap();
+        let dir = std::env::temp_dir().join(format!("jobfence-read-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join(format!("cut-{}", fastrand_name()));
+        std::fs::write(&path, &whole[..whole.len() / 2]).unwrap();
+        for format in [Format::Csv, Format::Jsonl] {
+            let mut seen = 0;
+            let read = read(&path, format, |_| {
+                seen += 1;
+                true
+            });
+            assert!(
+                read.is_err(),
+                "{format:?}: ended cleanly after {seen} lines"
+            );
+        }
     }
 
     #[test]

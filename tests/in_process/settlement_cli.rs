@@ -1,0 +1,203 @@
+//! `jobfence settlement import` as an operator runs it (docs/operating.md,
+//! "Settlement"), against a coordinator with TLS and the callers file: a
+//! report that cannot be read to its end cancels the import (no period
+//! recorded) and the whole file imported again ends as one clean import;
+//! `--strict` refuses standard input, which it could read only once; a
+//! report of wide lines goes in batches under the coordinator's request
+//! limit, and a line too wide is refused with its number.
+
+use jobfence_testkit as kit;
+
+use crate::settlement::{by, P, Q};
+use clap::Parser;
+use jobfence_domain::budget::Budget;
+use jobfence_domain::providers::PutProvider;
+use jobfence_domain::settlement::mapping::Mapping;
+use jobfence_domain::settlement::records::PutSettlementSettings;
+use jobfence_operator::{Cli, Operation};
+use kit::secure::Secure;
+use std::io::Write;
+use std::path::Path;
+
+/// Runs `jobfence settlement ARGS…` as the operator `alice`; what it
+/// printed, or its error text (with its causes).
+async fn settlement(s: &Secure, args: &[&str]) -> Result<String, String> {
+    let endpoint = format!("https://{}", s.addr);
+    let ca = s.files.ca.display().to_string();
+    let token = s.files.token("alice").display().to_string();
+    let mut argv = vec!["jobfence", "settlement", args[0]];
+    argv.extend_from_slice(&["--endpoint", &endpoint, "--tls-ca", &ca]);
+    argv.extend_from_slice(&["--token-file", &token]);
+    argv.extend_from_slice(&args[1..]);
+    let parsed = Cli::try_parse_from(argv).map_err(|e| e.to_string())?;
+    let op @ Operation::Settlement(_) = parsed.command else {
+        panic!("not a settlement command");
+    };
+    let mut out = Vec::new();
+    jobfence_operator::run(op, &mut out)
+        .await
+        .map_err(|e| format!("{e:#}"))?;
+    Ok(String::from_utf8(out).unwrap())
+}
+
+async fn configure(s: &Secure) {
+    let store = s.coordinator.store();
+    store
+        .put_provider(&PutProvider {
+            name: P.into(),
+            budget: Budget {
+                rate_per_second: 1000.0,
+                burst: 1000,
+                max_in_flight: None,
+                execute_cost: 1,
+                reconcile_cost: 1,
+            },
+            queues: vec![Q.into()],
+            by: by(),
+        })
+        .await
+        .unwrap();
+    store
+        .put_settlement_settings(&PutSettlementSettings {
+            provider: P.into(),
+            preset: Some("fake".into()),
+            mapping: Mapping::fake(),
+            lag: std::time::Duration::ZERO,
+            queues: vec![],
+            by: by(),
+        })
+        .await
+        .unwrap();
+}
+
+/// A fake-provider CSV of `n` refunds nobody enqueued (`extra`: a column
+/// of that many bytes on every line).
+fn report(n: usize, extra: usize) -> Vec<u8> {
+    let mut csv = b"id,merchant_reference,amount,currency,status,created,note\n".to_vec();
+    let note = "x".repeat(extra);
+    for i in 0..n {
+        writeln!(csv, "re_{i},key-{i},500,usd,succeeded,1764547200,{note}").unwrap();
+    }
+    csv
+}
+
+fn gzip(bytes: &[u8]) -> Vec<u8> {
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    gz.write_all(bytes).unwrap();
+    gz.finish().unwrap()
+}
+
+async fn counts(s: &Secure) -> (i64, i64) {
+    sqlx::query_as(
+        "SELECT (SELECT COUNT(*) FROM settlement_periods), (SELECT COUNT(*) FROM settlement_lines)",
+    )
+    .fetch_one(&s.pool)
+    .await
+    .unwrap()
+}
+
+/// A directory of this test process's own, emptied.
+fn scratch(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "jobfence-settlement-cli-{}-{name}",
+        std::process::id()
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn path(dir: &Path, name: &str, bytes: &[u8]) -> String {
+    let p = dir.join(name);
+    std::fs::write(&p, bytes).unwrap();
+    p.display().to_string()
+}
+
+#[tokio::test]
+async fn a_report_cut_short_cancels_the_import_and_the_whole_file_imports_cleanly() {
+    let s = Secure::start(false).await;
+    configure(&s).await;
+    let dir = scratch("cut");
+    let whole = gzip(&report(3000, 0));
+    let cut = path(&dir, "cut.csv.gz", &whole[..whole.len() / 2]);
+    let args = ["import", "--provider", P, "--period", "2025-12-01"];
+    let failed = settlement(&s, &[&args[..], &[cut.as_str()]].concat())
+        .await
+        .unwrap_err();
+    assert!(failed.contains("could not be read to its end"), "{failed}");
+    let (periods, _) = counts(&s).await;
+    assert_eq!(periods, 0, "a cut import records no period");
+
+    let file = path(&dir, "whole.csv.gz", &whole);
+    let done = settlement(&s, &[&args[..], &[file.as_str(), "--json"]].concat())
+        .await
+        .unwrap();
+    let summary: serde_json::Value = serde_json::from_str(&done).unwrap();
+    assert_eq!(summary["lines_read"], 3000, "{summary}");
+    assert_eq!(counts(&s).await, (1, 3000));
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn strict_refuses_standard_input() {
+    let s = Secure::start(false).await;
+    configure(&s).await;
+    let refused = settlement(
+        &s,
+        &[
+            "import",
+            "--provider",
+            P,
+            "--period",
+            "2025-12-01",
+            "--strict",
+        ]
+        .into_iter()
+        .chain(["--format", "csv", "-"])
+        .collect::<Vec<_>>(),
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        refused.contains("standard input can be read once"),
+        "{refused}"
+    );
+    assert_eq!(counts(&s).await, (0, 0));
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn wide_lines_go_in_batches_under_the_request_limit_and_one_too_wide_is_refused() {
+    let s = Secure::start(false).await;
+    configure(&s).await;
+    let dir = scratch("wide");
+    // 500 lines of 10 KB: 5 MB, over the 4 MiB a message may carry.
+    let mut csv = report(500, 10_000);
+    writeln!(
+        csv,
+        "re_wide,key-wide,500,usd,succeeded,1764547200,{}",
+        "y".repeat(300_000)
+    )
+    .unwrap();
+    let file = path(&dir, "wide.csv", &csv);
+    let args = [
+        "import",
+        "--provider",
+        P,
+        "--period",
+        "2025-12-01",
+        "--json",
+    ];
+    let done = settlement(&s, &[&args[..], &[file.as_str()]].concat())
+        .await
+        .unwrap();
+    let summary: serde_json::Value = serde_json::from_str(&done).unwrap();
+    assert_eq!(summary["lines_new"], 500, "{summary}");
+    let refused = summary["refused"].to_string();
+    assert!(
+        refused.contains("502"),
+        "the wide line, by its number: {summary}"
+    );
+    assert_eq!(counts(&s).await, (1, 500));
+    s.stop().await;
+}
