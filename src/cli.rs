@@ -74,7 +74,7 @@ pub enum Command {
     FakeProvider(jobfence_fake_provider::cli::FakeProviderArgs),
     #[cfg(feature = "tools")]
     /// The main job: coordinators behind HAProxy (TLS and tokens on), a
-    /// fake provider, Rust, Python and Node refund workers, injected
+    /// fake provider, Rust, Python, Node and Go refund workers, injected
     /// failures, and a report checked against the provider's ledger (exit
     /// status 1 if the invariant is violated).
     Demo(jobfence_tools::demo::DemoArgs),
@@ -82,7 +82,7 @@ pub enum Command {
     /// A refund worker: claims refunds and sends them to the provider.
     RefundWorker(jobfence_tools::refund_worker::RefundWorkerArgs),
     /// The operator commands (jobs, stats, events, providers,
-    /// queue-policies): the crate jobfence-operator.
+    /// queue-policies, settlement): the crate jobfence-operator.
     #[command(flatten)]
     Operator(Operation),
     /// Issue credentials: a bearer token and its callers-file line, or a

@@ -44,7 +44,7 @@ pub struct Connection {
     )]
     pub tls_client_key: Option<PathBuf>,
     /// A file whose first line is your bearer token (an operator's for
-    /// `jobs`, `stats`, `providers` and `queue-policies`, an
+    /// `jobs`, `stats`, `providers`, `queue-policies` and `settlement`, an
     /// events-reader's for `events`).
     #[arg(long, global = true, env = "JOBFENCE_TOKEN_FILE")]
     pub token_file: Option<PathBuf>,
