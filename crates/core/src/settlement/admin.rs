@@ -203,10 +203,15 @@ impl Coordinator {
                 | (ExceptionState::Acknowledged, ExceptionState::Resolved)
         );
         if !allowed {
+            let can = match act.seen {
+                ExceptionState::Open => "acknowledged or resolved",
+                ExceptionState::Acknowledged => "resolved",
+                ExceptionState::Resolved => "nothing: it is resolved",
+            };
             v.add(
                 "to_state",
                 format!(
-                    "an exception goes from {} to acknowledged or resolved, not to {}",
+                    "an exception {} can go to {can}, not to {}",
                     act.seen.as_str(),
                     act.to.as_str()
                 ),
