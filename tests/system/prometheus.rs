@@ -380,12 +380,19 @@ async fn a_real_prometheus_scrapes_every_metric_the_rules_and_the_dashboard_use(
             .send()
             .await
         {
-            Ok(r) => r.json::<Value>().await.unwrap()["data"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|v| v.as_str().unwrap().to_owned())
-                .collect(),
+            // Starting up, Prometheus answers 503 "Service Unavailable"
+            // in plain text: not ready yet, like not listening yet.
+            Ok(r) => match r.json::<Value>().await {
+                Ok(v) => v["data"]
+                    .as_array()
+                    .map(|a| {
+                        a.iter()
+                            .filter_map(|v| v.as_str().map(str::to_owned))
+                            .collect()
+                    })
+                    .unwrap_or_default(),
+                Err(_) => BTreeSet::new(),
+            },
             Err(_) => BTreeSet::new(), // not listening yet
         };
         let missing: Vec<String> = wanted.difference(&names).cloned().collect();
