@@ -231,6 +231,16 @@ async fn a_claim_whose_commit_is_lost_is_reported_unknown_and_hands_out_nothing(
     let row = h.row(job.job_id).await;
     assert_eq!(row.state, JobState::Ready);
     assert_eq!(row.attempt, 0);
+    // The killed session's rollback may still hold the row (a loaded
+    // machine takes its time), and a Claim skips locked rows: wait for
+    // the lock itself to be free.
+    let mut tx = h.pool.begin().await.unwrap();
+    sqlx::query("SELECT id FROM jobs WHERE id = ? FOR UPDATE")
+        .bind(job.job_id)
+        .fetch_one(&mut *tx)
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
     let next = h.claim_one(Q, "worker-b").await;
     assert_eq!(next.attempt, 1);
     h.finish().await;
