@@ -24,8 +24,20 @@ async fn connect(addr: &str) -> Result<JobCoordinatorClient<Channel>> {
 
 /// `workers` clients each Claim(max_jobs) and Complete every job they got
 /// (side by side), until a Claim finds nothing.
-pub async fn lifecycle(addr: &str, queue: &str, workers: usize, max_jobs: u32) -> Result<PhaseRun> {
-    lifecycle_until(addr, queue, workers, max_jobs, None).await
+///
+/// An empty Claim ends a worker only once all `jobs` of the phase are
+/// done: a Claim skips the rows other workers' claims hold locked at that
+/// moment, so "nothing for me now" is not "nothing left" (on a loaded
+/// machine a worker otherwise stopped one job early). A phase whose jobs
+/// stay out of reach for 60 s is an error, naming how many were done.
+pub async fn lifecycle(
+    addr: &str,
+    queue: &str,
+    workers: usize,
+    max_jobs: u32,
+    jobs: u64,
+) -> Result<PhaseRun> {
+    run_workers(addr, queue, workers, max_jobs, None, Some(jobs)).await
 }
 
 /// [`lifecycle`], but with long-polling Claims (1 s) until `until`: the
@@ -37,6 +49,17 @@ pub async fn lifecycle_until(
     workers: usize,
     max_jobs: u32,
     until: Option<Instant>,
+) -> Result<PhaseRun> {
+    run_workers(addr, queue, workers, max_jobs, until, None).await
+}
+
+async fn run_workers(
+    addr: &str,
+    queue: &str,
+    workers: usize,
+    max_jobs: u32,
+    until: Option<Instant>,
+    expected: Option<u64>,
 ) -> Result<PhaseRun> {
     let mut clients = Vec::with_capacity(workers);
     for _ in 0..workers {
@@ -52,6 +75,7 @@ pub async fn lifecycle_until(
             worker_id: format!("grpc-{w}"),
             max_jobs,
             until,
+            expected,
             done: done.clone(),
         };
         tasks.spawn(worker.run());
@@ -70,8 +94,11 @@ struct LifecycleWorker {
     queue: String,
     worker_id: String,
     max_jobs: u32,
-    /// Long-poll until then; `None`: stop at the first empty Claim.
+    /// Long-poll until then; `None`: stop at an empty Claim once
+    /// `expected` jobs are done.
     until: Option<Instant>,
+    /// The phase's jobs.
+    expected: Option<u64>,
     /// Jobs completed, by every worker.
     done: Arc<AtomicU64>,
 }
@@ -81,6 +108,7 @@ impl LifecycleWorker {
     /// every call.
     async fn run(self) -> Result<Latencies> {
         let mut lat = Latencies::default();
+        let mut empty_since: Option<Instant> = None;
         loop {
             if self.until.is_some_and(|u| Instant::now() >= u) {
                 return Ok(lat);
@@ -105,8 +133,21 @@ impl LifecycleWorker {
                 .jobs;
             lat.claim.push(t.elapsed());
             if jobs.is_empty() && self.until.is_none() {
-                return Ok(lat);
+                let done = self.done.load(Ordering::Relaxed);
+                match self.expected {
+                    Some(e) if done < e => {
+                        let since = *empty_since.get_or_insert_with(Instant::now);
+                        ensure!(
+                            since.elapsed() < Duration::from_secs(60),
+                            "{done} of {e} jobs done, and Claim found nothing for 60 s"
+                        );
+                        tokio::time::sleep(Duration::from_millis(5)).await;
+                        continue;
+                    }
+                    _ => return Ok(lat),
+                }
             }
+            empty_since = None;
             self.complete(jobs, &mut lat).await?;
         }
     }

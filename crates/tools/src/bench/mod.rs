@@ -243,7 +243,7 @@ impl Bench {
                 })
                 .await?;
                 self.lifecycle(Phase::Coordinator, n, args.jobs, || {
-                    grpc::lifecycle(addr, QUEUE, n, 1)
+                    grpc::lifecycle(addr, QUEUE, n, 1, args.jobs)
                 })
                 .await?;
                 if n == max_workers && args.budget_rate > 0.0 {
@@ -253,7 +253,7 @@ impl Bench {
                     self.with_budget(1_000_000.0, 1_000_000).await?;
                     let measured = self
                         .lifecycle(Phase::CoordinatorBudget, n, args.jobs, || {
-                            grpc::lifecycle(addr, QUEUE, n, 1)
+                            grpc::lifecycle(addr, QUEUE, n, 1, args.jobs)
                         })
                         .await;
                     self.without_budget().await?;
@@ -261,7 +261,7 @@ impl Bench {
                 }
                 let k = args.claim_batch;
                 self.lifecycle(Phase::CoordinatorBatching(k), n, args.jobs, || {
-                    grpc::lifecycle(addr, QUEUE, n, k)
+                    grpc::lifecycle(addr, QUEUE, n, k, args.jobs)
                 })
                 .await?;
             }
@@ -320,7 +320,7 @@ impl Bench {
                 Phase::CoordinatorFinished(args.finished_rows),
                 n,
                 args.jobs,
-                || grpc::lifecycle(addr, QUEUE, n, 1),
+                || grpc::lifecycle(addr, QUEUE, n, 1, args.jobs),
             )
             .await?;
         }

@@ -185,7 +185,7 @@ pub(super) async fn round(
         .execute(pool)
         .await?;
     fill(pool, jobs).await?;
-    let run = grpc::lifecycle(addr, QUEUE, workers, 1).await?;
+    let run = grpc::lifecycle(addr, QUEUE, workers, 1, jobs).await?;
     verify(pool, jobs).await?;
     Ok(run)
 }
