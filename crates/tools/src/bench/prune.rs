@@ -55,6 +55,28 @@ impl Side {
     pub(super) fn claim(&self, p: f64) -> String {
         super::report::ms(super::report::percentile(&self.latencies.claim, p))
     }
+
+    /// The Markdown table of two sides compared (rounds, jobs, jobs/s,
+    /// claim p50/p99), each row named.
+    pub(super) fn table(out: &mut String, rows: [(&str, &Side); 2]) {
+        use std::fmt::Write as _;
+        let _ = writeln!(
+            out,
+            "| lifecycle | rounds | jobs | jobs/s | claim p50/p99 ms |"
+        );
+        let _ = writeln!(out, "|---|---|---|---|---|");
+        for (name, s) in rows {
+            let _ = writeln!(
+                out,
+                "| {name} | {} | {} | {:.0} | {}/{} |",
+                s.rounds,
+                s.jobs,
+                s.rate(),
+                s.claim(0.5),
+                s.claim(0.99)
+            );
+        }
+    }
 }
 
 /// What the pruning phase measured.
@@ -251,25 +273,13 @@ impl PruneFigures {
             self.counts.events,
             self.counts.keys_recorded,
         );
-        let _ = writeln!(
-            out,
-            "| lifecycle | rounds | jobs | jobs/s | claim p50/p99 ms |"
+        Side::table(
+            &mut out,
+            [
+                ("rows held, no pruning", &self.without),
+                ("while pruning", &self.during),
+            ],
         );
-        let _ = writeln!(out, "|---|---|---|---|---|");
-        for (name, s) in [
-            ("rows held, no pruning", &self.without),
-            ("while pruning", &self.during),
-        ] {
-            let _ = writeln!(
-                out,
-                "| {name} | {} | {} | {:.0} | {}/{} |",
-                s.rounds,
-                s.jobs,
-                s.rate(),
-                s.claim(0.5),
-                s.claim(0.99)
-            );
-        }
         let _ = writeln!(
             out,
             "\nClaim throughput while pruning: {:.0} % of the same phase without it (target: at least 85 %).\n",

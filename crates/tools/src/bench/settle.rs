@@ -241,25 +241,13 @@ impl SettleFigures {
             mib(self.peak_rss),
             mib(self.rss_before),
         );
-        let _ = writeln!(
-            out,
-            "| lifecycle | rounds | jobs | jobs/s | claim p50/p99 ms |"
+        Side::table(
+            &mut out,
+            [
+                ("nothing imported", &self.without),
+                ("while importing", &self.during),
+            ],
         );
-        let _ = writeln!(out, "|---|---|---|---|---|");
-        for (name, s) in [
-            ("nothing imported", &self.without),
-            ("while importing", &self.during),
-        ] {
-            let _ = writeln!(
-                out,
-                "| {name} | {} | {} | {:.0} | {}/{} |",
-                s.rounds,
-                s.jobs,
-                s.rate(),
-                s.claim(0.5),
-                s.claim(0.99)
-            );
-        }
         let _ = writeln!(
             out,
             "\nClaims while importing: **{:.0} %** of their rate without (target 85 %).\n",
