@@ -31,7 +31,12 @@ pub(crate) fn by() -> ChangeBy {
 /// preset, amounts at `/amount` and `/currency`, and a lag of 0 (a job
 /// succeeded in a covered period with no refund is missing at once).
 pub(crate) async fn provider(h: &Harness) {
-    let store = h.coordinator.store();
+    provider_on(h.coordinator.store(), true).await;
+}
+
+/// [`provider`] on any coordinator's store; `amounts`: whether the queue
+/// keeps its amounts at `/amount` and `/currency`.
+pub(crate) async fn provider_on(store: &jobfence_store::JobStore, amounts: bool) {
     store
         .put_provider(&PutProvider {
             name: P.into(),
@@ -53,11 +58,15 @@ pub(crate) async fn provider(h: &Harness) {
             preset: Some("fake".into()),
             mapping: Mapping::fake(),
             lag: std::time::Duration::ZERO,
-            queues: vec![QueueAmounts {
-                queue: Q.into(),
-                amount_pointer: Some("/amount".into()),
-                currency_pointer: Some("/currency".into()),
-            }],
+            queues: if amounts {
+                vec![QueueAmounts {
+                    queue: Q.into(),
+                    amount_pointer: Some("/amount".into()),
+                    currency_pointer: Some("/currency".into()),
+                }]
+            } else {
+                vec![]
+            },
             by: by(),
         })
         .await

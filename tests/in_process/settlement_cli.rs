@@ -8,12 +8,8 @@
 
 use jobfence_testkit as kit;
 
-use crate::settlement::{by, P, Q};
+use crate::settlement::{provider_on, P};
 use clap::Parser;
-use jobfence_domain::budget::Budget;
-use jobfence_domain::providers::PutProvider;
-use jobfence_domain::settlement::mapping::Mapping;
-use jobfence_domain::settlement::records::PutSettlementSettings;
 use jobfence_operator::{Cli, Operation};
 use kit::secure::Secure;
 use std::io::Write;
@@ -41,33 +37,7 @@ async fn settlement(s: &Secure, args: &[&str]) -> Result<String, String> {
 }
 
 async fn configure(s: &Secure) {
-    let store = s.coordinator.store();
-    store
-        .put_provider(&PutProvider {
-            name: P.into(),
-            budget: Budget {
-                rate_per_second: 1000.0,
-                burst: 1000,
-                max_in_flight: None,
-                execute_cost: 1,
-                reconcile_cost: 1,
-            },
-            queues: vec![Q.into()],
-            by: by(),
-        })
-        .await
-        .unwrap();
-    store
-        .put_settlement_settings(&PutSettlementSettings {
-            provider: P.into(),
-            preset: Some("fake".into()),
-            mapping: Mapping::fake(),
-            lag: std::time::Duration::ZERO,
-            queues: vec![],
-            by: by(),
-        })
-        .await
-        .unwrap();
+    provider_on(s.coordinator.store(), false).await;
 }
 
 /// A fake-provider CSV of `n` refunds nobody enqueued (`extra`: a column
