@@ -182,6 +182,12 @@ impl Import {
         self.coordinator
             .metrics
             .settlement_lines(&self.settings.provider, counts, 0);
+        // Every line written was decided with its insert: nothing of this
+        // batch is left for the decision pass (what an earlier import cut
+        // off left undecided is decided by `finish`).
+        if counts.updated == 0 && decided.len() as u64 == counts.new {
+            return Ok(());
+        }
         self.decide_undecided(good.len() as u32).await
     }
 

@@ -226,36 +226,56 @@ pub(super) async fn import(
                 check_only: header.check_only,
             })
             .await?;
-        while let Some(message) = stream.message().await.map_err(|s| {
-            CoordinatorError::invalid(
-                "lines",
-                format!("the import's stream broke: {}", s.message()),
-            )
-        })? {
-            match message.part {
-                Some(Part::Lines(batch)) => {
-                    let raw: Vec<RawLine> = batch
-                        .lines
-                        .into_iter()
-                        .map(|l| RawLine {
-                            line: l.line,
-                            fields: l.fields.into_iter().collect(),
-                        })
-                        .collect();
-                    import.lines(&raw).await?;
-                }
-                _ => {
-                    return Err(CoordinatorError::invalid(
-                        "lines",
-                        "after the header, every message is a batch of lines",
-                    ))
-                }
-            }
+        let mut batches = read_ahead(stream);
+        while let Some(raw) = batches.recv().await {
+            import.lines(&raw?).await?;
         }
         import.finish().await
     }
     .await;
     rpc.answer(summary.map(summary_to_proto))
+}
+
+/// The batches of an import's stream after its header, read and decoded
+/// one batch ahead of the one being written: the next message is decoded
+/// while the database works on this one. Ends after the last batch, or
+/// with the error that ended the stream (a broken stream, or a second
+/// header).
+fn read_ahead(
+    mut stream: Streaming<proto::ImportSettlementRequest>,
+) -> tokio::sync::mpsc::Receiver<Result<Vec<RawLine>, CoordinatorError>> {
+    let (tx, rx) = tokio::sync::mpsc::channel(1);
+    tokio::spawn(async move {
+        loop {
+            let next = match stream.message().await {
+                Ok(None) => return,
+                Ok(Some(proto::ImportSettlementRequest {
+                    part: Some(Part::Lines(batch)),
+                })) => Ok(batch
+                    .lines
+                    .into_iter()
+                    .map(|l| RawLine {
+                        line: l.line,
+                        fields: l.fields.into_iter().collect(),
+                    })
+                    .collect()),
+                Ok(Some(_)) => Err(CoordinatorError::invalid(
+                    "lines",
+                    "after the header, every message is a batch of lines",
+                )),
+                Err(s) => Err(CoordinatorError::invalid(
+                    "lines",
+                    format!("the import's stream broke: {}", s.message()),
+                )),
+            };
+            let last = next.is_err();
+            // The import ended (refused a batch): nobody reads further.
+            if tx.send(next).await.is_err() || last {
+                return;
+            }
+        }
+    });
+    rx
 }
 
 fn report_to_proto((s, r): (SettlementSettings, ProviderSettlement)) -> proto::ProviderSettlement {

@@ -201,7 +201,8 @@ impl JobStore {
         provider: &str,
         subjects: &[&str],
     ) -> Result<std::collections::HashSet<String>, CoordinatorError> {
-        super::on_insert::unresolved_subjects_on(&self.pool(), provider, subjects).await
+        let mut conn = self.pool().acquire().await.map_err(convert_sqlx_err)?;
+        super::on_insert::unresolved_subjects_on(&mut conn, provider, subjects).await
     }
 
     /// A person's action on an exception, recorded with their name and

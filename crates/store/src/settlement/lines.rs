@@ -9,6 +9,7 @@ use jobfence_domain::settlement::records::{LineCounts, QueueAmounts};
 use jobfence_domain::settlement::{Holder, LineStatus, Outcome, SettlementLine};
 use jobfence_domain::{CoordinatorError, DbTime};
 use sqlx::mysql::MySqlRow;
+use sqlx::Executor as _;
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 /// The stored lines of one operation key (or one keyless line), as read
@@ -90,16 +91,16 @@ impl JobStore {
         self.fill_keys(queues, &mut batch).await?;
         let mut tx = self.begin().await?;
         let refs = string_list(batch.keys().copied());
-        let held: HashMap<String, (u64, SettlementLine)> = sqlx::query(
-            &include_str!("../queries/settlement/lines_existing.sql").replace("{refs}", &refs),
-        )
-        .bind(provider)
-        .fetch_all(&mut *tx)
-        .await
-        .map_err(convert_sqlx_err)?
-        .iter()
-        .map(|r| line_row(r).map(|(id, l)| (l.provider_reference.clone(), (id, l))))
-        .collect::<Result<_, _>>()?;
+        let sql = include_str!("../queries/settlement/lines_existing.sql")
+            .replace("{provider}", &literal::provider(provider)?)
+            .replace("{refs}", &refs);
+        let held: HashMap<String, (u64, SettlementLine)> = (&mut *tx)
+            .fetch_all(sqlx::raw_sql(&sql))
+            .await
+            .map_err(convert_sqlx_err)?
+            .iter()
+            .map(|r| line_row(r).map(|(id, l)| (l.provider_reference.clone(), (id, l))))
+            .collect::<Result<_, _>>()?;
         self.pause_in(crate::pause::PausePoint::SettlementLinesLocked, &mut tx)
             .await;
         let written: Vec<&SettlementLine> = batch
@@ -135,12 +136,12 @@ impl JobStore {
             }
         }
         if !rows.is_empty() {
-            sqlx::query(
-                &include_str!("../queries/settlement/lines_insert.sql").replace("{rows}", &rows),
-            )
-            .execute(&mut *tx)
-            .await
-            .map_err(convert_sqlx_err)?;
+            let sql =
+                include_str!("../queries/settlement/lines_insert.sql").replace("{rows}", &rows);
+            (&mut *tx)
+                .execute(sqlx::raw_sql(&sql))
+                .await
+                .map_err(convert_sqlx_err)?;
         }
         commit(tx).await?;
         Ok((counts, outcomes))
@@ -164,8 +165,8 @@ impl JobStore {
         let sql = include_str!("../queries/settlement/keys_by_reference.sql")
             .replace("{queues}", &queue_list(queues)?)
             .replace("{refs}", &string_list(keyless));
-        let found = sqlx::query(&sql)
-            .fetch_all(&self.pool())
+        let found = (&self.pool())
+            .fetch_all(sqlx::raw_sql(&sql))
             .await
             .map_err(convert_sqlx_err)?;
         for row in &found {
@@ -207,10 +208,10 @@ impl JobStore {
         let mut out = Vec::new();
         if !keys.is_empty() {
             let sql = include_str!("../queries/settlement/lines_of_keys.sql")
+                .replace("{provider}", &literal::provider(provider)?)
                 .replace("{keys}", &string_list(keys.iter().map(String::as_str)));
-            let rows = sqlx::query(&sql)
-                .bind(provider)
-                .fetch_all(&pool)
+            let rows = (&pool)
+                .fetch_all(sqlx::raw_sql(&sql))
                 .await
                 .map_err(convert_sqlx_err)?;
             let mut by_key: BTreeMap<String, KeyLines> = BTreeMap::new();
@@ -238,8 +239,8 @@ impl JobStore {
                 .join(",");
             let sql = include_str!("../queries/settlement/lines_of_references.sql")
                 .replace("{ids}", &ids);
-            for row in sqlx::query(&sql)
-                .fetch_all(&pool)
+            for row in (&pool)
+                .fetch_all(sqlx::raw_sql(&sql))
                 .await
                 .map_err(convert_sqlx_err)?
             {
@@ -261,7 +262,8 @@ impl JobStore {
         queues: &[QueueAmounts],
         keys: &[&str],
     ) -> Result<HashMap<String, Held>, CoordinatorError> {
-        let out = holders_on(&self.pool(), queues, keys).await?;
+        let mut conn = self.pool().acquire().await.map_err(convert_sqlx_err)?;
+        let out = holders_on(&mut conn, queues, keys, false).await?;
         self.pause(crate::pause::PausePoint::SettlementAfterHolders)
             .await;
         Ok(out)
@@ -298,13 +300,13 @@ impl JobStore {
             return Ok(());
         }
         let list = ids.iter().map(u64::to_string).collect::<Vec<_>>().join(",");
-        sqlx::query(
-            &include_str!("../queries/settlement/lines_decided.sql").replace("{ids}", &list),
-        )
-        .bind(read_at)
-        .execute(&self.pool())
-        .await
-        .map_err(convert_sqlx_err)?;
+        let sql = include_str!("../queries/settlement/lines_decided.sql")
+            .replace("{ids}", &list)
+            .replace("{read_at}", &literal::time(read_at));
+        (&self.pool())
+            .execute(sqlx::raw_sql(&sql))
+            .await
+            .map_err(convert_sqlx_err)?;
         Ok(())
     }
 }

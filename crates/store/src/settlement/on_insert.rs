@@ -8,12 +8,13 @@
 
 use super::lines::Held;
 use super::{queue_list, string_list};
-use crate::convert_sqlx_err;
 use crate::rows::{get, opt_text, text};
+use crate::{convert_sqlx_err, literal};
 use jobfence_domain::settlement::records::QueueAmounts;
 use jobfence_domain::settlement::{Holder, Outcome, SettlementLine};
 use jobfence_domain::{CoordinatorError, JobState};
-use sqlx::{MySql, MySqlConnection};
+use sqlx::Executor as _;
+use sqlx::MySqlConnection;
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 /// Decides a new line whose key has no other line (stored, or in its
@@ -27,9 +28,9 @@ pub type DecideOnInsert<'a> =
 
 /// The outcomes `on_insert` gave the batch's `new` lines that may be
 /// decided on insert, by provider reference. In `tx`, after the batch's
-/// stored lines are locked: reads who holds the keys of every line the
-/// batch writes (`written`), locks those holders that are finished jobs or
-/// key records (so two imports writing lines of one key take turns), then
+/// stored lines are locked: reads and locks who holds the keys of every
+/// line the batch writes (`written`), jobs or key records (so two imports
+/// writing lines of one key take turns), then
 /// reads which keys have lines already and which have an exception not
 /// resolved.
 pub(super) async fn decide_on_insert(
@@ -51,8 +52,7 @@ pub(super) async fn decide_on_insert(
         return Ok(out);
     }
     let keys: Vec<&str> = per_key.keys().copied().collect();
-    let holders = holders_on(&mut *tx, queues, &keys).await?;
-    lock_finished_holders(tx, &holders).await?;
+    let holders = holders_on(&mut *tx, queues, &keys, true).await?;
     let alone: Vec<&SettlementLine> = written
         .iter()
         .copied()
@@ -82,125 +82,107 @@ pub(super) async fn decide_on_insert(
     Ok(out)
 }
 
-/// Locks the finished jobs and key records among `holders`, in id order.
-async fn lock_finished_holders(
-    tx: &mut MySqlConnection,
-    holders: &HashMap<String, Held>,
-) -> Result<(), CoordinatorError> {
-    let (mut jobs, mut records) = (Vec::new(), Vec::new());
-    for h in holders.values() {
-        match h.holder {
-            Holder::Job { id, state, .. } if state.is_terminal() => jobs.push(id),
-            Holder::Pruned { job_id, .. } => records.push(job_id),
-            _ => {}
-        }
-    }
-    for (ids, sql) in [
-        (
-            jobs,
-            include_str!("../queries/settlement/lock_finished_jobs.sql"),
-        ),
-        (
-            records,
-            include_str!("../queries/settlement/lock_key_records.sql"),
-        ),
-    ] {
-        if ids.is_empty() {
-            continue;
-        }
-        let list = ids.iter().map(u64::to_string).collect::<Vec<_>>().join(",");
-        sqlx::query(&sql.replace("{ids}", &list))
-            .fetch_all(&mut *tx)
-            .await
-            .map_err(convert_sqlx_err)?;
-    }
-    Ok(())
-}
-
 async fn keys_with_lines(
     tx: &mut MySqlConnection,
     provider: &str,
     keys: &[&str],
 ) -> Result<HashSet<String>, CoordinatorError> {
     let sql = include_str!("../queries/settlement/keys_with_lines.sql")
+        .replace("{provider}", &literal::provider(provider)?)
         .replace("{keys}", &string_list(keys.iter().copied()));
-    let found: Vec<String> = sqlx::query_scalar(&sql)
-        .bind(provider)
-        .fetch_all(&mut *tx)
-        .await
-        .map_err(convert_sqlx_err)?;
-    Ok(found.into_iter().collect())
+    first_column((&mut *tx).fetch_all(sqlx::raw_sql(&sql)).await)
 }
 
 /// Which of `subjects` have an exception of the provider not resolved.
-pub(super) async fn unresolved_subjects_on<'e, E>(
-    e: E,
+pub(super) async fn unresolved_subjects_on(
+    conn: &mut MySqlConnection,
     provider: &str,
     subjects: &[&str],
-) -> Result<HashSet<String>, CoordinatorError>
-where
-    E: sqlx::Executor<'e, Database = MySql>,
-{
+) -> Result<HashSet<String>, CoordinatorError> {
     if subjects.is_empty() {
         return Ok(Default::default());
     }
     let sql = include_str!("../queries/settlement/unresolved_subjects.sql")
+        .replace("{provider}", &literal::provider(provider)?)
         .replace("{subjects}", &string_list(subjects.iter().copied()));
-    let found: Vec<String> = sqlx::query_scalar(&sql)
-        .bind(provider)
-        .fetch_all(e)
-        .await
-        .map_err(convert_sqlx_err)?;
-    Ok(found.into_iter().collect())
+    first_column((conn).fetch_all(sqlx::raw_sql(&sql)).await)
+}
+
+/// The first column of each row, as text.
+fn first_column(
+    rows: Result<Vec<sqlx::mysql::MySqlRow>, sqlx::Error>,
+) -> Result<HashSet<String>, CoordinatorError> {
+    rows.map_err(convert_sqlx_err)?
+        .iter()
+        .map(|r| sqlx::Row::try_get::<String, _>(r, 0).map_err(convert_sqlx_err))
+        .collect()
 }
 
 /// Who holds each of `keys` among `queues`: a job (with its payload),
-/// else a pruned job's key record; absent keys are held by nobody.
-pub(super) async fn holders_on<'e, E>(
-    e: E,
+/// else a pruned job's key record; absent keys are held by nobody. With
+/// `lock`, the jobs and key records read are locked for the caller's
+/// transaction (see holders_jobs.sql).
+pub(super) async fn holders_on(
+    conn: &mut MySqlConnection,
     queues: &[QueueAmounts],
     keys: &[&str],
-) -> Result<HashMap<String, Held>, CoordinatorError>
-where
-    E: sqlx::Executor<'e, Database = MySql>,
-{
+    lock: bool,
+) -> Result<HashMap<String, Held>, CoordinatorError> {
     let mut out = HashMap::new();
     if keys.is_empty() || queues.is_empty() {
         return Ok(out);
     }
-    let sql = include_str!("../queries/settlement/holders.sql")
-        .replace("{queues}", &queue_list(queues)?)
-        .replace("{keys}", &string_list(keys.iter().copied()));
-    let rows = sqlx::query(&sql)
-        .fetch_all(e)
-        .await
-        .map_err(convert_sqlx_err)?;
-    for row in &rows {
-        let key = text(row, "operation_key")?;
-        let held = held_row(row)?;
-        // A live job wins over a key record of the same key (a key whose
-        // record expired and was enqueued again).
-        let keep = !matches!(
-            out.get(&key),
-            Some(Held {
-                holder: Holder::Job { .. },
-                ..
-            })
-        );
-        if keep {
-            out.insert(key, held);
+    let queues = queue_list(queues)?;
+    let lock = if lock { "FOR UPDATE" } else { "" };
+    let mut left: Vec<&str> = keys.to_vec();
+    for (sql, kind) in [
+        (
+            include_str!("../queries/settlement/holders_jobs.sql"),
+            HolderKind::Job,
+        ),
+        (
+            include_str!("../queries/settlement/holders_keys.sql"),
+            HolderKind::Record,
+        ),
+    ] {
+        if left.is_empty() {
+            break;
         }
+        let sql = sql
+            .replace("{queues}", &queues)
+            .replace("{keys}", &string_list(left.iter().copied()))
+            .replace("{lock}", lock);
+        let rows = (&mut *conn)
+            .fetch_all(sqlx::raw_sql(&sql))
+            .await
+            .map_err(convert_sqlx_err)?;
+        for row in &rows {
+            // The first job of a key wins (a key two of the provider's
+            // queues used), and a job wins over a key record of its key (a
+            // key whose record expired and was enqueued again).
+            let key = text(row, "operation_key")?;
+            if !out.contains_key(&key) {
+                out.insert(key, held_row(row, kind)?);
+            }
+        }
+        left.retain(|k| !out.contains_key(*k));
     }
     Ok(out)
 }
 
-fn held_row(row: &sqlx::mysql::MySqlRow) -> Result<Held, CoordinatorError> {
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum HolderKind {
+    Job,
+    Record,
+}
+
+fn held_row(row: &sqlx::mysql::MySqlRow, kind: HolderKind) -> Result<Held, CoordinatorError> {
     let state: JobState = text(row, "state")?
         .parse()
         .map_err(|e| CoordinatorError::Internal(format!("{e}")))?;
     let job_id: u64 = get(row, "job_id")?;
     let queue = Some(text(row, "queue")?);
-    Ok(if text(row, "kind")? == "job" {
+    Ok(if kind == HolderKind::Job {
         Held {
             holder: Holder::Job {
                 id: job_id,

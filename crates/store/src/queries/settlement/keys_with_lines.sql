@@ -5,5 +5,5 @@
 -- line for its only one.
 SELECT DISTINCT CAST(operation_key AS CHAR) AS operation_key
 FROM settlement_lines
-WHERE provider = ? AND operation_key IN ({keys})
+WHERE provider = {provider} AND operation_key IN ({keys})
 LOCK IN SHARE MODE

@@ -4,5 +4,5 @@
 -- literals.
 SELECT id, provider_reference, operation_key, amount_minor, currency, status, refund_created_at
 FROM settlement_lines
-WHERE provider = ? AND provider_reference IN ({refs})
+WHERE provider = {provider} AND provider_reference IN ({refs})
 FOR UPDATE

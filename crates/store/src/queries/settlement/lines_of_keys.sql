@@ -4,4 +4,4 @@
 SELECT id, provider_reference, operation_key, amount_minor, currency, status,
        refund_created_at, UTC_TIMESTAMP(6) AS read_at
 FROM settlement_lines
-WHERE provider = ? AND operation_key IN ({keys})
+WHERE provider = {provider} AND operation_key IN ({keys})

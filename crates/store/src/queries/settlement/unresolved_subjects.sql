@@ -1,4 +1,4 @@
 -- Which of the subjects {subjects} have an exception not resolved: only
 -- those need their exceptions looked at when nothing new is raised.
 SELECT DISTINCT CAST(subject AS CHAR) AS subject FROM settlement_exceptions
-WHERE provider = ? AND subject IN ({subjects}) AND state <> 'resolved'
+WHERE provider = {provider} AND subject IN ({subjects}) AND state <> 'resolved'
