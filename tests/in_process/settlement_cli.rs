@@ -4,7 +4,8 @@
 //! recorded) and the whole file imported again ends as one clean import;
 //! `--strict` refuses standard input, which it could read only once; a
 //! report of wide lines goes in batches under the coordinator's request
-//! limit, and a line too wide is refused with its number.
+//! limit, and a line too wide is refused with its number; `--max-rate`
+//! paces the lines sent.
 
 use jobfence_testkit as kit;
 
@@ -169,5 +170,36 @@ async fn wide_lines_go_in_batches_under_the_request_limit_and_one_too_wide_is_re
         "the wide line, by its number: {summary}"
     );
     assert_eq!(counts(&s).await, (1, 500));
+    s.stop().await;
+}
+
+/// `--max-rate` paces the lines sent: at 100 a second, the command waits
+/// after its first batch of 2000 until those lines are due (20 s), so 2001
+/// lines cannot be done in under 20 s, where the same file unpaced takes
+/// about 3 s in a debug build; every line is imported.
+/// Only a lower bound is asserted: the pacing sleeps, so no machine is too
+/// fast for it.
+#[tokio::test]
+async fn max_rate_paces_the_import_and_imports_every_line() {
+    let s = Secure::start(false).await;
+    configure(&s).await;
+    let dir = scratch("paced");
+    let file = path(&dir, "paced.csv", &report(2001, 0));
+    let args = ["import", "--provider", P, "--period", "2025-12-01"];
+    let started = std::time::Instant::now();
+    let done = settlement(
+        &s,
+        &[&args[..], &["--max-rate", "100", "--json", file.as_str()]].concat(),
+    )
+    .await
+    .unwrap();
+    let took = started.elapsed();
+    let summary: serde_json::Value = serde_json::from_str(&done).unwrap();
+    assert_eq!(summary["lines_new"], 2001, "{summary}");
+    assert!(
+        took >= std::time::Duration::from_secs(20),
+        "2001 lines at 100/s were sent in {took:?}"
+    );
+    assert_eq!(counts(&s).await, (1, 2001));
     s.stop().await;
 }

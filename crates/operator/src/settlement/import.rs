@@ -58,6 +58,12 @@ pub struct ImportArgs {
     /// authenticates records your credential's name).
     #[arg(long, env = "JOBFENCE_OPERATOR", default_value = "")]
     pub operator: String,
+    /// At most this many lines a second (0: as fast as the coordinator
+    /// takes them). Flat out, an import takes database time the workers'
+    /// claims would have had; a paced one leaves them more of it
+    /// (docs/benchmarks.md, "Settlement import", measures both).
+    #[arg(long, default_value_t = 0)]
+    pub max_rate: u32,
     /// The report (gzip'd or not); `-` for standard input (with --format).
     pub file: PathBuf,
 }
@@ -130,6 +136,8 @@ pub(crate) async fn run(
                 check_only: true,
                 ..header.clone()
             },
+            // Checking writes nothing: it is not paced.
+            Pace(0),
         )
         .await?;
         if checked.0.lines_refused > 0 || !checked.1.is_empty() {
@@ -140,7 +148,7 @@ pub(crate) async fn run(
             );
         }
     }
-    let done = stream(conn, &args.file, format, header).await?;
+    let done = stream(conn, &args.file, format, header, Pace(args.max_rate)).await?;
     summary(out, &args, &done, false, conn.json)
 }
 
@@ -153,6 +161,7 @@ async fn stream(
     path: &std::path::Path,
     format: Format,
     header: proto::ImportSettlementHeader,
+    pace: Pace,
 ) -> anyhow::Result<(proto::ImportSettlementResponse, Vec<proto::RefusedLine>)> {
     let mut client = JobAdminClient::new(channel(conn).await?);
     let (tx, rx) = mpsc::channel::<proto::ImportSettlementRequest>(4);
@@ -169,7 +178,8 @@ async fn stream(
     let keep_open = tx.clone();
     // File reading and parsing on a thread of its own; the channel's bound
     // keeps at most a few batches in memory.
-    let mut reader = tokio::task::spawn_blocking(move || read_and_send(&path_owned, format, tx));
+    let mut reader =
+        tokio::task::spawn_blocking(move || read_and_send(&path_owned, format, pace, tx));
     let call = client.import_settlement(tokio_stream::wrappers::ReceiverStream::new(rx));
     tokio::pin!(call);
     let (answer, local) = tokio::select! {
@@ -200,12 +210,14 @@ async fn stream(
 fn read_and_send(
     path: &std::path::Path,
     format: Format,
+    pace: Pace,
     tx: mpsc::Sender<proto::ImportSettlementRequest>,
 ) -> anyhow::Result<Vec<proto::RefusedLine>> {
     let mut batch = Vec::with_capacity(BATCH);
     let mut refused = Vec::new();
     let mut sent = 0u64;
-    let mut last = std::time::Instant::now();
+    let started = std::time::Instant::now();
+    let mut last = started;
     let send = |batch: &mut Vec<proto::SettlementReportLine>, sent: &mut u64| -> bool {
         *sent += batch.len() as u64;
         let lines = std::mem::take(batch);
@@ -239,6 +251,7 @@ fn read_and_send(
             if !send(&mut batch, &mut sent) {
                 return false; // the call ended (refused): stop reading
             }
+            pace.wait(sent, started);
             if last.elapsed().as_secs() >= 1 {
                 eprint!("\rsettlement: {sent} lines sent");
                 last = std::time::Instant::now();
@@ -251,6 +264,23 @@ fn read_and_send(
     }
     eprint!("\rsettlement: {sent} lines sent");
     Ok(refused)
+}
+
+/// `--max-rate`: lines a second, 0 for no limit.
+#[derive(Clone, Copy)]
+struct Pace(u32);
+
+impl Pace {
+    /// Sleeps until `sent` lines are due at the rate since `started`.
+    fn wait(self, sent: u64, started: std::time::Instant) {
+        if self.0 == 0 {
+            return;
+        }
+        let due = std::time::Duration::from_secs_f64(sent as f64 / f64::from(self.0));
+        if let Some(ahead) = due.checked_sub(started.elapsed()) {
+            std::thread::sleep(ahead);
+        }
+    }
 }
 
 /// Prints the import's summary.

@@ -100,8 +100,8 @@ pub struct ExceptionsArgs {
     /// Only this job's.
     #[arg(long)]
     pub job: Option<u64>,
-    /// At most this many (1..=500).
-    #[arg(long, default_value_t = 100)]
+    /// At most this many (1..=500); the list says when more may match.
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=500))]
     pub limit: u32,
 }
 

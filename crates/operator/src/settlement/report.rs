@@ -248,6 +248,12 @@ pub(super) async fn exceptions(
                 .await
                 .map_err(refused)?
                 .into_inner();
+            if list.exceptions.len() == a.limit as usize {
+                eprintln!(
+                    "settlement: the first {} shown; more may match (--limit, up to 500, or narrow with --provider, --state, --job)",
+                    a.limit
+                );
+            }
             return list_text(out, &list.exceptions, conn.json);
         }
         Some(ExceptionsCommand::Show { id }) => client.list_settlement_exceptions(one(id)).await,

@@ -161,8 +161,8 @@ pub(super) async fn holders_on(
             // queues used), and a job wins over a key record of its key (a
             // key whose record expired and was enqueued again).
             let key = text(row, "operation_key")?;
-            if !out.contains_key(&key) {
-                out.insert(key, held_row(row, kind)?);
+            if let std::collections::hash_map::Entry::Vacant(e) = out.entry(key) {
+                e.insert(held_row(row, kind)?);
             }
         }
         left.retain(|k| !out.contains_key(*k));

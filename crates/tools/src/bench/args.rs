@@ -69,6 +69,9 @@ pub struct BenchArgs {
     /// 0 skips it.
     #[arg(long, default_value_t = 0)]
     pub settle_lines: u64,
+    /// The settlement import's `--max-rate` (lines a second; 0: flat out).
+    #[arg(long, default_value_t = 0)]
+    pub settle_max_rate: u32,
     /// Wait at most this long, in seconds, before the large-table phases
     /// for InnoDB to write back and purge what their bulk load left (the
     /// server's dirty pages and purge history, server-wide figures); 0

@@ -28,6 +28,8 @@ const SETTLED_QUEUE: &str = "archive";
 pub struct Load {
     /// Jobs loaded, and report lines imported.
     pub lines: u64,
+    /// The import's `--max-rate` (0: flat out).
+    pub max_rate: u32,
     pub workers: usize,
     /// Jobs per lifecycle round.
     pub jobs: u64,
@@ -44,6 +46,7 @@ impl Load {
     pub fn of(args: &super::BenchArgs, workers: usize, coordinator_pid: u32) -> Result<Load> {
         Ok(Load {
             lines: args.settle_lines,
+            max_rate: args.settle_max_rate,
             workers,
             jobs: args.jobs,
             rounds: args.prune_rounds,
@@ -58,6 +61,7 @@ impl Load {
 #[derive(Debug)]
 pub struct SettleFigures {
     pub lines: u64,
+    pub max_rate: u32,
     pub workers: usize,
     pub import: Duration,
     pub without: Side,
@@ -86,7 +90,12 @@ pub async fn run(pool: &MySqlPool, addr: &str, load: Load) -> Result<SettleFigur
     let rss_before = procstat::peak_rss(load.coordinator_pid);
     procstat::reset_peak_rss(load.coordinator_pid);
     let started = Instant::now();
-    let importing = tokio::spawn(import(load.bin.clone(), addr.to_owned(), report.clone()));
+    let importing = tokio::spawn(import(
+        load.bin.clone(),
+        addr.to_owned(),
+        report.clone(),
+        load.max_rate,
+    ));
     let mut during = Side::default();
     while !importing.is_finished() || during.rounds == 0 {
         during.add(round_on_queue(pool, addr, load.workers, load.jobs).await?);
@@ -101,6 +110,7 @@ pub async fn run(pool: &MySqlPool, addr: &str, load: Load) -> Result<SettleFigur
     );
     let figures = SettleFigures {
         lines: load.lines,
+        max_rate: load.max_rate,
         workers: load.workers,
         import,
         without,
@@ -169,7 +179,12 @@ fn write_report(path: &Path, lines: u64) -> Result<()> {
 }
 
 /// `jobfence settlement import` of the report; its JSON summary.
-async fn import(bin: PathBuf, addr: String, report: PathBuf) -> Result<serde_json::Value> {
+async fn import(
+    bin: PathBuf,
+    addr: String,
+    report: PathBuf,
+    max_rate: u32,
+) -> Result<serde_json::Value> {
     let out = tokio::process::Command::new(bin)
         .args([
             "settlement",
@@ -187,6 +202,8 @@ async fn import(bin: PathBuf, addr: String, report: PathBuf) -> Result<serde_jso
             "2100-01-01",
             "--endpoint",
             &addr,
+            "--max-rate",
+            &max_rate.to_string(),
         ])
         .arg(&report)
         .env_remove("JOBFENCE_TOKEN_FILE")
@@ -229,12 +246,17 @@ impl SettleFigures {
             out,
             "{} finished jobs of a provider's queue, and the provider's report of as many \
              settled refunds (CSV, the fake provider's columns), imported with `jobfence \
-             settlement import` (streamed in batches of 500 lines; each batch one short \
-             transaction for the lines and the reads of their keys) while {} gRPC workers run \
-             Claim(1) then Complete on another queue; against the same rounds with nothing \
-             imported. The import took {:.1} s: **{:.0} lines/s** (target 20,000), every line \
-             matched. The coordinator's peak memory during the import: {} (before it: {}).\n",
+             settlement import` ({}; streamed in batches of 2000 lines, each batch one short \
+             transaction for the lines and the reads and locks of their keys) while {} gRPC \
+             workers run Claim(1) then Complete on another queue; against the same rounds with \
+             nothing imported. The import took {:.1} s: **{:.0} lines/s** (target 20,000), \
+             every line matched. The coordinator's peak memory during the import: {} (before \
+             it: {}).\n",
             self.lines,
+            match self.max_rate {
+                0 => "flat out".to_string(),
+                r => format!("`--max-rate {r}`"),
+            },
             self.workers,
             self.import.as_secs_f64(),
             self.lines_per_second(),
