@@ -18,8 +18,31 @@ use jobfence_store::{JobStore, PoolSettings};
 use std::process::ExitCode;
 use std::time::Duration;
 
-/// The database of the project-local MariaDB that `scripts/mariadb` starts.
+/// The database of the project-local MariaDB that `scripts/mariadb` starts,
+/// on its first port.
 pub const DEFAULT_DATABASE_URL: &str = "mysql://jobfence:jobfence@127.0.0.1:3307/jobfence";
+
+/// The default `--database-url`: the project-local MariaDB of the checkout
+/// the command runs in, on the port `scripts/mariadb` remembered for it
+/// (`.local/mariadb/port` in this directory or the nearest one above it
+/// that has one); [`DEFAULT_DATABASE_URL`] where none is found. So a bare
+/// `jobfence prune` in one checkout never reaches another checkout's
+/// database on the default port.
+pub fn default_database_url() -> String {
+    let Ok(here) = std::env::current_dir() else {
+        return DEFAULT_DATABASE_URL.to_owned();
+    };
+    for dir in here.ancestors() {
+        let Ok(text) = std::fs::read_to_string(dir.join(".local/mariadb/port")) else {
+            continue;
+        };
+        return match text.trim().parse::<u16>() {
+            Ok(port) => format!("mysql://jobfence:jobfence@127.0.0.1:{port}/jobfence"),
+            Err(_) => DEFAULT_DATABASE_URL.to_owned(),
+        };
+    }
+    DEFAULT_DATABASE_URL.to_owned()
+}
 
 #[derive(Debug, Parser)]
 #[command(
@@ -102,8 +125,10 @@ pub struct DatabaseArgs {
     /// Galera cluster in order of preference: the coordinator writes
     /// through the first node that is ready, moves to the next when that
     /// one stops answering or leaves the primary component, and back when
-    /// it is synced again (docs/database.md).
-    #[arg(long, env = "JOBFENCE_DATABASE_URL", default_value = DEFAULT_DATABASE_URL)]
+    /// it is synced again (docs/database.md). By default the MariaDB that
+    /// `scripts/mariadb` started for this checkout, on the port it
+    /// remembered (`.local/mariadb/port`), else port 3307.
+    #[arg(long, env = "JOBFENCE_DATABASE_URL", default_value_t = default_database_url())]
     pub database_url: String,
     /// Spread queues over several databases: a file listing the databases
     /// (each one URL, or a Galera cluster's node URLs) and which queue

@@ -14,7 +14,9 @@ use clap::Parser;
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
-    let cli = cli::Cli::parse();
+    jobfence_operator::coordinator_env_alias();
+    let args = jobfence_operator::hoist_connection_flags(std::env::args_os().collect());
+    let cli = cli::Cli::parse_from(args);
     let runtime = match cli.runtime() {
         Ok(rt) => rt,
         Err(e) => {

@@ -8,16 +8,18 @@ use std::path::PathBuf;
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Channel;
 
-/// Where the coordinator is, and how to print. Both flags are global to
+/// Where the coordinator is, and how to print. The flags are global to
 /// their command group, so `jobfence jobs list --endpoint …` works as well
-/// as `jobfence jobs --endpoint … list` and `jobfence stats --endpoint …`.
+/// as `jobfence jobs --endpoint … list` and `jobfence stats --endpoint …`;
+/// `jobfence --endpoint … stats` too ([`crate::hoist_connection_flags`]).
 #[derive(Debug, Clone, Args)]
 pub struct Connection {
-    /// The coordinator's gRPC address.
+    /// The coordinator's gRPC address (the clients read the same
+    /// variable; the old JOBFENCE_ENDPOINT still works, with a warning).
     #[arg(
         long,
         global = true,
-        env = "JOBFENCE_ENDPOINT",
+        env = "JOBFENCE_COORDINATOR",
         default_value = "http://127.0.0.1:50051"
     )]
     pub endpoint: String,

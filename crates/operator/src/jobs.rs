@@ -1,4 +1,4 @@
-//! `jobfence jobs list|show|resolve|cancel`: jobs by queue, state and age;
+//! `jobfence jobs list|show|resolve|cancel` (and `enqueue`, in enqueue.rs): jobs by queue, state and age;
 //! one job with its observations and events; an operator's resolution of
 //! a parked job and the cancel of one never dispatched, both fenced on the
 //! attempt the operator saw.
@@ -40,6 +40,9 @@ pub enum JobsCommand {
     Resolve(ResolveArgs),
     /// Cancel a ready job that was never dispatched.
     Cancel(CancelArgs),
+    /// Enqueue one job (--queue, --key, --payload), or a file of them
+    /// (--from, JSON lines); needs a producer's token.
+    Enqueue(crate::enqueue::EnqueueArgs),
 }
 
 /// Filters of `jobs list`.
@@ -152,8 +155,13 @@ pub struct CancelArgs {
 /// Runs `jobs …`, printing to `out`.
 pub(crate) async fn run(args: JobsArgs, out: &mut (dyn Write + Send)) -> anyhow::Result<()> {
     let json = args.conn.json;
+    // Enqueue talks to JobCoordinator, as a producer; the rest to JobAdmin.
+    let command = match args.command {
+        JobsCommand::Enqueue(e) => return crate::enqueue::run(&args.conn, e, out).await,
+        other => other,
+    };
     let mut client = JobAdminClient::new(channel(&args.conn).await?);
-    match args.command {
+    match command {
         JobsCommand::List(l) => {
             let page = client
                 .list_jobs(proto::ListJobsRequest {
@@ -213,6 +221,7 @@ pub(crate) async fn run(args: JobsArgs, out: &mut (dyn Write + Send)) -> anyhow:
                 .into_inner();
             written(out, "cancelled", done.job.as_ref(), done.replayed, json)
         }
+        JobsCommand::Enqueue(_) => unreachable!("answered above"),
     }
 }
 

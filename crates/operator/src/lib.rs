@@ -18,8 +18,10 @@
 //! ([`Connection`]), the refusal as printed ([`describe_status`]) and the
 //! tables and JSON every command prints with.
 
+mod args;
 mod changes;
 mod connection;
+mod enqueue;
 mod events;
 mod jobs;
 mod providers;
@@ -29,8 +31,10 @@ mod render;
 mod settlement;
 mod stats;
 
+pub use args::{coordinator_env_alias, hoist_connection_flags};
 pub use changes::{ChangeArgs, HistoryArgs};
 pub use connection::{read_token, Connection};
+pub use enqueue::EnqueueArgs;
 pub use events::{EventsArgs, EventsCommand};
 pub use jobs::{CancelArgs, JobsArgs, JobsCommand, ListArgs, ResolveArgs, ResolveTo, StateArg};
 pub use providers::{ProvidersArgs, ProvidersCommand, SetProviderArgs};

@@ -143,6 +143,7 @@ async fn import(cluster: &Cluster, report: &Path) -> Result<serde_json::Value> {
         .arg(report)
         .envs(cluster.client_env(credentials::CONSOLE))
         .env_remove("JOBFENCE_ENDPOINT")
+        .env_remove("JOBFENCE_COORDINATOR")
         .stdin(std::process::Stdio::null())
         .stderr(std::process::Stdio::null());
     let out = cmd
