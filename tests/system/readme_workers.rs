@@ -423,10 +423,23 @@ async fn run_the_readme_python_worker(h: &Harness, dir: &std::path::Path, bin: &
         .env_remove("PYTHONPATH")
         .current_dir(dir)
         .stdin(Stdio::null())
+        .stderr(Stdio::piped())
         .kill_on_drop(true)
         .spawn()
         .expect("start the docs' Python worker");
+    let mut stderr = worker.stderr.take().unwrap();
+    let said = tokio::spawn(async move {
+        let mut text = String::new();
+        let _ = tokio::io::AsyncReadExt::read_to_string(&mut stderr, &mut text).await;
+        text
+    });
     until_completed_by(h, &jobs, "python-minimal-1", &mut worker).await;
-    stop(&mut worker, nix::sys::signal::Signal::SIGTERM).await;
+    // Ctrl-C, as the docs say to stop it: a clean exit, no traceback.
+    let status = stop(&mut worker, nix::sys::signal::Signal::SIGINT).await;
+    let said = said.await.unwrap();
+    assert!(
+        status.success() && !said.contains("Traceback"),
+        "Ctrl-C stops it cleanly: {status}\n{said}"
+    );
     secure.stop().await;
 }

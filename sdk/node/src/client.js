@@ -3,6 +3,7 @@
 // handle, which carries the attempt (fencing token) it was issued.
 
 const fs = require('node:fs');
+const net = require('node:net');
 const crypto = require('node:crypto');
 const grpc = require('@grpc/grpc-js');
 const protoLoader = require('@grpc/proto-loader');
@@ -113,10 +114,25 @@ function credentialsFromEnv(env = process.env) {
   return creds;
 }
 
-/** grpc-js channel credentials: TLS with a CA, cleartext without. */
+/**
+ * grpc-js channel credentials: TLS with a CA, cleartext without. The TLS
+ * server name (SNI) is sent only for a host name: grpc-js sends the
+ * target's host whatever it is, and Node warns (DEP0123, RFC 6066) at every
+ * connection to an IP address such as 127.0.0.1. Without it, Node checks
+ * the certificate against the address itself (its IP SAN), as before.
+ */
 function channelCredentials(creds = {}) {
   if (!creds.tlsCaPem) return grpc.credentials.createInsecure();
-  return grpc.credentials.createSsl(creds.tlsCaPem, creds.tlsClientKeyPem || null, creds.tlsClientCertPem || null);
+  const ssl = grpc.credentials.createSsl(creds.tlsCaPem, creds.tlsClientKeyPem || null, creds.tlsClientCertPem || null);
+  const create = ssl._createSecureConnector;
+  if (typeof create !== 'function') return ssl; // another grpc-js: left as it is
+  ssl._createSecureConnector = function createSecureConnector(...args) {
+    const connector = create.apply(this, args);
+    const options = connector && connector.connectionOptions;
+    if (options && net.isIP(options.servername || '')) delete options.servername;
+    return connector;
+  };
+  return ssl;
 }
 
 class WorkerClient {

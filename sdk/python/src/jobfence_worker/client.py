@@ -176,6 +176,10 @@ class WorkerClient:
           cancelled: nothing from it is handled) and **finishes** what it
           holds: it waits for every handler in flight, which writes back as
           usual, and abandons no job. Then it returns a ``RunReport``.
+        * Without ``stop``, called from the main thread, Ctrl-C (SIGINT) is
+          the stop: the same finish, and a report instead of a
+          ``KeyboardInterrupt`` traceback (the previous SIGINT handler is
+          put back when it returns).
         """
         return run_loop(self, handler, concurrency, wait_seconds=wait_seconds, stop=stop,
                         on_claim_error=on_claim_error,

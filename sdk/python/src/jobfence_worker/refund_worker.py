@@ -221,7 +221,10 @@ def main():
             handler.formatter.converter = time.gmtime
 
     stopping = []
+    # SIGTERM and Ctrl-C alike: no more claims, the jobs of this claim are
+    # finished, then it exits cleanly.
     signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
+    signal.signal(signal.SIGINT, lambda *_: stopping.append(True))
     provider = Provider(args.provider, args.provider_timeout)
     target = args.coordinator.replace("http://", "")
     handled = 0

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+import signal
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -147,7 +148,35 @@ def run_loop(client: "WorkerClient", handler: Handler, concurrency: int, *,
              release_delay_seconds: float, poll_seconds: float) -> RunReport:
     """``WorkerClient.run``: see its docstring."""
     _check(concurrency)
-    stop = stop or threading.Event()
+    if stop is not None or threading.current_thread() is not threading.main_thread():
+        return _run_loop(client, handler, concurrency, wait_seconds=wait_seconds,
+                         stop=stop or threading.Event(), on_claim_error=on_claim_error,
+                         release_delay_seconds=release_delay_seconds, poll_seconds=poll_seconds)
+    # No stop event given, in the main thread: Ctrl-C (SIGINT) is the stop.
+    # The loop stops claiming, the handlers in flight finish (their jobs
+    # are completed or released, none abandoned), and run returns its
+    # report instead of a KeyboardInterrupt traceback. The handler that was
+    # there before is put back when the loop ends.
+    stop = threading.Event()
+
+    def on_ctrl_c(_signum: int, _frame: Any) -> None:
+        if not stop.is_set():
+            log.warning("Ctrl-C: no more claims; finishing the jobs held, then stopping")
+        stop.set()
+
+    previous = signal.signal(signal.SIGINT, on_ctrl_c)
+    try:
+        return _run_loop(client, handler, concurrency, wait_seconds=wait_seconds, stop=stop,
+                         on_claim_error=on_claim_error,
+                         release_delay_seconds=release_delay_seconds, poll_seconds=poll_seconds)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _run_loop(client: "WorkerClient", handler: Handler, concurrency: int, *,
+              wait_seconds: float, stop: threading.Event,
+              on_claim_error: Optional[Callable[[JobfenceError], None]],
+              release_delay_seconds: float, poll_seconds: float) -> RunReport:
     on_claim_error = on_claim_error or _default_on_claim_error
     report, lock = RunReport(), threading.Lock()
     slots = threading.Semaphore(concurrency)
