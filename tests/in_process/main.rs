@@ -19,6 +19,7 @@ mod provider_ops;
 mod races;
 mod retention;
 mod retention_archive;
+mod retry_new_operation;
 mod security;
 mod seed_scenarios;
 mod settlement;

@@ -124,6 +124,8 @@ pub fn tell(e: &FeedEvent) -> Told {
         EventKind::ResolveRejected => operator_refused("Resolution", a, detail),
         EventKind::CancelRejected => operator_refused("Cancel", a, detail),
         EventKind::Cancelled => cancelled(detail),
+        // A failed refund tried again as a new operation.
+        EventKind::RetriedAsNewOperation | EventKind::RetryOf => retry_link(kind, detail),
     }
 }
 
@@ -268,6 +270,33 @@ fn cancelled(detail: &str) -> Told {
         Tone::Operator,
         format!("Cancelled by {operator}"),
         format!("never dispatched; reason: {reason}"),
+    )
+}
+
+/// The two ends of a retry as a new operation: the old job (which stays
+/// as it is) names the new key, the new job the old one.
+fn retry_link(kind: EventKind, detail: &str) -> Told {
+    let operator = json_field(detail, "operator").unwrap_or_default();
+    let reason = json_field(detail, "reason").unwrap_or_default();
+    if kind == EventKind::RetryOf {
+        let old = serde_json::from_str::<serde_json::Value>(detail)
+            .ok()
+            .and_then(|d| d["old_job_id"].as_u64())
+            .unwrap_or_default();
+        let key = json_field(detail, "old_operation_key").unwrap_or_default();
+        return told(
+            Tone::Operator,
+            format!("Retry of job {old}, by {operator}"),
+            format!(
+                "a new operation for the failed job {old} (operation_key {key}); reason: {reason}"
+            ),
+        );
+    }
+    let key = json_field(detail, "new_operation_key").unwrap_or_default();
+    told(
+        Tone::Operator,
+        format!("Tried again as a new operation, by {operator}"),
+        format!("as operation_key {key}; this job stays as it is; reason: {reason}"),
     )
 }
 

@@ -33,7 +33,7 @@ pub struct JobDetail {
     pub events: Vec<FeedEvent>,
 }
 
-fn operator_fields(v: &mut Violations, operator: &str, reason: &str) {
+pub(crate) fn operator_fields(v: &mut Violations, operator: &str, reason: &str) {
     v.key("operator", operator);
     if reason.trim().is_empty() {
         v.add("reason", "must say why (it is recorded)");

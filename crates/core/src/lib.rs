@@ -23,6 +23,7 @@ pub mod gauges;
 pub mod long_poll;
 pub mod providers;
 pub mod retention;
+pub mod retry;
 pub mod settlement;
 mod writes;
 

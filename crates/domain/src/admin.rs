@@ -83,6 +83,30 @@ pub struct CancelJob {
     pub reason: String,
 }
 
+/// A validated RetryAsNewOperation: try a failed or cancelled job again as
+/// a new operation, with a new operation key (the provider would answer
+/// the old key with the old, failed refund).
+#[derive(Debug, Clone)]
+pub struct RetryJob {
+    /// The failed or cancelled job.
+    pub job_id: u64,
+    /// The new job's operation key; `None` for the derived one
+    /// ([`retry_key`]).
+    pub new_operation_key: Option<String>,
+    /// Who asks.
+    pub operator: String,
+    /// Why.
+    pub reason: String,
+}
+
+/// The operation key a retry of job `job_id` (key `key`) gets when the
+/// operator gives none: `{key}:retry:{job_id}`. Derived from the old job,
+/// so asking again gives the same key, and Enqueue answers the same job:
+/// a retry asked twice is one new operation, never two.
+pub fn retry_key(key: &str, job_id: u64) -> String {
+    format!("{key}:retry:{job_id}")
+}
+
 /// The pending states, in the order of [`QueuePending::oldest`].
 pub const PENDING: [JobState; 3] = [JobState::Ready, JobState::Running, JobState::ManualReview];
 

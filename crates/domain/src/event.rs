@@ -39,11 +39,18 @@ pub enum EventKind {
     Cancelled,
     /// An operator's cancellation was refused.
     CancelRejected,
+    /// An operator tried a failed or cancelled job again as a new
+    /// operation: the detail names the new operation key (the job itself
+    /// does not change).
+    RetriedAsNewOperation,
+    /// The first event after `enqueued` of a job made by trying another
+    /// again: the detail names the old job and its key.
+    RetryOf,
 }
 
 impl EventKind {
     /// Every kind, in the life-cycle order above.
-    pub const ALL: [EventKind; 14] = [
+    pub const ALL: [EventKind; 16] = [
         EventKind::Enqueued,
         EventKind::Claimed,
         EventKind::TakenOver,
@@ -58,6 +65,8 @@ impl EventKind {
         EventKind::ResolveRejected,
         EventKind::Cancelled,
         EventKind::CancelRejected,
+        EventKind::RetriedAsNewOperation,
+        EventKind::RetryOf,
     ];
 
     /// The value stored in `job_events.kind` (and served by the events
@@ -78,6 +87,8 @@ impl EventKind {
             EventKind::ResolveRejected => "resolve_rejected",
             EventKind::Cancelled => "cancelled",
             EventKind::CancelRejected => "cancel_rejected",
+            EventKind::RetriedAsNewOperation => "retried_as_new_operation",
+            EventKind::RetryOf => "retry_of",
         }
     }
 
@@ -110,7 +121,9 @@ impl_str_enum!(
         EventKind::ManualReviewResolved,
         EventKind::ResolveRejected,
         EventKind::Cancelled,
-        EventKind::CancelRejected
+        EventKind::CancelRejected,
+        EventKind::RetriedAsNewOperation,
+        EventKind::RetryOf
     ]
 );
 

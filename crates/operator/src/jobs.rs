@@ -43,6 +43,9 @@ pub enum JobsCommand {
     /// Enqueue one job (--queue, --key, --payload), or a file of them
     /// (--from, JSON lines); needs a producer's token.
     Enqueue(crate::enqueue::EnqueueArgs),
+    /// Try a failed or cancelled job again as a new operation: a new job
+    /// with a new operation key; the old one stays as it is.
+    Retry(RetryArgs),
 }
 
 /// Filters of `jobs list`.
@@ -152,6 +155,24 @@ pub struct CancelArgs {
     pub reason: String,
 }
 
+/// Arguments of `jobs retry`.
+#[derive(Debug, Args)]
+pub struct RetryArgs {
+    /// The failed or cancelled job.
+    pub job_id: u64,
+    /// The new job's operation key (the provider would answer the old one
+    /// with the old refund); by default `{old key}:retry:{job id}`, the
+    /// same every time, so asking twice makes one new job.
+    #[arg(long)]
+    pub new_key: Option<String>,
+    /// Your name, as for `jobs resolve`.
+    #[arg(long, env = "JOBFENCE_OPERATOR", default_value = "")]
+    pub operator: String,
+    /// Why; recorded in both jobs' events.
+    #[arg(long)]
+    pub reason: String,
+}
+
 /// Runs `jobs …`, printing to `out`.
 pub(crate) async fn run(args: JobsArgs, out: &mut (dyn Write + Send)) -> anyhow::Result<()> {
     let json = args.conn.json;
@@ -221,8 +242,54 @@ pub(crate) async fn run(args: JobsArgs, out: &mut (dyn Write + Send)) -> anyhow:
                 .into_inner();
             written(out, "cancelled", done.job.as_ref(), done.replayed, json)
         }
+        JobsCommand::Retry(r) => {
+            let done = client
+                .retry_as_new_operation(proto::RetryAsNewOperationRequest {
+                    job_id: r.job_id,
+                    new_operation_key: r.new_key.unwrap_or_default(),
+                    operator: r.operator,
+                    reason: r.reason,
+                })
+                .await
+                .map_err(refused)?
+                .into_inner();
+            retried(out, &done, json)
+        }
         JobsCommand::Enqueue(_) => unreachable!("answered above"),
     }
+}
+
+fn retried(
+    out: &mut dyn Write,
+    done: &proto::RetryAsNewOperationResponse,
+    json: bool,
+) -> anyhow::Result<()> {
+    let (Some(old), Some(new)) = (&done.old_job, &done.new_job) else {
+        anyhow::bail!("the server answered without the jobs");
+    };
+    if json {
+        return print_json(
+            out,
+            &json!({ "old_job": job_json(old), "new_job": job_json(new), "created": done.created }),
+        );
+    }
+    writeln!(
+        out,
+        "job {} ({}) {} job {} with operation key {} ({}); job {} stays {}",
+        old.job_id,
+        old.operation_key,
+        if done.created {
+            "tried again as"
+        } else {
+            "was already tried again as"
+        },
+        new.job_id,
+        new.operation_key,
+        state_name(new.state),
+        old.job_id,
+        state_name(old.state),
+    )?;
+    Ok(())
 }
 
 fn job_json(j: &proto::Job) -> Value {

@@ -36,7 +36,9 @@ pub use changes::{ChangeArgs, HistoryArgs};
 pub use connection::{read_token, Connection};
 pub use enqueue::EnqueueArgs;
 pub use events::{EventsArgs, EventsCommand};
-pub use jobs::{CancelArgs, JobsArgs, JobsCommand, ListArgs, ResolveArgs, ResolveTo, StateArg};
+pub use jobs::{
+    CancelArgs, JobsArgs, JobsCommand, ListArgs, ResolveArgs, ResolveTo, RetryArgs, StateArg,
+};
 pub use providers::{ProvidersArgs, ProvidersCommand, SetProviderArgs};
 pub use queue_policies::{QueuePoliciesArgs, QueuePoliciesCommand};
 pub use refusal::{describe_status, describe_status_with_flags};

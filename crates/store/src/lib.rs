@@ -42,6 +42,7 @@ pub mod pause;
 mod providers;
 mod reads;
 pub mod retention;
+pub mod retry;
 mod rows;
 pub mod settlement;
 pub mod shards;

@@ -41,6 +41,9 @@ pub enum PausePoint {
     ResolveAfterLock,
     /// The same for CancelJob.
     CancelAfterLock,
+    /// A RetryAsNewOperation holds the old job's row lock and has read
+    /// whether it was tried again already; nothing is written yet.
+    RetryAfterLock,
     /// A ListEvents page has decided how far it may serve, and has not
     /// read the events yet.
     EventsAfterHorizon,

@@ -280,6 +280,18 @@ impl JobAdmin for JobAdminService {
             .await
     }
 
+    #[instrument(
+        name = "RetryAsNewOperation",
+        skip_all,
+        fields(caller, job_id, operator, new_job_id, created, outcome)
+    )]
+    async fn retry_as_new_operation(
+        &self,
+        request: Request<proto::RetryAsNewOperationRequest>,
+    ) -> Result<Response<proto::RetryAsNewOperationResponse>, Status> {
+        super::retry::retry(self.rpc("RetryAsNewOperation"), &self.coordinator, request).await
+    }
+
     #[instrument(name = "QueueStats", skip_all, fields(caller, queue, outcome))]
     async fn queue_stats(
         &self,

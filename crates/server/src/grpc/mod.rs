@@ -11,6 +11,7 @@ pub mod events;
 mod job_admin;
 mod job_coordinator;
 mod providers;
+mod retry;
 mod settlement;
 pub mod status;
 
@@ -172,6 +173,7 @@ macro_rules! names_operator {
 names_operator!(
     proto::ResolveManualReviewRequest,
     proto::CancelJobRequest,
+    proto::RetryAsNewOperationRequest,
     proto::PutProviderRequest,
     proto::DeleteProviderRequest,
     proto::PauseProviderRequest,

@@ -1,0 +1,152 @@
+//! Trying a failed or cancelled job again as a new operation (a new
+//! operation key; docs/operating.md, "Trying a failed refund again"). The
+//! old job never changes: its story gains a `retried_as_new_operation`
+//! event naming the new key, reserved under its row lock before the new
+//! job exists, so that one job is tried again as one new operation at most
+//! whoever asks, and however often. The new job is an ordinary Enqueue;
+//! its story gains a `retry_of` event naming the old job.
+
+use super::events::{self, NewEvent};
+use super::pause::PausePoint;
+use super::{commit, convert_sqlx_err, reads, JobStore};
+use jobfence_domain::admin::RetryJob;
+use jobfence_domain::{CoordinatorError, EventKind, Job, JobState};
+use serde_json::json;
+
+/// What reserving a retry found.
+#[derive(Debug, Clone)]
+pub struct Reserved {
+    /// The old job, as it is (failed or cancelled).
+    pub old: Job,
+    /// This call wrote the reservation; `false`: an earlier call with the
+    /// same key did (asking again is the same retry).
+    pub now: bool,
+}
+
+impl JobStore {
+    /// Reserves `new_key` as the one retry of job `req.job_id`, under its
+    /// row lock. Refusals: `JobNotFound`; `InvalidArgument` on `job_id`
+    /// for a job that is not failed or cancelled (naming its state); on
+    /// `new_operation_key` for a job already tried again with another key
+    /// (naming it). Run again on a conflict (a lock wait or deadlock),
+    /// counted like every write's.
+    pub async fn reserve_retry(
+        &self,
+        req: &RetryJob,
+        new_key: &str,
+    ) -> Result<Reserved, CoordinatorError> {
+        self.retry_conflicts(|| self.reserve_once(req, new_key))
+            .await
+    }
+
+    async fn reserve_once(
+        &self,
+        req: &RetryJob,
+        new_key: &str,
+    ) -> Result<Reserved, CoordinatorError> {
+        let mut tx = self.begin().await?;
+        let locked = reads::lock_job(&mut tx, req.job_id)
+            .await?
+            .ok_or(CoordinatorError::JobNotFound { job_id: req.job_id })?;
+        let earlier: Option<String> = sqlx::query_scalar(include_str!("queries/retry/earlier.sql"))
+            .bind(req.job_id)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(convert_sqlx_err)?
+            .flatten();
+        self.pause(PausePoint::RetryAfterLock).await;
+        let old = locked.job;
+        if !matches!(old.state, JobState::Failed | JobState::Cancelled) {
+            return Err(CoordinatorError::invalid(
+                "job_id",
+                format!(
+                    "job {} is {}: only a failed or cancelled job can be tried again as a new operation",
+                    old.id, old.state
+                ),
+            ));
+        }
+        if let Some(detail) = earlier {
+            let reserved = serde_json::from_str::<serde_json::Value>(&detail)
+                .ok()
+                .and_then(|d| d["new_operation_key"].as_str().map(str::to_owned))
+                .unwrap_or_default();
+            if reserved == new_key {
+                return Ok(Reserved { old, now: false });
+            }
+            return Err(CoordinatorError::invalid(
+                "new_operation_key",
+                format!(
+                    "job {} was already tried again as operation key {reserved:?}; \
+                     if that job failed too, try it again instead",
+                    old.id
+                ),
+            ));
+        }
+        let detail = json!({
+            "operator": req.operator,
+            "reason": req.reason,
+            "new_operation_key": new_key,
+        });
+        events::append(
+            &mut tx,
+            link_event(&old, EventKind::RetriedAsNewOperation, detail, locked.now),
+        )
+        .await?;
+        commit(tx).await?;
+        Ok(Reserved { old, now: true })
+    }
+
+    /// Appends the new job's `retry_of` event naming `old`, once (under
+    /// the new job's row lock). Run again on a conflict.
+    pub async fn link_retry(
+        &self,
+        new_job: u64,
+        old: &Job,
+        req: &RetryJob,
+    ) -> Result<(), CoordinatorError> {
+        self.retry_conflicts(|| async {
+            let mut tx = self.begin().await?;
+            let locked = reads::lock_job(&mut tx, new_job)
+                .await?
+                .ok_or(CoordinatorError::JobNotFound { job_id: new_job })?;
+            let linked: i64 = sqlx::query_scalar(include_str!("queries/retry/linked.sql"))
+                .bind(new_job)
+                .fetch_one(&mut *tx)
+                .await
+                .map_err(convert_sqlx_err)?;
+            if linked == 0 {
+                let detail = json!({
+                    "operator": req.operator,
+                    "reason": req.reason,
+                    "old_job_id": old.id,
+                    "old_operation_key": old.operation_key,
+                });
+                let event = link_event(&locked.job, EventKind::RetryOf, detail, locked.now);
+                events::append(&mut tx, event).await?;
+            }
+            commit(tx).await
+        })
+        .await
+    }
+}
+
+/// An event that links two jobs and changes neither.
+fn link_event(
+    job: &Job,
+    kind: EventKind,
+    detail: serde_json::Value,
+    now: jobfence_domain::DbTime,
+) -> NewEvent<'_> {
+    NewEvent {
+        job_id: job.id,
+        queue: &job.queue,
+        attempt: job.attempt,
+        kind,
+        from_state: None,
+        to_state: None,
+        current_attempt: job.attempt,
+        request_digest: None,
+        detail: Some(detail.to_string()),
+        created_at: now,
+    }
+}
