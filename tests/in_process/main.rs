@@ -11,6 +11,7 @@ mod conflicts;
 mod enqueue_batch;
 mod events_feed;
 mod group_commit;
+mod held_work;
 mod jobs_cli;
 mod long_poll;
 mod metrics;

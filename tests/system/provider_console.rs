@@ -212,6 +212,26 @@ async fn the_console_shows_providers_and_pauses_one_as_its_operator() {
         "{page}"
     );
     assert!(page.contains(r#"action="/providers/psp/resume""#), "{page}");
+    // Where the work waits, it says why: the queues page holds the
+    // refunds queue's ready job with the pause, who and since when.
+    s.worker(Some("refunds-worker"))
+        .await
+        .enqueue(jobfence_api::v1::EnqueueRequest {
+            queue: "refunds".into(),
+            operation_key: "refund-held-1".into(),
+            payload: "{}".into(),
+            delay: None,
+        })
+        .await
+        .unwrap();
+    let (_, page) = b.get("/queues").await;
+    assert!(page.contains(r#"data-hold="SENDS_PAUSED""#), "{page}");
+    assert!(
+        page.contains(
+            "1 ready held: </strong>provider psp paused for sends (reconciles go on): INC-7: refunds API 5xx (by alice since "
+        ),
+        "{page}"
+    );
 
     // A budget the coordinator refuses: every bad field, nothing written,
     // the form open again with what was typed.

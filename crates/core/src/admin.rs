@@ -207,7 +207,10 @@ impl Coordinator {
         result
     }
 
-    /// QueueStats; `window` None means [`DEFAULT_STATS_WINDOW`].
+    /// QueueStats; `window` None means [`DEFAULT_STATS_WINDOW`]. Each
+    /// queue says what holds its ready jobs when its provider does (an
+    /// operator's pause with since when and by whom, a throttle, the
+    /// in-flight cap, a spent budget).
     pub async fn queue_stats(
         &self,
         queue: Option<String>,
@@ -223,7 +226,18 @@ impl Coordinator {
         }
         v.delay("window", window);
         v.finish()?;
-        let stats = self.shards().queue_stats(queue.as_deref(), window).await?;
+        let mut stats = self.shards().queue_stats(queue.as_deref(), window).await?;
+        // Where the work waits, say why: each queue's provider's hold.
+        let holds: std::collections::HashMap<String, _> = self
+            .list_providers()
+            .await?
+            .into_iter()
+            .filter_map(|p| p.hold().map(|h| (p.queues, h)))
+            .flat_map(|(queues, h)| queues.into_iter().map(move |q| (q, h.clone())))
+            .collect();
+        for s in &mut stats {
+            s.held = holds.get(&s.queue).cloned();
+        }
         Ok((stats, window))
     }
 

@@ -172,4 +172,7 @@ pub struct QueueStats {
     pub takeovers: u64,
     /// Stale writes refused within the window, from the events.
     pub stale_write_rejections: u64,
+    /// What holds its ready jobs now, when its provider does (filled by
+    /// the coordinator from the provider's record; `None` otherwise).
+    pub held: Option<crate::providers::QueueHold>,
 }

@@ -38,6 +38,120 @@ impl ProviderRecord {
     pub fn throttled(&self) -> bool {
         self.throttled_until.is_some_and(|t| t > self.now)
     }
+
+    /// What holds its queues' ready jobs now (docs/design.md rule 11), the
+    /// first of: an operator's pause, a worker's throttle report, the
+    /// in-flight cap, a spent budget; `None` when a claim could be handed
+    /// a job now.
+    pub fn hold(&self) -> Option<QueueHold> {
+        let hold = |kind, why: String, since, by: Option<&str>| QueueHold {
+            provider: self.name.clone(),
+            kind,
+            why,
+            since,
+            by: by.map(str::to_owned),
+        };
+        let reason = self.pause_reason.as_deref().unwrap_or("no reason given");
+        match self.pause {
+            Pause::All => {
+                return Some(hold(
+                    HoldKind::Paused,
+                    format!("provider {} paused: {reason}", self.name),
+                    Some(self.updated_at),
+                    Some(&self.updated_by),
+                ))
+            }
+            Pause::Sends => {
+                return Some(hold(
+                    HoldKind::SendsPaused,
+                    format!(
+                        "provider {} paused for sends (reconciles go on): {reason}",
+                        self.name
+                    ),
+                    Some(self.updated_at),
+                    Some(&self.updated_by),
+                ))
+            }
+            Pause::None => {}
+        }
+        if let Some(until) = self.throttled_until.filter(|t| *t > self.now) {
+            return Some(hold(
+                HoldKind::Throttled,
+                format!(
+                    "provider {} throttled until {} (a worker reported its Retry-After)",
+                    self.name,
+                    until.format("%H:%M:%S UTC")
+                ),
+                None,
+                None,
+            ));
+        }
+        if let Some(cap) = self
+            .budget
+            .max_in_flight
+            .filter(|c| self.in_flight >= u64::from(*c))
+        {
+            return Some(hold(
+                HoldKind::InFlightCap,
+                format!(
+                    "provider {}: {} in flight, its cap is {cap}",
+                    self.name, self.in_flight
+                ),
+                None,
+                None,
+            ));
+        }
+        let next = self.next_unit_in.filter(|_| self.units_available == 0)?;
+        Some(hold(
+            HoldKind::BudgetSpent,
+            format!(
+                "provider {}'s budget is spent: the next unit in {:.1} s ({}/s, burst {})",
+                self.name,
+                next.as_secs_f64(),
+                self.budget.rate_per_second,
+                self.budget.burst
+            ),
+            None,
+            None,
+        ))
+    }
+}
+
+/// Why a queue's ready jobs wait: what its provider's record says holds
+/// them ([`ProviderRecord::hold`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueueHold {
+    pub provider: String,
+    pub kind: HoldKind,
+    /// For a person: what holds the jobs, and the pause's reason.
+    pub why: String,
+    /// Since when, and by whom: an operator's pause (the provider's last
+    /// change); `None` for what no person decided.
+    pub since: Option<DbTime>,
+    pub by: Option<String>,
+}
+
+/// The kinds of [`QueueHold`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HoldKind {
+    Paused,
+    SendsPaused,
+    Throttled,
+    InFlightCap,
+    BudgetSpent,
+}
+
+impl HoldKind {
+    /// The name the API and the CLI's JSON carry.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HoldKind::Paused => "PAUSED",
+            HoldKind::SendsPaused => "SENDS_PAUSED",
+            HoldKind::Throttled => "THROTTLED",
+            HoldKind::InFlightCap => "IN_FLIGHT_CAP",
+            HoldKind::BudgetSpent => "BUDGET_SPENT",
+        }
+    }
 }
 
 /// A queue's stored row: its provider, and its resend policy if stored.

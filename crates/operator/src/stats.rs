@@ -5,7 +5,7 @@
 use crate::connection::{channel, Connection};
 use crate::duration;
 use crate::refusal::refused;
-use crate::render::{age, print_json, secs, state_name, table};
+use crate::render::{age, print_json, secs, state_name, table, time};
 use clap::Args;
 use jobfence_api::v1::job_admin_client::JobAdminClient;
 use jobfence_api::v1::{self as proto, JobState};
@@ -77,6 +77,13 @@ fn stats_json(s: &proto::QueueStatsResponse) -> Value {
                 "oldest_unfinished_age_seconds": secs(&q.oldest_unfinished_age),
                 "takeovers": q.takeovers,
                 "stale_write_rejections": q.stale_write_rejections,
+                "held": q.held.as_ref().map(|h| json!({
+                    "provider": h.provider,
+                    "kind": h.kind,
+                    "why": h.why,
+                    "since": time(&h.since),
+                    "by": h.by,
+                })),
             })
         })
         .collect();
@@ -137,5 +144,19 @@ fn stats_table(out: &mut dyn Write, s: &proto::QueueStatsResponse) -> anyhow::Re
         "takeovers and stale rejections over the last {}",
         age(&s.window)
     )?;
+    for q in &s.queues {
+        let Some(h) = &q.held else { continue };
+        let by = match (&h.since, h.by.as_str()) {
+            (Some(_), by) if !by.is_empty() => format!(" (by {by} since {})", time(&h.since)),
+            _ => String::new(),
+        };
+        writeln!(
+            out,
+            "{}: {} ready held: {}{by}",
+            q.queue,
+            count(q, JobState::Ready),
+            h.why
+        )?;
+    }
     Ok(())
 }

@@ -66,6 +66,16 @@ fn card(s: &QueueStats, window: Duration, console: &Console, now: Instant) -> Ma
                     }
                 }
             }
+            @if let Some(h) = &s.held {
+                div.notice.warn.held data-hold=(h.kind.as_str()) {
+                    strong { (count(JobState::Ready)) " ready held: " }
+                    (h.why)
+                    @if let (Some(since), Some(by)) = (h.since, &h.by) {
+                        " (by " (by) " since " (since.format("%Y-%m-%d %H:%M:%S")) " UTC)"
+                    }
+                    " " a href={ "/providers#provider-" (h.provider) } { "provider " (h.provider) " →" }
+                }
+            }
             (stacked_bar(&s.counts))
             ul.legend {
                 @for (st, n) in &s.counts {

@@ -108,6 +108,13 @@ fn queue_stats(s: jobfence_domain::admin::QueueStats) -> proto::QueueStats {
         oldest_unfinished_age: s.pending.unfinished.map(convert::duration_to_proto),
         takeovers: s.takeovers,
         stale_write_rejections: s.stale_write_rejections,
+        held: s.held.map(|h| proto::QueueHold {
+            provider: h.provider,
+            kind: h.kind.as_str().into(),
+            why: h.why,
+            since: h.since.map(convert::timestamp),
+            by: h.by.unwrap_or_default(),
+        }),
     }
 }
 
