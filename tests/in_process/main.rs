@@ -6,6 +6,7 @@
 mod admin;
 mod adversarial;
 mod budgets;
+mod bulk_repair;
 mod commit_unknown;
 mod conflicts;
 mod enqueue_batch;

@@ -46,6 +46,9 @@ pub enum JobsCommand {
     /// Try a failed or cancelled job again as a new operation: a new job
     /// with a new operation key; the old one stays as it is.
     Retry(RetryArgs),
+    /// Repair in bulk: cancel, fail or requeue the jobs a filter selects,
+    /// each through its fenced write (a job that moved is skipped).
+    Bulk(crate::bulk::BulkArgs),
 }
 
 /// Filters of `jobs list`.
@@ -179,6 +182,7 @@ pub(crate) async fn run(args: JobsArgs, out: &mut (dyn Write + Send)) -> anyhow:
     // Enqueue talks to JobCoordinator, as a producer; the rest to JobAdmin.
     let command = match args.command {
         JobsCommand::Enqueue(e) => return crate::enqueue::run(&args.conn, e, out).await,
+        JobsCommand::Bulk(b) => return crate::bulk::run(&args.conn, b, out).await,
         other => other,
     };
     let mut client = JobAdminClient::new(channel(&args.conn).await?);
@@ -255,7 +259,7 @@ pub(crate) async fn run(args: JobsArgs, out: &mut (dyn Write + Send)) -> anyhow:
                 .into_inner();
             retried(out, &done, json)
         }
-        JobsCommand::Enqueue(_) => unreachable!("answered above"),
+        JobsCommand::Enqueue(_) | JobsCommand::Bulk(_) => unreachable!("answered above"),
     }
 }
 

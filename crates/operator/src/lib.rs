@@ -19,6 +19,7 @@
 //! tables and JSON every command prints with.
 
 mod args;
+mod bulk;
 mod changes;
 mod connection;
 mod enqueue;
@@ -32,6 +33,7 @@ mod settlement;
 mod stats;
 
 pub use args::{coordinator_env_alias, hoist_connection_flags};
+pub use bulk::{Bulk, BulkAction, BulkArgs, BulkTally, Selected};
 pub use changes::{ChangeArgs, HistoryArgs};
 pub use connection::{read_token, Connection};
 pub use enqueue::EnqueueArgs;

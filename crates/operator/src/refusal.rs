@@ -74,6 +74,14 @@ pub fn describe_status_with_flags(status: &tonic::Status, flags: &FlagNames) -> 
 }
 
 /// A refusal as the command's error (its exit status is non-zero).
+/// A refusal's ErrorInfo reason, or its gRPC code when it has none.
+pub(crate) fn reason_of(status: &tonic::Status) -> String {
+    status
+        .get_details_error_info()
+        .map(|i| i.reason)
+        .unwrap_or_else(|| format!("{:?}", status.code()))
+}
+
 pub(crate) fn refused(status: tonic::Status) -> anyhow::Error {
     anyhow::anyhow!(describe_status(&status))
 }

@@ -1,0 +1,337 @@
+//! `jobfence jobs bulk cancel|fail|requeue`: repair in bulk, each job
+//! through the same fenced write as the single action (CancelJob,
+//! ResolveManualReview), on the attempt the listing saw. A job that moved
+//! meanwhile (claimed, completed, resolved by someone else) is refused by
+//! its fence, skipped and counted, never overwritten; every applied one is
+//! recorded in its events with the operator's name and reason.
+//!
+//! Selecting: a queue (or `--all` for every queue), the age, the state
+//! reason (manual review's `RESEND_WINDOW_CLOSED`, `MAX_DISPATCHES_REACHED`
+//! or `REQUESTED`) and an operation-key prefix; the action fixes the state
+//! (`cancel`: ready jobs never dispatched; `fail` and `requeue`: jobs in
+//! manual review). `--dry-run` counts and shows the first few; more than
+//! `--max` matching jobs need `--yes`.
+
+use crate::connection::{channel, Authed, Connection};
+use crate::duration;
+use crate::refusal::refused;
+use crate::render::print_json;
+use anyhow::Context;
+use clap::{Args, ValueEnum};
+use jobfence_api::v1::job_admin_client::JobAdminClient;
+use jobfence_api::v1::{self as proto, JobState, Resolution};
+use serde_json::json;
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::time::Duration;
+
+/// The manual-review reasons `--reason-code` takes.
+const REASON_CODES: [&str; 3] = [
+    "RESEND_WINDOW_CLOSED",
+    "MAX_DISPATCHES_REACHED",
+    jobfence_domain::MANUAL_REVIEW_REQUESTED,
+];
+
+/// What `jobs bulk` does to each selected job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum BulkAction {
+    /// Cancel ready jobs never dispatched (CancelJob).
+    Cancel,
+    /// Resolve jobs in manual review to failed: the refund will not happen.
+    Fail,
+    /// Resolve jobs in manual review to retry-reconcile: back to ready, a
+    /// worker asks the provider what happened first.
+    Requeue,
+}
+
+/// Arguments of `jobs bulk`.
+#[derive(Debug, Args)]
+pub struct BulkArgs {
+    /// What to do to each selected job.
+    #[arg(value_enum)]
+    pub action: BulkAction,
+    /// Only this queue.
+    #[arg(long)]
+    pub queue: Option<String>,
+    /// Every queue (needed when no --queue is given).
+    #[arg(long, conflicts_with = "queue")]
+    pub all: bool,
+    /// Only jobs created at least this long ago (e.g. 2h).
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub older_than: Option<Duration>,
+    /// Only jobs parked for this reason (RESEND_WINDOW_CLOSED,
+    /// MAX_DISPATCHES_REACHED, REQUESTED).
+    #[arg(long)]
+    pub reason_code: Option<String>,
+    /// Only jobs whose operation key starts with this.
+    #[arg(long)]
+    pub key_prefix: Option<String>,
+    /// Count the selected jobs and show the first ones; change nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// More jobs than this need --yes.
+    #[arg(long, default_value_t = 1000)]
+    pub max: usize,
+    /// Act on more than --max jobs.
+    #[arg(long)]
+    pub yes: bool,
+    /// Your name, as for `jobs resolve`.
+    #[arg(long, env = "JOBFENCE_OPERATOR", default_value = "")]
+    pub operator: String,
+    /// Why; recorded in every job's events.
+    #[arg(long)]
+    pub reason: String,
+}
+
+/// One selected job: its id and the attempt the listing saw (the fence).
+pub type Selected = (u64, u64);
+
+/// What a bulk action did.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct BulkTally {
+    pub selected: u64,
+    pub applied: u64,
+    /// Refused by the fence (the job moved meanwhile), by reason.
+    pub skipped: BTreeMap<String, u64>,
+    /// Other refusals (the coordinator unreachable, …), by reason.
+    pub errors: BTreeMap<String, u64>,
+    /// The first of them, as printed.
+    pub first_error: Option<String>,
+}
+
+/// A bulk action against one coordinator.
+pub struct Bulk {
+    client: JobAdminClient<Authed>,
+    args: BulkArgs,
+}
+
+impl Bulk {
+    /// Connects as `conn` says, after checking the filters: no queue needs
+    /// `--all`, a reason code must be one of [`REASON_CODES`] (and only
+    /// for the actions on manual review), `--reason` must be given.
+    pub async fn connect(conn: &Connection, args: BulkArgs) -> anyhow::Result<Bulk> {
+        anyhow::ensure!(
+            args.queue.is_some() || args.all,
+            "no --queue: naming every job of every queue takes an explicit --all"
+        );
+        if let Some(code) = &args.reason_code {
+            anyhow::ensure!(
+                REASON_CODES.contains(&code.as_str()),
+                "--reason-code {code:?} is not a reason of manual review (one of {})",
+                REASON_CODES.join(", ")
+            );
+            anyhow::ensure!(
+                args.action != BulkAction::Cancel,
+                "--reason-code selects jobs in manual review: cancel acts on ready jobs"
+            );
+        }
+        anyhow::ensure!(
+            !args.reason.trim().is_empty(),
+            "--reason must say why (it is recorded)"
+        );
+        let client = JobAdminClient::new(channel(conn).await?);
+        Ok(Bulk { client, args })
+    }
+
+    /// The jobs the filters select now, oldest first. Refuses a queue with
+    /// no job at all (a typo acts on nothing: say so).
+    pub async fn select(&mut self) -> anyhow::Result<Vec<Selected>> {
+        if let Some(q) = &self.args.queue {
+            let known = self
+                .client
+                .queue_stats(proto::QueueStatsRequest {
+                    queue: q.clone(),
+                    window: None,
+                })
+                .await
+                .map_err(refused)?
+                .into_inner();
+            anyhow::ensure!(
+                !known.queues.is_empty(),
+                "--queue {q:?}: no job is in this queue"
+            );
+        }
+        let state = match self.args.action {
+            BulkAction::Cancel => JobState::Ready,
+            BulkAction::Fail | BulkAction::Requeue => JobState::ManualReview,
+        };
+        let mut out = Vec::new();
+        let mut token = String::new();
+        loop {
+            let page = self
+                .client
+                .list_jobs(proto::ListJobsRequest {
+                    queue: self.args.queue.clone().unwrap_or_default(),
+                    states: vec![state as i32],
+                    min_age: self.args.older_than.map(duration),
+                    page_size: 500,
+                    page_token: token,
+                })
+                .await
+                .map_err(refused)?
+                .into_inner();
+            out.extend(
+                page.jobs
+                    .iter()
+                    .filter(|j| self.matches(j))
+                    .map(|j| (j.job_id, j.attempt)),
+            );
+            if page.next_page_token.is_empty() {
+                return Ok(out);
+            }
+            token = page.next_page_token;
+        }
+    }
+
+    fn matches(&self, j: &proto::Job) -> bool {
+        let a = &self.args;
+        let code = a.reason_code.as_deref().is_none_or(|c| j.state_reason == c);
+        let key = a
+            .key_prefix
+            .as_deref()
+            .is_none_or(|p| j.operation_key.starts_with(p));
+        let never_sent = a.action != BulkAction::Cancel || j.dispatch_count == 0;
+        code && key && never_sent
+    }
+
+    /// Applies the action to each of `jobs`, fenced on its attempt, with a
+    /// progress line on standard error.
+    pub async fn apply(&mut self, jobs: &[Selected]) -> BulkTally {
+        let mut tally = BulkTally {
+            selected: jobs.len() as u64,
+            ..Default::default()
+        };
+        let mut last = std::time::Instant::now();
+        for (i, &(job_id, attempt)) in jobs.iter().enumerate() {
+            match self.one(job_id, attempt).await {
+                Ok(()) => tally.applied += 1,
+                Err(s) => {
+                    let reason = crate::refusal::reason_of(&s);
+                    let moved = matches!(
+                        reason.as_str(),
+                        "JOB_NOT_CANCELLABLE" | "ATTEMPT_SUPERSEDED" | "JOB_NOT_IN_MANUAL_REVIEW"
+                    );
+                    let into = if moved {
+                        &mut tally.skipped
+                    } else {
+                        &mut tally.errors
+                    };
+                    *into.entry(reason).or_default() += 1;
+                    if !moved && tally.first_error.is_none() {
+                        tally.first_error = Some(crate::describe_status(&s));
+                    }
+                    // The request itself is refused (the operator's name,
+                    // the reason): every job would be, so stop here.
+                    if s.code() == tonic::Code::InvalidArgument {
+                        break;
+                    }
+                }
+            }
+            if last.elapsed().as_secs() >= 1 {
+                eprint!(
+                    "\rjobs: {}/{} done, {} applied",
+                    i + 1,
+                    jobs.len(),
+                    tally.applied
+                );
+                last = std::time::Instant::now();
+            }
+        }
+        tally
+    }
+
+    async fn one(&mut self, job_id: u64, attempt: u64) -> Result<(), tonic::Status> {
+        let (operator, reason) = (self.args.operator.clone(), self.args.reason.clone());
+        let resolution = match self.args.action {
+            BulkAction::Cancel => {
+                let req = proto::CancelJobRequest {
+                    job_id,
+                    attempt,
+                    operator,
+                    reason,
+                };
+                return self.client.cancel_job(req).await.map(|_| ());
+            }
+            BulkAction::Fail => Resolution::Failed,
+            BulkAction::Requeue => Resolution::RetryReconcile,
+        };
+        let req = proto::ResolveManualReviewRequest {
+            job_id,
+            attempt,
+            resolution: resolution as i32,
+            operator,
+            reason,
+            ..Default::default()
+        };
+        self.client.resolve_manual_review(req).await.map(|_| ())
+    }
+}
+
+/// Runs `jobs bulk`, printing to `out`.
+pub(crate) async fn run(
+    conn: &Connection,
+    args: BulkArgs,
+    out: &mut (dyn Write + Send),
+) -> anyhow::Result<()> {
+    let (dry_run, max, yes) = (args.dry_run, args.max, args.yes);
+    let mut bulk = Bulk::connect(conn, args).await?;
+    let jobs = bulk.select().await.context("selecting the jobs")?;
+    if dry_run {
+        let first: Vec<String> = jobs.iter().take(10).map(|j| j.0.to_string()).collect();
+        if conn.json {
+            return print_json(
+                out,
+                &json!({ "selected": jobs.len(), "first_job_ids": first }),
+            );
+        }
+        writeln!(
+            out,
+            "{} jobs selected (dry run: nothing changed)",
+            jobs.len()
+        )?;
+        if !first.is_empty() {
+            writeln!(out, "  first: {}", first.join(", "))?;
+        }
+        return Ok(());
+    }
+    anyhow::ensure!(
+        jobs.len() <= max || yes,
+        "{} jobs selected, more than --max {max}: add --yes to act on all of them (--dry-run shows them)",
+        jobs.len()
+    );
+    let tally = bulk.apply(&jobs).await;
+    eprintln!();
+    summary(out, conn.json, &tally)?;
+    let errors: u64 = tally.errors.values().sum();
+    anyhow::ensure!(
+        errors == 0,
+        "{} job(s) not done, the first refused with {}; run it again for them",
+        tally.selected - tally.applied - tally.skipped.values().sum::<u64>(),
+        tally.first_error.as_deref().unwrap_or("?")
+    );
+    Ok(())
+}
+
+fn summary(out: &mut (dyn Write + Send), json: bool, t: &BulkTally) -> anyhow::Result<()> {
+    if json {
+        return print_json(
+            out,
+            &json!({
+                "selected": t.selected,
+                "applied": t.applied,
+                "skipped": t.skipped,
+                "errors": t.errors,
+            }),
+        );
+    }
+    let skipped: u64 = t.skipped.values().sum();
+    writeln!(
+        out,
+        "{} selected: {} applied, {} skipped (moved meanwhile)",
+        t.selected, t.applied, skipped
+    )?;
+    for (reason, n) in t.skipped.iter().chain(&t.errors) {
+        writeln!(out, "  {reason}: {n}")?;
+    }
+    Ok(())
+}
