@@ -18,6 +18,7 @@ mod long_poll;
 mod metrics;
 mod observations;
 mod provider_ops;
+mod queue_pause;
 mod races;
 mod retention;
 mod retention_archive;

@@ -6,6 +6,7 @@ use jobfence_domain::admin::{
     CancelJob, ListJobsFilter, QueueStats, Resolution, ResolveManualReview,
 };
 use jobfence_domain::feed::{FeedEvent, FeedPage};
+use jobfence_domain::providers::{HoldKind, QueueHold};
 use jobfence_domain::validate::{Violations, MAX_BODY_BYTES, MAX_DELAY, MAX_ERROR_BYTES};
 use jobfence_domain::{CoordinatorError, Job, Observation, WriteOutcome};
 
@@ -235,8 +236,24 @@ impl Coordinator {
             .filter_map(|p| p.hold().map(|h| (p.queues, h)))
             .flat_map(|(queues, h)| queues.into_iter().map(move |q| (q, h.clone())))
             .collect();
+        // The queue's own pause comes first: no provider could hand out.
+        let paused: std::collections::HashMap<String, _> = self
+            .paused_queues()
+            .await?
+            .into_iter()
+            .map(|p| {
+                let hold = QueueHold {
+                    provider: String::new(),
+                    kind: HoldKind::QueuePaused,
+                    why: format!("queue {} paused: {}", p.queue, p.reason),
+                    since: Some(p.since),
+                    by: Some(p.by),
+                };
+                (p.queue, hold)
+            })
+            .collect();
         for s in &mut stats {
-            s.held = holds.get(&s.queue).cloned();
+            s.held = paused.get(&s.queue).or(holds.get(&s.queue)).cloned();
         }
         Ok((stats, window))
     }

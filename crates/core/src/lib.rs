@@ -22,6 +22,7 @@ mod enqueue;
 pub mod gauges;
 pub mod long_poll;
 pub mod providers;
+pub mod queue_pause;
 pub mod retention;
 pub mod retry;
 pub mod settlement;

@@ -19,7 +19,7 @@ pub const MAX_STORED_DISPATCHES: u32 = 1000;
 /// Most changes one ListPolicyChanges returns.
 pub const MAX_CHANGES_PAGE: u32 = 500;
 
-fn check_by(v: &mut Violations, by: &ChangeBy) {
+pub(crate) fn check_by(v: &mut Violations, by: &ChangeBy) {
     v.key("operator", &by.operator);
     if by.reason.trim().is_empty() {
         v.add("reason", "must say why (it is recorded)");

@@ -121,6 +121,8 @@ impl ProviderRecord {
 /// them ([`ProviderRecord::hold`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct QueueHold {
+    /// The provider that holds them; empty when the queue itself is
+    /// paused.
     pub provider: String,
     pub kind: HoldKind,
     /// For a person: what holds the jobs, and the pause's reason.
@@ -134,6 +136,8 @@ pub struct QueueHold {
 /// The kinds of [`QueueHold`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum HoldKind {
+    /// The queue itself paused by an operator.
+    QueuePaused,
     Paused,
     SendsPaused,
     Throttled,
@@ -145,6 +149,7 @@ impl HoldKind {
     /// The name the API and the CLI's JSON carry.
     pub fn as_str(self) -> &'static str {
         match self {
+            HoldKind::QueuePaused => "QUEUE_PAUSED",
             HoldKind::Paused => "PAUSED",
             HoldKind::SendsPaused => "SENDS_PAUSED",
             HoldKind::Throttled => "THROTTLED",
@@ -215,6 +220,10 @@ pub enum PolicyAction {
     DeleteQueuePolicy,
     /// A provider's settlement settings were stored.
     PutSettlement,
+    /// A queue paused by an operator (its claims hand out nothing).
+    PauseQueue,
+    /// A paused queue resumed.
+    ResumeQueue,
 }
 
 impl PolicyAction {
@@ -228,6 +237,8 @@ impl PolicyAction {
             PolicyAction::PutQueuePolicy => "put_queue_policy",
             PolicyAction::DeleteQueuePolicy => "delete_queue_policy",
             PolicyAction::PutSettlement => "put_settlement",
+            PolicyAction::PauseQueue => "pause_queue",
+            PolicyAction::ResumeQueue => "resume_queue",
         }
     }
 }

@@ -62,6 +62,22 @@ pub enum QueuePoliciesCommand {
     /// The recorded changes of one queue's policy (or of every provider
     /// and queue), newest first.
     History(HistoryArgs),
+    /// Hold a queue's claims, with or without a provider, on every
+    /// coordinator until `resume` (its ready jobs stay ready; to purge
+    /// them, `jobs bulk cancel --queue Q`).
+    Pause {
+        /// The queue.
+        queue: String,
+        #[command(flatten)]
+        change: ChangeArgs,
+    },
+    /// Let a paused queue's claims hand out again.
+    Resume {
+        /// The queue.
+        queue: String,
+        #[command(flatten)]
+        change: ChangeArgs,
+    },
 }
 
 /// The flags of `queue-policies set` and `delete`.
@@ -76,6 +92,14 @@ const QUEUE_POLICY_FLAGS: &FlagNames = &[
 
 fn refused_queue_policy(status: tonic::Status) -> anyhow::Error {
     refused_with_flags(status, QUEUE_POLICY_FLAGS)
+}
+
+fn paused(out: &mut dyn Write, queue: &str, what: &str, json: bool) -> anyhow::Result<()> {
+    if json {
+        return print_json(out, &serde_json::json!({ "queue": queue, "done": what }));
+    }
+    writeln!(out, "queue {queue} {what}")?;
+    Ok(())
 }
 
 /// Runs `queue-policies …`, printing to `out`.
@@ -126,6 +150,39 @@ pub(crate) async fn run(
                 .map_err(refused_queue_policy)?
                 .into_inner();
             queue_policy_changed(out, "deleted", done.policy.as_ref(), json)
+        }
+        QueuePoliciesCommand::Pause { queue, change } => {
+            client
+                .pause_queue(proto::PauseQueueRequest {
+                    queue: queue.clone(),
+                    operator: change.operator,
+                    reason: change.reason,
+                })
+                .await
+                .map_err(refused_queue_policy)?;
+            paused(
+                out,
+                &queue,
+                "paused: its claims hand out nothing until it is resumed",
+                json,
+            )
+        }
+        QueuePoliciesCommand::Resume { queue, change } => {
+            let done = client
+                .resume_queue(proto::ResumeQueueRequest {
+                    queue: queue.clone(),
+                    operator: change.operator,
+                    reason: change.reason,
+                })
+                .await
+                .map_err(refused_queue_policy)?
+                .into_inner();
+            let what = if done.resumed {
+                "resumed"
+            } else {
+                "was not paused: nothing changed"
+            };
+            paused(out, &queue, what, json)
         }
         QueuePoliciesCommand::History(h) => {
             let subject = h

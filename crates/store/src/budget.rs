@@ -51,6 +51,8 @@ pub(crate) struct Rules {
     pub policy: Option<QueuePolicy>,
     /// The provider it dispatches to, its row locked by this transaction.
     pub provider: Option<LockedProvider>,
+    /// An operator paused the queue itself: its claims hand out nothing.
+    pub queue_paused: bool,
 }
 
 /// A provider row read under its lock.
@@ -82,6 +84,7 @@ impl Rules {
             )));
         };
         let mut policy = None;
+        let mut queue_paused = false;
         let mut assigned: Option<String> = None;
         let mut shares = Vec::new();
         for row in queues {
@@ -90,6 +93,7 @@ impl Rules {
             if name == queue {
                 assigned = provider.clone();
                 policy = stored_policy(row)?;
+                queue_paused = rows::get::<Option<DbTime>>(row, "paused_at")?.is_some();
             }
             if provider.is_some() {
                 shares.push(QueueShare {
@@ -133,7 +137,11 @@ impl Rules {
             p.shares = shares;
             p
         });
-        Ok(Rules { policy, provider })
+        Ok(Rules {
+            policy,
+            provider,
+            queue_paused,
+        })
     }
 }
 

@@ -167,6 +167,17 @@ impl JobStore {
             expired: mut candidates,
             ready,
         } = scan(&mut tx, queue, wanted, false).await?;
+        if rules.queue_paused {
+            // An operator paused the queue: nothing is handed out, and
+            // only a resume changes that (no next due time to wait for).
+            tx.rollback().await?;
+            return Ok(ClaimBatchOutcome {
+                jobs: vec![Vec::new(); slots.len()],
+                next_due: None,
+                budget: None,
+                parked: Vec::new(),
+            });
+        }
         let room = (wanted as usize).saturating_sub(candidates.len());
         candidates.extend(ready.into_iter().take(room));
         self.pause(PausePoint::ClaimAfterScan).await;

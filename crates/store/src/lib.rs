@@ -40,6 +40,7 @@ mod nodes;
 mod observations;
 pub mod pause;
 mod providers;
+pub mod queue_pause;
 mod reads;
 pub mod retention;
 pub mod retry;

@@ -111,7 +111,7 @@ pub(crate) async fn record(
 
 /// Queue rows that hold neither a provider nor a policy are removed
 /// (`queue` alone, or every such row of the caller's change).
-async fn tidy(conn: &mut MySqlConnection) -> Result<(), CoordinatorError> {
+pub(crate) async fn tidy(conn: &mut MySqlConnection) -> Result<(), CoordinatorError> {
     sqlx::query(include_str!("queries/queue_policies/tidy.sql"))
         .execute(conn)
         .await
@@ -563,7 +563,7 @@ impl JobStore {
 }
 
 /// `s` cut to at most `max` bytes, on a character boundary.
-fn truncate(s: &str, max: usize) -> &str {
+pub(crate) fn truncate(s: &str, max: usize) -> &str {
     if s.len() <= max {
         return s;
     }

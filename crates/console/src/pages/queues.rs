@@ -73,7 +73,9 @@ fn card(s: &QueueStats, window: Duration, console: &Console, now: Instant) -> Ma
                     @if let (Some(since), Some(by)) = (h.since, &h.by) {
                         " (by " (by) " since " (since.format("%Y-%m-%d %H:%M:%S")) " UTC)"
                     }
-                    " " a href={ "/providers#provider-" (h.provider) } { "provider " (h.provider) " →" }
+                    @if !h.provider.is_empty() {
+                        " " a href={ "/providers#provider-" (h.provider) } { "provider " (h.provider) " →" }
+                    }
                 }
             }
             (stacked_bar(&s.counts))

@@ -296,7 +296,23 @@ impl JobAdmin for JobAdminService {
         &self,
         request: Request<proto::RetryAsNewOperationRequest>,
     ) -> Result<Response<proto::RetryAsNewOperationResponse>, Status> {
-        super::retry::retry(self.rpc("RetryAsNewOperation"), &self.coordinator, request).await
+        super::repair::retry(self.rpc("RetryAsNewOperation"), &self.coordinator, request).await
+    }
+
+    #[instrument(name = "PauseQueue", skip_all, fields(caller, queue, outcome))]
+    async fn pause_queue(
+        &self,
+        request: Request<proto::PauseQueueRequest>,
+    ) -> Result<Response<proto::PauseQueueResponse>, Status> {
+        super::repair::pause_queue(self.rpc("PauseQueue"), &self.coordinator, request).await
+    }
+
+    #[instrument(name = "ResumeQueue", skip_all, fields(caller, queue, outcome))]
+    async fn resume_queue(
+        &self,
+        request: Request<proto::ResumeQueueRequest>,
+    ) -> Result<Response<proto::ResumeQueueResponse>, Status> {
+        super::repair::resume_queue(self.rpc("ResumeQueue"), &self.coordinator, request).await
     }
 
     #[instrument(name = "QueueStats", skip_all, fields(caller, queue, outcome))]

@@ -11,7 +11,7 @@ pub mod events;
 mod job_admin;
 mod job_coordinator;
 mod providers;
-mod retry;
+mod repair;
 mod settlement;
 pub mod status;
 
@@ -174,6 +174,8 @@ names_operator!(
     proto::ResolveManualReviewRequest,
     proto::CancelJobRequest,
     proto::RetryAsNewOperationRequest,
+    proto::PauseQueueRequest,
+    proto::ResumeQueueRequest,
     proto::PutProviderRequest,
     proto::DeleteProviderRequest,
     proto::PauseProviderRequest,

@@ -11,9 +11,11 @@ SELECT name, rate_per_second, burst, max_in_flight, execute_cost, reconcile_cost
 FROM providers
 WHERE name = (SELECT provider FROM queue_policies WHERE queue = {queue})
 FOR UPDATE;
--- 2. The queue's own row (its stored resend policy, its provider) and the
---    rows of the other queues of its provider (to share the units).
-SELECT queue, provider, resend_window_us, max_dispatches, last_granted_at, last_short_at
+-- 2. The queue's own row (its stored resend policy, its provider, an
+--    operator's pause of the queue) and the rows of the other queues of its
+--    provider (to share the units).
+SELECT queue, provider, resend_window_us, max_dispatches, last_granted_at, last_short_at,
+       paused_at
 FROM queue_policies
 WHERE queue = {queue}
    OR provider = (SELECT provider FROM queue_policies WHERE queue = {queue});

@@ -1,0 +1,103 @@
+//! A queue paused by an operator, with or without a provider: stored in
+//! the queue's `queue_policies` row, which every coordinator's claim
+//! reads in its transaction (crates/store/src/budget.rs), so a pause holds
+//! on all of them from the next claim on. Each pause and resume is
+//! recorded with the provider and policy changes.
+
+use super::providers::{record, tidy};
+use super::{commit, convert_sqlx_err, rows, JobStore};
+use jobfence_domain::providers::{queue_subject, ChangeBy, PolicyAction};
+use jobfence_domain::{CoordinatorError, DbTime};
+use serde_json::json;
+
+/// A paused queue.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueuePause {
+    pub queue: String,
+    pub since: DbTime,
+    pub by: String,
+    pub reason: String,
+}
+
+impl JobStore {
+    /// Pauses `queue` (pausing it again keeps its first `since`, and takes
+    /// the new operator and reason). Run again on a conflict.
+    pub async fn pause_queue(&self, queue: &str, by: &ChangeBy) -> Result<(), CoordinatorError> {
+        self.retry_conflicts(|| async {
+            let mut tx = self.begin().await?;
+            let reason = super::providers::truncate(&by.reason, 255);
+            sqlx::query(include_str!("queries/queue_pause/pause.sql"))
+                .bind(queue)
+                .bind(&by.operator)
+                .bind(reason)
+                .bind(&by.operator)
+                .bind(&by.operator)
+                .bind(reason)
+                .bind(&by.operator)
+                .execute(&mut *tx)
+                .await
+                .map_err(convert_sqlx_err)?;
+            let detail = json!({ "paused": true }).to_string();
+            record(
+                &mut tx,
+                &queue_subject(queue),
+                PolicyAction::PauseQueue,
+                by,
+                &detail,
+            )
+            .await?;
+            commit(tx).await
+        })
+        .await
+    }
+
+    /// Resumes `queue`; `false` when it was not paused (nothing written).
+    pub async fn resume_queue(&self, queue: &str, by: &ChangeBy) -> Result<bool, CoordinatorError> {
+        self.retry_conflicts(|| async {
+            let mut tx = self.begin().await?;
+            let done = sqlx::query(include_str!("queries/queue_pause/resume.sql"))
+                .bind(&by.operator)
+                .bind(queue)
+                .execute(&mut *tx)
+                .await
+                .map_err(convert_sqlx_err)?;
+            if done.rows_affected() == 0 {
+                tx.rollback().await.map_err(convert_sqlx_err)?;
+                return Ok(false);
+            }
+            let detail = json!({ "paused": false }).to_string();
+            record(
+                &mut tx,
+                &queue_subject(queue),
+                PolicyAction::ResumeQueue,
+                by,
+                &detail,
+            )
+            .await?;
+            tidy(&mut tx).await?;
+            commit(tx).await?;
+            Ok(true)
+        })
+        .await
+    }
+
+    /// The paused queues, by name.
+    pub async fn paused_queues(&self) -> Result<Vec<QueuePause>, CoordinatorError> {
+        let found = sqlx::query(include_str!("queries/queue_pause/list.sql"))
+            .fetch_all(&self.pool())
+            .await
+            .map_err(convert_sqlx_err);
+        self.outage_named(found)
+            .await?
+            .iter()
+            .map(|r| {
+                Ok(QueuePause {
+                    queue: rows::text(r, "queue")?,
+                    since: rows::get(r, "paused_at")?,
+                    by: rows::opt_text(r, "paused_by")?.unwrap_or_default(),
+                    reason: rows::opt_text(r, "pause_reason")?.unwrap_or_default(),
+                })
+            })
+            .collect()
+    }
+}
