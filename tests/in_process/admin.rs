@@ -25,28 +25,6 @@ async fn admin(h: &Harness) -> JobAdminClient<Channel> {
         .unwrap()
 }
 
-/// Enqueues, claims and parks one job in manual review; returns it.
-async fn parked(h: &Harness, key: &str) -> proto::Job {
-    let job = h.enqueue(Q, key, "{}").await;
-    let claimed = h.claim_one(Q, "worker-a").await;
-    assert_eq!(claimed.job_id, job.job_id);
-    h.client
-        .clone()
-        .fail(FailRequest {
-            job_id: job.job_id,
-            attempt: claimed.attempt,
-            disposition: FailDisposition::ManualReview as i32,
-            error: "provider says unknown".into(),
-            retry_delay: None,
-            provider_retry_after: None,
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .job
-        .unwrap()
-}
-
 fn resolve(job_id: u64, attempt: u64, operator: &str, r: Resolution) -> ResolveManualReviewRequest {
     ResolveManualReviewRequest {
         job_id,
@@ -68,7 +46,7 @@ fn resolve(job_id: u64, attempt: u64, operator: &str, r: Resolution) -> ResolveM
 #[tokio::test]
 async fn two_operators_resolve_the_same_job_and_exactly_one_wins() {
     let h = Harness::start().await;
-    let job = parked(&h, "refund-contested").await;
+    let job = h.parked(Q, "refund-contested").await;
     assert_eq!(job.attempt, 1);
 
     // Alice's resolution holds the row lock and stops there.
@@ -151,7 +129,7 @@ async fn two_operators_resolve_the_same_job_and_exactly_one_wins() {
 async fn resolutions_are_validated_replayed_and_fenced_on_the_attempt() {
     let h = Harness::start().await;
     let mut a = admin(&h).await;
-    let job = parked(&h, "refund-retry").await;
+    let job = h.parked(Q, "refund-retry").await;
 
     // A resend needs explicit authorization; success needs a reference.
     let mut req = resolve(job.job_id, 1, "carol", Resolution::RetryExecute);
@@ -396,7 +374,7 @@ async fn cli(h: &Harness, args: &[&str]) -> Result<String, String> {
 #[tokio::test]
 async fn operator_cli_prints_tables_json_and_precise_refusals() {
     let h = Harness::start().await;
-    let job = parked(&h, "refund-cli").await;
+    let job = h.parked(Q, "refund-cli").await;
     let id = job.job_id.to_string();
 
     let table = cli(&h, &["jobs", "list", "--state", "manual-review"])

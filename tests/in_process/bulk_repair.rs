@@ -9,9 +9,7 @@
 use jobfence_testkit as kit;
 
 use clap::Parser;
-use jobfence_api::v1::{
-    CompleteRequest, FailDisposition, FailRequest, Resolution, ResolveManualReviewRequest,
-};
+use jobfence_api::v1::{CompleteRequest, Resolution, ResolveManualReviewRequest};
 use jobfence_domain::JobState;
 use jobfence_operator::{Bulk, Cli, JobsCommand, Operation};
 use kit::Harness;
@@ -129,32 +127,13 @@ async fn a_bulk_cancel_racing_20_workers_cancels_or_leaves_each_job_never_both()
     h.finish().await;
 }
 
-/// Enqueues, claims and parks one job in manual review; its id and attempt.
-async fn parked(h: &Harness, key: &str) -> (u64, u64) {
-    let job = h.enqueue(Q, key, "{}").await;
-    let claimed = h.claim_one(Q, "worker-a").await;
-    assert_eq!(claimed.job_id, job.job_id);
-    h.client
-        .clone()
-        .fail(FailRequest {
-            job_id: job.job_id,
-            attempt: claimed.attempt,
-            disposition: FailDisposition::ManualReview as i32,
-            error: "provider says unknown".into(),
-            retry_delay: None,
-            provider_retry_after: None,
-        })
-        .await
-        .unwrap();
-    (job.job_id, claimed.attempt)
-}
-
 #[tokio::test]
 async fn a_bulk_resolve_skips_the_job_another_operator_resolved_after_the_listing() {
     let h = Harness::start().await;
     let mut parked_jobs = Vec::new();
     for i in 0..4 {
-        parked_jobs.push(parked(&h, &format!("refund-{i}")).await);
+        let job = h.parked(Q, &format!("refund-{i}")).await;
+        parked_jobs.push((job.job_id, job.attempt));
     }
     let (conn, args) = parse(
         &h,

@@ -301,6 +301,29 @@ impl Harness {
         jobs.remove(0).job.unwrap()
     }
 
+    /// Enqueues one job, claims it as `worker-a` and parks it in manual
+    /// review (a worker's Fail asking for it); the job as parked.
+    pub async fn parked(&self, queue: &str, key: &str) -> proto::Job {
+        let job = self.enqueue(queue, key, "{}").await;
+        let claimed = self.claim_one(queue, "worker-a").await;
+        assert_eq!(claimed.job_id, job.job_id, "the only ready job");
+        self.client
+            .clone()
+            .fail(proto::FailRequest {
+                job_id: job.job_id,
+                attempt: claimed.attempt,
+                disposition: proto::FailDisposition::ManualReview as i32,
+                error: "provider says unknown".into(),
+                retry_delay: None,
+                provider_retry_after: None,
+            })
+            .await
+            .expect("the Fail parks the job")
+            .into_inner()
+            .job
+            .expect("the parked job")
+    }
+
     /// Makes a lease expire by editing the test data (the DB clock is not touched).
     pub async fn force_lease_expired(&self, job_id: u64) {
         let done = sqlx::query(
