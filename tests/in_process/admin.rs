@@ -382,7 +382,13 @@ async fn operator_cli_prints_tables_json_and_precise_refusals() {
         .unwrap();
     let mut lines = table.lines();
     assert!(lines.next().unwrap().starts_with("ID  QUEUE"));
-    assert!(lines.next().unwrap().contains("manual_review"));
+    let row = lines.next().unwrap();
+    assert!(row.contains("manual_review"), "{row}");
+    // The worker's own explanation, not the bare reason code.
+    assert!(
+        row.ends_with("the worker asked for an operator: provider says unknown"),
+        "{row}"
+    );
 
     let json: Value =
         serde_json::from_str(&cli(&h, &["jobs", "--json", "show", &id]).await.unwrap()).unwrap();

@@ -389,6 +389,57 @@ impl_str_enum!(
 /// reasons of manual review are the [`OverrideReason`]s).
 pub const MANUAL_REVIEW_REQUESTED: &str = "REQUESTED";
 
+/// Why a job is where it is, for a person: its `state_reason` told in
+/// words (a worker's own explanation, its last error, for a job it
+/// parked; the rule for one the coordinator parked), else its last error.
+/// What lists of jobs show instead of the bare reason code.
+pub fn explain_state(state_reason: Option<&str>, last_error: Option<&str>) -> Option<String> {
+    let error = last_error.filter(|e| !e.trim().is_empty());
+    let told = match state_reason {
+        Some(MANUAL_REVIEW_REQUESTED) => match error {
+            Some(e) => format!("the worker asked for an operator: {e}"),
+            None => "the worker asked for an operator".to_owned(),
+        },
+        Some(r) => match r.parse::<OverrideReason>() {
+            Ok(OverrideReason::ResendWindowClosed) => "a resend was refused: the provider's \
+                 idempotency window, counted from the first dispatch, is closed"
+                .to_owned(),
+            Ok(OverrideReason::MaxDispatchesReached) => {
+                "a resend was refused: the queue's dispatches are used up".to_owned()
+            }
+            Err(_) => r.to_owned(),
+        },
+        None => error?.to_owned(),
+    };
+    Some(told)
+}
+
+#[cfg(test)]
+mod explain_tests {
+    use super::explain_state;
+
+    #[test]
+    fn a_reason_code_is_told_in_words_with_the_workers_own_error() {
+        let told = |r, e| explain_state(r, e).unwrap_or_default();
+        assert_eq!(
+            told(Some("REQUESTED"), Some("lookup timed out")),
+            "the worker asked for an operator: lookup timed out"
+        );
+        assert_eq!(
+            told(Some("REQUESTED"), None),
+            "the worker asked for an operator"
+        );
+        assert!(told(Some("RESEND_WINDOW_CLOSED"), None).contains("idempotency window"));
+        assert!(told(Some("MAX_DISPATCHES_REACHED"), None).contains("dispatches are used up"));
+        assert_eq!(
+            told(Some("cancelled by alice: dup"), None),
+            "cancelled by alice: dup"
+        );
+        assert_eq!(told(None, Some("card expired")), "card expired");
+        assert_eq!(explain_state(None, Some(" ")), None);
+    }
+}
+
 /// The result of a fenced write: the job afterwards, and whether this exact
 /// call had already been applied (a replay after a lost response).
 #[derive(Debug, Clone, PartialEq)]

@@ -363,7 +363,11 @@ fn job_list(out: &mut dyn Write, page: &proto::ListJobsResponse, json: bool) -> 
                 time(&j.created_at),
                 time(&j.updated_at),
                 j.operation_key.clone(),
-                j.state_reason.clone(),
+                jobfence_domain::explain_state(
+                    Some(j.state_reason.as_str()).filter(|r| !r.is_empty()),
+                    Some(j.last_error.as_str()),
+                )
+                .unwrap_or_default(),
             ]
         })
         .collect();
@@ -378,7 +382,7 @@ fn job_list(out: &mut dyn Write, page: &proto::ListJobsResponse, json: bool) -> 
             "CREATED (UTC)",
             "UPDATED (UTC)",
             "OPERATION_KEY",
-            "REASON",
+            "WHY",
         ],
         &rows,
     )?;

@@ -54,7 +54,9 @@ fn table(jobs: &[Job]) -> Markup {
                         td { @if matches!(j.state, JobState::Ready | JobState::Running) { (j.next_action.as_str()) } }
                         td.num { (j.dispatch_count) }
                         td title=(view::time(j.created_at)) { (ago(j.created_at)) " ago" }
-                        td.clip { (j.state_reason.as_deref().or(j.last_error.as_deref()).unwrap_or("")) }
+                        td.clip title=[j.state_reason.as_deref()] {
+                            (jobfence_domain::explain_state(j.state_reason.as_deref(), j.last_error.as_deref()).unwrap_or_default())
+                        }
                     }
                 }
             }

@@ -29,8 +29,10 @@ fn parked(d: &JobDetail, token: &str, name: &OperatorField) -> Markup {
                 span.key { (j.operation_key) }
                 span.muted { "queue " (j.queue) " · parked " (ago(j.updated_at)) " ago · attempt " (j.attempt) " · sent " (view::times(j.dispatch_count)) }
             }
-            @if let Some(r) = &j.state_reason { p.reason { "Why parked: " strong { (r) } } }
-            @if let Some(e) = &j.last_error { p { "Last error: " code { (e) } } }
+            @if let Some(why) = jobfence_domain::explain_state(j.state_reason.as_deref(), j.last_error.as_deref()) {
+                p.reason { "Why parked: " strong { (why) } }
+            }
+            @if let Some(r) = &j.state_reason { p.muted.small { "reason code " code { (r) } } }
             div.columns {
                 div {
                     h3 { "Evidence" }
