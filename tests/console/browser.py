@@ -210,6 +210,16 @@ def main():
         assert "Resolved by carol: failed" in last.text, last.text
         say("resolve ok")
 
+        # A parked job's page: the evidence that decides it beside the form
+        # that resolves it, at the top.
+        a.get(URL + f"/jobs/{ARGS['race']}")
+        ev = a.find_element(By.CSS_SELECTOR, "div.decide section.evidence")
+        rf = a.find_element(By.CSS_SELECTOR, "div.decide section.resolve-card")
+        assert abs(ev.location["y"] - rf.location["y"]) < 5, (ev.location, rf.location)
+        assert ev.location["x"] < rf.location["x"], (ev.location, rf.location)
+        shot(a, "job-parked")
+        say("evidence beside the resolve form ok")
+
         # A forged token is refused, and nothing is written.
         a.get(URL + f"/jobs/{ARGS['race']}")
         form = fill_resolution(a, ARGS["race"], "failed", "mallory", "forged")

@@ -112,3 +112,106 @@ async fn the_console_acts_with_its_operator_credential() {
     assert_eq!(refused.status(), reqwest::StatusCode::FORBIDDEN);
     s.stop().await;
 }
+
+/// Posts the cancel form of job `id` (attempt `attempt`) with a valid
+/// CSRF token; the response.
+async fn post_cancel(console: &str, id: u64, attempt: u64, reason: &str) -> reqwest::Response {
+    let csrf = jobfence_console::csrf::new_token();
+    reqwest::Client::new()
+        .post(format!("{console}/jobs/{id}/cancel"))
+        .header(
+            "cookie",
+            format!("{}={csrf}", jobfence_console::csrf::COOKIE_NAME),
+        )
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(
+            serde_urlencoded::to_string([
+                (jobfence_console::csrf::FIELD, csrf.as_str()),
+                ("attempt", &attempt.to_string()),
+                ("reason", reason),
+            ])
+            .unwrap(),
+        )
+        .send()
+        .await
+        .unwrap()
+}
+
+/// Cancel one job from its page: a ready job never sent shows the form and
+/// is cancelled as the console's operator; a job claimed meanwhile is
+/// refused by the fence (nothing written) and the page says why.
+#[tokio::test]
+async fn a_ready_job_is_cancelled_from_its_page_and_a_claimed_one_is_refused() {
+    let s = with_console().await;
+    let console = format!("http://{}", s.console.unwrap());
+    let mut w = s.worker(Some("refunds-worker")).await;
+    let enqueue = |key: &'static str| {
+        let mut w = w.clone();
+        async move {
+            w.enqueue(jobfence_api::v1::EnqueueRequest {
+                queue: "refunds".into(),
+                operation_key: key.into(),
+                payload: "{}".into(),
+                delay: None,
+            })
+            .await
+            .unwrap()
+            .into_inner()
+            .job
+            .unwrap()
+        }
+    };
+    let first = enqueue("refund-c1").await;
+    let page = reqwest::get(format!("{console}/jobs/{}", first.job_id))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        page.contains(r#"class="cancel""#),
+        "the cancel form: {page}"
+    );
+    let done = post_cancel(&console, first.job_id, 0, "duplicate request").await;
+    // Redirected (and followed) to the job's page, which says so.
+    assert_eq!(done.url().query(), Some("cancelled=1"), "{done:?}");
+    let text = done.text().await.unwrap();
+    assert!(text.contains("You cancelled job"), "{text}");
+    let (state, detail): (String, String) = sqlx::query_as(
+        "SELECT CAST(j.state AS CHAR), CAST(e.detail AS CHAR) FROM jobs j \
+         JOIN job_events e ON e.job_id = j.id AND e.kind = 'cancelled' WHERE j.id = ?",
+    )
+    .bind(first.job_id)
+    .fetch_one(&s.pool)
+    .await
+    .unwrap();
+    assert_eq!(state, "cancelled");
+    assert!(
+        detail.contains("alice") && detail.contains("duplicate request"),
+        "{detail}"
+    );
+    // Loaded ready, claimed before the post: the fence refuses the cancel.
+    let second = enqueue("refund-c2").await;
+    let claimed = w
+        .claim(jobfence_api::v1::ClaimRequest {
+            queue: "refunds".into(),
+            worker_id: "w-1".into(),
+            max_jobs: 1,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(claimed.jobs.len(), 1);
+    let refused = post_cancel(&console, second.job_id, 0, "too late").await;
+    assert_eq!(refused.status(), reqwest::StatusCode::CONFLICT);
+    let text = refused.text().await.unwrap();
+    assert!(text.contains("Not cancelled"), "{text}");
+    let state: String = sqlx::query_scalar("SELECT CAST(state AS CHAR) FROM jobs WHERE id = ?")
+        .bind(second.job_id)
+        .fetch_one(&s.pool)
+        .await
+        .unwrap();
+    assert_eq!(state, "running");
+    s.stop().await;
+}

@@ -209,6 +209,7 @@ pub fn router(console: Console) -> Router {
         .route("/jobs", get(pages::jobs::page))
         .route("/jobs/{id}", get(pages::job::page))
         .route("/jobs/{id}/resolve", post(pages::resolve::post))
+        .route("/jobs/{id}/cancel", post(pages::cancel::post))
         .route("/review", get(pages::review::page))
         .route(
             "/providers",

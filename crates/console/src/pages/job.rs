@@ -1,7 +1,8 @@
 //! Job: its fields, its observations, and its whole history as a timeline
 //! that tells the seed's story top to bottom (claimed, frozen, taken over,
 //! the zombie's write refused, its late success kept as evidence). A
-//! parked job shows the resolution form first.
+//! parked job shows its evidence beside the resolution form first; a ready
+//! job never sent, a cancel form (pages/cancel.rs).
 
 use super::{refusal, resolve, view};
 use crate::forms::{self, Pairs};
@@ -112,16 +113,34 @@ pub async fn show(
         .job_settlement(job)
         .await
         .unwrap_or_default();
+    let parked = job.state == JobState::ManualReview;
     let body = html! {
         div.page-head {
             h1 { "Job " (job.id) }
             (view::state(job.state))
             span.key.muted { (job.operation_key) }
         }
-        @if job.state == JobState::ManualReview {
-            section.card.resolve-card {
-                h2 { "Resolve" }
-                (resolve::form(job, &token, &name, prefill))
+        // A parked job: the evidence that decides it beside the form that
+        // resolves it, at the top of the page.
+        @if parked {
+            div.columns.decide {
+                section.card.evidence {
+                    h2 { "Evidence " span.muted.small { "what the provider told workers, webhooks and reconcilers" } }
+                    (observations(obs, job.attempt))
+                    @if !settled.is_empty() || !exceptions.is_empty() {
+                        (super::settlement::job_card(&settled, &exceptions))
+                    }
+                }
+                section.card.resolve-card {
+                    h2 { "Resolve" }
+                    (resolve::form(job, &token, &name, prefill))
+                }
+            }
+        }
+        @if super::cancel::cancellable(job) {
+            section.card.cancel-card {
+                h2 { "Cancel" }
+                (super::cancel::form(job, &token, &name))
             }
         }
         div.columns {
@@ -136,12 +155,14 @@ pub async fn show(
                 (view::timeline(events))
             }
         }
-        section.card {
-            h2 { "Observations " span.muted.small { "what the provider told workers, webhooks and reconcilers" } }
-            (observations(obs, job.attempt))
-        }
-        @if !settled.is_empty() || !exceptions.is_empty() {
-            (super::settlement::job_card(&settled, &exceptions))
+        @if !parked {
+            section.card {
+                h2 { "Observations " span.muted.small { "what the provider told workers, webhooks and reconcilers" } }
+                (observations(obs, job.attempt))
+            }
+            @if !settled.is_empty() || !exceptions.is_empty() {
+                (super::settlement::job_card(&settled, &exceptions))
+            }
         }
     };
     if status == StatusCode::OK && notices.iter().any(|n| n.level == Level::Error) {
@@ -154,7 +175,8 @@ pub async fn show(
     )
 }
 
-/// `GET /jobs/{id}` (`?resolved=1` or `?resolved=replay` after a post).
+/// `GET /jobs/{id}` (`?resolved=1`, `?resolved=replay` or `?cancelled=1`
+/// after a post).
 pub async fn page(
     State(console): State<Console>,
     headers: HeaderMap,
@@ -165,6 +187,12 @@ pub async fn page(
         Ok(id) => id,
         Err(e) => return super::not_found_job(&e),
     };
+    let cancelled = forms::value(&q, "cancelled").is_some().then(|| {
+        Notice::new(
+            Level::Ok,
+            format!("You cancelled job {id}; it will not be sent. Its history below ends with your cancel."),
+        )
+    });
     let notices = match forms::value(&q, "resolved") {
         Some("replay") => vec![Notice::new(
             Level::Ok,
@@ -174,7 +202,7 @@ pub async fn page(
             Level::Ok,
             format!("You resolved job {id}; its history below ends with your resolution."),
         )],
-        None => vec![],
+        None => cancelled.into_iter().collect(),
     };
     show(&console, &headers, id, notices, StatusCode::OK, None).await
 }
