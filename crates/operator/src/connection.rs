@@ -47,7 +47,7 @@ pub struct Connection {
     pub tls_client_key: Option<PathBuf>,
     /// A file whose first line is your bearer token (an operator's for
     /// `jobs`, `stats`, `providers`, `queue-policies` and `settlement`, an
-    /// events-reader's for `events`).
+    /// events-reader's for `events`, a producer's for `jobs enqueue`).
     #[arg(long, global = true, env = "JOBFENCE_TOKEN_FILE")]
     pub token_file: Option<PathBuf>,
 }
