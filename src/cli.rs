@@ -49,7 +49,10 @@ pub fn default_database_url() -> String {
     name = "jobfence",
     version,
     long_version = env!("JOBFENCE_LONG_VERSION"),
-    about = "Fenced job coordination over MySQL, served over gRPC"
+    about = "Fenced job coordination over MySQL, served over gRPC",
+    after_help = "The operator commands' connection flags (--endpoint or JOBFENCE_COORDINATOR, \
+                  --tls-ca, --token-file, --json, …) go before or after the command: \
+                  `jobfence --tls-ca ca.pem stats` is `jobfence stats --tls-ca ca.pem`."
 )]
 pub struct Cli {
     /// Log format.
