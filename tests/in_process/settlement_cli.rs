@@ -203,3 +203,82 @@ async fn max_rate_paces_the_import_and_imports_every_line() {
     assert_eq!(counts(&s).await, (1, 2001));
     s.stop().await;
 }
+
+/// `settlement exceptions` from the command line: the list (JSON), then
+/// `ack` and `resolve` of one exception as alice, each recorded; an `ack`
+/// of an exception already resolved is refused with its state.
+#[tokio::test]
+async fn exceptions_are_listed_acknowledged_and_resolved_from_the_command_line() {
+    let s = Secure::start(false).await;
+    configure(&s).await;
+    let dir = scratch("exceptions");
+    // Refunds nobody enqueued: an UNKNOWN_REFERENCE each.
+    let file = path(&dir, "two.csv", &report(2, 0));
+    let args = ["import", "--provider", P, "--period", "2025-12-01"];
+    settlement(&s, &[&args[..], &[file.as_str()]].concat())
+        .await
+        .unwrap();
+    let listed = settlement(&s, &["exceptions", "--json"]).await.unwrap();
+    let listed: serde_json::Value = serde_json::from_str(&listed).unwrap();
+    assert_eq!(listed.as_array().unwrap().len(), 2, "{listed}");
+    assert_eq!(listed[0]["kind"], "UNKNOWN_REFERENCE");
+    let id = listed[0]["id"].as_u64().unwrap().to_string();
+    let acked = settlement(
+        &s,
+        &[
+            "exceptions",
+            "ack",
+            &id,
+            "--note",
+            "asked the PSP",
+            "--json",
+        ],
+    )
+    .await
+    .unwrap();
+    assert!(acked.contains(r#""state": "acknowledged""#), "{acked}");
+    let resolved = settlement(
+        &s,
+        &[
+            "exceptions",
+            "resolve",
+            &id,
+            "--note",
+            "a test refund",
+            "--json",
+        ],
+    )
+    .await
+    .unwrap();
+    assert!(resolved.contains(r#""state": "resolved""#), "{resolved}");
+    let actions: Vec<(String, String)> = sqlx::query_as(
+        "SELECT CAST(action AS CHAR), CAST(operator AS CHAR) FROM settlement_exception_actions \
+         WHERE exception_id = ? ORDER BY id",
+    )
+    .bind(listed[0]["id"].as_u64().unwrap())
+    .fetch_all(&s.pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        actions,
+        [
+            ("opened".to_owned(), "settlement".to_owned()),
+            ("acknowledged".to_owned(), "alice".to_owned()),
+            ("resolved".to_owned(), "alice".to_owned())
+        ]
+    );
+    let again = settlement(&s, &["exceptions", "ack", &id, "--note", "late"])
+        .await
+        .unwrap_err();
+    assert!(again.contains("it is resolved"), "{again}");
+    let left = settlement(&s, &["exceptions", "--json"]).await.unwrap();
+    assert_eq!(
+        serde_json::from_str::<serde_json::Value>(&left)
+            .unwrap()
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+    s.stop().await;
+}

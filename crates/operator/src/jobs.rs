@@ -246,21 +246,29 @@ pub(crate) async fn run(args: JobsArgs, out: &mut (dyn Write + Send)) -> anyhow:
                 .into_inner();
             written(out, "cancelled", done.job.as_ref(), done.replayed, json)
         }
-        JobsCommand::Retry(r) => {
-            let done = client
-                .retry_as_new_operation(proto::RetryAsNewOperationRequest {
-                    job_id: r.job_id,
-                    new_operation_key: r.new_key.unwrap_or_default(),
-                    operator: r.operator,
-                    reason: r.reason,
-                })
-                .await
-                .map_err(refused)?
-                .into_inner();
-            retried(out, &done, json)
-        }
+        JobsCommand::Retry(r) => retry(&mut client, r, out, json).await,
         JobsCommand::Enqueue(_) | JobsCommand::Bulk(_) => unreachable!("answered above"),
     }
+}
+
+/// `jobs retry`.
+async fn retry(
+    client: &mut JobAdminClient<crate::connection::Authed>,
+    r: RetryArgs,
+    out: &mut (dyn Write + Send),
+    json: bool,
+) -> anyhow::Result<()> {
+    let done = client
+        .retry_as_new_operation(proto::RetryAsNewOperationRequest {
+            job_id: r.job_id,
+            new_operation_key: r.new_key.unwrap_or_default(),
+            operator: r.operator,
+            reason: r.reason,
+        })
+        .await
+        .map_err(refused)?
+        .into_inner();
+    retried(out, &done, json)
 }
 
 fn retried(

@@ -94,6 +94,51 @@ fn refused_queue_policy(status: tonic::Status) -> anyhow::Error {
     refused_with_flags(status, QUEUE_POLICY_FLAGS)
 }
 
+/// `queue-policies pause` and `resume`.
+async fn pause_or_resume(
+    client: &mut JobAdminClient<crate::connection::Authed>,
+    cmd: QueuePoliciesCommand,
+    out: &mut (dyn Write + Send),
+    json: bool,
+) -> anyhow::Result<()> {
+    match cmd {
+        QueuePoliciesCommand::Pause { queue, change } => {
+            client
+                .pause_queue(proto::PauseQueueRequest {
+                    queue: queue.clone(),
+                    operator: change.operator,
+                    reason: change.reason,
+                })
+                .await
+                .map_err(refused_queue_policy)?;
+            paused(
+                out,
+                &queue,
+                "paused: its claims hand out nothing until it is resumed",
+                json,
+            )
+        }
+        QueuePoliciesCommand::Resume { queue, change } => {
+            let done = client
+                .resume_queue(proto::ResumeQueueRequest {
+                    queue: queue.clone(),
+                    operator: change.operator,
+                    reason: change.reason,
+                })
+                .await
+                .map_err(refused_queue_policy)?
+                .into_inner();
+            let what = if done.resumed {
+                "resumed"
+            } else {
+                "was not paused: nothing changed"
+            };
+            paused(out, &queue, what, json)
+        }
+        _ => unreachable!("only pause and resume come here"),
+    }
+}
+
 fn paused(out: &mut dyn Write, queue: &str, what: &str, json: bool) -> anyhow::Result<()> {
     if json {
         return print_json(out, &serde_json::json!({ "queue": queue, "done": what }));
@@ -151,38 +196,8 @@ pub(crate) async fn run(
                 .into_inner();
             queue_policy_changed(out, "deleted", done.policy.as_ref(), json)
         }
-        QueuePoliciesCommand::Pause { queue, change } => {
-            client
-                .pause_queue(proto::PauseQueueRequest {
-                    queue: queue.clone(),
-                    operator: change.operator,
-                    reason: change.reason,
-                })
-                .await
-                .map_err(refused_queue_policy)?;
-            paused(
-                out,
-                &queue,
-                "paused: its claims hand out nothing until it is resumed",
-                json,
-            )
-        }
-        QueuePoliciesCommand::Resume { queue, change } => {
-            let done = client
-                .resume_queue(proto::ResumeQueueRequest {
-                    queue: queue.clone(),
-                    operator: change.operator,
-                    reason: change.reason,
-                })
-                .await
-                .map_err(refused_queue_policy)?
-                .into_inner();
-            let what = if done.resumed {
-                "resumed"
-            } else {
-                "was not paused: nothing changed"
-            };
-            paused(out, &queue, what, json)
+        cmd @ (QueuePoliciesCommand::Pause { .. } | QueuePoliciesCommand::Resume { .. }) => {
+            pause_or_resume(&mut client, cmd, out, json).await
         }
         QueuePoliciesCommand::History(h) => {
             let subject = h

@@ -77,6 +77,78 @@ pub fn observations(obs: &[Observation], current_attempt: u64) -> Markup {
     }
 }
 
+/// The page's body: for a parked job its evidence beside the resolve
+/// form first, for a ready job never sent a cancel form; the fields, the
+/// history, and the observations and settlement lines.
+fn body(
+    detail: &JobDetail,
+    (settled, exceptions): (
+        &[(String, jobfence_domain::settlement::SettlementLine)],
+        &[jobfence_domain::settlement::records::SettlementException],
+    ),
+    token: &str,
+    name: &crate::operator::OperatorField,
+    prefill: Option<&Pairs>,
+) -> Markup {
+    let JobDetail {
+        job,
+        observations: obs,
+        events,
+    } = detail;
+    let parked = job.state == JobState::ManualReview;
+    html! {
+        div.page-head {
+            h1 { "Job " (job.id) }
+            (view::state(job.state))
+            span.key.muted { (job.operation_key) }
+        }
+        // A parked job: the evidence that decides it beside the form that
+        // resolves it, at the top of the page.
+        @if parked {
+            div.columns.decide {
+                section.card.evidence {
+                    h2 { "Evidence " span.muted.small { "what the provider told workers, webhooks and reconcilers" } }
+                    (observations(obs, job.attempt))
+                    @if !settled.is_empty() || !exceptions.is_empty() {
+                        (super::settlement::job_card(settled, exceptions))
+                    }
+                }
+                section.card.resolve-card {
+                    h2 { "Resolve" }
+                    (resolve::form(job, token, name, prefill))
+                }
+            }
+        }
+        @if super::cancel::cancellable(job) {
+            section.card.cancel-card {
+                h2 { "Cancel" }
+                (super::cancel::form(job, token, name))
+            }
+        }
+        div.columns {
+            section.card {
+                h2 { "Job" }
+                (fields(job))
+                h3 { "Payload" }
+                pre.payload { (job.payload) }
+            }
+            section.card {
+                h2 { "History " span.muted.small { (events.len()) " events, oldest first" } }
+                (view::timeline(events))
+            }
+        }
+        @if !parked {
+            section.card {
+                h2 { "Observations " span.muted.small { "what the provider told workers, webhooks and reconcilers" } }
+                (observations(obs, job.attempt))
+            }
+            @if !settled.is_empty() || !exceptions.is_empty() {
+                (super::settlement::job_card(settled, exceptions))
+            }
+        }
+    }
+}
+
 /// The Job page for `id`, with `notices` on top; `prefill` refills the
 /// resolution form after a refused post.
 pub async fn show(
@@ -101,11 +173,7 @@ pub async fn show(
             );
         }
     };
-    let JobDetail {
-        job,
-        observations: obs,
-        events,
-    } = &detail;
+    let job = &detail.job;
     let name = console.operator_field(headers);
     // The provider's reports are evidence too: shown when there are any.
     let (settled, exceptions) = console
@@ -113,58 +181,8 @@ pub async fn show(
         .job_settlement(job)
         .await
         .unwrap_or_default();
-    let parked = job.state == JobState::ManualReview;
-    let body = html! {
-        div.page-head {
-            h1 { "Job " (job.id) }
-            (view::state(job.state))
-            span.key.muted { (job.operation_key) }
-        }
-        // A parked job: the evidence that decides it beside the form that
-        // resolves it, at the top of the page.
-        @if parked {
-            div.columns.decide {
-                section.card.evidence {
-                    h2 { "Evidence " span.muted.small { "what the provider told workers, webhooks and reconcilers" } }
-                    (observations(obs, job.attempt))
-                    @if !settled.is_empty() || !exceptions.is_empty() {
-                        (super::settlement::job_card(&settled, &exceptions))
-                    }
-                }
-                section.card.resolve-card {
-                    h2 { "Resolve" }
-                    (resolve::form(job, &token, &name, prefill))
-                }
-            }
-        }
-        @if super::cancel::cancellable(job) {
-            section.card.cancel-card {
-                h2 { "Cancel" }
-                (super::cancel::form(job, &token, &name))
-            }
-        }
-        div.columns {
-            section.card {
-                h2 { "Job" }
-                (fields(job))
-                h3 { "Payload" }
-                pre.payload { (job.payload) }
-            }
-            section.card {
-                h2 { "History " span.muted.small { (events.len()) " events, oldest first" } }
-                (view::timeline(events))
-            }
-        }
-        @if !parked {
-            section.card {
-                h2 { "Observations " span.muted.small { "what the provider told workers, webhooks and reconcilers" } }
-                (observations(obs, job.attempt))
-            }
-            @if !settled.is_empty() || !exceptions.is_empty() {
-                (super::settlement::job_card(&settled, &exceptions))
-            }
-        }
-    };
+    let evidence = (settled.as_slice(), exceptions.as_slice());
+    let body = body(&detail, evidence, &token, &name, prefill);
     if status == StatusCode::OK && notices.iter().any(|n| n.level == Level::Error) {
         status = StatusCode::BAD_REQUEST;
     }

@@ -217,6 +217,71 @@ fn exception_json(e: &proto::SettlementException) -> Value {
     })
 }
 
+/// `settlement exceptions` with no subcommand: the list, and a line when
+/// more may match than were shown.
+async fn list(
+    client: &mut JobAdminClient<crate::connection::Authed>,
+    a: ExceptionsArgs,
+    out: &mut (dyn Write + Send),
+    json: bool,
+) -> anyhow::Result<()> {
+    let list = client
+        .list_settlement_exceptions(proto::ListSettlementExceptionsRequest {
+            provider: a.provider.unwrap_or_default(),
+            states: a.state,
+            job_id: a.job.unwrap_or(0),
+            id: 0,
+            limit: a.limit,
+        })
+        .await
+        .map_err(refused)?
+        .into_inner();
+    if list.exceptions.len() == a.limit as usize {
+        eprintln!(
+            "settlement: the first {} shown; more may match (--limit, up to 500, or narrow with --provider, --state, --job)",
+            a.limit
+        );
+    }
+    list_text(out, &list.exceptions, json)
+}
+
+/// `settlement exceptions ack|resolve ID`: moves the exception from the
+/// state it is in now to `to`; the coordinator refuses if someone moves it
+/// meanwhile. The exception afterwards, as a one-item list.
+async fn act(
+    client: &mut JobAdminClient<crate::connection::Authed>,
+    args: &ActArgs,
+    to: &str,
+) -> Result<tonic::Response<proto::ListSettlementExceptionsResponse>, tonic::Status> {
+    let now = client
+        .list_settlement_exceptions(proto::ListSettlementExceptionsRequest {
+            id: args.id,
+            ..Default::default()
+        })
+        .await?
+        .into_inner();
+    let seen = now
+        .exceptions
+        .first()
+        .map(|e| e.state.clone())
+        .unwrap_or_default();
+    let done = client
+        .act_on_settlement_exception(proto::ActOnSettlementExceptionRequest {
+            id: args.id,
+            seen_state: seen,
+            to_state: to.into(),
+            operator: args.operator.clone(),
+            note: args.note.clone(),
+        })
+        .await?
+        .into_inner();
+    Ok(tonic::Response::new(
+        proto::ListSettlementExceptionsResponse {
+            exceptions: done.exception.into_iter().collect(),
+        },
+    ))
+}
+
 /// `settlement exceptions [show|ack|resolve]`.
 pub(super) async fn exceptions(
     conn: &Connection,
@@ -228,64 +293,11 @@ pub(super) async fn exceptions(
         id,
         ..Default::default()
     };
-    let act = |args: &ActArgs, seen: String, to: &str| proto::ActOnSettlementExceptionRequest {
-        id: args.id,
-        seen_state: seen,
-        to_state: to.into(),
-        operator: args.operator.clone(),
-        note: args.note.clone(),
-    };
     let shown = match a.command {
-        None => {
-            let list = client
-                .list_settlement_exceptions(proto::ListSettlementExceptionsRequest {
-                    provider: a.provider.unwrap_or_default(),
-                    states: a.state,
-                    job_id: a.job.unwrap_or(0),
-                    id: 0,
-                    limit: a.limit,
-                })
-                .await
-                .map_err(refused)?
-                .into_inner();
-            if list.exceptions.len() == a.limit as usize {
-                eprintln!(
-                    "settlement: the first {} shown; more may match (--limit, up to 500, or narrow with --provider, --state, --job)",
-                    a.limit
-                );
-            }
-            return list_text(out, &list.exceptions, conn.json);
-        }
+        None => return list(&mut client, a, out, conn.json).await,
         Some(ExceptionsCommand::Show { id }) => client.list_settlement_exceptions(one(id)).await,
-        Some(cmd) => {
-            let (args, to) = match &cmd {
-                ExceptionsCommand::Ack(x) => (x, "acknowledged"),
-                ExceptionsCommand::Resolve(x) => (x, "resolved"),
-                ExceptionsCommand::Show { .. } => unreachable!("matched above"),
-            };
-            // The state you act on is the one the exception is in now;
-            // the coordinator refuses if someone moves it meanwhile.
-            let now = client
-                .list_settlement_exceptions(one(args.id))
-                .await
-                .map_err(refused)?
-                .into_inner();
-            let seen = now
-                .exceptions
-                .first()
-                .map(|e| e.state.clone())
-                .unwrap_or_default();
-            let done = client
-                .act_on_settlement_exception(act(args, seen, to))
-                .await
-                .map_err(refused)?
-                .into_inner();
-            Ok(tonic::Response::new(
-                proto::ListSettlementExceptionsResponse {
-                    exceptions: done.exception.into_iter().collect(),
-                },
-            ))
-        }
+        Some(ExceptionsCommand::Ack(x)) => act(&mut client, &x, "acknowledged").await,
+        Some(ExceptionsCommand::Resolve(x)) => act(&mut client, &x, "resolved").await,
     };
     let shown = shown.map_err(refused)?.into_inner();
     for e in &shown.exceptions {
