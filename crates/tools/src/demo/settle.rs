@@ -54,23 +54,7 @@ pub(super) async fn run(cluster: &Cluster, args: &DemoArgs, work_dir: &Path) -> 
         .context("connecting to the coordinators for the settlement")?;
     let mut admin = JobAdminClient::with_interceptor(channel, credentials.authorization());
     let refused = |s: tonic::Status| anyhow::anyhow!(jobfence_operator::describe_status(&s));
-    admin
-        .put_settlement_settings(proto::PutSettlementSettingsRequest {
-            provider: budget::PROVIDER.into(),
-            preset: "fake".into(),
-            lag: Some(prost_types::Duration::default()),
-            queues: vec![proto::QueueAmountPointers {
-                queue: cluster.queues[0].clone(),
-                amount_pointer: "/amount".into(),
-                currency_pointer: "/currency".into(),
-            }],
-            operator: credentials::CONSOLE.into(),
-            reason: "jobfence demo: read the fake provider's report".into(),
-            ..Default::default()
-        })
-        .await
-        .map_err(refused)
-        .context("storing the provider's settlement settings")?;
+    configure(&mut admin, cluster).await?;
     let injected = if args.inject_settlement_exceptions {
         inject(cluster).await?
     } else {
@@ -108,6 +92,49 @@ pub(super) async fn run(cluster: &Cluster, args: &DemoArgs, work_dir: &Path) -> 
 }
 
 /// A second refund of one refunded operation, and a refund by hand.
+/// Stores the fake provider's settlement settings through the load
+/// balancer. Right after the demo's last fault (the database cut), the
+/// load balancer may not have put a coordinator back yet: UNAVAILABLE is
+/// asked again for up to 30 s, as any operator's script would.
+async fn configure(
+    admin: &mut JobAdminClient<
+        tonic::service::interceptor::InterceptedService<
+            tonic::transport::Channel,
+            jobfence_worker::credentials::Authorization,
+        >,
+    >,
+    cluster: &Cluster,
+) -> Result<()> {
+    let refused = |s: tonic::Status| anyhow::anyhow!(jobfence_operator::describe_status(&s));
+    let settings = proto::PutSettlementSettingsRequest {
+        provider: budget::PROVIDER.into(),
+        preset: "fake".into(),
+        lag: Some(prost_types::Duration::default()),
+        queues: vec![proto::QueueAmountPointers {
+            queue: cluster.queues[0].clone(),
+            amount_pointer: "/amount".into(),
+            currency_pointer: "/currency".into(),
+        }],
+        operator: credentials::CONSOLE.into(),
+        reason: "jobfence demo: read the fake provider's report".into(),
+        ..Default::default()
+    };
+    let started = std::time::Instant::now();
+    loop {
+        match admin.put_settlement_settings(settings.clone()).await {
+            Ok(_) => break,
+            Err(s)
+                if s.code() == tonic::Code::Unavailable
+                    && started.elapsed() < std::time::Duration::from_secs(30) =>
+            {
+                tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+            }
+            Err(s) => return Err(refused(s)).context("storing the provider's settlement settings"),
+        }
+    }
+    Ok(())
+}
+
 async fn inject(cluster: &Cluster) -> Result<Vec<String>> {
     let ledger = cluster.provider_client.ledger().await?;
     let key = ledger
