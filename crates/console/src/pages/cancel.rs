@@ -61,18 +61,9 @@ pub async fn post(
         let headers = headers.clone();
         async move { job::show(&console, &headers, id, vec![n], status, None).await }
     };
-    if let Err(why) = csrf::verify(&headers, forms::value(&pairs, csrf::FIELD).unwrap_or("")) {
-        let n = Notice::new(Level::Error, format!("Not cancelled: {why}."))
-            .with_lines(["Reload this page and submit the form again.".to_owned()]);
-        return refuse(StatusCode::FORBIDDEN, n).await;
-    }
-    let who = match console.identity.credential() {
-        None => operator::Operator::from_form(forms::value(&pairs, "operator").unwrap_or("")),
-        Some(Ok(op)) => op,
-        Some(Err(refusal)) => {
-            let n = Notice::new(Level::Error, format!("Not cancelled: {refusal}."));
-            return refuse(StatusCode::FORBIDDEN, n).await;
-        }
+    let who = match super::job_poster(&console, &headers, &pairs, "Not cancelled") {
+        Ok(who) => who,
+        Err((status, n)) => return refuse(status, n).await,
     };
     let attempt = forms::value(&pairs, "attempt")
         .and_then(|a| a.parse().ok())

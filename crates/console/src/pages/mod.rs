@@ -92,6 +92,36 @@ pub async fn not_found(uri: axum::http::Uri) -> Response {
     )
 }
 
+/// Who posts a job's form, once its CSRF token is checked: the console's
+/// credential, or (without one) the name typed in the form. A refusal is
+/// the status and notice to show on the job's page, its title starting
+/// with `not_done` ("Not applied", "Not cancelled").
+pub fn job_poster(
+    console: &crate::Console,
+    headers: &axum::http::HeaderMap,
+    pairs: &crate::forms::Pairs,
+    not_done: &str,
+) -> Result<crate::operator::Operator, (StatusCode, Notice)> {
+    use crate::{csrf, forms, operator};
+    if let Err(why) = csrf::verify(headers, forms::value(pairs, csrf::FIELD).unwrap_or("")) {
+        let n = Notice::new(Level::Error, format!("{not_done}: {why}."))
+            .with_lines(["Reload this page and submit the form again.".to_owned()]);
+        return Err((StatusCode::FORBIDDEN, n));
+    }
+    match console.identity.credential() {
+        None => Ok(operator::Operator::from_form(
+            forms::value(pairs, "operator").unwrap_or(""),
+        )),
+        Some(Ok(op)) => Ok(op),
+        // The middleware checked the credential a moment ago; a reload in
+        // between refuses here the same way.
+        Some(Err(refusal)) => Err((
+            StatusCode::FORBIDDEN,
+            Notice::new(Level::Error, format!("{not_done}: {refusal}.")),
+        )),
+    }
+}
+
 /// The page for a job id that is not one.
 pub fn not_found_job(why: &str) -> Response {
     let n = Notice::new(Level::Error, format!("No such job: {why}."));

@@ -171,20 +171,9 @@ pub async fn post(
         Ok(id) => id,
         Err(e) => return super::not_found_job(&e),
     };
-    if let Err(why) = csrf::verify(&headers, forms::value(&pairs, csrf::FIELD).unwrap_or("")) {
-        let n = Notice::new(Level::Error, format!("Not applied: {why}."))
-            .with_lines(["Reload this page and submit the form again.".to_owned()]);
-        return job::show(&console, &headers, id, vec![n], StatusCode::FORBIDDEN, None).await;
-    }
-    let who = match console.identity.credential() {
-        None => operator::Operator::from_form(forms::value(&pairs, "operator").unwrap_or("")),
-        Some(Ok(op)) => op,
-        // The middleware checked the credential a moment ago; a reload in
-        // between refuses here the same way.
-        Some(Err(refusal)) => {
-            let n = Notice::new(Level::Error, format!("Not applied: {refusal}."));
-            return job::show(&console, &headers, id, vec![n], StatusCode::FORBIDDEN, None).await;
-        }
+    let who = match super::job_poster(&console, &headers, &pairs, "Not applied") {
+        Ok(who) => who,
+        Err((status, n)) => return job::show(&console, &headers, id, vec![n], status, None).await,
     };
     // Only a typed name is remembered for the next form.
     let remember = match who.source {
