@@ -165,3 +165,60 @@ async fn bad_input_to_a_queue_pause_is_refused_with_field_violations() {
     assert_eq!(rows, 0, "nothing written");
     h.finish().await;
 }
+
+/// A resume waiting on the queue's row lock (held here by another
+/// transaction on the default MariaDB, lock waits of 1 s) times out, is
+/// run again and counted, and applies once the row is free: a conflict,
+/// never an outage.
+#[tokio::test]
+async fn a_resume_behind_a_row_lock_is_run_again_counted_and_applied() {
+    let h = Harness::start_with_lock_wait(1).await;
+    let mut admin = JobAdminClient::connect(format!("http://{}", h.addr))
+        .await
+        .unwrap();
+    let by = |reason: &str| (String::from("alice"), reason.to_owned());
+    let (operator, reason) = by("INC-4");
+    admin
+        .pause_queue(PauseQueueRequest {
+            queue: Q.into(),
+            operator,
+            reason,
+        })
+        .await
+        .unwrap();
+    let mut holder = h.db.pool().begin().await.unwrap();
+    sqlx::query("SELECT queue FROM queue_policies WHERE queue = ? FOR UPDATE")
+        .bind(Q)
+        .fetch_one(&mut *holder)
+        .await
+        .unwrap();
+    let store = h.coordinator.store().clone();
+    let before = store.conflicts();
+    let resumed = tokio::spawn(async move {
+        let (operator, reason) = by("fixed");
+        admin
+            .resume_queue(ResumeQueueRequest {
+                queue: Q.into(),
+                operator,
+                reason,
+            })
+            .await
+    });
+    kit::until("the resume's lock wait timed out and was run again", || {
+        store.conflicts().0 > before.0
+    })
+    .await;
+    holder.rollback().await.unwrap();
+    let done = resumed.await.unwrap().expect("applied after its conflict");
+    assert!(done.into_inner().resumed);
+    let (retried, reported) = store.conflicts();
+    assert!(retried > before.0, "retried {retried}");
+    assert_eq!(reported, before.1, "no conflict reached the caller");
+    let paused: i64 =
+        sqlx::query_scalar("SELECT COUNT(*) FROM queue_policies WHERE paused_at IS NOT NULL")
+            .fetch_one(&h.db.pool())
+            .await
+            .unwrap();
+    assert_eq!(paused, 0);
+    h.finish().await;
+}
