@@ -357,6 +357,7 @@ async fn two_coordinators_behind_haproxy_balance_drain_and_follow_the_database()
                             attempt: job.attempt,
                             provider_reference: "re".into(),
                             result: String::new(),
+                            next: None,
                         })
                         .await
                     {

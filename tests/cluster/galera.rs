@@ -287,6 +287,7 @@ impl Coord {
                 attempt,
                 provider_reference: format!("re_{job_id}"),
                 result: String::new(),
+                next: None,
             })
             .await?
             .into_inner()
@@ -404,6 +405,7 @@ async fn a_stale_complete_on_one_node_loses_to_a_takeover_on_another() {
                     attempt: 1,
                     provider_reference: "re_zombie".into(),
                     result: String::new(),
+                    next: None,
                 })
                 .await
         })
@@ -641,6 +643,7 @@ async fn worker(
                     attempt: job.attempt,
                     provider_reference: format!("re_{}", job.job_id),
                     result: String::new(),
+                    next: None,
                 })
                 .await;
             let again = {

@@ -191,6 +191,7 @@ async fn resolutions_are_validated_replayed_and_fenced_on_the_attempt() {
             error: "still unknown".into(),
             retry_delay: None,
             provider_retry_after: None,
+            next: None,
         })
         .await
         .unwrap();
@@ -248,6 +249,7 @@ async fn only_a_job_never_dispatched_can_be_cancelled() {
             error: "timeout".into(),
             retry_delay: secs(600),
             provider_retry_after: None,
+            next: None,
         })
         .await
         .unwrap();

@@ -104,6 +104,7 @@ fn fail(job: &proto::Job, d: FailDisposition, retry_after: Option<i64>) -> FailR
         error: "provider said so".into(),
         retry_delay: secs(0),
         provider_retry_after: retry_after.and_then(secs),
+        next: None,
     }
 }
 
@@ -178,6 +179,7 @@ async fn two_coordinators_hand_out_within_one_budget_over_any_window() {
                             attempt: job.attempt,
                             provider_reference: format!("re_{}", job.job_id),
                             result: String::new(),
+                            next: None,
                         })
                         .await
                         .unwrap();
@@ -605,6 +607,7 @@ async fn the_in_flight_cap_limits_what_is_handed_out() {
             attempt: done.attempt,
             provider_reference: "re_1".into(),
             result: String::new(),
+            next: None,
         })
         .await
         .unwrap();

@@ -83,6 +83,7 @@ async fn a_bulk_cancel_racing_20_workers_cancels_or_leaves_each_job_never_both()
                     attempt: job.attempt,
                     provider_reference: format!("re_{}", job.job_id),
                     result: String::new(),
+                    next: None,
                 })
                 .await
                 .unwrap();

@@ -125,6 +125,7 @@ fn complete(job_id: u64, attempt: u64) -> CompleteRequest {
         attempt,
         provider_reference: "re_1".into(),
         result: "{\"ok\":true}".into(),
+        next: None,
     }
 }
 
@@ -182,6 +183,7 @@ async fn fail_case(lost: Lost) {
         error: "provider timed out".into(),
         retry_delay: None,
         provider_retry_after: None,
+        next: None,
     };
     let landed = format!(
         "SELECT COUNT(*) FROM jobs WHERE id = {} AND state = 'ready'",
@@ -332,4 +334,87 @@ async fn enqueue_killed_before_commit_is_unknown_and_the_retry_creates_it() {
 #[tokio::test]
 async fn enqueue_whose_commit_landed_is_unknown_and_the_retry_finds_it() {
     enqueue_case(Lost::AfterCommit).await;
+}
+
+/// A Complete that claims the next job (docs/design.md rule 16) whose
+/// COMMIT is lost: unknown for both halves. Before COMMIT, the next job is
+/// untouched and the same call again applies and hands it out; after
+/// COMMIT, the next job is leased to a caller who never learnt of it, the
+/// same call again is a replay that hands out no second job, and once the
+/// lease expires the next claimant takes the job over with a reconcile.
+async fn handoff_case(lost: Lost) {
+    let (h, proxy) = Harness::start_behind_proxy(kit::test_options()).await;
+    let job = running_job(&h, "refund-1").await;
+    let next_job = h.enqueue(Q, "refund-2", "{}").await;
+    let mut req = complete(job.job_id, job.attempt);
+    req.next = Some(jobfence_api::v1::NextJobsRequest {
+        queue: Q.into(),
+        worker_id: "worker-a".into(),
+        max_jobs: 1,
+        lease: kit::secs(30),
+        wait: None,
+    });
+    let landed = format!(
+        "SELECT COUNT(*) FROM jobs WHERE id = {} AND state = 'succeeded'",
+        job.job_id
+    );
+    let r = req.clone();
+    lose(
+        &h,
+        &proxy,
+        PausePoint::HandoffBeforeCommit,
+        lost,
+        &landed,
+        |mut c| async move { c.complete(r).await },
+    )
+    .await;
+    let row = h.row(next_job.job_id).await;
+    match lost {
+        Lost::BeforeCommit => assert_eq!((row.state, row.attempt), (JobState::Ready, 0)),
+        Lost::AfterCommit => assert_eq!((row.state, row.attempt), (JobState::Running, 1)),
+    }
+    let retry = again(&h, |mut c| {
+        let r = req.clone();
+        async move { c.complete(r).await }
+    })
+    .await
+    .expect("the same call again is answered")
+    .into_inner();
+    assert_eq!(retry.replayed, lost == Lost::AfterCommit);
+    let handed: Vec<u64> = retry
+        .next
+        .expect("a next-jobs answer")
+        .jobs
+        .into_iter()
+        .filter_map(|c| c.job.map(|j| j.job_id))
+        .collect();
+    if lost == Lost::BeforeCommit {
+        assert_eq!(handed, [next_job.job_id], "the retry applies both halves");
+    } else {
+        assert!(handed.is_empty(), "a replay hands out no second job");
+        h.force_lease_expired(next_job.job_id).await;
+        let taken = h.claim(Q, "worker-b", 1).await;
+        assert_eq!(taken.len(), 1);
+        assert!(taken[0].takeover, "taken over, never handed out as new");
+        let taken = taken[0].job.clone().unwrap();
+        assert_eq!(taken.job_id, next_job.job_id);
+        assert_eq!(taken.attempt, 2);
+        assert_eq!(
+            taken.next_action,
+            jobfence_api::v1::NextAction::Reconcile as i32
+        );
+    }
+    assert_eq!(h.row(job.job_id).await.state, JobState::Succeeded);
+    assert_eq!(h.count_events(next_job.job_id, "claimed").await, 1);
+    h.finish().await;
+}
+
+#[tokio::test]
+async fn a_complete_with_its_next_job_killed_before_commit_leaves_the_job_untouched() {
+    handoff_case(Lost::BeforeCommit).await;
+}
+
+#[tokio::test]
+async fn a_complete_with_its_next_job_whose_commit_landed_hands_out_no_second_job() {
+    handoff_case(Lost::AfterCommit).await;
 }

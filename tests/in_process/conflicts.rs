@@ -42,6 +42,7 @@ fn complete(job_id: u64, attempt: u64) -> CompleteRequest {
         attempt,
         provider_reference: "re_A".into(),
         result: String::new(),
+        next: None,
     }
 }
 

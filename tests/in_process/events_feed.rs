@@ -57,6 +57,7 @@ async fn complete_one(c: &Coord, key: &str) -> u64 {
         attempt: claimed.attempt,
         provider_reference: format!("re_{key}"),
         result: String::new(),
+        next: None,
     })
     .await
     .unwrap();
@@ -368,6 +369,7 @@ async fn held_writer() -> HeldWriter {
             attempt: c.attempt,
             provider_reference: "re_2".into(),
             result: String::new(),
+            next: None,
         })
         .await
         .unwrap();

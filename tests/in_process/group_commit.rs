@@ -319,6 +319,7 @@ async fn concurrent_grpc_writes_share_a_transaction_and_each_gets_its_own_answer
             attempt,
             provider_reference: format!("re_{}", job.job_id),
             result: String::new(),
+            next: None,
         };
         calls.push(tokio::spawn(async move { c.complete(req).await }));
     }

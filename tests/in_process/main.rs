@@ -16,6 +16,7 @@ mod held_work;
 mod jobs_cli;
 mod long_poll;
 mod metrics;
+mod next_job;
 mod observations;
 mod provider_ops;
 mod queue_pause;

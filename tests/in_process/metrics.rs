@@ -43,6 +43,7 @@ fn fail(job_id: u64, attempt: u64, d: FailDisposition) -> FailRequest {
         error: "provider timeout".into(),
         retry_delay: secs(0),
         provider_retry_after: None,
+        next: None,
     }
 }
 
@@ -81,6 +82,7 @@ async fn scripted_scenario_gives_exact_metric_values() {
             attempt: 1,
             provider_reference: "re_a".into(),
             result: String::new(),
+            next: None,
         })
         .await
         .unwrap_err();

@@ -114,6 +114,7 @@ async fn a_webhooks_success_leaves_a_job_in_manual_review_as_it_was() {
             error: "the provider answered nonsense".into(),
             retry_delay: None,
             provider_retry_after: None,
+            next: None,
         })
         .await
         .unwrap();

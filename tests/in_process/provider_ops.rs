@@ -207,6 +207,7 @@ async fn operators_set_pause_resume_and_delete_a_provider_with_the_cli() {
         error: "429 Too Many Requests".into(),
         retry_delay: None,
         provider_retry_after: kit::secs(60),
+        next: None,
     })
     .await
     .unwrap();

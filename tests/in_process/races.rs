@@ -144,6 +144,7 @@ async fn complete_holding_the_lock_beats_a_takeover() {
                 attempt: a.attempt,
                 provider_reference: "re_A".into(),
                 result: String::new(),
+                next: None,
             })
             .await
     });
@@ -183,6 +184,7 @@ async fn takeover_holding_the_lock_beats_a_late_complete() {
                 attempt: a.attempt,
                 provider_reference: "re_A".into(),
                 result: String::new(),
+                next: None,
             })
             .await
     });

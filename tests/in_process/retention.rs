@@ -69,6 +69,7 @@ async fn succeeded(h: &Harness, key: &str, payload: &str) -> u64 {
             attempt: claimed.attempt,
             provider_reference: format!("re_{key}"),
             result: "{\"status\":\"ok\"}".into(),
+            next: None,
         })
         .await
         .unwrap();
@@ -205,6 +206,7 @@ async fn a_zombie_naming_a_pruned_job_is_refused_and_writes_nothing() {
             error: "card closed".into(),
             retry_delay: None,
             provider_retry_after: None,
+            next: None,
         })
         .await
         .unwrap();
@@ -225,6 +227,7 @@ async fn a_zombie_naming_a_pruned_job_is_refused_and_writes_nothing() {
                 attempt: zombie.attempt,
                 provider_reference: "re_late".into(),
                 result: String::new(),
+                next: None,
             })
             .await
             .map(|_| ()),
@@ -238,6 +241,7 @@ async fn a_zombie_naming_a_pruned_job_is_refused_and_writes_nothing() {
                 error: "timeout".into(),
                 retry_delay: None,
                 provider_retry_after: None,
+                next: None,
             })
             .await
             .map(|_| ()),
@@ -346,6 +350,7 @@ async fn live_jobs_are_never_pruned_whatever_their_age() {
             error: "ambiguous".into(),
             retry_delay: None,
             provider_retry_after: None,
+            next: None,
         })
         .await
         .unwrap();

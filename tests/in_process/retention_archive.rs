@@ -67,6 +67,7 @@ async fn finished(h: &Harness, key: &str, days: i64) -> u64 {
         attempt: claimed.attempt,
         provider_reference: format!("re_{key}"),
         result: "{\"status\":\"ok\"}".into(),
+        next: None,
     })
     .await
     .unwrap();

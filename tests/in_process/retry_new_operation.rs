@@ -41,6 +41,7 @@ async fn failed(h: &Harness, key: &str) -> u64 {
             error: "card expired".into(),
             retry_delay: None,
             provider_retry_after: None,
+            next: None,
         })
         .await
         .unwrap();

@@ -163,6 +163,7 @@ async fn a_worker_of_another_queue_cannot_touch_a_job_even_with_its_attempt() {
                 attempt: job.attempt,
                 provider_reference: "re_stolen".into(),
                 result: String::new(),
+                next: None,
             })
             .await,
         "Complete",
@@ -176,6 +177,7 @@ async fn a_worker_of_another_queue_cannot_touch_a_job_even_with_its_attempt() {
                 error: "mine now".into(),
                 retry_delay: None,
                 provider_retry_after: None,
+                next: None,
             })
             .await,
         "Fail",
@@ -248,6 +250,7 @@ async fn a_worker_of_another_queue_cannot_touch_a_job_even_with_its_attempt() {
             attempt: job.attempt,
             provider_reference: "re_1".into(),
             result: String::new(),
+            next: None,
         })
         .await
         .unwrap()
@@ -285,6 +288,7 @@ async fn roles_are_checked_per_method() {
             attempt: job.attempt,
             provider_reference: "re_hook".into(),
             result: String::new(),
+            next: None,
         })
         .await,
         Code::PermissionDenied,
@@ -380,6 +384,7 @@ async fn the_operator_recorded_is_the_credentials_name() {
         error: "provider says unknown".into(),
         retry_delay: None,
         provider_retry_after: None,
+        next: None,
     })
     .await
     .unwrap();
@@ -607,6 +612,7 @@ async fn request_size_per_caller_concurrency_and_the_call_timeout_hold() {
                 attempt: job.attempt,
                 provider_reference: "re_held".into(),
                 result: String::new(),
+                next: None,
             })
             .await;
         (r, started.elapsed())

@@ -21,6 +21,7 @@ fn complete(job_id: u64, attempt: u64, reference: &str) -> CompleteRequest {
         attempt,
         provider_reference: reference.into(),
         result: format!("{{\"refund\":\"{reference}\",\"status\":\"succeeded\"}}"),
+        next: None,
     }
 }
 
@@ -32,6 +33,7 @@ fn fail(job_id: u64, attempt: u64, d: FailDisposition) -> FailRequest {
         error: "socket timeout".into(),
         retry_delay: secs(0),
         provider_retry_after: None,
+        next: None,
     }
 }
 

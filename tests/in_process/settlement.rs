@@ -88,6 +88,7 @@ pub(crate) async fn succeeded(h: &Harness, key: &str, amount: i64) -> u64 {
             attempt: claimed.attempt,
             provider_reference: format!("re_{key}"),
             result: String::new(),
+            next: None,
         })
         .await
         .unwrap();
@@ -107,6 +108,7 @@ pub(crate) async fn failed(h: &Harness, key: &str, disposition: FailDisposition)
             error: "the provider said nothing clear".into(),
             retry_delay: None,
             provider_retry_after: None,
+            next: None,
         })
         .await
         .unwrap();
@@ -463,6 +465,7 @@ async fn a_double_refund_is_raised_when_one_refund_is_the_jobs_own() {
             attempt: claimed.attempt,
             provider_reference: "re_d2".into(),
             result: String::new(),
+            next: None,
         })
         .await
         .unwrap();

@@ -81,6 +81,7 @@ async fn the_automatic_resolution_loses_cleanly_to_a_worker_that_finished_first(
             attempt: claimed.attempt,
             provider_reference: "re_s".into(),
             result: String::new(),
+            next: None,
         })
         .await
         .unwrap();

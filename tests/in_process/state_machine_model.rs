@@ -514,6 +514,7 @@ async fn run(ops: Vec<Op>) -> usize {
                     attempt: a,
                     provider_reference: format!("re_{n}"),
                     result: String::new(),
+                    next: None,
                 });
                 write(&mut c, &mut jobs[job], &call, &what).await;
                 sent[worker].push((job, call));
@@ -529,6 +530,7 @@ async fn run(ops: Vec<Op>) -> usize {
                     error: format!("error of op {n}"),
                     retry_delay: secs(0),
                     provider_retry_after: None,
+                    next: None,
                 });
                 write(&mut c, &mut jobs[job], &call, &what).await;
                 sent[worker].push((job, call));

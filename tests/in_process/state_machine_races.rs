@@ -46,7 +46,7 @@ impl Racer {
 
 /// What a racer was answered.
 enum Outcome {
-    Write(Call, Answer),
+    Write(Box<(Call, Answer)>),
     Takeover(usize, Box<Result<TakeoverResponse, tonic::Status>>),
     Claim(usize, Vec<ClaimedJob>),
 }
@@ -60,6 +60,7 @@ async fn run(mut c: Client, r: Racer, job_id: u64, attempt: u64, w: usize) -> Ou
             attempt,
             provider_reference: "re_race".into(),
             result: String::new(),
+            next: None,
         }),
         Racer::Fail(d) => Call::Fail(FailRequest {
             job_id,
@@ -68,6 +69,7 @@ async fn run(mut c: Client, r: Racer, job_id: u64, attempt: u64, w: usize) -> Ou
             error: "error of the race".into(),
             retry_delay: secs(0),
             provider_retry_after: None,
+            next: None,
         }),
         Racer::Renew => Call::Renew(RenewLeaseRequest {
             job_id,
@@ -102,14 +104,17 @@ async fn run(mut c: Client, r: Racer, job_id: u64, attempt: u64, w: usize) -> Ou
         }
     };
     let answer = send(&mut c, &write).await;
-    Outcome::Write(write, answer)
+    Outcome::Write(Box::new((write, answer)))
 }
 
 /// Applies what `o` was answered to the model, checking it. `first`: it
 /// held the lock; a Claim that ran second skipped the locked row.
 fn apply(m: &mut ModelJob, o: Outcome, first: bool, what: &str) {
     match o {
-        Outcome::Write(call, answer) => check(m, &call, answer, what),
+        Outcome::Write(w) => {
+            let (call, answer) = *w;
+            check(m, &call, answer, what)
+        }
         Outcome::Takeover(w, r) => {
             let r = *r;
             let want = m.takeover_refusal();

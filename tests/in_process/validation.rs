@@ -144,6 +144,7 @@ async fn malformed_worker_calls_are_refused_and_write_nothing() {
             attempt: 0,
             provider_reference: "re".into(),
             result: String::new(),
+            next: None,
         })
         .await
         .unwrap_err();
@@ -156,6 +157,7 @@ async fn malformed_worker_calls_are_refused_and_write_nothing() {
             error: String::new(),
             retry_delay: None,
             provider_retry_after: None,
+            next: None,
         })
         .await
         .unwrap_err();
@@ -168,6 +170,7 @@ async fn malformed_worker_calls_are_refused_and_write_nothing() {
             error: "x".into(),
             retry_delay: secs(-1),
             provider_retry_after: None,
+            next: None,
         })
         .await
         .unwrap_err();
@@ -180,6 +183,7 @@ async fn malformed_worker_calls_are_refused_and_write_nothing() {
             error: String::new(),
             retry_delay: None,
             provider_retry_after: None,
+            next: None,
         })
         .await
         .unwrap_err();
@@ -244,6 +248,7 @@ async fn unknown_jobs_are_not_found() {
             attempt: 1,
             provider_reference: String::new(),
             result: String::new(),
+            next: None,
         })
         .await
         .unwrap_err();
@@ -306,6 +311,7 @@ async fn a_finished_jobs_operation_key_is_never_enqueued_again() {
                 error: "refused by the provider".into(),
                 retry_delay: None,
                 provider_retry_after: None,
+                next: None,
             })
             .await
             .unwrap();
@@ -315,6 +321,7 @@ async fn a_finished_jobs_operation_key_is_never_enqueued_again() {
                 attempt: held.attempt,
                 provider_reference: "re_1".into(),
                 result: String::new(),
+                next: None,
             })
             .await
             .unwrap();

@@ -451,6 +451,9 @@ async fn the_runner_handles_every_job_with_at_most_max_in_flight_at_once() {
         "held more jobs than slots"
     );
     assert_eq!(report.claimed, u64::from(JOBS));
+    // The first Claim fills the slots; every later job came with the
+    // Complete that freed its slot (docs/design.md rule 16).
+    assert_eq!(report.on_write_back, u64::from(JOBS - SLOTS));
     assert_eq!(report.handled, u64::from(JOBS));
     assert_eq!((report.released, report.abandoned), (0, 0));
     let done: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM jobs WHERE state = 'succeeded'")

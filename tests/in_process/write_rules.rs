@@ -40,6 +40,7 @@ fn fail(job_id: u64, attempt: u64, d: FailDisposition, delay_secs: i64) -> FailR
         error: "provider said not found".into(),
         retry_delay: secs(delay_secs),
         provider_retry_after: None,
+        next: None,
     }
 }
 

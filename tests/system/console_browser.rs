@@ -115,6 +115,7 @@ impl Worker {
                 attempt,
                 provider_reference: reference.into(),
                 result: format!(r#"{{"refund":"{reference}","status":"succeeded"}}"#),
+                next: None,
             })
             .await
             .expect("complete");
@@ -134,6 +135,7 @@ impl Worker {
                 error: error.into(),
                 retry_delay: secs(0),
                 provider_retry_after: None,
+                next: None,
             })
             .await
             .map(|r| r.into_inner())

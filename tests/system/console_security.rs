@@ -17,6 +17,7 @@ async fn the_console_acts_with_its_operator_credential() {
         error: "unknown at the provider".into(),
         retry_delay: None,
         provider_retry_after: None,
+        next: None,
     })
     .await
     .unwrap();

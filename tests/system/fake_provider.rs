@@ -1025,6 +1025,7 @@ async fn the_refund_worker_calls_the_provider_at_most_once_per_execute_and_twice
             error: "gone".into(),
             retry_delay: None,
             provider_retry_after: None,
+            next: None,
         })
         .await
         .expect("a resend inside the window");

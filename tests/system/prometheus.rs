@@ -275,6 +275,7 @@ async fn traffic(addr: &str, db: &TestDb) {
             attempt: a.attempt,
             provider_reference: "re_late".into(),
             result: String::new(),
+            next: None,
         })
         .await
         .unwrap_err();
@@ -301,6 +302,7 @@ async fn traffic(addr: &str, db: &TestDb) {
         error: "needs a human".into(),
         retry_delay: None,
         provider_retry_after: None,
+        next: None,
     })
     .await
     .unwrap();

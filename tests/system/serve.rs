@@ -122,6 +122,7 @@ async fn graceful_shutdown_reports_not_serving_and_drains_in_flight_calls() {
             attempt: a.attempt,
             provider_reference: "re_1".into(),
             result: String::new(),
+            next: None,
         })
         .await
     });

@@ -180,6 +180,7 @@ async fn each_queue_lives_on_its_database_and_ids_route_the_writes() {
             attempt: 1,
             provider_reference: "po_1".into(),
             result: String::new(),
+            next: None,
         })
         .await
         .expect("complete on database 1")
@@ -196,6 +197,7 @@ async fn each_queue_lives_on_its_database_and_ids_route_the_writes() {
             error: "card closed".into(),
             retry_delay: None,
             provider_retry_after: None,
+            next: None,
         })
         .await
         .expect("fail on database 0")
@@ -211,6 +213,7 @@ async fn each_queue_lives_on_its_database_and_ids_route_the_writes() {
             attempt: 1,
             provider_reference: "po_other".into(),
             result: String::new(),
+            next: None,
         })
         .await
         .unwrap_err();

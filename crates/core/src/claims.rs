@@ -58,6 +58,27 @@ impl Coordinator {
         req: ClaimParams,
         scope: &QueueScope,
     ) -> Result<Vec<ClaimedJob>, CoordinatorError> {
+        let lease = self.check_claim(&req, scope)?;
+        let waiters = &self.pipelines.waiters;
+        let mut waiting = waiters.register(&req.queue, req.wait);
+        self.metrics.set_claim_waiters(waiters.waiting());
+        let claimed = self.claim_waiting(&req, lease, &mut waiting, None).await;
+        drop(waiting);
+        self.metrics.set_claim_waiters(waiters.waiting());
+        let claimed = claimed?;
+        for c in &claimed {
+            self.handed_out(c, &req.worker_id, "claim", lease);
+        }
+        Ok(claimed)
+    }
+
+    /// The checks of a Claim (or of the claim half of a Complete or Fail):
+    /// its fields, then `scope` (`QueueNotAllowed`); the lease it gives.
+    pub(crate) fn check_claim(
+        &self,
+        req: &ClaimParams,
+        scope: &QueueScope,
+    ) -> Result<Duration, CoordinatorError> {
         let mut v = Violations::default();
         v.queue("queue", &req.queue);
         v.key("worker_id", &req.worker_id);
@@ -70,12 +91,33 @@ impl Coordinator {
         let lease = self.lease(&mut v, "lease", req.lease);
         v.finish()?;
         scope.check(&req.queue, None)?;
+        Ok(lease)
+    }
+
+    /// Claims through the queue's claim pipeline until a job is handed out
+    /// or, while `waiting`, until the wait ends. `tried`: a claim of this
+    /// caller already ran and handed out nothing (with when to look
+    /// again), so the loop starts by waiting.
+    pub(crate) async fn claim_waiting(
+        &self,
+        req: &ClaimParams,
+        lease: Duration,
+        waiting: &mut Option<super::long_poll::Waiting<'_>>,
+        mut tried: Option<Option<Duration>>,
+    ) -> Result<Vec<ClaimedJob>, CoordinatorError> {
         let policy = self.config.policies.get(&req.queue);
         let claims = &self.for_queue(&req.queue)?.claims;
-        let waiters = &self.pipelines.waiters;
-        let mut waiting = waiters.register(&req.queue, req.wait);
-        self.metrics.set_claim_waiters(waiters.waiting());
-        let claimed = loop {
+        loop {
+            if let Some(next_due) = tried {
+                let again = match waiting.as_mut() {
+                    Some(w) => w.wait(next_due).await == Wake::Claim,
+                    None => false,
+                };
+                if !again {
+                    self.metrics.empty_claim(&req.queue);
+                    return Ok(Vec::new());
+                }
+            }
             let (claimed, next_due) = claims
                 .submit(QueuedClaim {
                     queue: req.queue.clone(),
@@ -91,25 +133,10 @@ impl Coordinator {
                 .and_then(|r| r)
                 .inspect_err(|e| self.metrics.commit_outcome("Claim", e))?;
             if !claimed.is_empty() {
-                break claimed;
+                return Ok(claimed);
             }
-            let again = match waiting.as_mut() {
-                Some(w) => w.wait(next_due).await == Wake::Claim,
-                None => false,
-            };
-            if !again {
-                break claimed;
-            }
-        };
-        drop(waiting);
-        self.metrics.set_claim_waiters(waiters.waiting());
-        if claimed.is_empty() {
-            self.metrics.empty_claim(&req.queue);
+            tried = Some(next_due);
         }
-        for c in &claimed {
-            self.handed_out(c, &req.worker_id, "claim", lease);
-        }
-        Ok(claimed)
     }
 
     /// Takeover; see [`JobStore::takeover`] (the job's queue is checked
@@ -153,7 +180,13 @@ impl Coordinator {
 
     /// Counts and logs a job handed out, and remembers when its lease
     /// ends (a long-polling Claim of the queue wakes then).
-    fn handed_out(&self, c: &ClaimedJob, worker_id: &str, via: &'static str, lease: Duration) {
+    pub(crate) fn handed_out(
+        &self,
+        c: &ClaimedJob,
+        worker_id: &str,
+        via: &'static str,
+        lease: Duration,
+    ) {
         let job = &c.job;
         self.metrics.claimed(&job.queue, job.next_action.as_str());
         if let Some(p) = &c.provider {
@@ -180,7 +213,7 @@ impl Coordinator {
 
 /// Counts and logs a due resend a claim parked in manual review instead
 /// of handing it out (its window would close within the lease).
-fn parked(metrics: &Metrics, job: &Job) {
+pub(crate) fn parked(metrics: &Metrics, job: &Job) {
     let reason = job.state_reason.as_deref().unwrap_or_default();
     metrics.resend_decision(&job.queue, "refused");
     metrics.manual_review_entered(&job.queue, reason);

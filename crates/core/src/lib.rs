@@ -20,6 +20,7 @@ pub mod batcher;
 mod claims;
 mod enqueue;
 pub mod gauges;
+mod handoffs;
 pub mod long_poll;
 pub mod providers;
 pub mod queue_pause;
@@ -30,6 +31,7 @@ mod writes;
 
 use batcher::{BatchSettings, Batcher};
 use claims::{run_claims, ClaimResult, QueuedClaim};
+use handoffs::{run_handoffs, HandoffResult, QueuedHandoff};
 use jobfence_domain::validate::{Violations, MAX_BODY_BYTES, MAX_KEY_BYTES};
 use jobfence_domain::{
     CoordinatorError, Enqueue, Job, Observation, QueuePolicies, QueueScope, RecordObservation,
@@ -43,6 +45,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use claims::{ClaimParams, TakeoverParams};
+pub use handoffs::Handed;
 pub use writes::{FailParams, RenewLeaseParams};
 
 /// Lease bounds, batch sizes, long-poll bounds and queue policies.
@@ -90,6 +93,8 @@ impl Default for CoordinatorConfig {
 struct DatabasePipelines {
     writes: Batcher<ScopedWrite, WriteResult>,
     claims: Batcher<QueuedClaim, ClaimResult>,
+    /// Complete and Fail with a claim half (docs/design.md rule 16).
+    handoffs: Batcher<QueuedHandoff, HandoffResult>,
     enqueues: Batcher<Enqueue, EnqueueResult>,
 }
 
@@ -141,9 +146,21 @@ impl DatabasePipelines {
                 },
             )
         };
+        let handoffs = {
+            let (store, policies, m) = (store.clone(), config.policies.clone(), metrics.clone());
+            Batcher::spawn(
+                "handoff",
+                batching,
+                metrics.batch_sizes("handoff"),
+                move |calls: Vec<QueuedHandoff>| {
+                    run_handoffs(store.clone(), calls, policies.clone(), m.clone())
+                },
+            )
+        };
         DatabasePipelines {
             writes,
             claims,
+            handoffs,
             enqueues,
         }
     }
@@ -237,7 +254,7 @@ impl Coordinator {
         let p = &self.pipelines;
         let sum = |f: fn(&DatabasePipelines) -> usize| p.databases.iter().map(f).sum();
         [
-            ("write", sum(|d| d.writes.waiting())),
+            ("write", sum(|d| d.writes.waiting() + d.handoffs.waiting())),
             ("claim", sum(|d| d.claims.waiting())),
             ("enqueue", sum(|d| d.enqueues.waiting())),
             ("long_poll", p.waiters.waiting()),

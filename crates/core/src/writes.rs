@@ -73,16 +73,7 @@ impl Coordinator {
         req: Complete,
         scope: &QueueScope,
     ) -> Result<WriteOutcome, CoordinatorError> {
-        let mut v = Violations::default();
-        v.job_id(req.job_id);
-        v.attempt(req.attempt);
-        if let Some(r) = &req.provider_reference {
-            v.max_bytes("provider_reference", r, MAX_KEY_BYTES);
-        }
-        if let Some(r) = &req.result {
-            v.max_bytes("result", r, MAX_BODY_BYTES);
-        }
-        v.finish()?;
+        check_complete(&req)?;
         let out = self.write(FencedWrite::Complete(req), scope).await?;
         Ok(WriteOutcome {
             job: out.job,
@@ -101,21 +92,7 @@ impl Coordinator {
     ) -> Result<FailOutcome, CoordinatorError> {
         check_fail(&req)?;
         // The queue (and so its policy) is read under the row lock.
-        let out = self
-            .write(
-                FencedWrite::Fail(Fail {
-                    job_id: req.job_id,
-                    attempt: req.attempt,
-                    disposition: req.disposition,
-                    // What follows the write does not read the error.
-                    error: std::mem::take(&mut req.error),
-                    retry_delay: req.retry_delay,
-                    expected_lease: self.config.default_lease,
-                    provider_retry_after: req.provider_retry_after,
-                }),
-                scope,
-            )
-            .await?;
+        let out = self.write(self.fail_write(&mut req), scope).await?;
         let out = out.into_fail()?;
         if !out.replayed {
             self.failed(&req, &out);
@@ -123,10 +100,24 @@ impl Coordinator {
         Ok(out)
     }
 
+    /// The fenced write of a Fail (its error moved out of `req`: what
+    /// follows the write does not read it).
+    pub(crate) fn fail_write(&self, req: &mut FailParams) -> FencedWrite {
+        FencedWrite::Fail(Fail {
+            job_id: req.job_id,
+            attempt: req.attempt,
+            disposition: req.disposition,
+            error: std::mem::take(&mut req.error),
+            retry_delay: req.retry_delay,
+            expected_lease: self.config.default_lease,
+            provider_retry_after: req.provider_retry_after,
+        })
+    }
+
     /// What an applied Fail changes beyond its row: a retry wakes the
     /// queue's long-polling Claims when it is due, a throttle report and
     /// every resend decision are counted and logged.
-    fn failed(&self, req: &FailParams, out: &FailOutcome) {
+    pub(crate) fn failed(&self, req: &FailParams, out: &FailOutcome) {
         let job = &out.job;
         if matches!(
             out.applied,
@@ -182,10 +173,8 @@ impl Coordinator {
         }
     }
 
-    /// Sends one fenced write through the write pipeline; labels the RPC's
-    /// span with the job's queue, and counts and logs a refused stale write
-    /// (its queue read by primary key: the refusal does not carry it) and
-    /// a commit whose outcome is unknown.
+    /// Sends one fenced write through the write pipeline; see
+    /// [`written`](Self::written).
     async fn write(
         &self,
         write: FencedWrite,
@@ -196,13 +185,27 @@ impl Coordinator {
             write,
             scope: scope.clone(),
         };
-        let e = match self
+        let result = self
             .for_job(job_id)?
             .writes
             .submit(scoped)
             .await
-            .and_then(|r| r)
-        {
+            .and_then(|r| r);
+        self.written(rpc, job_id, scope, result).await
+    }
+
+    /// What follows a fenced write's answer: labels the RPC's span with
+    /// the job's queue, and counts and logs a refused stale write (its
+    /// queue read by primary key: the refusal does not carry it) and a
+    /// commit whose outcome is unknown.
+    pub(crate) async fn written(
+        &self,
+        rpc: &'static str,
+        job_id: u64,
+        scope: &QueueScope,
+        result: Result<FencedOutcome, CoordinatorError>,
+    ) -> Result<FencedOutcome, CoordinatorError> {
+        let e = match result {
             Ok(out) => {
                 let span = tracing::Span::current();
                 span.record("queue", out.job.queue.as_str());
@@ -246,8 +249,22 @@ impl Coordinator {
     }
 }
 
+/// The checks of a Complete's own fields (the rest is the fence's).
+pub(crate) fn check_complete(req: &Complete) -> Result<(), CoordinatorError> {
+    let mut v = Violations::default();
+    v.job_id(req.job_id);
+    v.attempt(req.attempt);
+    if let Some(r) = &req.provider_reference {
+        v.max_bytes("provider_reference", r, MAX_KEY_BYTES);
+    }
+    if let Some(r) = &req.result {
+        v.max_bytes("result", r, MAX_BODY_BYTES);
+    }
+    v.finish()
+}
+
 /// The checks of a Fail's own fields (the rest is the fence's).
-fn check_fail(req: &FailParams) -> Result<(), CoordinatorError> {
+pub(crate) fn check_fail(req: &FailParams) -> Result<(), CoordinatorError> {
     let mut v = Violations::default();
     v.job_id(req.job_id);
     v.attempt(req.attempt);

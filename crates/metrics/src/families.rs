@@ -171,7 +171,7 @@ impl ServingMetrics {
             batch_size: registered(r, HistogramVec::new(
                 HistogramOpts::new(
                     "jobfence_batch_size",
-                    "Calls per database transaction of the coordinator's batching pipelines, by pipeline (write: Complete/Fail/RenewLease group commits; claim: coalesced Claims; enqueue: coalesced Enqueues).",
+                    "Calls per database transaction of the coordinator's batching pipelines, by pipeline (write: Complete/Fail/RenewLease group commits; handoff: Complete/Fail that claim the next job in the same transaction; claim: coalesced Claims; enqueue: coalesced Enqueues).",
                 )
                 .buckets(BATCH_BUCKETS.to_vec()),
                 &["pipeline"],

@@ -12,10 +12,12 @@
 //! row) and one event insert for the whole batch.
 
 mod decide;
+pub mod handoff;
+mod write;
 
-use super::batch::{self, with_job_columns, Change};
+use super::batch::{self, with_job_columns};
 use super::budget::{self, LockedProvider, Rules};
-use super::events::{self, NewEvent};
+use super::events;
 use super::literal;
 use super::pause::PausePoint;
 use super::reads::{self, LockedJob};
@@ -24,14 +26,15 @@ use super::{commit, convert_sqlx_err, JobStore};
 use decide::{decide, room_left, Claiming, Decided, Holds};
 use jobfence_domain::budget::{Allowance, BudgetReport, Holdback};
 use jobfence_domain::{
-    transition, ClaimSlot, ClaimedJob, CoordinatorError, DbTime, EventKind, Job, JobState,
-    NextAction, Observation, QueuePolicy, QueueScope, Takeover,
+    transition, ClaimSlot, ClaimedJob, CoordinatorError, DbTime, Job, NextAction, Observation,
+    QueuePolicy, QueueScope, Takeover,
 };
 use sqlx::mysql::MySqlRow;
 use sqlx::MySqlConnection;
 use std::collections::{HashMap, HashSet};
 use std::sync::LazyLock;
 use std::time::Duration;
+use write::{hand_out, write_decided};
 
 static SCAN_EXPIRED: LazyLock<String> =
     LazyLock::new(|| with_job_columns(include_str!("queries/jobs/scan_expired.sql")));
@@ -160,56 +163,90 @@ impl JobStore {
         slots: &[ClaimSlot],
         want_next_due: bool,
     ) -> Result<ClaimBatchOutcome, CoordinatorError> {
-        let wanted: u32 = slots.iter().map(|s| s.max_jobs).sum();
         let mut tx = self.begin_batch().await?;
-        let Scan {
-            rules,
-            expired: mut candidates,
-            ready,
-        } = scan(&mut tx, queue, wanted, false).await?;
-        if rules.queue_paused {
-            // An operator paused the queue: nothing is handed out, and
-            // only a resume changes that (no next due time to wait for).
-            tx.rollback().await?;
-            return Ok(ClaimBatchOutcome {
-                jobs: vec![Vec::new(); slots.len()],
-                next_due: None,
-                budget: None,
-                parked: Vec::new(),
-            });
-        }
-        let room = (wanted as usize).saturating_sub(candidates.len());
-        candidates.extend(ready.into_iter().take(room));
-        self.pause(PausePoint::ClaimAfterScan).await;
-        let mut run = ClaimRun::new(queue, slots, want_next_due, &rules, default_policy);
-        run.clock(&candidates);
-        // Declared before what borrows it (jobs found by a second scan).
-        let mut extra: Vec<LockedJob> = Vec::new();
-        let decided = run.decide(&mut tx, &candidates, &mut extra).await?;
-        let settled = run.settle(&mut tx, &decided).await?;
-        if decided.is_empty() {
-            if settled.after.is_empty() {
+        let mut rows = ClaimRows::default();
+        let phase = self
+            .claim_phase(
+                &mut tx,
+                &mut rows,
+                queue,
+                default_policy,
+                slots,
+                want_next_due,
+            )
+            .await?;
+        if phase.decided.is_empty() {
+            // Nothing handed out (an operator may have paused the queue:
+            // then nothing to spend either, and only a resume changes it).
+            if phase.settled.after.is_empty() {
                 tx.rollback().await?;
             } else {
-                tx.commit_after(&settled.after).await?;
+                tx.commit_after(&phase.settled.after).await?;
             }
             return Ok(ClaimBatchOutcome {
                 jobs: vec![Vec::new(); slots.len()],
-                next_due: settled.next_due,
-                budget: settled.report,
+                next_due: phase.settled.next_due,
+                budget: phase.settled.report,
                 parked: Vec::new(),
             });
         }
-        let now = run
-            .now
-            .ok_or_else(|| CoordinatorError::Internal("a claim decided without a clock".into()))?;
-        let observations = self.write_claim(tx, &decided, now, &settled.after).await?;
-        let (jobs, parked) = hand_out(decided, observations, slots.len(), run.provider);
+        let now = phase.clock()?;
+        let observations = self
+            .write_claim(tx, &phase.decided, now, &phase.settled.after)
+            .await?;
+        let (jobs, parked) = hand_out(phase.decided, observations, slots.len(), phase.provider);
         Ok(ClaimBatchOutcome {
             jobs,
-            next_due: settled.next_due,
-            budget: settled.report,
+            next_due: phase.settled.next_due,
+            budget: phase.settled.report,
             parked,
+        })
+    }
+
+    /// The deciding half of a claim transaction, in `tx`: the scans (the
+    /// queue's rules, its provider's row locked, the candidate rows locked
+    /// with SKIP LOCKED), the decisions and what they spend of the budget,
+    /// nothing written yet. `rows` keeps what the decisions borrow. A
+    /// paused queue decides nothing and spends nothing.
+    async fn claim_phase<'a>(
+        &self,
+        tx: &mut Tx,
+        rows: &'a mut ClaimRows,
+        queue: &'a str,
+        default_policy: QueuePolicy,
+        slots: &'a [ClaimSlot],
+        want_next_due: bool,
+    ) -> Result<ClaimPhase<'a>, CoordinatorError> {
+        let wanted: u32 = slots.iter().map(|s| s.max_jobs).sum();
+        let scanned = scan(tx, queue, wanted, false).await?;
+        let ClaimRows {
+            rules,
+            candidates,
+            extra,
+        } = rows;
+        let rules: &'a Rules = rules.insert(scanned.rules);
+        if rules.queue_paused {
+            return Ok(ClaimPhase {
+                decided: Vec::new(),
+                settled: Settled::default(),
+                now: None,
+                provider: None,
+            });
+        }
+        *candidates = scanned.expired;
+        let room = (wanted as usize).saturating_sub(candidates.len());
+        candidates.extend(scanned.ready.into_iter().take(room));
+        self.pause(PausePoint::ClaimAfterScan).await;
+        let mut run = ClaimRun::new(queue, slots, want_next_due, rules, default_policy);
+        let candidates: &'a Vec<LockedJob> = candidates;
+        run.clock(candidates);
+        let decided = run.decide(tx, candidates, extra).await?;
+        let settled = run.settle(tx, &decided).await?;
+        Ok(ClaimPhase {
+            decided,
+            settled,
+            now: run.now,
+            provider: run.provider,
         })
     }
 
@@ -332,6 +369,34 @@ impl JobStore {
     }
 }
 
+/// What a claim transaction owns while it decides: the queue's stored
+/// rules and the rows its scans locked, which the decisions borrow.
+#[derive(Default)]
+struct ClaimRows {
+    rules: Option<Rules>,
+    candidates: Vec<LockedJob>,
+    /// Reconciles found by a second scan behind a provider's paused sends.
+    extra: Vec<LockedJob>,
+}
+
+/// A claim decided in its transaction and not yet written: the jobs it
+/// hands out or parks, what it spends of the budget, the clock its leases
+/// run from (`None` when the scans read no row), and the provider.
+struct ClaimPhase<'a> {
+    decided: Vec<Decided<'a>>,
+    settled: Settled,
+    now: Option<DbTime>,
+    provider: Option<&'a LockedProvider>,
+}
+
+impl ClaimPhase<'_> {
+    /// The clock every lease of the claim runs from.
+    fn clock(&self) -> Result<DbTime, CoordinatorError> {
+        self.now
+            .ok_or_else(|| CoordinatorError::Internal("a claim decided without a clock".into()))
+    }
+}
+
 /// One claim transaction's facts and budget as it decides: the slots,
 /// the queue's policy, its provider's row (locked by the scan), the clock
 /// every lease runs from, what the budget still allows and what it held
@@ -351,6 +416,7 @@ struct ClaimRun<'s> {
 }
 
 /// What a claim spends of its provider's budget and says about it.
+#[derive(Default)]
 struct Settled {
     /// What the claim did against the budget, when the queue has a provider.
     report: Option<BudgetReport>,
@@ -462,30 +528,6 @@ impl<'s> ClaimRun<'s> {
     }
 }
 
-/// The answer of a committed claim: the jobs of each slot, in the order
-/// of the slots, and the due resends it parked.
-fn hand_out(
-    decided: Vec<Decided<'_>>,
-    mut observations: HashMap<u64, Vec<Observation>>,
-    slots: usize,
-    provider: Option<&LockedProvider>,
-) -> (Vec<Vec<ClaimedJob>>, Vec<Job>) {
-    let mut jobs: Vec<Vec<ClaimedJob>> = vec![Vec::new(); slots];
-    let mut parked = Vec::new();
-    for d in decided {
-        match d.slot {
-            Some(i) => jobs[i].push(ClaimedJob {
-                takeover: d.locked.job.state == JobState::Running,
-                observations: observations.remove(&d.after.id).unwrap_or_default(),
-                job: d.after,
-                provider: provider.map(|p| p.name.clone()),
-            }),
-            None => parked.push(d.after),
-        }
-    }
-    (jobs, parked)
-}
-
 /// How long until the next job of `queue` becomes claimable (see
 /// `queries/jobs/next_due.sql`).
 async fn next_due(
@@ -505,64 +547,4 @@ async fn next_due(
     Ok(us
         .filter(|us| *us < NOTHING)
         .map(|us| Duration::from_micros(us.max(0) as u64)))
-}
-
-/// Writes what a claim decided (new attempts, fenced on the state and
-/// attempt read under the lock; parked resends), and returns their events (`claimed`, `taken_over`,
-/// `manual_review`), appended by the caller with its COMMIT.
-async fn write_decided<'a>(
-    conn: &mut MySqlConnection,
-    decided: &'a [Decided<'_>],
-    now: DbTime,
-) -> Result<Vec<NewEvent<'a>>, CoordinatorError> {
-    let changes: Vec<Change> = decided
-        .iter()
-        .map(|d| Change {
-            before: &d.locked.job,
-            after: &d.after,
-        })
-        .collect();
-    for d in decided.iter().filter(|d| d.slot.is_some()) {
-        transition::check_hand_out(&d.locked.job, &d.after)?;
-    }
-    batch::write_images(&mut *conn, &changes).await?;
-    Ok(decided
-        .iter()
-        .map(|d| {
-            let before = &d.locked.job;
-            let after = &d.after;
-            let (kind, to_state, detail) = match d.slot {
-                None => (
-                    EventKind::ManualReview,
-                    JobState::ManualReview,
-                    format!(
-                        "hand_out:{}",
-                        after.state_reason.as_deref().unwrap_or_default()
-                    ),
-                ),
-                Some(_) if before.state == JobState::Running => (
-                    EventKind::TakenOver,
-                    JobState::Running,
-                    after.next_action.as_str().to_owned(),
-                ),
-                Some(_) => (
-                    EventKind::Claimed,
-                    JobState::Running,
-                    after.next_action.as_str().to_owned(),
-                ),
-            };
-            NewEvent {
-                job_id: after.id,
-                queue: &after.queue,
-                attempt: after.attempt,
-                kind,
-                from_state: Some(before.state),
-                to_state: Some(to_state),
-                current_attempt: after.attempt,
-                request_digest: None,
-                detail: Some(detail),
-                created_at: now,
-            }
-        })
-        .collect())
 }

@@ -58,6 +58,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
+pub use claim::handoff::{Handoff, HandoffBatch};
 pub use claim::{ClaimBatchOutcome, MAX_CLAIM_TRANSACTION_JOBS};
 pub use enqueue::EnqueueResult;
 pub use errors::convert_sqlx_err;

@@ -33,6 +33,11 @@ pub enum PausePoint {
     /// allocated, its row locked and not yet visible), COMMIT is next
     /// (inside the transaction).
     TakeoverBeforeCommit,
+    /// A Complete or Fail that claims its caller's next jobs (one
+    /// transaction, docs/design.md rule 16) has written both halves; its
+    /// events and COMMIT go next, in one round trip (inside the
+    /// transaction).
+    HandoffBeforeCommit,
     /// An Enqueue found its new keys free; their INSERTs, events and
     /// COMMIT go next, in one round trip (inside the transaction).
     EnqueueBeforeCommit,

@@ -13,6 +13,8 @@
 //! refusal is logged as a `stale_write_rejected` event. A commit whose
 //! outcome is unknown is unknown for every write in it (rule 4).
 
+mod rules;
+
 use super::batch::{self, Change};
 use super::events::{self, call_digest, CallKey, NewEvent};
 use super::pause::PausePoint;
@@ -22,10 +24,11 @@ use super::{micros, JobStore};
 use jobfence_domain::event::parse_fail_detail;
 use jobfence_domain::write_plan::{self, AppliedWrite, WritePlan};
 use jobfence_domain::{
-    transition, Complete, CoordinatorError, DbTime, EventKind, Fail, FailDisposition, FailOutcome,
-    FencedOutcome, FencedWrite, JobState, OverrideReason, QueuePolicies, QueuePolicy, QueueScope,
-    RenewLease, ScopedWrite, WriteOutcome,
+    Complete, CoordinatorError, DbTime, EventKind, Fail, FailDisposition, FailOutcome,
+    FencedOutcome, FencedWrite, JobState, OverrideReason, QueuePolicies, QueueScope, RenewLease,
+    ScopedWrite, WriteOutcome,
 };
+use rules::RoundRules;
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
@@ -150,18 +153,56 @@ impl JobStore {
         round: &[usize],
         policies: &QueuePolicies,
     ) -> Result<Vec<WriteResult>, CoordinatorError> {
-        let ids: Vec<u64> = round.iter().map(|&i| writes[i].write.job_id()).collect();
         let mut tx = self.begin_batch().await?;
-        let Some((locked, now)) = lock_round(&mut tx, &ids).await? else {
+        let open = self.open_round(&mut tx, writes, round, policies).await?;
+        if open.locked.is_empty() {
             // Not one of the jobs exists.
             tx.rollback().await?;
-            return Ok(ids
-                .iter()
-                .map(|&job_id| Err(CoordinatorError::JobNotFound { job_id }))
-                .collect());
+            return Ok(open.answers(None));
+        }
+        self.pause_in(PausePoint::WriteBeforeCommit, &mut tx).await;
+        // Replays, unknown jobs and forbidden calls write nothing; every
+        // other call has its event, appended in the round trip of the
+        // COMMIT.
+        let new_events = open.events();
+        if new_events.is_empty() {
+            tx.rollback().await?;
+            drop(new_events);
+            return Ok(open.answers(None));
+        }
+        let commit_error =
+            match events::append_and_commit_with(tx, &new_events, &open.throttles).await {
+                Ok(()) => None,
+                Err(e @ CoordinatorError::CommitOutcomeUnknown(_)) => Some(e),
+                // A conflict, or refused before COMMIT ran: nothing applied.
+                Err(e) => return Err(e),
+            };
+        drop(new_events);
+        Ok(open.answers(commit_error.as_ref()))
+    }
+
+    /// The first half of a round's transaction, in `tx`: locks the rows
+    /// (by primary key, in id order), decides each call on its own locked
+    /// row (the fence), finds replays, and writes the new images; the
+    /// events and the COMMIT are the caller's ([`OpenRound::events`]).
+    pub(crate) async fn open_round<'w>(
+        &self,
+        tx: &mut Tx,
+        writes: &'w [ScopedWrite],
+        round: &[usize],
+        policies: &QueuePolicies,
+    ) -> Result<OpenRound<'w>, CoordinatorError> {
+        let ids: Vec<u64> = round.iter().map(|&i| writes[i].write.job_id()).collect();
+        let Some((locked, now)) = lock_round(tx, &ids).await? else {
+            return Ok(OpenRound {
+                locked: HashMap::new(),
+                now: None,
+                plans: ids.into_iter().map(Plan::NotFound).collect(),
+                throttles: Vec::new(),
+            });
         };
         self.pause(PausePoint::WriteAfterLock).await;
-        let rules = RoundRules::read(&mut tx, writes, round, &locked, policies).await?;
+        let rules = RoundRules::read(tx, writes, round, &locked, policies).await?;
         // Decide each call on its own locked row.
         let mut plans: Vec<Plan> = round
             .iter()
@@ -177,27 +218,7 @@ impl JobStore {
             })
             .collect();
         let throttles = rules.hold_throttled(&mut plans, &locked, now)?;
-        mark_replays(&mut tx, &mut plans).await?;
-        let commit_error = self
-            .write_and_commit(tx, &plans, &locked, &throttles, now)
-            .await?;
-        Ok(plans
-            .into_iter()
-            .map(|p| p.answer(&locked, commit_error.as_ref()))
-            .collect())
-    }
-
-    /// Writes every change and every event of a round, the events in the
-    /// round trip of the COMMIT. `Ok(Some(e))`: the COMMIT's outcome is
-    /// unknown (`e`); `Err`: nothing was applied.
-    async fn write_and_commit(
-        &self,
-        mut tx: Tx,
-        plans: &[Plan<'_>],
-        locked: &HashMap<u64, LockedJob>,
-        throttles: &[String],
-        now: DbTime,
-    ) -> Result<Option<CoordinatorError>, CoordinatorError> {
+        mark_replays(tx, &mut plans).await?;
         let changes: Vec<Change> = plans
             .iter()
             .filter_map(|p| match p {
@@ -208,23 +229,55 @@ impl JobStore {
                 _ => None,
             })
             .collect();
-        batch::write_images(&mut tx, &changes).await?;
-        let new_events: Vec<NewEvent> = plans.iter().filter_map(|p| p.event(locked, now)).collect();
+        batch::write_images(tx, &changes).await?;
         drop(changes);
-        self.pause_in(PausePoint::WriteBeforeCommit, &mut tx).await;
-        // Replays, unknown jobs and forbidden calls write nothing; every
-        // other call has its event, appended in the round trip of the
-        // COMMIT.
-        if new_events.is_empty() {
-            tx.rollback().await?;
-            return Ok(None);
-        }
-        match events::append_and_commit_with(tx, &new_events, throttles).await {
-            Ok(()) => Ok(None),
-            Err(e @ CoordinatorError::CommitOutcomeUnknown(_)) => Ok(Some(e)),
-            // A conflict, or refused before COMMIT ran: nothing applied.
-            Err(e) => Err(e),
-        }
+        Ok(OpenRound {
+            locked,
+            now: Some(now),
+            plans,
+            throttles,
+        })
+    }
+}
+
+/// A round whose calls are decided and whose new images are written in
+/// its transaction, not yet committed (see [`JobStore::open_round`]).
+pub(crate) struct OpenRound<'w> {
+    locked: HashMap<u64, LockedJob>,
+    /// The clock the round stamps; `None` when not one job exists.
+    now: Option<DbTime>,
+    plans: Vec<Plan<'w>>,
+    /// The statements that hold throttled providers, sent with the COMMIT.
+    pub(crate) throttles: Vec<String>,
+}
+
+impl OpenRound<'_> {
+    /// One event per call that wrote or was refused, to append with the
+    /// COMMIT; replays, unknown jobs and forbidden calls have none.
+    pub(crate) fn events(&self) -> Vec<NewEvent<'_>> {
+        let Some(now) = self.now else {
+            return Vec::new();
+        };
+        self.plans
+            .iter()
+            .filter_map(|p| p.event(&self.locked, now))
+            .collect()
+    }
+
+    /// Whether call `k` of the round (in round order) is a replay of a
+    /// call applied before.
+    pub(crate) fn is_replay(&self, k: usize) -> bool {
+        matches!(self.plans.get(k), Some(Plan::Replay { .. }))
+    }
+
+    /// Each call's answer once the transaction ended, in round order;
+    /// `commit_error` is set when the COMMIT's outcome is unknown.
+    pub(crate) fn answers(self, commit_error: Option<&CoordinatorError>) -> Vec<WriteResult> {
+        let locked = self.locked;
+        self.plans
+            .into_iter()
+            .map(|p| p.answer(&locked, commit_error))
+            .collect()
     }
 }
 
@@ -243,88 +296,6 @@ async fn lock_round(
         None => return Ok(None),
     };
     Ok(Some((locked, now)))
-}
-
-/// The stored rules of a round's queues: a resend is decided on the
-/// queue's stored policy (docs/design.md rule 13), and a throttle report names
-/// the queue's provider. Read in the round's transaction, only when a call
-/// needs them.
-struct RoundRules {
-    stored: HashMap<String, (Option<QueuePolicy>, Option<String>)>,
-    /// The coordinator's policies with the stored ones over them, when any
-    /// is stored.
-    merged: Option<QueuePolicies>,
-}
-
-impl RoundRules {
-    async fn read(
-        tx: &mut Tx,
-        writes: &[ScopedWrite],
-        round: &[usize],
-        locked: &HashMap<u64, LockedJob>,
-        policies: &QueuePolicies,
-    ) -> Result<RoundRules, CoordinatorError> {
-        let needs_rules: Vec<&str> = round
-            .iter()
-            .filter_map(|&i| match &writes[i].write {
-                FencedWrite::Fail(f)
-                    if f.disposition == FailDisposition::RetryExecute
-                        || f.provider_retry_after.is_some() =>
-                {
-                    locked.get(&f.job_id).map(|l| l.job.queue.as_str())
-                }
-                _ => None,
-            })
-            .collect();
-        let stored = queue_rules(tx, &needs_rules).await?;
-        let merged = stored.values().any(|(p, _)| p.is_some()).then(|| {
-            let mut merged = policies.clone();
-            for (queue, (policy, _)) in &stored {
-                if let Some(p) = policy {
-                    merged.by_queue.insert(queue.clone(), *p);
-                }
-            }
-            merged
-        });
-        Ok(RoundRules { stored, merged })
-    }
-
-    /// The policies the round decides resends on.
-    fn policies<'a>(&'a self, flags: &'a QueuePolicies) -> &'a QueuePolicies {
-        self.merged.as_ref().unwrap_or(flags)
-    }
-
-    /// Applied Fails that report the provider's Retry-After hold its
-    /// hand-outs until then, on every coordinator, committed with them:
-    /// the statements to send with the COMMIT.
-    fn hold_throttled(
-        &self,
-        plans: &mut [Plan<'_>],
-        locked: &HashMap<u64, LockedJob>,
-        now: DbTime,
-    ) -> Result<Vec<String>, CoordinatorError> {
-        let mut throttles = Vec::new();
-        for p in plans.iter_mut() {
-            if let Plan::Apply {
-                applied:
-                    AppliedWrite {
-                        after,
-                        throttle: Some(retry_after),
-                        ..
-                    },
-                throttled,
-                ..
-            } = p
-            {
-                let queue = locked[&after.id].job.queue.as_str();
-                if let Some((_, Some(provider))) = self.stored.get(queue) {
-                    throttles.push(throttle_statement(provider, *retry_after, now)?);
-                    *throttled = Some(provider.clone());
-                }
-            }
-        }
-        Ok(throttles)
-    }
 }
 
 /// Refused calls that are this very call applied before (a replay after a
@@ -497,53 +468,6 @@ impl Plan<'_> {
             }),
         }
     }
-}
-
-/// The stored rules of `queues`, read in the write's transaction (a
-/// plain read: they change only by an operator's call): each queue's
-/// stored resend policy and its provider. Empty without a query when
-/// `queues` is.
-async fn queue_rules(
-    conn: &mut sqlx::MySqlConnection,
-    queues: &[&str],
-) -> Result<
-    std::collections::HashMap<String, (Option<QueuePolicy>, Option<String>)>,
-    CoordinatorError,
-> {
-    let mut out = std::collections::HashMap::new();
-    if queues.is_empty() {
-        return Ok(out);
-    }
-    let sql = include_str!("queries/queue_policies/write_rules.sql")
-        .replace("{queues}", &super::reads::placeholders(queues.len()));
-    let mut q = sqlx::query(&sql);
-    for queue in queues {
-        q = q.bind(*queue);
-    }
-    for row in q.fetch_all(conn).await.map_err(super::convert_sqlx_err)? {
-        out.insert(
-            super::rows::text(&row, "queue")?,
-            (
-                super::budget::stored_policy(&row)?,
-                super::rows::opt_text(&row, "provider")?,
-            ),
-        );
-    }
-    Ok(out)
-}
-
-/// The statement that holds `provider`'s hand-outs for `retry_after` from
-/// `now` (never shortening a longer hold already stored), counting the
-/// report.
-fn throttle_statement(
-    provider: &str,
-    retry_after: Duration,
-    now: DbTime,
-) -> Result<String, CoordinatorError> {
-    let until = super::literal::time(transition::after(now, retry_after));
-    Ok(include_str!("queries/providers/throttle.sql")
-        .replace("{until}", &until)
-        .replace("{provider}", &super::literal::provider(provider)?))
 }
 
 /// The call's name inside its digest and refusal detail (kept from the

@@ -316,6 +316,7 @@ impl Harness {
                 error: "provider says unknown".into(),
                 retry_delay: None,
                 provider_retry_after: None,
+                next: None,
             })
             .await
             .expect("the Fail parks the job")

@@ -5,6 +5,7 @@
 
 use super::client::{proto_duration, WorkerClient};
 use super::error::{self, WriteError};
+use super::next::{refusal_status, NextAsk};
 use crate::proto::{
     self, CompleteRequest, FailRequest, ObservationOutcome, ObservationSource,
     RecordObservationRequest, RenewLeaseRequest,
@@ -122,6 +123,10 @@ pub struct ClaimedJob {
     takeover: bool,
     observations: Vec<proto::Observation>,
     settled: bool,
+    /// Set by the run loop: Complete and Fail ask for the next job.
+    next: Option<NextAsk>,
+    /// The jobs a Complete or Fail of this handle was answered with.
+    handed: Vec<proto::ClaimedJob>,
 }
 
 impl ClaimedJob {
@@ -134,7 +139,41 @@ impl ClaimedJob {
             takeover: c.takeover,
             observations: c.observations,
             settled: false,
+            next: None,
+            handed: Vec::new(),
         })
+    }
+
+    /// Makes this handle's Complete and Fail ask for the worker's next job
+    /// in the same transaction (the run loop does; docs/design.md rule 16).
+    pub(crate) fn ask_next(&mut self, ask: NextAsk) {
+        self.next = Some(ask);
+    }
+
+    /// The jobs this handle's write-back was answered with, as handles
+    /// that ask for their own next job the same way.
+    pub(crate) fn take_handed(&mut self) -> Vec<ClaimedJob> {
+        let ask = self.next.clone();
+        std::mem::take(&mut self.handed)
+            .into_iter()
+            .filter_map(|c| ClaimedJob::from_proto(self.client.clone(), c))
+            .map(|mut job| {
+                job.next = ask.clone();
+                job
+            })
+            .collect()
+    }
+
+    /// Keeps the next jobs of a write's answer, and gives the write's
+    /// refusal, if the fence refused it, as the status the same call
+    /// without a next-job request would have ended with.
+    fn answered(&mut self, next: Option<proto::NextJobs>) -> Result<(), tonic::Status> {
+        let Some(next) = next else { return Ok(()) };
+        self.handed.extend(next.jobs);
+        match next.write_refused {
+            Some(w) => Err(refusal_status(&w)),
+            None => Ok(()),
+        }
     }
 
     /// The job's id.
@@ -224,6 +263,7 @@ impl ClaimedJob {
             attempt: self.attempt,
             provider_reference: provider_reference.to_owned(),
             result: result.to_owned(),
+            next: self.next.as_ref().and_then(NextAsk::now),
         };
         let client = &self.client;
         let outcome = client
@@ -233,11 +273,12 @@ impl ClaimedJob {
                 async move { client.deadline(rpc.complete(request)).await }
             })
             .await;
+        let outcome = outcome.and_then(|response| {
+            let mut r = response.into_inner();
+            self.answered(r.next.take()).map(|()| r)
+        });
         match outcome {
-            Ok(response) => {
-                let r = response.into_inner();
-                Ok(self.applied(r.job, r.replayed))
-            }
+            Ok(r) => Ok(self.applied(r.job, r.replayed)),
             Err(status) => {
                 let refusal = self.refused(status);
                 if provider_reference.is_empty() {
@@ -328,6 +369,7 @@ impl ClaimedJob {
             error: error.to_owned(),
             retry_delay: Some(proto_duration(retry_delay)),
             provider_retry_after: provider_retry_after.map(proto_duration),
+            next: self.next.as_ref().and_then(NextAsk::now),
         };
         let client = &self.client;
         let outcome = client
@@ -337,9 +379,12 @@ impl ClaimedJob {
                 async move { client.deadline(rpc.fail(request)).await }
             })
             .await;
+        let outcome = outcome.and_then(|response| {
+            let mut r = response.into_inner();
+            self.answered(r.next.take()).map(|()| r)
+        });
         match outcome {
-            Ok(response) => {
-                let r = response.into_inner();
+            Ok(r) => {
                 let applied = Disposition::from_proto(r.applied).unwrap_or(disposition);
                 let written = self.applied(r.job, r.replayed);
                 Ok(FailWritten {

@@ -70,6 +70,7 @@ mod client;
 pub mod credentials;
 mod error;
 mod handle;
+mod next;
 pub mod reason;
 mod retry;
 mod runner;

@@ -1,11 +1,14 @@
 //! [`Worker::run`] (and [`WorkerClient::run`], the same loop): claims jobs
 //! as slots free up, runs a [`Handler`] on each, and shuts down gracefully.
 
-use super::client::{WorkerClient, WorkerConfig};
+use super::client::{proto_duration, WorkerClient, WorkerConfig};
 use super::error::ClaimError;
 use super::handle::{ClaimedJob, Disposition};
+use super::next::NextAsk;
+use crate::proto::NextJobsRequest;
 use std::future::Future;
 use std::ops::ControlFlow;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
@@ -36,8 +39,13 @@ pub trait Handler: Send + Sync + 'static {
 /// Counts of one [`Worker::run`], for logs and tests.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RunReport {
-    /// Jobs handed out by the runner's claims (takeovers included).
+    /// Jobs handed out (takeovers included), by the runner's claims and
+    /// by handlers' write-backs.
     pub claimed: u64,
+    /// Of `claimed`, the jobs a handler's Complete or Fail was answered
+    /// with (the write and the next job in one call and one transaction,
+    /// docs/design.md rule 16).
+    pub on_write_back: u64,
     /// Of which inline takeovers of an expired lease.
     pub takeovers: u64,
     /// Handlers that returned (with or without an error).
@@ -70,10 +78,17 @@ pub struct RunReport {
     pub stopped_by: Option<String>,
 }
 
-/// What one handler task reports back to the runner.
+/// What one handler task reports back to the runner: the jobs it
+/// handled one after the other on its slot (the first, then each one its
+/// write-back was answered with).
+#[derive(Default)]
 struct Finished {
-    error: bool,
-    released: bool,
+    handled: u64,
+    errors: u64,
+    released: u64,
+    /// Jobs handed out with a write-back (not by the runner's Claims).
+    chained: u64,
+    chained_takeovers: u64,
 }
 
 /// Runs a handler over the jobs of one queue, at most
@@ -97,6 +112,12 @@ impl Worker {
     /// - Never holds more jobs than it has free slots: each Claim asks for
     ///   exactly the number of free slots, and waits for one to free up
     ///   before claiming again (the seed: claim only what can be done now).
+    /// - A handler's Complete or Fail asks for the next job for the slot it
+    ///   frees, in the same call and transaction (docs/design.md rule 16);
+    ///   the handler then runs on it. A stale write still gets its next
+    ///   job; a write whose outcome is unknown gets none (the SDK's retry
+    ///   of it is answered as a replay, which claims nothing). When nothing
+    ///   was due, the slot goes back to the loop's long-polling Claim.
     /// - A Claim already sent when `shutdown` fires is not cancelled: that
     ///   would make its outcome unknown. Its jobs, if any, are handled.
     /// - A Claim that fails hands out nothing and runs no handler; the next
@@ -116,6 +137,8 @@ impl Worker {
         let mut run = Run::new(self.client.clone(), handler);
         tokio::pin!(shutdown);
         while run.round(&mut shutdown).await.is_continue() {}
+        // No handler's write-back asks for another job from now on.
+        run.stopping.store(true, Ordering::Relaxed);
         run.wind_down().await
     }
 }
@@ -144,6 +167,9 @@ struct Run<H> {
     report: RunReport,
     /// Failed claims in a row, for the backoff.
     failures: u32,
+    /// Set once the loop stops claiming: handlers' write-backs then ask
+    /// for no next job.
+    stopping: Arc<AtomicBool>,
 }
 
 impl<H: Handler> Run<H> {
@@ -157,6 +183,7 @@ impl<H: Handler> Run<H> {
             tasks: JoinSet::new(),
             report: RunReport::default(),
             failures: 0,
+            stopping: Arc::new(AtomicBool::new(false)),
         }
     }
 
@@ -214,9 +241,10 @@ impl<H: Handler> Run<H> {
     ) -> Option<Duration> {
         self.failures = 0;
         let idle = jobs.is_empty();
-        for job in jobs {
+        for mut job in jobs {
             self.report.claimed += 1;
             self.report.takeovers += u64::from(job.is_takeover());
+            job.ask_next(self.next_ask());
             let permit = permits.pop().expect("a claim never exceeds the free slots");
             self.tasks.spawn(handle_one(
                 self.handler.clone(),
@@ -229,6 +257,21 @@ impl<H: Handler> Run<H> {
         // off, or a draining coordinator).
         let waited = asked.elapsed() >= self.config.claim_wait / 2;
         (idle && !waited).then_some(self.config.poll_interval)
+    }
+
+    /// What a handler's Complete or Fail asks for: the next job of the
+    /// queue for the slot it frees (docs/design.md rule 16).
+    fn next_ask(&self) -> NextAsk {
+        NextAsk {
+            request: NextJobsRequest {
+                queue: self.config.queue.clone(),
+                worker_id: self.config.worker_id.clone(),
+                max_jobs: 1,
+                lease: Some(proto_duration(self.config.lease)),
+                wait: None,
+            },
+            stopping: self.stopping.clone(),
+        }
     }
 
     /// Counts a failed claim: breaks when asking again cannot succeed,
@@ -281,43 +324,66 @@ impl<H: Handler> Run<H> {
     }
 }
 
+/// Runs the handler on `job` and, while its write-back hands it the next
+/// job (docs/design.md rule 16), on each next job in turn, on one slot.
 async fn handle_one<H: Handler>(
     handler: Arc<H>,
-    mut job: ClaimedJob,
+    job: ClaimedJob,
     permit: OwnedSemaphorePermit,
     release_delay: std::time::Duration,
 ) -> Finished {
     // Held until the task ends, aborted or not: the slot frees with it.
     let _slot = permit;
-    let result = handler.handle(&mut job).await;
-    let mut released = false;
-    if !job.is_settled() {
-        let why = match &result {
-            Ok(()) => "handler returned without writing back".to_owned(),
-            Err(e) => format!("handler failed: {e}"),
-        };
-        match job
-            .fail(Disposition::RetryReconcile, &why, release_delay)
-            .await
-        {
-            Ok(_) => released = true,
-            Err(e) => {
-                tracing::warn!(job_id = job.job_id(), attempt = job.attempt(), error = %e, "could not release the job; it comes back after its lease")
-            }
+    let mut finished = Finished::default();
+    let mut next = Some(job);
+    while let Some(mut job) = next.take() {
+        let result = handler.handle(&mut job).await;
+        finished.handled += 1;
+        finished.errors += u64::from(result.is_err());
+        if !job.is_settled() {
+            finished.released += u64::from(release(&mut job, &result, release_delay).await);
+        }
+        next = job.take_handed().pop();
+        if let Some(n) = &next {
+            finished.chained += 1;
+            finished.chained_takeovers += u64::from(n.is_takeover());
         }
     }
-    Finished {
-        error: result.is_err(),
-        released,
+    finished
+}
+
+/// Sends `RetryReconcile` for a job its handler left unsettled; true when
+/// applied.
+async fn release(
+    job: &mut ClaimedJob,
+    result: &Result<(), HandlerError>,
+    release_delay: Duration,
+) -> bool {
+    let why = match result {
+        Ok(()) => "handler returned without writing back".to_owned(),
+        Err(e) => format!("handler failed: {e}"),
+    };
+    match job
+        .fail(Disposition::RetryReconcile, &why, release_delay)
+        .await
+    {
+        Ok(_) => true,
+        Err(e) => {
+            tracing::warn!(job_id = job.job_id(), attempt = job.attempt(), error = %e, "could not release the job; it comes back after its lease");
+            false
+        }
     }
 }
 
 fn tally(report: &mut RunReport, done: Result<Finished, tokio::task::JoinError>) {
     match done {
         Ok(f) => {
-            report.handled += 1;
-            report.handler_errors += u64::from(f.error);
-            report.released += u64::from(f.released);
+            report.handled += f.handled;
+            report.handler_errors += f.errors;
+            report.released += f.released;
+            report.claimed += f.chained;
+            report.on_write_back += f.chained;
+            report.takeovers += f.chained_takeovers;
         }
         Err(e) if e.is_panic() => {
             report.panicked += 1;

@@ -1,14 +1,15 @@
 //! `jobfence.v1.JobCoordinator`: the worker-facing service.
 
 use super::convert::{self, duration, non_empty};
+use super::handoff;
 use super::Rpc;
 use jobfence_api::v1::job_coordinator_server::JobCoordinator;
 use jobfence_api::v1::{
     enqueue_batch_result, ClaimRequest, ClaimResponse, CompleteRequest, CompleteResponse,
     EnqueueBatchRequest, EnqueueBatchResponse, EnqueueBatchResult, EnqueueRequest, EnqueueResponse,
-    FailRequest, FailResponse, GetJobRequest, GetJobResponse, ItemError, RecordObservationRequest,
-    RecordObservationResponse, RenewLeaseRequest, RenewLeaseResponse, TakeoverRequest,
-    TakeoverResponse,
+    FailRequest, FailResponse, GetJobRequest, GetJobResponse, ItemError, NextJobs,
+    RecordObservationRequest, RecordObservationResponse, RenewLeaseRequest, RenewLeaseResponse,
+    TakeoverRequest, TakeoverResponse,
 };
 use jobfence_auth::Action;
 use jobfence_core::{self as coordinator, Coordinator};
@@ -117,10 +118,7 @@ impl JobCoordinator for JobCoordinatorService {
             let wait = duration(&mut v, "wait", r.wait).unwrap_or_default();
             v.finish()?;
             // Answer empty before the caller's deadline, never after it.
-            let wait = match deadline {
-                Some(d) => wait.min(d.saturating_sub(d / 10 + DEADLINE_MARGIN)),
-                None => wait,
-            };
+            let wait = handoff::bounded_wait(wait, deadline);
             let call = coordinator::ClaimParams {
                 queue: r.queue,
                 worker_id: r.worker_id,
@@ -203,12 +201,22 @@ impl JobCoordinator for JobCoordinatorService {
     #[instrument(
         name = "Complete",
         skip_all,
-        fields(caller, job_id, queue, attempt, operation_key, replayed, outcome)
+        fields(
+            caller,
+            job_id,
+            queue,
+            attempt,
+            operation_key,
+            replayed,
+            claimed,
+            outcome
+        )
     )]
     async fn complete(
         &self,
         request: Request<CompleteRequest>,
     ) -> Result<Response<CompleteResponse>, Status> {
+        let deadline = call_deadline(request.metadata());
         let rpc = self.rpc("Complete");
         rpc.scoped(request, Action::Work, |r, scope| async move {
             let span = Span::current();
@@ -220,12 +228,39 @@ impl JobCoordinator for JobCoordinatorService {
                 provider_reference: non_empty(r.provider_reference),
                 result: non_empty(r.result),
             };
-            let out = self.coordinator.complete(call, &scope).await?;
-            span.record("operation_key", out.job.operation_key.as_str());
-            span.record("replayed", out.replayed);
-            Ok(CompleteResponse {
-                job: Some(convert::job(out.job)),
-                replayed: out.replayed,
+            let Some(next) = r.next else {
+                let out = self.coordinator.complete(call, &scope).await?;
+                span.record("operation_key", out.job.operation_key.as_str());
+                span.record("replayed", out.replayed);
+                return Ok(CompleteResponse {
+                    job: Some(convert::job(out.job)),
+                    replayed: out.replayed,
+                    next: None,
+                });
+            };
+            let mut v = Violations::default();
+            let next = handoff::next_params(&mut v, next, deadline);
+            v.finish()?;
+            let handed = self
+                .coordinator
+                .complete_and_claim(call, next, &scope)
+                .await?;
+            span.record("claimed", handed.jobs.len());
+            Ok(match handed.write {
+                Ok(out) => {
+                    span.record("operation_key", out.job.operation_key.as_str());
+                    span.record("replayed", out.replayed);
+                    CompleteResponse {
+                        job: Some(convert::job(out.job)),
+                        replayed: out.replayed,
+                        next: Some(handoff::next_jobs(handed.jobs, None)),
+                    }
+                }
+                Err(e) => CompleteResponse {
+                    job: None,
+                    replayed: false,
+                    next: Some(handoff::next_jobs(handed.jobs, Some(&e))),
+                },
             })
         })
         .await
@@ -242,10 +277,12 @@ impl JobCoordinator for JobCoordinatorService {
             operation_key,
             applied,
             replayed,
+            claimed,
             outcome
         )
     )]
     async fn fail(&self, request: Request<FailRequest>) -> Result<Response<FailResponse>, Status> {
+        let deadline = call_deadline(request.metadata());
         let rpc = self.rpc("Fail");
         rpc.scoped(request, Action::Work, |r, scope| async move {
             let span = Span::current();
@@ -265,19 +302,21 @@ impl JobCoordinator for JobCoordinatorService {
                 retry_delay: retry_delay.unwrap_or_default(),
                 provider_retry_after,
             };
-            let out = self.coordinator.fail(call, &scope).await?;
-            let applied = convert::disposition_to_proto(out.applied);
-            span.record("operation_key", out.job.operation_key.as_str());
-            span.record("applied", applied.as_str_name());
-            span.record("replayed", out.replayed);
-            Ok(FailResponse {
-                job: Some(convert::job(out.job)),
-                applied: applied as i32,
-                override_reason: out
-                    .override_reason
-                    .map(|r| r.as_str().to_owned())
-                    .unwrap_or_default(),
-                replayed: out.replayed,
+            let Some(next) = r.next else {
+                let out = self.coordinator.fail(call, &scope).await?;
+                return Ok(fail_response(out, None));
+            };
+            let mut v = Violations::default();
+            let next = handoff::next_params(&mut v, next, deadline);
+            v.finish()?;
+            let handed = self.coordinator.fail_and_claim(call, next, &scope).await?;
+            span.record("claimed", handed.jobs.len());
+            Ok(match handed.write {
+                Ok(out) => fail_response(out, Some(handoff::next_jobs(handed.jobs, None))),
+                Err(e) => FailResponse {
+                    next: Some(handoff::next_jobs(handed.jobs, Some(&e))),
+                    ..Default::default()
+                },
             })
         })
         .await
@@ -398,9 +437,25 @@ fn enqueue_batch_result(
     }
 }
 
-/// Time kept back from a long-polling Claim's deadline (plus a tenth of
-/// it) for the answer to travel back.
-const DEADLINE_MARGIN: Duration = Duration::from_millis(100);
+/// A Fail's response for what was applied (`next`: the claim half, when
+/// the call asked for it).
+fn fail_response(out: domain::FailOutcome, next: Option<NextJobs>) -> FailResponse {
+    let applied = convert::disposition_to_proto(out.applied);
+    let span = Span::current();
+    span.record("operation_key", out.job.operation_key.as_str());
+    span.record("applied", applied.as_str_name());
+    span.record("replayed", out.replayed);
+    FailResponse {
+        job: Some(convert::job(out.job)),
+        applied: applied as i32,
+        override_reason: out
+            .override_reason
+            .map(|r| r.as_str().to_owned())
+            .unwrap_or_default(),
+        replayed: out.replayed,
+        next,
+    }
+}
 
 /// The call's deadline, from its `grpc-timeout` header (the server's
 /// admission layer cuts it to `--call-timeout`).

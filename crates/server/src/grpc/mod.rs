@@ -8,6 +8,7 @@
 
 pub mod convert;
 pub mod events;
+mod handoff;
 mod job_admin;
 mod job_coordinator;
 mod providers;

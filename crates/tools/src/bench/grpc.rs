@@ -167,6 +167,7 @@ impl LifecycleWorker {
                         attempt: job.attempt,
                         provider_reference: "re_bench".into(),
                         result: String::new(),
+                        next: None,
                     })
                     .await
                     .with_context(|| format!("Complete of job {}", job.job_id))?

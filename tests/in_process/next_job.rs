@@ -1,0 +1,467 @@
+//! Complete and Fail that hand their caller its next job in the same
+//! transaction (docs/design.md rule 16), over gRPC against MariaDB: the two
+//! halves answer for themselves (a stale write still gets its next job, an
+//! empty claim still has its write applied), a replay hands out nothing,
+//! the claim half is a Claim in everything (scope, budget across
+//! coordinators), and a lock wait on the combined transaction is run again
+//! and counted. The lost-COMMIT cases are in `commit_unknown.rs`.
+
+use jobfence_testkit as kit;
+
+use jobfence_api::v1::job_admin_client::JobAdminClient;
+use jobfence_api::v1::job_coordinator_client::JobCoordinatorClient;
+use jobfence_api::v1::{
+    self as proto, CompleteRequest, EnqueueBatchRequest, EnqueueRequest, FailDisposition,
+    FailRequest, NextAction, NextJobsRequest, ProviderBudget, PutProviderRequest, TakeoverRequest,
+};
+use jobfence_domain::JobState;
+use kit::secure::Secure;
+use kit::{reason, secs, test_config, Harness};
+use sqlx::Row;
+use std::time::Duration;
+use tonic::transport::Channel;
+use tonic::Code;
+
+const Q: &str = "refunds";
+
+fn next(queue: &str, worker: &str) -> Option<NextJobsRequest> {
+    Some(NextJobsRequest {
+        queue: queue.into(),
+        worker_id: worker.into(),
+        max_jobs: 1,
+        lease: secs(30),
+        wait: None,
+    })
+}
+
+fn complete_next(job: &proto::Job, worker: &str) -> CompleteRequest {
+    CompleteRequest {
+        job_id: job.job_id,
+        attempt: job.attempt,
+        provider_reference: format!("re_{}", job.job_id),
+        result: String::new(),
+        next: next(Q, worker),
+    }
+}
+
+/// The jobs a Complete-with-next answered with, and its write refusal's
+/// reason ("" when the write was applied or replayed).
+fn handed(r: &proto::CompleteResponse) -> (Vec<proto::Job>, String) {
+    let next = r.next.clone().expect("a next-jobs answer");
+    let refused = next.write_refused.map(|w| w.reason).unwrap_or_default();
+    (
+        next.jobs.into_iter().filter_map(|c| c.job).collect(),
+        refused,
+    )
+}
+
+#[tokio::test]
+async fn a_complete_applies_and_hands_out_the_next_job() {
+    let h = Harness::start().await;
+    let a = {
+        h.enqueue(Q, "refund-1", "{}").await;
+        h.claim_one(Q, "worker-a").await
+    };
+    let b = h.enqueue(Q, "refund-2", "{}").await;
+    let r = h
+        .client
+        .clone()
+        .complete(complete_next(&a, "worker-a"))
+        .await
+        .expect("applied")
+        .into_inner();
+    assert!(!r.replayed);
+    assert_eq!(h.row(a.job_id).await.state, JobState::Succeeded);
+    let (jobs, refused) = handed(&r);
+    assert_eq!(refused, "");
+    assert_eq!(jobs.len(), 1);
+    assert_eq!((jobs[0].job_id, jobs[0].attempt), (b.job_id, 1));
+    let row = h.row(b.job_id).await;
+    assert_eq!((row.state, row.attempt), (JobState::Running, 1));
+    assert_eq!(row.lease_owner.as_deref(), Some("worker-a"));
+    // Nothing left: the write still applies, with no job and no error.
+    let (jobs, _) = handed(
+        &h.client
+            .clone()
+            .complete(complete_next(&jobs[0], "worker-a"))
+            .await
+            .expect("applied")
+            .into_inner(),
+    );
+    assert!(jobs.is_empty());
+    assert_eq!(h.row(b.job_id).await.state, JobState::Succeeded);
+    h.finish().await;
+}
+
+#[tokio::test]
+async fn a_stale_complete_writes_nothing_and_still_hands_out_a_job() {
+    let h = Harness::start().await;
+    h.enqueue(Q, "refund-1", "{}").await;
+    let a = h.claim_one(Q, "worker-a").await;
+    h.force_lease_expired(a.job_id).await;
+    h.client
+        .clone()
+        .takeover(TakeoverRequest {
+            job_id: a.job_id,
+            worker_id: "worker-b".into(),
+            lease: secs(30),
+        })
+        .await
+        .unwrap();
+    let b = h.enqueue(Q, "refund-2", "{}").await;
+    let r = h
+        .client
+        .clone()
+        .complete(complete_next(&a, "worker-a"))
+        .await
+        .expect("answered OK: the refusal is the write half's")
+        .into_inner();
+    assert!(r.job.is_none() && !r.replayed);
+    let next = r.next.clone().unwrap();
+    let refusal = next.write_refused.clone().expect("the write was refused");
+    assert_eq!(refusal.reason, "ATTEMPT_SUPERSEDED");
+    assert_eq!(refusal.code, Code::FailedPrecondition as i32);
+    assert_eq!(refusal.metadata["current_attempt"], "2");
+    let (jobs, _) = handed(&r);
+    assert_eq!(
+        jobs.iter().map(|j| j.job_id).collect::<Vec<_>>(),
+        [b.job_id]
+    );
+    let row = h.row(a.job_id).await;
+    assert_eq!((row.state, row.attempt), (JobState::Running, 2));
+    assert_eq!(h.count_events(a.job_id, "completed").await, 0);
+    assert_eq!(h.count_events(a.job_id, "stale_write_rejected").await, 1);
+    h.finish().await;
+}
+
+#[tokio::test]
+async fn a_replayed_complete_hands_out_no_second_job() {
+    let h = Harness::start().await;
+    h.enqueue(Q, "refund-1", "{}").await;
+    let a = h.claim_one(Q, "worker-a").await;
+    let b = h.enqueue(Q, "refund-2", "{}").await;
+    let c = h.enqueue(Q, "refund-3", "{}").await;
+    let req = complete_next(&a, "worker-a");
+    let first = h.client.clone().complete(req.clone()).await.unwrap();
+    let (jobs, _) = handed(first.get_ref());
+    assert_eq!(
+        jobs.iter().map(|j| j.job_id).collect::<Vec<_>>(),
+        [b.job_id]
+    );
+    // The response was lost; the worker sends the very same call again.
+    let again = h.client.clone().complete(req).await.unwrap().into_inner();
+    assert!(again.replayed);
+    let (jobs, refused) = handed(&again);
+    assert!(jobs.is_empty(), "a replay claims nothing: {jobs:?}");
+    assert_eq!(refused, "");
+    let row = h.row(c.job_id).await;
+    assert_eq!((row.state, row.attempt), (JobState::Ready, 0));
+    assert_eq!(h.count_events(b.job_id, "claimed").await, 1);
+    h.finish().await;
+}
+
+#[tokio::test]
+async fn a_fail_with_a_next_job_applies_its_disposition_and_hands_one_out() {
+    let h = Harness::start().await;
+    h.enqueue(Q, "refund-1", "{}").await;
+    let a = h.claim_one(Q, "worker-a").await;
+    let b = h.enqueue(Q, "refund-2", "{}").await;
+    let r = h
+        .client
+        .clone()
+        .fail(FailRequest {
+            job_id: a.job_id,
+            attempt: a.attempt,
+            disposition: FailDisposition::RetryReconcile as i32,
+            error: "provider timed out".into(),
+            retry_delay: secs(60),
+            provider_retry_after: None,
+            next: next(Q, "worker-a"),
+        })
+        .await
+        .expect("applied")
+        .into_inner();
+    assert_eq!(r.applied, FailDisposition::RetryReconcile as i32);
+    let next = r.next.unwrap();
+    assert!(next.write_refused.is_none());
+    let jobs: Vec<proto::Job> = next.jobs.into_iter().filter_map(|c| c.job).collect();
+    assert_eq!(
+        jobs.iter().map(|j| j.job_id).collect::<Vec<_>>(),
+        [b.job_id]
+    );
+    let row = h.row(a.job_id).await;
+    assert_eq!(row.state, JobState::Ready);
+    h.finish().await;
+}
+
+/// Bad claim fields refuse the whole call: nothing written, not even
+/// the write half.
+#[tokio::test]
+async fn a_bad_next_job_request_refuses_the_whole_call() {
+    let h = Harness::start().await;
+    h.enqueue(Q, "refund-1", "{}").await;
+    let a = h.claim_one(Q, "worker-a").await;
+    let mut req = complete_next(&a, "worker-a");
+    if let Some(n) = req.next.as_mut() {
+        n.max_jobs = 0;
+        n.wait = Some(prost_types::Duration {
+            seconds: -1,
+            nanos: 0,
+        });
+    }
+    let status = h.client.clone().complete(req).await.unwrap_err();
+    assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
+    assert_eq!(reason(&status), "INVALID_REQUEST");
+    assert!(status.message().contains("next.wait"), "{status:?}");
+    assert_eq!(h.row(a.job_id).await.state, JobState::Running);
+    let mut req = complete_next(&a, "worker-a");
+    req.next.as_mut().unwrap().max_jobs = 0;
+    let status = h.client.clone().complete(req).await.unwrap_err();
+    assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
+    assert!(status.message().contains("max_jobs"), "{status:?}");
+    assert_eq!(h.row(a.job_id).await.state, JobState::Running);
+    assert_eq!(h.count_events(a.job_id, "completed").await, 0);
+    h.finish().await;
+}
+
+/// A worker scoped to `refunds` asking for its next job from `payouts`
+/// is refused before anything runs: its own job stays running.
+#[tokio::test]
+async fn a_queue_scoped_worker_cannot_take_another_queues_next_job() {
+    let s = Secure::start(false).await;
+    let job = s.running("refund-1").await;
+    let mut refunds = s.worker(Some("refunds-worker")).await;
+    let mut req = complete_next(&job, "w");
+    req.next = next("payouts", "w");
+    let status = refunds.complete(req).await.unwrap_err();
+    assert_eq!(status.code(), Code::PermissionDenied, "{status:?}");
+    assert_eq!(reason(&status), "QUEUE_NOT_ALLOWED");
+    assert_eq!(kit::meta(&status, "queue"), "payouts");
+    let state: String = sqlx::query_scalar("SELECT CAST(state AS CHAR) FROM jobs WHERE id = ?")
+        .bind(job.job_id)
+        .fetch_one(&s.pool)
+        .await
+        .unwrap();
+    assert_eq!(state, "running", "nothing of the write applied");
+    // Its own queue is fine.
+    let r = refunds
+        .complete(complete_next(&job, "w"))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(r.job.is_some());
+    s.stop().await;
+}
+
+async fn put_budget(h: &Harness, rate: f64, burst: u32) {
+    JobAdminClient::connect(format!("http://{}", h.addr))
+        .await
+        .unwrap()
+        .put_provider(PutProviderRequest {
+            name: "stripe".into(),
+            budget: Some(ProviderBudget {
+                rate_per_second: rate,
+                burst,
+                max_in_flight: None,
+                execute_cost: None,
+                reconcile_cost: None,
+            }),
+            queues: vec![Q.into()],
+            operator: "alice".into(),
+            reason: "the provider's published limit".into(),
+        })
+        .await
+        .expect("put provider");
+}
+
+async fn enqueue_n(h: &Harness, n: usize) {
+    h.client
+        .clone()
+        .enqueue_batch(EnqueueBatchRequest {
+            items: (0..n)
+                .map(|i| EnqueueRequest {
+                    queue: Q.into(),
+                    operation_key: format!("{Q}-{i}"),
+                    payload: "{}".into(),
+                    delay: None,
+                })
+                .collect(),
+        })
+        .await
+        .unwrap();
+}
+
+/// A spent budget leaves the claim half empty; the write is applied.
+#[tokio::test]
+async fn a_spent_budget_hands_out_nothing_and_the_write_still_applies() {
+    let h = Harness::start().await;
+    put_budget(&h, 0.01, 1).await;
+    enqueue_n(&h, 3).await;
+    let a = h.claim_one(Q, "worker-a").await;
+    let r = h
+        .client
+        .clone()
+        .complete(complete_next(&a, "worker-a"))
+        .await
+        .expect("applied")
+        .into_inner();
+    let (jobs, refused) = handed(&r);
+    assert!(jobs.is_empty() && refused.is_empty(), "{r:?}");
+    assert_eq!(h.row(a.job_id).await.state, JobState::Succeeded);
+    h.finish().await;
+}
+
+/// Runs a worker's loop on `client` until `run_for` ends: one Claim, then
+/// every Complete asks for the next job. Returns the jobs it completed.
+async fn next_job_loop(client: JobCoordinatorClient<Channel>, run_for: Duration) -> usize {
+    let started = std::time::Instant::now();
+    let (mut done, mut held) = (0, None::<proto::Job>);
+    while started.elapsed() < run_for {
+        let Some(job) = held.take() else {
+            let mut jobs = client
+                .clone()
+                .claim(proto::ClaimRequest {
+                    queue: Q.into(),
+                    worker_id: "w".into(),
+                    max_jobs: 1,
+                    lease: secs(30),
+                    wait: Some(prost_types::Duration {
+                        seconds: 0,
+                        nanos: 300_000_000,
+                    }),
+                })
+                .await
+                .expect("claim")
+                .into_inner()
+                .jobs;
+            held = jobs.pop().and_then(|c| c.job);
+            continue;
+        };
+        let r = client
+            .clone()
+            .complete(complete_next(&job, "w"))
+            .await
+            .expect("complete")
+            .into_inner();
+        done += 1;
+        held = handed(&r).0.pop();
+    }
+    if let Some(job) = held {
+        let mut req = complete_next(&job, "w");
+        req.next = None;
+        client.clone().complete(req).await.expect("complete");
+        done += 1;
+    }
+    done
+}
+
+/// Transactions the coordinator's handoff pipeline ran.
+fn handoff_batches(c: &jobfence_core::Coordinator) -> f64 {
+    c.metrics()
+        .render()
+        .lines()
+        .find(|l| l.starts_with("jobfence_batch_size_count{pipeline=\"handoff\"}"))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0.0)
+}
+
+/// The next-job half spends the provider's budget like a Claim: two
+/// coordinators, eight workers on the new loop, and over any window the
+/// hand-outs (the `claimed` events, stamped with the claim's DB clock)
+/// stay within `rate × window + burst`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_next_job_half_spends_the_budget_across_two_coordinators() {
+    let h = Harness::start().await;
+    let replica = h.replica(test_config()).await;
+    let (rate, burst) = (20.0, 5);
+    put_budget(&h, rate, burst).await;
+    enqueue_n(&h, 400).await;
+    let run_for = Duration::from_millis(2500);
+    let mut workers = Vec::new();
+    for i in 0..8 {
+        let client = if i % 2 == 0 {
+            h.another_client().await
+        } else {
+            replica.client.clone()
+        };
+        workers.push(tokio::spawn(next_job_loop(client, run_for)));
+    }
+    let mut done = 0;
+    for w in workers {
+        done += w.await.unwrap();
+    }
+    let times: Vec<i64> = sqlx::query(
+        "SELECT CAST(TIMESTAMPDIFF(MICROSECOND, '2000-01-01', created_at) AS SIGNED) AS us \
+         FROM job_events WHERE kind = 'claimed' ORDER BY created_at",
+    )
+    .fetch_all(&h.pool)
+    .await
+    .unwrap()
+    .iter()
+    .map(|r| r.get("us"))
+    .collect();
+    assert_eq!(times.len(), done, "every job handed out was completed");
+    let handoffs = handoff_batches(&h.coordinator) + handoff_batches(&replica.coordinator);
+    assert!(handoffs > 0.0, "the workers ran on Complete-with-next");
+    assert!(done > burst as usize, "the workers ran: {done} jobs");
+    for window_ms in [100_i64, 250, 500, 1000, 2000] {
+        let w = window_ms * 1000;
+        let worst = (0..times.len())
+            .map(|i| times[i..].iter().take_while(|&&t| t < times[i] + w).count())
+            .max()
+            .unwrap_or(0);
+        let limit = (f64::from(burst) + rate * (window_ms + 1) as f64 / 1000.0).floor() as usize;
+        println!("window {window_ms} ms: worst {worst}, limit {limit}");
+        assert!(
+            worst <= limit,
+            "{worst} hand-outs in {window_ms} ms, limit {limit}"
+        );
+    }
+    h.finish().await;
+}
+
+/// The combined transaction waiting on the job's row lock (held here by
+/// another transaction on the default MariaDB, lock waits of 1 s) times
+/// out, is run again and counted, and applies both halves once the row is
+/// free.
+#[tokio::test]
+async fn a_handoff_behind_a_row_lock_is_run_again_counted_and_applied() {
+    let h = Harness::start_with_lock_wait(1).await;
+    h.enqueue(Q, "refund-1", "{}").await;
+    let a = h.claim_one(Q, "worker-a").await;
+    let b = h.enqueue(Q, "refund-2", "{}").await;
+    let mut holder = h.db.pool().begin().await.unwrap();
+    sqlx::query("SELECT id FROM jobs WHERE id = ? FOR UPDATE")
+        .bind(a.job_id)
+        .fetch_one(&mut *holder)
+        .await
+        .unwrap();
+    let store = h.coordinator.store().clone();
+    let before = store.conflicts();
+    let mut client = h.another_client().await;
+    let req = complete_next(&a, "worker-a");
+    let running = tokio::spawn(async move { client.complete(req).await });
+    kit::until(
+        "the handoff's lock wait timed out and was run again",
+        || store.conflicts().0 > before.0,
+    )
+    .await;
+    holder.rollback().await.unwrap();
+    let r = running
+        .await
+        .unwrap()
+        .expect("applied after its conflict")
+        .into_inner();
+    let (jobs, _) = handed(&r);
+    assert_eq!(
+        jobs.iter().map(|j| j.job_id).collect::<Vec<_>>(),
+        [b.job_id]
+    );
+    assert_eq!(jobs[0].next_action, NextAction::Execute as i32);
+    let (retried, reported) = store.conflicts();
+    assert!(retried > before.0, "retried {retried}");
+    assert_eq!(reported, before.1, "no conflict reached the caller");
+    assert_eq!(h.row(a.job_id).await.state, JobState::Succeeded);
+    h.finish().await;
+}
