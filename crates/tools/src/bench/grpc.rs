@@ -8,6 +8,7 @@ use anyhow::{bail, ensure, Context, Result};
 use jobfence_api::v1::job_coordinator_client::JobCoordinatorClient;
 use jobfence_api::v1::{
     ClaimRequest, ClaimedJob, CompleteRequest, EnqueueBatchRequest, EnqueueRequest, GetJobRequest,
+    NextJobsRequest,
 };
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -37,7 +38,20 @@ pub async fn lifecycle(
     max_jobs: u32,
     jobs: u64,
 ) -> Result<PhaseRun> {
-    run_workers(addr, queue, workers, max_jobs, None, Some(jobs)).await
+    run_workers(addr, queue, workers, max_jobs, None, Some(jobs), false).await
+}
+
+/// [`lifecycle`] on the run loop of every client: one job at a time, each
+/// Complete asking for the worker's next job in the same call and
+/// transaction (docs/design.md rule 16); a Claim only when a Complete
+/// brought none.
+pub async fn lifecycle_next(
+    addr: &str,
+    queue: &str,
+    workers: usize,
+    jobs: u64,
+) -> Result<PhaseRun> {
+    run_workers(addr, queue, workers, 1, None, Some(jobs), true).await
 }
 
 /// [`lifecycle`], but with long-polling Claims (1 s) until `until`: the
@@ -49,8 +63,9 @@ pub async fn lifecycle_until(
     workers: usize,
     max_jobs: u32,
     until: Option<Instant>,
+    next: bool,
 ) -> Result<PhaseRun> {
-    run_workers(addr, queue, workers, max_jobs, until, None).await
+    run_workers(addr, queue, workers, max_jobs, until, None, next).await
 }
 
 async fn run_workers(
@@ -60,6 +75,7 @@ async fn run_workers(
     max_jobs: u32,
     until: Option<Instant>,
     expected: Option<u64>,
+    next: bool,
 ) -> Result<PhaseRun> {
     let mut clients = Vec::with_capacity(workers);
     for _ in 0..workers {
@@ -77,6 +93,7 @@ async fn run_workers(
             until,
             expected,
             done: done.clone(),
+            next,
         };
         tasks.spawn(worker.run());
     }
@@ -101,6 +118,8 @@ struct LifecycleWorker {
     expected: Option<u64>,
     /// Jobs completed, by every worker.
     done: Arc<AtomicU64>,
+    /// Each Complete asks for the next job (max_jobs is then 1).
+    next: bool,
 }
 
 impl LifecycleWorker {
@@ -109,9 +128,17 @@ impl LifecycleWorker {
     async fn run(self) -> Result<Latencies> {
         let mut lat = Latencies::default();
         let mut empty_since: Option<Instant> = None;
+        let mut held: Vec<ClaimedJob> = Vec::new();
         loop {
             if self.until.is_some_and(|u| Instant::now() >= u) {
+                if let Some(c) = held.pop() {
+                    self.complete_next(c, &mut lat, false).await?;
+                }
                 return Ok(lat);
+            }
+            if let Some(c) = held.pop() {
+                held = self.complete_next(c, &mut lat, true).await?;
+                continue;
             }
             let t = Instant::now();
             let jobs = self
@@ -148,8 +175,54 @@ impl LifecycleWorker {
                 }
             }
             empty_since = None;
+            if self.next {
+                held = jobs;
+                continue;
+            }
             self.complete(jobs, &mut lat).await?;
         }
+    }
+
+    /// Completes `c`, asking for the worker's next job when `next`;
+    /// returns the jobs the answer brought.
+    async fn complete_next(
+        &self,
+        c: ClaimedJob,
+        lat: &mut Latencies,
+        next: bool,
+    ) -> Result<Vec<ClaimedJob>> {
+        let job = c.job.context("claimed job without a job")?;
+        let t = Instant::now();
+        let out = self
+            .client
+            .clone()
+            .complete(CompleteRequest {
+                job_id: job.job_id,
+                attempt: job.attempt,
+                provider_reference: "re_bench".into(),
+                result: String::new(),
+                next: next.then(|| NextJobsRequest {
+                    queue: self.queue.clone(),
+                    worker_id: self.worker_id.clone(),
+                    max_jobs: 1,
+                    lease: None,
+                    wait: None,
+                }),
+            })
+            .await
+            .with_context(|| format!("Complete of job {}", job.job_id))?
+            .into_inner();
+        lat.complete.push(t.elapsed());
+        ensure!(!out.replayed, "job {} completed twice", job.job_id);
+        let next = out.next.unwrap_or_default();
+        ensure!(
+            next.write_refused.is_none(),
+            "job {}: Complete refused: {:?}",
+            job.job_id,
+            next.write_refused
+        );
+        self.done.fetch_add(1, Ordering::Relaxed);
+        Ok(next.jobs)
     }
 
     /// Completes the claimed `jobs` side by side, each checked to be

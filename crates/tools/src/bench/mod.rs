@@ -30,6 +30,7 @@ pub mod procstat;
 mod prune;
 mod report;
 mod settle;
+mod targets;
 
 use crate::procs::{self, Proc};
 use anyhow::{ensure, Context, Result};
@@ -246,18 +247,12 @@ impl Bench {
                     grpc::lifecycle(addr, QUEUE, n, 1, args.jobs)
                 })
                 .await?;
+                self.lifecycle(Phase::CoordinatorNext, n, args.jobs, || {
+                    grpc::lifecycle_next(addr, QUEUE, n, args.jobs)
+                })
+                .await?;
                 if n == max_workers && args.budget_rate > 0.0 {
-                    // The same phase with the queue under a provider
-                    // budget far above the load: what the budget row in
-                    // every claim transaction costs.
-                    self.with_budget(1_000_000.0, 1_000_000).await?;
-                    let measured = self
-                        .lifecycle(Phase::CoordinatorBudget, n, args.jobs, || {
-                            grpc::lifecycle(addr, QUEUE, n, 1, args.jobs)
-                        })
-                        .await;
-                    self.without_budget().await?;
-                    measured?;
+                    self.far_budget(args, addr, n).await?;
                 }
                 let k = args.claim_batch;
                 self.lifecycle(Phase::CoordinatorBatching(k), n, args.jobs, || {
@@ -267,6 +262,27 @@ impl Bench {
             }
         }
         Ok(())
+    }
+
+    /// The coordinator's phases again with the queue under a provider
+    /// budget far above the load: what the budget row in every claim
+    /// transaction costs, on both loops.
+    async fn far_budget(&mut self, args: &BenchArgs, addr: &str, n: usize) -> Result<()> {
+        self.with_budget(1_000_000.0, 1_000_000).await?;
+        let mut measured = self
+            .lifecycle(Phase::CoordinatorBudget, n, args.jobs, || {
+                grpc::lifecycle(addr, QUEUE, n, 1, args.jobs)
+            })
+            .await;
+        if measured.is_ok() {
+            measured = self
+                .lifecycle(Phase::CoordinatorNextBudget, n, args.jobs, || {
+                    grpc::lifecycle_next(addr, QUEUE, n, args.jobs)
+                })
+                .await;
+        }
+        self.without_budget().await?;
+        measured
     }
 
     /// The batched direct ceiling.
@@ -397,7 +413,7 @@ impl Bench {
             let until = Instant::now() + Duration::from_secs(seconds);
             let measured = self
                 .measure(phase, workers, || {
-                    grpc::lifecycle_until(addr, QUEUE, workers, 1, Some(until))
+                    grpc::lifecycle_until(addr, QUEUE, workers, 1, Some(until), true)
                 })
                 .await;
             self.without_budget().await?;

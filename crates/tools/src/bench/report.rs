@@ -5,11 +5,6 @@ use super::{BatchCounts, BenchArgs, DbStatus, PhaseRun};
 use std::fmt::Write;
 use std::time::Duration;
 
-/// Enqueue calls per second through the coordinator at 16 callers before
-/// the enqueue pipeline existed (measured on this project's machines; the
-/// target is twice this).
-const ENQUEUE_BEFORE: f64 = 2_400.0;
-
 /// What a phase measured.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Phase {
@@ -32,9 +27,17 @@ pub enum Phase {
     /// The coordinator phase, its queue under a provider budget far above
     /// the load.
     CoordinatorBudget,
-    /// Long-polling workers against a budget below the load: jobs/s is
-    /// the hand-out rate after the burst, by the database clock.
+    /// Long-polling workers on the next-job loop against a budget below
+    /// the load: jobs/s is the hand-out rate after the burst, by the
+    /// database clock.
     BudgetPaced { rate_milli: u64, burst: u32 },
+    /// One job at a time, each Complete asking for the next job in the
+    /// same call and transaction (docs/design.md rule 16): every client's
+    /// run loop.
+    CoordinatorNext,
+    /// [`CoordinatorNext`](Phase::CoordinatorNext) under a provider budget
+    /// far above the load.
+    CoordinatorNextBudget,
 }
 
 impl Phase {
@@ -49,6 +52,10 @@ impl Phase {
             Phase::EnqueueBatch(b) => format!("enqueue: EnqueueBatch({b})"),
             Phase::CoordinatorFinished(n) => format!("coordinator, Claim(1), {n} finished rows"),
             Phase::CoordinatorBudget => "coordinator, Claim(1), budget far above the load".into(),
+            Phase::CoordinatorNext => "coordinator, Complete hands the next job".into(),
+            Phase::CoordinatorNextBudget => {
+                "coordinator, Complete hands the next job, budget far above".into()
+            }
             Phase::BudgetPaced { rate_milli, burst } => format!(
                 "budget {}/s (burst {burst}) below the load: hand-outs/s",
                 *rate_milli as f64 / 1000.0
@@ -66,6 +73,8 @@ impl Phase {
                 | Phase::CoordinatorFinished(_)
                 | Phase::CoordinatorBudget
                 | Phase::BudgetPaced { .. }
+                | Phase::CoordinatorNext
+                | Phase::CoordinatorNextBudget
         )
     }
 
@@ -103,7 +112,7 @@ impl Measured {
         self.run.jobs as f64 / self.run.elapsed.as_secs_f64().max(1e-9)
     }
 
-    fn per_job_us(&self, d: Option<Duration>) -> Option<f64> {
+    pub(super) fn per_job_us(&self, d: Option<Duration>) -> Option<f64> {
         d.map(|d| d.as_secs_f64() * 1e6 / self.run.jobs.max(1) as f64)
     }
 }
@@ -168,35 +177,10 @@ const HEADER: [&str; 17] = [
     "seconds",
 ];
 
-/// A target of the performance work and whether this run met it.
-struct Target {
-    what: String,
-    measured: String,
-    met: Option<bool>,
-}
-
-/// A target called `what`: the value measured in `unit` (`None`: its
-/// phases did not run), met when `ok` holds for it.
-fn target(what: String, value: Option<f64>, unit: &str, ok: impl Fn(f64) -> bool) -> Target {
-    Target {
-        what,
-        measured: value.map_or("not measured".into(), |v| format!("{v:.2}{unit}")),
-        met: value.map(ok),
-    }
-}
-
-/// `a`'s rate over `b`'s, when both ran.
-fn ratio(a: Option<&Measured>, b: Option<&Measured>) -> Option<f64> {
-    match (a, b) {
-        (Some(a), Some(b)) => Some(a.rate() / b.rate()),
-        _ => None,
-    }
-}
-
 impl Report<'_> {
     /// The median run (by jobs/s) of each phase and worker count, in the
     /// order the phases first ran.
-    fn medians(&self) -> Vec<&Measured> {
+    pub(super) fn medians(&self) -> Vec<&Measured> {
         let mut keys: Vec<(Phase, usize)> = Vec::new();
         for m in &self.measured {
             if !keys.contains(&(m.phase, m.workers)) {
@@ -216,13 +200,13 @@ impl Report<'_> {
             .collect()
     }
 
-    fn find(&self, phase: Phase, workers: usize) -> Option<&Measured> {
+    pub(super) fn find(&self, phase: Phase, workers: usize) -> Option<&Measured> {
         self.medians()
             .into_iter()
             .find(|m| m.phase == phase && m.workers == workers)
     }
 
-    fn ceiling(&self) -> Option<&Measured> {
+    pub(super) fn ceiling(&self) -> Option<&Measured> {
         self.medians()
             .into_iter()
             .find(|m| matches!(m.phase, Phase::Ceiling(_)))
@@ -244,7 +228,9 @@ impl Report<'_> {
                 let direct = match m.phase {
                     Phase::Coordinator
                     | Phase::CoordinatorBatching(_)
-                    | Phase::CoordinatorBudget => {
+                    | Phase::CoordinatorBudget
+                    | Phase::CoordinatorNext
+                    | Phase::CoordinatorNextBudget => {
                         self.find(Phase::Direct, m.workers).map(Measured::rate)
                     }
                     Phase::Enqueue | Phase::EnqueueBatch(_) => self
@@ -311,141 +297,6 @@ impl Report<'_> {
                 }
             })
             .collect()
-    }
-
-    /// The targets of the performance work, in the order they are
-    /// printed.
-    fn targets(&self) -> Vec<Target> {
-        let n_max = self.args.workers.iter().copied().max().unwrap_or(64);
-        let mut out = self.coordinator_targets(n_max);
-        out.extend(self.enqueue_targets());
-        out.extend(self.cost_targets(n_max));
-        out.push(self.paced_target());
-        out
-    }
-
-    /// The coordinator's lifecycle against the direct SQL: at the most
-    /// workers, at one, and its CPU per job.
-    fn coordinator_targets(&self, n_max: usize) -> Vec<Target> {
-        let coord_max = self.find(Phase::Coordinator, n_max);
-        vec![
-            target(
-                format!("{n_max} workers, max_jobs=1: coordinator ≥ 3× direct"),
-                ratio(coord_max, self.find(Phase::Direct, n_max)),
-                "×",
-                |r| r >= 3.0,
-            ),
-            target(
-                format!(
-                    "{n_max} workers, max_jobs=1: coordinator ≥ 50% of the batched direct ceiling"
-                ),
-                ratio(coord_max, self.ceiling()).map(|r| r * 100.0),
-                " %",
-                |r| r >= 50.0,
-            ),
-            target(
-                "1 worker: coordinator ≥ 0.8× direct".into(),
-                ratio(
-                    self.find(Phase::Coordinator, 1),
-                    self.find(Phase::Direct, 1),
-                ),
-                "×",
-                |r| r >= 0.8,
-            ),
-            target(
-                format!("coordinator CPU ≤ 150 µs per job at {n_max} workers"),
-                coord_max.and_then(|m| m.per_job_us(m.coord_cpu)),
-                " µs",
-                |us| us <= 150.0,
-            ),
-        ]
-    }
-
-    /// Batched and single enqueue.
-    fn enqueue_targets(&self) -> Vec<Target> {
-        let medians = self.medians();
-        let batch = medians
-            .iter()
-            .copied()
-            .find(|m| matches!(m.phase, Phase::EnqueueBatch(_)));
-        let single = medians.iter().copied().find(|m| m.phase == Phase::Enqueue);
-        vec![
-            target(
-                "batched enqueue ≥ 20,000 jobs/s".into(),
-                batch.map(Measured::rate),
-                " jobs/s",
-                |r| r >= 20_000.0,
-            ),
-            target(
-                format!(
-                    "single Enqueue at {} callers ≥ 2× before this work ({ENQUEUE_BEFORE:.0}/s)",
-                    self.args.enqueue_callers
-                ),
-                single.map(|m| m.rate() / ENQUEUE_BEFORE),
-                "×",
-                |r| r >= 2.0,
-            ),
-        ]
-    }
-
-    /// What the coordinator's load costs at the most workers: its memory,
-    /// a table full of finished rows, a provider budget far above the
-    /// load.
-    fn cost_targets(&self, n_max: usize) -> Vec<Target> {
-        let coord_max = self.find(Phase::Coordinator, n_max);
-        let finished = self
-            .medians()
-            .into_iter()
-            .find(|m| matches!(m.phase, Phase::CoordinatorFinished(_)));
-        vec![
-            target(
-                format!("coordinator peak RSS ≤ 100 MiB at {n_max} workers"),
-                coord_max
-                    .and_then(|m| m.coord_rss)
-                    .map(|b| b as f64 / 1048576.0),
-                " MiB",
-                |mib| mib <= 100.0,
-            ),
-            target(
-                "with the finished rows loaded, claim throughput ≥ 80% of the empty table".into(),
-                ratio(finished, coord_max).map(|r| r * 100.0),
-                " %",
-                |r| r >= 80.0,
-            ),
-            target(
-                format!(
-                    "{n_max} workers under a provider budget far above the load: claim throughput within 10% of no budget"
-                ),
-                ratio(self.find(Phase::CoordinatorBudget, n_max), coord_max).map(|r| r * 100.0),
-                " %",
-                |r| r >= 90.0,
-            ),
-        ]
-    }
-
-    /// A budget below the load: the hand-out rate against the configured
-    /// one.
-    fn paced_target(&self) -> Target {
-        let paced = self
-            .medians()
-            .into_iter()
-            .find(|m| matches!(m.phase, Phase::BudgetPaced { .. }));
-        let configured = paced.and_then(|m| match m.phase {
-            Phase::BudgetPaced { rate_milli, .. } => Some(rate_milli as f64 / 1000.0),
-            _ => None,
-        });
-        target(
-            format!(
-                "a budget below the load ({}/s): hand-out rate within 5% of it over {} s",
-                configured.map_or("–".into(), |r| format!("{r}")),
-                self.args.budget_seconds
-            ),
-            paced
-                .zip(configured)
-                .map(|(m, r)| (m.rate() - r) / r * 100.0),
-            " % off",
-            |off| off.abs() <= 5.0,
-        )
     }
 
     /// The table and the targets, for the terminal.
