@@ -50,6 +50,10 @@ type ClaimedJob struct {
 
 	mu      sync.Mutex
 	settled bool
+	// next: set by AskForNextJob (Run does it); handed: the jobs a
+	// write-back brought.
+	next   *nextAsk
+	handed []*pb.ClaimedJob
 }
 
 // Job is the earlier name of ClaimedJob, the same type.
@@ -141,12 +145,16 @@ func (j *ClaimedJob) refused(err error) error {
 func (j *ClaimedJob) Complete(ctx context.Context, providerReference, result string) (Written, error) {
 	req := &pb.CompleteRequest{
 		JobId: j.ID(), Attempt: j.attempt, ProviderReference: providerReference, Result: result,
+		Next: j.nextRequest(),
 	}
 	var resp *pb.CompleteResponse
 	err := j.client.call(ctx, 0, retryWrite, func(ctx context.Context) (err error) {
 		resp, err = j.client.rpc.Complete(ctx, req)
 		return err
 	})
+	if err == nil {
+		err = j.answered(resp.GetNext())
+	}
 	if err != nil {
 		if errors.Is(err, ErrNotHolder) && providerReference != "" {
 			e := fromStatus(err)
@@ -181,7 +189,7 @@ func (j *ClaimedJob) fail(ctx context.Context, d Disposition, errText string,
 	retryDelay, providerRetryAfter time.Duration) (FailWritten, error) {
 	req := &pb.FailRequest{
 		JobId: j.ID(), Attempt: j.attempt, Disposition: pb.FailDisposition(d), Error: errText,
-		RetryDelay: dur(retryDelay),
+		RetryDelay: dur(retryDelay), Next: j.nextRequest(),
 	}
 	if providerRetryAfter > 0 {
 		req.ProviderRetryAfter = dur(providerRetryAfter)
@@ -191,6 +199,9 @@ func (j *ClaimedJob) fail(ctx context.Context, d Disposition, errText string,
 		resp, err = j.client.rpc.Fail(ctx, req)
 		return err
 	})
+	if err == nil {
+		err = j.answered(resp.GetNext())
+	}
 	if err != nil {
 		return FailWritten{}, j.refused(err)
 	}

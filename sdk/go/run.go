@@ -50,6 +50,11 @@ func (c *Client) Run(ctx context.Context, handler Handler, opts RunOptions) erro
 	// Handlers write back on a context that outlives a cancelled Run.
 	work := context.Background()
 	failures := 0
+	// Once Run returns (it stopped claiming), the handlers' write-backs
+	// ask for no next job.
+	var stop stopFlag
+	defer stop.stopped.Store(true)
+	stopping := func() bool { return ctx.Err() != nil || stop.stopping() }
 	for {
 		select {
 		case <-ctx.Done():
@@ -88,11 +93,16 @@ func (c *Client) Run(ctx context.Context, handler Handler, opts RunOptions) erro
 		}
 		failures = 0
 		for _, job := range jobs {
+			// Its Complete or Fail asks for the next job for the slot it
+			// frees (docs/design.md rule 16); the handler then runs on it.
+			job.next = c.newNextAsk(stopping)
 			handlers.Add(1)
 			go func(job *ClaimedJob) {
 				defer handlers.Done()
 				defer func() { <-slots }()
-				c.handleOne(work, handler, job)
+				for current := job; current != nil; current = current.TakeNextJob() {
+					c.handleOne(work, handler, current)
+				}
 			}(job)
 		}
 	}

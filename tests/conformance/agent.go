@@ -164,6 +164,20 @@ func main() {
 			} else {
 				reply = fmt.Sprintf("ok replayed=%d", b(w.Replayed))
 			}
+		case "complete-next":
+			ref, job := words[2], handles[arg(1)]
+			job.AskForNextJob()
+			w, err := job.Complete(ctx, ref, fmt.Sprintf(`{"id":"%s"}`, ref))
+			if err != nil {
+				reply = errorLine(err)
+			} else {
+				reply = fmt.Sprintf("ok replayed=%d", b(w.Replayed))
+			}
+			if next := job.TakeNextJob(); next != nil {
+				reply += " next " + claimed(next)
+			} else {
+				reply += " next empty"
+			}
 		case "fail":
 			out, err := handles[arg(1)].Fail(ctx, dispositions[words[2]], "conformance", 0)
 			if err != nil {

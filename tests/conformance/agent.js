@@ -52,6 +52,14 @@ async function main() {
       const written = await handles[Number(i)].complete(ref, JSON.stringify({ id: ref }));
       return `ok replayed=${written.replayed ? 1 : 0}`;
     },
+    'complete-next': async (i, ref) => {
+      const job = handles[Number(i)];
+      job.askForNextJob();
+      const write = await job.complete(ref, JSON.stringify({ id: ref }))
+        .then((w) => `ok replayed=${w.replayed ? 1 : 0}`, error);
+      const next = job.takeNextJob();
+      return `${write} next ${next ? claimed(next) : 'empty'}`;
+    },
     fail: async (i, disposition) => {
       const out = await handles[Number(i)].fail(jw.Disposition[disposition.toUpperCase()], 'conformance');
       return `ok applied=${out.applied.replace('FAIL_DISPOSITION_', '').toLowerCase()} replayed=${out.replayed ? 1 : 0}`;

@@ -74,6 +74,16 @@ async def main():
                 ref = args[1]
                 written = await done(handles[int(args[0])].complete(ref, '{"id":"%s"}' % ref))
                 reply = "ok replayed=%d" % int(written.replayed)
+            elif cmd == "complete-next":
+                ref, job = args[1], handles[int(args[0])]
+                job.ask_for_next_job()
+                try:
+                    written = await done(job.complete(ref, '{"id":"%s"}' % ref))
+                    reply = "ok replayed=%d" % int(written.replayed)
+                except jw.JobfenceError as err:
+                    reply = error(err)
+                nxt = job.take_next_job()
+                reply += " next " + (claimed(nxt) if nxt is not None else "empty")
             elif cmd == "fail":
                 out = await done(handles[int(args[0])].fail(Disposition[args[1].upper()],
                                                             "conformance"))

@@ -74,6 +74,19 @@ pub fn spawn(
                         Err(e) => write_error(&e),
                     }
                 }
+                ["complete-next", i, r] => {
+                    let body = format!(r#"{{"id":"{r}"}}"#);
+                    let job = &mut handles[i.parse::<usize>().unwrap()];
+                    job.ask_for_next_job();
+                    let write = match job.complete(r, &body).await {
+                        Ok(w) => format!("ok replayed={}", u8::from(w.replayed)),
+                        Err(e) => write_error(&e),
+                    };
+                    match job.take_next_job() {
+                        Some(next) => format!("{write} next {}", claimed(&mut handles, next)),
+                        None => format!("{write} next empty"),
+                    }
+                }
                 ["fail", i, d] => {
                     let disposition = match *d {
                         "retry_reconcile" => Disposition::RetryReconcile,

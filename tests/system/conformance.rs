@@ -67,6 +67,11 @@ enum Step {
     ObservedOnce(u64, &'static str),
     /// How many events of this kind the job has.
     Events(&'static str, usize),
+    /// A second job of the case's queue is enqueued: `{next}` stands for
+    /// its id from now on.
+    EnqueueNext,
+    /// The second job's row: state and attempt.
+    NextRow(JobState, u64),
 }
 
 use Step::*;
@@ -155,6 +160,57 @@ const CASES: &[(&str, &[Step])] = &[
             Reply("error outcome_unknown recorded=0 current_attempt=0"),
             Ask("held", "held 0"),
             Row(JobState::Running, 1),
+        ],
+    ),
+    // A Complete that asks for the next job in the same call and
+    // transaction (docs/design.md rule 16), as every client's run loop
+    // sends it.
+    (
+        "a-complete-hands-out-the-next-job",
+        &[
+            Ask("claim", "claimed 0 {job} 1 execute 0 0"),
+            EnqueueNext,
+            Ask(
+                "complete-next 0 re_next",
+                "ok replayed=0 next claimed 1 {next} 1 execute 0 0",
+            ),
+            Row(JobState::Succeeded, 1),
+            NextRow(JobState::Running, 1),
+            Ask("complete-next 1 re_last", "ok replayed=0 next empty"),
+            NextRow(JobState::Succeeded, 1),
+        ],
+    ),
+    (
+        "a-stale-complete-still-gets-its-next-job",
+        &[
+            Ask("claim", "claimed 0 {job} 1 execute 0 0"),
+            ExpireLease,
+            TakeoverElsewhere,
+            EnqueueNext,
+            Ask(
+                "complete-next 0 re_stale",
+                "error superseded recorded=1 current_attempt=2 next claimed 1 {next} 1 execute 0 0",
+            ),
+            Row(JobState::Running, 2),
+            NextRow(JobState::Running, 1),
+        ],
+    ),
+    (
+        "a-complete-whose-commit-is-unknown-hands-out-no-job",
+        &[
+            Ask("claim", "claimed 0 {job} 1 execute 0 0"),
+            EnqueueNext,
+            LoseAnswers,
+            Send("complete-next 0 re_lost"),
+            CutOnceRow(JobState::Succeeded),
+            // The client's retry of the lost call is a replay: it claims
+            // nothing, and the job the lost call claimed stays leased to
+            // nobody who knows it (its lease runs out; a takeover
+            // reconciles it).
+            Reply("ok replayed=1 next empty"),
+            Ask("held", "held 1"),
+            NextRow(JobState::Running, 1),
+            Events("completed", 1),
         ],
     ),
 ];
@@ -370,9 +426,13 @@ async fn conforms(client: Client) {
             .job_id;
         let mut agent = Agent::start(client, &target, case);
         let mut paused = None;
+        let mut next_job = 0;
         for (i, step) in steps.iter().enumerate() {
             let context = format!("{} client, case {case}, step {i} {step:?}", agent.name);
-            let fill = |s: &str| s.replace("{job}", &job.to_string());
+            let fill = |s: &str| {
+                s.replace("{job}", &job.to_string())
+                    .replace("{next}", &next_job.to_string())
+            };
             match *step {
                 Ask(cmd, want) => {
                     agent.send(&fill(cmd));
@@ -428,6 +488,13 @@ async fn conforms(client: Client) {
                     );
                 }
                 Events(kind, n) => assert_eq!(h.count_events(job, kind).await, n, "{context}"),
+                EnqueueNext => {
+                    next_job = h.enqueue(case, &format!("next-{case}"), "{}").await.job_id;
+                }
+                NextRow(state, attempt) => {
+                    let row = h.row(next_job).await;
+                    assert_eq!((row.state, row.attempt), (state, attempt), "{context}");
+                }
             }
         }
         agent.quit().await;

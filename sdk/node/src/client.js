@@ -256,6 +256,7 @@ class WorkerClient {
     const inFlight = new Set();
     let failures = 0;
     let fatal = null;
+    let stopped = false;
     while (!signal?.aborted && !fatal) {
       if (inFlight.size >= concurrency) {
         await Promise.race(inFlight);
@@ -277,23 +278,45 @@ class WorkerClient {
         continue;
       }
       for (const job of jobs) {
+        // Its Complete or Fail asks for the next job for the slot it frees
+        // (docs/design.md rule 16); the handler then runs on that one.
+        job.nextAsk = nextAsk(this, () => signal?.aborted || stopped);
         const task = (async () => {
-          let why = 'handler returned without writing back';
-          try {
-            await handler(job);
-          } catch (err) {
-            why = `handler failed: ${err && err.message}`;
-          }
-          if (!job.settled) {
-            await job.fail(Disposition.RETRY_RECONCILE, why, 1).catch(() => {});
+          for (let current = job; current; current = current.takeNextJob()) {
+            await handleOne(handler, current);
           }
         })();
         inFlight.add(task);
         task.finally(() => inFlight.delete(task));
       }
     }
+    // Stopped claiming: the handlers in flight finish, asking for no next job.
+    stopped = true;
     await Promise.allSettled(inFlight);
     if (fatal) throw fatal;
+  }
+}
+
+/** What a handle's Complete and Fail ask for: one job of the client's queue, no long poll. */
+function nextAsk(client, stopping) {
+  return {
+    request: {
+      queue: client.queue, workerId: client.workerId, maxJobs: 1, lease: duration(client.leaseSeconds),
+    },
+    stopping,
+  };
+}
+
+/** Runs the handler on one job; releases it with RETRY_RECONCILE when the handler left it unsettled. */
+async function handleOne(handler, job) {
+  let why = 'handler returned without writing back';
+  try {
+    await handler(job);
+  } catch (err) {
+    why = `handler failed: ${err && err.message}`;
+  }
+  if (!job.settled) {
+    await job.fail(Disposition.RETRY_RECONCILE, why, 1).catch(() => {});
   }
 }
 
@@ -305,7 +328,44 @@ class ClaimedJob {
     this.observations = claimed.observations;
     /** True once a write told this handle it no longer holds the job. */
     this.settled = false;
+    this.nextAsk = null;
+    this.handed = [];
     Object.defineProperty(this, 'attemptIssued', { value: claimed.job.attempt });
+  }
+
+  /**
+   * Makes this handle's complete and fail also claim the worker's next job
+   * of its queue (the client's queue, lease and worker id) in the same call
+   * and transaction (docs/design.md rule 16); take it with takeNextJob()
+   * after the write. run() does this for every job it hands to a handler.
+   * Each half answers for itself: a write refused as superseded still
+   * brings its next job (the error is the write's); a write whose outcome
+   * is unknown brings none, and the client's retry of it is answered as a
+   * replay, which claims nothing.
+   */
+  askForNextJob() {
+    this.nextAsk = nextAsk(this.client, () => false);
+  }
+
+  /** The next job a write-back of this handle brought (asking for its own the same way), or null. */
+  takeNextJob() {
+    const claimed = this.handed.shift();
+    if (!claimed) return null;
+    const next = new ClaimedJob(this.client, claimed);
+    next.nextAsk = this.nextAsk;
+    return next;
+  }
+
+  withNext(request) {
+    if (this.nextAsk && !this.nextAsk.stopping()) request.next = this.nextAsk.request;
+    return request;
+  }
+
+  /** Keeps the next jobs of a write's answer; throws the write's refusal, if any. */
+  answered(response) {
+    if (!response.next) return;
+    this.handed.push(...(response.next.jobs || []));
+    if (response.next.writeRefused) throw errors.fromRefusal(response.next.writeRefused);
   }
 
   get jobId() { return this.job.jobId; }
@@ -336,10 +396,11 @@ class ClaimedJob {
    * observationRecorded = true.
    */
   async complete(providerReference, result = '') {
-    const request = { jobId: this.jobId, attempt: this.attempt, providerReference, result };
+    const request = this.withNext({ jobId: this.jobId, attempt: this.attempt, providerReference, result });
     let response;
     try {
       response = await this.client.call('Complete', request, errors.retryableWrite);
+      this.answered(response);
     } catch (err) {
       if (providerReference && (err instanceof errors.AttemptSuperseded || err instanceof errors.JobNotRunning)) {
         err.observationRecorded = await this.recordObservation(
@@ -368,9 +429,11 @@ class ClaimedJob {
     if (providerRetryAfterSeconds !== undefined && providerRetryAfterSeconds !== null) {
       request.providerRetryAfter = duration(providerRetryAfterSeconds);
     }
+    this.withNext(request);
     let response;
     try {
       response = await this.client.call('Fail', request, errors.retryableWrite);
+      this.answered(response);
     } catch (err) {
       throw this.refused(err);
     }

@@ -255,6 +255,22 @@ function fromStatus(code, message, statusBytes) {
   return new Cls(code, message, info.reason, metadata);
 }
 
+/**
+ * A write's refusal carried in the answer of a Complete or Fail that asked
+ * for the next job (NextJobs.writeRefused), as the error the same call
+ * without the request rejects with (docs/design.md rule 16).
+ */
+function fromRefusal(refusal) {
+  const Cls = REASONS[refusal.reason] || JobfenceError;
+  const { code, message, reason } = refusal;
+  const metadata = refusal.metadata || {};
+  if (Cls === InvalidRequest) return new InvalidRequest(code, message, reason, metadata, []);
+  if (Cls === Overloaded || Cls.prototype instanceof ProviderHeld) {
+    return new Cls(code, message, reason, metadata, null);
+  }
+  return new Cls(code, message, reason, metadata);
+}
+
 /** Maps a failed grpc-js call to a JobfenceError. */
 function fromServiceError(err) {
   const raw = err.metadata ? err.metadata.get('grpc-status-details-bin') : [];
@@ -322,7 +338,7 @@ module.exports = {
   TransactionConflict, Overloaded, NoCoordinatorServing, InternalError, ServerShuttingDown, NotAuthorized,
   Denied, Unauthenticated, CredentialMissing, CredentialInvalid, CredentialExpired, PermissionDenied, RoleNotAllowed,
   QueueNotAllowed, OperatorMismatch, ProviderHeld, ProviderBudgetExhausted, ProviderPaused, ProviderThrottled,
-  fromStatus, fromServiceError,
+  fromStatus, fromServiceError, fromRefusal,
   retryableWrite, retryableClaim, neverSent, encodeStatusForTests: (obj) => Status.encode(Status.fromObject(obj)).finish(),
   encodeDetailForTests: (type, obj) => ({
     type_url: 'type.googleapis.com/google.rpc.' + type,

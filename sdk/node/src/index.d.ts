@@ -148,6 +148,15 @@ export declare class ClaimedJob {
   readonly observations: Observation[];
   /** True once a write told this handle it no longer holds the job. */
   readonly settled: boolean;
+  /**
+   * Makes complete and fail also claim the worker's next job of its queue
+   * in the same call and transaction (docs/design.md rule 16); run() does
+   * it for every job. A stale write still brings its next job; a write
+   * whose outcome is unknown brings none.
+   */
+  askForNextJob(): void;
+  /** The next job a write-back of this handle brought, or null. */
+  takeNextJob(): ClaimedJob | null;
   complete(providerReference: string, result?: string): Promise<Written>;
   /**
    * Reports a failure. Set `providerRetryAfterSeconds` when the provider

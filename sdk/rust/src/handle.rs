@@ -5,7 +5,7 @@
 
 use super::client::{proto_duration, WorkerClient};
 use super::error::{self, WriteError};
-use super::next::{refusal_status, NextAsk};
+use super::next::NextAsk;
 use crate::proto::{
     self, CompleteRequest, FailRequest, ObservationOutcome, ObservationSource,
     RecordObservationRequest, RenewLeaseRequest,
@@ -117,16 +117,16 @@ pub fn observation_dedup_key(worker_id: &str, provider_reference: &str) -> Strin
 /// [`operation_key`](Self::operation_key), on purpose.
 #[derive(Debug)]
 pub struct ClaimedJob {
-    client: WorkerClient,
+    pub(crate) client: WorkerClient,
     job: proto::Job,
     attempt: u64,
     takeover: bool,
     observations: Vec<proto::Observation>,
     settled: bool,
     /// Set by the run loop: Complete and Fail ask for the next job.
-    next: Option<NextAsk>,
+    pub(crate) next: Option<NextAsk>,
     /// The jobs a Complete or Fail of this handle was answered with.
-    handed: Vec<proto::ClaimedJob>,
+    pub(crate) handed: Vec<proto::ClaimedJob>,
 }
 
 impl ClaimedJob {
@@ -142,38 +142,6 @@ impl ClaimedJob {
             next: None,
             handed: Vec::new(),
         })
-    }
-
-    /// Makes this handle's Complete and Fail ask for the worker's next job
-    /// in the same transaction (the run loop does; docs/design.md rule 16).
-    pub(crate) fn ask_next(&mut self, ask: NextAsk) {
-        self.next = Some(ask);
-    }
-
-    /// The jobs this handle's write-back was answered with, as handles
-    /// that ask for their own next job the same way.
-    pub(crate) fn take_handed(&mut self) -> Vec<ClaimedJob> {
-        let ask = self.next.clone();
-        std::mem::take(&mut self.handed)
-            .into_iter()
-            .filter_map(|c| ClaimedJob::from_proto(self.client.clone(), c))
-            .map(|mut job| {
-                job.next = ask.clone();
-                job
-            })
-            .collect()
-    }
-
-    /// Keeps the next jobs of a write's answer, and gives the write's
-    /// refusal, if the fence refused it, as the status the same call
-    /// without a next-job request would have ended with.
-    fn answered(&mut self, next: Option<proto::NextJobs>) -> Result<(), tonic::Status> {
-        let Some(next) = next else { return Ok(()) };
-        self.handed.extend(next.jobs);
-        match next.write_refused {
-            Some(w) => Err(refusal_status(&w)),
-            None => Ok(()),
-        }
     }
 
     /// The job's id.

@@ -7,12 +7,12 @@ import enum
 import hashlib
 import random
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from google.protobuf import duration_pb2
 
 from ._proto import coordinator_pb2 as pb
-from .errors import AttemptSuperseded, JobNotFound, JobNotRunning
+from .errors import AttemptSuperseded, JobNotFound, JobNotRunning, from_refusal
 
 SERVICE = "jobfence.v1.JobCoordinator"
 
@@ -168,6 +168,24 @@ def fail_written(response: pb.FailResponse) -> FailWritten:
                        response.override_reason)
 
 
+@dataclass
+class NextAsk:
+    """What a handle's Complete and Fail ask for when the run loop set it:
+    the worker's next job, claimed in the same call and transaction
+    (docs/design.md rule 16). Nothing is asked once ``stopping()``."""
+
+    request: pb.NextJobsRequest
+    stopping: Callable[[], bool]
+
+
+def next_ask(queue: str, worker_id: str, lease_seconds: float,
+             stopping: Callable[[], bool]) -> NextAsk:
+    """One job of ``queue`` with the worker's lease, no long poll (when
+    nothing is due, the loop's own Claim waits for work)."""
+    return NextAsk(pb.NextJobsRequest(queue=queue, worker_id=worker_id, max_jobs=1,
+                                      lease=duration(lease_seconds)), stopping)
+
+
 class HandleBase:
     """The read-only part of a job handle: what a Claim or Takeover handed
     out. Every write presents ``attempt``; the coordinator applies it only
@@ -184,6 +202,8 @@ class HandleBase:
         #: refused as superseded, not running or not found. The run loop
         #: releases a job whose handler returned while it was still False.
         self.settled: bool = False
+        self._next: Optional[NextAsk] = None
+        self._handed: List[pb.ClaimedJob] = []
 
     @property
     def job_id(self) -> int:
@@ -219,6 +239,54 @@ class HandleBase:
         self.job = job
         if settles:
             self.settled = True
+
+    def ask_for_next_job(self) -> None:
+        """Makes this handle's ``complete`` and ``fail`` also claim the
+        worker's next job of its queue (the client's queue, lease and
+        worker id) in the same call and transaction (docs/design.md rule
+        16); take it with ``take_next_job()`` after the write. The run
+        loop does this for every job it hands to a handler.
+
+        Each half answers for itself: a write refused as superseded still
+        brings its next job (the exception is the write's); an empty claim
+        leaves the write applied. A write whose outcome is unknown brings
+        none, and the client's retry of it is answered as a replay, which
+        claims nothing."""
+        client = getattr(self, "_client")
+        self._next = next_ask(client.queue, client.worker_id, client.lease_seconds,
+                              lambda: False)
+
+    def take_next_job(self) -> Any:
+        """The next job a write-back of this handle brought, as a handle of
+        the same kind that asks for its own next job the same way; None
+        when none came."""
+        handed = self._take_handed()
+        if not handed:
+            return None
+        nxt = type(self)(getattr(self, "_client"), handed[0])  # type: ignore[call-arg]
+        nxt._next = self._next
+        return nxt
+
+    def _with_next(self, request: Any) -> Any:
+        """``request`` asking for the next job, when the run loop set it
+        and is not stopping."""
+        if self._next is not None and not self._next.stopping():
+            request.next.CopyFrom(self._next.request)
+        return request
+
+    def _answered(self, response: Any) -> None:
+        """Keeps the next jobs of a write's answer, and raises the write's
+        refusal, if the fence refused it, as the same call without a
+        next-job request would have."""
+        if not response.HasField("next"):
+            return
+        self._handed.extend(response.next.jobs)
+        if response.next.HasField("write_refused"):
+            raise from_refusal(response.next.write_refused)
+
+    def _take_handed(self) -> List[pb.ClaimedJob]:
+        handed, self._handed = self._handed, []
+        return handed
 
     def _refused(self, err: Exception) -> None:
         """Marks the handle settled when a refusal says it no longer holds

@@ -175,9 +175,11 @@ class AsyncClaimedJob(_wire.HandleBase):
     async def complete(self, provider_reference: str, result: str = "") -> Written:
         """As ``ClaimedJob.complete``: a refused write keeps the provider
         result as an observation."""
-        request = _wire.complete_request(self.job_id, self._attempt, provider_reference, result)
+        request = self._with_next(
+            _wire.complete_request(self.job_id, self._attempt, provider_reference, result))
         try:
             response = await self._client._call("Complete", request, retryable_write)
+            self._answered(response)
         except (AttemptSuperseded, JobNotRunning) as refusal:
             self._refused(refusal)
             if provider_reference:
@@ -200,10 +202,12 @@ class AsyncClaimedJob(_wire.HandleBase):
         nothing for the provider until then, on every coordinator, so the
         other workers stop hitting it too; the job is disposed of as asked
         (a throttled send was not processed: ``RETRY_EXECUTE``)."""
-        request = _wire.fail_request(self.job_id, self._attempt, disposition, error,
-                                     retry_delay_seconds, provider_retry_after_seconds)
+        request = self._with_next(
+            _wire.fail_request(self.job_id, self._attempt, disposition, error,
+                               retry_delay_seconds, provider_retry_after_seconds))
         try:
             response = await self._client._call("Fail", request, retryable_write)
+            self._answered(response)
         except JobfenceError as err:
             self._refused(err)
             raise

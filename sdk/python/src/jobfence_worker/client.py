@@ -227,9 +227,11 @@ class ClaimedJob(_wire.HandleBase):
         ``JobNotRunning`` with a provider reference, the result is recorded
         as an observation (source WORKER, outcome SUCCEEDED) and the
         exception says ``observation_recorded = True``."""
-        request = _wire.complete_request(self.job_id, self._attempt, provider_reference, result)
+        request = self._with_next(
+            _wire.complete_request(self.job_id, self._attempt, provider_reference, result))
         try:
             response = self._client._call("Complete", request, retryable_write)
+            self._answered(response)
         except (AttemptSuperseded, JobNotRunning) as refusal:
             self._refused(refusal)
             if provider_reference:
@@ -252,10 +254,12 @@ class ClaimedJob(_wire.HandleBase):
         nothing for the provider until then, on every coordinator, so the
         other workers stop hitting it too; the job is disposed of as asked
         (a throttled send was not processed: ``RETRY_EXECUTE``)."""
-        request = _wire.fail_request(self.job_id, self._attempt, disposition, error,
-                                     retry_delay_seconds, provider_retry_after_seconds)
+        request = self._with_next(
+            _wire.fail_request(self.job_id, self._attempt, disposition, error,
+                               retry_delay_seconds, provider_retry_after_seconds))
         try:
             response = self._client._call("Fail", request, retryable_write)
+            self._answered(response)
         except JobfenceError as err:
             self._refused(err)
             raise

@@ -311,6 +311,17 @@ REASONS: Dict[str, Type[JobfenceError]] = {
 }
 
 
+def from_refusal(refusal: object) -> JobfenceError:
+    """A write's refusal carried in the answer of a Complete or Fail that
+    asked for the next job (``NextJobs.write_refused``), as the exception
+    the same call without the request raises: the same class, code, reason
+    and metadata (docs/design.md rule 16)."""
+    code = next((c for c in grpc.StatusCode if c.value[0] == getattr(refusal, "code")), None)
+    reason = getattr(refusal, "reason")
+    cls = REASONS.get(reason, JobfenceError)
+    return cls(code, getattr(refusal, "message"), reason, dict(getattr(refusal, "metadata")))
+
+
 def _details(status_proto: object) -> Tuple[Optional[error_details_pb2.ErrorInfo],
                                             Optional[error_details_pb2.BadRequest],
                                             Optional[float]]:

@@ -17,6 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Optional, Set, Union
 
+from . import _wire
 from ._wire import ClaimInterrupted, Disposition
 from .errors import InvalidRequest, JobfenceError, NotAuthorized, OutcomeUnknown
 
@@ -44,8 +45,13 @@ class RunReport:
     """Counts of one run, for logs and tests (the fields of the Rust
     client's ``RunReport`` that apply)."""
 
-    #: Jobs handed out by the loop's claims (inline takeovers included).
+    #: Jobs handed out (inline takeovers included), by the loop's claims
+    #: and by handlers' write-backs.
     claimed: int = 0
+    #: Of ``claimed``, the jobs a handler's Complete or Fail was answered
+    #: with (the write and the next job in one call and one transaction,
+    #: docs/design.md rule 16).
+    on_write_back: int = 0
     #: Of which inline takeovers of an expired lease.
     takeovers: int = 0
     #: Handlers that returned (or raised).
@@ -108,7 +114,32 @@ def _tally(report: RunReport, lock: threading.Lock, error: bool, released: bool)
         report.released += int(released)
 
 
+def _chained(job: Any) -> Any:
+    """The next job a handle's write-back was answered with; None when
+    none came."""
+    return job.take_next_job()
+
+
+def _count_chained(report: RunReport, job: Any) -> None:
+    report.claimed += 1
+    report.on_write_back += 1
+    report.takeovers += int(job.takeover)
+
+
 def _handle_one(handler: Handler, job: "ClaimedJob", release_delay: float,
+                report: RunReport, lock: threading.Lock) -> None:
+    """Runs the handler on ``job`` and, while its write-back hands it the
+    next job (docs/design.md rule 16), on each next job in turn."""
+    current: Optional["ClaimedJob"] = job
+    while current is not None:
+        _handle_job(handler, current, release_delay, report, lock)
+        current = _chained(current)
+        if current is not None:
+            with lock:
+                _count_chained(report, current)
+
+
+def _handle_job(handler: Handler, job: "ClaimedJob", release_delay: float,
                 report: RunReport, lock: threading.Lock) -> None:
     error: Optional[Exception] = None
     try:
@@ -182,6 +213,11 @@ def _run_loop(client: "WorkerClient", handler: Handler, concurrency: int, *,
     slots = threading.Semaphore(concurrency)
     fatal: Optional[JobfenceError] = None
     failures = 0
+    # Set when the loop stops claiming: write-backs then ask for no next job.
+    stopped = threading.Event()
+
+    def stopping() -> bool:
+        return stop.is_set() or stopped.is_set()
 
     def run_handler(job: "ClaimedJob") -> None:
         try:
@@ -218,17 +254,31 @@ def _run_loop(client: "WorkerClient", handler: Handler, concurrency: int, *,
             for job in jobs:
                 report.claimed += 1
                 report.takeovers += int(job.takeover)
+                job._next = _wire.next_ask(client.queue, client.worker_id,
+                                           client.lease_seconds, stopping)
                 pool.submit(run_handler, job)
             for _ in range(free - len(jobs)):
                 slots.release()
             if fatal is not None or (pause > 0 and stop.wait(pause)):
                 break
+        stopped.set()
     if fatal is not None:
         raise fatal
     return report
 
 
 async def _handle_one_async(handler: AsyncHandler, job: "AsyncClaimedJob", release_delay: float,
+                            report: RunReport) -> None:
+    """As ``_handle_one``, for asyncio."""
+    current: Optional["AsyncClaimedJob"] = job
+    while current is not None:
+        await _handle_job_async(handler, current, release_delay, report)
+        current = _chained(current)
+        if current is not None:
+            _count_chained(report, current)
+
+
+async def _handle_job_async(handler: AsyncHandler, job: "AsyncClaimedJob", release_delay: float,
                             report: RunReport) -> None:
     error: Optional[Exception] = None
     try:
@@ -270,6 +320,11 @@ async def run_loop_async(client: "AsyncWorkerClient", handler: AsyncHandler, con
     stopper = asyncio.ensure_future(stop.wait())
     fatal: Optional[JobfenceError] = None
     failures = 0
+    stopped = False
+
+    def stopping() -> bool:
+        return stop.is_set() or stopped
+
     try:
         while not stop.is_set():
             if len(in_flight) >= concurrency:
@@ -302,13 +357,17 @@ async def run_loop_async(client: "AsyncWorkerClient", handler: AsyncHandler, con
                 for job in jobs:
                     report.claimed += 1
                     report.takeovers += int(job.takeover)
+                    job._next = _wire.next_ask(client.queue, client.worker_id,
+                                               client.lease_seconds, stopping)
                     task = asyncio.ensure_future(
                         _handle_one_async(handler, job, release_delay_seconds, report))
                     in_flight.add(task)
                     task.add_done_callback(in_flight.discard)
             if pause > 0:
                 await asyncio.wait({stopper}, timeout=pause)
-        # Stopped claiming: the handlers in flight finish and write back.
+        # Stopped claiming: the handlers in flight finish and write back,
+        # asking for no next job.
+        stopped = True
         await asyncio.gather(*in_flight, return_exceptions=True)
     finally:
         stopper.cancel()

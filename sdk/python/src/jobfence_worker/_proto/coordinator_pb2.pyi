@@ -268,52 +268,101 @@ class RenewLeaseResponse(_message.Message):
     def __init__(self, job: _Optional[_Union[Job, _Mapping]] = ..., replayed: _Optional[bool] = ...) -> None: ...
 
 class CompleteRequest(_message.Message):
-    __slots__ = ("job_id", "attempt", "provider_reference", "result")
+    __slots__ = ("job_id", "attempt", "provider_reference", "result", "next")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
     PROVIDER_REFERENCE_FIELD_NUMBER: _ClassVar[int]
     RESULT_FIELD_NUMBER: _ClassVar[int]
+    NEXT_FIELD_NUMBER: _ClassVar[int]
     job_id: int
     attempt: int
     provider_reference: str
     result: str
-    def __init__(self, job_id: _Optional[int] = ..., attempt: _Optional[int] = ..., provider_reference: _Optional[str] = ..., result: _Optional[str] = ...) -> None: ...
+    next: NextJobsRequest
+    def __init__(self, job_id: _Optional[int] = ..., attempt: _Optional[int] = ..., provider_reference: _Optional[str] = ..., result: _Optional[str] = ..., next: _Optional[_Union[NextJobsRequest, _Mapping]] = ...) -> None: ...
 
 class CompleteResponse(_message.Message):
-    __slots__ = ("job", "replayed")
+    __slots__ = ("job", "replayed", "next")
     JOB_FIELD_NUMBER: _ClassVar[int]
     REPLAYED_FIELD_NUMBER: _ClassVar[int]
+    NEXT_FIELD_NUMBER: _ClassVar[int]
     job: Job
     replayed: bool
-    def __init__(self, job: _Optional[_Union[Job, _Mapping]] = ..., replayed: _Optional[bool] = ...) -> None: ...
+    next: NextJobs
+    def __init__(self, job: _Optional[_Union[Job, _Mapping]] = ..., replayed: _Optional[bool] = ..., next: _Optional[_Union[NextJobs, _Mapping]] = ...) -> None: ...
+
+class NextJobsRequest(_message.Message):
+    __slots__ = ("queue", "worker_id", "max_jobs", "lease", "wait")
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    MAX_JOBS_FIELD_NUMBER: _ClassVar[int]
+    LEASE_FIELD_NUMBER: _ClassVar[int]
+    WAIT_FIELD_NUMBER: _ClassVar[int]
+    queue: str
+    worker_id: str
+    max_jobs: int
+    lease: _duration_pb2.Duration
+    wait: _duration_pb2.Duration
+    def __init__(self, queue: _Optional[str] = ..., worker_id: _Optional[str] = ..., max_jobs: _Optional[int] = ..., lease: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., wait: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+
+class NextJobs(_message.Message):
+    __slots__ = ("jobs", "write_refused")
+    JOBS_FIELD_NUMBER: _ClassVar[int]
+    WRITE_REFUSED_FIELD_NUMBER: _ClassVar[int]
+    jobs: _containers.RepeatedCompositeFieldContainer[ClaimedJob]
+    write_refused: WriteRefusal
+    def __init__(self, jobs: _Optional[_Iterable[_Union[ClaimedJob, _Mapping]]] = ..., write_refused: _Optional[_Union[WriteRefusal, _Mapping]] = ...) -> None: ...
+
+class WriteRefusal(_message.Message):
+    __slots__ = ("code", "reason", "metadata", "message")
+    class MetadataEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    METADATA_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    code: int
+    reason: str
+    metadata: _containers.ScalarMap[str, str]
+    message: str
+    def __init__(self, code: _Optional[int] = ..., reason: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., message: _Optional[str] = ...) -> None: ...
 
 class FailRequest(_message.Message):
-    __slots__ = ("job_id", "attempt", "disposition", "error", "retry_delay", "provider_retry_after")
+    __slots__ = ("job_id", "attempt", "disposition", "error", "retry_delay", "provider_retry_after", "next")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
     DISPOSITION_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
     RETRY_DELAY_FIELD_NUMBER: _ClassVar[int]
     PROVIDER_RETRY_AFTER_FIELD_NUMBER: _ClassVar[int]
+    NEXT_FIELD_NUMBER: _ClassVar[int]
     job_id: int
     attempt: int
     disposition: FailDisposition
     error: str
     retry_delay: _duration_pb2.Duration
     provider_retry_after: _duration_pb2.Duration
-    def __init__(self, job_id: _Optional[int] = ..., attempt: _Optional[int] = ..., disposition: _Optional[_Union[FailDisposition, str]] = ..., error: _Optional[str] = ..., retry_delay: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., provider_retry_after: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+    next: NextJobsRequest
+    def __init__(self, job_id: _Optional[int] = ..., attempt: _Optional[int] = ..., disposition: _Optional[_Union[FailDisposition, str]] = ..., error: _Optional[str] = ..., retry_delay: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., provider_retry_after: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., next: _Optional[_Union[NextJobsRequest, _Mapping]] = ...) -> None: ...
 
 class FailResponse(_message.Message):
-    __slots__ = ("job", "applied", "override_reason", "replayed")
+    __slots__ = ("job", "applied", "override_reason", "replayed", "next")
     JOB_FIELD_NUMBER: _ClassVar[int]
     APPLIED_FIELD_NUMBER: _ClassVar[int]
     OVERRIDE_REASON_FIELD_NUMBER: _ClassVar[int]
     REPLAYED_FIELD_NUMBER: _ClassVar[int]
+    NEXT_FIELD_NUMBER: _ClassVar[int]
     job: Job
     applied: FailDisposition
     override_reason: str
     replayed: bool
-    def __init__(self, job: _Optional[_Union[Job, _Mapping]] = ..., applied: _Optional[_Union[FailDisposition, str]] = ..., override_reason: _Optional[str] = ..., replayed: _Optional[bool] = ...) -> None: ...
+    next: NextJobs
+    def __init__(self, job: _Optional[_Union[Job, _Mapping]] = ..., applied: _Optional[_Union[FailDisposition, str]] = ..., override_reason: _Optional[str] = ..., replayed: _Optional[bool] = ..., next: _Optional[_Union[NextJobs, _Mapping]] = ...) -> None: ...
 
 class RecordObservationRequest(_message.Message):
     __slots__ = ("job_id", "attempt", "source", "outcome", "provider_reference", "body", "dedup_key")
