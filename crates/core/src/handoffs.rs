@@ -124,6 +124,9 @@ impl Coordinator {
         let written = self.written(rpc, job_id, scope, handoff.write).await;
         let replayed = matches!(&written, Ok(out) if out.replayed);
         let mut jobs = handoff.jobs;
+        for c in &jobs {
+            self.metrics.handed_on_write(&c.job.queue);
+        }
         if jobs.is_empty() && !replayed {
             // Nothing was due: long-poll like a Claim (after a replay,
             // answer at once: the caller asks again on its own).

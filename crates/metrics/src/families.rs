@@ -39,6 +39,7 @@ pub(crate) struct JobCounters {
     pub(crate) stale_rejections: IntCounterVec,
     pub(crate) claimed_jobs: IntCounterVec,
     pub(crate) empty_claims: IntCounterVec,
+    pub(crate) handed_on_write: IntCounterVec,
     pub(crate) commit_unknown: IntCounterVec,
     pub(crate) observations: IntCounterVec,
     pub(crate) manual_review_entered: IntCounterVec,
@@ -72,6 +73,12 @@ impl JobCounters {
                 r,
                 "jobfence_empty_claims_total",
                 "Claim calls that found no due job, by queue.",
+                &["queue"],
+            ),
+            handed_on_write: counter(
+                r,
+                "jobfence_jobs_handed_on_write_total",
+                "Jobs handed out by a Complete or Fail that asked for the worker's next job, in the write's own transaction (docs/design.md rule 16), by queue; also counted in jobfence_claimed_jobs_total.",
                 &["queue"],
             ),
             commit_unknown: counter(

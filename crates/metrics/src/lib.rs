@@ -169,6 +169,16 @@ impl Metrics {
         self.inner.providers.set_all(records);
     }
 
+    /// A job a Complete or Fail handed out with its write (docs/design.md
+    /// rule 16).
+    pub fn handed_on_write(&self, queue: &str) {
+        self.inner
+            .jobs
+            .handed_on_write
+            .with_label_values(&[queue])
+            .inc();
+    }
+
     /// A Claim that found nothing due.
     pub fn empty_claim(&self, queue: &str) {
         self.inner

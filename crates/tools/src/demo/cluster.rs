@@ -322,6 +322,7 @@ impl Cluster {
         let settled = super::settle::run(self, args, &args.work_dir).await?;
         let ledger = self.provider_client.ledger().await;
         let provider_stats = self.provider_client.stats().await;
+        let calls = self.coordinators.worker_calls().await;
         if self.console.is_none() {
             self.coordinators.stop().await;
         }
@@ -336,6 +337,7 @@ impl Cluster {
         report.database_durable = setup.database_durable.clone();
         report.storm = storm;
         report.add_settlement(settled);
+        report.calls = calls;
         report.provider = Some(report::ProviderSide {
             limit: plan.limit_text(),
             budget: plan.budget_text(),

@@ -215,6 +215,9 @@ pub struct Coordinators {
     haproxy: Option<(Proc, PathBuf)>,
     /// The address workers and operators call.
     pub addr: String,
+    /// The worker calls of coordinators that stopped since they started
+    /// (their counters die with them).
+    pub calls: super::calls::WorkerCalls,
 }
 
 impl Coordinators {
@@ -260,6 +263,7 @@ impl Coordinators {
             list,
             haproxy,
             addr,
+            calls: Default::default(),
         })
     }
 
@@ -293,6 +297,7 @@ impl Coordinators {
     /// SIGTERM to coordinator `i` (it drains), start it again, wait until
     /// it serves. Returns how long it took to stop.
     pub async fn restart(&mut self, i: usize) -> Result<Duration> {
+        self.keep_calls(i).await;
         let started = Instant::now();
         self.list[i].proc.stop(Duration::from_secs(15)).await?;
         let stopped = started.elapsed();
@@ -303,6 +308,7 @@ impl Coordinators {
     /// SIGKILL to coordinator `i`; returns how long until HAProxy took it
     /// out (it is started again).
     pub async fn kill(&mut self, i: usize) -> Result<Option<Duration>> {
+        self.keep_calls(i).await;
         let killed = Instant::now();
         self.list[i].proc.kill().await?;
         let noticed = match &self.haproxy {
@@ -328,6 +334,9 @@ impl Coordinators {
     /// calls in flight, and HAProxy answers every call itself
     /// (UNAVAILABLE) until they are started again ([`Self::start_all`]).
     pub async fn kill_all(&mut self) -> Result<()> {
+        for i in 0..self.list.len() {
+            self.keep_calls(i).await;
+        }
         for c in &mut self.list {
             c.proc.kill().await?;
         }

@@ -18,6 +18,7 @@ mod args;
 pub use args::DemoArgs;
 mod arrivals;
 pub mod budget;
+mod calls;
 mod chaos;
 mod cluster;
 pub mod coordinators;

@@ -174,6 +174,8 @@ pub struct Report {
     pub pruned_retries: (u32, u32),
     /// The product's own settlement of the provider's report.
     pub settlement: Option<super::settle::Settled>,
+    /// What the workers called the coordinators for their jobs.
+    pub calls: super::calls::WorkerCalls,
 }
 
 impl Report {
@@ -421,6 +423,9 @@ impl Report {
             let _ = writeln!(s, "  {head:<23} {what}");
         }
         let _ = writeln!(s, "  by final state          {}", joined(&self.states));
+        let finished =
+            self.states.values().sum::<i64>() - self.states.get("ready").copied().unwrap_or(0);
+        self.calls.render(s, finished);
         let _ = writeln!(
             s,
             "  completed by            {}",
