@@ -465,3 +465,67 @@ async fn a_handoff_behind_a_row_lock_is_run_again_counted_and_applied() {
     assert_eq!(h.row(a.job_id).await.state, JobState::Succeeded);
     h.finish().await;
 }
+
+/// A claim of a queue with no provider reads only the queue's own row;
+/// once an operator gives the queue a provider, the very next claim (on
+/// the same coordinator, whose claims read the light rules so far) is
+/// held to the budget, and once the provider is gone, to nothing.
+#[tokio::test]
+async fn a_queue_given_a_provider_is_held_to_its_budget_at_the_next_claim() {
+    let h = Harness::start().await;
+    enqueue_n(&h, 6).await;
+    let first = h.claim(Q, "worker-a", 1).await;
+    assert_eq!(first.len(), 1, "no provider yet: light rules");
+    put_budget(&h, 0.01, 1).await;
+    let held = h.claim(Q, "worker-a", 3).await;
+    assert_eq!(held.len(), 1, "the burst of 1, not 3");
+    assert!(
+        h.claim(Q, "worker-a", 3).await.is_empty(),
+        "the budget is spent"
+    );
+    JobAdminClient::connect(format!("http://{}", h.addr))
+        .await
+        .unwrap()
+        .delete_provider(proto::DeleteProviderRequest {
+            name: "stripe".into(),
+            operator: "alice".into(),
+            reason: "no limit any more".into(),
+        })
+        .await
+        .expect("delete provider");
+    assert_eq!(
+        h.claim(Q, "worker-a", 3).await.len(),
+        3,
+        "no budget any more"
+    );
+    h.finish().await;
+}
+
+/// A Complete of a job whose lease ran out (nobody took it over yet) is
+/// applied, and its own claim half never takes that very job over: it
+/// hands out the next one.
+#[tokio::test]
+async fn a_complete_after_its_lease_ran_out_never_claims_its_own_job() {
+    let h = Harness::start().await;
+    h.enqueue(Q, "refund-1", "{}").await;
+    let a = h.claim_one(Q, "worker-a").await;
+    h.force_lease_expired(a.job_id).await;
+    let b = h.enqueue(Q, "refund-2", "{}").await;
+    let r = h
+        .client
+        .clone()
+        .complete(complete_next(&a, "worker-a"))
+        .await
+        .expect("applied: a lease running out does not end the write right")
+        .into_inner();
+    let (jobs, refused) = handed(&r);
+    assert_eq!(refused, "");
+    assert_eq!(
+        jobs.iter().map(|j| j.job_id).collect::<Vec<_>>(),
+        [b.job_id]
+    );
+    let row = h.row(a.job_id).await;
+    assert_eq!((row.state, row.attempt), (JobState::Succeeded, 1));
+    assert_eq!(h.count_events(a.job_id, "taken_over").await, 0);
+    h.finish().await;
+}

@@ -44,6 +44,50 @@ pub(crate) fn rules_statements(queue: &str) -> Result<Vec<String>, CoordinatorEr
     Ok(RULES.iter().map(|s| s.replace("{queue}", &q)).collect())
 }
 
+/// The statement that reads only `queue`'s own row of `queue_policies`,
+/// for a claim of a queue with no provider (see
+/// `queries/budget/queue_row.sql`): one primary-key read instead of the
+/// three statements of [`rules_statements`].
+pub(crate) fn queue_row_statement(queue: &str) -> Result<String, CoordinatorError> {
+    Ok(include_str!("queries/budget/queue_row.sql").replace("{queue}", &literal::queue(queue)?))
+}
+
+/// The clause that empties a claim scan sent after
+/// [`queue_row_statement`] when the queue has a provider after all: the
+/// scan then locks nothing, so the provider's row can still be locked
+/// before any job row.
+pub(crate) fn no_provider_guard(queue: &str) -> Result<String, CoordinatorError> {
+    Ok(format!(
+        "AND NOT EXISTS (SELECT 1 FROM queue_policies qp WHERE qp.queue = {} AND qp.provider IS NOT NULL)",
+        literal::queue(queue)?
+    ))
+}
+
+/// The queues a store's last claims found a provider for: their claims
+/// read the full rules at once, the others only their own row (and fall
+/// back to the full rules when it names a provider after all).
+#[derive(Debug, Default)]
+pub(crate) struct ProviderQueues(std::sync::Mutex<std::collections::HashSet<String>>);
+
+impl ProviderQueues {
+    pub(crate) fn has(&self, queue: &str) -> bool {
+        self.0.lock().expect("provider queues lock").contains(queue)
+    }
+
+    pub(crate) fn set(&self, queue: &str, has_provider: bool) {
+        let mut set = self.0.lock().expect("provider queues lock");
+        match has_provider {
+            true if !set.contains(queue) => {
+                set.insert(queue.to_owned());
+            }
+            false => {
+                set.remove(queue);
+            }
+            true => {}
+        }
+    }
+}
+
 /// A queue's stored rules as its claim transaction read them.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Rules {
@@ -142,6 +186,25 @@ impl Rules {
             provider,
             queue_paused,
         })
+    }
+}
+
+impl Rules {
+    /// The rules of a queue from its own row alone (the result of
+    /// [`queue_row_statement`]); `None` when the row names a provider:
+    /// the claim must read the full rules, the provider's row locked.
+    pub fn from_queue_row(rows: &[MySqlRow]) -> Result<Option<Rules>, CoordinatorError> {
+        let Some(row) = rows.iter().next() else {
+            return Ok(Some(Rules::default()));
+        };
+        if rows::opt_text(row, "provider")?.is_some() {
+            return Ok(None);
+        }
+        Ok(Some(Rules {
+            policy: stored_policy(row)?,
+            provider: None,
+            queue_paused: rows::get::<Option<DbTime>>(row, "paused_at")?.is_some(),
+        }))
     }
 }
 

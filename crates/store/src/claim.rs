@@ -58,13 +58,35 @@ struct Scan {
 /// they are released at the claim's commit, as are rows the budget holds
 /// back. `reconcile_only` limits the ready scan to jobs whose next action
 /// is `reconcile` (a provider whose sends are paused).
+///
+/// `light`: the queue is believed to have no provider, so only its own
+/// row is read (one statement instead of three) and the scans are guarded
+/// to find nothing if it has one after all: `None` then, nothing locked,
+/// and the caller scans again with the full rules. `exclude`: jobs the
+/// transaction is writing itself, left out of the expired-lease scan.
 async fn scan(
     conn: &mut MySqlConnection,
     queue: &str,
     limit: u32,
     reconcile_only: bool,
-) -> Result<Scan, CoordinatorError> {
+    light: bool,
+    exclude: &[u64],
+) -> Result<Option<Scan>, CoordinatorError> {
     let q = literal::queue(queue)?;
+    let exclude = match exclude {
+        [] => String::new(),
+        ids => format!(
+            "AND id NOT IN ({})",
+            ids.iter()
+                .map(u64::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    };
+    let guard = match light {
+        true => budget::no_provider_guard(queue)?,
+        false => String::new(),
+    };
     let fill = |sql: &str| {
         sql.replace("{queue}", &q)
             .replace("{limit}", &limit.to_string())
@@ -76,12 +98,18 @@ async fn scan(
                     ""
                 },
             )
+            .replace("{guard}", &guard)
+            .replace("{exclude}", &exclude)
     };
-    let mut statements = budget::rules_statements(queue)?;
+    let mut statements = match light {
+        true => vec![budget::queue_row_statement(queue)?],
+        false => budget::rules_statements(queue)?,
+    };
+    let rules_results = statements.len();
     statements.push(fill(&SCAN_EXPIRED));
     statements.push(fill(&SCAN_READY));
     let mut sets = batch::result_sets(conn, &statements.join(";\n")).await?;
-    if sets.len() != budget::RULES_RESULTS + 2 {
+    if sets.len() != rules_results + 2 {
         return Err(CoordinatorError::Internal(format!(
             "a claim's scan gave {} result sets",
             sets.len()
@@ -89,12 +117,18 @@ async fn scan(
     }
     let ready = locked_jobs(&sets.pop().unwrap_or_default())?;
     let expired = locked_jobs(&sets.pop().unwrap_or_default())?;
-    let rules = Rules::parse(queue, &sets)?;
-    Ok(Scan {
+    let rules = match light {
+        true => match Rules::from_queue_row(&sets[0])? {
+            Some(rules) => rules,
+            None => return Ok(None),
+        },
+        false => Rules::parse(queue, &sets)?,
+    };
+    Ok(Some(Scan {
         rules,
         expired,
         ready,
-    })
+    }))
 }
 
 fn locked_jobs(rows: &[MySqlRow]) -> Result<Vec<LockedJob>, CoordinatorError> {
@@ -173,6 +207,7 @@ impl JobStore {
                 default_policy,
                 slots,
                 want_next_due,
+                &[],
             )
             .await?;
         if phase.decided.is_empty() {
@@ -208,6 +243,7 @@ impl JobStore {
     /// with SKIP LOCKED), the decisions and what they spend of the budget,
     /// nothing written yet. `rows` keeps what the decisions borrow. A
     /// paused queue decides nothing and spends nothing.
+    #[allow(clippy::too_many_arguments)]
     async fn claim_phase<'a>(
         &self,
         tx: &mut Tx,
@@ -216,9 +252,10 @@ impl JobStore {
         default_policy: QueuePolicy,
         slots: &'a [ClaimSlot],
         want_next_due: bool,
+        exclude: &[u64],
     ) -> Result<ClaimPhase<'a>, CoordinatorError> {
         let wanted: u32 = slots.iter().map(|s| s.max_jobs).sum();
-        let scanned = scan(tx, queue, wanted, false).await?;
+        let scanned = self.scan_rules_and_jobs(tx, queue, wanted, exclude).await?;
         let ClaimRows {
             rules,
             candidates,
@@ -248,6 +285,30 @@ impl JobStore {
             now: run.now,
             provider: run.provider,
         })
+    }
+
+    /// The claim's first round trip ([`scan`]): light when the queue had
+    /// no provider at its last claim on this store, else (or when the
+    /// light one finds a provider after all) with the full rules.
+    async fn scan_rules_and_jobs(
+        &self,
+        tx: &mut Tx,
+        queue: &str,
+        wanted: u32,
+        exclude: &[u64],
+    ) -> Result<Scan, CoordinatorError> {
+        let light = !self.provider_queues.has(queue);
+        if light {
+            if let Some(scanned) = scan(tx, queue, wanted, false, true, exclude).await? {
+                return Ok(scanned);
+            }
+        }
+        let scanned = scan(tx, queue, wanted, false, false, exclude)
+            .await?
+            .ok_or_else(|| CoordinatorError::Internal("a full claim scan gave no rules".into()))?;
+        self.provider_queues
+            .set(queue, scanned.rules.provider.is_some());
+        Ok(scanned)
     }
 
     /// Writes what a claim decided and its events, reads the observations
@@ -480,9 +541,10 @@ impl<'s> ClaimRun<'s> {
         let mut decided = decide(candidates, &claiming, allowance, held, &[]);
         if held.count(Holdback::Paused) > 0 && room_left(&decided, self.slots) > 0 {
             let taken: HashSet<u64> = candidates.iter().map(|c| c.job.id).collect();
-            *extra = scan(tx, self.queue, self.wanted, true)
+            *extra = scan(tx, self.queue, self.wanted, true, false, &[])
                 .await?
-                .ready
+                .map(|s| s.ready)
+                .unwrap_or_default()
                 .into_iter()
                 .filter(|c| !taken.contains(&c.job.id))
                 .collect();

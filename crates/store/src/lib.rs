@@ -197,6 +197,9 @@ pub struct JobStore {
     /// conflict has made the store ask (see
     /// [`JobStore::outage_or_conflict`]).
     galera: Arc<std::sync::OnceLock<bool>>,
+    /// The queues whose last claim on this store found a provider (their
+    /// claims read the full rules at once; see `claim.rs`).
+    provider_queues: Arc<budget::ProviderQueues>,
 }
 
 /// A pool's connections, counted now.
@@ -242,6 +245,7 @@ impl JobStore {
             pauses: None,
             conflicts: Arc::default(),
             galera: Arc::default(),
+            provider_queues: Arc::default(),
         }
     }
 
@@ -280,6 +284,7 @@ impl JobStore {
             pauses: None,
             conflicts: Arc::default(),
             galera: Arc::default(),
+            provider_queues: Arc::default(),
         })
     }
 

@@ -155,6 +155,7 @@ impl JobStore {
     ) -> Result<Vec<WriteResult>, CoordinatorError> {
         let mut tx = self.begin_batch().await?;
         let open = self.open_round(&mut tx, writes, round, policies).await?;
+        batch::write_images(&mut tx, &open.changes()).await?;
         if open.locked.is_empty() {
             // Not one of the jobs exists.
             tx.rollback().await?;
@@ -183,8 +184,9 @@ impl JobStore {
 
     /// The first half of a round's transaction, in `tx`: locks the rows
     /// (by primary key, in id order), decides each call on its own locked
-    /// row (the fence), finds replays, and writes the new images; the
-    /// events and the COMMIT are the caller's ([`OpenRound::events`]).
+    /// row (the fence) and finds replays; the new images
+    /// ([`OpenRound::changes`]), the events ([`OpenRound::events`]) and
+    /// the COMMIT are the caller's.
     pub(crate) async fn open_round<'w>(
         &self,
         tx: &mut Tx,
@@ -219,18 +221,6 @@ impl JobStore {
             .collect();
         let throttles = rules.hold_throttled(&mut plans, &locked, now)?;
         mark_replays(tx, &mut plans).await?;
-        let changes: Vec<Change> = plans
-            .iter()
-            .filter_map(|p| match p {
-                Plan::Apply { applied, .. } => Some(Change {
-                    before: &locked[&applied.after.id].job,
-                    after: &applied.after,
-                }),
-                _ => None,
-            })
-            .collect();
-        batch::write_images(tx, &changes).await?;
-        drop(changes);
         Ok(OpenRound {
             locked,
             now: Some(now),
@@ -262,6 +252,25 @@ impl OpenRound<'_> {
             .iter()
             .filter_map(|p| p.event(&self.locked, now))
             .collect()
+    }
+
+    /// The new images of the calls that apply.
+    pub(crate) fn changes(&self) -> Vec<Change<'_>> {
+        self.plans
+            .iter()
+            .filter_map(|p| match p {
+                Plan::Apply { applied, .. } => Some(Change {
+                    before: &self.locked[&applied.after.id].job,
+                    after: &applied.after,
+                }),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// The jobs the round locked (those of its calls that exist).
+    pub(crate) fn locked_ids(&self) -> Vec<u64> {
+        self.locked.keys().copied().collect()
     }
 
     /// Whether call `k` of the round (in round order) is a replay of a

@@ -14,7 +14,9 @@
 //! call claimed stays leased to the caller until the lease ends, then is
 //! taken over with reconcile.
 
-use super::{hand_out, write_decided, ClaimPhase, ClaimRows};
+use super::write::{decided_changes, decided_events};
+use super::{hand_out, ClaimPhase, ClaimRows};
+use crate::batch::Change;
 use crate::events::NewEvent;
 use crate::pause::PausePoint;
 use crate::reads;
@@ -148,6 +150,9 @@ impl JobStore {
         let open = self
             .open_round(&mut tx, calls.writes, round, calls.policies)
             .await?;
+        // The written jobs' images go with the hand-outs', in one UPDATE;
+        // until then the expired-lease scan must not see them as running.
+        let written = open.locked_ids();
         // A Fail that reports the provider's Retry-After holds its
         // hand-outs from now: the claim half must see the hold.
         if !open.throttles.is_empty() {
@@ -170,12 +175,17 @@ impl JobStore {
                     calls.policy,
                     &slots,
                     calls.want_next_due,
+                    &written,
                 )
                 .await?,
             ),
         };
         let mut new_events = open.events();
-        let (claim_events, observations) = write_claim_half(&mut tx, phase.as_ref()).await?;
+        let mut changes = open.changes();
+        let (claim_events, observations) =
+            claim_half(&mut tx, phase.as_ref(), &mut changes).await?;
+        batch::write_images(&mut tx, &changes).await?;
+        drop(changes);
         new_events.extend(claim_events);
         let after: Vec<String> = phase
             .as_ref()
@@ -216,18 +226,21 @@ impl JobStore {
     }
 }
 
-/// Writes what the claim half decided (new attempts, parked resends) and
-/// reads the observations of the jobs it hands out: the events to append
-/// with the COMMIT, and the observations by job.
-async fn write_claim_half<'p>(
+/// What the claim half decided (new attempts, parked resends): their new
+/// images added to `changes` (written with the write half's, in one
+/// UPDATE), their events to append with the COMMIT, and the observations
+/// of the jobs it hands out, by job.
+async fn claim_half<'p>(
     tx: &mut Tx,
     phase: Option<&'p ClaimPhase<'_>>,
+    changes: &mut Vec<Change<'p>>,
 ) -> Result<(Vec<NewEvent<'p>>, HashMap<u64, Vec<Observation>>), CoordinatorError> {
     let Some(phase) = phase.filter(|p| !p.decided.is_empty()) else {
         return Ok((Vec::new(), HashMap::new()));
     };
     let now = phase.clock()?;
-    let new_events = write_decided(tx, &phase.decided, now).await?;
+    changes.extend(decided_changes(&phase.decided)?);
+    let new_events = decided_events(&phase.decided, now);
     let with_observations: Vec<u64> = phase
         .decided
         .iter()

@@ -43,18 +43,31 @@ pub(super) async fn write_decided<'a>(
     decided: &'a [Decided<'_>],
     now: DbTime,
 ) -> Result<Vec<NewEvent<'a>>, CoordinatorError> {
-    let changes: Vec<Change> = decided
+    batch::write_images(&mut *conn, &decided_changes(decided)?).await?;
+    Ok(decided_events(decided, now))
+}
+
+/// The new images of what a claim decided, each hand-out checked to be a
+/// valid one (`transition::check_hand_out`).
+pub(super) fn decided_changes<'a>(
+    decided: &'a [Decided<'_>],
+) -> Result<Vec<Change<'a>>, CoordinatorError> {
+    for d in decided.iter().filter(|d| d.slot.is_some()) {
+        transition::check_hand_out(&d.locked.job, &d.after)?;
+    }
+    Ok(decided
         .iter()
         .map(|d| Change {
             before: &d.locked.job,
             after: &d.after,
         })
-        .collect();
-    for d in decided.iter().filter(|d| d.slot.is_some()) {
-        transition::check_hand_out(&d.locked.job, &d.after)?;
-    }
-    batch::write_images(&mut *conn, &changes).await?;
-    Ok(decided
+        .collect())
+}
+
+/// The events of what a claim decided (`claimed`, `taken_over`,
+/// `manual_review`).
+pub(super) fn decided_events<'a>(decided: &'a [Decided<'_>], now: DbTime) -> Vec<NewEvent<'a>> {
+    decided
         .iter()
         .map(|d| {
             let before = &d.locked.job;
@@ -92,5 +105,5 @@ pub(super) async fn write_decided<'a>(
                 created_at: now,
             }
         })
-        .collect())
+        .collect()
 }
