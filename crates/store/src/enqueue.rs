@@ -130,6 +130,22 @@ impl JobStore {
     ) -> Result<HashMap<usize, (Job, bool, [u8; 32])>, CoordinatorError> {
         let mut tx = self.begin_batch().await?;
         let mut out = HashMap::with_capacity(distinct.len());
+        let small = distinct
+            .iter()
+            .map(|&i| items[i].payload.len())
+            .sum::<usize>()
+            <= INSERT_CHUNK_BYTES;
+        if small {
+            self.pause_in(PausePoint::EnqueueBeforeCommit, &mut tx)
+                .await;
+            if let Some(inserted) =
+                insert_unseen_and_commit(&mut tx, items, digests, distinct).await?
+            {
+                return self.answer_unseen(items, distinct, inserted).await;
+            }
+            // A key some job holds: look the keys up, in the same
+            // transaction (the failed INSERT wrote nothing).
+        }
         let (live, pruned) = lookup_keys(&mut tx, items, distinct).await?;
         for (i, (job, digest)) in live {
             out.insert(i, (job, false, digest));
@@ -190,6 +206,106 @@ impl JobStore {
         }
         Ok(out)
     }
+}
+
+impl JobStore {
+    /// The answers of a batch whose new items were inserted without a
+    /// look-up ([`insert_unseen_and_commit`]): the inserted ones created,
+    /// and the others, whose keys have key records (their jobs were
+    /// pruned), answered as those jobs (docs/design.md rule 14), read
+    /// after the COMMIT.
+    async fn answer_unseen(
+        &self,
+        items: &[Enqueue],
+        distinct: &[usize],
+        inserted: Vec<(usize, (Job, [u8; 32]))>,
+    ) -> Result<HashMap<usize, (Job, bool, [u8; 32])>, CoordinatorError> {
+        let mut out: HashMap<usize, (Job, bool, [u8; 32])> = inserted
+            .into_iter()
+            .map(|(i, (job, digest))| (i, (job, true, digest)))
+            .collect();
+        let pruned: Vec<usize> = distinct
+            .iter()
+            .copied()
+            .filter(|i| !out.contains_key(i))
+            .collect();
+        if pruned.is_empty() {
+            return Ok(out);
+        }
+        let mut conn = self.pool().acquire().await.map_err(convert_sqlx_err)?;
+        let (_, records) = lookup_keys(&mut conn, items, &pruned).await?;
+        for (i, (record, digest)) in records {
+            out.insert(i, (record.as_enqueued_job(&items[i]), false, digest));
+        }
+        match pruned.iter().find(|i| !out.contains_key(i)) {
+            Some(&i) => Err(CoordinatorError::Internal(format!(
+                "item {i} was neither inserted nor found in the key records"
+            ))),
+            None => Ok(out),
+        }
+    }
+}
+
+/// The common case of a small batch, in one round trip: insert every item
+/// whose key has no key record (insert_unseen.sql), append their events,
+/// read them back and COMMIT. `Ok(None)` when a key is held by a job
+/// (duplicate key): the INSERT failed before anything was written, and
+/// the transaction stays open for the look-up path. Other failures as for
+/// [`insert_and_commit`].
+async fn insert_unseen_and_commit(
+    tx: &mut Tx,
+    items: &[Enqueue],
+    digests: &[[u8; 32]],
+    which: &[usize],
+) -> Result<Option<Vec<(usize, (Job, [u8; 32]))>>, CoordinatorError> {
+    use tokio_stream::StreamExt;
+    let picked = Picked { items, which };
+    let rows_json = json_literal(json(&picked.new_rows(digests))?);
+    let keys_json = json_literal(json(&picked.keys())?);
+    let text = [
+        with_literal(
+            include_str!("queries/enqueue/insert_unseen.sql"),
+            &rows_json,
+        ),
+        with_literal(include_str!("queries/enqueue/events.sql"), &keys_json),
+        with_literal(&BY_KEYS, &keys_json),
+        "COMMIT".to_owned(),
+    ]
+    .join(";\n");
+    let mut found = Vec::with_capacity(which.len());
+    let mut statements_done = 0;
+    let mut results = sqlx::raw_sql(&text).fetch_many(&mut **tx);
+    while let Some(item) = results.next().await {
+        match item {
+            Ok(sqlx::Either::Left(_)) => statements_done += 1,
+            Ok(sqlx::Either::Right(row)) => found.push(picked.found(&row)?),
+            // A key some job holds: nothing was written.
+            Err(e) if is_unique_violation(&e) && statements_done == 0 => return Ok(None),
+            Err(e) if is_unique_violation(&e) => {
+                return Err(CoordinatorError::TransactionConflict(e.to_string()))
+            }
+            Err(e @ sqlx::Error::Database(_)) if statements_done < 3 => {
+                return Err(convert_sqlx_err(e))
+            }
+            Err(e @ sqlx::Error::Database(_)) => return Err(convert_commit_err(e)),
+            Err(e) => return Err(CoordinatorError::CommitOutcomeUnknown(e.to_string())),
+        }
+    }
+    drop(results);
+    if statements_done < 4 {
+        return Err(CoordinatorError::CommitOutcomeUnknown(
+            "the enqueue batch ended before its COMMIT answered".into(),
+        ));
+    }
+    tx.committed();
+    Ok(Some(found))
+}
+
+/// `json` as a SQL string literal.
+fn json_literal(json: String) -> String {
+    let mut s = String::new();
+    literal::Literal::write_sql(json.as_str(), &mut s);
+    s
 }
 
 /// Some items of a batch (`which` indexes `items`), as the statements
@@ -319,11 +435,6 @@ async fn insert_and_commit(
 ) -> Result<Vec<(usize, (Job, [u8; 32]))>, CoordinatorError> {
     use tokio_stream::StreamExt;
     let picked = Picked { items, which };
-    let json_literal = |json: String| {
-        let mut s = String::new();
-        literal::Literal::write_sql(json.as_str(), &mut s);
-        s
-    };
     let rows_json = json_literal(json(&picked.new_rows(digests))?);
     let keys_json = json_literal(json(&picked.keys())?);
     let text = [
