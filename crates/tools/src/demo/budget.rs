@@ -43,8 +43,8 @@ pub const EXECUTE_COST: u32 = 1;
 /// Units a hand-out with next_action RECONCILE costs: the Rust refund worker
 /// may check the evidence handed over with the claim before its lookup.
 pub const RECONCILE_COST: u32 = 2;
-/// Jobs the Python refund worker claims at once (`--batch`), handled in
-/// turn.
+/// Jobs the Python refund worker holds at once (`--batch`: its run loop's
+/// concurrency).
 pub const PYTHON_BATCH: u32 = 4;
 /// The provider's name (one per database with `--shards`: `-1`, `-2`, …).
 pub const PROVIDER: &str = "fake-provider";

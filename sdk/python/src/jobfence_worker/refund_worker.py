@@ -32,6 +32,7 @@ import math
 import signal
 import socket
 import sys
+import threading
 import time
 import urllib.error
 import urllib.parse
@@ -41,10 +42,7 @@ from jobfence_worker import (
     AttemptSuperseded,
     Credentials,
     Disposition,
-    JobfenceError,
     JobNotRunning,
-    OutcomeUnknown,
-    Unavailable,
     WorkerClient,
 )
 
@@ -211,7 +209,8 @@ def main():
     ap.add_argument("--queue", default="refunds")
     ap.add_argument("--lease-seconds", type=float, default=30.0)
     ap.add_argument("--provider-timeout", type=float, default=2.0, help="seconds")
-    ap.add_argument("--batch", type=int, default=4, help="jobs per claim, handled in turn")
+    ap.add_argument("--batch", type=int, default=4,
+                    help="jobs held at once (the run loop's concurrency)")
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -220,42 +219,26 @@ def main():
         if handler.formatter is not None:
             handler.formatter.converter = time.gmtime
 
-    stopping = []
-    # SIGTERM and Ctrl-C alike: no more claims, the jobs of this claim are
-    # finished, then it exits cleanly.
-    signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
-    signal.signal(signal.SIGINT, lambda *_: stopping.append(True))
+    stop = threading.Event()
+    # SIGTERM and Ctrl-C alike: no more claims, the jobs held are finished,
+    # then it exits cleanly.
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
     provider = Provider(args.provider, args.provider_timeout)
     target = args.coordinator.replace("http://", "")
-    handled = 0
     # TLS and the token from JOBFENCE_TLS_CA, JOBFENCE_TOKEN_FILE, ...
     with WorkerClient(target, args.worker_id, args.queue, lease_seconds=args.lease_seconds,
                       timeout_seconds=5.0, credentials=Credentials.from_env()) as client:
         log.info("python refund worker %s on %s", args.worker_id, target)
-        while not stopping:
-            try:
-                jobs = client.claim(args.batch, wait_seconds=5.0)
-            except OutcomeUnknown as e:
-                # We may or may not hold jobs: act as if we hold none.
-                log.warning("claim outcome unknown (%s): holding nothing", e.reason)
-                time.sleep(0.5)
-                continue
-            except (Unavailable, JobfenceError) as e:
-                log.warning("claim failed: %s", e)
-                time.sleep(0.5)
-                continue
-            if not jobs:
-                time.sleep(0.2)
-                continue
-            for job in jobs:
-                try:
-                    handle(job, provider)
-                    handled += 1
-                except JobfenceError as e:
-                    # Unclear after retries: the job comes back after its
-                    # lease through a takeover, which reconciles first.
-                    log.warning("job %s: write back failed after retries: %s", job.job_id, e)
-    log.info("stopped after %d jobs", handled)
+        # The run loop of every jobfence client: claims for free slots only,
+        # and each Complete or Fail asks for the next job in the same call
+        # (docs/design.md rule 16). A handler that leaves a job unsettled
+        # (a write back that failed after the retries) has it released to
+        # reconcile.
+        report = client.run(lambda job: handle(job, provider), concurrency=args.batch,
+                            wait_seconds=5.0, stop=stop)
+    log.info("stopped after %d jobs (%d came with the write back before them)",
+             report.handled, report.on_write_back)
 
 
 if __name__ == "__main__":
