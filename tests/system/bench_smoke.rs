@@ -57,14 +57,15 @@ fn a_short_benchmark_run_checks_every_phase_and_writes_its_report() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "bench failed\n{stdout}\n{stderr}");
-    // Every lifecycle phase was checked: 2 worker counts × 3, the budget
-    // far above the load at 4 workers, the ceiling, and the finished-rows
-    // phase; and the paced phase handed out nothing twice.
+    // Every lifecycle phase was checked: 2 worker counts × 4 (direct,
+    // Claim(1), the next job on Complete, Claim(8)), both loops under the
+    // budget far above the load at 4 workers, the ceiling, and the
+    // finished-rows phase; and the paced phase handed out nothing twice.
     let checked = stderr
         .lines()
         .filter(|l| l.contains("checked: 200 jobs succeeded once"))
         .count();
-    assert_eq!(checked, 9, "{stderr}");
+    assert_eq!(checked, 12, "{stderr}");
     assert_eq!(
         stderr
             .matches("against a budget of 40/s (burst 4; checked: none twice)")
@@ -85,6 +86,8 @@ fn a_short_benchmark_run_checks_every_phase_and_writes_its_report() {
         "enqueue: EnqueueBatch(50)",
         "3000 finished rows",
         "| coordinator, Claim(1), budget far above the load | 4 |",
+        "| coordinator, Complete hands the next job | 1 |",
+        "| coordinator, Complete hands the next job, budget far above | 4 |",
         "budget 40/s (burst 4) below the load",
         "innodb_flush_log_at_trx_commit: 1",
         "## Targets",
@@ -99,5 +102,9 @@ fn a_short_benchmark_run_checks_every_phase_and_writes_its_report() {
     }
     assert!(stdout.contains("coordinator ≥ 3× direct"), "{stdout}");
     assert!(stdout.contains("within 10% of no budget"), "{stdout}");
+    assert!(
+        stdout.contains("next job on Complete, 1 worker: ≥ 0.8× direct"),
+        "{stdout}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
