@@ -130,22 +130,14 @@ impl JobStore {
     ) -> Result<HashMap<usize, (Job, bool, [u8; 32])>, CoordinatorError> {
         let mut tx = self.begin_batch().await?;
         let mut out = HashMap::with_capacity(distinct.len());
-        let small = distinct
-            .iter()
-            .map(|&i| items[i].payload.len())
-            .sum::<usize>()
-            <= INSERT_CHUNK_BYTES;
-        if small {
-            self.pause_in(PausePoint::EnqueueBeforeCommit, &mut tx)
-                .await;
-            if let Some(inserted) =
-                insert_unseen_and_commit(&mut tx, items, digests, distinct).await?
-            {
-                return self.answer_unseen(items, distinct, inserted).await;
-            }
-            // A key some job holds: look the keys up, in the same
-            // transaction (the failed INSERT wrote nothing).
+        if let Some(answered) = self
+            .enqueue_unseen(&mut tx, items, digests, distinct)
+            .await?
+        {
+            return Ok(answered);
         }
+        // A large batch, or a key some job holds (the failed INSERT wrote
+        // nothing): look the keys up, in the same transaction.
         let (live, pruned) = lookup_keys(&mut tx, items, distinct).await?;
         for (i, (job, digest)) in live {
             out.insert(i, (job, false, digest));
@@ -209,6 +201,28 @@ impl JobStore {
 }
 
 impl JobStore {
+    /// The common case of a small batch: every key inserted at once (see
+    /// [`insert_unseen_and_commit`]). `None` when the batch is large, or a
+    /// key some job holds made the INSERT fail: nothing was written, and
+    /// the caller looks the keys up in the same transaction.
+    async fn enqueue_unseen(
+        &self,
+        tx: &mut Tx,
+        items: &[Enqueue],
+        digests: &[[u8; 32]],
+        distinct: &[usize],
+    ) -> Result<Option<HashMap<usize, (Job, bool, [u8; 32])>>, CoordinatorError> {
+        let bytes: usize = distinct.iter().map(|&i| items[i].payload.len()).sum();
+        if bytes > INSERT_CHUNK_BYTES {
+            return Ok(None);
+        }
+        self.pause_in(PausePoint::EnqueueBeforeCommit, tx).await;
+        match insert_unseen_and_commit(tx, items, digests, distinct).await? {
+            Some(inserted) => Ok(Some(self.answer_unseen(items, distinct, inserted).await?)),
+            None => Ok(None),
+        }
+    }
+
     /// The answers of a batch whose new items were inserted without a
     /// look-up ([`insert_unseen_and_commit`]): the inserted ones created,
     /// and the others, whose keys have key records (their jobs were

@@ -165,21 +165,9 @@ impl JobStore {
             .map(|&k| calls.slots[round[k]].clone())
             .collect();
         let mut rows = ClaimRows::default();
-        let phase = match slots.is_empty() {
-            true => None,
-            false => Some(
-                self.claim_phase(
-                    &mut tx,
-                    &mut rows,
-                    calls.queue,
-                    calls.policy,
-                    &slots,
-                    calls.want_next_due,
-                    &written,
-                )
-                .await?,
-            ),
-        };
+        let phase = self
+            .claim_half_phase(&mut tx, &mut rows, calls, &slots, &written)
+            .await?;
         let mut new_events = open.events();
         let mut changes = open.changes();
         let (claim_events, observations) =
@@ -223,6 +211,36 @@ impl JobStore {
             budget,
             parked,
         })
+    }
+}
+
+impl JobStore {
+    /// The claim half's decisions (see [`JobStore::claim_phase`]), when
+    /// any caller of the round wants a job; `written`: the round's own
+    /// jobs, left out of the expired-lease scan.
+    async fn claim_half_phase<'a>(
+        &self,
+        tx: &mut Tx,
+        rows: &'a mut ClaimRows,
+        calls: &Calls<'a>,
+        slots: &'a [ClaimSlot],
+        written: &[u64],
+    ) -> Result<Option<ClaimPhase<'a>>, CoordinatorError> {
+        if slots.is_empty() {
+            return Ok(None);
+        }
+        let phase = self
+            .claim_phase(
+                tx,
+                rows,
+                calls.queue,
+                calls.policy,
+                slots,
+                calls.want_next_due,
+                written,
+            )
+            .await?;
+        Ok(Some(phase))
     }
 }
 
