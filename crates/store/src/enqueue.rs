@@ -21,6 +21,10 @@ use sqlx::MySqlConnection;
 use std::collections::HashMap;
 use std::sync::LazyLock;
 
+/// The INSERT of new jobs whose keys a look-up found free (no guard).
+static INSERT_LOOKED_UP: LazyLock<String> =
+    LazyLock::new(|| include_str!("queries/enqueue/insert.sql").replace("{guard}", ""));
+
 static BY_KEYS: LazyLock<String> =
     LazyLock::new(|| with_job_columns(include_str!("queries/enqueue/by_keys.sql")));
 
@@ -162,7 +166,7 @@ impl JobStore {
             .await;
         let new_bytes: usize = new.iter().map(|&i| items[i].payload.len()).sum();
         if new_bytes <= INSERT_CHUNK_BYTES {
-            for (i, (job, digest)) in insert_and_commit(tx, items, digests, &new).await? {
+            for (i, (job, digest)) in insert_and_commit(&mut tx, items, digests, &new).await? {
                 out.insert(i, (job, true, digest));
             }
             return Ok(out);
@@ -261,58 +265,18 @@ impl JobStore {
 }
 
 /// The common case of a small batch, in one round trip: insert every item
-/// whose key has no key record (insert_unseen.sql), append their events,
-/// read them back and COMMIT. `Ok(None)` when a key is held by a job
-/// (duplicate key): the INSERT failed before anything was written, and
-/// the transaction stays open for the look-up path. Other failures as for
-/// [`insert_and_commit`].
+/// whose key has no key record (insert.sql with the key-record guard),
+/// append their events, read them back and COMMIT. `Ok(None)` when a key
+/// is held by a job (duplicate key): the INSERT failed before anything
+/// was written, and the transaction stays open for the look-up path.
+/// Other failures as for [`insert_and_commit`].
 async fn insert_unseen_and_commit(
     tx: &mut Tx,
     items: &[Enqueue],
     digests: &[[u8; 32]],
     which: &[usize],
 ) -> Result<Option<Vec<(usize, (Job, [u8; 32]))>>, CoordinatorError> {
-    use tokio_stream::StreamExt;
-    let picked = Picked { items, which };
-    let rows_json = json_literal(json(&picked.new_rows(digests))?);
-    let keys_json = json_literal(json(&picked.keys())?);
-    let text = [
-        with_literal(
-            include_str!("queries/enqueue/insert_unseen.sql"),
-            &rows_json,
-        ),
-        with_literal(include_str!("queries/enqueue/events.sql"), &keys_json),
-        with_literal(&BY_KEYS, &keys_json),
-        "COMMIT".to_owned(),
-    ]
-    .join(";\n");
-    let mut found = Vec::with_capacity(which.len());
-    let mut statements_done = 0;
-    let mut results = sqlx::raw_sql(&text).fetch_many(&mut **tx);
-    while let Some(item) = results.next().await {
-        match item {
-            Ok(sqlx::Either::Left(_)) => statements_done += 1,
-            Ok(sqlx::Either::Right(row)) => found.push(picked.found(&row)?),
-            // A key some job holds: nothing was written.
-            Err(e) if is_unique_violation(&e) && statements_done == 0 => return Ok(None),
-            Err(e) if is_unique_violation(&e) => {
-                return Err(CoordinatorError::TransactionConflict(e.to_string()))
-            }
-            Err(e @ sqlx::Error::Database(_)) if statements_done < 3 => {
-                return Err(convert_sqlx_err(e))
-            }
-            Err(e @ sqlx::Error::Database(_)) => return Err(convert_commit_err(e)),
-            Err(e) => return Err(CoordinatorError::CommitOutcomeUnknown(e.to_string())),
-        }
-    }
-    drop(results);
-    if statements_done < 4 {
-        return Err(CoordinatorError::CommitOutcomeUnknown(
-            "the enqueue batch ended before its COMMIT answered".into(),
-        ));
-    }
-    tx.committed();
-    Ok(Some(found))
+    insert_rows_and_commit(tx, items, digests, which, true).await
 }
 
 /// `json` as a SQL string literal.
@@ -442,17 +406,45 @@ type FoundRecords = Vec<(usize, (jobfence_domain::KeyRecord, [u8; 32]))>;
 /// up; a concurrent Enqueue that took one since makes the insert fail
 /// (duplicate key) and the batch run again.
 async fn insert_and_commit(
-    mut tx: Tx,
+    tx: &mut Tx,
     items: &[Enqueue],
     digests: &[[u8; 32]],
     which: &[usize],
 ) -> Result<Vec<(usize, (Job, [u8; 32]))>, CoordinatorError> {
+    let found = insert_rows_and_commit(tx, items, digests, which, false).await?;
+    let found = found.ok_or_else(|| CoordinatorError::Internal("an unguarded insert".into()))?;
+    if found.len() != which.len() {
+        return Err(CoordinatorError::Internal(format!(
+            "inserted {} jobs but found {} of them",
+            which.len(),
+            found.len()
+        )));
+    }
+    Ok(found)
+}
+
+/// The one round trip of an insert: the INSERT of the `which` items
+/// (`unseen`: without a look-up first, skipping keys with a key record,
+/// and `Ok(None)` when a key some job holds fails it before anything was
+/// written; else a duplicate key is a `TransactionConflict`), their
+/// events, their rows read back, and COMMIT. The server refusing a
+/// statement before COMMIT is its own error; a failure of COMMIT, or of
+/// the connection with COMMIT sent, leaves the outcome unknown.
+async fn insert_rows_and_commit(
+    tx: &mut Tx,
+    items: &[Enqueue],
+    digests: &[[u8; 32]],
+    which: &[usize],
+    unseen: bool,
+) -> Result<Option<Vec<(usize, (Job, [u8; 32]))>>, CoordinatorError> {
     use tokio_stream::StreamExt;
     let picked = Picked { items, which };
     let rows_json = json_literal(json(&picked.new_rows(digests))?);
     let keys_json = json_literal(json(&picked.keys())?);
+    let guard = if unseen { KEY_RECORD_GUARD } else { "" };
     let text = [
-        with_literal(include_str!("queries/enqueue/insert.sql"), &rows_json),
+        with_literal(include_str!("queries/enqueue/insert.sql"), &rows_json)
+            .replace("{guard}", guard),
         with_literal(include_str!("queries/enqueue/events.sql"), &keys_json),
         with_literal(&BY_KEYS, &keys_json),
         "COMMIT".to_owned(),
@@ -460,11 +452,13 @@ async fn insert_and_commit(
     .join(";\n");
     let mut found = Vec::with_capacity(which.len());
     let mut statements_done = 0;
-    let mut results = sqlx::raw_sql(&text).fetch_many(&mut *tx);
+    let mut results = sqlx::raw_sql(&text).fetch_many(&mut **tx);
     while let Some(item) = results.next().await {
         match item {
             Ok(sqlx::Either::Left(_)) => statements_done += 1,
             Ok(sqlx::Either::Right(row)) => found.push(picked.found(&row)?),
+            // A key some job holds: nothing was written.
+            Err(e) if is_unique_violation(&e) && unseen && statements_done == 0 => return Ok(None),
             // Taken by a concurrent Enqueue since we looked: run again.
             Err(e) if is_unique_violation(&e) => {
                 return Err(CoordinatorError::TransactionConflict(e.to_string()))
@@ -485,15 +479,14 @@ async fn insert_and_commit(
         ));
     }
     tx.committed();
-    if found.len() != which.len() {
-        return Err(CoordinatorError::Internal(format!(
-            "inserted {} jobs but found {} of them",
-            which.len(),
-            found.len()
-        )));
-    }
-    Ok(found)
+    Ok(Some(found))
 }
+
+/// The condition that leaves out of an unseen insert the keys with a key
+/// record (their jobs were pruned; docs/design.md rule 14).
+const KEY_RECORD_GUARD: &str =
+    "WHERE NOT EXISTS (SELECT 1 FROM operation_keys k FORCE INDEX (PRIMARY) \
+     WHERE k.queue = t.queue AND k.operation_key = t.operation_key)";
 
 /// `sql` with its one placeholder replaced by `literal`.
 fn with_literal(sql: &str, literal: &str) -> String {
@@ -516,7 +509,7 @@ async fn insert(
         bytes += row.payload.len() + row.operation_key.len();
         chunk.push(row);
         if bytes >= INSERT_CHUNK_BYTES || n + 1 == rows.len() {
-            let done = sqlx::query(include_str!("queries/enqueue/insert.sql"))
+            let done = sqlx::query(&INSERT_LOOKED_UP)
                 .bind(json(&chunk)?)
                 .execute(&mut *conn)
                 .await;
