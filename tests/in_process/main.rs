@@ -31,6 +31,7 @@ mod settlement_cli;
 mod settlement_races;
 mod state_machine_model;
 mod state_machine_races;
+mod takeover_budget;
 mod validation;
 mod worker_sdk;
 mod write_rules;
