@@ -198,7 +198,11 @@ async fn serve_prunes_on_its_interval_and_shows_it_in_metrics() {
         if count(&pool, "jobs").await == 0 {
             if let Ok(body) = reqwest::get(format!("http://{metrics}/metrics")).await {
                 text = body.text().await.unwrap_or_default();
-                if text.contains("jobfence_pruned_rows_total{table=\"jobs\"} 2") {
+                // The key-record gauge is refreshed on its own interval,
+                // after the pruning counters: wait for both.
+                if text.contains("jobfence_pruned_rows_total{table=\"jobs\"} 2")
+                    && text.contains("jobfence_operation_key_records 2")
+                {
                     break;
                 }
             }
