@@ -18,6 +18,7 @@ mod readme_workers;
 mod retention;
 mod serve;
 mod shards;
+mod shards_next_job;
 
 use jobfence_console::operator::Identity;
 use jobfence_testkit::secure::Secure;

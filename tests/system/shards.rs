@@ -25,14 +25,14 @@ use tonic::Code;
 
 /// Two databases: `refunds` on database 0, every `payouts-…` queue on
 /// database 1, nothing else placed.
-struct TwoShards {
+pub(crate) struct TwoShards {
     dbs: [TestDb; 2],
     coordinator: Coordinator,
     channel: Channel,
     _stop: tokio::sync::oneshot::Sender<()>,
 }
 
-async fn two_shards() -> TwoShards {
+pub(crate) async fn two_shards() -> TwoShards {
     let dbs = [TestDb::new().await, TestDb::new().await];
     let config = ShardsConfig::parse(&format!(
         "database 0 {}\ndatabase 1 {}\nqueue refunds 0\nprefix payouts- 1\n",
@@ -75,11 +75,11 @@ async fn enqueue_alone(c: &Coordinator, key: &str) -> jobfence_domain::EnqueueOu
 }
 
 impl TwoShards {
-    fn client(&self) -> JobCoordinatorClient<Channel> {
+    pub(crate) fn client(&self) -> JobCoordinatorClient<Channel> {
         JobCoordinatorClient::new(self.channel.clone())
     }
 
-    async fn enqueue(&self, queue: &str, key: &str) -> proto::Job {
+    pub(crate) async fn enqueue(&self, queue: &str, key: &str) -> proto::Job {
         self.client()
             .enqueue(EnqueueRequest {
                 queue: queue.into(),
@@ -94,7 +94,7 @@ impl TwoShards {
             .unwrap()
     }
 
-    async fn claim(&self, queue: &str, max: u32) -> Vec<proto::Job> {
+    pub(crate) async fn claim(&self, queue: &str, max: u32) -> Vec<proto::Job> {
         self.client()
             .claim(ClaimRequest {
                 queue: queue.into(),
@@ -113,7 +113,7 @@ impl TwoShards {
     }
 
     /// The number of jobs with `id` in database `db`, read directly.
-    async fn stored(&self, db: usize, id: u64) -> i64 {
+    pub(crate) async fn stored(&self, db: usize, id: u64) -> i64 {
         let pool = self.dbs[db].pool();
         let n = sqlx::query_scalar("SELECT COUNT(*) FROM jobs WHERE id = ?")
             .bind(id)

@@ -21,7 +21,6 @@ use jobfence_metrics::Metrics;
 use jobfence_store::{Handoff, JobStore};
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Duration;
 
 /// A Complete or Fail answered with its next jobs: the write's own answer
 /// (applied, a replay, or its refusal, e.g. `AttemptSuperseded`) and the
@@ -97,29 +96,30 @@ impl Coordinator {
         let (rpc, job_id) = (write.rpc(), write.job_id());
         let waiters = &self.pipelines.waiters;
         let mut waiting = waiters.register(&next.queue, next.wait);
-        let answered =
-            if self.shards.index_for_id(job_id)? == self.shards.index_for_queue(&next.queue)? {
-                self.for_queue(&next.queue)?
-                    .handoffs
-                    .submit(QueuedHandoff {
-                        write: ScopedWrite {
-                            write,
-                            scope: scope.clone(),
-                        },
-                        queue: next.queue.clone(),
-                        policy: self.config.policies.get(&next.queue),
-                        slot: ClaimSlot {
-                            worker_id: next.worker_id.clone(),
-                            max_jobs: next.max_jobs,
-                            lease,
-                        },
-                        want_next_due: waiting.is_some(),
-                    })
-                    .await
-                    .and_then(|r| r)
-            } else {
-                self.write_then_claim(write, scope).await
-            };
+        let one_database =
+            self.shards.index_for_id(job_id)? == self.shards.index_for_queue(&next.queue)?;
+        let answered = if one_database {
+            self.for_queue(&next.queue)?
+                .handoffs
+                .submit(QueuedHandoff {
+                    write: ScopedWrite {
+                        write,
+                        scope: scope.clone(),
+                    },
+                    queue: next.queue.clone(),
+                    policy: self.config.policies.get(&next.queue),
+                    slot: ClaimSlot {
+                        worker_id: next.worker_id.clone(),
+                        max_jobs: next.max_jobs,
+                        lease,
+                    },
+                    want_next_due: waiting.is_some(),
+                })
+                .await
+                .and_then(|r| r)
+        } else {
+            self.write_then_claim(write, scope).await
+        };
         let handoff = answered.inspect_err(|e| self.metrics.commit_outcome(rpc, e))?;
         let written = self.written(rpc, job_id, scope, handoff.write).await;
         let replayed = matches!(&written, Ok(out) if out.replayed);
@@ -131,7 +131,8 @@ impl Coordinator {
             // Nothing was due: long-poll like a Claim (after a replay,
             // answer at once: the caller asks again on its own).
             self.metrics.set_claim_waiters(waiters.waiting());
-            let tried = Some(handoff.next_due);
+            // Across two databases no claim ran yet: claim first.
+            let tried = one_database.then_some(handoff.next_due);
             jobs = self
                 .claim_waiting(&next, lease, &mut waiting, tried)
                 .await?;
@@ -145,7 +146,8 @@ impl Coordinator {
     }
 
     /// The job and the queue live on two databases: the write in its own
-    /// transaction, its claim half left to the Claim loop (no job yet).
+    /// transaction, its claim half left to the Claim loop, which then
+    /// claims at once (no job yet, no claim run).
     /// An error of the write's transaction is the call's.
     async fn write_then_claim(
         &self,
@@ -167,7 +169,7 @@ impl Coordinator {
             write => Ok(Handoff {
                 write,
                 jobs: Vec::new(),
-                next_due: Some(Duration::ZERO),
+                next_due: None,
             }),
         }
     }
