@@ -257,3 +257,64 @@ async fn a_batch_larger_than_one_insert_statement_goes_in_one_transaction() {
     assert_eq!(count(&h, "SELECT COUNT(*) FROM job_events").await, 50);
     h.finish().await;
 }
+
+/// An Enqueue whose key another transaction is inserting (its row not yet
+/// committed, held here on the default MariaDB with lock waits of 1 s)
+/// waits on the unique key, times out, is run again and counted, and
+/// answers once the other transaction has ended: created when it rolled
+/// back, the other's job when it committed. Never an outage.
+#[tokio::test]
+async fn an_enqueue_behind_an_uncommitted_insert_of_its_key_is_run_again_and_counted() {
+    for holder_commits in [false, true] {
+        let h = Harness::start_with_lock_wait(1).await;
+        let mut holder = h.db.pool().begin().await.unwrap();
+        sqlx::query(
+            "INSERT INTO jobs (queue, operation_key, request_digest, payload, state, attempt, \
+             next_action, run_at, dispatch_count, created_at, updated_at) \
+             VALUES (?, 'refund-held', UNHEX(SHA2('other', 256)), 'other', 'ready', 0, 'execute', \
+             UTC_TIMESTAMP(6), 0, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6))",
+        )
+        .bind(Q)
+        .execute(&mut *holder)
+        .await
+        .unwrap();
+        let store = h.coordinator.store().clone();
+        let before = store.conflicts();
+        let mut client = h.another_client().await;
+        let sent = tokio::spawn(async move { client.enqueue(item("refund-held", "{}")).await });
+        kit::until(
+            "the enqueue's lock wait timed out and was run again",
+            || store.conflicts().0 > before.0,
+        )
+        .await;
+        if holder_commits {
+            holder.commit().await.unwrap();
+        } else {
+            holder.rollback().await.unwrap();
+        }
+        let answer = sent.await.unwrap();
+        let (retried, reported) = store.conflicts();
+        assert!(retried > before.0, "retried {retried}");
+        assert_eq!(reported, before.1, "no conflict reached the caller");
+        if holder_commits {
+            // The key now names the other's job, with another payload.
+            let status = answer.expect_err("the other's payload differs");
+            assert_eq!(status.code(), Code::AlreadyExists, "{status:?}");
+            assert_eq!(reason(&status), "OPERATION_KEY_CONFLICT");
+        } else {
+            assert!(
+                answer
+                    .expect("created after the rollback")
+                    .into_inner()
+                    .created
+            );
+        }
+        let n = count(
+            &h,
+            "SELECT COUNT(*) FROM jobs WHERE operation_key = 'refund-held'",
+        )
+        .await;
+        assert_eq!(n, 1);
+        h.finish().await;
+    }
+}
