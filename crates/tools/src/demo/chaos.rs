@@ -310,6 +310,11 @@ async fn freeze_worker(cluster: &mut Cluster, pool: &[MySqlPool]) -> Result<Opti
         return Ok(None);
     }
     cluster.workers[0].pause()?;
+    cluster.frozen.push(super::worker_logs::Frozen {
+        worker: name.clone(),
+        from: SystemTime::now(),
+        to: None,
+    });
     Ok(happened(
         format!("{name} frozen (SIGSTOP) holding {} jobs", held.len()),
         Some(Chaos::Resume(held)),
@@ -330,6 +335,9 @@ async fn resume_worker(
         return Ok(None);
     };
     cluster.workers[0].resume()?;
+    if let Some(f) = cluster.frozen.last_mut() {
+        f.to = Some(SystemTime::now());
+    }
     let name = &cluster.workers[0].name;
     if superseded == 0 {
         // Its writes were already on their way: no zombie yet.

@@ -38,6 +38,9 @@ pub(super) struct Cluster {
     /// way.
     pub(super) galera: Option<PathBuf>,
     pub(super) node_restart: Option<tokio::process::Child>,
+    /// When a worker was frozen (SIGSTOP) and resumed: what its calls
+    /// cost is the freeze's, not another fault's that overlapped it.
+    pub(super) frozen: Vec<worker_logs::Frozen>,
 }
 
 impl Cluster {
@@ -262,6 +265,7 @@ impl Cluster {
             queues: setup.queues.clone(),
             galera: args.galera.then(|| args.galera_script.clone()),
             node_restart: None,
+            frozen: Vec::new(),
         };
         cluster.announce(&provider_addr.to_string());
         Ok(cluster)
@@ -310,10 +314,16 @@ impl Cluster {
                 Some((from, to)) => format!(
                     "{}; worker calls failed after retries: {}",
                     h.what,
-                    worker_logs::failures_between(&setup.logs, from, to, Duration::from_secs(1))
+                    worker_logs::failures_between(
+                        &setup.logs,
+                        (from, to),
+                        worker_logs::GRACE,
+                        &self.frozen
+                    )
                 ),
                 None => h.what.clone(),
             })
+            .map(|line| worker_logs::with_frozen_cost(line, &setup.logs, &self.frozen))
             .collect();
         let storm = happened.iter().find_map(|h| h.storm.clone());
         // The product's own settlement, while the coordinators and the

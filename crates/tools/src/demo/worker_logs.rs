@@ -4,7 +4,7 @@
 //! fault's time window tells what the fault cost the workers.
 
 use std::path::Path;
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 /// What a worker's warning says when a call to the coordinator failed
 /// after the client's retries (Rust SDK, refund worker, Python worker).
@@ -29,39 +29,95 @@ fn line_time(line: &str) -> Option<SystemTime> {
     Some(t.and_utc().into())
 }
 
-/// Failed worker calls logged in `logs` (the workers' log files) between
-/// `from` and `to` (inclusive), and up to `grace` after `to` (a call that
-/// started during the fault may fail a little after it).
-pub fn failures_between(
-    logs: &Path,
-    from: SystemTime,
-    to: SystemTime,
-    grace: std::time::Duration,
-) -> usize {
+/// How long after a fault ends its failures are still its own: a call
+/// that started during the fault may fail a little after it.
+pub const GRACE: Duration = Duration::from_secs(1);
+
+/// A worker frozen (SIGSTOP) from `from` until it was resumed at `to`
+/// (`None`: never resumed). A frozen worker cannot retry, and its calls'
+/// deadlines pass while it sleeps: its failures then, and just after it
+/// wakes, are the freeze's cost, whatever else happened meanwhile.
+#[derive(Debug, Clone)]
+pub struct Frozen {
+    /// The worker's name, its log file's stem (`rust-1` for `rust-1.log`).
+    pub worker: String,
+    pub from: SystemTime,
+    pub to: Option<SystemTime>,
+}
+
+impl Frozen {
+    fn covers(&self, worker: &str, t: SystemTime, grace: Duration) -> bool {
+        self.worker == worker && t >= self.from && self.to.is_none_or(|to| t <= to + grace)
+    }
+}
+
+/// The failure times logged by each worker in `logs` (the workers' log
+/// files), by worker name.
+fn failure_times(logs: &Path) -> Vec<(String, Vec<SystemTime>)> {
     let Ok(dir) = std::fs::read_dir(logs) else {
-        return 0;
+        return Vec::new();
     };
-    let until = to + grace;
-    let mut n = 0;
+    let mut out = Vec::new();
     for entry in dir.flatten() {
         let name = entry.file_name().to_string_lossy().into_owned();
+        let Some(worker) = name.strip_suffix(".log") else {
+            continue;
+        };
         let is_worker = ["rust-", "python-", "node-", "go-"]
             .iter()
-            .any(|p| name.starts_with(p));
+            .any(|p| worker.starts_with(p));
         if !is_worker {
             continue;
         }
         let Ok(text) = std::fs::read_to_string(entry.path()) else {
             continue;
         };
-        n += text
+        let times = text
             .lines()
             .filter(|l| FAILURE_MARKERS.iter().any(|m| l.contains(m)))
             .filter_map(line_time)
-            .filter(|t| *t >= from && *t <= until)
-            .count();
+            .collect();
+        out.push((worker.to_owned(), times));
     }
-    n
+    out
+}
+
+/// Failed worker calls logged in `logs` within `window` (inclusive) or
+/// up to `grace` after it, leaving out those of a worker that was frozen
+/// then (see [`Frozen`]).
+pub fn failures_between(
+    logs: &Path,
+    (from, to): (SystemTime, SystemTime),
+    grace: Duration,
+    frozen: &[Frozen],
+) -> usize {
+    let until = to + grace;
+    failure_times(logs)
+        .iter()
+        .flat_map(|(worker, times)| times.iter().map(move |t| (worker, *t)))
+        .filter(|(_, t)| *t >= from && *t <= until)
+        .filter(|(worker, t)| !frozen.iter().any(|f| f.covers(worker, *t, grace)))
+        .count()
+}
+
+/// `line` with, when it tells that a frozen worker was resumed, the calls
+/// that worker saw fail while frozen or just after it woke (its own cost,
+/// left out of every other fault's count).
+pub fn with_frozen_cost(line: String, logs: &Path, frozen: &[Frozen]) -> String {
+    let Some(f) = frozen
+        .iter()
+        .rev()
+        .find(|f| f.to.is_some() && line.starts_with(&format!("{} resumed after", f.worker)))
+    else {
+        return line;
+    };
+    let n: usize = failure_times(logs)
+        .iter()
+        .filter(|(worker, _)| *worker == f.worker)
+        .flat_map(|(_, times)| times)
+        .filter(|t| f.covers(&f.worker, **t, GRACE))
+        .count();
+    format!("{line}; its own calls failed after retries (frozen, or just woken): {n}")
 }
 
 #[cfg(test)]
@@ -103,13 +159,21 @@ mod tests {
         .unwrap();
         let at =
             |s: &str| -> SystemTime { chrono::DateTime::parse_from_rfc3339(s).unwrap().into() };
-        let n = failures_between(
-            &dir,
-            at("2026-11-30T10:00:00Z"),
-            at("2026-11-30T10:00:04Z"),
-            Duration::from_secs(1),
-        );
+        let window = (at("2026-11-30T10:00:00Z"), at("2026-11-30T10:00:04Z"));
+        let n = failures_between(&dir, window, GRACE, &[]);
         assert_eq!(n, 4);
+        // A worker frozen from 10:00:01 and resumed at 10:00:03: its
+        // failures then and within the grace are the freeze's.
+        let frozen = [Frozen {
+            worker: "rust-1".into(),
+            from: at("2026-11-30T10:00:01Z"),
+            to: Some(at("2026-11-30T10:00:03Z")),
+        }];
+        assert_eq!(failures_between(&dir, window, GRACE, &frozen), 3);
+        let line = with_frozen_cost("rust-1 resumed after 1 of its jobs".into(), &dir, &frozen);
+        assert!(line.ends_with("(frozen, or just woken): 1"), "{line}");
+        let other = with_frozen_cost("rust-2 killed".into(), &dir, &frozen);
+        assert_eq!(other, "rust-2 killed");
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
