@@ -123,7 +123,6 @@ pub fn with_frozen_cost(line: String, logs: &Path, frozen: &[Frozen]) -> String 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::Duration;
 
     #[test]
     fn failures_are_counted_by_their_time_in_either_log_format() {
