@@ -40,6 +40,10 @@ pub struct ServeArgs {
     /// Address to listen on for gRPC.
     #[arg(long, env = "JOBFENCE_LISTEN", default_value = "127.0.0.1:50051")]
     pub listen: SocketAddr,
+    /// This coordinator's name in the workers view (`jobfence workers`,
+    /// the console's Workers page); by default the host and the gRPC port.
+    #[arg(long, env = "JOBFENCE_COORDINATOR_NAME")]
+    pub coordinator_name: Option<String>,
     /// Apply migrations before serving.
     #[arg(long, env = "JOBFENCE_MIGRATE", default_value_t = false)]
     pub migrate: bool,
@@ -208,6 +212,9 @@ impl ServeArgs {
                 poll_interval: self.claim_poll_interval,
                 max_waiters: self.max_claim_waiters,
             },
+            name: self.coordinator_name.clone().unwrap_or_else(|| {
+                format!("{}:{}", jobfence_core::host_name(), self.listen.port())
+            }),
         }
     }
 }
@@ -236,6 +243,9 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         tracing::warn!(error = %e, "stored queue policies not compared with the flags");
     }
     let _stop_pruning = (!args.prune_off).then(|| start_pruning(&coordinator, pruner));
+    // The workers view (docs/operating.md "Workers"): what this
+    // coordinator saw, written every 5 s.
+    let _stop_sightings = AbortOnDrop(coordinator.spawn_worker_sightings());
     let options = ServeOptions {
         health_interval: args.health_interval,
         health_timeout: args.health_timeout,

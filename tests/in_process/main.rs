@@ -34,4 +34,5 @@ mod state_machine_races;
 mod takeover_budget;
 mod validation;
 mod worker_sdk;
+mod workers;
 mod write_rules;

@@ -27,6 +27,7 @@ pub mod queue_pause;
 pub mod retention;
 pub mod retry;
 pub mod settlement;
+pub mod workers;
 mod writes;
 
 use batcher::{BatchSettings, Batcher};
@@ -67,6 +68,26 @@ pub struct CoordinatorConfig {
     pub batching: BatchSettings,
     /// How long Claims may wait for work.
     pub long_poll: LongPollSettings,
+    /// This coordinator's name, in the workers view (`--coordinator-name`;
+    /// by default the host and a number unique in the process).
+    pub name: String,
+}
+
+/// A name for a coordinator nobody named: the host, the process id, and a
+/// number counting the coordinators of this process.
+pub fn default_name() -> String {
+    static MADE: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = MADE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    format!("{}-{}-{n}", host_name(), std::process::id())
+}
+
+/// This machine's host name (Linux), or `coordinator` where none is read.
+pub fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_owned())
+        .ok()
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "coordinator".to_owned())
 }
 
 impl Default for CoordinatorConfig {
@@ -84,6 +105,7 @@ impl Default for CoordinatorConfig {
                 queue_capacity: 4096,
             },
             long_poll: LongPollSettings::default(),
+            name: default_name(),
         }
     }
 }
@@ -103,6 +125,8 @@ struct DatabasePipelines {
 struct Pipelines {
     databases: Vec<DatabasePipelines>,
     waiters: Waiters,
+    /// The workers that called this coordinator.
+    sightings: workers::Sightings,
 }
 
 impl DatabasePipelines {
@@ -203,11 +227,16 @@ impl Coordinator {
             .map(|(_, store)| DatabasePipelines::spawn(store, &config, &metrics))
             .collect();
         let waiters = Waiters::new(config.long_poll);
+        let sightings = workers::Sightings::new(config.name.clone());
         Coordinator {
             shards,
             config: Arc::new(config),
             metrics,
-            pipelines: Arc::new(Pipelines { databases, waiters }),
+            pipelines: Arc::new(Pipelines {
+                databases,
+                waiters,
+                sightings,
+            }),
         }
     }
 

@@ -14,6 +14,7 @@ mod families;
 mod providers;
 mod retention;
 mod settlement;
+mod workers;
 
 use families::{DatabaseGauges, JobCounters, ServingMetrics};
 pub use retention::PRUNED_TABLES;
@@ -48,6 +49,7 @@ struct Inner {
     providers: providers::ProviderMetrics,
     retention: retention::RetentionMetrics,
     settlement: settlement::SettlementMetrics,
+    workers: workers::WorkerMetrics,
     /// Every queue the gauges were ever set for: a queue whose pending jobs
     /// are all gone reads 0 instead of keeping its last value.
     seen_queues: Mutex<BTreeSet<String>>,
@@ -89,6 +91,7 @@ impl Metrics {
             providers: providers::ProviderMetrics::new(&r),
             retention: retention::RetentionMetrics::new(&r),
             settlement: settlement::SettlementMetrics::new(&r),
+            workers: workers::WorkerMetrics::new(&r),
             registry: r,
             seen_queues: Mutex::new(BTreeSet::new()),
         };

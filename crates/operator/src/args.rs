@@ -15,6 +15,7 @@ const COMMANDS: &[&str] = &[
     "queue-policies",
     "queue-policy",
     "settlement",
+    "workers",
 ];
 
 /// The connection flags ([`crate::Connection`]) that take a value.

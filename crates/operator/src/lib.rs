@@ -4,7 +4,7 @@
 //! `jobfence stats`, `jobfence events list|watch`, `jobfence providers
 //! list|set|delete|pause|resume|history`, `jobfence queue-policies
 //! list|set|delete|history` and `jobfence settlement
-//! configure|import|report|exceptions`. They talk gRPC to a running coordinator
+//! configure|import|report|exceptions` and `jobfence workers`. They talk gRPC to a running coordinator
 //! (JobAdmin, JobEvents), print human-readable tables by default and JSON
 //! with `--json`. A refusal is printed with its ErrorInfo reason and
 //! metadata (and each bad field, named by its flag where there is one) and
@@ -31,6 +31,7 @@ mod refusal;
 mod render;
 mod settlement;
 mod stats;
+mod workers;
 
 pub use args::{coordinator_env_alias, hoist_connection_flags};
 pub use bulk::{Bulk, BulkAction, BulkArgs, BulkTally, Selected};
@@ -46,6 +47,7 @@ pub use queue_policies::{QueuePoliciesArgs, QueuePoliciesCommand};
 pub use refusal::{describe_status, describe_status_with_flags};
 pub use settlement::{SettlementArgs, SettlementCommand};
 pub use stats::StatsArgs;
+pub use workers::WorkersArgs;
 
 use clap::{Parser, Subcommand};
 use std::io::Write;
@@ -76,6 +78,9 @@ pub enum Operation {
     /// how one is read, importing one, the report of what matched, and the
     /// exceptions for a person.
     Settlement(SettlementArgs),
+    /// Operator: the workers seen by any coordinator, live or stale, with
+    /// their client, calls per minute and the jobs they hold.
+    Workers(WorkersArgs),
 }
 
 /// The operator commands alone, parsed as `jobfence` parses them
@@ -98,6 +103,7 @@ pub async fn run(op: Operation, out: &mut (dyn Write + Send)) -> anyhow::Result<
         Operation::Providers(args) => providers::run(args, out).await,
         Operation::QueuePolicies(args) => queue_policies::run(args, out).await,
         Operation::Settlement(args) => settlement::run(args, out).await,
+        Operation::Workers(args) => workers::run(args, out).await,
     }
 }
 

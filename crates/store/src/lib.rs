@@ -48,6 +48,7 @@ mod rows;
 pub mod settlement;
 pub mod shards;
 mod tx;
+pub mod workers;
 mod writeback;
 
 use jobfence_domain::CoordinatorError;

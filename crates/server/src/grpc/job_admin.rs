@@ -315,6 +315,14 @@ impl JobAdmin for JobAdminService {
         super::repair::resume_queue(self.rpc("ResumeQueue"), &self.coordinator, request).await
     }
 
+    #[instrument(name = "ListWorkers", skip_all, fields(caller, outcome))]
+    async fn list_workers(
+        &self,
+        request: Request<proto::ListWorkersRequest>,
+    ) -> Result<Response<proto::ListWorkersResponse>, Status> {
+        super::workers::list(self.rpc("ListWorkers"), &self.coordinator, request).await
+    }
+
     #[instrument(name = "QueueStats", skip_all, fields(caller, queue, outcome))]
     async fn queue_stats(
         &self,

@@ -108,6 +108,13 @@ impl JobCoordinator for JobCoordinatorService {
         request: Request<ClaimRequest>,
     ) -> Result<Response<ClaimResponse>, Status> {
         let deadline = call_deadline(request.metadata());
+        let r = request.get_ref();
+        super::workers::saw(
+            &self.coordinator,
+            request.metadata(),
+            &r.worker_id,
+            &r.queue,
+        );
         let rpc = self.rpc("Claim");
         rpc.scoped(request, Action::Work, |r, scope| async move {
             let span = Span::current();
@@ -144,6 +151,8 @@ impl JobCoordinator for JobCoordinatorService {
         &self,
         request: Request<TakeoverRequest>,
     ) -> Result<Response<TakeoverResponse>, Status> {
+        let r = request.get_ref();
+        super::workers::saw(&self.coordinator, request.metadata(), &r.worker_id, "");
         let rpc = self.rpc("Takeover");
         rpc.scoped(request, Action::Work, |r, scope| async move {
             let span = Span::current();
@@ -217,6 +226,14 @@ impl JobCoordinator for JobCoordinatorService {
         request: Request<CompleteRequest>,
     ) -> Result<Response<CompleteResponse>, Status> {
         let deadline = call_deadline(request.metadata());
+        if let Some(n) = &request.get_ref().next {
+            super::workers::saw(
+                &self.coordinator,
+                request.metadata(),
+                &n.worker_id,
+                &n.queue,
+            );
+        }
         let rpc = self.rpc("Complete");
         rpc.scoped(request, Action::Work, |r, scope| async move {
             let span = Span::current();
@@ -283,6 +300,14 @@ impl JobCoordinator for JobCoordinatorService {
     )]
     async fn fail(&self, request: Request<FailRequest>) -> Result<Response<FailResponse>, Status> {
         let deadline = call_deadline(request.metadata());
+        if let Some(n) = &request.get_ref().next {
+            super::workers::saw(
+                &self.coordinator,
+                request.metadata(),
+                &n.worker_id,
+                &n.queue,
+            );
+        }
         let rpc = self.rpc("Fail");
         rpc.scoped(request, Action::Work, |r, scope| async move {
             let span = Span::current();

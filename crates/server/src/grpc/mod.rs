@@ -15,6 +15,7 @@ mod providers;
 mod repair;
 mod settlement;
 pub mod status;
+mod workers;
 
 pub use events::JobEventsService;
 pub use job_admin::JobAdminService;
