@@ -128,8 +128,26 @@ def main():
         assert "Stale writes refused, last 1h\n1" in card, card
         assert a.find_elements(By.CSS_SELECTOR, '.card[data-queue="payouts"]')
         until(a, "a live refresh", lambda: text(a, ".live-status").startswith("live ·"))
+        # A queue with ready work and no live worker says so.
+        banner = a.find_elements(By.CSS_SELECTOR, '.card[data-queue="chargebacks"] .no-worker')
+        assert banner and "no live worker" in banner[0].text, text(a, '.card[data-queue="chargebacks"]')
+        assert not a.find_elements(By.CSS_SELECTOR, '.card[data-queue="refunds"] .no-worker')
         shot(a, "queues")
         say("queues ok")
+
+        # Workers: go-1 live while it holds a payout's lease, node-7 (silent
+        # for ten minutes, holding nothing) stale.
+        a.get(URL + "/workers")
+        until(a, "the workers table", lambda: a.find_elements(By.CSS_SELECTOR, "table.workers"))
+        live = a.find_element(By.CSS_SELECTOR, 'tr[data-worker="go-1"]')
+        assert live.get_attribute("data-state") == "live", live.text
+        assert "lease" in live.text and "left" in live.text, live.text
+        dead = a.find_element(By.CSS_SELECTOR, 'tr[data-worker="node-7"]')
+        assert dead.get_attribute("data-state") == "stale", dead.text
+        assert "jobfence-node/0.1.0" in dead.text and "coordinator-2" in dead.text, dead.text
+        until(a, "a live refresh", lambda: text(a, ".live-status").startswith("live ·"))
+        shot(a, "workers")
+        say("workers ok: go-1 live, node-7 stale")
 
         # Jobs: the list, filtered, and from a row to the job's story.
         a.get(URL + "/jobs?queue=refunds")
@@ -283,6 +301,15 @@ def main():
         assert first.get_attribute("data-action") == "pause_provider" and "carol" in first.text, first.text
         shot(a, "providers")
         say("providers ok: stripe paused for sends by carol")
+
+        # The queues page says where the work is held: stripe's queues
+        # show its pause, by whom and why.
+        a.get(URL + "/queues")
+        until(a, "the refunds card", lambda: a.find_elements(By.CSS_SELECTOR, '.card[data-queue="payouts"] .held'))
+        held = text(a, '.card[data-queue="payouts"] .held')
+        assert "carol" in held and "provider stripe" in held, held
+        shot(a, "queues-paused")
+        say("queues ok: payouts held by stripe's pause")
     finally:
         for d in (a, b, feed):
             d.quit()

@@ -206,6 +206,8 @@ pub fn router(console: Console) -> Router {
         .route("/", get(|| async { Redirect::to("/queues") }))
         .route("/queues", get(pages::queues::page))
         .route("/queues/live", get(pages::queues::live))
+        .route("/workers", get(pages::workers::page))
+        .route("/workers/live", get(pages::workers::live))
         .route("/jobs", get(pages::jobs::page))
         .route("/jobs/{id}", get(pages::job::page))
         .route("/jobs/{id}/resolve", post(pages::resolve::post))

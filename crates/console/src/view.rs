@@ -32,6 +32,8 @@ pub enum Nav {
     Events,
     /// `/settlement`.
     Settlement,
+    /// `/workers`.
+    Workers,
     /// A page of none of them (not found).
     None,
 }
@@ -121,6 +123,7 @@ pub fn page(title: &str, nav: Nav, notices: &[Notice], body: Markup) -> Markup {
                     a.brand href="/queues" { "jobfence" }
                     nav {
                         (link(Nav::Queues, "/queues", "Queues"))
+                        (link(Nav::Workers, "/workers", "Workers"))
                         (link(Nav::Jobs, "/jobs", "Jobs"))
                         (link(Nav::Review, "/review", "Manual review"))
                         (link(Nav::Providers, "/providers", "Providers"))

@@ -12,6 +12,7 @@ pub mod queues;
 pub mod resolve;
 pub mod review;
 pub mod settlement;
+pub mod workers;
 
 use super::view::{self, Level, Nav, Notice};
 use axum::http::StatusCode;

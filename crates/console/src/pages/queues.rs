@@ -6,6 +6,7 @@ use super::{refusal, view};
 use crate::forms::{self, query_string, Pairs};
 use crate::view::{age, job_link, sparkline, stacked_bar, Nav, Notice};
 use crate::Console;
+use jobfence_core::workers::{DEFAULT_STALE_AFTER, DEFAULT_WITHIN};
 use jobfence_domain::admin::{QueuePending, QueueStats};
 use jobfence_domain::JobState;
 
@@ -44,7 +45,13 @@ fn oldest(pending: &QueuePending, state: JobState) -> Markup {
     }
 }
 
-fn card(s: &QueueStats, window: Duration, console: &Console, now: Instant) -> Markup {
+fn card(
+    s: &QueueStats,
+    window: Duration,
+    console: &Console,
+    now: Instant,
+    unattended: bool,
+) -> Markup {
     let total: u64 = s.counts.iter().map(|c| c.1).sum();
     let count = |st: JobState| s.counts.iter().find(|c| c.0 == st).map_or(0, |c| c.1);
     let parked = count(JobState::ManualReview);
@@ -64,6 +71,13 @@ fn card(s: &QueueStats, window: Duration, console: &Console, now: Instant) -> Ma
                     a.button.warn href={ "/review?" (query_string(&[("queue", &s.queue)])) } {
                         (parked) " waiting for an operator →"
                     }
+                }
+            }
+            @if unattended {
+                div.notice.warn.no-worker {
+                    strong { (count(JobState::Ready)) " ready, and no live worker: " }
+                    "no worker called about this queue in the last minute, and none holds a lease on it. "
+                    a href="/workers" { "Workers →" }
                 }
             }
             @if let Some(h) = &s.held {
@@ -108,6 +122,31 @@ fn card(s: &QueueStats, window: Duration, console: &Console, now: Instant) -> Ma
     }
 }
 
+/// The queues with ready jobs that no live worker is on (see
+/// [`super::workers::no_live_worker`]); none when the workers cannot be
+/// read (the banner is a hint, never a false alarm).
+async fn unattended(console: &Console, stats: &[QueueStats]) -> Vec<String> {
+    let ready: Vec<String> = stats
+        .iter()
+        .filter(|s| s.counts.iter().any(|c| c.0 == JobState::Ready && c.1 > 0))
+        .map(|s| s.queue.clone())
+        .collect();
+    if ready.is_empty() {
+        return ready;
+    }
+    match console
+        .coordinator
+        .workers(DEFAULT_STALE_AFTER, DEFAULT_WITHIN)
+        .await
+    {
+        Ok(workers) => super::workers::no_live_worker(&workers, &ready)
+            .into_iter()
+            .map(str::to_owned)
+            .collect(),
+        Err(_) => Vec::new(),
+    }
+}
+
 /// The live region: every queue's card.
 async fn cards(console: &Console, window: Duration) -> Result<Markup, (StatusCode, Notice)> {
     let (stats, window) = console
@@ -115,6 +154,7 @@ async fn cards(console: &Console, window: Duration) -> Result<Markup, (StatusCod
         .queue_stats(None, Some(window))
         .await
         .map_err(|e| refusal(&e))?;
+    let unattended = unattended(console, &stats).await;
     let now = Instant::now();
     let span = {
         let mut h = console.history.lock().expect("history lock");
@@ -125,7 +165,7 @@ async fn cards(console: &Console, window: Duration) -> Result<Markup, (StatusCod
         @if stats.is_empty() {
             p.empty { "No jobs yet. Enqueue one and it shows up here." }
         }
-        @for s in &stats { (card(s, window, console, now)) }
+        @for s in &stats { (card(s, window, console, now, unattended.contains(&s.queue))) }
         p.muted.small {
             "Ages use the database clock. Trends since this console first showed this page "
             "(" (age(span)) " ago, kept in memory for 10 minutes). Updated "
