@@ -66,6 +66,9 @@ func Dial(ctx context.Context, cfg Config) (*Client, error) {
 	target := strings.TrimPrefix(strings.TrimPrefix(cfg.Target, "http://"), "https://")
 	c := &Client{cfg: cfg}
 	opts = append(opts, grpc.WithUnaryInterceptor(c.checkVersion))
+	// The user-agent names this client first: the coordinator's workers
+	// view shows it.
+	opts = append(opts, grpc.WithUserAgent("jobfence-go/"+Version))
 	conn, err := grpc.DialContext(ctx, target, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("jobfence: connecting to %s: %w", target, err)

@@ -51,12 +51,20 @@ async fn workers_seen_by_two_coordinators_are_merged_with_the_jobs_they_hold() {
     assert_eq!(got.into_inner().jobs.len(), 1);
     other.client.claim(claim("w-a")).await.unwrap();
     other.client.claim(claim("w-b")).await.unwrap();
-    assert_eq!(h.coordinator.write_sightings().await.unwrap(), 1);
+    // The Rust SDK names itself in its user-agent.
+    let sdk = kit::sdk::sdk(&h, kit::sdk::config("w-sdk", Q)).await;
+    assert!(sdk.claim(1).await.unwrap().is_empty());
+    assert_eq!(h.coordinator.write_sightings().await.unwrap(), 2);
     assert_eq!(other.coordinator.write_sightings().await.unwrap(), 2);
 
     let all = list(&h, ListWorkersRequest::default()).await.unwrap();
     let ids: Vec<&str> = all.workers.iter().map(|w| w.worker_id.as_str()).collect();
-    assert_eq!(ids, ["w-a", "w-b"]);
+    assert_eq!(ids, ["w-a", "w-b", "w-sdk"]);
+    assert_eq!(
+        named(&all, "w-sdk").client,
+        jobfence_worker::credentials::USER_AGENT
+    );
+    assert!(jobfence_worker::credentials::USER_AGENT.starts_with("jobfence-rust/"));
     let a = named(&all, "w-a");
     assert_eq!(
         a.coordinator,

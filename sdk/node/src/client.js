@@ -9,6 +9,7 @@ const grpc = require('@grpc/grpc-js');
 const protoLoader = require('@grpc/proto-loader');
 const errors = require('./errors');
 const { protoRoot } = require('./proto');
+const { version: VERSION } = require('../package.json');
 
 
 let service = null;
@@ -150,7 +151,11 @@ class WorkerClient {
     this.retry = retry instanceof RetryPolicy ? retry : new RetryPolicy(retry);
     /** Calls sent again because the answer said nothing was applied (or, for a write, that its outcome was unknown). */
     this.retries = 0;
-    this.stub = new Service(target.replace(/^https?:\/\//, ''), channelCredentials(credentials));
+    // The user-agent names this client first (jobfence-node/VERSION): the
+    // coordinator's workers view shows it.
+    this.stub = new Service(target.replace(/^https?:\/\//, ''), channelCredentials(credentials), {
+      'grpc.primary_user_agent': `jobfence-node/${VERSION}`,
+    });
     // The token goes on every call as metadata (it works on a cleartext
     // channel too, for a coordinator behind a TLS-terminating proxy).
     this.metadata = new grpc.Metadata();

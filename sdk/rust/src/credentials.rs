@@ -11,6 +11,10 @@ use tonic::service::Interceptor;
 use tonic::transport::{Certificate, ClientTlsConfig, Endpoint, Identity};
 use tonic::{Request, Status};
 
+/// The user-agent this client sends first (`jobfence-rust/VERSION`): the
+/// coordinator's workers view names a worker's client by it.
+pub const USER_AGENT: &str = concat!("jobfence-rust/", env!("CARGO_PKG_VERSION"));
+
 /// The environment variables [`Credentials::from_env`] reads.
 pub mod env {
     /// Path of the CA certificate (PEM) that signed the coordinator's:
@@ -124,7 +128,9 @@ impl Credentials {
         self.tls_ca_pem.is_some()
     }
 
-    /// An endpoint for `uri` with these TLS settings (`http://` becomes
+    /// An endpoint for `uri` with these TLS settings, naming this client
+    /// in its user-agent ([`USER_AGENT`], what the coordinator's workers
+    /// view shows) (`http://` becomes
     /// `https://` when a CA is set: tonic would otherwise send the token
     /// in cleartext to a URI that says so).
     pub fn endpoint(&self, uri: impl Into<String>) -> Result<Endpoint, ConnectError> {
@@ -137,7 +143,7 @@ impl Credentials {
                      or use http:// for a coordinator run with --insecure"
                 )));
             }
-            return Ok(Endpoint::from_shared(uri)?);
+            return Ok(Endpoint::from_shared(uri)?.user_agent(USER_AGENT)?);
         };
         if let Some(rest) = uri.strip_prefix("http://") {
             uri = format!("https://{rest}");
@@ -151,7 +157,9 @@ impl Credentials {
         if let Some(name) = &self.tls_server_name {
             tls = tls.domain_name(name.clone());
         }
-        Ok(Endpoint::from_shared(uri)?.tls_config(tls)?)
+        Ok(Endpoint::from_shared(uri)?
+            .user_agent(USER_AGENT)?
+            .tls_config(tls)?)
     }
 
     /// The interceptor that adds the bearer token to every call.
