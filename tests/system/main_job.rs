@@ -299,6 +299,18 @@ async fn the_demo_with_every_fault_kind_refunds_nothing_twice() {
     for worker in ["rust-", "python-1", "node-1", "go-1"] {
         assert!(line("completed by").contains(worker), "{worker}\n{context}");
     }
+    // The coordinators saw every worker, each naming its client in its
+    // user-agent (docs/operating.md "Workers").
+    let seen = line("workers seen");
+    for client in [
+        "python-1 (jobfence-python/",
+        "node-1 (jobfence-node/",
+        "go-1 (jobfence-go/",
+        "rust-3 (jobfence-rust/",
+    ] {
+        assert!(seen.contains(client), "{client}\n{context}");
+    }
+    assert!(seen.contains("coordinator-"), "{context}");
     // The product's own settlement of the provider's report found every
     // refund matched: no exception (docs/design.md rule 15).
     assert!(line("settlement  ").contains("report lines"), "{context}");

@@ -310,11 +310,9 @@ async fn freeze_worker(cluster: &mut Cluster, pool: &[MySqlPool]) -> Result<Opti
         return Ok(None);
     }
     cluster.workers[0].pause()?;
-    cluster.frozen.push(super::worker_logs::Frozen {
-        worker: name.clone(),
-        from: SystemTime::now(),
-        to: None,
-    });
+    cluster
+        .frozen
+        .push(super::worker_logs::Frozen::from_now(&name));
     Ok(happened(
         format!("{name} frozen (SIGSTOP) holding {} jobs", held.len()),
         Some(Chaos::Resume(held)),
@@ -335,9 +333,7 @@ async fn resume_worker(
         return Ok(None);
     };
     cluster.workers[0].resume()?;
-    if let Some(f) = cluster.frozen.last_mut() {
-        f.to = Some(SystemTime::now());
-    }
+    super::worker_logs::Frozen::resumed_now(&mut cluster.frozen);
     let name = &cluster.workers[0].name;
     if superseded == 0 {
         // Its writes were already on their way: no zombie yet.

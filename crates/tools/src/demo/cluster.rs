@@ -333,6 +333,7 @@ impl Cluster {
         let ledger = self.provider_client.ledger().await;
         let provider_stats = self.provider_client.stats().await;
         let calls = self.coordinators.worker_calls().await;
+        let workers_seen = super::seen::read(self).await;
         if self.console.is_none() {
             self.coordinators.stop().await;
         }
@@ -348,6 +349,7 @@ impl Cluster {
         report.storm = storm;
         report.add_settlement(settled);
         report.calls = calls;
+        report.workers_seen = workers_seen;
         report.provider = Some(report::ProviderSide {
             limit: plan.limit_text(),
             budget: plan.budget_text(),

@@ -576,6 +576,8 @@ fn spawn(settings: &Settings, db_flags: &[String], name: &str, listen: &Listen) 
         listen.grpc.clone(),
         "--metrics-listen".into(),
         listen.metrics.clone(),
+        "--coordinator-name".into(),
+        name.into(),
     ]);
     if let Some(console) = &listen.console {
         args.extend(["--console-listen".into(), console.clone()]);

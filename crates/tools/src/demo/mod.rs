@@ -25,6 +25,7 @@ pub mod coordinators;
 pub mod credentials;
 mod databases;
 pub mod report;
+mod seen;
 mod settle;
 mod worker_logs;
 

@@ -176,6 +176,8 @@ pub struct Report {
     pub settlement: Option<super::settle::Settled>,
     /// What the workers called the coordinators for their jobs.
     pub calls: super::calls::WorkerCalls,
+    /// The workers the coordinators saw, with their clients.
+    pub workers_seen: super::seen::WorkersSeen,
 }
 
 impl Report {
@@ -426,6 +428,7 @@ impl Report {
         let finished =
             self.states.values().sum::<i64>() - self.states.get("ready").copied().unwrap_or(0);
         self.calls.render(s, finished);
+        self.workers_seen.render(s);
         let _ = writeln!(
             s,
             "  completed by            {}",

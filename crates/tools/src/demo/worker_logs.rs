@@ -46,6 +46,22 @@ pub struct Frozen {
 }
 
 impl Frozen {
+    /// `worker`, frozen from now on.
+    pub fn from_now(worker: &str) -> Self {
+        Frozen {
+            worker: worker.to_owned(),
+            from: SystemTime::now(),
+            to: None,
+        }
+    }
+
+    /// The latest of `frozen` resumed now.
+    pub fn resumed_now(frozen: &mut [Frozen]) {
+        if let Some(f) = frozen.last_mut() {
+            f.to = Some(SystemTime::now());
+        }
+    }
+
     fn covers(&self, worker: &str, t: SystemTime, grace: Duration) -> bool {
         self.worker == worker && t >= self.from && self.to.is_none_or(|to| t <= to + grace)
     }
