@@ -10,6 +10,7 @@ mod durability;
 mod fake_provider;
 mod go_sdk;
 mod main_job;
+mod oncall;
 mod outage;
 mod polyglot_python;
 mod prometheus;

@@ -42,6 +42,14 @@ pub(crate) async fn run(args: WorkersArgs, out: &mut (dyn Write + Send)) -> anyh
         let workers: Vec<_> = listed.workers.iter().map(worker_json).collect();
         return print_json(out, &json!({ "workers": workers }));
     }
+    if listed.workers.is_empty() {
+        writeln!(
+            out,
+            "no worker called any coordinator in the last {}",
+            humantime::format_duration(args.within)
+        )?;
+        return Ok(());
+    }
     let rows: Vec<Vec<String>> = listed.workers.iter().map(worker_row).collect();
     table(
         out,

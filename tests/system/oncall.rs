@@ -1,0 +1,90 @@
+//! The README's on-call path, as printed: enqueue, look (stats, workers),
+//! pause the queue, repair in bulk (dry run, then cancel), list, resume:
+//! every step a `jobfence` command, no grpcurl, against the binary run as
+//! scripts/serve runs it (TLS and authentication on, the throw-away
+//! credentials of `jobfence credentials dev` in `.local/serve` of a
+//! scratch directory). Only the binary's path and the address are
+//! replaced; the script stops at the first command that fails.
+
+use jobfence_testkit as kit;
+
+use kit::process::ServeLog;
+use kit::TestDb;
+use std::process::Stdio;
+
+#[tokio::test]
+async fn the_readmes_on_call_commands_work_as_printed() {
+    let db = TestDb::new().await;
+    let bin = env!("CARGO_BIN_EXE_jobfence");
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("readme-oncall");
+    let _ = std::fs::remove_dir_all(&dir);
+    let creds = dir.join(".local/serve");
+    let out = std::process::Command::new(bin)
+        .args(["credentials", "dev"])
+        .arg(&creds)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut server = tokio::process::Command::new(bin)
+        .args(["serve", "--database-url", &db.url])
+        .args(["--listen", "127.0.0.1:0"])
+        .arg("--tls-cert")
+        .arg(creds.join("server.pem"))
+        .arg("--tls-key")
+        .arg(creds.join("server-key.pem"))
+        .arg("--callers")
+        .arg(creds.join("callers"))
+        .args(["--health-interval", "100ms", "--drain-delay", "0s"])
+        .env("JOBFENCE_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let addr = ServeLog::follow(&mut server).grpc().await.to_string();
+
+    let printed = crate::doc_snippet("oncall");
+    let script = printed
+        .replace("target/release/jobfence", bin)
+        .replace("127.0.0.1:50051", &addr);
+    assert!(script.contains(bin) && script.contains(&addr), "{printed}");
+    let out = tokio::process::Command::new("bash")
+        .args(["-e", "-c", &script])
+        .current_dir(&dir)
+        .env_remove("JOBFENCE_COORDINATOR")
+        .env_remove("JOBFENCE_ENDPOINT")
+        .output()
+        .await
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.status.success(),
+        "the README's commands failed:\n{text}"
+    );
+    for expected in [
+        "enqueued job 1 in queue refunds (key refund-pay_7-900-TWD), ready",
+        "no worker called any coordinator in the last 15m",
+        "queue refunds paused",
+        "refunds: 1 ready held: queue refunds paused: INC-7: provider answers 5xx (by operator since",
+        "1 jobs selected (dry run: nothing changed)",
+        "1 selected: 1 applied, 0 skipped",
+        "cancelled by operator: INC-7: withdrawn by the customer",
+        "queue refunds resumed",
+    ] {
+        assert!(text.contains(expected), "{expected:?} not in:\n{text}");
+    }
+    // What the commands said, in the database: the job cancelled once.
+    let state: String = sqlx::query_scalar("SELECT CAST(state AS CHAR) FROM jobs WHERE id = 1")
+        .fetch_one(&db.pool())
+        .await
+        .unwrap();
+    assert_eq!(state, "cancelled");
+}
