@@ -57,7 +57,8 @@ pub struct Sightings {
 }
 
 impl Sightings {
-    pub(crate) fn new(name: String) -> Self {
+    /// An empty record for the coordinator called `name`.
+    pub fn new(name: String) -> Self {
         Sightings {
             name,
             origin: Instant::now(),

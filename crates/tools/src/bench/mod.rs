@@ -31,6 +31,7 @@ pub mod procstat;
 mod prune;
 mod report;
 mod settle;
+mod sightings;
 mod targets;
 
 use crate::procs::{self, Proc};
@@ -68,6 +69,7 @@ pub async fn run(args: BenchArgs) -> Result<()> {
     let coordinator_pid = coordinator.pid().context("the coordinator exited")?;
     let grpc_rtt = grpc::health_round_trip(&addr, 500).await?;
     let db_rtt = direct::db_round_trip(&pool, 500).await?;
+    let sightings_ns = tokio::task::spawn_blocking(sightings::ns_per_call).await?;
 
     let mut bench = Bench {
         pool: pool.clone(),
@@ -97,6 +99,7 @@ pub async fn run(args: BenchArgs) -> Result<()> {
         settlement: bench.settlement,
         elapsed,
         round_trips: (grpc_rtt, db_rtt),
+        sightings_ns,
     };
     println!();
     print!("{}", report.text());

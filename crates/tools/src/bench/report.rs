@@ -150,6 +150,9 @@ pub struct Report<'a> {
     /// Median round trips on loopback: a gRPC call that does no database
     /// work, and `SELECT 1`.
     pub round_trips: (Duration, Duration),
+    /// Nanoseconds the workers view's bookkeeping takes per call that
+    /// names a worker (see `sightings.rs`).
+    pub sightings_ns: f64,
 }
 
 /// One row of the table, as strings.

@@ -43,7 +43,26 @@ impl Report<'_> {
         out.extend(self.cost_targets(n_max));
         out.extend(self.next_job_targets(n_max));
         out.push(self.paced_target());
+        out.push(self.workers_view_target(n_max));
         out
+    }
+
+    /// The workers view's cost: its bookkeeping for the two calls of a
+    /// job that name a worker (a Claim, a Complete asking for the next),
+    /// against the coordinator's CPU per job at the most workers.
+    fn workers_view_target(&self, n_max: usize) -> Target {
+        let per_job_us = self
+            .find(Phase::Coordinator, n_max)
+            .and_then(|m| m.per_job_us(m.coord_cpu));
+        target(
+            format!(
+                "workers view: noting 2 calls per job ({:.0} ns each) ≤ 3 % of the coordinator's CPU per job at {n_max} workers",
+                self.sightings_ns
+            ),
+            per_job_us.map(|us| 2.0 * self.sightings_ns / 1000.0 / us * 100.0),
+            " %",
+            |p| p <= 3.0,
+        )
     }
 
     /// The coordinator's lifecycle against the direct SQL: at the most
