@@ -32,6 +32,7 @@ mod settlement_races;
 mod state_machine_model;
 mod state_machine_races;
 mod takeover_budget;
+mod trends;
 mod validation;
 mod worker_sdk;
 mod workers;

@@ -34,7 +34,6 @@ use jobfence_core::Coordinator;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex};
 use tokio::net::TcpListener;
 
 /// The address `--console-listen` uses when given without one.
@@ -44,7 +43,6 @@ pub const DEFAULT_LISTEN: &str = "127.0.0.1:9465";
 #[derive(Debug, Clone)]
 pub struct Console {
     coordinator: Coordinator,
-    history: Arc<Mutex<history::History>>,
     identity: operator::Identity,
 }
 
@@ -59,7 +57,6 @@ impl Console {
     pub fn with_identity(coordinator: Coordinator, identity: operator::Identity) -> Self {
         Console {
             coordinator,
-            history: Arc::new(Mutex::new(history::History::default())),
             identity,
         }
     }

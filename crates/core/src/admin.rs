@@ -208,6 +208,20 @@ impl Coordinator {
         result
     }
 
+    /// The state changes of the last `window` on every database, per
+    /// queue and 5-second bucket (see [`jobfence_store::trends`]): what
+    /// the console's trend lines are rebuilt from.
+    pub async fn state_changes(
+        &self,
+        window: Duration,
+    ) -> Result<Vec<jobfence_domain::admin::StateChange>, CoordinatorError> {
+        let mut out = Vec::new();
+        for (_, store) in self.shards().all() {
+            out.extend(store.state_changes(window).await?);
+        }
+        Ok(out)
+    }
+
     /// QueueStats; `window` None means [`DEFAULT_STATS_WINDOW`]. Each
     /// queue says what holds its ready jobs when its provider does (an
     /// operator's pause with since when and by whom, a throttle, the

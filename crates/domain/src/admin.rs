@@ -176,3 +176,19 @@ pub struct QueueStats {
     /// the coordinator from the provider's record; `None` otherwise).
     pub held: Option<crate::providers::QueueHold>,
 }
+
+/// How wide one bucket of a [`StateChange`] is (the console's trends).
+pub const TREND_BUCKET: Duration = Duration::from_secs(5);
+
+/// Jobs of one queue that went from one state to another within one
+/// bucket.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StateChange {
+    pub queue: String,
+    /// Buckets of [`TREND_BUCKET`] back from now: 0 is the last 5 s.
+    pub bucket: u32,
+    /// `None` for an enqueue (the job did not exist).
+    pub from: Option<JobState>,
+    pub to: Option<JobState>,
+    pub jobs: u64,
+}

@@ -47,6 +47,7 @@ pub mod retry;
 mod rows;
 pub mod settlement;
 pub mod shards;
+pub mod trends;
 mod tx;
 pub mod workers;
 mod writeback;

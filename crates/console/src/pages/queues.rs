@@ -5,16 +5,16 @@
 use super::{refusal, view};
 use crate::forms::{self, query_string, Pairs};
 use crate::view::{age, job_link, sparkline, stacked_bar, Nav, Notice};
-use crate::Console;
+use crate::{history, Console};
 use jobfence_core::workers::{DEFAULT_STALE_AFTER, DEFAULT_WITHIN};
-use jobfence_domain::admin::{QueuePending, QueueStats};
+use jobfence_domain::admin::{QueuePending, QueueStats, StateChange};
 use jobfence_domain::JobState;
 
 use axum::extract::{Query, State};
 use axum::http::StatusCode;
 use axum::response::Response;
 use maud::{html, Markup};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// The windows offered in the chooser (any other `?window=` works too).
 const WINDOWS: [&str; 5] = ["15m", "1h", "6h", "24h", "7d"];
@@ -45,21 +45,11 @@ fn oldest(pending: &QueuePending, state: JobState) -> Markup {
     }
 }
 
-fn card(
-    s: &QueueStats,
-    window: Duration,
-    console: &Console,
-    now: Instant,
-    unattended: bool,
-) -> Markup {
+fn card(s: &QueueStats, window: Duration, changes: &[StateChange], unattended: bool) -> Markup {
     let total: u64 = s.counts.iter().map(|c| c.1).sum();
     let count = |st: JobState| s.counts.iter().find(|c| c.0 == st).map_or(0, |c| c.1);
     let parked = count(JobState::ManualReview);
-    let series = console
-        .history
-        .lock()
-        .expect("history lock")
-        .series(&s.queue, now);
+    let series = history::series(s, changes);
     let last = |v: &[(f64, f64)]| v.last().map_or(String::new(), |p| format!("{:.0}", p.1));
     let w = window_label(window);
     html! {
@@ -155,20 +145,21 @@ async fn cards(console: &Console, window: Duration) -> Result<Markup, (StatusCod
         .await
         .map_err(|e| refusal(&e))?;
     let unattended = unattended(console, &stats).await;
-    let now = Instant::now();
-    let span = {
-        let mut h = console.history.lock().expect("history lock");
-        h.record(now, &stats);
-        h.span(now)
-    };
+    // The trends are a hint: without the events, the cards still show.
+    let changes = console
+        .coordinator
+        .state_changes(history::WINDOW)
+        .await
+        .unwrap_or_default();
     Ok(html! {
         @if stats.is_empty() {
             p.empty { "No jobs yet. Enqueue one and it shows up here." }
         }
-        @for s in &stats { (card(s, window, console, now, unattended.contains(&s.queue))) }
+        @for s in &stats { (card(s, window, &changes, unattended.contains(&s.queue))) }
         p.muted.small {
-            "Ages use the database clock. Trends since this console first showed this page "
-            "(" (age(span)) " ago, kept in memory for 10 minutes). Updated "
+            "Ages use the database clock. Trends over the last " (age(history::WINDOW))
+            ", rebuilt from the stored events at each refresh (the same on every coordinator, "
+            "and through restarts). Updated "
             (chrono::Utc::now().format("%H:%M:%S")) " UTC."
         }
     })
