@@ -302,6 +302,21 @@ def main():
         shot(a, "providers")
         say("providers ok: stripe paused for sends by carol")
 
+        # Repair in bulk: count first (nothing changed), then cancel the
+        # one ready job never sent whose key starts refund-payX.
+        a.get(URL + "/jobs/bulk?action=cancel&queue=refunds&key_prefix=refund-payX")
+        count = a.find_element(By.CSS_SELECTOR, "section.bulk-count")
+        assert count.get_attribute("data-selected") == "1", count.text
+        form = a.find_element(By.CSS_SELECTOR, "form.bulk-apply")
+        who = form.find_element(By.NAME, "operator")
+        who.clear()
+        who.send_keys("erin")
+        form.find_element(By.NAME, "reason").send_keys("INC-42: withdrawn by the customer")
+        shot(a, "bulk")
+        submit(a, form)
+        assert "1 selected: 1 applied, 0 skipped" in notice(a, "ok")
+        say("bulk ok: one job cancelled by erin")
+
         # The queues page says where the work is held: stripe's queues
         # show its pause, by whom and why.
         a.get(URL + "/queues")

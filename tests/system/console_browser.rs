@@ -575,6 +575,16 @@ async fn the_console_in_a_browser() {
         JobState::ManualReview,
         "the script job is only looked at"
     );
+    // The bulk cancel from the console: the one job, fenced, under erin.
+    let (cancelled, why): (String, String) = sqlx::query_as(
+        "SELECT CAST(state AS CHAR), CAST(state_reason AS CHAR) FROM jobs \
+         WHERE operation_key = 'refund-payX1001-500-TWD'",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(cancelled, "cancelled");
+    assert!(why.contains("by erin:") && why.contains("INC-42"), "{why}");
     let providers = operator.list_providers().await.unwrap();
     let pause = |name: &str| {
         let p = providers.iter().find(|p| p.name == name).unwrap();

@@ -206,6 +206,7 @@ pub fn router(console: Console) -> Router {
         .route("/workers", get(pages::workers::page))
         .route("/workers/live", get(pages::workers::live))
         .route("/jobs", get(pages::jobs::page))
+        .route("/jobs/bulk", get(pages::bulk::page).post(pages::bulk::post))
         .route("/jobs/{id}", get(pages::job::page))
         .route("/jobs/{id}/resolve", post(pages::resolve::post))
         .route("/jobs/{id}/cancel", post(pages::cancel::post))

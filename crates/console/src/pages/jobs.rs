@@ -109,7 +109,7 @@ pub async fn page(State(console): State<Console>, Query(q): Query<Pairs>) -> Res
         }
     }
     let body = html! {
-        div.page-head { h1 { "Jobs" } span.muted { "oldest first" } }
+        div.page-head { h1 { "Jobs" } span.muted { "oldest first" } a.button href="/jobs/bulk" { "Repair in bulk →" } }
         (filter_form(&q))
         (listing)
     };

@@ -3,6 +3,7 @@
 //! its view. No GET changes anything; the posts ([`resolve::post`], and
 //! the provider forms of [`providers`]) are behind [`super::csrf`].
 
+pub mod bulk;
 pub mod cancel;
 pub mod events;
 pub mod job;
