@@ -50,6 +50,12 @@ async fn workers_seen_by_two_coordinators_are_merged_with_the_jobs_they_hold() {
     let got = h.client.clone().claim(claim("w-a")).await.unwrap();
     assert_eq!(got.into_inner().jobs.len(), 1);
     other.client.claim(claim("w-a")).await.unwrap();
+    // Its latest call is about another queue: what it holds still shows.
+    let payouts = ClaimRequest {
+        queue: "payouts".into(),
+        ..claim("w-a")
+    };
+    other.client.claim(payouts).await.unwrap();
     other.client.claim(claim("w-b")).await.unwrap();
     // The Rust SDK names itself in its user-agent.
     let sdk = kit::sdk::sdk(&h, kit::sdk::config("w-sdk", Q)).await;
@@ -71,8 +77,11 @@ async fn workers_seen_by_two_coordinators_are_merged_with_the_jobs_they_hold() {
         other.coordinator.config().name,
         "its latest call"
     );
-    assert_eq!(a.calls_per_minute, 2, "one call to each coordinator");
-    assert_eq!(a.queue, Q);
+    assert_eq!(
+        a.calls_per_minute, 3,
+        "one call to the first, two to the other"
+    );
+    assert_eq!(a.queue, "payouts", "its latest call");
     assert!(a.client.starts_with("tonic/"), "{a:?}");
     assert_eq!(a.held.len(), 1);
     assert_eq!((a.held[0].job_id, a.held[0].attempt), (job, 1));
@@ -131,12 +140,48 @@ async fn listing_workers_refuses_bad_durations_with_field_violations() {
         within: kit::secs(0),
         ..Default::default()
     };
-    for (req, field) in [(negative, "stale_after"), (zero, "within")] {
+    let forever = ListWorkersRequest {
+        within: kit::secs(400 * 24 * 3600),
+        ..Default::default()
+    };
+    for (req, field) in [
+        (negative, "stale_after"),
+        (zero, "within"),
+        (forever, "within"),
+    ] {
         let refused = list(&h, req).await.unwrap_err();
         assert_eq!(refused.code(), Code::InvalidArgument, "{refused:?}");
         assert_eq!(reason(&refused), "INVALID_REQUEST");
         assert!(refused.message().contains(field), "{refused:?}");
     }
+    // A Claim refused for its fields leaves no sighting (its row could not
+    // be written, and would hold up every other worker's).
+    for (queue, worker) in [("bad queue é", "w-x"), (Q, &*"w".repeat(300))] {
+        let bad = ClaimRequest {
+            queue: queue.into(),
+            ..claim(worker)
+        };
+        let refused = h.client.clone().claim(bad).await.unwrap_err();
+        assert_eq!(refused.code(), Code::InvalidArgument, "{refused:?}");
+    }
+    assert_eq!(h.coordinator.write_sightings().await.unwrap(), 0);
+    // A worker chooses its id: `jobfence workers` prints its control
+    // characters escaped, never into the operator's terminal.
+    h.client
+        .clone()
+        .claim(claim("w-\u{1b}[31mred\n"))
+        .await
+        .unwrap();
+    assert_eq!(h.coordinator.write_sightings().await.unwrap(), 1);
+    let endpoint = format!("http://{}", h.addr);
+    let op = Cli::try_parse_from(["jobfence", "workers", "--endpoint", &endpoint])
+        .unwrap()
+        .command;
+    let mut out = Vec::new();
+    jobfence_operator::run(op, &mut out).await.unwrap();
+    let out = String::from_utf8(out).unwrap();
+    assert!(out.contains("w-\\u{1b}[31mred\\n"), "{out}");
+    assert!(!out.contains('\u{1b}'), "{out}");
     h.finish().await;
 }
 

@@ -447,39 +447,7 @@ async fn the_console_in_a_browser() {
             .unwrap();
     }
 
-    // The workers view: what this coordinator saw of the traffic's workers,
-    // and one more that stopped calling ten minutes ago, on a
-    // queue whose job now waits for nobody.
-    operator.write_sightings().await.unwrap();
-    sqlx::query(
-        "INSERT INTO worker_sightings (worker_id, coordinator, client, queue, first_seen_at, \
-         last_call_at, calls_last_minute) VALUES ('node-7', 'coordinator-2', \
-         'jobfence-node/0.1.0', 'chargebacks', UTC_TIMESTAMP(6) - INTERVAL 2 HOUR, \
-         UTC_TIMESTAMP(6) - INTERVAL 10 MINUTE, 0)",
-    )
-    .execute(&pool)
-    .await
-    .unwrap();
-    let mut producer = Worker {
-        client: JobCoordinatorClient::connect(format!("http://{addr}"))
-            .await
-            .unwrap(),
-        id: "producer",
-    };
-    producer
-        .enqueue(
-            "chargebacks",
-            "chargeback-cb_1",
-            r#"{"chargeback":"cb_1","amount":700}"#,
-        )
-        .await;
-    // A worker holding a payout for ten minutes: live while its lease runs.
-    let mut go = Worker {
-        client: producer.client.clone(),
-        id: "go-1",
-    };
-    assert_eq!(go.claim(Q2, 1, 600).await.len(), 1);
-    operator.write_sightings().await.unwrap();
+    crate::console_workers::scene(addr, &pool, &operator).await;
 
     // Screenshots go to target/console-screenshots, so that a test run
     // leaves the checkout as it was; JOBFENCE_SCREENSHOTS=docs/console

@@ -71,9 +71,16 @@ impl Sightings {
     }
 
     /// A call from `worker_id` on `queue`, made with `client` (the
-    /// user-agent's first word). Empty worker_ids are not kept.
+    /// user-agent's first word). A worker_id or a queue the coordinator
+    /// refuses (empty, too long, a queue name with other characters) is
+    /// not kept: the call is refused, and its row could not be written.
     pub fn saw(&self, worker_id: &str, queue: &str, client: &str) {
-        if worker_id.is_empty() {
+        let mut v = Violations::default();
+        v.key("worker_id", worker_id);
+        if !queue.is_empty() {
+            v.queue("queue", queue);
+        }
+        if v.finish().is_err() {
             return;
         }
         let now = Instant::now();
@@ -179,6 +186,8 @@ impl Coordinator {
         if within.is_zero() {
             v.add("within", "must be more than zero");
         }
+        v.delay("within", within);
+        v.delay("stale_after", stale_after);
         v.finish()?;
         let sightings = self.store().sightings(within).await?;
         let mut by_worker: BTreeMap<String, WorkerView> = BTreeMap::new();
@@ -218,23 +227,14 @@ impl Coordinator {
             .collect())
     }
 
-    /// The running jobs of the workers' queues, on every database, given
-    /// to the worker holding each lease.
+    /// The running jobs of every database, given to the worker holding
+    /// each lease (whatever queue it called about last).
     async fn add_held_jobs(
         &self,
         by_worker: &mut BTreeMap<String, WorkerView>,
     ) -> Result<(), CoordinatorError> {
-        let mut queues: Vec<String> = by_worker.values().map(|w| w.queue.clone()).collect();
-        queues.sort();
-        queues.dedup();
-        let mut per_database: BTreeMap<usize, Vec<String>> = BTreeMap::new();
-        for q in queues {
-            if let Ok(i) = self.shards.index_for_queue(&q) {
-                per_database.entry(i).or_default().push(q);
-            }
-        }
-        for (i, queues) in per_database {
-            for job in self.shards.at(i).held_jobs(&queues).await? {
+        for (_, store) in self.shards.all() {
+            for job in store.held_jobs().await? {
                 if let Some(w) = by_worker.get_mut(&job.worker_id) {
                     w.held.push(job);
                 }
@@ -295,6 +295,8 @@ mod tests {
         s.saw("w-1", "refunds", "jobfence-python/0.1.0");
         s.saw("w-2", "payouts", "grpc-go/1.59.0");
         s.saw("", "refunds", "x");
+        s.saw("w-3", "bad queue é", "x");
+        s.saw(&"w".repeat(300), "refunds", "x");
         let mut rows = s.recent();
         rows.sort_by(|a, b| a.worker_id.cmp(&b.worker_id));
         assert_eq!(rows.len(), 2);

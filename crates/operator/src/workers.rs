@@ -75,6 +75,21 @@ pub(crate) async fn run(args: WorkersArgs, out: &mut (dyn Write + Send)) -> anyh
     Ok(())
 }
 
+/// `s` with its control characters escaped: a worker chooses its id, and
+/// must not write into the operator's terminal.
+fn printable(s: &str) -> String {
+    s.chars()
+        .flat_map(|c| {
+            let escaped: Vec<char> = if c.is_control() {
+                c.escape_default().collect()
+            } else {
+                vec![c]
+            };
+            escaped
+        })
+        .collect()
+}
+
 fn worker_row(w: &proto::Worker) -> Vec<String> {
     let holds: Vec<String> = w
         .held
@@ -85,13 +100,13 @@ fn worker_row(w: &proto::Worker) -> Vec<String> {
         })
         .collect();
     vec![
-        w.worker_id.clone(),
+        printable(&w.worker_id),
         if w.live { "live" } else { "stale" }.to_owned(),
-        w.client.clone(),
+        printable(&w.client),
         w.queue.clone(),
         format!("{} ago", age(&w.last_call_ago)),
         w.calls_per_minute.to_string(),
-        w.coordinator.clone(),
+        printable(&w.coordinator),
         holds.join(", "),
     ]
 }

@@ -4,7 +4,6 @@
 //! per write), and reads every coordinator's rows back with the running
 //! jobs each worker holds. Nothing here is on a worker call's path.
 
-use super::reads::placeholders;
 use super::{commit, convert_sqlx_err, micros, rows, JobStore};
 use jobfence_domain::CoordinatorError;
 use std::time::Duration;
@@ -108,17 +107,9 @@ impl JobStore {
             .collect()
     }
 
-    /// The running jobs of `queues` in this database, by lease owner.
-    pub async fn held_jobs(&self, queues: &[String]) -> Result<Vec<HeldJob>, CoordinatorError> {
-        if queues.is_empty() {
-            return Ok(Vec::new());
-        }
-        let sql = include_str!("queries/workers/held.sql")
-            .replace("{queues}", &placeholders(queues.len()));
-        let mut q = sqlx::query(&sql);
-        for queue in queues {
-            q = q.bind(queue);
-        }
+    /// The running jobs of this database (every queue), by lease owner.
+    pub async fn held_jobs(&self) -> Result<Vec<HeldJob>, CoordinatorError> {
+        let q = sqlx::query(include_str!("queries/workers/held.sql"));
         let found = q.fetch_all(&self.pool()).await.map_err(convert_sqlx_err);
         let found = self.outage_named(found).await?;
         found

@@ -29,6 +29,13 @@ const ACTIONS: [(&str, &str); 3] = [
     ("requeue", "Resolve parked jobs to ready, reconcile first"),
 ];
 
+/// The reasons a job is parked for, as `Parked for` takes them.
+const REASON_CODES: [&str; 3] = [
+    "RESEND_WINDOW_CLOSED",
+    "MAX_DISPATCHES_REACHED",
+    jobfence_domain::MANUAL_REVIEW_REQUESTED,
+];
+
 /// Most jobs one confirmation acts on (the CLI's `--max` without `--yes`).
 const MAX_JOBS: usize = 1000;
 
@@ -70,6 +77,13 @@ impl Selection {
                 }
             },
         };
+        let reason_code = text("reason_code");
+        if !reason_code.is_empty() && !REASON_CODES.contains(&reason_code.as_str()) {
+            bad.push(violation(
+                "reason_code",
+                &format!("must be one of {}", REASON_CODES.join(", ")),
+            ));
+        }
         if !bad.is_empty() {
             return Err(bad);
         }
@@ -78,7 +92,7 @@ impl Selection {
             queue,
             key_prefix: text("key_prefix"),
             older_than,
-            reason_code: text("reason_code"),
+            reason_code,
         }))
     }
 
@@ -96,8 +110,19 @@ impl Selection {
         code && (self.action != "cancel" || j.dispatch_count == 0)
     }
 
-    /// The selected jobs now, `(id, attempt)`, oldest first.
+    /// The selected jobs now, `(id, attempt)`, oldest first. A queue with
+    /// no job at all is refused (a typo acts on nothing: say so).
     async fn select(&self, console: &Console) -> Result<Vec<(u64, u64)>, CoordinatorError> {
+        let (known, _) = console
+            .coordinator
+            .queue_stats(Some(self.queue.clone()), None)
+            .await?;
+        if known.is_empty() {
+            return Err(CoordinatorError::InvalidArgument(vec![FieldViolation {
+                field: "queue".into(),
+                description: format!("no job is in queue {:?}", self.queue),
+            }]));
+        }
         let mut out = Vec::new();
         let mut after_id = 0;
         loop {
@@ -174,6 +199,8 @@ fn confirm(sel: &Selection, jobs: &[(u64, u64)], token: &str, operator: &Operato
                 form.bulk-apply method="post" action="/jobs/bulk" {
                     input type="hidden" name=(csrf::FIELD) value=(token);
                     (sel.hidden())
+                    // Exactly the jobs counted, each with the attempt seen.
+                    input type="hidden" name="jobs" value=(jobs.iter().map(|(id, a)| format!("{id}:{a}")).collect::<Vec<_>>().join(","));
                     div.row {
                         @match operator {
                             OperatorField::Typed(remembered) => {
@@ -251,26 +278,32 @@ pub async fn post(
         Ok(who) => who,
         Err((status, n)) => return respond(status, &[n], chooser(&pairs), None),
     };
-    let sel = match Selection::parse(&pairs) {
-        Ok(Some(sel)) => sel,
-        Ok(None) | Err(_) => {
-            let n = Notice::new(
-                Level::Error,
-                "Nothing changed: the selection was not understood.",
+    let (sel, jobs) = match Selection::parse(&pairs).and_then(|sel| Ok((sel, counted(&pairs)?))) {
+        Ok((Some(sel), jobs)) => (sel, jobs),
+        Ok((None, _)) => {
+            let bad = [FieldViolation {
+                field: "action".into(),
+                description: "must be cancel, fail or requeue".into(),
+            }];
+            return respond(
+                StatusCode::BAD_REQUEST,
+                &[bad_input(&bad)],
+                chooser(&pairs),
+                None,
             );
-            return respond(StatusCode::BAD_REQUEST, &[n], chooser(&pairs), None);
+        }
+        Err(bad) => {
+            return respond(
+                StatusCode::BAD_REQUEST,
+                &[bad_input(&bad)],
+                chooser(&pairs),
+                None,
+            )
         }
     };
     let reason = forms::value(&pairs, "reason").unwrap_or("").to_owned();
-    let jobs = match sel.select(&console).await {
-        Ok(jobs) => jobs,
-        Err(e) => {
-            let (status, n) = refusal(&e);
-            return respond(status, &[n], chooser(&pairs), None);
-        }
-    };
     let (mut applied, mut skipped) = (0, 0);
-    for &(job_id, attempt) in jobs.iter().take(MAX_JOBS) {
+    for &(job_id, attempt) in &jobs {
         match apply(&console, sel.action, job_id, attempt, &who.name, &reason).await {
             Ok(()) => applied += 1,
             Err(e) if moved(&e) => skipped += 1,
@@ -302,6 +335,34 @@ pub async fn post(
     let body =
         html! { p { a href={ "/jobs?" (back) } { "The queue's jobs →" } } (chooser(&pairs)) };
     respond(StatusCode::OK, &[n], body, None)
+}
+
+/// The jobs the confirmation carries (`id:attempt,…`: exactly those the
+/// count showed, each with the attempt seen); at most [`MAX_JOBS`].
+fn counted(pairs: &Pairs) -> Result<Vec<(u64, u64)>, Vec<FieldViolation>> {
+    let bad = |description: &str| {
+        vec![FieldViolation {
+            field: "jobs".into(),
+            description: description.into(),
+        }]
+    };
+    let raw = forms::value(pairs, "jobs").unwrap_or("");
+    let jobs: Option<Vec<(u64, u64)>> = raw
+        .split(',')
+        .filter(|p| !p.is_empty())
+        .map(|p| {
+            let (id, attempt) = p.split_once(':')?;
+            Some((id.parse().ok()?, attempt.parse().ok()?))
+        })
+        .collect();
+    match jobs {
+        None => Err(bad("must be the jobs the count showed, as id:attempt")),
+        Some(j) if j.is_empty() => Err(bad("no job was counted: count again")),
+        Some(j) if j.len() > MAX_JOBS => Err(bad(&format!(
+            "more than {MAX_JOBS}: narrow the selection, or use `jobfence jobs bulk … --yes`"
+        ))),
+        Some(j) => Ok(j),
+    }
 }
 
 /// The fence refused it: the job is not where the selection saw it.
@@ -387,5 +448,24 @@ mod tests {
         .unwrap();
         assert_eq!((ok.action, ok.state()), ("requeue", JobState::ManualReview));
         assert_eq!(ok.older_than, Some(Duration::from_secs(7200)));
+        let bogus = Selection::parse(&pairs(&[
+            ("action", "fail"),
+            ("queue", "refunds"),
+            ("reason_code", "BOGUS"),
+        ]));
+        assert_eq!(bogus.err().unwrap()[0].field, "reason_code");
+    }
+
+    #[test]
+    fn a_confirmation_acts_on_exactly_the_jobs_it_counted() {
+        let jobs = |v: &str| counted(&pairs(&[("jobs", v)]));
+        assert_eq!(jobs("12:1,13:0").unwrap(), [(12, 1), (13, 0)]);
+        for bad in ["", "12", "12:x", "12:1,,x:1"] {
+            assert_eq!(jobs(bad).unwrap_err()[0].field, "jobs", "{bad:?}");
+        }
+        let many: Vec<String> = (1..=1001).map(|i| format!("{i}:0")).collect();
+        assert!(jobs(&many.join(",")).unwrap_err()[0]
+            .description
+            .starts_with("more than 1000"));
     }
 }

@@ -107,11 +107,12 @@ pub async fn live(State(console): State<Console>) -> Response {
 }
 
 /// The queues among `queues` (those with ready jobs) that no live worker
-/// called about: nobody is taking their work.
+/// called about last, nor holds a job of: nobody is taking their work.
 pub fn no_live_worker<'a>(workers: &[WorkerView], queues: &'a [String]) -> Vec<&'a str> {
+    let on = |w: &WorkerView, q: &str| w.queue == q || w.held.iter().any(|j| j.queue == q);
     queues
         .iter()
-        .filter(|q| !workers.iter().any(|w| w.live && &w.queue == *q))
+        .filter(|q| !workers.iter().any(|w| w.live && on(w, q)))
         .map(String::as_str)
         .collect()
 }

@@ -108,15 +108,12 @@ impl JobCoordinator for JobCoordinatorService {
         request: Request<ClaimRequest>,
     ) -> Result<Response<ClaimResponse>, Status> {
         let deadline = call_deadline(request.metadata());
-        let r = request.get_ref();
-        super::workers::saw(
-            &self.coordinator,
-            request.metadata(),
-            &r.worker_id,
-            &r.queue,
-        );
+        let client = super::workers::client(request.metadata());
         let rpc = self.rpc("Claim");
         rpc.scoped(request, Action::Work, |r, scope| async move {
+            if scope.allows(&r.queue) {
+                super::workers::saw(&self.coordinator, &client, &r.worker_id, &r.queue);
+            }
             let span = Span::current();
             span.record("queue", r.queue.as_str());
             span.record("worker_id", r.worker_id.as_str());
@@ -151,8 +148,7 @@ impl JobCoordinator for JobCoordinatorService {
         &self,
         request: Request<TakeoverRequest>,
     ) -> Result<Response<TakeoverResponse>, Status> {
-        let r = request.get_ref();
-        super::workers::saw(&self.coordinator, request.metadata(), &r.worker_id, "");
+        let client = super::workers::client(request.metadata());
         let rpc = self.rpc("Takeover");
         rpc.scoped(request, Action::Work, |r, scope| async move {
             let span = Span::current();
@@ -166,7 +162,9 @@ impl JobCoordinator for JobCoordinatorService {
                 worker_id: r.worker_id,
                 lease,
             };
+            let worker_id = call.worker_id.clone();
             let claimed = self.coordinator.takeover(call, &scope).await?;
+            super::workers::saw(&self.coordinator, &client, &worker_id, &claimed.job.queue);
             span.record("attempt", claimed.job.attempt);
             span.record("operation_key", claimed.job.operation_key.as_str());
             Ok(TakeoverResponse {
@@ -226,16 +224,12 @@ impl JobCoordinator for JobCoordinatorService {
         request: Request<CompleteRequest>,
     ) -> Result<Response<CompleteResponse>, Status> {
         let deadline = call_deadline(request.metadata());
-        if let Some(n) = &request.get_ref().next {
-            super::workers::saw(
-                &self.coordinator,
-                request.metadata(),
-                &n.worker_id,
-                &n.queue,
-            );
-        }
+        let client = super::workers::client(request.metadata());
         let rpc = self.rpc("Complete");
         rpc.scoped(request, Action::Work, |r, scope| async move {
+            if let Some(n) = r.next.as_ref().filter(|n| scope.allows(&n.queue)) {
+                super::workers::saw(&self.coordinator, &client, &n.worker_id, &n.queue);
+            }
             let span = Span::current();
             span.record("job_id", r.job_id);
             span.record("attempt", r.attempt);
@@ -300,16 +294,12 @@ impl JobCoordinator for JobCoordinatorService {
     )]
     async fn fail(&self, request: Request<FailRequest>) -> Result<Response<FailResponse>, Status> {
         let deadline = call_deadline(request.metadata());
-        if let Some(n) = &request.get_ref().next {
-            super::workers::saw(
-                &self.coordinator,
-                request.metadata(),
-                &n.worker_id,
-                &n.queue,
-            );
-        }
+        let client = super::workers::client(request.metadata());
         let rpc = self.rpc("Fail");
         rpc.scoped(request, Action::Work, |r, scope| async move {
+            if let Some(n) = r.next.as_ref().filter(|n| scope.allows(&n.queue)) {
+                super::workers::saw(&self.coordinator, &client, &n.worker_id, &n.queue);
+            }
             let span = Span::current();
             span.record("job_id", r.job_id);
             span.record("attempt", r.attempt);

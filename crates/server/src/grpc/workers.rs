@@ -11,13 +11,16 @@ use std::time::Duration;
 use tonic::metadata::MetadataMap;
 use tonic::{Request, Response, Status};
 
-/// A call from `worker_id` on `queue`: noted with the client its
-/// user-agent names.
-pub(super) fn saw(coordinator: &Coordinator, metadata: &MetadataMap, worker_id: &str, queue: &str) {
-    let ua = metadata.get("user-agent").and_then(|v| v.to_str().ok());
-    coordinator
-        .sightings()
-        .saw(worker_id, queue, &client_of(ua));
+/// The client a call's user-agent names (see [`client_of`]).
+pub(super) fn client(metadata: &MetadataMap) -> String {
+    client_of(metadata.get("user-agent").and_then(|v| v.to_str().ok()))
+}
+
+/// A call from `worker_id` on `queue`, made with `client`, that the
+/// caller's scope allows: noted (a call refused for its scope, or with a
+/// field the coordinator refuses, is not).
+pub(super) fn saw(coordinator: &Coordinator, client: &str, worker_id: &str, queue: &str) {
+    coordinator.sightings().saw(worker_id, queue, client);
 }
 
 /// ListWorkers.

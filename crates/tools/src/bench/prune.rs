@@ -198,18 +198,37 @@ pub(super) async fn round(
     workers: usize,
     jobs: u64,
 ) -> Result<super::PhaseRun> {
-    sqlx::query("DELETE FROM job_events WHERE queue = ?")
-        .bind(QUEUE)
-        .execute(pool)
-        .await?;
-    sqlx::query("DELETE FROM jobs WHERE queue = ?")
-        .bind(QUEUE)
-        .execute(pool)
-        .await?;
+    for table in ["job_events", "jobs"] {
+        clear(pool, table).await?;
+    }
     fill(pool, jobs).await?;
     let run = grpc::lifecycle(addr, QUEUE, workers, 1, jobs).await?;
     verify(pool, jobs).await?;
     Ok(run)
+}
+
+/// Deletes the benchmark queue's rows of `table`. The pruner may be
+/// deleting other rows of the table meanwhile: a deadlock or a lock wait
+/// between the two (InnoDB's next-key locks) rolls this statement back,
+/// and it is run again, as the coordinator runs its own transactions
+/// again.
+async fn clear(pool: &MySqlPool, table: &str) -> Result<()> {
+    let sql = format!("DELETE FROM {table} WHERE queue = ?");
+    let mut tries = 0;
+    loop {
+        match sqlx::query(&sql).bind(QUEUE).execute(pool).await {
+            Ok(_) => return Ok(()),
+            Err(sqlx::Error::Database(e))
+                if tries < 5
+                    && e.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>()
+                        .is_some_and(|m| matches!(m.number(), 1213 | 1205)) =>
+            {
+                tries += 1;
+                eprintln!("bench: clearing {table} met a lock conflict ({e}); running it again");
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
 }
 
 async fn sizes(pool: &MySqlPool) -> Result<Vec<TableSize>> {
