@@ -79,3 +79,47 @@ pub async fn with_console() -> Secure {
     }))
     .await
 }
+
+/// The binary serving `db` as scripts/serve runs it: TLS and
+/// authentication on, with the throw-away credentials of `jobfence
+/// credentials dev` written into `dir/.local/serve` (`dir` made afresh).
+/// The process (killed when dropped) and its gRPC address.
+pub(crate) async fn as_scripts_serve_runs_it(
+    db: &jobfence_testkit::TestDb,
+    dir: &std::path::Path,
+) -> (tokio::process::Child, String) {
+    let bin = env!("CARGO_BIN_EXE_jobfence");
+    let _ = std::fs::remove_dir_all(dir);
+    let creds = dir.join(".local/serve");
+    let out = std::process::Command::new(bin)
+        .args(["credentials", "dev"])
+        .arg(&creds)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut server = tokio::process::Command::new(bin)
+        .args(["serve", "--database-url", &db.url])
+        .args(["--listen", "127.0.0.1:0"])
+        .arg("--tls-cert")
+        .arg(creds.join("server.pem"))
+        .arg("--tls-key")
+        .arg(creds.join("server-key.pem"))
+        .arg("--callers")
+        .arg(creds.join("callers"))
+        .args(["--health-interval", "100ms", "--drain-delay", "0s"])
+        .env("JOBFENCE_LOG", "info")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let addr = jobfence_testkit::process::ServeLog::follow(&mut server)
+        .grpc()
+        .await
+        .to_string();
+    (server, addr)
+}

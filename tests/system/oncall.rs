@@ -8,44 +8,14 @@
 
 use jobfence_testkit as kit;
 
-use kit::process::ServeLog;
 use kit::TestDb;
-use std::process::Stdio;
 
 #[tokio::test]
 async fn the_readmes_on_call_commands_work_as_printed() {
     let db = TestDb::new().await;
     let bin = env!("CARGO_BIN_EXE_jobfence");
     let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("readme-oncall");
-    let _ = std::fs::remove_dir_all(&dir);
-    let creds = dir.join(".local/serve");
-    let out = std::process::Command::new(bin)
-        .args(["credentials", "dev"])
-        .arg(&creds)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let mut server = tokio::process::Command::new(bin)
-        .args(["serve", "--database-url", &db.url])
-        .args(["--listen", "127.0.0.1:0"])
-        .arg("--tls-cert")
-        .arg(creds.join("server.pem"))
-        .arg("--tls-key")
-        .arg(creds.join("server-key.pem"))
-        .arg("--callers")
-        .arg(creds.join("callers"))
-        .args(["--health-interval", "100ms", "--drain-delay", "0s"])
-        .env("JOBFENCE_LOG", "info")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let addr = ServeLog::follow(&mut server).grpc().await.to_string();
+    let (_server, addr) = crate::as_scripts_serve_runs_it(&db, &dir).await;
 
     let printed = crate::doc_snippet("oncall");
     let script = printed

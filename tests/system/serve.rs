@@ -330,37 +330,9 @@ async fn grpcurl_lists_describes_and_drives_the_real_binary() {
 #[tokio::test]
 async fn the_readmes_grpcurl_examples_work_as_printed() {
     let db = TestDb::new().await;
-    let bin = env!("CARGO_BIN_EXE_jobfence");
     let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("readme-grpcurl");
-    let _ = std::fs::remove_dir_all(&dir);
+    let (mut server, addr) = crate::as_scripts_serve_runs_it(&db, &dir).await;
     let creds = dir.join(".local/serve");
-    let out = std::process::Command::new(bin)
-        .args(["credentials", "dev"])
-        .arg(&creds)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let mut server = tokio::process::Command::new(bin)
-        .args(["serve", "--database-url", &db.url])
-        .args(["--listen", "127.0.0.1:0"])
-        .arg("--tls-cert")
-        .arg(creds.join("server.pem"))
-        .arg("--tls-key")
-        .arg(creds.join("server-key.pem"))
-        .arg("--callers")
-        .arg(creds.join("callers"))
-        .args(["--health-interval", "100ms", "--drain-delay", "0s"])
-        .env("JOBFENCE_LOG", "info")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let addr = ServeLog::follow(&mut server).grpc().await.to_string();
     let grpcurl = grpcurl();
     let mut serving = false;
     for _ in 0..100 {

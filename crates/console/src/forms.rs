@@ -312,14 +312,20 @@ pub fn query_string(pairs: &[(&str, &str)]) -> String {
     serde_urlencoded::to_string(kept).unwrap_or_default()
 }
 
+/// `p` as a form's pairs, for the pages' tests.
+#[cfg(test)]
+pub(crate) fn pairs_of(p: &[(&str, &str)]) -> Pairs {
+    p.iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn pairs(p: &[(&str, &str)]) -> Pairs {
-        p.iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
+        pairs_of(p)
     }
 
     #[test]

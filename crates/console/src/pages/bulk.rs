@@ -417,11 +417,7 @@ async fn apply(
 mod tests {
     use super::*;
 
-    fn pairs(p: &[(&str, &str)]) -> Pairs {
-        p.iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
-    }
+    use crate::forms::pairs_of as pairs;
 
     #[test]
     fn a_selection_names_each_bad_field() {
