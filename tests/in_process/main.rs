@@ -28,6 +28,7 @@ mod security;
 mod seed_scenarios;
 mod settlement;
 mod settlement_cli;
+mod settlement_exceptions;
 mod settlement_races;
 mod state_machine_model;
 mod state_machine_races;

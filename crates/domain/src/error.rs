@@ -109,6 +109,25 @@ pub enum CoordinatorError {
         dispatch_count: u32,
     },
 
+    /// A settlement exception id that no database holds (docs/design.md
+    /// rule 15). Nothing was written.
+    #[error("no settlement exception {id}")]
+    SettlementExceptionNotFound { id: u64 },
+
+    /// An operator's action on a settlement exception that is no longer in
+    /// the state the operator saw: someone acted first (docs/design.md rule
+    /// 15). Nothing was written; look at the exception again.
+    #[error(
+        "settlement exception {id} is {} now, not {} as seen: someone acted first",
+        .current.as_str(),
+        .seen.as_str()
+    )]
+    SettlementExceptionMoved {
+        id: u64,
+        seen: crate::settlement::ExceptionState,
+        current: crate::settlement::ExceptionState,
+    },
+
     /// The connection was lost during COMMIT: the change may or may not have
     /// been applied (docs/design.md rule 4). Never report ownership after this.
     #[error("commit outcome unknown: {0}")]

@@ -135,6 +135,10 @@ class OperationKeyConflict extends JobfenceError {
 }
 class JobNotInManualReview extends JobfenceError {}
 class JobNotCancellable extends JobfenceError {}
+/** SETTLEMENT_EXCEPTION_NOT_FOUND (NOT_FOUND, operators): metadata.exception_id. */
+class SettlementExceptionNotFound extends JobfenceError {}
+/** SETTLEMENT_EXCEPTION_MOVED (FAILED_PRECONDITION, operators): someone acted first; metadata seen_state, current_state. */
+class SettlementExceptionMoved extends JobfenceError {}
 class InvalidRequest extends JobfenceError {
   constructor(code, message, reason, metadata, violations = []) {
     super(code, message, reason, metadata);
@@ -201,7 +205,7 @@ const CLASSES = {
   DatabaseUnavailable, TransactionConflict, InternalError, Overloaded, ServerShuttingDown,
   NoCoordinatorServing, CredentialMissing, CredentialInvalid, CredentialExpired, RoleNotAllowed,
   QueueNotAllowed, OperatorMismatch, ProviderBudgetExhausted, ProviderPaused, ProviderThrottled,
-  JobPruned, EventsCursorPruned,
+  JobPruned, EventsCursorPruned, SettlementExceptionNotFound, SettlementExceptionMoved,
 };
 const RENAMED = { INTERNAL: 'InternalError' };
 
@@ -332,7 +336,7 @@ function apiVersionRefusal(...metadata) {
 module.exports = {
   API_MAJOR, API_VERSION_HEADER, ApiVersionUnsupported, apiVersionRefusal,
   DOMAIN, REASONS, JobfenceError, AttemptSuperseded, AttemptNotIssued, JobNotRunning, JobNotFound,
-  JobPruned, EventsCursorPruned,
+  JobPruned, EventsCursorPruned, SettlementExceptionNotFound, SettlementExceptionMoved,
   JobFinished, LeaseNotExpired, OperationKeyConflict, JobNotInManualReview, JobNotCancellable,
   InvalidRequest, OutcomeUnknown, CommitOutcomeUnknown, Unavailable, DatabaseUnavailable,
   TransactionConflict, Overloaded, NoCoordinatorServing, InternalError, ServerShuttingDown, NotAuthorized,

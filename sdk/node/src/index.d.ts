@@ -191,6 +191,10 @@ export declare class LeaseNotExpired extends JobfenceError { currentAttempt: num
 export declare class OperationKeyConflict extends JobfenceError { jobId: number }
 export declare class JobNotInManualReview extends JobfenceError {}
 export declare class JobNotCancellable extends JobfenceError {}
+/** SETTLEMENT_EXCEPTION_NOT_FOUND (NOT_FOUND, operators). */
+export declare class SettlementExceptionNotFound extends JobfenceError {}
+/** SETTLEMENT_EXCEPTION_MOVED (FAILED_PRECONDITION, operators): someone acted first. */
+export declare class SettlementExceptionMoved extends JobfenceError {}
 export declare class InvalidRequest extends JobfenceError { violations: Array<[string, string]> }
 /** The call may have been applied; after a Claim or Takeover: hold nothing. */
 export declare class OutcomeUnknown extends JobfenceError {}

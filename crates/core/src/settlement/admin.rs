@@ -176,16 +176,14 @@ impl Coordinator {
                 return Ok(e);
             }
         }
-        Err(CoordinatorError::invalid(
-            "id",
-            format!("no settlement exception {id}"),
-        ))
+        Err(CoordinatorError::SettlementExceptionNotFound { id })
     }
 
-    /// A person's action on an exception. Errors: `InvalidArgument` for an
-    /// unknown exception, a move that is not open → acknowledged or
-    /// (open | acknowledged) → resolved, a missing note or name, or an
-    /// exception no longer in the state seen.
+    /// A person's action on an exception. Errors: `InvalidArgument` for a
+    /// move that is not open → acknowledged or (open | acknowledged) →
+    /// resolved, or a missing note or name; `SettlementExceptionNotFound`
+    /// for an id no database holds; `SettlementExceptionMoved` for an
+    /// exception no longer in the state seen (someone acted first).
     pub async fn act_on_settlement_exception(
         &self,
         act: ActOnException,

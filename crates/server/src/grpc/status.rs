@@ -45,6 +45,8 @@ pub fn reason_of(err: &CoordinatorError) -> ErrorReason {
         OperationKeyConflict { .. } => R::OperationKeyConflict,
         JobNotInManualReview { .. } => R::JobNotInManualReview,
         JobNotCancellable { .. } => R::JobNotCancellable,
+        SettlementExceptionNotFound { .. } => R::SettlementExceptionNotFound,
+        SettlementExceptionMoved { .. } => R::SettlementExceptionMoved,
         CommitOutcomeUnknown(_) => R::CommitOutcomeUnknown,
         DatabaseUnavailable(_) => R::DatabaseUnavailable,
         TransactionConflict(_) => R::TransactionConflict,
@@ -94,6 +96,12 @@ pub fn metadata(err: &CoordinatorError) -> HashMap<String, String> {
             retry_after,
             throttled_until,
         } => holdback_metadata(provider, *why, *retry_after, *throttled_until),
+        SettlementExceptionNotFound { id } => meta([("exception_id", id.to_string())]),
+        SettlementExceptionMoved { id, seen, current } => meta([
+            ("exception_id", id.to_string()),
+            ("seen_state", seen.as_str().to_owned()),
+            ("current_state", current.as_str().to_owned()),
+        ]),
         QueueNotAllowed { queue, job_id } => {
             let mut m = meta([("queue", queue.clone())]);
             if let Some(id) = job_id {

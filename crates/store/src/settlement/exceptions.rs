@@ -227,18 +227,12 @@ impl JobStore {
             tx.rollback().await.map_err(convert_sqlx_err)?;
             let now = self.settlement_exception(act.id).await?;
             return Err(match now {
-                None => {
-                    CoordinatorError::invalid("id", format!("no settlement exception {}", act.id))
-                }
-                Some(e) => CoordinatorError::invalid(
-                    "state",
-                    format!(
-                        "exception {} is {} now, not {} as seen: someone acted first",
-                        act.id,
-                        e.state.as_str(),
-                        act.seen.as_str()
-                    ),
-                ),
+                None => CoordinatorError::SettlementExceptionNotFound { id: act.id },
+                Some(e) => CoordinatorError::SettlementExceptionMoved {
+                    id: act.id,
+                    seen: act.seen,
+                    current: e.state,
+                },
             });
         }
         action(&mut tx, act.id, act.to.as_str(), &act.operator, &act.note).await?;

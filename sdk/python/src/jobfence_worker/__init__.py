@@ -72,6 +72,8 @@ from .errors import (
     QueueNotAllowed,
     RoleNotAllowed,
     ServerShuttingDown,
+    SettlementExceptionMoved,
+    SettlementExceptionNotFound,
     TransactionConflict,
     Unauthenticated,
     Unavailable,
@@ -92,6 +94,7 @@ __all__ = [
     "OperationKeyConflict", "OperatorMismatch", "OutcomeUnknown", "Overloaded", "ProviderBudgetExhausted", "ProviderHeld", "ProviderPaused",
     "ProviderThrottled",
     "PermissionDenied", "QueueNotAllowed", "Recorded", "RetryPolicy", "RoleNotAllowed", "RunReport",
-    "ServerShuttingDown", "TransactionConflict", "Unauthenticated", "Unavailable", "WorkerClient",
+    "ServerShuttingDown", "SettlementExceptionMoved", "SettlementExceptionNotFound",
+    "TransactionConflict", "Unauthenticated", "Unavailable", "WorkerClient",
     "Written", "from_rpc_error", "from_status", "observation_dedup_key",
 ]

@@ -147,6 +147,18 @@ class JobNotCancellable(JobfenceError):
     """JOB_NOT_CANCELLABLE (operators: only a never-dispatched ready job)."""
 
 
+class SettlementExceptionNotFound(JobfenceError):
+    """SETTLEMENT_EXCEPTION_NOT_FOUND (NOT_FOUND, operators): no settlement
+    exception with that id (``metadata``: ``exception_id``)."""
+
+
+class SettlementExceptionMoved(JobfenceError):
+    """SETTLEMENT_EXCEPTION_MOVED (FAILED_PRECONDITION, operators): the
+    exception is no longer in the state seen; someone acted first
+    (``metadata``: ``exception_id``, ``seen_state``, ``current_state``).
+    Nothing was written."""
+
+
 class InvalidRequest(JobfenceError):
     """INVALID_REQUEST: nothing was written. ``violations`` lists
     ``(field, description)`` from the google.rpc.BadRequest detail."""
@@ -448,7 +460,8 @@ __all__ = [
     "JobNotRunning", "JobfenceError", "LeaseNotExpired", "NoCoordinatorServing", "NotAuthorized",
     "OperationKeyConflict", "OperatorMismatch", "OutcomeUnknown", "Overloaded", "PermissionDenied",
     "ProviderBudgetExhausted", "ProviderHeld", "ProviderPaused", "ProviderThrottled",
-    "QueueNotAllowed", "REASONS", "RoleNotAllowed", "ServerShuttingDown", "TransactionConflict",
+    "QueueNotAllowed", "REASONS", "RoleNotAllowed", "ServerShuttingDown",
+    "SettlementExceptionMoved", "SettlementExceptionNotFound", "TransactionConflict",
     "Unauthenticated", "Unavailable", "from_rpc_error", "from_status", "never_sent", "retryable_claim",
     "retryable_write",
 ]

@@ -36,6 +36,8 @@ class ErrorReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     PROVIDER_THROTTLED: _ClassVar[ErrorReason]
     JOB_PRUNED: _ClassVar[ErrorReason]
     EVENTS_CURSOR_PRUNED: _ClassVar[ErrorReason]
+    SETTLEMENT_EXCEPTION_NOT_FOUND: _ClassVar[ErrorReason]
+    SETTLEMENT_EXCEPTION_MOVED: _ClassVar[ErrorReason]
 ERROR_REASON_UNSPECIFIED: ErrorReason
 INVALID_REQUEST: ErrorReason
 JOB_NOT_FOUND: ErrorReason
@@ -65,5 +67,7 @@ PROVIDER_PAUSED: ErrorReason
 PROVIDER_THROTTLED: ErrorReason
 JOB_PRUNED: ErrorReason
 EVENTS_CURSOR_PRUNED: ErrorReason
+SETTLEMENT_EXCEPTION_NOT_FOUND: ErrorReason
+SETTLEMENT_EXCEPTION_MOVED: ErrorReason
 GRPC_CODE_FIELD_NUMBER: _ClassVar[int]
 grpc_code: _descriptor.FieldDescriptor
