@@ -30,7 +30,7 @@ fn main() -> ExitCode {
             // The error and its causes on one line; no backtrace for what
             // is an answer, not a crash.
             eprintln!("jobfence: {e:#}");
-            ExitCode::FAILURE
+            ExitCode::from(jobfence_operator::exit_status(&e))
         }
     }
 }

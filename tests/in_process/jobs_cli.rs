@@ -14,7 +14,7 @@ use std::ffi::OsString;
 
 /// Runs `jobfence --endpoint … --tls-ca … --token-file … jobs ARGS…` as
 /// `who`: what it printed, or that and its error text (with its causes).
-async fn jobs(s: &Secure, who: &str, args: &[&str]) -> Result<String, String> {
+pub(crate) async fn jobs(s: &Secure, who: &str, args: &[&str]) -> Result<String, String> {
     let endpoint = format!("https://{}", s.addr);
     let ca = s.files.ca.display().to_string();
     let token = s.files.token(who).display().to_string();

@@ -282,3 +282,89 @@ async fn exceptions_are_listed_acknowledged_and_resolved_from_the_command_line()
     );
     s.stop().await;
 }
+
+/// `settlement report` for cron: a success while nothing critical is open;
+/// exit status 1 while a REFUND_NOT_RECORDED is open (a refund of a job
+/// an operator cancelled), and again a success once it is resolved; exit
+/// status 2 when the report cannot be read at all (no coordinator), never
+/// the 1 that means "money moved that jobfence says did not".
+#[tokio::test]
+async fn the_report_exits_1_while_a_critical_exception_is_open_and_2_when_it_cannot_tell() {
+    let s = Secure::start(false).await;
+    configure(&s).await;
+    let live = format!("https://{}", s.addr);
+    let (done, text) = report_from(&s, &live).await;
+    assert!(done.is_ok(), "{done:?}");
+    assert!(text.contains(P), "{text}");
+
+    // A job cancelled before it was sent, and the provider's refund of it.
+    let payload = ["--payload", "{}"];
+    let enqueue = [
+        "enqueue",
+        "--queue",
+        crate::settlement::Q,
+        "--key",
+        "key-cancelled",
+    ];
+    crate::jobs_cli::jobs(&s, "shop", &[&enqueue[..], &payload[..]].concat())
+        .await
+        .unwrap();
+    let cancel = ["cancel", "1", "--reason", "withdrawn by the customer"];
+    crate::jobs_cli::jobs(&s, "alice", &cancel).await.unwrap();
+    let dir = scratch("report-exit");
+    let refund = "id,merchant_reference,amount,currency,status,created\n\
+                  re_1,key-cancelled,500,usd,succeeded,1764547200\n";
+    let file = path(&dir, "refund.csv", refund.as_bytes());
+    let args = ["import", "--provider", P, "--period", "2025-12-01"];
+    settlement(&s, &[&args[..], &[file.as_str()]].concat())
+        .await
+        .unwrap();
+    let (done, text) = report_from(&s, &live).await;
+    let err = done.unwrap_err();
+    assert_eq!(jobfence_operator::exit_status(&err), 1, "{err:#}");
+    assert!(format!("{err:#}").contains("1 critical"), "{err:#}");
+    assert!(text.contains("REFUND_NOT_RECORDED"), "{text}");
+
+    let listed = settlement(&s, &["exceptions", "--json"]).await.unwrap();
+    let listed: serde_json::Value = serde_json::from_str(&listed).unwrap();
+    assert_eq!(listed[0]["kind"], "REFUND_NOT_RECORDED", "{listed}");
+    let id = listed[0]["id"].as_u64().unwrap().to_string();
+    let resolve = ["exceptions", "resolve", id.as_str()];
+    let note = ["--note", "the PSP reversed the refund"];
+    settlement(&s, &[&resolve[..], &note[..]].concat())
+        .await
+        .unwrap();
+    let (done, _) = report_from(&s, &live).await;
+    assert!(done.is_ok(), "{done:?}");
+
+    let (done, _) = report_from(&s, "https://127.0.0.1:1").await;
+    let err = done.unwrap_err();
+    assert_eq!(jobfence_operator::exit_status(&err), 2, "{err:#}");
+    assert!(
+        format!("{err:#}").starts_with("no settlement report: "),
+        "{err:#}"
+    );
+    s.stop().await;
+}
+
+/// `jobfence settlement report` as alice against `endpoint`: how it ended,
+/// and what it printed.
+async fn report_from(s: &Secure, endpoint: &str) -> (anyhow::Result<()>, String) {
+    let ca = s.files.ca.display().to_string();
+    let token = s.files.token("alice").display().to_string();
+    let argv = [
+        "jobfence",
+        "settlement",
+        "report",
+        "--endpoint",
+        endpoint,
+        "--tls-ca",
+        &ca,
+        "--token-file",
+        &token,
+    ];
+    let op = Cli::try_parse_from(argv).unwrap().command;
+    let mut out = Vec::new();
+    let done = jobfence_operator::run(op, &mut out).await;
+    (done, String::from_utf8(out).unwrap())
+}

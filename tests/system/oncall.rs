@@ -58,3 +58,23 @@ async fn the_readmes_on_call_commands_work_as_printed() {
         .unwrap();
     assert_eq!(state, "cancelled");
 }
+
+/// The binary's exit status is what cron reads: `settlement report` that
+/// cannot reach its coordinator exits 2, not the 1 of a critical exception
+/// (tests/in_process/settlement_cli.rs has the 1 and the 0).
+#[tokio::test]
+async fn settlement_report_exits_2_when_it_cannot_reach_the_coordinator() {
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_jobfence"))
+        .args(["settlement", "report", "--endpoint", "http://127.0.0.1:1"])
+        .env_remove("JOBFENCE_COORDINATOR")
+        .env_remove("JOBFENCE_ENDPOINT")
+        .output()
+        .await
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.starts_with("jobfence: no settlement report: "),
+        "{stderr}"
+    );
+}

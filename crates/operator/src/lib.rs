@@ -45,7 +45,7 @@ pub use jobs::{
 pub use providers::{ProvidersArgs, ProvidersCommand, SetProviderArgs};
 pub use queue_policies::{QueuePoliciesArgs, QueuePoliciesCommand};
 pub use refusal::{describe_status, describe_status_with_flags};
-pub use settlement::{SettlementArgs, SettlementCommand};
+pub use settlement::{ReportVerdict, SettlementArgs, SettlementCommand};
 pub use stats::StatsArgs;
 pub use workers::WorkersArgs;
 
@@ -105,6 +105,13 @@ pub async fn run(op: Operation, out: &mut (dyn Write + Send)) -> anyhow::Result<
         Operation::Settlement(args) => settlement::run(args, out).await,
         Operation::Workers(args) => workers::run(args, out).await,
     }
+}
+
+/// The exit status of an operator command that failed with `err`: the
+/// status `settlement report` chose ([`ReportVerdict`]), else 1.
+pub fn exit_status(err: &anyhow::Error) -> u8 {
+    err.downcast_ref::<ReportVerdict>()
+        .map_or(1, ReportVerdict::exit_status)
 }
 
 /// A duration on the command line as the API carries it.

@@ -1,7 +1,8 @@
 //! `jobfence settlement configure|import|report|exceptions` (docs/design.md
 //! rule 15, docs/operating.md "Settlement"): how a provider's report is
-//! read, importing one, the provider's settlement at a glance (exit code 1
-//! while a critical exception is open, for cron), and the exceptions with
+//! read, importing one, the provider's settlement at a glance (exit status
+//! 1 while a critical exception is open, 2 when it cannot be read: see
+//! [`ReportVerdict`]), and the exceptions with
 //! a person's action on one.
 
 mod import;
@@ -9,6 +10,7 @@ mod read;
 mod report;
 
 pub use import::ImportArgs;
+pub use report::ReportVerdict;
 
 use crate::changes::ChangeArgs;
 use crate::connection::{channel, Connection};

@@ -75,20 +75,54 @@ pub(super) fn settings(
     Ok(())
 }
 
-/// `settlement report`: exits non-zero while a critical exception is open.
+/// How `settlement report` ended when it is not a success, for cron: a
+/// critical exception is open (exit status 1), or the report could not be
+/// read at all (exit status 2; the coordinator unreachable, a refusal).
+#[derive(Debug)]
+pub enum ReportVerdict {
+    /// This many critical exceptions (DOUBLE_REFUND, REFUND_NOT_RECORDED,
+    /// MISSING_AT_PROVIDER) are open.
+    CriticalOpen(u64),
+    /// Nothing could be said: why.
+    CouldNotTell(anyhow::Error),
+}
+
+impl std::fmt::Display for ReportVerdict {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ReportVerdict::CriticalOpen(n) => write!(
+                f,
+                "{n} critical settlement exception(s) open: see `jobfence settlement exceptions`"
+            ),
+            ReportVerdict::CouldNotTell(e) => write!(f, "no settlement report: {e:#}"),
+        }
+    }
+}
+
+impl std::error::Error for ReportVerdict {}
+
+impl ReportVerdict {
+    /// The process exit status: 1 while a critical exception is open, 2
+    /// when the report could not be read.
+    pub fn exit_status(&self) -> u8 {
+        match self {
+            ReportVerdict::CriticalOpen(_) => 1,
+            ReportVerdict::CouldNotTell(_) => 2,
+        }
+    }
+}
+
+/// `settlement report`: fails with [`ReportVerdict::CriticalOpen`] while a
+/// critical exception is open, and with [`ReportVerdict::CouldNotTell`]
+/// when it cannot read the report.
 pub(super) async fn run(
     conn: &Connection,
     provider: Option<String>,
     out: &mut (dyn Write + Send),
 ) -> anyhow::Result<()> {
-    let mut client = JobAdminClient::new(channel(conn).await?);
-    let all = client
-        .get_settlement(proto::GetSettlementRequest {
-            provider: provider.unwrap_or_default(),
-        })
+    let all = read_report(conn, provider)
         .await
-        .map_err(refused)?
-        .into_inner();
+        .map_err(|e| anyhow::Error::new(ReportVerdict::CouldNotTell(e)))?;
     let critical_open: u64 = all
         .providers
         .iter()
@@ -114,9 +148,23 @@ pub(super) async fn run(
         }
     }
     if critical_open > 0 {
-        anyhow::bail!("{critical_open} critical settlement exception(s) open: see `jobfence settlement exceptions`");
+        return Err(ReportVerdict::CriticalOpen(critical_open).into());
     }
     Ok(())
+}
+
+async fn read_report(
+    conn: &Connection,
+    provider: Option<String>,
+) -> anyhow::Result<proto::GetSettlementResponse> {
+    let mut client = JobAdminClient::new(channel(conn).await?);
+    Ok(client
+        .get_settlement(proto::GetSettlementRequest {
+            provider: provider.unwrap_or_default(),
+        })
+        .await
+        .map_err(refused)?
+        .into_inner())
 }
 
 fn provider_json(p: &proto::ProviderSettlement) -> Value {
