@@ -9,23 +9,12 @@ use jobfence_api::v1::{
     CompleteRequest, FailDisposition, FailRequest, ObservationSource, TakeoverRequest,
 };
 use jobfence_core::settlement::{ImportHeader, ImportSummary};
-use jobfence_domain::budget::Budget;
-use jobfence_domain::providers::{ChangeBy, PutProvider};
-use jobfence_domain::settlement::mapping::{Mapping, RawLine};
-use jobfence_domain::settlement::records::{PutSettlementSettings, QueueAmounts};
+use jobfence_domain::settlement::mapping::RawLine;
 use jobfence_domain::settlement::{ExceptionKind, ExceptionState};
 use jobfence_domain::{DbTime, JobState};
 use kit::Harness;
 
-pub(crate) const Q: &str = "refunds";
-pub(crate) const P: &str = "psp";
-
-pub(crate) fn by() -> ChangeBy {
-    ChangeBy {
-        operator: "alice".into(),
-        reason: "settlement test".into(),
-    }
-}
+pub(crate) use kit::settlement::{line, P, Q};
 
 /// A provider `psp` for queue `refunds`, read with the fake provider's
 /// preset, amounts at `/amount` and `/currency`, and a lag of 0 (a job
@@ -34,44 +23,7 @@ pub(crate) async fn provider(h: &Harness) {
     provider_on(h.coordinator.store(), true).await;
 }
 
-/// [`provider`] on any coordinator's store; `amounts`: whether the queue
-/// keeps its amounts at `/amount` and `/currency`.
-pub(crate) async fn provider_on(store: &jobfence_store::JobStore, amounts: bool) {
-    store
-        .put_provider(&PutProvider {
-            name: P.into(),
-            budget: Budget {
-                rate_per_second: 1000.0,
-                burst: 1000,
-                max_in_flight: None,
-                execute_cost: 1,
-                reconcile_cost: 1,
-            },
-            queues: vec![Q.into()],
-            by: by(),
-        })
-        .await
-        .unwrap();
-    store
-        .put_settlement_settings(&PutSettlementSettings {
-            provider: P.into(),
-            preset: Some("fake".into()),
-            mapping: Mapping::fake(),
-            lag: std::time::Duration::ZERO,
-            queues: if amounts {
-                vec![QueueAmounts {
-                    queue: Q.into(),
-                    amount_pointer: Some("/amount".into()),
-                    currency_pointer: Some("/currency".into()),
-                }]
-            } else {
-                vec![]
-            },
-            by: by(),
-        })
-        .await
-        .unwrap();
-}
+pub(crate) use kit::settlement::provider_on;
 
 pub(crate) fn payload(amount: i64) -> String {
     format!("{{\"amount\":{amount},\"currency\":\"usd\"}}")
@@ -113,24 +65,6 @@ pub(crate) async fn failed(h: &Harness, key: &str, disposition: FailDisposition)
         .await
         .unwrap();
     job.job_id
-}
-
-/// A fake-provider report line.
-pub(crate) fn line(n: u64, reference: &str, key: &str, amount: i64, status: &str) -> RawLine {
-    RawLine {
-        line: n,
-        fields: [
-            ("id", reference.to_owned()),
-            ("merchant_reference", key.to_owned()),
-            ("amount", amount.to_string()),
-            ("currency", "usd".to_owned()),
-            ("status", status.to_owned()),
-            ("created", "1764547200".to_owned()),
-        ]
-        .into_iter()
-        .map(|(k, v)| (k.to_owned(), v))
-        .collect(),
-    }
 }
 
 pub(crate) fn day(s: &str) -> DbTime {

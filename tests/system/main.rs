@@ -6,6 +6,7 @@ mod bench_smoke;
 mod conformance;
 mod console_browser;
 mod console_security;
+mod console_settlement;
 mod console_workers;
 mod durability;
 mod fake_provider;

@@ -220,6 +220,10 @@ pub fn router(console: Console) -> Router {
         .route("/providers/{name}/budget", post(pages::providers::budget))
         .route("/events", get(pages::events::page))
         .route("/settlement", get(pages::settlement::page))
+        .route(
+            "/settlement/exceptions/{id}",
+            post(pages::exception_act::post),
+        )
         .route("/events/live", get(pages::events::live))
         .route(
             "/static/console.css",

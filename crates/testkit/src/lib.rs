@@ -29,6 +29,7 @@ pub mod process;
 pub mod sdk;
 pub mod secure;
 pub mod serve;
+pub mod settlement;
 
 pub use demo::{numbers, report_line, run_short_demo, run_short_demo_as_is, DemoRun};
 pub use harness::*;

@@ -6,6 +6,7 @@
 pub mod bulk;
 pub mod cancel;
 pub mod events;
+pub mod exception_act;
 pub mod job;
 pub mod jobs;
 pub mod providers;

@@ -4,6 +4,7 @@
 //! each with a link to its job's story. A job's page shows its own lines
 //! and exceptions ([`job_card`]).
 
+use super::exception_act::{self, Acting};
 use super::{refusal, view};
 use crate::view::{job_link, when, Nav, Notice};
 use crate::Console;
@@ -12,8 +13,11 @@ use jobfence_domain::settlement::records::{
 };
 use jobfence_domain::settlement::{ExceptionState, SettlementLine, Severity};
 
-use axum::extract::State;
-use axum::http::StatusCode;
+use crate::csrf;
+use crate::forms::{self, Pairs};
+use crate::view::Level;
+use axum::extract::{Query, State};
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 use maud::{html, Markup};
 
@@ -24,14 +28,15 @@ fn severity_class(s: Severity) -> &'static str {
     }
 }
 
-/// The exceptions table.
-pub fn exceptions_table(list: &[SettlementException]) -> Markup {
+/// The exceptions table; with `acting`, each row ends with its action
+/// form (acknowledge, resolve).
+pub fn exceptions_table(list: &[SettlementException], acting: Option<&Acting<'_>>) -> Markup {
     html! {
         @if list.is_empty() {
             p.empty { "No exceptions." }
         } @else {
             table.exceptions {
-                thead { tr { th.num { "#" } th { "Kind" } th { "State" } th { "Operation" } th { "Job" } th { "What the report says" } th { "Opened" } } }
+                thead { tr { th.num { "#" } th { "Kind" } th { "State" } th { "Operation" } th { "Job" } th { "What the report says" } th { "Opened" } @if acting.is_some() { th { "Act" } } } }
                 tbody {
                     @for e in list {
                         tr class=(severity_class(e.severity)) data-exception-id=(e.id) {
@@ -42,6 +47,7 @@ pub fn exceptions_table(list: &[SettlementException]) -> Markup {
                             td { @if let Some(id) = e.job_id { (job_link(id)) } @else { "—" } }
                             td { (e.detail) }
                             td { (when(e.opened_at)) }
+                            @if let Some(acting) = acting { td { (exception_act::form(e, acting)) } }
                         }
                     }
                 }
@@ -54,6 +60,7 @@ fn provider_card(
     settings: &SettlementSettings,
     report: &ProviderSettlement,
     open: &[SettlementException],
+    acting: &Acting<'_>,
 ) -> Markup {
     let preset = settings.preset.as_deref().unwrap_or("columns of its own");
     html! {
@@ -85,15 +92,42 @@ fn provider_card(
                 }
             }
             h3 { "Exceptions not resolved" }
-            (exceptions_table(open))
+            (exceptions_table(open, Some(acting)))
         }
     }
 }
 
-/// `GET /settlement`.
-pub async fn page(State(console): State<Console>) -> Response {
-    let mut notices: Vec<Notice> = vec![];
-    let mut status = StatusCode::OK;
+/// `GET /settlement` (`?acted=ID&state=S` after an action).
+pub async fn page(
+    State(console): State<Console>,
+    headers: HeaderMap,
+    Query(query): Query<Pairs>,
+) -> Response {
+    let mut notices = vec![];
+    if let (Some(id), Some(state)) = (forms::value(&query, "acted"), forms::value(&query, "state"))
+    {
+        notices.push(Notice::new(
+            Level::Ok,
+            format!("Exception {id} is {state} now; your name and note are recorded."),
+        ));
+    }
+    show(&console, &headers, notices, StatusCode::OK).await
+}
+
+/// The Settlement page with `notices` on top, answered with `status`
+/// unless reading the reports fails.
+pub async fn show(
+    console: &Console,
+    headers: &HeaderMap,
+    mut notices: Vec<Notice>,
+    mut status: StatusCode,
+) -> Response {
+    let (token, set_csrf) = csrf::ensure(headers);
+    let operator = console.operator_field(headers);
+    let acting = Acting {
+        csrf_token: &token,
+        operator: &operator,
+    };
     let reports = match console.coordinator.settlement_reports(None).await {
         Ok(r) => r,
         Err(e) => {
@@ -118,13 +152,13 @@ pub async fn page(State(console): State<Console>) -> Response {
         }
         @for (settings, report) in &reports {
             @let mine: Vec<SettlementException> = open.iter().filter(|e| e.provider == settings.provider).cloned().collect();
-            (provider_card(settings, report, &mine))
+            (provider_card(settings, report, &mine, &acting))
         }
     };
     view::respond(
         status,
         view::page("Settlement", Nav::Settlement, &notices, body),
-        [],
+        [set_csrf],
     )
 }
 
@@ -148,7 +182,8 @@ pub fn job_card(lines: &[(String, SettlementLine)], exceptions: &[SettlementExce
             }
             @if !exceptions.is_empty() {
                 h3 { "Exceptions" }
-                (exceptions_table(exceptions))
+                (exceptions_table(exceptions, None))
+                p.small.muted { "Acknowledge or resolve them on the " a href="/settlement" { "Settlement" } " page." }
                 @for e in exceptions.iter().filter(|e| e.state == ExceptionState::Resolved) {
                     p.small.muted { "Exception " (e.id) " resolved." }
                 }

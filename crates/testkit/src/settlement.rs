@@ -1,0 +1,78 @@
+//! A settlement provider for the tests of both binaries (docs/design.md
+//! rule 15): `psp` for the queue `refunds`, read with the fake provider's
+//! preset.
+
+use jobfence_domain::budget::Budget;
+use jobfence_domain::providers::{ChangeBy, PutProvider};
+use jobfence_domain::settlement::mapping::{Mapping, RawLine};
+use jobfence_domain::settlement::records::{PutSettlementSettings, QueueAmounts};
+
+/// The queue of the settlement tests.
+pub const Q: &str = "refunds";
+/// Their provider.
+pub const P: &str = "psp";
+
+/// Who changed the provider's settings in a test.
+pub fn by() -> ChangeBy {
+    ChangeBy {
+        operator: "alice".into(),
+        reason: "settlement test".into(),
+    }
+}
+
+/// [`provider`] on any coordinator's store; `amounts`: whether the queue
+/// keeps its amounts at `/amount` and `/currency`.
+pub async fn provider_on(store: &jobfence_store::JobStore, amounts: bool) {
+    store
+        .put_provider(&PutProvider {
+            name: P.into(),
+            budget: Budget {
+                rate_per_second: 1000.0,
+                burst: 1000,
+                max_in_flight: None,
+                execute_cost: 1,
+                reconcile_cost: 1,
+            },
+            queues: vec![Q.into()],
+            by: by(),
+        })
+        .await
+        .unwrap();
+    store
+        .put_settlement_settings(&PutSettlementSettings {
+            provider: P.into(),
+            preset: Some("fake".into()),
+            mapping: Mapping::fake(),
+            lag: std::time::Duration::ZERO,
+            queues: if amounts {
+                vec![QueueAmounts {
+                    queue: Q.into(),
+                    amount_pointer: Some("/amount".into()),
+                    currency_pointer: Some("/currency".into()),
+                }]
+            } else {
+                vec![]
+            },
+            by: by(),
+        })
+        .await
+        .unwrap();
+}
+
+/// A fake-provider report line.
+pub fn line(n: u64, reference: &str, key: &str, amount: i64, status: &str) -> RawLine {
+    RawLine {
+        line: n,
+        fields: [
+            ("id", reference.to_owned()),
+            ("merchant_reference", key.to_owned()),
+            ("amount", amount.to_string()),
+            ("currency", "usd".to_owned()),
+            ("status", status.to_owned()),
+            ("created", "1764547200".to_owned()),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v))
+        .collect(),
+    }
+}
