@@ -325,6 +325,32 @@ def main():
         assert "carol" in held and "provider stripe" in held, held
         shot(a, "queues-paused")
         say("queues ok: payouts held by stripe's pause")
+        # Settlement: stripe's report found one key refunded twice; frank
+        # acknowledges it from its row, with a note.
+        a.get(URL + "/settlement")
+        card = a.find_element(By.CSS_SELECTOR, 'section.settlement[data-provider="stripe"]')
+        rows = card.find_elements(By.CSS_SELECTOR, "table.exceptions tbody tr")
+        kinds = sorted(r.find_elements(By.TAG_NAME, "td")[1].text.split("\n")[0] for r in rows)
+        assert kinds == ["DOUBLE_REFUND", "UNKNOWN_REFERENCE"], kinds
+        double = next(r for r in rows if "DOUBLE_REFUND" in r.text)
+        assert ARGS["refunded_twice"] in double.text, double.text
+        assert "bad" in double.get_attribute("class"), "a critical exception is marked"
+        form = double.find_element(By.CSS_SELECTOR, "form.exception-act")
+        who = form.find_element(By.NAME, "operator")
+        who.clear()
+        who.send_keys("frank")
+        form.find_element(By.NAME, "note").send_keys("INC-43: asked stripe to reverse re_second")
+        shot(a, "settlement")
+        old = a.find_element(By.TAG_NAME, "html")
+        form.find_element(By.CSS_SELECTOR, 'button[value="acknowledged"]').click()
+        until(a, "the next page", lambda: _stale(old))
+        assert "is acknowledged now" in notice(a, "ok")
+        double = next(r for r in a.find_elements(By.CSS_SELECTOR, "table.exceptions tbody tr")
+                      if "DOUBLE_REFUND" in r.text)
+        assert "acknowledged" in double.text, double.text
+        assert not double.find_elements(By.CSS_SELECTOR, 'button[value="acknowledged"]'), \
+            "an acknowledged exception can only be resolved"
+        say("settlement ok: the double refund acknowledged by frank")
     finally:
         for d in (a, b, feed):
             d.quit()

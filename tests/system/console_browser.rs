@@ -448,6 +448,7 @@ async fn the_console_in_a_browser() {
     }
 
     crate::console_workers::scene(addr, &pool, &operator).await;
+    let twice = crate::console_settlement::scene(&pool, &operator).await;
 
     // Screenshots go to target/console-screenshots, so that a test run
     // leaves the checkout as it was; JOBFENCE_SCREENSHOTS=docs/console
@@ -468,6 +469,7 @@ async fn the_console_in_a_browser() {
         "chromium": chromium,
         "chromedriver": chromedriver,
         "shots": shots,
+        "refunded_twice": twice,
     });
     let script = repo().join("tests/console/browser.py");
     let out = tokio::task::spawn_blocking(move || {
@@ -553,6 +555,16 @@ async fn the_console_in_a_browser() {
     .unwrap();
     assert_eq!(cancelled, "cancelled");
     assert!(why.contains("by erin:") && why.contains("INC-42"), "{why}");
+    // The double refund acknowledged from its row, under frank.
+    let acted: (String, String) = sqlx::query_as(
+        "SELECT CAST(a.action AS CHAR), CAST(a.operator AS CHAR) FROM settlement_exceptions e \
+         JOIN settlement_exception_actions a ON a.exception_id = e.id \
+         WHERE e.kind = 'DOUBLE_REFUND' ORDER BY a.id DESC LIMIT 1",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(acted, ("acknowledged".to_owned(), "frank".to_owned()));
     let providers = operator.list_providers().await.unwrap();
     let pause = |name: &str| {
         let p = providers.iter().find(|p| p.name == name).unwrap();

@@ -125,3 +125,61 @@ async fn an_exception_is_acknowledged_from_its_row_and_a_stale_form_is_refused()
     assert_eq!(actions().await, acked, "nothing of the stale post recorded");
     s.stop().await;
 }
+
+/// The settlement scene of the console's browser test (console_browser.rs):
+/// stripe's report read with the fake provider's preset (a lag of a day,
+/// so the traffic's fresh successes are not yet missing), and a report of
+/// one refunds job's key refunded twice (DOUBLE_REFUND, critical) and a
+/// refund nobody enqueued (UNKNOWN_REFERENCE). The job's key, for the
+/// browser to find its row.
+pub async fn scene(pool: &sqlx::MySqlPool, coordinator: &jobfence_core::Coordinator) -> String {
+    use jobfence_domain::providers::ChangeBy;
+    use jobfence_domain::settlement::mapping::Mapping;
+    use jobfence_domain::settlement::records::PutSettlementSettings;
+    coordinator
+        .put_settlement_settings(PutSettlementSettings {
+            provider: "stripe".into(),
+            preset: Some("fake".into()),
+            mapping: Mapping::fake(),
+            lag: std::time::Duration::from_secs(24 * 3600),
+            queues: vec![],
+            by: ChangeBy {
+                operator: "dana".into(),
+                reason: "the nightly report".into(),
+            },
+        })
+        .await
+        .unwrap();
+    let key: String = sqlx::query_scalar(
+        "SELECT CAST(operation_key AS CHAR) FROM jobs WHERE queue = 'refunds' \
+         AND state = 'succeeded' ORDER BY id LIMIT 1",
+    )
+    .fetch_one(pool)
+    .await
+    .unwrap();
+    let mut import = coordinator
+        .start_import(ImportHeader {
+            provider: "stripe".into(),
+            period: (day("2000-01-01"), day("2100-01-01")),
+            operator: "dana".into(),
+            check_only: false,
+        })
+        .await
+        .unwrap();
+    import
+        .lines(&[
+            line(1, "re_first", &key, 500, "succeeded"),
+            line(2, "re_second", &key, 500, "succeeded"),
+            line(
+                3,
+                "re_by_hand",
+                "made-by-hand-in-the-dashboard",
+                900,
+                "succeeded",
+            ),
+        ])
+        .await
+        .unwrap();
+    import.finish().await.unwrap();
+    key
+}
