@@ -254,11 +254,12 @@ fn amount(text: &str, unit: AmountUnit, currency: &str) -> Result<i64, String> {
     let minor = match unit {
         AmountUnit::Minor => text.parse::<i64>().map_err(|_| bad())?,
         AmountUnit::Major => {
-            let digits: String = text.trim_start_matches(['-', '+']).replace(',', "");
-            let (whole, frac) = digits.split_once('.').unwrap_or((&digits, ""));
+            // One sign at most (a report may write a refund as negative).
+            let unsigned = text.strip_prefix(['-', '+']).unwrap_or(text);
+            let (whole, frac) = unsigned.split_once('.').unwrap_or((unsigned, ""));
+            let whole = grouped_digits(whole).ok_or_else(bad)?;
             let places = exponent(currency) as usize;
-            let all_digits = |s: &str| s.bytes().all(|b| b.is_ascii_digit());
-            if whole.is_empty() || !all_digits(whole) || !all_digits(frac) || frac.len() > places {
+            if !frac.bytes().all(|b| b.is_ascii_digit()) || frac.len() > places {
                 return Err(bad());
             }
             let scaled = format!("{whole}{frac:0<places$}");
@@ -269,6 +270,27 @@ fn amount(text: &str, unit: AmountUnit, currency: &str) -> Result<i64, String> {
         return Err(format!("{text:?}: a refund's amount must be above zero"));
     }
     Ok(minor)
+}
+
+/// The digits of a whole part written with or without thousands
+/// separators (`1234`, `1,234`, `12,345,678`); `None` for anything else
+/// (`1,2,3`, `12,34`, empty).
+fn grouped_digits(whole: &str) -> Option<String> {
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    let mut groups = whole.split(',');
+    let first = groups.next()?;
+    let grouped = whole.contains(',');
+    if !digits(first) || (grouped && first.len() > 3) {
+        return None;
+    }
+    let mut out = first.to_owned();
+    for g in groups {
+        if g.len() != 3 || !digits(g) {
+            return None;
+        }
+        out.push_str(g);
+    }
+    Some(out)
 }
 
 /// A report's time, as the database stores it (UTC, no zone).
@@ -389,6 +411,10 @@ mod tests {
         assert_eq!(major("1.234", "KWD"), Ok(1234));
         assert!(major("1.234", "USD").is_err());
         assert!(major("0.00", "USD").is_err());
+        assert_eq!(major("12,345,678.90", "USD"), Ok(1_234_567_890));
+        for mangled in ["--5", "+-5", "1,2,3", "12,34", "1234,567", ",500", "5,", "", "-"] {
+            assert!(major(mangled, "USD").is_err(), "{mangled:?} was read as an amount");
+        }
     }
 
     #[test]
