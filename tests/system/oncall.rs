@@ -44,7 +44,7 @@ async fn the_readmes_on_call_commands_work_as_printed() {
         "no worker called any coordinator in the last 15m",
         "queue refunds paused",
         "refunds: 1 ready held: queue refunds paused: INC-7: provider answers 5xx (by operator since",
-        "1 jobs selected (dry run: nothing changed)",
+        "1 job selected (dry run: nothing changed)",
         "1 selected: 1 applied, 0 skipped",
         "cancelled by operator: INC-7: withdrawn by the customer",
         "queue refunds resumed",

@@ -286,8 +286,8 @@ pub(crate) async fn run(
         }
         writeln!(
             out,
-            "{} jobs selected (dry run: nothing changed)",
-            jobs.len()
+            "{} selected (dry run: nothing changed)",
+            jobs_count(jobs.len())
         )?;
         if !first.is_empty() {
             writeln!(out, "  first: {}", first.join(", "))?;
@@ -296,8 +296,8 @@ pub(crate) async fn run(
     }
     anyhow::ensure!(
         jobs.len() <= max || yes,
-        "{} jobs selected, more than --max {max}: add --yes to act on all of them (--dry-run shows them)",
-        jobs.len()
+        "{} selected, more than --max {max}: add --yes to act on all of them (--dry-run shows them)",
+        jobs_count(jobs.len())
     );
     let tally = bulk.apply(&jobs).await;
     eprintln!();
@@ -334,4 +334,12 @@ fn summary(out: &mut (dyn Write + Send), json: bool, t: &BulkTally) -> anyhow::R
         writeln!(out, "  {reason}: {n}")?;
     }
     Ok(())
+}
+
+/// "1 job", "2 jobs".
+fn jobs_count(n: usize) -> String {
+    match n {
+        1 => "1 job".to_owned(),
+        n => format!("{n} jobs"),
+    }
 }

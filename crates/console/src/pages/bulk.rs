@@ -189,7 +189,7 @@ fn confirm(sel: &Selection, jobs: &[(u64, u64)], token: &str, operator: &Operato
         .map_or("", |a| a.1);
     html! {
         section.card.bulk-count data-selected=(jobs.len()) {
-            h2 { (jobs.len()) " jobs selected" span.muted { " (dry run: nothing changed)" } }
+            h2 { (jobs.len()) @if jobs.len() == 1 { " job" } @else { " jobs" } " selected" span.muted { " (dry run: nothing changed)" } }
             @if !jobs.is_empty() {
                 p { "First: " @for (id, _) in jobs.iter().take(10) { (job_link(*id)) " " } }
             }

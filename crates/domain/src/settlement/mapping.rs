@@ -412,8 +412,13 @@ mod tests {
         assert!(major("1.234", "USD").is_err());
         assert!(major("0.00", "USD").is_err());
         assert_eq!(major("12,345,678.90", "USD"), Ok(1_234_567_890));
-        for mangled in ["--5", "+-5", "1,2,3", "12,34", "1234,567", ",500", "5,", "", "-"] {
-            assert!(major(mangled, "USD").is_err(), "{mangled:?} was read as an amount");
+        for mangled in [
+            "--5", "+-5", "1,2,3", "12,34", "1234,567", ",500", "5,", "", "-",
+        ] {
+            assert!(
+                major(mangled, "USD").is_err(),
+                "{mangled:?} was read as an amount"
+            );
         }
     }
 
