@@ -1,5 +1,5 @@
-//! `jobfence settlement import` as an operator runs it (docs/operating.md,
-//! "Settlement"), against a coordinator with TLS and the callers file: a
+//! `jobfence settlement import` as an operator runs it (docs/settlement.md),
+//! against a coordinator with TLS and the callers file: a
 //! report that cannot be read to its end cancels the import (no period
 //! recorded) and the whole file imported again ends as one clean import;
 //! `--strict` refuses standard input, which it could read only once; a

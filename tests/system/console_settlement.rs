@@ -1,4 +1,4 @@
-//! The Settlement page's action forms (docs/operating.md "Settlement"),
+//! The Settlement page's action forms (docs/settlement.md),
 //! over HTTP, the console acting as `alice`: an open exception is
 //! acknowledged from its row and recorded under alice's name; the same
 //! form posted again (the state it saw is gone) is refused with 409 and

@@ -1,5 +1,5 @@
-//! Settlement's metrics (docs/design.md rule 15, docs/operating.md
-//! "Settlement"): report lines imported by what became of them, manual
+//! Settlement's metrics (docs/design.md rule 15, docs/settlement.md):
+//! report lines imported by what became of them, manual
 //! reviews settlement resolved, and, from the database on the refresh
 //! interval and after each import, the exceptions not resolved by kind and
 //! severity, the newest covered period and the last import.

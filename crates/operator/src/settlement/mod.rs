@@ -1,5 +1,5 @@
 //! `jobfence settlement configure|import|report|exceptions` (docs/design.md
-//! rule 15, docs/operating.md "Settlement"): how a provider's report is
+//! rule 15, docs/settlement.md): how a provider's report is
 //! read, importing one, the provider's settlement at a glance (exit status
 //! 1 while a critical exception is open, 2 when it cannot be read: see
 //! [`ReportVerdict`]), and the exceptions with
