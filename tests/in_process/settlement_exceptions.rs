@@ -3,7 +3,8 @@
 //! same open exception; the second to act is refused as
 //! SETTLEMENT_EXCEPTION_MOVED with the state it is in now, and nothing of
 //! the refused action is recorded. An id no database holds is
-//! SETTLEMENT_EXCEPTION_NOT_FOUND, for a read and for an action.
+//! SETTLEMENT_EXCEPTION_NOT_FOUND, for a read and for an action. An
+//! action behind a row lock is run again, counted, and recorded once.
 
 use crate::settlement::{import, line, provider, P};
 use jobfence_api::v1::job_admin_client::JobAdminClient;
@@ -35,7 +36,7 @@ async fn actions(h: &Harness, id: u64) -> Vec<(String, String)> {
 
 #[tokio::test]
 async fn the_second_operator_to_act_is_refused_as_moved_and_an_unknown_id_as_not_found() {
-    let mut h = Harness::start().await;
+    let h = Harness::start().await;
     provider(&h).await;
     // A refund nobody enqueued: one UNKNOWN_REFERENCE exception, open.
     import(
@@ -107,5 +108,57 @@ async fn the_second_operator_to_act_is_refused_as_moved_and_an_unknown_id_as_not
         .unwrap_err();
     assert_eq!(read.code(), Code::NotFound, "{read:?}");
     assert_eq!(reason(&read), "SETTLEMENT_EXCEPTION_NOT_FOUND");
-    h.stop().await;
+    h.finish().await;
+}
+
+/// An operator's action behind another transaction's lock on the
+/// exception's row (the default MariaDB, lock waits of 1 s) times out, is
+/// run again and counted, and lands once the row is free, recorded once.
+#[tokio::test]
+async fn an_action_behind_a_row_lock_is_run_again_counted_and_recorded_once() {
+    let h = Harness::start_with_lock_wait(1).await;
+    provider(&h).await;
+    import(
+        &h,
+        &[line(1, "re_by_hand", "made-by-hand", 500, "succeeded")],
+    )
+    .await;
+    let id: u64 = sqlx::query_scalar("SELECT id FROM settlement_exceptions")
+        .fetch_one(&h.pool)
+        .await
+        .unwrap();
+    let mut holder = h.db.pool().begin().await.unwrap();
+    sqlx::query("SELECT id FROM settlement_exceptions WHERE id = ? FOR UPDATE")
+        .bind(id)
+        .fetch_one(&mut *holder)
+        .await
+        .unwrap();
+    let store = h.coordinator.store().clone();
+    let before = store.conflicts();
+    let mut admin = JobAdminClient::connect(format!("http://{}", h.addr))
+        .await
+        .unwrap();
+    let acting = tokio::spawn(async move {
+        admin
+            .act_on_settlement_exception(act(id, "open", "acknowledged", "alice"))
+            .await
+    });
+    kit::until("the action's lock wait timed out and was run again", || {
+        store.conflicts().0 > before.0
+    })
+    .await;
+    holder.rollback().await.unwrap();
+    let done = acting.await.unwrap().expect("applied after its conflict");
+    assert_eq!(done.into_inner().exception.unwrap().state, "acknowledged");
+    let (retried, reported) = store.conflicts();
+    assert!(retried > before.0, "retried {retried}");
+    assert_eq!(reported, before.1, "no conflict reached the caller");
+    assert_eq!(
+        actions(&h, id).await,
+        [
+            ("opened".to_owned(), "settlement".to_owned()),
+            ("acknowledged".to_owned(), "alice".to_owned())
+        ]
+    );
+    h.finish().await;
 }
