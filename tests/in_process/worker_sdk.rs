@@ -676,6 +676,14 @@ fn the_sdk_reason_names_are_the_coordinators() {
         (sdk::PROVIDER_THROTTLED, server::PROVIDER_THROTTLED),
         (sdk::JOB_PRUNED, server::JOB_PRUNED),
         (sdk::EVENTS_CURSOR_PRUNED, server::EVENTS_CURSOR_PRUNED),
+        (
+            sdk::SETTLEMENT_EXCEPTION_NOT_FOUND,
+            server::SETTLEMENT_EXCEPTION_NOT_FOUND,
+        ),
+        (
+            sdk::SETTLEMENT_EXCEPTION_MOVED,
+            server::SETTLEMENT_EXCEPTION_MOVED,
+        ),
     ];
     for (mine, theirs) in pairs {
         assert_eq!(mine, theirs);
