@@ -129,6 +129,18 @@ impl Operator {
             source: OperatorSource::Typed,
         }
     }
+
+    /// The redirect after this operator's post was applied: to `to`,
+    /// remembering a typed name for the next form ([`remember`]; a
+    /// credential's name is never stored in a cookie).
+    pub fn redirect_after_post(&self, to: &str) -> axum::response::Response {
+        use axum::response::IntoResponse;
+        let mut r = axum::response::Redirect::to(to).into_response();
+        if let (OperatorSource::Typed, Some(c)) = (self.source, remember(&self.name)) {
+            r.headers_mut().append(axum::http::header::SET_COOKIE, c);
+        }
+        r
+    }
 }
 
 /// The name to prefill, from [`REMEMBER_COOKIE`].

@@ -8,10 +8,10 @@ use super::{bad_input, job};
 use crate::forms::{self, Pairs};
 use crate::operator::OperatorField;
 use crate::view::{Level, Notice};
-use crate::{csrf, operator, Console};
+use crate::{csrf, Console};
 use axum::extract::{Path, State};
-use axum::http::{header, HeaderMap, StatusCode};
-use axum::response::{IntoResponse, Redirect, Response};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::Response;
 use axum::Form;
 use jobfence_domain::admin::CancelJob;
 use jobfence_domain::{CoordinatorError, Job, JobState};
@@ -75,15 +75,7 @@ pub async fn post(
         reason: forms::value(&pairs, "reason").unwrap_or("").to_owned(),
     };
     match console.coordinator.cancel_job(call).await {
-        Ok(_) => {
-            let mut r = Redirect::to(&format!("/jobs/{id}?cancelled=1")).into_response();
-            if let (operator::OperatorSource::Typed, Some(c)) =
-                (who.source, operator::remember(&who.name))
-            {
-                r.headers_mut().append(header::SET_COOKIE, c);
-            }
-            r
-        }
+        Ok(_) => who.redirect_after_post(&format!("/jobs/{id}?cancelled=1")),
         Err(CoordinatorError::InvalidArgument(v)) => {
             refuse(StatusCode::BAD_REQUEST, bad_input(&v)).await
         }

@@ -9,12 +9,12 @@
 
 use super::{bad_input, settlement};
 use crate::forms::{self, Pairs};
-use crate::operator::{self, OperatorField};
+use crate::operator::OperatorField;
 use crate::view::{Level, Notice};
 use crate::{csrf, Console};
 use axum::extract::{Path, State};
-use axum::http::{header, HeaderMap, StatusCode};
-use axum::response::{IntoResponse, Redirect, Response};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::Response;
 use axum::Form;
 use jobfence_domain::settlement::records::{ActOnException, SettlementException};
 use jobfence_domain::settlement::ExceptionState;
@@ -130,13 +130,7 @@ pub async fn post(
                 done.id,
                 done.state.as_str()
             );
-            let mut r = Redirect::to(&to).into_response();
-            if let (operator::OperatorSource::Typed, Some(c)) =
-                (who.source, operator::remember(&who.name))
-            {
-                r.headers_mut().append(header::SET_COOKIE, c);
-            }
-            r
+            who.redirect_after_post(&to)
         }
         Err(e) => {
             let (status, n) = refused(&e);
