@@ -11,10 +11,10 @@ use jobfence_api::v1::{
 use jobfence_core::settlement::{ImportHeader, ImportSummary};
 use jobfence_domain::settlement::mapping::RawLine;
 use jobfence_domain::settlement::{ExceptionKind, ExceptionState};
-use jobfence_domain::{DbTime, JobState};
+use jobfence_domain::JobState;
 use kit::Harness;
 
-pub(crate) use kit::settlement::{line, P, Q};
+pub(crate) use kit::settlement::{day, line, P, Q};
 
 /// A provider `psp` for queue `refunds`, read with the fake provider's
 /// preset, amounts at `/amount` and `/currency`, and a lag of 0 (a job
@@ -67,25 +67,10 @@ pub(crate) async fn failed(h: &Harness, key: &str, disposition: FailDisposition)
     job.job_id
 }
 
-pub(crate) fn day(s: &str) -> DbTime {
-    DbTime::parse_from_str(&format!("{s} 00:00:00"), "%Y-%m-%d %H:%M:%S").unwrap()
-}
-
 /// Imports `lines` as the report of a period covering every job a test
-/// makes (2000–2100), by `operator`.
+/// makes (2000–2100), by `alice`.
 pub(crate) async fn import(h: &Harness, lines: &[RawLine]) -> ImportSummary {
-    let mut import = h
-        .coordinator
-        .start_import(ImportHeader {
-            provider: P.into(),
-            period: (day("2000-01-01"), day("2100-01-01")),
-            operator: "alice".into(),
-            check_only: false,
-        })
-        .await
-        .unwrap();
-    import.lines(lines).await.unwrap();
-    import.finish().await.unwrap()
+    kit::settlement::import(&h.coordinator, P, lines).await
 }
 
 pub(crate) async fn unresolved(h: &Harness) -> Vec<(ExceptionKind, String)> {

@@ -7,13 +7,7 @@
 
 use crate::with_console;
 use jobfence_console::csrf;
-use jobfence_core::settlement::ImportHeader;
-use jobfence_domain::DbTime;
-use jobfence_testkit::settlement::{line, provider_on, P};
-
-fn day(s: &str) -> DbTime {
-    DbTime::parse_from_str(&format!("{s} 00:00:00"), "%Y-%m-%d %H:%M:%S").unwrap()
-}
+use jobfence_testkit::settlement::{import, line, provider_on, P};
 
 /// Posts `fields` to exception `id`'s form; `with_csrf`: with a valid
 /// token (cookie and field).
@@ -42,22 +36,9 @@ async fn post(
 async fn an_exception_is_acknowledged_from_its_row_and_a_stale_form_is_refused() {
     let s = with_console().await;
     provider_on(s.coordinator.store(), false).await;
-    let mut import = s
-        .coordinator
-        .start_import(ImportHeader {
-            provider: P.into(),
-            period: (day("2000-01-01"), day("2100-01-01")),
-            operator: "alice".into(),
-            check_only: false,
-        })
-        .await
-        .unwrap();
     // A refund nobody enqueued: UNKNOWN_REFERENCE, open.
-    import
-        .lines(&[line(1, "re_by_hand", "made-by-hand", 500, "succeeded")])
-        .await
-        .unwrap();
-    import.finish().await.unwrap();
+    let by_hand = line(1, "re_by_hand", "made-by-hand", 500, "succeeded");
+    import(&s.coordinator, P, &[by_hand]).await;
     let id: u64 = sqlx::query_scalar("SELECT id FROM settlement_exceptions")
         .fetch_one(&s.pool)
         .await
@@ -157,29 +138,17 @@ pub async fn scene(pool: &sqlx::MySqlPool, coordinator: &jobfence_core::Coordina
     .fetch_one(pool)
     .await
     .unwrap();
-    let mut import = coordinator
-        .start_import(ImportHeader {
-            provider: "stripe".into(),
-            period: (day("2000-01-01"), day("2100-01-01")),
-            operator: "dana".into(),
-            check_only: false,
-        })
-        .await
-        .unwrap();
-    import
-        .lines(&[
-            line(1, "re_first", &key, 500, "succeeded"),
-            line(2, "re_second", &key, 500, "succeeded"),
-            line(
-                3,
-                "re_by_hand",
-                "made-by-hand-in-the-dashboard",
-                900,
-                "succeeded",
-            ),
-        ])
-        .await
-        .unwrap();
-    import.finish().await.unwrap();
+    let lines = [
+        line(1, "re_first", &key, 500, "succeeded"),
+        line(2, "re_second", &key, 500, "succeeded"),
+        line(
+            3,
+            "re_by_hand",
+            "made-by-hand-in-the-dashboard",
+            900,
+            "succeeded",
+        ),
+    ];
+    import(coordinator, "stripe", &lines).await;
     key
 }

@@ -76,3 +76,28 @@ pub fn line(n: u64, reference: &str, key: &str, amount: i64, status: &str) -> Ra
         .collect(),
     }
 }
+
+/// A day at midnight UTC, as the database stores times.
+pub fn day(s: &str) -> jobfence_domain::DbTime {
+    jobfence_domain::DbTime::parse_from_str(&format!("{s} 00:00:00"), "%Y-%m-%d %H:%M:%S").unwrap()
+}
+
+/// Imports `lines` as `provider`'s report of a period covering every job a
+/// test makes (2000–2100), by `alice`, through the coordinator.
+pub async fn import(
+    coordinator: &jobfence_core::Coordinator,
+    provider: &str,
+    lines: &[RawLine],
+) -> jobfence_core::settlement::ImportSummary {
+    let mut import = coordinator
+        .start_import(jobfence_core::settlement::ImportHeader {
+            provider: provider.into(),
+            period: (day("2000-01-01"), day("2100-01-01")),
+            operator: "alice".into(),
+            check_only: false,
+        })
+        .await
+        .unwrap();
+    import.lines(lines).await.unwrap();
+    import.finish().await.unwrap()
+}
