@@ -22,12 +22,12 @@ use std::time::Duration;
 
 /// The statements that read a queue's rules, `{queue}` filled in; see
 /// [`Rules::parse`] for their results.
-static RULES: LazyLock<[&'static str; 3]> = LazyLock::new(|| {
+static RULES: LazyLock<[String; 3]> = LazyLock::new(|| {
     let text: &'static str = include_str!("queries/budget/rules.sql");
-    let parts: Vec<&'static str> = text
+    let parts: Vec<String> = text
         .split(";\n")
-        .map(str::trim)
-        .filter(|s| !s.is_empty() && !s.lines().all(|l| l.trim_start().starts_with("--")))
+        .map(literal::bare)
+        .filter(|s| !s.trim().is_empty())
         .collect();
     parts
         .try_into()
@@ -49,7 +49,9 @@ pub(crate) fn rules_statements(queue: &str) -> Result<Vec<String>, CoordinatorEr
 /// `queries/budget/queue_row.sql`): one primary-key read instead of the
 /// three statements of [`rules_statements`].
 pub(crate) fn queue_row_statement(queue: &str) -> Result<String, CoordinatorError> {
-    Ok(include_str!("queries/budget/queue_row.sql").replace("{queue}", &literal::queue(queue)?))
+    static QUEUE_ROW: LazyLock<String> =
+        LazyLock::new(|| literal::bare(include_str!("queries/budget/queue_row.sql")));
+    Ok(QUEUE_ROW.replace("{queue}", &literal::queue(queue)?))
 }
 
 /// The clause that empties a claim scan sent after

@@ -71,6 +71,16 @@ fn push_hex(out: &mut String, bytes: &[u8]) {
     }
 }
 
+/// `sql` without its whole-line `--` comments: the server lexes every
+/// byte of a text statement on every call (a prepared statement only
+/// once), and the comments of `queries/` are most of their bytes.
+pub(crate) fn bare(sql: &str) -> String {
+    sql.lines()
+        .filter(|l| !l.trim_start().starts_with("--"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 /// A tuple `(a, b, …)` of literals.
 pub(crate) fn tuple(out: &mut String, values: &[&dyn Literal]) {
     out.push('(');
@@ -141,6 +151,12 @@ mod tests {
         let t =
             DbTime::parse_from_str("2026-11-30 20:31:21.000042", "%Y-%m-%d %H:%M:%S%.f").unwrap();
         assert_eq!(sql(&t), "'2026-11-30 20:31:21.000042'");
+    }
+
+    #[test]
+    fn bare_sql_keeps_every_line_but_whole_line_comments() {
+        let sql = "-- why\nSELECT 1 -- kept\n  -- indented\nFROM t\n";
+        assert_eq!(bare(sql), "SELECT 1 -- kept\nFROM t");
     }
 
     #[test]

@@ -10,10 +10,16 @@ use sqlx::mysql::MySqlRow;
 use sqlx::MySqlConnection;
 use std::sync::LazyLock;
 
-static SCAN_EXPIRED: LazyLock<String> =
-    LazyLock::new(|| with_job_columns(include_str!("../queries/jobs/scan_expired.sql")));
-static SCAN_READY: LazyLock<String> =
-    LazyLock::new(|| with_job_columns(include_str!("../queries/jobs/scan_ready.sql")));
+static SCAN_EXPIRED: LazyLock<String> = LazyLock::new(|| {
+    literal::bare(&with_job_columns(include_str!(
+        "../queries/jobs/scan_expired.sql"
+    )))
+});
+static SCAN_READY: LazyLock<String> = LazyLock::new(|| {
+    literal::bare(&with_job_columns(include_str!(
+        "../queries/jobs/scan_ready.sql"
+    )))
+});
 
 /// What a claim transaction read in its first round trip.
 pub(super) struct Scan {
