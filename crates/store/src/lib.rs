@@ -35,6 +35,7 @@ mod errors;
 mod events;
 mod events_feed;
 mod health;
+mod images;
 mod literal;
 mod nodes;
 mod observations;
@@ -175,6 +176,8 @@ pub fn connect(url: &str, settings: &PoolSettings) -> Result<MySqlPool, Coordina
 struct Pools {
     pool: MySqlPool,
     batch: MySqlPool,
+    /// The batch pool's connections between transactions (see `tx.rs`).
+    warm: Arc<tx::Warm>,
     /// Index into the store's node list.
     node: usize,
 }
@@ -239,6 +242,7 @@ impl JobStore {
             pools: Arc::new(RwLock::new(Pools {
                 pool,
                 batch,
+                warm: Arc::default(),
                 node: 0,
             })),
             nodes: Arc::new(vec![node]),
@@ -276,6 +280,7 @@ impl JobStore {
         let pools = Pools {
             pool: pool_options(settings, true).connect_lazy_with(first.clone()),
             batch: pool_options(settings, false).connect_lazy_with(first),
+            warm: Arc::default(),
             node: 0,
         };
         Ok(JobStore {
@@ -323,6 +328,7 @@ impl JobStore {
         let fresh = Pools {
             pool: pool_options_with(&self.settings, true, more).connect_lazy_with(node.clone()),
             batch: pool_options_with(&self.settings, false, more).connect_lazy_with(node),
+            warm: Arc::default(),
             node: 0,
         };
         *self.pools.write().expect("pools lock") = fresh;
@@ -425,8 +431,11 @@ impl JobStore {
 
     /// A transaction of the batch pool, begun by its first statement.
     async fn begin_batch(&self) -> Result<tx::Tx, CoordinatorError> {
-        let pool = self.pools.read().expect("pools lock").batch.clone();
-        tx::Tx::start(&pool).await
+        let (pool, warm) = {
+            let pools = self.pools.read().expect("pools lock");
+            (pools.batch.clone(), pools.warm.clone())
+        };
+        tx::Tx::start(&pool, &warm).await
     }
 
     /// Replaces the batch pool's connections with new ones: after the
@@ -436,7 +445,15 @@ impl JobStore {
     pub fn renew_batch_connections(&self) {
         let node = self.current_node();
         let fresh = pool_options(&self.settings, false).connect_lazy_with(self.nodes[node].clone());
-        let old = std::mem::replace(&mut self.pools.write().expect("pools lock").batch, fresh);
+        let (old, old_warm) = {
+            let mut pools = self.pools.write().expect("pools lock");
+            (
+                std::mem::replace(&mut pools.batch, fresh),
+                std::mem::take(&mut pools.warm),
+            )
+        };
+        // The warm connections go back to the old pool, which closes them.
+        drop(old_warm);
         tokio::spawn(async move { old.close().await });
     }
 
@@ -448,9 +465,13 @@ impl JobStore {
         let fresh = Pools {
             pool: pool_options(&self.settings, true).connect_lazy_with(options.clone()),
             batch: pool_options(&self.settings, false).connect_lazy_with(options),
+            warm: Arc::default(),
             node,
         };
         let old = std::mem::replace(&mut *self.pools.write().expect("pools lock"), fresh);
+        // The warm connections go back to the old batch pool first: it
+        // closes once every connection it lent is back.
+        drop(old.warm);
         tokio::spawn(async move {
             old.pool.close().await;
             old.batch.close().await;

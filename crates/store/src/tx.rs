@@ -8,27 +8,80 @@
 //! [`commit`](Tx::commit) or [`rollback`](Tx::rollback) — an error returned
 //! with `?`, a panic, a cancelled call — closes its connection instead of
 //! returning it, and the server rolls the transaction back.
+//!
+//! A transaction that ended keeps its connection warm for the next one
+//! ([`Warm`]) instead of handing it back to the pool: sqlx pings every
+//! connection it gets back (a round trip, and CPU on both sides, per
+//! transaction), which is what a lone worker's job would pay most for.
 
 use super::convert_sqlx_err;
-use super::errors::convert_commit_err;
+use super::errors::{code, convert_commit_err, error_number};
 use jobfence_domain::CoordinatorError;
 use sqlx::pool::PoolConnection;
 use sqlx::{Executor, MySql, MySqlConnection, MySqlPool};
 use std::ops::{Deref, DerefMut};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// Connections of the batch pool between two transactions, still checked
+/// out of the pool (so still counted against its size, and never pinged
+/// on their way back), newest last. One that rested longer than
+/// [`Warm::REST`] goes back to the pool instead (the pool then tests it,
+/// and closes it when idle too long), so a quiet coordinator never runs a
+/// transaction on a connection the server may have dropped meanwhile.
+#[derive(Debug, Default)]
+pub(crate) struct Warm {
+    conns: Mutex<Vec<(PoolConnection<MySql>, Instant)>>,
+}
+
+impl Warm {
+    /// How long a connection may rest here.
+    const REST: Duration = Duration::from_secs(30);
+
+    /// The connection that rested least, if it rested less than
+    /// [`REST`](Self::REST); older ones go back to the pool.
+    fn take(&self) -> Option<PoolConnection<MySql>> {
+        let mut conns = self.conns.lock().expect("warm connections poisoned");
+        let (conn, since) = conns.pop()?;
+        if since.elapsed() < Self::REST {
+            return Some(conn);
+        }
+        // Every other one rested longer still.
+        conns.clear();
+        None
+    }
+
+    fn put(&self, conn: PoolConnection<MySql>) {
+        let mut conns = self.conns.lock().expect("warm connections poisoned");
+        conns.push((conn, Instant::now()));
+    }
+}
 
 /// An open transaction of the batch pool.
 #[derive(Debug)]
 pub(crate) struct Tx {
-    conn: PoolConnection<MySql>,
+    conn: Option<PoolConnection<MySql>>,
     open: bool,
+    warm: Arc<Warm>,
 }
 
 impl Tx {
-    /// Takes a connection; the transaction begins with the first statement
-    /// run on it.
-    pub async fn start(pool: &MySqlPool) -> Result<Tx, CoordinatorError> {
-        let conn = pool.acquire().await.map_err(convert_sqlx_err)?;
-        Ok(Tx { conn, open: true })
+    /// Takes a connection (a warm one first); the transaction begins with
+    /// the first statement run on it.
+    pub async fn start(pool: &MySqlPool, warm: &Arc<Warm>) -> Result<Tx, CoordinatorError> {
+        let conn = match warm.take() {
+            Some(conn) => conn,
+            None => pool.acquire().await.map_err(convert_sqlx_err)?,
+        };
+        Ok(Tx {
+            conn: Some(conn),
+            open: true,
+            warm: warm.clone(),
+        })
+    }
+
+    fn conn(&mut self) -> &mut MySqlConnection {
+        self.conn.as_mut().expect("a transaction's connection")
     }
 
     /// Commits. A deadlock or lock wait timeout at COMMIT (Galera's
@@ -36,7 +89,7 @@ impl Tx {
     /// other failure leaves the outcome unknown (docs/design.md rule 4):
     /// `CommitOutcomeUnknown`, and the connection is closed.
     pub async fn commit(mut self) -> Result<(), CoordinatorError> {
-        let done = self.conn.execute("COMMIT").await;
+        let done = self.conn().execute("COMMIT").await;
         if done.is_ok() {
             self.open = false;
         }
@@ -49,8 +102,20 @@ impl Tx {
     /// of COMMIT, or of the connection at any point (COMMIT may have run),
     /// is as for [`commit`](Self::commit).
     pub async fn commit_after<S: AsRef<str>>(
+        self,
+        statements: &[S],
+    ) -> Result<(), CoordinatorError> {
+        self.commit_after_checked(statements, None).await
+    }
+
+    /// [`commit_after`](Self::commit_after), where statement `check.0` is a
+    /// check of the statements before it (see `images`): the server
+    /// refusing it is `check.1`, not the server's own error. Nothing was
+    /// committed then.
+    pub async fn commit_after_checked<S: AsRef<str>>(
         mut self,
         statements: &[S],
+        check: Option<(usize, CoordinatorError)>,
     ) -> Result<(), CoordinatorError> {
         use tokio_stream::StreamExt;
         let mut text = String::new();
@@ -59,12 +124,19 @@ impl Tx {
             text.push_str(";\n");
         }
         text.push_str("COMMIT");
-        let mut results = sqlx::raw_sql(&text).execute_many(&mut *self.conn);
-        for _ in statements {
+        let mut results = sqlx::raw_sql(&text).execute_many(self.conn());
+        let mut check = check;
+        for i in 0..statements.len() {
             match results.next().await {
                 Some(Ok(_)) => {}
                 // The server refused the statement: it ran nothing after
                 // it, so COMMIT never ran.
+                Some(Err(e))
+                    if check.as_ref().is_some_and(|(at, _)| *at == i)
+                        && error_number(&e) == Some(code::OUT_OF_RANGE) =>
+                {
+                    return Err(check.take().expect("a check").1);
+                }
                 Some(Err(e @ sqlx::Error::Database(_))) => return Err(convert_sqlx_err(e)),
                 // The connection failed with COMMIT sent or on its way:
                 // the server may have run everything (docs/design.md rule 4).
@@ -104,7 +176,7 @@ impl Tx {
 
     /// Rolls back (nothing of the transaction was applied).
     pub async fn rollback(mut self) -> Result<(), CoordinatorError> {
-        let done = self.conn.execute("ROLLBACK").await;
+        let done = self.conn().execute("ROLLBACK").await;
         if done.is_ok() {
             self.open = false;
         }
@@ -114,8 +186,13 @@ impl Tx {
 
 impl Drop for Tx {
     fn drop(&mut self) {
+        let Some(mut conn) = self.conn.take() else {
+            return;
+        };
         if self.open {
-            self.conn.close_on_drop();
+            conn.close_on_drop();
+        } else {
+            self.warm.put(conn);
         }
     }
 }
@@ -124,12 +201,12 @@ impl Deref for Tx {
     type Target = MySqlConnection;
 
     fn deref(&self) -> &MySqlConnection {
-        &self.conn
+        self.conn.as_ref().expect("a transaction's connection")
     }
 }
 
 impl DerefMut for Tx {
     fn deref_mut(&mut self) -> &mut MySqlConnection {
-        &mut self.conn
+        self.conn()
     }
 }
