@@ -202,6 +202,7 @@ impl Bulk {
             ..Default::default()
         };
         let mut last = std::time::Instant::now();
+        let mut progress_shown = false;
         for (i, &(job_id, attempt)) in jobs.iter().enumerate() {
             match self.one(job_id, attempt).await {
                 Ok(()) => tally.applied += 1,
@@ -234,8 +235,13 @@ impl Bulk {
                     jobs.len(),
                     tally.applied
                 );
+                progress_shown = true;
                 last = std::time::Instant::now();
             }
+        }
+        // The progress line ends here, if there was one.
+        if progress_shown {
+            eprintln!();
         }
         tally
     }
@@ -300,7 +306,6 @@ pub(crate) async fn run(
         jobs_count(jobs.len())
     );
     let tally = bulk.apply(&jobs).await;
-    eprintln!();
     summary(out, conn.json, &tally)?;
     let errors: u64 = tally.errors.values().sum();
     anyhow::ensure!(
