@@ -22,9 +22,6 @@ pub(crate) mod code {
     /// to replicate while the node is losing the primary component ("Not
     /// connected to Primary Component").
     pub const ERROR_DURING_COMMIT: u16 = 1180;
-    /// ER_DATA_OUT_OF_RANGE: raised on purpose by a check statement sent
-    /// with a COMMIT (see `images`).
-    pub const OUT_OF_RANGE: u16 = 1690;
 }
 
 /// The server's error number, if `err` is a server error.

@@ -2,8 +2,7 @@
 //! written in the transaction of the change. Applied fenced calls carry a
 //! digest of the request, which is how an exact replay is recognised.
 
-use super::batch::{self, db_time, expand, hex, json, Change};
-use super::images;
+use super::batch::{db_time, expand, hex, json};
 use super::literal;
 use super::tx::Tx;
 use super::{convert_sqlx_err, rows};
@@ -12,7 +11,6 @@ use serde::Serialize;
 use sha2::{Digest, Sha256};
 use sqlx::MySqlConnection;
 use std::collections::HashMap;
-use std::sync::LazyLock;
 
 /// One entry to append.
 #[derive(Debug, Serialize)]
@@ -133,39 +131,6 @@ pub(crate) async fn append_and_commit_with(
     tx.commit_after(&statements).await
 }
 
-/// Writes `changes` (the new images of the transaction's jobs, fenced row
-/// by row), appends `events` and commits, running `before` as in
-/// [`append_and_commit_with`]. A few images travel as text with the
-/// COMMIT (see `images`: one round trip for all of it, when the events are
-/// few too); more are written first by their own prepared UPDATE. Errors
-/// as for [`Tx::commit`], and `TransactionConflict` when a fenced row did
-/// not match under its lock (nothing committed).
-pub(crate) async fn write_append_and_commit(
-    mut tx: Tx,
-    changes: &[Change<'_>],
-    events: &[NewEvent<'_>],
-    before: &[String],
-) -> Result<(), CoordinatorError> {
-    if changes.len() > VALUES_ROWS {
-        batch::write_images(&mut tx, changes).await?;
-        return append_and_commit_with(tx, events, before).await;
-    }
-    let Some(images) = images::images_text(changes)? else {
-        return append_and_commit_with(tx, events, before).await;
-    };
-    if events.len() > VALUES_ROWS {
-        append_all(&mut tx, events).await?;
-    }
-    let mut statements = vec![images.update.clone(), images.check.clone()];
-    statements.extend(before.iter().cloned());
-    if (1..=VALUES_ROWS).contains(&events.len()) {
-        statements.push(insert_literal(events));
-    }
-    let conflict = images.conflict();
-    tx.commit_after_checked(&statements, Some((1, conflict)))
-        .await
-}
-
 /// The INSERT of a few `events`, with literals.
 fn insert_literal(events: &[NewEvent<'_>]) -> String {
     let mut rows = String::new();
@@ -189,9 +154,7 @@ fn insert_literal(events: &[NewEvent<'_>]) -> String {
             ],
         );
     }
-    static INSERT: LazyLock<String> =
-        LazyLock::new(|| literal::bare(include_str!("queries/batch/insert_events.sql")));
-    INSERT.replace("{rows}", &rows)
+    include_str!("queries/batch/insert_events.sql").replace("{rows}", &rows)
 }
 
 /// Appends one event in the caller's transaction.

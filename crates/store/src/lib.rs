@@ -35,7 +35,6 @@ mod errors;
 mod events;
 mod events_feed;
 mod health;
-mod images;
 mod literal;
 mod nodes;
 mod observations;

@@ -11,11 +11,11 @@
 //!
 //! A transaction that ended keeps its connection warm for the next one
 //! ([`Warm`]) instead of handing it back to the pool: sqlx pings every
-//! connection it gets back (a round trip, and CPU on both sides, per
-//! transaction), which is what a lone worker's job would pay most for.
+//! connection it gets back: a round trip, and CPU on both sides, per
+//! transaction.
 
 use super::convert_sqlx_err;
-use super::errors::{code, convert_commit_err, error_number};
+use super::errors::convert_commit_err;
 use jobfence_domain::CoordinatorError;
 use sqlx::pool::PoolConnection;
 use sqlx::{Executor, MySql, MySqlConnection, MySqlPool};
@@ -102,20 +102,8 @@ impl Tx {
     /// of COMMIT, or of the connection at any point (COMMIT may have run),
     /// is as for [`commit`](Self::commit).
     pub async fn commit_after<S: AsRef<str>>(
-        self,
-        statements: &[S],
-    ) -> Result<(), CoordinatorError> {
-        self.commit_after_checked(statements, None).await
-    }
-
-    /// [`commit_after`](Self::commit_after), where statement `check.0` is a
-    /// check of the statements before it (see `images`): the server
-    /// refusing it is `check.1`, not the server's own error. Nothing was
-    /// committed then.
-    pub async fn commit_after_checked<S: AsRef<str>>(
         mut self,
         statements: &[S],
-        check: Option<(usize, CoordinatorError)>,
     ) -> Result<(), CoordinatorError> {
         use tokio_stream::StreamExt;
         let mut text = String::new();
@@ -125,18 +113,11 @@ impl Tx {
         }
         text.push_str("COMMIT");
         let mut results = sqlx::raw_sql(&text).execute_many(self.conn());
-        let mut check = check;
-        for i in 0..statements.len() {
+        for _ in statements {
             match results.next().await {
                 Some(Ok(_)) => {}
                 // The server refused the statement: it ran nothing after
                 // it, so COMMIT never ran.
-                Some(Err(e))
-                    if check.as_ref().is_some_and(|(at, _)| *at == i)
-                        && error_number(&e) == Some(code::OUT_OF_RANGE) =>
-                {
-                    return Err(check.take().expect("a check").1);
-                }
                 Some(Err(e @ sqlx::Error::Database(_))) => return Err(convert_sqlx_err(e)),
                 // The connection failed with COMMIT sent or on its way:
                 // the server may have run everything (docs/design.md rule 4).

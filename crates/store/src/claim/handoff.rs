@@ -172,6 +172,8 @@ impl JobStore {
         let mut changes = open.changes();
         let (claim_events, observations) =
             claim_half(&mut tx, phase.as_ref(), &mut changes).await?;
+        batch::write_images(&mut tx, &changes).await?;
+        drop(changes);
         new_events.extend(claim_events);
         let after: Vec<String> = phase
             .as_ref()
@@ -179,14 +181,12 @@ impl JobStore {
             .unwrap_or_default();
         self.pause_in(PausePoint::HandoffBeforeCommit, &mut tx)
             .await;
-        if changes.is_empty() && new_events.is_empty() && after.is_empty() {
+        if new_events.is_empty() && after.is_empty() {
             tx.rollback().await?;
         } else {
-            // The images go with the COMMIT. Any error, an unknown outcome
-            // included, is both halves'.
-            events::write_append_and_commit(tx, &changes, &new_events, &after).await?;
+            // Any error, an unknown outcome included, is both halves'.
+            events::append_and_commit_with(tx, &new_events, &after).await?;
         }
-        drop(changes);
         drop(new_events);
         let claimed = phase.map(|p| claimed(p, observations, slots.len()));
         let (mut jobs, next_due, budget, parked) =
