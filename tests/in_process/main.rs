@@ -9,6 +9,7 @@ mod budgets;
 mod bulk_repair;
 mod commit_unknown;
 mod conflicts;
+mod connections;
 mod enqueue_batch;
 mod events_feed;
 mod group_commit;

@@ -109,6 +109,13 @@ impl Default for PoolSettings {
     }
 }
 
+/// A connection that rested this long or longer is pinged before a call
+/// uses it (the pools' idle ones and the batch pool's warm ones, see
+/// `tx.rs`): one round trip for a quiet coordinator's call, none under
+/// load, and no call fails on a connection the server's `wait_timeout`
+/// or a proxy's idle timeout closed while it rested.
+pub(crate) const IDLE_CHECK: Duration = Duration::from_secs(1);
+
 /// InnoDB lock wait timeout of every session, in whole seconds: a
 /// transaction waits this long for a row lock before it is rolled back
 /// (and run again, see [`CONFLICT_RETRIES`]).
@@ -136,10 +143,20 @@ fn pool_options_with(settings: &PoolSettings, autocommit: bool, more: &str) -> M
         .max_connections(settings.max_connections)
         .acquire_timeout(settings.acquire_timeout)
         // No ping before every acquire: that is a round trip per
-        // transaction. A connection that died while idle fails its first
-        // statement instead, which is reported DATABASE_UNAVAILABLE (nothing
-        // applied) like any lost connection.
+        // transaction. Only a connection that rested IDLE_CHECK or longer
+        // is pinged (and replaced if the server or a proxy closed it
+        // meanwhile); one that died within that second fails its first
+        // statement, reported DATABASE_UNAVAILABLE (nothing applied) like
+        // any lost connection.
         .test_before_acquire(false)
+        .before_acquire(|conn, meta| {
+            Box::pin(async move {
+                if meta.idle_for >= IDLE_CHECK {
+                    sqlx::Connection::ping(conn).await?;
+                }
+                Ok(true)
+            })
+        })
         .after_connect(move |conn, _meta| {
             let setup = setup.clone();
             Box::pin(async move {

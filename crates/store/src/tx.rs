@@ -12,13 +12,16 @@
 //! A transaction that ended keeps its connection warm for the next one
 //! ([`Warm`]) instead of handing it back to the pool: sqlx pings every
 //! connection it gets back: a round trip, and CPU on both sides, per
-//! transaction.
+//! transaction. A warm connection that rested [`IDLE_CHECK`] or longer is
+//! pinged before it is used instead, as the pools do with theirs: the
+//! server (its `wait_timeout`) or a proxy may have closed it meanwhile,
+//! and a transaction must not fail on that.
 
-use super::convert_sqlx_err;
 use super::errors::convert_commit_err;
+use super::{convert_sqlx_err, IDLE_CHECK};
 use jobfence_domain::CoordinatorError;
 use sqlx::pool::PoolConnection;
-use sqlx::{Executor, MySql, MySqlConnection, MySqlPool};
+use sqlx::{Connection, Executor, MySql, MySqlConnection, MySqlPool};
 use std::ops::{Deref, DerefMut};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -38,13 +41,14 @@ impl Warm {
     /// How long a connection may rest here.
     const REST: Duration = Duration::from_secs(30);
 
-    /// The connection that rested least, if it rested less than
-    /// [`REST`](Self::REST); older ones go back to the pool.
-    fn take(&self) -> Option<PoolConnection<MySql>> {
+    /// The connection that rested least, and how long it rested, if that
+    /// is less than [`REST`](Self::REST); older ones go back to the pool.
+    fn take(&self) -> Option<(PoolConnection<MySql>, Duration)> {
         let mut conns = self.conns.lock().expect("warm connections poisoned");
         let (conn, since) = conns.pop()?;
-        if since.elapsed() < Self::REST {
-            return Some(conn);
+        let rested = since.elapsed();
+        if rested < Self::REST {
+            return Some((conn, rested));
         }
         // Every other one rested longer still.
         conns.clear();
@@ -66,10 +70,23 @@ pub(crate) struct Tx {
 }
 
 impl Tx {
-    /// Takes a connection (a warm one first); the transaction begins with
-    /// the first statement run on it.
+    /// Takes a connection (a warm one first: pinged when it rested
+    /// [`IDLE_CHECK`] or longer, and closed if the ping fails); the
+    /// transaction begins with the first statement run on it.
     pub async fn start(pool: &MySqlPool, warm: &Arc<Warm>) -> Result<Tx, CoordinatorError> {
         let conn = match warm.take() {
+            Some((conn, rested)) if rested < IDLE_CHECK => Some(conn),
+            Some((mut conn, _)) => match conn.ping().await {
+                Ok(()) => Some(conn),
+                Err(e) => {
+                    tracing::debug!(error = %e, "a warm connection was closed while it rested");
+                    conn.close_on_drop();
+                    None
+                }
+            },
+            None => None,
+        };
+        let conn = match conn {
             Some(conn) => conn,
             None => pool.acquire().await.map_err(convert_sqlx_err)?,
         };

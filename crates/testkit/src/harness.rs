@@ -170,12 +170,17 @@ impl Harness {
     /// default is 10 s): a call stuck behind a paused one becomes a lock
     /// wait timeout, 1205, soon. `Harness::pool` keeps the server's default.
     pub async fn start_with_lock_wait(secs: u32) -> Harness {
+        Self::start_with_session_sql(&format!("; SET SESSION innodb_lock_wait_timeout = {secs}"))
+            .await
+    }
+
+    /// [`Harness::start`] whose store sessions each run `more` (SQL
+    /// starting with `;`) after their setup, e.g. a short `wait_timeout`.
+    /// `Harness::pool` keeps the server's defaults.
+    pub async fn start_with_session_sql(more: &str) -> Harness {
         let db = TestDb::new().await;
         let pool = db.pool();
-        let served = Serve::over(pool.clone())
-            .session_sql(&format!("; SET SESSION innodb_lock_wait_timeout = {secs}"))
-            .start()
-            .await;
+        let served = Serve::over(pool.clone()).session_sql(more).start().await;
         Self::around(db, pool, served).await
     }
 
