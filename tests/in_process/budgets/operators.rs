@@ -1,0 +1,317 @@
+//! What operators do to a provider's budget, against the real database: pause
+//! and resume, the in-flight cap, a budget changed while coordinators run,
+//! bad budget input refused field by field, and a stored policy winning over
+//! every coordinator's flags; and queues sharing a provider taking turns
+//! (docs/design.md rules 11–13).
+
+use super::*;
+
+/// An operator's pause: everything, or sends only while reconciles (a
+/// takeover, a retry to reconcile) go on; stored, so a coordinator started
+/// later holds too; a resume lets the sends through.
+#[tokio::test]
+async fn pause_everything_or_only_sends_and_resume() {
+    let h = Harness::start().await;
+    put(&h, P, budget(1000.0, 100), &[Q]).await;
+    enqueue_n(&h, Q, 3).await;
+    let running = h.claim_one(Q, "w").await;
+    let reconcile = h.claim_one(Q, "w").await;
+    h.client
+        .clone()
+        .fail(fail(&reconcile, FailDisposition::RetryReconcile, None))
+        .await
+        .unwrap();
+    h.force_lease_expired(running.job_id).await;
+    let pause = |mode: ProviderPause| PauseProviderRequest {
+        name: P.into(),
+        pause: mode as i32,
+        operator: "alice".into(),
+        reason: "provider incident".into(),
+    };
+    admin(&h)
+        .await
+        .pause_provider(pause(ProviderPause::All))
+        .await
+        .unwrap();
+    let later = h.replica(test_config()).await;
+    assert!(claim_on(&later.client, Q, 5, None).await.is_empty());
+    let held = later
+        .client
+        .clone()
+        .takeover(TakeoverRequest {
+            job_id: running.job_id,
+            worker_id: "w".into(),
+            lease: secs(30),
+        })
+        .await
+        .expect_err("paused");
+    assert_eq!(reason(&held), "PROVIDER_PAUSED");
+    admin(&h)
+        .await
+        .pause_provider(pause(ProviderPause::Sends))
+        .await
+        .unwrap();
+    let got = claim_on(&later.client, Q, 5, None).await;
+    let mut ids: Vec<u64> = got.iter().map(|c| c.job.as_ref().unwrap().job_id).collect();
+    ids.sort();
+    let mut want = vec![running.job_id, reconcile.job_id];
+    want.sort();
+    assert_eq!(ids, want, "the takeover and the reconcile, not the send");
+    assert!(got
+        .iter()
+        .all(|c| c.job.as_ref().unwrap().next_action == proto::NextAction::Reconcile as i32));
+    admin(&h)
+        .await
+        .resume_provider(ResumeProviderRequest {
+            name: P.into(),
+            operator: "alice".into(),
+            reason: "over".into(),
+        })
+        .await
+        .unwrap();
+    let send = claim_on(&later.client, Q, 5, None).await;
+    assert_eq!(send.len(), 1);
+    assert_eq!(
+        send[0].job.as_ref().unwrap().next_action,
+        proto::NextAction::Execute as i32
+    );
+    h.finish().await;
+}
+
+/// The cap on jobs in flight: a claim hands out only the room left, a
+/// finished job makes room, an expired lease is not in flight.
+#[tokio::test]
+async fn the_in_flight_cap_limits_what_is_handed_out() {
+    let h = Harness::start().await;
+    put(
+        &h,
+        P,
+        ProviderBudget {
+            max_in_flight: Some(2),
+            ..budget(1000.0, 100)
+        },
+        &[Q],
+    )
+    .await;
+    enqueue_n(&h, Q, 5).await;
+    let got = h.claim(Q, "w", 5).await;
+    assert_eq!(got.len(), 2);
+    assert!(h.claim(Q, "w", 5).await.is_empty());
+    let done = got[0].job.clone().unwrap();
+    h.client
+        .clone()
+        .complete(proto::CompleteRequest {
+            job_id: done.job_id,
+            attempt: done.attempt,
+            provider_reference: "re_1".into(),
+            result: String::new(),
+            next: None,
+        })
+        .await
+        .unwrap();
+    assert_eq!(h.claim(Q, "w", 5).await.len(), 1);
+    assert!(
+        metric(
+            &h,
+            &format!("jobfence_provider_deferred_total{{cause=\"in_flight\",provider=\"{P}\"}}")
+        ) >= 1.0
+    );
+    h.finish().await;
+}
+
+/// A budget changed through one coordinator applies to the next claim on
+/// another, without a restart; a queue without a provider is unlimited.
+#[tokio::test]
+async fn a_budget_change_applies_everywhere_without_a_restart() {
+    let h = Harness::start().await;
+    let replica = h.replica(test_config()).await;
+    put(&h, P, budget(0.001, 1), &[Q]).await;
+    enqueue_n(&h, Q, 10).await;
+    enqueue_n(&h, "payouts", 10).await;
+    assert_eq!(claim_on(&replica.client, Q, 5, None).await.len(), 1);
+    assert!(claim_on(&replica.client, Q, 5, None).await.is_empty());
+    assert_eq!(
+        claim_on(&replica.client, "payouts", 10, None).await.len(),
+        10
+    );
+    // A burst of 4 at the same slow rate: the one unit spent still
+    // counts, three are there at once (the rate is so slow that the
+    // milliseconds of the test add nothing).
+    put(&h, P, budget(0.001, 4), &[Q]).await;
+    assert_eq!(claim_on(&replica.client, Q, 9, None).await.len(), 3);
+    assert!(claim_on(&replica.client, Q, 9, None).await.is_empty());
+    h.finish().await;
+}
+
+/// Two queues of one provider take turns when the budget is short: the
+/// queue served more recently leaves the units to the one that waited.
+#[tokio::test]
+async fn queues_sharing_a_provider_take_turns() {
+    let h = Harness::start().await;
+    put(&h, P, budget(0.001, 2), &["a", "b"]).await;
+    enqueue_n(&h, "a", 10).await;
+    enqueue_n(&h, "b", 10).await;
+    // a takes the whole burst while b has not asked.
+    assert_eq!(h.claim("a", "w", 5).await.len(), 2);
+    // b asks, finds nothing left, and is now waiting.
+    assert!(h.claim("b", "w", 5).await.is_empty());
+    refill(&h, P).await;
+    // a was served last: it leaves b one job's worth.
+    assert_eq!(h.claim("a", "w", 5).await.len(), 1);
+    assert_eq!(h.claim("b", "w", 5).await.len(), 1);
+    refill(&h, P).await;
+    // Now b was served last: a goes first, b gets the rest.
+    assert_eq!(h.claim("b", "w", 5).await.len(), 1);
+    assert_eq!(h.claim("a", "w", 5).await.len(), 1);
+    h.finish().await;
+}
+
+/// Bad budgets and assignments are refused with a field violation each,
+/// and nothing is written.
+#[tokio::test]
+async fn bad_budget_input_is_refused_field_by_field_and_writes_nothing() {
+    let h = Harness::start().await;
+    put(&h, P, budget(10.0, 5), &[Q]).await;
+    let counts = || async {
+        let row = sqlx::query(
+            "SELECT (SELECT COUNT(*) FROM providers) AS p, (SELECT COUNT(*) FROM queue_policies) AS q, \
+             (SELECT COUNT(*) FROM policy_changes) AS c, (SELECT CAST(rate_per_second AS CHAR) FROM providers WHERE name = 'stripe') AS r",
+        )
+        .fetch_one(&h.pool)
+        .await
+        .unwrap();
+        (
+            row.get::<i64, _>("p"),
+            row.get::<i64, _>("q"),
+            row.get::<i64, _>("c"),
+            row.get::<String, _>("r"),
+        )
+    };
+    let before = counts().await;
+    let cases: Vec<(ProviderBudget, Vec<&str>, &str, &str)> = vec![
+        (budget(-1.0, 5), vec![], "adyen", "budget.rate_per_second"),
+        (
+            budget(f64::NAN, 5),
+            vec![],
+            "adyen",
+            "budget.rate_per_second",
+        ),
+        (
+            budget(f64::INFINITY, 5),
+            vec![],
+            "adyen",
+            "budget.rate_per_second",
+        ),
+        (budget(10.0, 0), vec![], "adyen", "budget.burst"),
+        (
+            ProviderBudget {
+                execute_cost: Some(0),
+                ..budget(10.0, 5)
+            },
+            vec![],
+            "adyen",
+            "budget.execute_cost",
+        ),
+        (
+            ProviderBudget {
+                reconcile_cost: Some(0),
+                ..budget(10.0, 5)
+            },
+            vec![],
+            "adyen",
+            "budget.reconcile_cost",
+        ),
+        (budget(10.0, 5), vec![Q], "adyen", "queues[0]"),
+        (budget(10.0, 5), vec!["x", "x"], "adyen", "queues[1]"),
+        (budget(10.0, 5), vec![], "bad name", "name"),
+        (budget(-3.0, 5), vec![Q], P, "budget.rate_per_second"),
+    ];
+    for (b, queues, name, field) in cases {
+        let status = admin(&h)
+            .await
+            .put_provider(PutProviderRequest {
+                name: name.into(),
+                budget: Some(b),
+                queues: queues.iter().map(|q| q.to_string()).collect(),
+                operator: "alice".into(),
+                reason: "typo".into(),
+            })
+            .await
+            .expect_err(field);
+        assert_eq!(status.code(), Code::InvalidArgument, "{field}");
+        assert_eq!(reason(&status), "INVALID_REQUEST");
+        let fields: Vec<String> = status
+            .get_details_bad_request()
+            .unwrap()
+            .field_violations
+            .into_iter()
+            .map(|v| v.field)
+            .collect();
+        assert!(fields.contains(&field.to_string()), "{field}: {fields:?}");
+    }
+    let unknown = admin(&h)
+        .await
+        .pause_provider(PauseProviderRequest {
+            name: "nobody".into(),
+            pause: ProviderPause::All as i32,
+            operator: "alice".into(),
+            reason: "typo".into(),
+        })
+        .await
+        .expect_err("unknown provider");
+    assert_eq!(unknown.code(), Code::InvalidArgument);
+    assert_eq!(
+        unknown.get_details_bad_request().unwrap().field_violations[0].field,
+        "name"
+    );
+    assert_eq!(counts().await, before, "nothing written");
+    h.finish().await;
+}
+
+/// Two coordinators with different flags decide a resend alike once the
+/// queue's policy is stored, and the one whose flags differ says so.
+#[tokio::test]
+async fn a_stored_policy_wins_over_every_coordinators_flags() {
+    let h = Harness::start().await;
+    let mut other = test_config();
+    other.policies.default.resend_window = Duration::from_secs(60);
+    let replica = h.replica(other).await;
+    admin(&h)
+        .await
+        .put_queue_policy(PutQueuePolicyRequest {
+            queue: Q.into(),
+            resend_window: secs(3600),
+            max_dispatches: Some(3),
+            job_retention: None,
+            operator: "alice".into(),
+            reason: "one truth".into(),
+        })
+        .await
+        .unwrap();
+    let job = h.enqueue(Q, "refund-1", "{}").await;
+    let a = h.claim_one(Q, "w").await;
+    sqlx::query("UPDATE jobs SET first_dispatched_at = DATE_SUB(UTC_TIMESTAMP(6), INTERVAL 30 MINUTE) WHERE id = ?")
+        .bind(job.job_id)
+        .execute(&h.pool)
+        .await
+        .unwrap();
+    // Through the coordinator whose flag says 1 min: the stored 1 h decides.
+    let out = replica
+        .client
+        .clone()
+        .fail(fail(&a, FailDisposition::RetryExecute, None))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(out.applied, FailDisposition::RetryExecute as i32);
+    assert_eq!(
+        replica
+            .coordinator
+            .warn_flags_differ_from_stored()
+            .await
+            .unwrap(),
+        vec![Q.to_string()]
+    );
+    assert!(h.coordinator.warn_flags_differ_from_stored().await.unwrap() == vec![Q.to_string()]);
+    h.finish().await;
+}
