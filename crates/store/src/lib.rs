@@ -151,10 +151,19 @@ fn pool_options_with(settings: &PoolSettings, autocommit: bool, more: &str) -> M
         .test_before_acquire(false)
         .before_acquire(|conn, meta| {
             Box::pin(async move {
-                if meta.idle_for >= IDLE_CHECK {
-                    sqlx::Connection::ping(conn).await?;
+                if meta.idle_for < IDLE_CHECK {
+                    return Ok(true);
                 }
-                Ok(true)
+                // `false`, not the error: the pool then opens another
+                // connection without logging a warning for what is routine
+                // (the bound on the wait is the acquire timeout's).
+                match sqlx::Connection::ping(conn).await {
+                    Ok(()) => Ok(true),
+                    Err(e) => {
+                        tracing::debug!(error = %e, "a pooled connection died while it rested");
+                        Ok(false)
+                    }
+                }
             })
         })
         .after_connect(move |conn, _meta| {

@@ -76,14 +76,25 @@ impl Tx {
     pub async fn start(pool: &MySqlPool, warm: &Arc<Warm>) -> Result<Tx, CoordinatorError> {
         let conn = match warm.take() {
             Some((conn, rested)) if rested < IDLE_CHECK => Some(conn),
-            Some((mut conn, _)) => match conn.ping().await {
-                Ok(()) => Some(conn),
-                Err(e) => {
-                    tracing::debug!(error = %e, "a warm connection was closed while it rested");
-                    conn.close_on_drop();
-                    None
+            // Bounded like the pool's own check (by its acquire timeout): a
+            // connection whose peer vanished without a word (a node powered
+            // off, a proxy that forgot it) would otherwise hold the call
+            // until TCP gives up.
+            Some((mut conn, _)) => {
+                let limit = pool.options().get_acquire_timeout();
+                match tokio::time::timeout(limit, conn.ping()).await {
+                    Ok(Ok(())) => Some(conn),
+                    failed => {
+                        let why = match failed {
+                            Ok(Err(e)) => e.to_string(),
+                            _ => format!("no answer to a ping within {limit:?}"),
+                        };
+                        tracing::debug!(why, "a warm connection died while it rested");
+                        conn.close_on_drop();
+                        None
+                    }
                 }
-            },
+            }
             None => None,
         };
         let conn = match conn {
