@@ -1,7 +1,7 @@
 //! Long-poll Claim: a Claim with a `wait` that finds nothing holds the call
-//! until work arrives (an Enqueue, a lease running out), through this
-//! coordinator or another one, and answers empty when the wait ends or the
-//! coordinator drains. Each test waits until the coordinator reports the
+//! until work arrives (an Enqueue, a lease running out, a delayed job
+//! becoming due), through this coordinator or another one, and answers
+//! empty when the wait ends or the coordinator drains. Each test waits until the coordinator reports the
 //! Claim as waiting before it makes the work appear, so the wake-up is what
 //! is measured. What each test asserts is an event (which mechanism could
 //! have answered, in which order on the database clock), never a wall-clock
@@ -223,6 +223,54 @@ async fn a_draining_coordinator_answers_waiting_claims_empty_at_once() {
         stopping.elapsed() < Duration::from_secs(15),
         "{:?}",
         stopping.elapsed()
+    );
+    h.finish().await;
+}
+
+/// A job enqueued with a delay wakes the claim waiting for it when it
+/// becomes due, by the due time the empty claim read from the database,
+/// not by the poll: the poll interval here (60 s) is longer than the wait
+/// (20 s), so only that due time can hand the job out before the wait ends.
+#[tokio::test]
+async fn a_delayed_job_wakes_a_waiting_claim_when_it_becomes_due() {
+    let mut config = test_config();
+    config.long_poll = LongPollSettings {
+        poll_interval: Duration::from_secs(60),
+        ..LongPollSettings::default()
+    };
+    let h = Harness::start_with(config, ServeOptions::default()).await;
+    let delayed = h
+        .client
+        .clone()
+        .enqueue(EnqueueRequest {
+            delay: kit::secs(1),
+            ..enqueue("refund-later")
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .job
+        .unwrap();
+    let asked = Instant::now();
+    let got = h
+        .another_client()
+        .await
+        .claim(claim("w", 20, None))
+        .await
+        .unwrap()
+        .into_inner()
+        .jobs;
+    println!(
+        "long poll: a job delayed 1 s was handed out {:?} after the claim",
+        asked.elapsed()
+    );
+    assert_eq!(
+        got.iter()
+            .filter_map(|c| c.job.as_ref())
+            .map(|j| j.job_id)
+            .collect::<Vec<_>>(),
+        [delayed.job_id],
+        "handed out before the 20 s wait ended"
     );
     h.finish().await;
 }

@@ -78,8 +78,9 @@ async fn pause_everything_or_only_sends_and_resume() {
     h.finish().await;
 }
 
-/// The cap on jobs in flight: a claim hands out only the room left, a
-/// finished job makes room, an expired lease is not in flight.
+/// The cap on jobs in flight: a claim hands out only the room left (and
+/// its gauge says so), a finished job makes room, an expired lease is not
+/// in flight.
 #[tokio::test]
 async fn the_in_flight_cap_limits_what_is_handed_out() {
     let h = Harness::start().await;
@@ -96,6 +97,12 @@ async fn the_in_flight_cap_limits_what_is_handed_out() {
     enqueue_n(&h, Q, 5).await;
     let got = h.claim(Q, "w", 5).await;
     assert_eq!(got.len(), 2);
+    let in_flight = format!("jobfence_provider_in_flight{{provider=\"{P}\"}}");
+    assert_eq!(
+        metric(&h, &in_flight),
+        2.0,
+        "the claim reports what it put in flight"
+    );
     assert!(h.claim(Q, "w", 5).await.is_empty());
     let done = got[0].job.clone().unwrap();
     h.client
