@@ -173,6 +173,22 @@ async fn queues_sharing_a_provider_take_turns() {
     h.finish().await;
 }
 
+/// A queue that got every job it asked for is not waiting for units: it
+/// does not count as a queue the others must take turns with, so the next
+/// queue of the provider may take everything left.
+#[tokio::test]
+async fn a_queue_served_in_full_leaves_the_others_everything() {
+    let h = Harness::start().await;
+    put(&h, P, budget(0.001, 10), &["a", "b"]).await;
+    enqueue_n(&h, "b", 2).await;
+    enqueue_n(&h, "a", 10).await;
+    // b asks for 5, has only 2 due: served in full, nothing held back.
+    assert_eq!(h.claim("b", "w", 5).await.len(), 2);
+    // a takes the 8 units left, not half of them.
+    assert_eq!(h.claim("a", "w", 10).await.len(), 8);
+    h.finish().await;
+}
+
 /// Bad budgets and assignments are refused with a field violation each,
 /// and nothing is written.
 #[tokio::test]
