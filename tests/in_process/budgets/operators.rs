@@ -78,6 +78,43 @@ async fn pause_everything_or_only_sends_and_resume() {
     h.finish().await;
 }
 
+/// With sends paused, a reconcile waiting behind more due sends than the
+/// claim asks for is still handed out: the sends the claim's scan found
+/// are held, and a second scan, of reconciles only, finds it.
+#[tokio::test]
+async fn a_reconcile_behind_paused_sends_is_found_past_them() {
+    let h = Harness::start().await;
+    put(&h, P, budget(1000.0, 100), &[Q]).await;
+    enqueue_n(&h, Q, 4).await;
+    let first = h.claim_one(Q, "w").await;
+    h.client
+        .clone()
+        .fail(fail(&first, FailDisposition::RetryReconcile, None))
+        .await
+        .unwrap();
+    admin(&h)
+        .await
+        .pause_provider(PauseProviderRequest {
+            name: P.into(),
+            pause: ProviderPause::Sends as i32,
+            operator: "alice".into(),
+            reason: "provider incident".into(),
+        })
+        .await
+        .unwrap();
+    // Three sends are due before it; the claim's scan reads one of them.
+    let got = h.claim(Q, "w", 1).await;
+    let got: Vec<(u64, i32)> = got
+        .iter()
+        .map(|c| {
+            let j = c.job.as_ref().unwrap();
+            (j.job_id, j.next_action)
+        })
+        .collect();
+    assert_eq!(got, [(first.job_id, proto::NextAction::Reconcile as i32)]);
+    h.finish().await;
+}
+
 /// The cap on jobs in flight: a claim hands out only the room left (and
 /// its gauge says so), a finished job makes room, an expired lease is not
 /// in flight.
