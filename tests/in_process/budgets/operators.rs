@@ -115,6 +115,53 @@ async fn a_reconcile_behind_paused_sends_is_found_past_them() {
     h.finish().await;
 }
 
+/// The reconciles the second scan finds fill only what the first scans
+/// left of the claim's `max_jobs`. Sends paused; an expired lease (taken
+/// over, a reconcile), then due in order send, send, reconcile,
+/// reconcile: a claim of two gets the takeover and the first reconcile.
+#[tokio::test]
+async fn reconciles_found_behind_paused_sends_never_overfill_a_claim() {
+    let h = Harness::start().await;
+    put(&h, P, budget(1000.0, 100), &[Q]).await;
+    enqueue_n(&h, Q, 5).await;
+    let jobs: Vec<proto::Job> = h
+        .claim(Q, "w", 5)
+        .await
+        .into_iter()
+        .map(|c| c.job.unwrap())
+        .collect();
+    assert_eq!(jobs.len(), 5);
+    h.force_lease_expired(jobs[0].job_id).await;
+    // Failed in this order, they are due in this order.
+    for (job, d) in jobs[1..].iter().zip([
+        FailDisposition::RetryExecute,
+        FailDisposition::RetryExecute,
+        FailDisposition::RetryReconcile,
+        FailDisposition::RetryReconcile,
+    ]) {
+        h.client.clone().fail(fail(job, d, None)).await.unwrap();
+    }
+    admin(&h)
+        .await
+        .pause_provider(PauseProviderRequest {
+            name: P.into(),
+            pause: ProviderPause::Sends as i32,
+            operator: "alice".into(),
+            reason: "provider incident".into(),
+        })
+        .await
+        .unwrap();
+    let mut got: Vec<u64> = h
+        .claim(Q, "w", 2)
+        .await
+        .iter()
+        .map(|c| c.job.as_ref().unwrap().job_id)
+        .collect();
+    got.sort();
+    assert_eq!(got, [jobs[0].job_id, jobs[3].job_id]);
+    h.finish().await;
+}
+
 /// The cap on jobs in flight: a claim hands out only the room left (and
 /// its gauge says so), a finished job makes room, an expired lease is not
 /// in flight.
