@@ -78,6 +78,20 @@ async fn pause_everything_or_only_sends_and_resume() {
     h.finish().await;
 }
 
+/// An operator pauses the provider's sends (reconciles go on).
+async fn pause_sends(h: &Harness) {
+    admin(h)
+        .await
+        .pause_provider(PauseProviderRequest {
+            name: P.into(),
+            pause: ProviderPause::Sends as i32,
+            operator: "alice".into(),
+            reason: "provider incident".into(),
+        })
+        .await
+        .unwrap();
+}
+
 /// With sends paused, a reconcile waiting behind more due sends than the
 /// claim asks for is still handed out: the sends the claim's scan found
 /// are held, and a second scan, of reconciles only, finds it.
@@ -92,16 +106,7 @@ async fn a_reconcile_behind_paused_sends_is_found_past_them() {
         .fail(fail(&first, FailDisposition::RetryReconcile, None))
         .await
         .unwrap();
-    admin(&h)
-        .await
-        .pause_provider(PauseProviderRequest {
-            name: P.into(),
-            pause: ProviderPause::Sends as i32,
-            operator: "alice".into(),
-            reason: "provider incident".into(),
-        })
-        .await
-        .unwrap();
+    pause_sends(&h).await;
     // Three sends are due before it; the claim's scan reads one of them.
     let got = h.claim(Q, "w", 1).await;
     let got: Vec<(u64, i32)> = got
@@ -141,16 +146,7 @@ async fn reconciles_found_behind_paused_sends_never_overfill_a_claim() {
     ]) {
         h.client.clone().fail(fail(job, d, None)).await.unwrap();
     }
-    admin(&h)
-        .await
-        .pause_provider(PauseProviderRequest {
-            name: P.into(),
-            pause: ProviderPause::Sends as i32,
-            operator: "alice".into(),
-            reason: "provider incident".into(),
-        })
-        .await
-        .unwrap();
+    pause_sends(&h).await;
     let mut got: Vec<u64> = h
         .claim(Q, "w", 2)
         .await
