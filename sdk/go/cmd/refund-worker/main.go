@@ -12,6 +12,7 @@ package main
 import (
 	"context"
 	"flag"
+	"fmt"
 	"io"
 	"log"
 	"os"
@@ -20,6 +21,7 @@ import (
 	"time"
 
 	jobfence "github.com/jobfence/jobfence/sdk/go"
+	pb "github.com/jobfence/jobfence/sdk/go/jobfencepb"
 	"github.com/jobfence/jobfence/sdk/go/refund"
 )
 
@@ -56,6 +58,8 @@ func main() {
 			// The handler's errors are its writes that failed after the
 			// client's retries (a refusal for a stale attempt is not one).
 			log.Printf("write back failed: job %d attempt %d: %v", job.ID(), job.Attempt(), err)
+		} else {
+			log.Print(outcome(job))
 		}
 		return err
 	}, jobfence.RunOptions{Concurrency: *concurrency, Wait: 5 * time.Second})
@@ -69,6 +73,21 @@ func main() {
 	log.Printf("stopped (%v); retries by reason: %v", err, retries)
 	if err != nil && ctx.Err() == nil {
 		os.Exit(1)
+	}
+}
+
+// outcome is the log line of a job written back, worded as the other
+// clients' refund workers word theirs.
+func outcome(job *jobfence.ClaimedJob) string {
+	j := job.Job
+	switch j.GetState() {
+	case pb.JobState_JOB_STATE_SUCCEEDED:
+		return fmt.Sprintf("job %d attempt %d completed with %s", job.ID(), job.Attempt(), j.GetProviderReference())
+	case pb.JobState_JOB_STATE_RUNNING:
+		// No write applied: the coordinator said another attempt holds it.
+		return fmt.Sprintf("job %d attempt %d: write refused, no longer the holder", job.ID(), job.Attempt())
+	default:
+		return fmt.Sprintf("job %d attempt %d: %s -> %s", job.ID(), job.Attempt(), j.GetLastError(), j.GetState())
 	}
 }
 
