@@ -48,10 +48,12 @@ pub(crate) fn rules_statements(queue: &str) -> Result<Vec<String>, CoordinatorEr
 /// for a claim of a queue with no provider (see
 /// `queries/budget/queue_row.sql`): one primary-key read instead of the
 /// three statements of [`rules_statements`].
-pub(crate) fn queue_row_statement(queue: &str) -> Result<String, CoordinatorError> {
+pub(crate) fn queue_row_statement(queue: &str, exclude: &str) -> Result<String, CoordinatorError> {
     static QUEUE_ROW: LazyLock<String> =
         LazyLock::new(|| literal::bare(include_str!("queries/budget/queue_row.sql")));
-    Ok(QUEUE_ROW.replace("{queue}", &literal::queue(queue)?))
+    Ok(QUEUE_ROW
+        .replace("{queue}", &literal::queue(queue)?)
+        .replace("{exclude}", exclude))
 }
 
 /// The clause that empties a claim scan sent after
@@ -195,18 +197,23 @@ impl Rules {
     /// The rules of a queue from its own row alone (the result of
     /// [`queue_row_statement`]); `None` when the row names a provider:
     /// the claim must read the full rules, the provider's row locked.
-    pub fn from_queue_row(rows: &[MySqlRow]) -> Result<Option<Rules>, CoordinatorError> {
+    ///
+    /// Also whether a lease of the queue has run out (its `any_expired`).
+    pub fn from_queue_row(rows: &[MySqlRow]) -> Result<Option<(Rules, bool)>, CoordinatorError> {
         let Some(row) = rows.iter().next() else {
-            return Ok(Some(Rules::default()));
+            return Err(CoordinatorError::Internal(
+                "the queue's row statement gave no row".into(),
+            ));
         };
         if rows::opt_text(row, "provider")?.is_some() {
             return Ok(None);
         }
-        Ok(Some(Rules {
+        let rules = Rules {
             policy: stored_policy(row)?,
             provider: None,
             queue_paused: rows::get::<Option<DbTime>>(row, "paused_at")?.is_some(),
-        }))
+        };
+        Ok(Some((rules, rows::get::<i64>(row, "any_expired")? != 0)))
     }
 }
 

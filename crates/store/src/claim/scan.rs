@@ -1,6 +1,7 @@
 //! A claim transaction's first round trip: the queue's stored rules (the
 //! provider's row locked first, or only the queue's own row for a queue
-//! without a provider) and both claim scans.
+//! without a provider) and both claim scans (for a queue without a
+//! provider, the expired-lease scan only when a lease ran out).
 
 use super::budget::{self, Rules};
 use super::reads::LockedJob;
@@ -42,7 +43,11 @@ pub(super) struct Scan {
 /// `light`: the queue is believed to have no provider, so only its own
 /// row is read (one statement instead of three) and the scans are guarded
 /// to find nothing if it has one after all: `None` then, nothing locked,
-/// and the caller scans again with the full rules. `exclude`: jobs the
+/// and the caller scans again with the full rules. The row also says
+/// whether any lease of the queue ran out; the expired-lease scan is sent
+/// only then, in a round trip of its own after the ready scan (the rows
+/// are the same; SKIP LOCKED never waits, so the order of the two locking
+/// reads cannot deadlock). `exclude`: jobs the
 /// transaction is writing itself, left out of the expired-lease scan.
 pub(super) async fn scan(
     conn: &mut MySqlConnection,
@@ -81,10 +86,11 @@ pub(super) async fn scan(
             .replace("{guard}", &guard)
             .replace("{exclude}", &exclude)
     };
-    let mut statements = match light {
-        true => vec![budget::queue_row_statement(queue)?],
-        false => budget::rules_statements(queue)?,
-    };
+    if light {
+        let (ready, expired) = (fill(&SCAN_READY), fill(&SCAN_EXPIRED));
+        return scan_light(conn, queue, &exclude, ready, expired).await;
+    }
+    let mut statements = budget::rules_statements(queue)?;
     let rules_results = statements.len();
     statements.push(fill(&SCAN_EXPIRED));
     statements.push(fill(&SCAN_READY));
@@ -97,12 +103,42 @@ pub(super) async fn scan(
     }
     let ready = locked_jobs(&sets.pop().unwrap_or_default())?;
     let expired = locked_jobs(&sets.pop().unwrap_or_default())?;
-    let rules = match light {
-        true => match Rules::from_queue_row(&sets[0])? {
-            Some(rules) => rules,
-            None => return Ok(None),
-        },
-        false => Rules::parse(queue, &sets)?,
+    Ok(Some(Scan {
+        rules: Rules::parse(queue, &sets)?,
+        expired,
+        ready,
+    }))
+}
+
+/// [`scan`] of a queue believed to have no provider: its own row, which
+/// also says whether any of its leases ran out, and the ready scan in one
+/// round trip; the expired-lease scan in a second one only when a lease
+/// ran out.
+async fn scan_light(
+    conn: &mut MySqlConnection,
+    queue: &str,
+    exclude: &str,
+    scan_ready: String,
+    scan_expired: String,
+) -> Result<Option<Scan>, CoordinatorError> {
+    let text = [budget::queue_row_statement(queue, exclude)?, scan_ready].join(";\n");
+    let mut sets = batch::result_sets(conn, &text).await?;
+    if sets.len() != 2 {
+        return Err(CoordinatorError::Internal(format!(
+            "a claim's scan gave {} result sets",
+            sets.len()
+        )));
+    }
+    let ready = locked_jobs(&sets.pop().unwrap_or_default())?;
+    let Some((rules, any_expired)) = Rules::from_queue_row(&sets[0])? else {
+        return Ok(None);
+    };
+    let expired = match any_expired {
+        true => {
+            let mut sets = batch::result_sets(conn, &scan_expired).await?;
+            locked_jobs(&sets.pop().unwrap_or_default())?
+        }
+        false => Vec::new(),
     };
     Ok(Some(Scan {
         rules,
