@@ -529,3 +529,39 @@ async fn a_complete_after_its_lease_ran_out_never_claims_its_own_job() {
     assert_eq!(h.count_events(a.job_id, "taken_over").await, 0);
     h.finish().await;
 }
+
+/// The same late Complete while another job of the queue also has a lease
+/// that ran out: leaving its own job out of the claim half does not hide
+/// the other one, which is taken over first (as a reconcile), before the
+/// ready job enqueued after it.
+#[tokio::test]
+async fn a_late_complete_still_takes_over_another_expired_lease_first() {
+    let h = Harness::start().await;
+    h.enqueue(Q, "refund-1", "{}").await;
+    h.enqueue(Q, "refund-2", "{}").await;
+    let a = h.claim_one(Q, "worker-a").await;
+    let x = h.claim_one(Q, "worker-x").await;
+    h.force_lease_expired(a.job_id).await;
+    h.force_lease_expired(x.job_id).await;
+    h.enqueue(Q, "refund-3", "{}").await;
+    let r = h
+        .client
+        .clone()
+        .complete(complete_next(&a, "worker-a"))
+        .await
+        .expect("applied")
+        .into_inner();
+    let (jobs, refused) = handed(&r);
+    assert_eq!(refused, "");
+    let taken: Vec<(u64, u64, i32)> = jobs
+        .iter()
+        .map(|j| (j.job_id, j.attempt, j.next_action))
+        .collect();
+    assert_eq!(
+        taken,
+        [(x.job_id, x.attempt + 1, NextAction::Reconcile as i32)],
+        "the other expired lease, taken over as a reconcile"
+    );
+    assert_eq!(h.row(a.job_id).await.state, JobState::Succeeded);
+    h.finish().await;
+}

@@ -188,7 +188,7 @@ impl JobStore {
         })
     }
 
-    /// The claim's first round trip ([`scan`]): light when the queue had
+    /// The claim's scans ([`scan`]): light when the queue had
     /// no provider at its last claim on this store, else (or when the
     /// light one finds a provider after all) with the full rules.
     async fn scan_rules_and_jobs(

@@ -22,7 +22,7 @@ static SCAN_READY: LazyLock<String> = LazyLock::new(|| {
     )))
 });
 
-/// What a claim transaction read in its first round trip.
+/// What a claim transaction's scans read.
 pub(super) struct Scan {
     pub(super) rules: Rules,
     /// Running jobs whose lease expired (inline takeovers), then due
@@ -32,8 +32,9 @@ pub(super) struct Scan {
 }
 
 /// The queue's stored rules (its provider's row locked first; see
-/// `budget.rs`) and both claim scans, as one text query (one round trip):
-/// running jobs whose lease expired, then due ready jobs, each up to
+/// `budget.rs`) and both claim scans, as one text query (one round trip;
+/// see `light` below for the one exception): running jobs whose lease
+/// expired, then due ready jobs, each up to
 /// `limit` rows and locked with SKIP LOCKED. When the first scan finds
 /// some, the second may lock a few more ready rows than are handed out;
 /// they are released at the claim's commit, as are rows the budget holds

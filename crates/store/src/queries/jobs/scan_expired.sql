@@ -8,8 +8,10 @@
 -- expired by the DB clock. Locks what it returns; rows another claim holds
 -- are skipped, never waited for. FORCE INDEX for the reason given in
 -- scan_ready.sql: lock only the rows taken, never the whole due set.
--- Sent as text, in one round trip with the other claim scan: the queue and the
--- limit are written in as literals (see store::literal).
+-- Sent as text, in one round trip with the other claim scan (for a queue
+-- without a provider, in a second round trip, and only when its row said a
+-- lease ran out: queries/budget/queue_row.sql): the queue and the limit are
+-- written in as literals (see store::literal).
 -- Returns the whole row (the claim's answer is built from it and the
 -- change, without reading the job again) and the DB-clock facts the claim
 -- decides on.
