@@ -7,6 +7,7 @@ mod admin;
 mod adversarial;
 mod budgets;
 mod bulk_repair;
+mod coalesced_claims;
 mod commit_unknown;
 mod conflicts;
 mod connections;
