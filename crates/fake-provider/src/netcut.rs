@@ -48,19 +48,20 @@ impl NetCut {
                     if refusing.load(Ordering::SeqCst) {
                         continue; // dropped: the connection is refused at once
                     }
+                    // Watched from before the connect: a cut while it is
+                    // under way closes this connection too.
+                    let mut closed = closes.subscribe();
+                    let born = *closed.borrow_and_update();
                     let Ok(outbound) = TcpStream::connect(upstream).await else {
                         continue;
                     };
+                    if refusing.load(Ordering::SeqCst) || *closes.borrow() != born {
+                        continue; // cut while connecting: both sides dropped
+                    }
                     let (ir, iw) = inbound.into_split();
                     let (or, ow) = outbound.into_split();
-                    let born = *closes.borrow();
-                    tokio::spawn(pump(ir, ow, None, closes.subscribe()));
-                    tokio::spawn(pump(
-                        or,
-                        iw,
-                        Some((swallowing.clone(), born)),
-                        closes.subscribe(),
-                    ));
+                    tokio::spawn(pump(ir, ow, None, closed.clone()));
+                    tokio::spawn(pump(or, iw, Some((swallowing.clone(), born)), closed));
                 }
             })
         };
