@@ -42,7 +42,15 @@ func (c *Client) Run(ctx context.Context, handler Handler, opts RunOptions) erro
 		opts.Wait = 10 * time.Second
 	}
 	if opts.OnClaimError == nil {
-		opts.OnClaimError = func(err error) { log.Printf("jobfence: claim failed, claiming again: %v", err) }
+		opts.OnClaimError = func(err error) {
+			if errors.Is(err, ErrOutcomeUnknown) {
+				// Not a failure to retry: the claim may have committed, and
+				// what it took comes back after its lease, reconciled.
+				log.Printf("jobfence: claim outcome unknown, holding nothing; claiming again: %v", err)
+				return
+			}
+			log.Printf("jobfence: claim failed, claiming again: %v", err)
+		}
 	}
 	slots := make(chan struct{}, opts.Concurrency)
 	var handlers sync.WaitGroup
