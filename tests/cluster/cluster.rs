@@ -88,8 +88,10 @@ impl Coordinator {
             // A health ping may take 2 s before the coordinator calls the
             // database unreachable: on a loaded CI machine a 500 ms ping
             // timeout flapped a healthy coordinator to NOT_SERVING, and
-            // HAProxy took it out between two calls of one test.
-            .args(["--health-interval", "500ms", "--health-timeout", "2s"])
+            // HAProxy took it out between two calls of one test. The
+            // timeout is capped at the interval, so both are 2 s (an
+            // outage is still seen within 4 s; the tests wait up to 30).
+            .args(["--health-interval", "2s", "--health-timeout", "2s"])
             .args(["--drain-delay", "2s"])
             .env("JOBFENCE_LOG", "info")
             .stdout(Stdio::null())

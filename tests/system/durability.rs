@@ -386,6 +386,9 @@ async fn the_durable_test_database_is_served_without_a_warning() {
         // Served --insecure: those warnings are about the listener, not
         // the database.
         .filter(|l| l["target"] != "jobfence_server::security")
+        // A health check slower than its 100 ms timeout on a loaded
+        // machine says so; that is not about durability.
+        .filter(|l| message(l) != "database health changed")
         .cloned()
         .collect();
     assert!(warnings.is_empty(), "{warnings:?}");

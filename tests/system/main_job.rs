@@ -30,6 +30,10 @@ fn worker(h: &Harness, provider_url: &str, id: &str, freeze_after_send: Option<&
         "1",
         "--lease",
         "30s",
+        // No provider fault here: a lookup slowed by a loaded machine must
+        // not be taken for an unknown outcome (retried, one attempt more).
+        "--provider-timeout",
+        "30s",
     ])
     .env("JOBFENCE_LOG", "warn")
     .stdin(Stdio::null())

@@ -68,7 +68,9 @@ async fn grpcurl_lists_describes_and_drives_the_real_binary() {
         .env("JOBFENCE_DATABASE_URL", &db.url)
         .env("JOBFENCE_LISTEN", "127.0.0.1:0")
         .env("JOBFENCE_DRAIN_DELAY", "0s")
-        .env("JOBFENCE_HEALTH_INTERVAL", "100ms")
+        // 1 s (the default's): the ping timeout is capped at the interval,
+        // and one of 100 ms flapped health on a loaded machine.
+        .env("JOBFENCE_HEALTH_INTERVAL", "1s")
         .env("JOBFENCE_LOG", "info")
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
