@@ -311,16 +311,17 @@ impl Cluster {
             .iter()
             .filter(|h| h.storm.is_none())
             .map(|h| match h.window {
-                Some((from, to)) => format!(
-                    "{}; worker calls failed after retries: {}",
-                    h.what,
-                    worker_logs::failures_between(
-                        &setup.logs,
-                        (from, to),
-                        worker_logs::GRACE,
-                        &self.frozen
+                Some(window) => {
+                    let (logs, grace) = (&setup.logs, worker_logs::GRACE);
+                    let failed = worker_logs::failures_between(logs, window, grace, &self.frozen);
+                    let unclear =
+                        worker_logs::unclear_claims_between(logs, window, grace, &self.frozen);
+                    format!(
+                        "{}; worker calls failed after retries: {failed}; claims left unclear \
+                         (holding nothing, taken over after their lease): {unclear}",
+                        h.what
                     )
-                ),
+                }
                 None => h.what.clone(),
             })
             .map(|line| worker_logs::with_frozen_cost(line, &setup.logs, &self.frozen))

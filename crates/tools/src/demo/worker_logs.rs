@@ -8,13 +8,19 @@ use std::time::{Duration, SystemTime};
 
 /// What a worker's warning says when a call to the coordinator failed
 /// after the client's retries (Rust SDK, refund worker, Python worker).
-const FAILURE_MARKERS: [&str; 5] = [
+const FAILURE_MARKERS: &[&str] = &[
     "claim failed",
-    "claim outcome unknown",
     "write back failed",
     "could not release",
     "could not record",
 ];
+
+/// What a worker's warning says of a claim whose commit's outcome was
+/// unknown (docs/design.md rule 4): not retried, the worker holds nothing,
+/// and whatever the claim took comes back after its lease, reconciled.
+/// Counted apart from the failures: it is the designed answer to a cut
+/// connection, not a call the retries failed to carry through.
+const UNCLEAR_MARKERS: &[&str] = &["claim outcome unknown"];
 
 /// The time at the start of a log line: RFC 3339 (the Rust workers'
 /// `tracing` format, Node's `toISOString`, the Go refund worker's) or `YYYY-MM-DD HH:MM:SS,mmm`
@@ -67,9 +73,9 @@ impl Frozen {
     }
 }
 
-/// The failure times logged by each worker in `logs` (the workers' log
-/// files), by worker name.
-fn failure_times(logs: &Path) -> Vec<(String, Vec<SystemTime>)> {
+/// The times of the lines with one of `markers` logged by each worker in
+/// `logs` (the workers' log files), by worker name.
+fn marked_times(logs: &Path, markers: &[&str]) -> Vec<(String, Vec<SystemTime>)> {
     let Ok(dir) = std::fs::read_dir(logs) else {
         return Vec::new();
     };
@@ -90,7 +96,7 @@ fn failure_times(logs: &Path) -> Vec<(String, Vec<SystemTime>)> {
         };
         let times = text
             .lines()
-            .filter(|l| FAILURE_MARKERS.iter().any(|m| l.contains(m)))
+            .filter(|l| markers.iter().any(|m| l.contains(m)))
             .filter_map(line_time)
             .collect();
         out.push((worker.to_owned(), times));
@@ -103,12 +109,33 @@ fn failure_times(logs: &Path) -> Vec<(String, Vec<SystemTime>)> {
 /// then (see [`Frozen`]).
 pub fn failures_between(
     logs: &Path,
+    window: (SystemTime, SystemTime),
+    grace: Duration,
+    frozen: &[Frozen],
+) -> usize {
+    marked_between(logs, FAILURE_MARKERS, window, grace, frozen)
+}
+
+/// Claims left unclear (see [`UNCLEAR_MARKERS`]), counted as
+/// [`failures_between`] counts failures.
+pub fn unclear_claims_between(
+    logs: &Path,
+    window: (SystemTime, SystemTime),
+    grace: Duration,
+    frozen: &[Frozen],
+) -> usize {
+    marked_between(logs, UNCLEAR_MARKERS, window, grace, frozen)
+}
+
+fn marked_between(
+    logs: &Path,
+    markers: &[&str],
     (from, to): (SystemTime, SystemTime),
     grace: Duration,
     frozen: &[Frozen],
 ) -> usize {
     let until = to + grace;
-    failure_times(logs)
+    marked_times(logs, markers)
         .iter()
         .flat_map(|(worker, times)| times.iter().map(move |t| (worker, *t)))
         .filter(|(_, t)| *t >= from && *t <= until)
@@ -127,7 +154,12 @@ pub fn with_frozen_cost(line: String, logs: &Path, frozen: &[Frozen]) -> String 
     else {
         return line;
     };
-    let n: usize = failure_times(logs)
+    let markers: Vec<&str> = FAILURE_MARKERS
+        .iter()
+        .chain(UNCLEAR_MARKERS)
+        .copied()
+        .collect();
+    let n: usize = marked_times(logs, &markers)
         .iter()
         .filter(|(worker, _)| *worker == f.worker)
         .flat_map(|(_, times)| times)
@@ -176,7 +208,9 @@ mod tests {
             |s: &str| -> SystemTime { chrono::DateTime::parse_from_rfc3339(s).unwrap().into() };
         let window = (at("2026-11-30T10:00:00Z"), at("2026-11-30T10:00:04Z"));
         let n = failures_between(&dir, window, GRACE, &[]);
-        assert_eq!(n, 4);
+        assert_eq!(n, 3);
+        // Python's unclear claim is counted apart.
+        assert_eq!(unclear_claims_between(&dir, window, GRACE, &[]), 1);
         // A worker frozen from 10:00:01 and resumed at 10:00:03: its
         // failures then and within the grace are the freeze's.
         let frozen = [Frozen {
@@ -184,7 +218,7 @@ mod tests {
             from: at("2026-11-30T10:00:01Z"),
             to: Some(at("2026-11-30T10:00:03Z")),
         }];
-        assert_eq!(failures_between(&dir, window, GRACE, &frozen), 3);
+        assert_eq!(failures_between(&dir, window, GRACE, &frozen), 2);
         let line = with_frozen_cost("rust-1 resumed after 1 of its jobs".into(), &dir, &frozen);
         assert!(line.ends_with("(frozen, or just woken): 1"), "{line}");
         let other = with_frozen_cost("rust-2 killed".into(), &dir, &frozen);
