@@ -391,3 +391,64 @@ async fn a_claim_racing_a_renewal_never_hands_out_the_renewed_job() {
     assert_eq!(h.count_events(job.job_id, "taken_over").await, 0);
     h.finish().await;
 }
+
+/// A claim of a queue without a provider sends its expired-lease scan in a
+/// round trip of its own, after its ready scan, when the queue's row said a
+/// lease ran out. An operator giving the queue a provider between the two
+/// must not let the newer ready job go out before the expired lease: the
+/// claim acts on the rules it read (as one begun a moment earlier would)
+/// and takes the lease over first (expired leases before ready jobs:
+/// docs/architecture.md, "Coalesced Claims").
+#[tokio::test]
+async fn a_provider_given_between_a_claims_scans_does_not_reorder_the_takeover() {
+    use jobfence_api::v1::job_admin_client::JobAdminClient;
+    use jobfence_api::v1::{ProviderBudget, PutProviderRequest};
+    let h = Harness::start().await;
+    let expired = h.enqueue(Q, "refund-expired", "{}").await.job_id;
+    assert_eq!(h.claim(Q, "gone", 1).await.len(), 1);
+    h.force_lease_expired(expired).await;
+    let newer = h.enqueue(Q, "refund-newer", "{}").await.job_id;
+
+    let mut gate = h.pauses.arm(jobfence_store::PausePoint::ClaimBetweenScans);
+    let claim = {
+        let mut c = h.another_client().await;
+        tokio::spawn(async move {
+            c.claim(jobfence_api::v1::ClaimRequest {
+                queue: Q.into(),
+                worker_id: "worker-a".into(),
+                max_jobs: 1,
+                lease: None,
+                wait: None,
+            })
+            .await
+        })
+    };
+    gate.reached().await;
+    JobAdminClient::connect(format!("http://{}", h.addr))
+        .await
+        .unwrap()
+        .put_provider(PutProviderRequest {
+            name: "stripe".into(),
+            budget: Some(ProviderBudget {
+                rate_per_second: 1000.0,
+                burst: 100,
+                max_in_flight: None,
+                execute_cost: None,
+                reconcile_cost: None,
+            }),
+            queues: vec![Q.into()],
+            operator: "alice".into(),
+            reason: "the provider's published limit".into(),
+        })
+        .await
+        .expect("put provider");
+    gate.release();
+    let got = claim.await.unwrap().unwrap().into_inner().jobs;
+    let ids: Vec<(u64, bool)> = got
+        .iter()
+        .map(|c| (c.job.as_ref().unwrap().job_id, c.takeover))
+        .collect();
+    assert_eq!(ids, [(expired, true)], "the expired lease first");
+    assert_eq!(h.row(newer).await.state, JobState::Ready);
+    h.finish().await;
+}

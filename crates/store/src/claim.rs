@@ -178,7 +178,7 @@ impl JobStore {
         let mut run = ClaimRun::new(queue, slots, want_next_due, rules, default_policy);
         let candidates: &'a Vec<LockedJob> = candidates;
         run.clock(candidates);
-        let decided = run.decide(tx, candidates, extra).await?;
+        let decided = run.decide(self, tx, candidates, extra).await?;
         let settled = run.settle(tx, &decided).await?;
         Ok(ClaimPhase {
             decided,
@@ -200,11 +200,11 @@ impl JobStore {
     ) -> Result<Scan, CoordinatorError> {
         let light = !self.provider_queues.has(queue);
         if light {
-            if let Some(scanned) = scan(tx, queue, wanted, false, true, exclude).await? {
+            if let Some(scanned) = scan(self, tx, queue, wanted, false, true, exclude).await? {
                 return Ok(scanned);
             }
         }
-        let scanned = scan(tx, queue, wanted, false, false, exclude)
+        let scanned = scan(self, tx, queue, wanted, false, false, exclude)
             .await?
             .ok_or_else(|| CoordinatorError::Internal("a full claim scan gave no rules".into()))?;
         self.provider_queues
@@ -425,6 +425,7 @@ impl<'s> ClaimRun<'s> {
     /// the held sends in run_at order, found by a second scan into `extra`.
     async fn decide<'a>(
         &mut self,
+        store: &JobStore,
         tx: &mut Tx,
         candidates: &'a [LockedJob],
         extra: &'a mut Vec<LockedJob>,
@@ -442,7 +443,7 @@ impl<'s> ClaimRun<'s> {
         let mut decided = decide(candidates, &claiming, allowance, held, &[]);
         if held.count(Holdback::Paused) > 0 && room_left(&decided, self.slots) > 0 {
             let taken: HashSet<u64> = candidates.iter().map(|c| c.job.id).collect();
-            *extra = scan(tx, self.queue, self.wanted, true, false, &[])
+            *extra = scan(store, tx, self.queue, self.wanted, true, false, &[])
                 .await?
                 .map(|s| s.ready)
                 .unwrap_or_default()

@@ -17,6 +17,11 @@ pub enum PausePoint {
     /// The claim scan has locked its candidate rows (`SELECT … FOR UPDATE
     /// SKIP LOCKED`), nothing is updated yet.
     ClaimAfterScan,
+    /// A claim of a queue without a provider has read the queue's row
+    /// (which said a lease ran out) and locked its ready rows; its
+    /// expired-lease scan is next, in a round trip of its own (inside the
+    /// transaction).
+    ClaimBetweenScans,
     /// The claim's updates are done, COMMIT is next (inside the
     /// transaction: [`Armed::connection_id`] names its session).
     ClaimBeforeCommit,

@@ -6,6 +6,8 @@
 use super::budget::{self, Rules};
 use super::reads::LockedJob;
 use super::{batch, literal, with_job_columns};
+use crate::pause::PausePoint;
+use crate::JobStore;
 use jobfence_domain::CoordinatorError;
 use sqlx::mysql::MySqlRow;
 use sqlx::MySqlConnection;
@@ -42,15 +44,16 @@ pub(super) struct Scan {
 /// is `reconcile` (a provider whose sends are paused).
 ///
 /// `light`: the queue is believed to have no provider, so only its own
-/// row is read (one statement instead of three) and the scans are guarded
-/// to find nothing if it has one after all: `None` then, nothing locked,
-/// and the caller scans again with the full rules. The row also says
-/// whether any lease of the queue ran out; the expired-lease scan is sent
-/// only then, in a round trip of its own after the ready scan (the rows
-/// are the same; SKIP LOCKED never waits, so the order of the two locking
-/// reads cannot deadlock). `exclude`: jobs the
+/// row is read (one statement instead of three) and the ready scan is
+/// guarded to find nothing if it has one after all: `None` then, nothing
+/// locked, and the caller scans again with the full rules. The row also
+/// says whether any lease of the queue ran out; the expired-lease scan is
+/// sent only then (and not for a paused queue), unguarded, in a round trip
+/// of its own after the ready scan (the rows are the same; SKIP LOCKED
+/// never waits, so the order of the two locking reads cannot deadlock). `exclude`: jobs the
 /// transaction is writing itself, left out of the expired-lease scan.
 pub(super) async fn scan(
+    store: &JobStore,
     conn: &mut MySqlConnection,
     queue: &str,
     limit: u32,
@@ -73,7 +76,7 @@ pub(super) async fn scan(
         true => budget::no_provider_guard(queue)?,
         false => String::new(),
     };
-    let fill = |sql: &str| {
+    let fill = |sql: &str, guard: &str| {
         sql.replace("{queue}", &q)
             .replace("{limit}", &limit.to_string())
             .replace(
@@ -84,17 +87,22 @@ pub(super) async fn scan(
                     ""
                 },
             )
-            .replace("{guard}", &guard)
+            .replace("{guard}", guard)
             .replace("{exclude}", &exclude)
     };
     if light {
-        let (ready, expired) = (fill(&SCAN_READY), fill(&SCAN_EXPIRED));
-        return scan_light(conn, queue, &exclude, ready, expired).await;
+        // The expired-lease scan, when sent, comes after the ready scan
+        // has locked rows: unguarded, so a provider given to the queue
+        // meanwhile cannot empty it and let a newer ready job go out
+        // before an expired lease (the claim acts on the rules it read,
+        // as one that began a moment earlier would).
+        let (ready, expired) = (fill(&SCAN_READY, &guard), fill(&SCAN_EXPIRED, ""));
+        return scan_light(store, conn, queue, &exclude, ready, expired).await;
     }
     let mut statements = budget::rules_statements(queue)?;
     let rules_results = statements.len();
-    statements.push(fill(&SCAN_EXPIRED));
-    statements.push(fill(&SCAN_READY));
+    statements.push(fill(&SCAN_EXPIRED, ""));
+    statements.push(fill(&SCAN_READY, &guard));
     let mut sets = batch::result_sets(conn, &statements.join(";\n")).await?;
     if sets.len() != rules_results + 2 {
         return Err(CoordinatorError::Internal(format!(
@@ -116,6 +124,7 @@ pub(super) async fn scan(
 /// round trip; the expired-lease scan in a second one only when a lease
 /// ran out.
 async fn scan_light(
+    store: &JobStore,
     conn: &mut MySqlConnection,
     queue: &str,
     exclude: &str,
@@ -134,8 +143,10 @@ async fn scan_light(
     let Some((rules, any_expired)) = Rules::from_queue_row(&sets[0])? else {
         return Ok(None);
     };
-    let expired = match any_expired {
+    // A paused queue hands out nothing: no expired lease to lock either.
+    let expired = match any_expired && !rules.queue_paused {
         true => {
+            store.pause(PausePoint::ClaimBetweenScans).await;
             let mut sets = batch::result_sets(conn, &scan_expired).await?;
             locked_jobs(&sets.pop().unwrap_or_default())?
         }

@@ -1,9 +1,9 @@
 -- {exclude} is empty, or leaves out the jobs a Complete or Fail of the same
 -- transaction is writing (docs/design.md rule 16): their new images are
 -- written with the hand-outs'.
--- {guard} is empty, or, when the claim read only the queue's own row
--- (queries/budget/queue_row.sql), empties the scan if the queue has a
--- provider after all: nothing is locked before the provider's row.
+-- Unguarded: a claim that read only the queue's own row
+-- (queries/budget/queue_row.sql) sends this scan after its ready scan
+-- (which is guarded), and acts on the rules it read.
 -- Claim scan 1 (inline takeover): running jobs of a queue whose lease has
 -- expired by the DB clock. Locks what it returns; rows another claim holds
 -- are skipped, never waited for. FORCE INDEX for the reason given in
@@ -21,7 +21,7 @@ SELECT {job_columns},
        EXISTS (SELECT 1 FROM job_observations o WHERE o.job_id = jobs.id) AS has_observations,
        UTC_TIMESTAMP(6) AS now
 FROM jobs FORCE INDEX (ix_jobs_claim_expired)
-WHERE queue = {queue} AND state = 'running' AND lease_until <= UTC_TIMESTAMP(6) {guard} {exclude}
+WHERE queue = {queue} AND state = 'running' AND lease_until <= UTC_TIMESTAMP(6) {exclude}
 ORDER BY lease_until
 LIMIT {limit}
 FOR UPDATE SKIP LOCKED
