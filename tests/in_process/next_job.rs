@@ -12,7 +12,7 @@ use jobfence_api::v1::job_admin_client::JobAdminClient;
 use jobfence_api::v1::job_coordinator_client::JobCoordinatorClient;
 use jobfence_api::v1::{
     self as proto, CompleteRequest, EnqueueBatchRequest, EnqueueRequest, FailDisposition,
-    FailRequest, NextAction, NextJobsRequest, ProviderBudget, PutProviderRequest, TakeoverRequest,
+    FailRequest, NextAction, NextJobsRequest, TakeoverRequest,
 };
 use jobfence_domain::JobState;
 use kit::secure::Secure;
@@ -254,24 +254,7 @@ async fn a_queue_scoped_worker_cannot_take_another_queues_next_job() {
 }
 
 async fn put_budget(h: &Harness, rate: f64, burst: u32) {
-    JobAdminClient::connect(format!("http://{}", h.addr))
-        .await
-        .unwrap()
-        .put_provider(PutProviderRequest {
-            name: "stripe".into(),
-            budget: Some(ProviderBudget {
-                rate_per_second: rate,
-                burst,
-                max_in_flight: None,
-                execute_cost: None,
-                reconcile_cost: None,
-            }),
-            queues: vec![Q.into()],
-            operator: "alice".into(),
-            reason: "the provider's published limit".into(),
-        })
-        .await
-        .expect("put provider");
+    h.put_budget("stripe", Q, rate, burst).await;
 }
 
 async fn enqueue_n(h: &Harness, n: usize) {

@@ -22,6 +22,28 @@ fn takeover(job_id: u64, worker: &str) -> TakeoverRequest {
     }
 }
 
+/// A Claim of `max_jobs` by `worker` on a client of its own, sent in the
+/// background (to stop at an armed pause point); its answer.
+async fn spawn_claim(
+    h: &Harness,
+    worker: &str,
+    max_jobs: u32,
+) -> tokio::task::JoinHandle<Result<tonic::Response<jobfence_api::v1::ClaimResponse>, tonic::Status>>
+{
+    let mut c = h.another_client().await;
+    let worker_id = worker.to_owned();
+    tokio::spawn(async move {
+        c.claim(jobfence_api::v1::ClaimRequest {
+            queue: Q.into(),
+            worker_id,
+            max_jobs,
+            lease: None,
+            wait: None,
+        })
+        .await
+    })
+}
+
 #[tokio::test]
 async fn two_racing_claims_never_get_the_same_job() {
     let h = Harness::start().await;
@@ -31,19 +53,7 @@ async fn two_racing_claims_never_get_the_same_job() {
     }
     // A scans and locks three rows, then stops before updating them.
     let mut gate = h.pauses.arm(jobfence_store::PausePoint::ClaimAfterScan);
-    let a = {
-        let mut c = h.another_client().await;
-        tokio::spawn(async move {
-            c.claim(jobfence_api::v1::ClaimRequest {
-                queue: Q.into(),
-                worker_id: "worker-a".into(),
-                max_jobs: 3,
-                lease: None,
-                wait: None,
-            })
-            .await
-        })
-    };
+    let a = spawn_claim(&h, "worker-a", 3).await;
     gate.reached().await;
     // B claims everything it can meanwhile: it must skip A's rows.
     let b = h.claim(Q, "worker-b", 5).await;
@@ -68,20 +78,7 @@ async fn a_claim_paused_on_the_only_job_leaves_the_other_claimer_empty_handed() 
     let h = Harness::start().await;
     let job = h.enqueue(Q, "refund-1", "{}").await;
     let mut gate = h.pauses.arm(jobfence_store::PausePoint::ClaimAfterScan);
-    let a = {
-        let h_client = h.another_client().await;
-        tokio::spawn(async move {
-            let mut c = h_client;
-            c.claim(jobfence_api::v1::ClaimRequest {
-                queue: Q.into(),
-                worker_id: "worker-a".into(),
-                max_jobs: 1,
-                lease: None,
-                wait: None,
-            })
-            .await
-        })
-    };
+    let a = spawn_claim(&h, "worker-a", 1).await;
     gate.reached().await;
     assert!(h.claim(Q, "worker-b", 1).await.is_empty());
     gate.release();
@@ -401,8 +398,6 @@ async fn a_claim_racing_a_renewal_never_hands_out_the_renewed_job() {
 /// docs/architecture.md, "Coalesced Claims").
 #[tokio::test]
 async fn a_provider_given_between_a_claims_scans_does_not_reorder_the_takeover() {
-    use jobfence_api::v1::job_admin_client::JobAdminClient;
-    use jobfence_api::v1::{ProviderBudget, PutProviderRequest};
     let h = Harness::start().await;
     let expired = h.enqueue(Q, "refund-expired", "{}").await.job_id;
     assert_eq!(h.claim(Q, "gone", 1).await.len(), 1);
@@ -410,38 +405,9 @@ async fn a_provider_given_between_a_claims_scans_does_not_reorder_the_takeover()
     let newer = h.enqueue(Q, "refund-newer", "{}").await.job_id;
 
     let mut gate = h.pauses.arm(jobfence_store::PausePoint::ClaimBetweenScans);
-    let claim = {
-        let mut c = h.another_client().await;
-        tokio::spawn(async move {
-            c.claim(jobfence_api::v1::ClaimRequest {
-                queue: Q.into(),
-                worker_id: "worker-a".into(),
-                max_jobs: 1,
-                lease: None,
-                wait: None,
-            })
-            .await
-        })
-    };
+    let claim = spawn_claim(&h, "worker-a", 1).await;
     gate.reached().await;
-    JobAdminClient::connect(format!("http://{}", h.addr))
-        .await
-        .unwrap()
-        .put_provider(PutProviderRequest {
-            name: "stripe".into(),
-            budget: Some(ProviderBudget {
-                rate_per_second: 1000.0,
-                burst: 100,
-                max_in_flight: None,
-                execute_cost: None,
-                reconcile_cost: None,
-            }),
-            queues: vec![Q.into()],
-            operator: "alice".into(),
-            reason: "the provider's published limit".into(),
-        })
-        .await
-        .expect("put provider");
+    h.put_budget("stripe", Q, 1000.0, 100).await;
     gate.release();
     let got = claim.await.unwrap().unwrap().into_inner().jobs;
     let ids: Vec<(u64, bool)> = got

@@ -330,6 +330,32 @@ impl Harness {
             .expect("the parked job")
     }
 
+    /// Gives `queue` to provider `name` with a budget of `rate` units a
+    /// second and `burst` (JobAdmin.PutProvider, as the operator "alice").
+    pub async fn put_budget(&self, name: &str, queue: &str, rate: f64, burst: u32) {
+        jobfence_api::v1::job_admin_client::JobAdminClient::connect(format!(
+            "http://{}",
+            self.addr
+        ))
+        .await
+        .unwrap()
+        .put_provider(proto::PutProviderRequest {
+            name: name.into(),
+            budget: Some(proto::ProviderBudget {
+                rate_per_second: rate,
+                burst,
+                max_in_flight: None,
+                execute_cost: None,
+                reconcile_cost: None,
+            }),
+            queues: vec![queue.into()],
+            operator: "alice".into(),
+            reason: "the provider's published limit".into(),
+        })
+        .await
+        .expect("put provider");
+    }
+
     /// Makes a lease expire by editing the test data (the DB clock is not touched).
     pub async fn force_lease_expired(&self, job_id: u64) {
         let done = sqlx::query(
