@@ -14,7 +14,9 @@
 //! `go`. A missing toolchain fails the test; it never skips.
 
 use jobfence_domain::JobState;
-use jobfence_fake_provider::{self as provider, FaultConfig, ProviderClient, ProviderConfig};
+use jobfence_fake_provider::{
+    self as provider, FaultConfig, Ledger, ProviderClient, ProviderConfig,
+};
 use jobfence_testkit as kit;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -148,18 +150,8 @@ async fn the_go_refund_worker_rides_through_a_10_second_database_outage() {
         jobs.push((h.enqueue(queue, &key, &payload).await.job_id, key));
     }
     let log = Path::new(env!("CARGO_TARGET_TMPDIR")).join("go-outage-worker.log");
-    let log_file = std::fs::File::create(&log).unwrap();
-    let mut worker = tokio::process::Command::new(&worker_bin)
-        .args(["-coordinator", &h.addr.to_string()])
-        .args(["-provider", &format!("http://{}/", provider.addr())])
-        .args(["-worker-id", "go-outage-1", "-queue", queue])
-        .args(["-concurrency", "4", "-lease", "30s"])
-        .stdin(Stdio::null())
-        .stdout(log_file.try_clone().unwrap())
-        .stderr(log_file)
-        .kill_on_drop(true)
-        .spawn()
-        .expect("start the Go refund worker");
+    let provider_url = format!("http://{}/", provider.addr());
+    let mut worker = start_worker(&worker_bin, &h, &provider_url, queue, &log);
 
     let ids: Vec<u64> = jobs.iter().map(|(id, _)| *id).collect();
     // Some refunds done, others in flight: the database goes for 10 s.
@@ -182,14 +174,7 @@ async fn the_go_refund_worker_rides_through_a_10_second_database_outage() {
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let pid = nix::unistd::Pid::from_raw(worker.id().unwrap() as i32);
-    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
-    let status = tokio::time::timeout(Duration::from_secs(30), worker.wait())
-        .await
-        .expect("the worker stops on SIGTERM")
-        .unwrap();
-    let text = std::fs::read_to_string(&log).unwrap();
-    assert!(status.success(), "{status}\n{text}");
+    let text = stop_worker(&mut worker, &log).await;
     println!(
         "go worker: {before} of {} refunds done when the database went; log:\n{text}",
         jobs.len()
@@ -208,19 +193,68 @@ async fn the_go_refund_worker_rides_through_a_10_second_database_outage() {
         .find(|l| l.contains("retries by reason"))
         .unwrap_or_else(|| panic!("no retry count in the log\n{text}"));
     assert!(retries.contains("DATABASE_UNAVAILABLE:"), "{retries}");
-    // Nothing handled twice: every job ends succeeded with one completion,
-    // and the provider made one refund per operation key. A job handed
-    // out again (an attempt above 1) came back only through a takeover or
-    // a retry the worker scheduled, never to a second sender: a Complete
-    // whose COMMIT was cut leaves the job it claimed for the worker to its
-    // lease, and the next holder reconciles (docs/design.md rule 4); a
-    // provider call that timed out on a loaded machine is reconciled too.
     let ledger = ProviderClient::for_addr(provider.addr())
         .ledger()
         .await
         .unwrap();
+    nothing_handled_twice(&h, &jobs, &ledger, &text).await;
+    drop(db);
+    h.finish().await;
+}
+
+/// The Go refund worker `bin` on `queue` (4 jobs at once, 30 s leases),
+/// logging to `log`; killed when dropped.
+fn start_worker(
+    bin: &Path,
+    h: &kit::Harness,
+    provider_url: &str,
+    queue: &str,
+    log: &Path,
+) -> tokio::process::Child {
+    let log_file = std::fs::File::create(log).unwrap();
+    tokio::process::Command::new(bin)
+        .args(["-coordinator", &h.addr.to_string()])
+        .args(["-provider", provider_url])
+        .args(["-worker-id", "go-outage-1", "-queue", queue])
+        .args(["-concurrency", "4", "-lease", "30s"])
+        .stdin(Stdio::null())
+        .stdout(log_file.try_clone().unwrap())
+        .stderr(log_file)
+        .kill_on_drop(true)
+        .spawn()
+        .expect("start the Go refund worker")
+}
+
+/// Stops `worker` with SIGTERM, checks that it exited cleanly, and returns
+/// its log.
+async fn stop_worker(worker: &mut tokio::process::Child, log: &Path) -> String {
+    let pid = nix::unistd::Pid::from_raw(worker.id().unwrap() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    let status = tokio::time::timeout(Duration::from_secs(30), worker.wait())
+        .await
+        .expect("the worker stops on SIGTERM")
+        .unwrap();
+    let text = std::fs::read_to_string(log).unwrap();
+    assert!(status.success(), "{status}\n{text}");
+    text
+}
+
+/// Nothing handled twice: every job of `jobs` (id, operation key) ends
+/// succeeded with one completion, and the provider made one refund per
+/// operation key. A job handed out again (an attempt above 1) came back
+/// only through a takeover or a retry the worker scheduled, never to a
+/// second sender: a Complete whose COMMIT was cut leaves the job it
+/// claimed for the worker to its lease, and the next holder reconciles
+/// (docs/design.md rule 4); a provider call that timed out on a loaded
+/// machine is reconciled too. `text` is the worker's log, for the message.
+async fn nothing_handled_twice(
+    h: &kit::Harness,
+    jobs: &[(u64, String)],
+    ledger: &Ledger,
+    text: &str,
+) {
     let mut again = Vec::new();
-    for (id, key) in &jobs {
+    for (id, key) in jobs {
         let row = h.row(*id).await;
         let events = h.events(*id).await;
         let count =
@@ -242,8 +276,6 @@ async fn the_go_refund_worker_rides_through_a_10_second_database_outage() {
         }
     }
     println!("handed out again (through a takeover or a retry): {again:?}");
-    drop(db);
-    h.finish().await;
 }
 
 /// How many of `ids` are succeeded (one query: polled while the worker
