@@ -9,8 +9,10 @@
 //! in flight (only when it has a cap). Claims of one provider therefore
 //! queue on its row, on every coordinator, and each sees what the previous
 //! one spent. Lock order: the provider row before any job row (the claim
-//! scans skip locked rows and never wait for one), and a Takeover or a
-//! Fail that waits for a provider row holds only job rows, so no cycle.
+//! scans skip locked rows and never wait for one), and a Takeover, a Fail,
+//! a Complete that claims the next job, or a claim that read only its
+//! queue's row and found a provider there after all, waits for a provider
+//! row holding only job rows, so no cycle.
 
 use super::literal;
 use super::rows;
@@ -48,23 +50,10 @@ pub(crate) fn rules_statements(queue: &str) -> Result<Vec<String>, CoordinatorEr
 /// for a claim of a queue with no provider (see
 /// `queries/budget/queue_row.sql`): one primary-key read instead of the
 /// three statements of [`rules_statements`].
-pub(crate) fn queue_row_statement(queue: &str, exclude: &str) -> Result<String, CoordinatorError> {
+pub(crate) fn queue_row_statement(queue: &str) -> Result<String, CoordinatorError> {
     static QUEUE_ROW: LazyLock<String> =
         LazyLock::new(|| literal::bare(include_str!("queries/budget/queue_row.sql")));
-    Ok(QUEUE_ROW
-        .replace("{queue}", &literal::queue(queue)?)
-        .replace("{exclude}", exclude))
-}
-
-/// The clause that empties a claim scan sent after
-/// [`queue_row_statement`] when the queue has a provider after all: the
-/// scan then locks nothing, so the provider's row can still be locked
-/// before any job row.
-pub(crate) fn no_provider_guard(queue: &str) -> Result<String, CoordinatorError> {
-    Ok(format!(
-        "AND NOT EXISTS (SELECT 1 FROM queue_policies qp WHERE qp.queue = {} AND qp.provider IS NOT NULL)",
-        literal::queue(queue)?
-    ))
+    Ok(QUEUE_ROW.replace("{queue}", &literal::queue(queue)?))
 }
 
 /// The queues a store's last claims found a provider for: their claims

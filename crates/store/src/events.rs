@@ -11,6 +11,7 @@ use serde::Serialize;
 use sha2::{Digest, Sha256};
 use sqlx::MySqlConnection;
 use std::collections::HashMap;
+use std::sync::LazyLock;
 
 /// One entry to append.
 #[derive(Debug, Serialize)]
@@ -154,7 +155,10 @@ fn insert_literal(events: &[NewEvent<'_>]) -> String {
             ],
         );
     }
-    include_str!("queries/batch/insert_events.sql").replace("{rows}", &rows)
+    // Sent as text, parsed on every call: without its comment lines.
+    static INSERT: LazyLock<String> =
+        LazyLock::new(|| literal::bare(include_str!("queries/batch/insert_events.sql")));
+    INSERT.replace("{rows}", &rows)
 }
 
 /// Appends one event in the caller's transaction.

@@ -298,7 +298,8 @@ async fn lock_round(
     ids: &[u64],
 ) -> Result<Option<(HashMap<u64, LockedJob>, DbTime)>, CoordinatorError> {
     let started = Instant::now();
-    let locked = batch::lock_jobs(tx, ids).await?;
+    // A fenced write never hands its job out: no observations to read.
+    let locked = batch::lock_jobs(tx, ids, false).await?;
     let now = match locked.values().next() {
         Some(_) if started.elapsed() > STALE_NOW => batch::db_now(tx).await?,
         Some(l) => l.now,

@@ -44,14 +44,21 @@ pub(super) struct Scan {
 /// is `reconcile` (a provider whose sends are paused).
 ///
 /// `light`: the queue is believed to have no provider, so only its own
-/// row is read (one statement instead of three) and the ready scan is
-/// guarded to find nothing if it has one after all: `None` then, nothing
-/// locked, and the caller scans again with the full rules. The row also
-/// says whether any lease of the queue ran out; the expired-lease scan is
-/// sent only then (and not for a paused queue), unguarded, in a round trip
-/// of its own after the ready scan (the rows are the same; SKIP LOCKED
-/// never waits, so the order of the two locking reads cannot deadlock). `exclude`: jobs the
-/// transaction is writing itself, left out of the expired-lease scan.
+/// row is read (one statement instead of three). If the row names a
+/// provider after all: `None`, and the caller scans again with the full
+/// rules, in the same transaction; the rows the light ready scan locked
+/// are found again by the full one (a transaction does not skip its own
+/// locks), and it hands out only what the budget allows. Its provider's
+/// row is then locked after job rows, as a Takeover's is, and nobody who
+/// holds a provider row waits for a job row (`budget.rs`, lock order). A
+/// guard that emptied the light scan in that case cost every claim a
+/// subquery for a case that comes once per provider given to a queue.
+/// The row also says whether any lease of the queue ran out; the
+/// expired-lease scan is sent only then (and not for a paused queue), in
+/// a round trip of its own after the ready scan (the rows are the same;
+/// SKIP LOCKED never waits, so the order of the two locking reads cannot
+/// deadlock). `exclude`: jobs the transaction is writing itself, left out
+/// of the expired-lease scan.
 pub(super) async fn scan(
     store: &JobStore,
     conn: &mut MySqlConnection,
@@ -72,11 +79,7 @@ pub(super) async fn scan(
                 .join(", ")
         ),
     };
-    let guard = match light {
-        true => budget::no_provider_guard(queue)?,
-        false => String::new(),
-    };
-    let fill = |sql: &str, guard: &str| {
+    let fill = |sql: &str| {
         sql.replace("{queue}", &q)
             .replace("{limit}", &limit.to_string())
             .replace(
@@ -87,22 +90,21 @@ pub(super) async fn scan(
                     ""
                 },
             )
-            .replace("{guard}", guard)
             .replace("{exclude}", &exclude)
     };
     if light {
         // The expired-lease scan, when sent, comes after the ready scan
-        // has locked rows: unguarded, so a provider given to the queue
-        // meanwhile cannot empty it and let a newer ready job go out
+        // has locked rows: a provider given to the queue meanwhile does
+        // not change what it finds, so a newer ready job never goes out
         // before an expired lease (the claim acts on the rules it read,
         // as one that began a moment earlier would).
-        let (ready, expired) = (fill(&SCAN_READY, &guard), fill(&SCAN_EXPIRED, ""));
-        return scan_light(store, conn, queue, &exclude, ready, expired).await;
+        let (ready, expired) = (fill(&SCAN_READY), fill(&SCAN_EXPIRED));
+        return scan_light(store, conn, queue, ready, expired).await;
     }
     let mut statements = budget::rules_statements(queue)?;
     let rules_results = statements.len();
-    statements.push(fill(&SCAN_EXPIRED, ""));
-    statements.push(fill(&SCAN_READY, &guard));
+    statements.push(fill(&SCAN_EXPIRED));
+    statements.push(fill(&SCAN_READY));
     let mut sets = batch::result_sets(conn, &statements.join(";\n")).await?;
     if sets.len() != rules_results + 2 {
         return Err(CoordinatorError::Internal(format!(
@@ -127,11 +129,10 @@ async fn scan_light(
     store: &JobStore,
     conn: &mut MySqlConnection,
     queue: &str,
-    exclude: &str,
     scan_ready: String,
     scan_expired: String,
 ) -> Result<Option<Scan>, CoordinatorError> {
-    let text = [budget::queue_row_statement(queue, exclude)?, scan_ready].join(";\n");
+    let text = [budget::queue_row_statement(queue)?, scan_ready].join(";\n");
     let mut sets = batch::result_sets(conn, &text).await?;
     if sets.len() != 2 {
         return Err(CoordinatorError::Internal(format!(

@@ -1,9 +1,8 @@
 -- {exclude} is empty, or leaves out the jobs a Complete or Fail of the same
 -- transaction is writing (docs/design.md rule 16): their new images are
 -- written with the hand-outs'.
--- Unguarded: a claim that read only the queue's own row
--- (queries/budget/queue_row.sql) sends this scan after its ready scan
--- (which is guarded), and acts on the rules it read.
+-- A claim that read only the queue's own row (queries/budget/queue_row.sql)
+-- sends this scan after its ready scan, and acts on the rules it read.
 -- Claim scan 1 (inline takeover): running jobs of a queue whose lease has
 -- expired by the DB clock. Locks what it returns; rows another claim holds
 -- are skipped, never waited for. FORCE INDEX for the reason given in

@@ -1,6 +1,8 @@
--- {guard} is empty, or, when the claim read only the queue's own row
--- (queries/budget/queue_row.sql), empties the scan if the queue has a
--- provider after all: nothing is locked before the provider's row.
+-- Unguarded, like scan_expired.sql: a claim that read only the queue's own
+-- row (queries/budget/queue_row.sql) and finds a provider named there after
+-- all scans again with the full rules, the provider's row locked after the
+-- rows this scan locked (as a Takeover's is; see store/budget.rs, lock
+-- order), and hands out only what the budget allows of them.
 -- Claim scan 2: due ready jobs of a queue, oldest run_at first. Locks what
 -- it returns; rows another claim holds are skipped.
 -- FORCE INDEX: read in run_at order and stop at LIMIT. A table scan plus
@@ -17,7 +19,7 @@ SELECT {job_columns},
        EXISTS (SELECT 1 FROM job_observations o WHERE o.job_id = jobs.id) AS has_observations,
        UTC_TIMESTAMP(6) AS now
 FROM jobs FORCE INDEX (ix_jobs_claim_ready)
-WHERE queue = {queue} AND state = 'ready' AND run_at <= UTC_TIMESTAMP(6) {only} {guard}
+WHERE queue = {queue} AND state = 'ready' AND run_at <= UTC_TIMESTAMP(6) {only}
 ORDER BY run_at
 LIMIT {limit}
 FOR UPDATE SKIP LOCKED
