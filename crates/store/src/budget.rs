@@ -46,14 +46,14 @@ pub(crate) fn rules_statements(queue: &str) -> Result<Vec<String>, CoordinatorEr
     Ok(RULES.iter().map(|s| s.replace("{queue}", &q)).collect())
 }
 
-/// The statement that reads only `queue`'s own row of `queue_policies`,
+/// The statement that reads only a queue's own row of `queue_policies`,
 /// for a claim of a queue with no provider (see
 /// `queries/budget/queue_row.sql`): one primary-key read instead of the
-/// three statements of [`rules_statements`].
-pub(crate) fn queue_row_statement(queue: &str) -> Result<String, CoordinatorError> {
-    static QUEUE_ROW: LazyLock<String> =
-        LazyLock::new(|| literal::bare(include_str!("queries/budget/queue_row.sql")));
-    Ok(QUEUE_ROW.replace("{queue}", &literal::queue(queue)?))
+/// three statements of [`rules_statements`]. Its two parameters are the
+/// queue's name, twice; prepared once per session (see
+/// `claim::session_statements`).
+pub(crate) fn queue_row_template() -> String {
+    literal::bare(include_str!("queries/budget/queue_row.sql")).replace("{queue}", "?")
 }
 
 /// The queues a store's last claims found a provider for: their claims

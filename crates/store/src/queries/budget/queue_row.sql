@@ -4,8 +4,9 @@
 -- when the queue has no row. When the row names a provider after all, the
 -- claim reads the full rules (rules.sql) and scans again in the same
 -- transaction: the provider's row is then locked after the job rows the
--- first ready scan locked (see store/claim/scan.rs). Sent as text: {queue} is written in as a literal (see
--- store::literal).
+-- first ready scan locked (see store/claim/scan.rs). Prepared once per
+-- session of the batch pool and run with EXECUTE in the claim's first round
+-- trip (store/claim/scan.rs): {queue} is a parameter, given twice.
 -- any_expired: whether a running job of the queue has a lease that ran out
 -- by the database clock: the earliest lease of the queue's running jobs,
 -- which the optimizer reads with one look at the end of the expired-lease
