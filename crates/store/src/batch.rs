@@ -142,11 +142,20 @@ pub(crate) async fn result_sets(
     conn: &mut MySqlConnection,
     text: &str,
 ) -> Result<Vec<Vec<sqlx::mysql::MySqlRow>>, CoordinatorError> {
+    result_sets_raw(conn, text).await.map_err(convert_sqlx_err)
+}
+
+/// [`result_sets`] with the server's error as it came (for a caller that
+/// acts on one error number itself).
+pub(crate) async fn result_sets_raw(
+    conn: &mut MySqlConnection,
+    text: &str,
+) -> Result<Vec<Vec<sqlx::mysql::MySqlRow>>, sqlx::Error> {
     use tokio_stream::StreamExt;
     let mut sets = vec![Vec::new()];
     let mut results = sqlx::raw_sql(text).fetch_many(conn);
     while let Some(item) = results.next().await {
-        match item.map_err(convert_sqlx_err)? {
+        match item? {
             sqlx::Either::Left(_) => sets.push(Vec::new()),
             sqlx::Either::Right(row) => sets.last_mut().expect("a set").push(row),
         }

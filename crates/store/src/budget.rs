@@ -184,7 +184,7 @@ impl Rules {
 
 impl Rules {
     /// The rules of a queue from its own row alone (the result of
-    /// [`queue_row_statement`]); `None` when the row names a provider:
+    /// [`queue_row_template`]); `None` when the row names a provider:
     /// the claim must read the full rules, the provider's row locked.
     ///
     /// Also whether a lease of the queue has run out (its `any_expired`).

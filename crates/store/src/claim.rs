@@ -13,7 +13,6 @@
 
 mod decide;
 mod scan;
-pub(crate) use scan::session_statements;
 use scan::{scan, Scan};
 pub mod handoff;
 mod write;

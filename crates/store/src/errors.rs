@@ -22,6 +22,9 @@ pub(crate) mod code {
     /// to replicate while the node is losing the primary component ("Not
     /// connected to Primary Component").
     pub const ERROR_DURING_COMMIT: u16 = 1180;
+    /// ER_UNKNOWN_STMT_HANDLER: EXECUTE of a statement this session has
+    /// not prepared.
+    pub const UNKNOWN_STMT_HANDLER: u16 = 1243;
 }
 
 /// The server's error number, if `err` is a server error.

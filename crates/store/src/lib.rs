@@ -137,13 +137,7 @@ fn pool_options(settings: &PoolSettings, autocommit: bool) -> MySqlPoolOptions {
 /// [`pool_options`] whose sessions also run `more` (SQL starting with
 /// `;`) after their setup.
 fn pool_options_with(settings: &PoolSettings, autocommit: bool, more: &str) -> MySqlPoolOptions {
-    // The batch pool's sessions (autocommit off) run the claims: they
-    // prepare the claim's reads once (see `claim::session_statements`).
-    let prepared = match autocommit {
-        true => String::new(),
-        false => claim::session_statements(),
-    };
-    let setup = format!("{}{prepared}{more}", session_setup(autocommit));
+    let setup = format!("{}{more}", session_setup(autocommit));
     let sync_wait = settings.galera_sync_wait;
     MySqlPoolOptions::new()
         .max_connections(settings.max_connections)

@@ -6,8 +6,9 @@
 use super::budget::{self, Rules};
 use super::reads::LockedJob;
 use super::{batch, literal, with_job_columns};
+use crate::errors::{code, error_number};
 use crate::pause::PausePoint;
-use crate::JobStore;
+use crate::{convert_sqlx_err, JobStore};
 use jobfence_domain::CoordinatorError;
 use sqlx::mysql::MySqlRow;
 use sqlx::MySqlConnection;
@@ -92,6 +93,10 @@ pub(super) async fn scan(
             )
             .replace("{exclude}", &exclude)
     };
+    debug_assert!(
+        !(light && reconcile_only),
+        "the light scan has no reconcile-only form"
+    );
     if light {
         // The expired-lease scan, when sent, comes after the ready scan
         // has locked rows: a provider given to the queue meanwhile does
@@ -125,32 +130,56 @@ const QUEUE_ROW_STMT: &str = "jf_claim_queue_row";
 /// The name of the session's prepared ready scan (any queue, any limit).
 const SCAN_READY_STMT: &str = "jf_claim_scan_ready";
 
-/// The statements every session of the batch pool runs once, after its
-/// setup (each starting with `;`): PREPARE of the light claim's two reads,
-/// the queue's own row and the ready scan, with the queue and the limit as
-/// parameters. A lone worker's claim sends them with EXECUTE instead of
-/// their text, which the server parsed on every claim (about half of the
-/// database CPU a lone worker's job cost beyond the direct SQL's). Still
-/// one round trip: `SET` of the parameters and both EXECUTEs, as text.
-pub(crate) fn session_statements() -> String {
-    let ready = SCAN_READY
-        .replace("{queue}", "?")
-        .replace("{limit}", "?")
-        .replace("{only}", "");
-    [
-        (QUEUE_ROW_STMT, budget::queue_row_template()),
-        (SCAN_READY_STMT, ready),
-    ]
-    .iter()
-    .map(|(name, sql)| format!(";\nPREPARE {name} FROM '{}'", sql.replace('\'', "''")))
-    .collect()
+/// PREPARE of the light claim's two reads, the queue's own row and the
+/// ready scan, with the queue and the limit as parameters: run by a
+/// session of the batch pool at its first light claim (see
+/// [`light_reads`]). A lone worker's claim sends them with EXECUTE
+/// instead of their text, which the server parsed on every claim (about
+/// half of the database CPU a lone worker's job cost beyond the direct
+/// SQL's). Still one round trip: `SET` of the parameters and both
+/// EXECUTEs, as text.
+fn prepare_text() -> &'static str {
+    static TEXT: LazyLock<String> = LazyLock::new(|| {
+        let ready = SCAN_READY
+            .replace("{queue}", "?")
+            .replace("{limit}", "?")
+            .replace("{only}", "");
+        [
+            (QUEUE_ROW_STMT, budget::queue_row_template()),
+            (SCAN_READY_STMT, ready),
+        ]
+        .iter()
+        .map(|(name, sql)| format!("PREPARE {name} FROM '{}'", sql.replace('\'', "''")))
+        .collect::<Vec<_>>()
+        .join(";\n")
+    });
+    &TEXT
+}
+
+/// Runs the light claim's reads (`text`: the `SET` and both EXECUTEs).
+/// A session that has not prepared them yet (its first light claim; the
+/// server answers "unknown prepared statement") prepares them and runs
+/// them again, in the same transaction: neither the failed EXECUTE nor a
+/// PREPARE ends it, and the SET is sent again. Prepared here rather than
+/// in the session's setup, so that a schema not migrated yet fails the
+/// claims, with their own error, and not every connection of the pool.
+async fn light_reads(
+    conn: &mut MySqlConnection,
+    text: &str,
+) -> Result<Vec<Vec<MySqlRow>>, CoordinatorError> {
+    match batch::result_sets_raw(conn, text).await {
+        Err(e) if error_number(&e) == Some(code::UNKNOWN_STMT_HANDLER) => {
+            batch::result_sets(conn, prepare_text()).await?;
+            batch::result_sets(conn, text).await
+        }
+        other => other.map_err(convert_sqlx_err),
+    }
 }
 
 /// [`scan`] of a queue believed to have no provider: its own row, which
 /// also says whether any of its leases ran out, and the ready scan in one
-/// round trip (the statements the session prepared, see
-/// [`session_statements`]); the expired-lease scan in a second one only
-/// when a lease ran out.
+/// round trip (prepared statements, see [`light_reads`]); the
+/// expired-lease scan in a second one only when a lease ran out.
 async fn scan_light(
     store: &JobStore,
     conn: &mut MySqlConnection,
@@ -158,17 +187,19 @@ async fn scan_light(
     limit: u32,
     scan_expired: String,
 ) -> Result<Option<Scan>, CoordinatorError> {
+    // The queue in the column's own character set and collation, so the
+    // server compares it as it would a literal and reads the index.
     let text = format!(
-        "SET @jf_queue = {}, @jf_limit = {limit};\n\
+        "SET @jf_queue = _ascii {} COLLATE ascii_bin, @jf_limit = {limit};\n\
          EXECUTE {QUEUE_ROW_STMT} USING @jf_queue, @jf_queue;\n\
          EXECUTE {SCAN_READY_STMT} USING @jf_queue, @jf_limit",
         literal::queue(queue)?
     );
-    let mut sets = batch::result_sets(conn, &text).await?;
+    let mut sets = light_reads(conn, &text).await?;
     // The SET answers with no rows: an empty first set.
     if sets.len() != 3 || !sets[0].is_empty() {
         return Err(CoordinatorError::Internal(format!(
-            "a claim's scan gave {} result sets",
+            "a light claim's reads gave {} result sets (3 expected, the first empty)",
             sets.len()
         )));
     }

@@ -8,11 +8,13 @@
 -- other transactions hold).
 -- Also read, by the database clock (docs/design.md rule 2): `now`, which stamps
 -- every change of the batch; the time since the first dispatch (resend
--- window); whether the lease has expired (takeover); and, for a lock that
--- may hand the job out (a takeover), whether the job has observations (so
--- it reads them only when there are some). {has_observations} is that
--- EXISTS, or a constant 0 for the fenced writes, which never hand a job
--- out: a correlated subquery is most of this statement's cost.
+-- window); whether the lease has expired (takeover); and, for the one-job
+-- lock (store::reads::lock_job: a takeover, which hands the job out, and
+-- operators' writes and retries), whether the job has observations (so a
+-- takeover reads them only when there are some). {has_observations} is
+-- that EXISTS, or a constant 0 for the batched fenced writes, which never
+-- hand a job out: the correlated subquery adds about a third to the
+-- statement's cost.
 SELECT {job_columns},
        CAST(TIMESTAMPDIFF(MICROSECOND, first_dispatched_at, UTC_TIMESTAMP(6)) AS SIGNED) AS since_first_dispatch_us,
        CAST(lease_until <= UTC_TIMESTAMP(6) AS SIGNED) AS lease_expired,

@@ -9,9 +9,9 @@
 -- trip (store/claim/scan.rs): {queue} is a parameter, given twice.
 -- any_expired: whether a running job of the queue has a lease that ran out
 -- by the database clock: the earliest lease of the queue's running jobs,
--- which the optimizer reads with one look at the end of the expired-lease
+-- which the optimizer reads with one look at the start of the expired-lease
 -- index while it plans the statement (an EXISTS over that range cost the
--- database twice this whole statement). It locks nothing. Only then does
+-- database about a quarter more for this statement). It locks nothing. Only then does
 -- the claim send its expired-lease scan: a claim where no lease has run
 -- out, the usual one, costs one statement less. The job a handoff is
 -- writing itself counts too: if its own lease ran out, the scan is sent
