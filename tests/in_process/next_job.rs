@@ -44,6 +44,22 @@ fn complete_next(job: &proto::Job, worker: &str) -> CompleteRequest {
     }
 }
 
+/// Sends [`complete_next`] of `job` for `worker` and expects an answer
+/// (`why`: what the call being answered OK means).
+async fn complete_with_next(
+    h: &Harness,
+    job: &proto::Job,
+    worker: &str,
+    why: &str,
+) -> proto::CompleteResponse {
+    h.client
+        .clone()
+        .complete(complete_next(job, worker))
+        .await
+        .expect(why)
+        .into_inner()
+}
+
 /// The jobs a Complete-with-next answered with, and its write refusal's
 /// reason ("" when the write was applied or replayed).
 fn handed(r: &proto::CompleteResponse) -> (Vec<proto::Job>, String) {
@@ -63,13 +79,7 @@ async fn a_complete_applies_and_hands_out_the_next_job() {
         h.claim_one(Q, "worker-a").await
     };
     let b = h.enqueue(Q, "refund-2", "{}").await;
-    let r = h
-        .client
-        .clone()
-        .complete(complete_next(&a, "worker-a"))
-        .await
-        .expect("applied")
-        .into_inner();
+    let r = complete_with_next(&h, &a, "worker-a", "applied").await;
     assert!(!r.replayed);
     assert_eq!(h.row(a.job_id).await.state, JobState::Succeeded);
     let (jobs, refused) = handed(&r);
@@ -80,14 +90,7 @@ async fn a_complete_applies_and_hands_out_the_next_job() {
     assert_eq!((row.state, row.attempt), (JobState::Running, 1));
     assert_eq!(row.lease_owner.as_deref(), Some("worker-a"));
     // Nothing left: the write still applies, with no job and no error.
-    let (jobs, _) = handed(
-        &h.client
-            .clone()
-            .complete(complete_next(&jobs[0], "worker-a"))
-            .await
-            .expect("applied")
-            .into_inner(),
-    );
+    let (jobs, _) = handed(&complete_with_next(&h, &jobs[0], "worker-a", "applied").await);
     assert!(jobs.is_empty());
     assert_eq!(h.row(b.job_id).await.state, JobState::Succeeded);
     h.finish().await;
@@ -109,13 +112,13 @@ async fn a_stale_complete_writes_nothing_and_still_hands_out_a_job() {
         .await
         .unwrap();
     let b = h.enqueue(Q, "refund-2", "{}").await;
-    let r = h
-        .client
-        .clone()
-        .complete(complete_next(&a, "worker-a"))
-        .await
-        .expect("answered OK: the refusal is the write half's")
-        .into_inner();
+    let r = complete_with_next(
+        &h,
+        &a,
+        "worker-a",
+        "answered OK: the refusal is the write half's",
+    )
+    .await;
     assert!(r.job.is_none() && !r.replayed);
     let next = r.next.clone().unwrap();
     let refusal = next.write_refused.clone().expect("the write was refused");
@@ -281,13 +284,7 @@ async fn a_spent_budget_hands_out_nothing_and_the_write_still_applies() {
     put_budget(&h, 0.01, 1).await;
     enqueue_n(&h, 3).await;
     let a = h.claim_one(Q, "worker-a").await;
-    let r = h
-        .client
-        .clone()
-        .complete(complete_next(&a, "worker-a"))
-        .await
-        .expect("applied")
-        .into_inner();
+    let r = complete_with_next(&h, &a, "worker-a", "applied").await;
     let (jobs, refused) = handed(&r);
     assert!(jobs.is_empty() && refused.is_empty(), "{r:?}");
     assert_eq!(h.row(a.job_id).await.state, JobState::Succeeded);
@@ -494,13 +491,13 @@ async fn a_complete_after_its_lease_ran_out_never_claims_its_own_job() {
     let a = h.claim_one(Q, "worker-a").await;
     h.force_lease_expired(a.job_id).await;
     let b = h.enqueue(Q, "refund-2", "{}").await;
-    let r = h
-        .client
-        .clone()
-        .complete(complete_next(&a, "worker-a"))
-        .await
-        .expect("applied: a lease running out does not end the write right")
-        .into_inner();
+    let r = complete_with_next(
+        &h,
+        &a,
+        "worker-a",
+        "applied: a lease running out does not end the write right",
+    )
+    .await;
     let (jobs, refused) = handed(&r);
     assert_eq!(refused, "");
     assert_eq!(
@@ -527,13 +524,7 @@ async fn a_late_complete_still_takes_over_another_expired_lease_first() {
     h.force_lease_expired(a.job_id).await;
     h.force_lease_expired(x.job_id).await;
     h.enqueue(Q, "refund-3", "{}").await;
-    let r = h
-        .client
-        .clone()
-        .complete(complete_next(&a, "worker-a"))
-        .await
-        .expect("applied")
-        .into_inner();
+    let r = complete_with_next(&h, &a, "worker-a", "applied").await;
     let (jobs, refused) = handed(&r);
     assert_eq!(refused, "");
     let taken: Vec<(u64, u64, i32)> = jobs

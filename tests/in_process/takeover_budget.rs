@@ -20,24 +20,8 @@ async fn a_named_takeover_spends_the_unit_the_next_claim_would_have_had() {
     for key in ["refund-1", "refund-2", "refund-3"] {
         h.enqueue(Q, key, "{}").await;
     }
-    JobAdminClient::connect(format!("http://{}", h.addr))
-        .await
-        .unwrap()
-        .put_provider(PutProviderRequest {
-            name: "stripe".into(),
-            budget: Some(ProviderBudget {
-                rate_per_second: 0.01,
-                burst: 2,
-                max_in_flight: None,
-                execute_cost: None,
-                reconcile_cost: None,
-            }),
-            queues: vec![Q.into()],
-            operator: "alice".into(),
-            reason: "two units, then one every 100 s".into(),
-        })
-        .await
-        .expect("put provider");
+    // Two units, then one every 100 s.
+    h.put_budget("stripe", Q, 0.01, 2).await;
     let held = h.claim_one(Q, "worker-a").await;
     h.force_lease_expired(held.job_id).await;
     let taken = h
