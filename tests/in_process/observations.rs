@@ -1,26 +1,30 @@
 //! RecordObservation never changes a job (docs/design.md rule 7): the whole
 //! `jobs` row, every column as stored, is the same before and after, for
 //! a running job observed by its current attempt and for a webhook's
-//! "succeeded" on a ready job and on a job in manual review. The
-//! observation itself is recorded (and its event appended).
+//! "succeeded" on a ready job and on a job in manual review, but for
+//! `has_observations`, which its first observation sets (a claim reads a
+//! job's observations only when it is set). The observation itself is
+//! recorded (and its event appended).
 
 use jobfence_testkit as kit;
 
 use jobfence_api::v1::{
-    FailDisposition, FailRequest, ObservationOutcome, ObservationSource, RecordObservationRequest,
+    CompleteRequest, FailDisposition, FailRequest, NextJobsRequest, ObservationOutcome,
+    ObservationSource, RecordObservationRequest,
 };
 use jobfence_domain::JobState;
-use kit::Harness;
+use kit::{secs, Harness};
 
 const Q: &str = "refunds";
 
-/// Every column of the job's row, each as the hex of its stored value
-/// (NULL stays null), in the table's column order: a change to any
-/// column, including ones no test names, changes this.
+/// Every column of the job's row but `has_observations`, each as the hex
+/// of its stored value (NULL stays null), in the table's column order: a
+/// change to any column, including ones no test names, changes this.
 async fn full_row(h: &Harness, job_id: u64) -> String {
     let columns: Vec<String> = sqlx::query_scalar(
         "SELECT CAST(COLUMN_NAME AS CHAR) FROM information_schema.COLUMNS \
-         WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'jobs' ORDER BY ORDINAL_POSITION",
+         WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'jobs' \
+           AND COLUMN_NAME <> 'has_observations' ORDER BY ORDINAL_POSITION",
     )
     .fetch_all(&h.pool)
     .await
@@ -57,11 +61,20 @@ fn observation(
     }
 }
 
+async fn has_observations(h: &Harness, job_id: u64) -> i64 {
+    sqlx::query_scalar("SELECT has_observations FROM jobs WHERE id = ?")
+        .bind(job_id)
+        .fetch_one(&h.pool)
+        .await
+        .unwrap()
+}
+
 /// Records `obs` and checks that the job's row did not change at all,
 /// and that the observation was kept.
 async fn observe_changes_nothing(h: &Harness, obs: RecordObservationRequest, state: JobState) {
     let job_id = obs.job_id;
     let before = full_row(h, job_id).await;
+    assert_eq!(has_observations(h, job_id).await, 0);
     assert_eq!(h.row(job_id).await.state, state);
     let recorded = h
         .client
@@ -72,6 +85,11 @@ async fn observe_changes_nothing(h: &Harness, obs: RecordObservationRequest, sta
         .into_inner();
     assert_eq!(recorded.observation.unwrap().job_id, job_id);
     assert_eq!(full_row(h, job_id).await, before, "the job's row changed");
+    assert_eq!(
+        has_observations(h, job_id).await,
+        1,
+        "the first observation sets the job's flag"
+    );
     let kept: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM job_observations WHERE job_id = ?")
         .bind(job_id)
         .fetch_one(&h.pool)
@@ -120,5 +138,74 @@ async fn a_webhooks_success_leaves_a_job_in_manual_review_as_it_was() {
         .unwrap();
     let obs = observation(job.job_id, 0, ObservationSource::Webhook, "evt_1");
     observe_changes_nothing(&h, obs, JobState::ManualReview).await;
+    h.finish().await;
+}
+
+/// A ready job's observations go out with it, by a Claim and by a
+/// Complete that claims its caller's next job: both read the job's flag
+/// (set by its first observation) in their ready scan. A job without
+/// observations goes out without any.
+#[tokio::test]
+async fn a_ready_jobs_observations_go_out_with_its_claim_and_with_a_complete_that_claims_it() {
+    let h = Harness::start().await;
+    h.enqueue(Q, "refund-1", "{}").await;
+    let second = h.enqueue(Q, "refund-2", "{}").await;
+    let third = h.enqueue(Q, "refund-3", "{}").await;
+    for (job, key) in [(&second, "evt_2"), (&third, "evt_3")] {
+        h.client
+            .clone()
+            .record_observation(observation(job.job_id, 0, ObservationSource::Webhook, key))
+            .await
+            .expect("an observation of a ready job is accepted");
+    }
+    let mut first = h.claim(Q, "worker-a", 1).await;
+    assert_eq!(first.len(), 1);
+    assert!(first[0].observations.is_empty(), "refund-1 has none");
+    let first = first.remove(0).job.unwrap();
+    let answer = h
+        .client
+        .clone()
+        .complete(CompleteRequest {
+            job_id: first.job_id,
+            attempt: first.attempt,
+            provider_reference: "re_1".into(),
+            result: String::new(),
+            next: Some(NextJobsRequest {
+                queue: Q.into(),
+                worker_id: "worker-a".into(),
+                max_jobs: 1,
+                lease: secs(30),
+                wait: None,
+            }),
+        })
+        .await
+        .expect("the Complete with a next job applies")
+        .into_inner();
+    let handed = answer.next.expect("a next-jobs answer").jobs;
+    assert_eq!(handed.len(), 1);
+    assert_eq!(handed[0].job.as_ref().unwrap().job_id, second.job_id);
+    let seen: Vec<&str> = handed[0]
+        .observations
+        .iter()
+        .map(|o| o.dedup_key.as_str())
+        .collect();
+    assert_eq!(
+        seen,
+        ["evt_2"],
+        "the next job goes out with its observation"
+    );
+    let claimed = h.claim(Q, "worker-b", 1).await;
+    assert_eq!(claimed.len(), 1);
+    assert_eq!(claimed[0].job.as_ref().unwrap().job_id, third.job_id);
+    let seen: Vec<&str> = claimed[0]
+        .observations
+        .iter()
+        .map(|o| o.dedup_key.as_str())
+        .collect();
+    assert_eq!(
+        seen,
+        ["evt_3"],
+        "a claimed job goes out with its observation"
+    );
     h.finish().await;
 }

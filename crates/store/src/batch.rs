@@ -98,32 +98,20 @@ pub(crate) fn locked_job(row: &sqlx::mysql::MySqlRow) -> Result<LockedJob, Coord
 
 /// `SELECT … FOR UPDATE` of the jobs `ids` (ascending primary-key order,
 /// so every batch locks in the same order). Jobs that do not exist are
-/// absent. `observations`: whether to read if each job has observations
-/// (a lock that may hand the job out); without, `has_observations` is
-/// false.
+/// absent.
 pub(crate) async fn lock_jobs(
     conn: &mut MySqlConnection,
     ids: &[u64],
-    observations: bool,
 ) -> Result<HashMap<u64, LockedJob>, CoordinatorError> {
     let Some(&first) = ids.first() else {
         return Ok(HashMap::new());
     };
     let n = shape(ids.len());
-    static WITH_OBSERVATIONS: LazyLock<String> = LazyLock::new(|| {
-        include_str!("queries/batch/lock_jobs.sql").replace(
-            "{has_observations}",
-            "EXISTS (SELECT 1 FROM job_observations o WHERE o.job_id = jobs.id)",
-        )
-    });
-    static WITHOUT: LazyLock<String> = LazyLock::new(|| {
-        include_str!("queries/batch/lock_jobs.sql").replace("{has_observations}", "0")
-    });
-    let template: &'static str = match observations {
-        true => &WITH_OBSERVATIONS,
-        false => &WITHOUT,
-    };
-    let sql = expand(template, &[("{ids}", "?", ", ")], n);
+    let sql = expand(
+        include_str!("queries/batch/lock_jobs.sql"),
+        &[("{ids}", "?", ", ")],
+        n,
+    );
     let mut query = sqlx::query(&sql);
     for i in 0..n {
         query = query.bind(ids.get(i).copied().unwrap_or(first));

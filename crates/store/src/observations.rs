@@ -30,10 +30,10 @@ impl JobStore {
         scope: &QueueScope,
     ) -> Result<(Observation, bool), CoordinatorError> {
         let mut tx = self.begin().await?;
-        // The job's row first, in share mode, before any row of ours: the
-        // same order as the pruner (job row, then its observations). The
-        // insert's foreign-key check takes this lock anyway, but only after
-        // the new row is in the table, where a pruner holding the job and
+        // The job's row first, before any row of ours: the same order as
+        // the pruner (job row, then its observations). The insert's
+        // foreign-key check takes a lock on it anyway, but only after the
+        // new row is in the table, where a pruner holding the job and
         // deleting its observations would wait for it: a deadlock.
         let row = sqlx::query(include_str!("queries/observations/lock_job.sql"))
             .bind(req.job_id)
@@ -62,6 +62,15 @@ impl JobStore {
             }
             Err(e) => return Err(convert_sqlx_err(e)),
         };
+        // A job's first observation sets its flag (claims read the
+        // observations of the jobs they hand out only when it is set).
+        if !duplicate && rows::get::<i64>(&row, "has_observations")? == 0 {
+            sqlx::query(include_str!("queries/observations/flag_job.sql"))
+                .bind(req.job_id)
+                .execute(&mut *tx)
+                .await
+                .map_err(convert_sqlx_err)?;
+        }
         if !duplicate {
             sqlx::query(include_str!("queries/observations/event.sql"))
                 .bind(req.attempt)

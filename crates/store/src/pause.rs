@@ -57,7 +57,7 @@ pub enum PausePoint {
     /// A ListEvents page has decided how far it may serve, and has not
     /// read the events yet.
     EventsAfterHorizon,
-    /// A RecordObservation holds its job's row in share mode and has
+    /// A RecordObservation holds its job's row lock and has
     /// written nothing yet (inside the transaction).
     ObservationAfterLock,
     /// A batch of settlement lines holds the locks of the lines it found

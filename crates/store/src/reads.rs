@@ -119,7 +119,5 @@ pub(crate) async fn lock_job(
     conn: &mut MySqlConnection,
     id: u64,
 ) -> Result<Option<LockedJob>, CoordinatorError> {
-    Ok(super::batch::lock_jobs(conn, &[id], true)
-        .await?
-        .remove(&id))
+    Ok(super::batch::lock_jobs(conn, &[id]).await?.remove(&id))
 }

@@ -299,7 +299,7 @@ async fn lock_round(
 ) -> Result<Option<(HashMap<u64, LockedJob>, DbTime)>, CoordinatorError> {
     let started = Instant::now();
     // A fenced write never hands its job out: no observations to read.
-    let locked = batch::lock_jobs(tx, ids, false).await?;
+    let locked = batch::lock_jobs(tx, ids).await?;
     let now = match locked.values().next() {
         Some(_) if started.elapsed() > STALE_NOW => batch::db_now(tx).await?,
         Some(l) => l.now,

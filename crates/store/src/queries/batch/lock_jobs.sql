@@ -8,17 +8,13 @@
 -- other transactions hold).
 -- Also read, by the database clock (docs/design.md rule 2): `now`, which stamps
 -- every change of the batch; the time since the first dispatch (resend
--- window); whether the lease has expired (takeover); and, for the one-job
--- lock (store::reads::lock_job: a takeover, which hands the job out, and
--- operators' writes and retries), whether the job has observations (so a
--- takeover reads them only when there are some). {has_observations} is
--- that EXISTS, or a constant 0 for the batched fenced writes, which never
--- hand a job out: the correlated subquery adds about a third to the
--- statement's cost.
+-- window); whether the lease has expired (takeover); and whether the job
+-- has observations (a column of the row: a takeover, which hands the job
+-- out, reads them only when there are some).
 SELECT {job_columns},
        CAST(TIMESTAMPDIFF(MICROSECOND, first_dispatched_at, UTC_TIMESTAMP(6)) AS SIGNED) AS since_first_dispatch_us,
        CAST(lease_until <= UTC_TIMESTAMP(6) AS SIGNED) AS lease_expired,
-       {has_observations} AS has_observations,
+       has_observations,
        UTC_TIMESTAMP(6) AS now
 FROM jobs FORCE INDEX (PRIMARY)
 WHERE id IN ({ids})

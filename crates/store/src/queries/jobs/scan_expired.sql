@@ -17,7 +17,7 @@
 SELECT {job_columns},
        CAST(TIMESTAMPDIFF(MICROSECOND, first_dispatched_at, UTC_TIMESTAMP(6)) AS SIGNED) AS since_first_dispatch_us,
        CAST(lease_until <= UTC_TIMESTAMP(6) AS SIGNED) AS lease_expired,
-       EXISTS (SELECT 1 FROM job_observations o WHERE o.job_id = jobs.id) AS has_observations,
+       has_observations,
        UTC_TIMESTAMP(6) AS now
 FROM jobs FORCE INDEX (ix_jobs_claim_expired)
 WHERE queue = {queue} AND state = 'running' AND lease_until <= UTC_TIMESTAMP(6) {exclude}

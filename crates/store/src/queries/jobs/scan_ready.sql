@@ -19,7 +19,7 @@
 SELECT {job_columns},
        CAST(TIMESTAMPDIFF(MICROSECOND, first_dispatched_at, UTC_TIMESTAMP(6)) AS SIGNED) AS since_first_dispatch_us,
        CAST(lease_until <= UTC_TIMESTAMP(6) AS SIGNED) AS lease_expired,
-       EXISTS (SELECT 1 FROM job_observations o WHERE o.job_id = jobs.id) AS has_observations,
+       has_observations,
        UTC_TIMESTAMP(6) AS now
 FROM jobs FORCE INDEX (ix_jobs_claim_ready)
 WHERE queue = {queue} AND state = 'ready' AND run_at <= UTC_TIMESTAMP(6) {only}
