@@ -203,6 +203,24 @@ impl Report<'_> {
             .collect()
     }
 
+    /// `a`'s database CPU per job over `b`'s, both at `workers`, paired
+    /// by repetition (the k-th run of each: they ran seconds apart, round
+    /// after round), each pair's ratio in run order; empty when either
+    /// phase did not run or the database's CPU was not read. On a shared
+    /// machine whose speed drifts between rounds, a ratio within one round
+    /// is steadier than one between the two phases' median rounds.
+    pub(super) fn paired_db_cpu(&self, a: Phase, b: Phase, workers: usize) -> Vec<f64> {
+        let runs = |phase: Phase| {
+            self.measured
+                .iter()
+                .filter(move |m| m.phase == phase && m.workers == workers)
+        };
+        runs(a)
+            .zip(runs(b))
+            .filter_map(|(a, b)| Some(a.per_job_us(a.db_cpu)? / b.per_job_us(b.db_cpu)?))
+            .collect()
+    }
+
     pub(super) fn find(&self, phase: Phase, workers: usize) -> Option<&Measured> {
         self.medians()
             .into_iter()
@@ -434,6 +452,18 @@ impl Report<'_> {
                 None => "not run",
             };
             let _ = writeln!(out, "| {} | {} | {met} |", t.what, t.measured);
+        }
+        for &n in &self.args.workers {
+            let pairs = self.paired_db_cpu(Phase::CoordinatorNext, Phase::Direct, n);
+            if !pairs.is_empty() {
+                let list: Vec<String> = pairs.iter().map(|r| format!("{r:.2}")).collect();
+                let _ = writeln!(
+                    out,
+                    "\nNext job on Complete, {n} workers: database CPU per job × direct's, \
+                     round by round: {}",
+                    list.join(", ")
+                );
+            }
         }
         let _ = writeln!(
             out,
