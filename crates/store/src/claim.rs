@@ -36,6 +36,17 @@ use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 use write::{hand_out, write_decided};
 
+/// A claim's light scan when its transaction sent it already (a handoff's
+/// first round trip, with its write's lock: see
+/// [`JobStore::write_and_claim`]).
+enum Prescan {
+    /// Not sent: the claim sends its own.
+    No,
+    /// Sent: its scan, or `None` when the queue's row named a provider
+    /// (the claim then scans with the full rules).
+    Light(Option<Box<Scan>>),
+}
+
 /// Most jobs one claim transaction takes; the coordinator splits larger
 /// coalesced claims.
 pub const MAX_CLAIM_TRANSACTION_JOBS: u32 = 256;
@@ -108,7 +119,7 @@ impl JobStore {
                 default_policy,
                 slots,
                 want_next_due,
-                &[],
+                (&[], Prescan::No),
             )
             .await?;
         if phase.decided.is_empty() {
@@ -153,10 +164,12 @@ impl JobStore {
         default_policy: QueuePolicy,
         slots: &'a [ClaimSlot],
         want_next_due: bool,
-        exclude: &[u64],
+        (exclude, prescan): (&[u64], Prescan),
     ) -> Result<ClaimPhase<'a>, CoordinatorError> {
         let wanted: u32 = slots.iter().map(|s| s.max_jobs).sum();
-        let scanned = self.scan_rules_and_jobs(tx, queue, wanted, exclude).await?;
+        let scanned = self
+            .scan_rules_and_jobs(tx, queue, wanted, exclude, prescan)
+            .await?;
         let ClaimRows {
             rules,
             candidates,
@@ -190,19 +203,25 @@ impl JobStore {
 
     /// The claim's scans ([`scan`]): light when the queue had
     /// no provider at its last claim on this store, else (or when the
-    /// light one finds a provider after all) with the full rules.
+    /// light one finds a provider after all) with the full rules. A
+    /// light scan the caller sent already (`prescan`) is not sent again.
     async fn scan_rules_and_jobs(
         &self,
         tx: &mut Tx,
         queue: &str,
         wanted: u32,
         exclude: &[u64],
+        prescan: Prescan,
     ) -> Result<Scan, CoordinatorError> {
-        let light = !self.provider_queues.has(queue);
-        if light {
-            if let Some(scanned) = scan(self, tx, queue, wanted, false, true, exclude).await? {
-                return Ok(scanned);
+        match prescan {
+            Prescan::Light(Some(scanned)) => return Ok(*scanned),
+            Prescan::Light(None) => {}
+            Prescan::No if !self.provider_queues.has(queue) => {
+                if let Some(scanned) = scan(self, tx, queue, wanted, false, true, exclude).await? {
+                    return Ok(scanned);
+                }
             }
+            Prescan::No => {}
         }
         let scanned = scan(self, tx, queue, wanted, false, false, exclude)
             .await?

@@ -154,7 +154,9 @@ impl JobStore {
         policies: &QueuePolicies,
     ) -> Result<Vec<WriteResult>, CoordinatorError> {
         let mut tx = self.begin_batch().await?;
-        let open = self.open_round(&mut tx, writes, round, policies).await?;
+        let open = self
+            .open_round(&mut tx, writes, round, policies, None)
+            .await?;
         batch::write_images(&mut tx, &open.changes()).await?;
         if open.locked.is_empty() {
             // Not one of the jobs exists.
@@ -186,16 +188,19 @@ impl JobStore {
     /// (by primary key, in id order), decides each call on its own locked
     /// row (the fence) and finds replays; the new images
     /// ([`OpenRound::changes`]), the events ([`OpenRound::events`]) and
-    /// the COMMIT are the caller's.
+    /// the COMMIT are the caller's. `locked`: the round's rows when the
+    /// caller locked them already, in this transaction (a handoff sends
+    /// the lock with its claim's reads), and when it began to.
     pub(crate) async fn open_round<'w>(
         &self,
         tx: &mut Tx,
         writes: &'w [ScopedWrite],
         round: &[usize],
         policies: &QueuePolicies,
+        locked: Option<Prelocked>,
     ) -> Result<OpenRound<'w>, CoordinatorError> {
         let ids: Vec<u64> = round.iter().map(|&i| writes[i].write.job_id()).collect();
-        let Some((locked, now)) = lock_round(tx, &ids).await? else {
+        let Some((locked, now)) = lock_round(tx, &ids, locked).await? else {
             return Ok(OpenRound {
                 locked: HashMap::new(),
                 now: None,
@@ -290,16 +295,26 @@ impl OpenRound<'_> {
     }
 }
 
-/// Locks the rows of a round and reads the DB clock: `None` when not one
-/// of the jobs exists. A round whose locks took long re-reads the clock (a
-/// lease must start when it is given, not when the round began to wait).
+/// A round's rows, locked by the caller in the round's transaction, and
+/// when it began to lock them.
+pub(crate) type Prelocked = (HashMap<u64, LockedJob>, Instant);
+
+/// Locks the rows of a round (unless `prelocked`) and reads the DB clock:
+/// `None` when not one of the jobs exists. A round whose locks took long
+/// re-reads the clock (a lease must start when it is given, not when the
+/// round began to wait).
 async fn lock_round(
     tx: &mut Tx,
     ids: &[u64],
+    prelocked: Option<Prelocked>,
 ) -> Result<Option<(HashMap<u64, LockedJob>, DbTime)>, CoordinatorError> {
-    let started = Instant::now();
-    // A fenced write never hands its job out: no observations to read.
-    let locked = batch::lock_jobs(tx, ids).await?;
+    let (locked, started) = match prelocked {
+        Some(p) => p,
+        None => {
+            let started = Instant::now();
+            (batch::lock_jobs(tx, ids).await?, started)
+        }
+    };
     let now = match locked.values().next() {
         Some(_) if started.elapsed() > STALE_NOW => batch::db_now(tx).await?,
         Some(l) => l.now,

@@ -14,14 +14,15 @@
 //! call claimed stays leased to the caller until the lease ends, then is
 //! taken over with reconcile.
 
+use super::scan::lock_and_scan_light;
 use super::write::{decided_changes, decided_events};
-use super::{hand_out, ClaimPhase, ClaimRows};
+use super::{hand_out, ClaimPhase, ClaimRows, Prescan};
 use crate::batch::Change;
 use crate::events::NewEvent;
 use crate::pause::PausePoint;
 use crate::reads;
 use crate::tx::Tx;
-use crate::writeback::WriteResult;
+use crate::writeback::{Prelocked, WriteResult};
 use crate::JobStore;
 use crate::{batch, events};
 use jobfence_domain::budget::BudgetReport;
@@ -30,7 +31,7 @@ use jobfence_domain::{
     ScopedWrite,
 };
 use std::collections::{HashMap, HashSet};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// One call's answer in a write-and-claim transaction that committed.
 #[derive(Debug)]
@@ -147,8 +148,9 @@ impl JobStore {
         round: &[usize],
     ) -> Result<RoundDone, CoordinatorError> {
         let mut tx = self.begin_batch().await?;
+        let (prelocked, prescan) = self.lock_and_prescan(&mut tx, calls, round).await?;
         let open = self
-            .open_round(&mut tx, calls.writes, round, calls.policies)
+            .open_round(&mut tx, calls.writes, round, calls.policies, prelocked)
             .await?;
         // The written jobs' images go with the hand-outs', in one UPDATE;
         // until then the expired-lease scan must not see them as running.
@@ -166,7 +168,7 @@ impl JobStore {
             .collect();
         let mut rows = ClaimRows::default();
         let phase = self
-            .claim_half_phase(&mut tx, &mut rows, calls, &slots, &written)
+            .claim_half_phase(&mut tx, &mut rows, calls, &slots, (&written, prescan))
             .await?;
         let mut new_events = open.events();
         let mut changes = open.changes();
@@ -215,16 +217,43 @@ impl JobStore {
 }
 
 impl JobStore {
+    /// A round of one call whose claim is light (its queue had no
+    /// provider at its last claim on this store; a lone worker's usual
+    /// call): the written job's lock and the claim's reads in one round
+    /// trip (see [`lock_and_scan_light`]), before the write is decided.
+    /// Other rounds lock, decide, then scan, as apart. If the write turns
+    /// out a replay, which hands out nothing, the rows the scan locked are
+    /// released with the transaction.
+    async fn lock_and_prescan(
+        &self,
+        tx: &mut Tx,
+        calls: &Calls<'_>,
+        round: &[usize],
+    ) -> Result<(Option<Prelocked>, Prescan), CoordinatorError> {
+        let &[only] = round else {
+            return Ok((None, Prescan::No));
+        };
+        if self.provider_queues.has(calls.queue) {
+            return Ok((None, Prescan::No));
+        }
+        let started = Instant::now();
+        let job_id = calls.writes[only].write.job_id();
+        let (locked, scan) =
+            lock_and_scan_light(self, tx, job_id, calls.queue, calls.slots[only].max_jobs).await?;
+        Ok((Some((locked, started)), Prescan::Light(scan.map(Box::new))))
+    }
+
     /// The claim half's decisions (see [`JobStore::claim_phase`]), when
     /// any caller of the round wants a job; `written`: the round's own
-    /// jobs, left out of the expired-lease scan.
+    /// jobs, left out of the expired-lease scan; `prescan`: the claim's
+    /// light scan, when [`JobStore::lock_and_prescan`] sent it.
     async fn claim_half_phase<'a>(
         &self,
         tx: &mut Tx,
         rows: &'a mut ClaimRows,
         calls: &Calls<'a>,
         slots: &'a [ClaimSlot],
-        written: &[u64],
+        (written, prescan): (&[u64], Prescan),
     ) -> Result<Option<ClaimPhase<'a>>, CoordinatorError> {
         if slots.is_empty() {
             return Ok(None);
@@ -237,7 +266,7 @@ impl JobStore {
                 calls.policy,
                 slots,
                 calls.want_next_due,
-                written,
+                (written, prescan),
             )
             .await?;
         Ok(Some(phase))

@@ -12,6 +12,7 @@ use crate::{convert_sqlx_err, JobStore};
 use jobfence_domain::CoordinatorError;
 use sqlx::mysql::MySqlRow;
 use sqlx::MySqlConnection;
+use std::collections::HashMap;
 use std::sync::LazyLock;
 
 static SCAN_EXPIRED: LazyLock<String> = LazyLock::new(|| {
@@ -69,30 +70,7 @@ pub(super) async fn scan(
     light: bool,
     exclude: &[u64],
 ) -> Result<Option<Scan>, CoordinatorError> {
-    let q = literal::queue(queue)?;
-    let exclude = match exclude {
-        [] => String::new(),
-        ids => format!(
-            "AND id NOT IN ({})",
-            ids.iter()
-                .map(u64::to_string)
-                .collect::<Vec<_>>()
-                .join(", ")
-        ),
-    };
-    let fill = |sql: &str| {
-        sql.replace("{queue}", &q)
-            .replace("{limit}", &limit.to_string())
-            .replace(
-                "{only}",
-                if reconcile_only {
-                    "AND next_action = 'reconcile'"
-                } else {
-                    ""
-                },
-            )
-            .replace("{exclude}", &exclude)
-    };
+    let fill = |sql: &str| fill(sql, queue, limit, reconcile_only, exclude);
     debug_assert!(
         !(light && reconcile_only),
         "the light scan has no reconcile-only form"
@@ -103,12 +81,14 @@ pub(super) async fn scan(
         // not change what it finds, so a newer ready job never goes out
         // before an expired lease (the claim acts on the rules it read,
         // as one that began a moment earlier would).
-        return scan_light(store, conn, queue, limit, fill(&SCAN_EXPIRED)).await;
+        let text = light_text(queue, limit, None)?;
+        let sets = light_reads(conn, &text).await?;
+        return finish_light(store, conn, sets, fill(&SCAN_EXPIRED)?).await;
     }
     let mut statements = budget::rules_statements(queue)?;
     let rules_results = statements.len();
-    statements.push(fill(&SCAN_EXPIRED));
-    statements.push(fill(&SCAN_READY));
+    statements.push(fill(&SCAN_EXPIRED)?);
+    statements.push(fill(&SCAN_READY)?);
     let mut sets = batch::result_sets(conn, &statements.join(";\n")).await?;
     if sets.len() != rules_results + 2 {
         return Err(CoordinatorError::Internal(format!(
@@ -125,10 +105,43 @@ pub(super) async fn scan(
     }))
 }
 
+/// One of the claim scans' SQL with the queue and the limit written in as
+/// literals, `{only}` and `{exclude}` filled (see [`scan`]).
+fn fill(
+    sql: &str,
+    queue: &str,
+    limit: u32,
+    reconcile_only: bool,
+    exclude: &[u64],
+) -> Result<String, CoordinatorError> {
+    let exclude = match exclude {
+        [] => String::new(),
+        ids => format!(
+            "AND id NOT IN ({})",
+            ids.iter()
+                .map(u64::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    };
+    let only = match reconcile_only {
+        true => "AND next_action = 'reconcile'",
+        false => "",
+    };
+    Ok(sql
+        .replace("{queue}", &literal::queue(queue)?)
+        .replace("{limit}", &limit.to_string())
+        .replace("{only}", only)
+        .replace("{exclude}", &exclude))
+}
+
 /// The name of the session's prepared queue-row statement.
 const QUEUE_ROW_STMT: &str = "jf_claim_queue_row";
 /// The name of the session's prepared ready scan (any queue, any limit).
 const SCAN_READY_STMT: &str = "jf_claim_scan_ready";
+/// The name of the session's prepared lock of one job (a handoff's write,
+/// see [`lock_and_scan_light`]).
+const LOCK_JOB_STMT: &str = "jf_handoff_lock_job";
 
 /// PREPARE of the light claim's two reads, the queue's own row and the
 /// ready scan, with the queue and the limit as parameters: run by a
@@ -144,9 +157,12 @@ fn prepare_text() -> &'static str {
             .replace("{queue}", "?")
             .replace("{limit}", "?")
             .replace("{only}", "");
+        let lock =
+            with_job_columns(include_str!("../queries/batch/lock_jobs.sql")).replace("{ids}", "?");
         [
             (QUEUE_ROW_STMT, budget::queue_row_template()),
             (SCAN_READY_STMT, ready),
+            (LOCK_JOB_STMT, literal::bare(&lock)),
         ]
         .iter()
         .map(|(name, sql)| format!("PREPARE {name} FROM '{}'", sql.replace('\'', "''")))
@@ -176,35 +192,60 @@ async fn light_reads(
     }
 }
 
-/// [`scan`] of a queue believed to have no provider: its own row, which
-/// also says whether any of its leases ran out, and the ready scan in one
-/// round trip (prepared statements, see [`light_reads`]); the
-/// expired-lease scan in a second one only when a lease ran out.
-async fn scan_light(
-    store: &JobStore,
-    conn: &mut MySqlConnection,
-    queue: &str,
-    limit: u32,
-    scan_expired: String,
-) -> Result<Option<Scan>, CoordinatorError> {
+/// The light claim's one round trip: `SET` of the parameters, the lock
+/// of job `lock` first when a handoff writes it (the same lock as
+/// `batch::lock_jobs`), the queue's own row and the ready scan.
+fn light_text(queue: &str, limit: u32, lock: Option<u64>) -> Result<String, CoordinatorError> {
     // The queue in the column's own character set and collation, so the
     // server compares it as it would a literal and reads the index.
-    let text = format!(
-        "SET @jf_queue = _ascii {} COLLATE ascii_bin, @jf_limit = {limit};\n\
-         EXECUTE {QUEUE_ROW_STMT} USING @jf_queue, @jf_queue;\n\
-         EXECUTE {SCAN_READY_STMT} USING @jf_queue, @jf_limit",
-        literal::queue(queue)?
-    );
-    let mut sets = light_reads(conn, &text).await?;
+    let queue = literal::queue(queue)?;
+    Ok(match lock {
+        None => format!(
+            "SET @jf_queue = _ascii {queue} COLLATE ascii_bin, @jf_limit = {limit};\n\
+             EXECUTE {QUEUE_ROW_STMT} USING @jf_queue, @jf_queue;\n\
+             EXECUTE {SCAN_READY_STMT} USING @jf_queue, @jf_limit"
+        ),
+        Some(id) => format!(
+            "SET @jf_job = {id}, @jf_queue = _ascii {queue} COLLATE ascii_bin, \
+             @jf_limit = {limit};\n\
+             EXECUTE {LOCK_JOB_STMT} USING @jf_job;\n\
+             EXECUTE {QUEUE_ROW_STMT} USING @jf_queue, @jf_queue;\n\
+             EXECUTE {SCAN_READY_STMT} USING @jf_queue, @jf_limit"
+        ),
+    })
+}
+
+/// The result sets of [`light_text`], checked: the `SET`'s (empty), then
+/// `expected` more.
+fn light_sets(
+    mut sets: Vec<Vec<MySqlRow>>,
+    expected: usize,
+) -> Result<Vec<Vec<MySqlRow>>, CoordinatorError> {
     // The SET answers with no rows: an empty first set.
-    if sets.len() != 3 || !sets[0].is_empty() {
+    if sets.len() != expected + 1 || !sets[0].is_empty() {
         return Err(CoordinatorError::Internal(format!(
-            "a light claim's reads gave {} result sets (3 expected, the first empty)",
-            sets.len()
+            "a light claim's reads gave {} result sets ({} expected, the first empty)",
+            sets.len(),
+            expected + 1
         )));
     }
+    sets.remove(0);
+    Ok(sets)
+}
+
+/// [`scan`] of a queue believed to have no provider, from its queue row
+/// and ready scan (`sets`, after the `SET`'s, see [`light_text`]): the
+/// row also says whether any of its leases ran out, and the expired-lease
+/// scan (`scan_expired`) is sent, in a round trip of its own, only then.
+async fn finish_light(
+    store: &JobStore,
+    conn: &mut MySqlConnection,
+    sets: Vec<Vec<MySqlRow>>,
+    scan_expired: String,
+) -> Result<Option<Scan>, CoordinatorError> {
+    let mut sets = light_sets(sets, 2)?;
     let ready = locked_jobs(&sets.pop().unwrap_or_default())?;
-    let Some((rules, any_expired)) = Rules::from_queue_row(&sets[1])? else {
+    let Some((rules, any_expired)) = Rules::from_queue_row(&sets[0])? else {
         return Ok(None);
     };
     // A paused queue hands out nothing: no expired lease to lock either.
@@ -221,6 +262,39 @@ async fn scan_light(
         expired,
         ready,
     }))
+}
+
+/// A handoff's first round trip when its claim is light and it writes one
+/// job (a lone worker's Complete or Fail that asks for its next job): the
+/// lock of the written job `job_id`, then the light claim's reads, in one
+/// round trip instead of two. The job is locked first, as when the two
+/// are sent apart, so the lock order is the same. Its lock (absent when
+/// the job does not exist), and the light scan of `queue` (`None`: the
+/// queue's row names a provider, scan again with the full rules), the
+/// written job left out of the expired-lease scan.
+pub(super) async fn lock_and_scan_light(
+    store: &JobStore,
+    conn: &mut MySqlConnection,
+    job_id: u64,
+    queue: &str,
+    limit: u32,
+) -> Result<(HashMap<u64, LockedJob>, Option<Scan>), CoordinatorError> {
+    let text = light_text(queue, limit, Some(job_id))?;
+    let mut sets = light_reads(conn, &text).await?;
+    if sets.len() != 4 {
+        return Err(CoordinatorError::Internal(format!(
+            "a handoff's lock and light reads gave {} result sets (4 expected)",
+            sets.len()
+        )));
+    }
+    let locked = sets
+        .remove(1)
+        .iter()
+        .map(|row| batch::locked_job(row).map(|l| (l.job.id, l)))
+        .collect::<Result<HashMap<_, _>, _>>()?;
+    let scan_expired = fill(&SCAN_EXPIRED, queue, limit, false, &[job_id])?;
+    let scan = finish_light(store, conn, sets, scan_expired).await?;
+    Ok((locked, scan))
 }
 
 fn locked_jobs(rows: &[MySqlRow]) -> Result<Vec<LockedJob>, CoordinatorError> {
