@@ -404,7 +404,8 @@ async fn the_next_job_half_spends_the_budget_across_two_coordinators() {
 /// The combined transaction waiting on the job's row lock (held here by
 /// another transaction on the default MariaDB, lock waits of 1 s) times
 /// out, is run again and counted, and applies both halves once the row is
-/// free.
+/// free. A lone call of a queue without a provider: the lock that waits
+/// is the one sent with the claim's reads, in their round trip.
 #[tokio::test]
 async fn a_handoff_behind_a_row_lock_is_run_again_counted_and_applied() {
     let h = Harness::start_with_lock_wait(1).await;
