@@ -482,6 +482,27 @@ async fn a_queue_given_a_provider_is_held_to_its_budget_at_the_next_claim() {
     h.finish().await;
 }
 
+/// The same through a Complete that claims the next job: its light reads,
+/// sent with its job's lock, find the provider named since, and the claim
+/// half scans again with the full rules and spends the budget (the next
+/// handoff gets nothing: the burst of 1 is gone).
+#[tokio::test]
+async fn a_handoff_of_a_queue_given_a_provider_since_spends_its_budget() {
+    let h = Harness::start().await;
+    enqueue_n(&h, 6).await;
+    let a = h.claim_one(Q, "worker-a").await;
+    put_budget(&h, 0.01, 1).await;
+    let r = complete_with_next(&h, &a, "worker-a", "applied, one job handed out").await;
+    let (jobs, refused) = handed(&r);
+    assert_eq!((jobs.len(), refused.as_str()), (1, ""));
+    let r = complete_with_next(&h, &jobs[0], "worker-a", "applied, nothing handed out").await;
+    let (more, refused) = handed(&r);
+    assert_eq!(refused, "");
+    assert!(more.is_empty(), "the budget is spent: {more:?}");
+    assert_eq!(h.row(jobs[0].job_id).await.state, JobState::Succeeded);
+    h.finish().await;
+}
+
 /// A Complete of a job whose lease ran out (nobody took it over yet) is
 /// applied, and its own claim half never takes that very job over: it
 /// hands out the next one.

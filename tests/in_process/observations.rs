@@ -10,7 +10,7 @@ use jobfence_testkit as kit;
 
 use jobfence_api::v1::{
     CompleteRequest, FailDisposition, FailRequest, NextJobsRequest, ObservationOutcome,
-    ObservationSource, RecordObservationRequest,
+    ObservationSource, RecordObservationRequest, TakeoverRequest,
 };
 use jobfence_domain::JobState;
 use kit::{secs, Harness};
@@ -207,5 +207,68 @@ async fn a_ready_jobs_observations_go_out_with_its_claim_and_with_a_complete_tha
         ["evt_3"],
         "a claimed job goes out with its observation"
     );
+    h.finish().await;
+}
+
+/// A named Takeover hands the job out with the observations recorded
+/// while it ran: its lock reads the job's flag.
+#[tokio::test]
+async fn a_named_takeover_hands_the_job_out_with_its_observations() {
+    let h = Harness::start().await;
+    h.enqueue(Q, "refund-1", "{}").await;
+    let job = h.claim_one(Q, "worker-a").await;
+    let obs = observation(job.job_id, job.attempt, ObservationSource::Worker, "sent");
+    h.client.clone().record_observation(obs).await.unwrap();
+    h.force_lease_expired(job.job_id).await;
+    let taken = h
+        .client
+        .clone()
+        .takeover(TakeoverRequest {
+            job_id: job.job_id,
+            worker_id: "worker-b".into(),
+            lease: secs(30),
+        })
+        .await
+        .expect("an expired lease is taken over")
+        .into_inner()
+        .claimed
+        .expect("the job handed out");
+    let seen: Vec<&str> = taken
+        .observations
+        .iter()
+        .map(|o| o.dedup_key.as_str())
+        .collect();
+    assert_eq!(
+        seen,
+        ["sent"],
+        "the takeover sees what the first attempt recorded"
+    );
+    h.finish().await;
+}
+
+/// A job whose flag is not set although it has an observation (one
+/// recorded by a coordinator older than the flag, during a rolling
+/// upgrade) gets it from a repeat of that observation, and its next claim
+/// sees the observation.
+#[tokio::test]
+async fn a_repeated_observation_sets_a_missing_flag() {
+    let h = Harness::start().await;
+    let job = h.enqueue(Q, "refund-1", "{}").await;
+    let obs = observation(job.job_id, 0, ObservationSource::Webhook, "evt_1");
+    h.client
+        .clone()
+        .record_observation(obs.clone())
+        .await
+        .unwrap();
+    sqlx::query("UPDATE jobs SET has_observations = 0 WHERE id = ?")
+        .bind(job.job_id)
+        .execute(&h.pool)
+        .await
+        .unwrap();
+    let again = h.client.clone().record_observation(obs).await.unwrap();
+    assert!(again.into_inner().duplicate);
+    assert_eq!(has_observations(&h, job.job_id).await, 1);
+    let claimed = h.claim(Q, "worker-a", 1).await;
+    assert_eq!(claimed[0].observations.len(), 1);
     h.finish().await;
 }

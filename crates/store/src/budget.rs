@@ -50,8 +50,8 @@ pub(crate) fn rules_statements(queue: &str) -> Result<Vec<String>, CoordinatorEr
 /// for a claim of a queue with no provider (see
 /// `queries/budget/queue_row.sql`): one primary-key read instead of the
 /// three statements of [`rules_statements`]. Its two parameters are the
-/// queue's name, twice; prepared once per session (see
-/// `claim::session_statements`).
+/// queue's name, twice; prepared at a session's first light claim (see
+/// `claim/scan.rs`, `light_reads`).
 pub(crate) fn queue_row_template() -> String {
     literal::bare(include_str!("queries/budget/queue_row.sql")).replace("{queue}", "?")
 }

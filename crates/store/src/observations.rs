@@ -1,6 +1,7 @@
 //! RecordObservation: evidence about a job (a provider response, a
 //! webhook), accepted from any attempt including stale ones (docs/design.md
-//! rule 7). It never changes the job; the current holder or the reconciler
+//! rule 7). It never changes the job (only its `has_observations` flag,
+//! which tells claims to read them); the current holder or the reconciler
 //! reads it and decides.
 
 use super::errors::{error_number, is_unique_violation};
@@ -63,8 +64,10 @@ impl JobStore {
             Err(e) => return Err(convert_sqlx_err(e)),
         };
         // A job's first observation sets its flag (claims read the
-        // observations of the jobs they hand out only when it is set).
-        if !duplicate && rows::get::<i64>(&row, "has_observations")? == 0 {
+        // observations of the jobs they hand out only when it is set). A
+        // repeat sets it too when it is not set: an observation recorded
+        // by a coordinator older than the flag left it unset.
+        if rows::get::<i64>(&row, "has_observations")? == 0 {
             sqlx::query(include_str!("queries/observations/flag_job.sql"))
                 .bind(req.job_id)
                 .execute(&mut *tx)

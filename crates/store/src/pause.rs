@@ -29,7 +29,9 @@ pub enum PausePoint {
     /// expired, nothing is updated yet.
     TakeoverAfterLock,
     /// A fenced write (RenewLease, Complete, Fail) holds the row lock,
-    /// nothing is updated yet.
+    /// nothing is updated yet (a lone Complete or Fail that asks for its
+    /// next job of a queue without a provider also holds the rows its
+    /// claim's scans locked: they go in one round trip).
     WriteAfterLock,
     /// A fenced write's updates are done, COMMIT is next (inside the
     /// transaction).

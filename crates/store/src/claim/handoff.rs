@@ -27,8 +27,8 @@ use crate::JobStore;
 use crate::{batch, events};
 use jobfence_domain::budget::BudgetReport;
 use jobfence_domain::{
-    ClaimSlot, ClaimedJob, CoordinatorError, Job, Observation, QueuePolicies, QueuePolicy,
-    ScopedWrite,
+    ClaimSlot, ClaimedJob, CoordinatorError, FencedWrite, Job, Observation, QueuePolicies,
+    QueuePolicy, ScopedWrite,
 };
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
@@ -233,7 +233,14 @@ impl JobStore {
         let &[only] = round else {
             return Ok((None, Prescan::No));
         };
-        if self.provider_queues.has(calls.queue) {
+        // A Fail that reports a Retry-After holds its provider's row before
+        // the claim scans (it may wait for it): the hand-outs' leases must
+        // start after that wait, so it scans after, as apart.
+        let throttles = matches!(
+            &calls.writes[only].write,
+            FencedWrite::Fail(f) if f.provider_retry_after.is_some()
+        );
+        if throttles || self.provider_queues.has(calls.queue) {
             return Ok((None, Prescan::No));
         }
         let started = Instant::now();

@@ -144,13 +144,13 @@ const SCAN_READY_STMT: &str = "jf_claim_scan_ready";
 const LOCK_JOB_STMT: &str = "jf_handoff_lock_job";
 
 /// PREPARE of the light claim's two reads, the queue's own row and the
-/// ready scan, with the queue and the limit as parameters: run by a
-/// session of the batch pool at its first light claim (see
-/// [`light_reads`]). A lone worker's claim sends them with EXECUTE
-/// instead of their text, which the server parsed on every claim (about
-/// half of the database CPU a lone worker's job cost beyond the direct
-/// SQL's). Still one round trip: `SET` of the parameters and both
-/// EXECUTEs, as text.
+/// ready scan, with the queue and the limit as parameters, and of the
+/// one-job lock a lone handoff sends before them: run by a session of the
+/// batch pool at its first light claim (see [`light_reads`]). A lone
+/// worker's claim sends them with EXECUTE instead of their text, which
+/// the server parsed on every claim (about half of the database CPU a
+/// lone worker's job cost beyond the direct SQL's). Still one round trip:
+/// `SET` of the parameters and the EXECUTEs, as text.
 fn prepare_text() -> &'static str {
     static TEXT: LazyLock<String> = LazyLock::new(|| {
         let ready = SCAN_READY
@@ -172,7 +172,7 @@ fn prepare_text() -> &'static str {
     &TEXT
 }
 
-/// Runs the light claim's reads (`text`: the `SET` and both EXECUTEs).
+/// Runs the light claim's reads (`text`: the `SET` and the EXECUTEs).
 /// A session that has not prepared them yet (its first light claim; the
 /// server answers "unknown prepared statement") prepares them and runs
 /// them again, in the same transaction: neither the failed EXECUTE nor a

@@ -1,5 +1,7 @@
 -- Locks the jobs of a batch by primary key: the lock every fenced write and
--- named takeover decides under. The id list is a list of placeholders (padded to
+-- named takeover decides under. Also PREPAREd with {ids} as one `?`, the
+-- lock a lone handoff sends with its claim's reads (store/claim/scan.rs):
+-- no other placeholder may be added here. The id list is a list of placeholders (padded to
 -- a few sizes by repeating an id, so the server prepares few statements);
 -- the primary-key range visits the ids in ascending order, so two batches
 -- always take their locks in the same order and never deadlock each other.
