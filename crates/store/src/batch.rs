@@ -10,6 +10,7 @@
 //! MariaDB 10.6 alike).
 
 use super::convert_sqlx_err;
+use super::literal;
 use super::reads::{elapsed, LockedJob};
 use super::rows::{self, JOB_COLUMNS};
 use jobfence_domain::policy::DispatchFacts;
@@ -61,7 +62,9 @@ pub(crate) fn expand(
 
 /// A DB timestamp as `JSON_TABLE` reads a `DATETIME(6)`.
 pub(crate) fn db_time<S: serde::Serializer>(t: &DbTime, s: S) -> Result<S::Ok, S::Error> {
-    s.collect_str(&t.format("%Y-%m-%d %H:%M:%S%.6f"))
+    let mut text = String::with_capacity(26);
+    literal::push_time(&mut text, t);
+    s.serialize_str(&text)
 }
 
 /// Lower-case hex, for binary values (`UNHEX` in SQL).

@@ -43,8 +43,30 @@ impl Literal for [u8] {
 
 impl Literal for DbTime {
     fn write_sql(&self, out: &mut String) {
-        let _ = write!(out, "'{}'", self.format("%Y-%m-%d %H:%M:%S%.6f"));
+        out.push('\'');
+        push_time(out, self);
+        out.push('\'');
     }
+}
+
+/// `t` as a `DATETIME(6)` reads it, `YYYY-MM-DD HH:MM:SS.ffffff`, written
+/// field by field: `format` with a pattern parses the pattern again at
+/// every call, which showed in the coordinator's profile (about 1 % of
+/// its CPU at 64 workers: every event's and image's timestamps go
+/// through here).
+pub(crate) fn push_time(out: &mut String, t: &DbTime) {
+    use chrono::{Datelike, Timelike};
+    let _ = write!(
+        out,
+        "{:04}-{:02}-{:02} {:02}:{:02}:{:02}.{:06}",
+        t.year(),
+        t.month(),
+        t.day(),
+        t.hour(),
+        t.minute(),
+        t.second(),
+        t.nanosecond() / 1_000 % 1_000_000
+    );
 }
 
 impl<T: Literal + ?Sized> Literal for Option<&T> {
@@ -151,6 +173,12 @@ mod tests {
         let t =
             DbTime::parse_from_str("2026-11-30 20:31:21.000042", "%Y-%m-%d %H:%M:%S%.f").unwrap();
         assert_eq!(sql(&t), "'2026-11-30 20:31:21.000042'");
+        // Field by field, as the pattern wrote it: padded, six digits.
+        for text in ["0999-01-02 03:04:05.000000", "2026-12-31 23:59:59.999999"] {
+            let t = DbTime::parse_from_str(text, "%Y-%m-%d %H:%M:%S%.f").unwrap();
+            assert_eq!(sql(&t), format!("'{}'", t.format("%Y-%m-%d %H:%M:%S%.6f")));
+            assert_eq!(sql(&t), format!("'{text}'"));
+        }
     }
 
     #[test]
