@@ -272,3 +272,47 @@ async fn a_repeated_observation_sets_a_missing_flag() {
     assert_eq!(claimed[0].observations.len(), 1);
     h.finish().await;
 }
+
+/// Two first observations of one job at once: the second waits for the
+/// first's lock on the job's row (an exclusive one: in share mode both
+/// would hold it, and each would then wait for the other to write the
+/// flag, a deadlock run again), then records its own. Both are kept, the
+/// flag is set once, and nothing was run again.
+#[tokio::test]
+async fn two_first_observations_of_one_job_wait_in_turn_without_a_deadlock() {
+    let h = Harness::start().await;
+    let job_id = h.enqueue(Q, "refund-1", "{}").await.job_id;
+    let mut gate = h
+        .pauses
+        .arm(jobfence_store::PausePoint::ObservationAfterLock);
+    let mut a = h.another_client().await;
+    let first = tokio::spawn(async move {
+        a.record_observation(observation(job_id, 0, ObservationSource::Webhook, "evt_a"))
+            .await
+    });
+    gate.reached().await;
+    let mut b = h.another_client().await;
+    let second = tokio::spawn(async move {
+        b.record_observation(observation(job_id, 0, ObservationSource::Webhook, "evt_b"))
+            .await
+    });
+    kit::until_lock_wait(&h.pool, &h.db.name).await;
+    gate.release();
+    for (call, key) in [(first, "evt_a"), (second, "evt_b")] {
+        let kept = call.await.unwrap().expect("recorded").into_inner();
+        assert!(!kept.duplicate, "{key}");
+    }
+    assert_eq!(
+        h.coordinator.store().conflicts().0,
+        0,
+        "neither was run again"
+    );
+    assert_eq!(has_observations(&h, job_id).await, 1);
+    let kept: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM job_observations WHERE job_id = ?")
+        .bind(job_id)
+        .fetch_one(&h.pool)
+        .await
+        .unwrap();
+    assert_eq!(kept, 2);
+    h.finish().await;
+}
