@@ -316,3 +316,59 @@ async fn two_first_observations_of_one_job_wait_in_turn_without_a_deadlock() {
     assert_eq!(kept, 2);
     h.finish().await;
 }
+
+/// Migration `20261210000001` sets the flag of the jobs observed before
+/// it, and only theirs: a database migrated up to the one before it gets
+/// a job with an observation and one without, then the rest.
+#[tokio::test]
+async fn the_flags_migration_flags_the_jobs_observed_before_it() {
+    let db = kit::TestDb::empty().await;
+    let pool = db.pool();
+    let dir = std::env::temp_dir().join(format!("jf_migrations_{}", db.name));
+    std::fs::create_dir_all(&dir).unwrap();
+    // This suite is built from crates/testkit; the migrations are at the top.
+    let source = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../migrations");
+    for entry in std::fs::read_dir(&source).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        if name.as_str() < "20261210000001" {
+            std::fs::copy(&path, dir.join(&name)).unwrap();
+        }
+    }
+    let before = sqlx::migrate::Migrator::new(dir.as_path()).await.unwrap();
+    before
+        .run(&pool)
+        .await
+        .expect("the migrations before the flag's");
+    std::fs::remove_dir_all(&dir).unwrap();
+    for key in ["observed", "quiet"] {
+        sqlx::query(
+            "INSERT INTO jobs (queue, operation_key, request_digest, payload, state, run_at, \
+             created_at, updated_at) VALUES (?, ?, UNHEX(SHA2(?, 256)), '{}', 'ready', \
+             UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), UTC_TIMESTAMP(6))",
+        )
+        .bind(Q)
+        .bind(key)
+        .bind(key)
+        .execute(&pool)
+        .await
+        .unwrap();
+    }
+    sqlx::query(
+        "INSERT INTO job_observations (job_id, attempt, source, outcome, body, dedup_key, \
+         recorded_at) SELECT id, 0, 'webhook', 'succeeded', '{}', 'evt_1', UTC_TIMESTAMP(6) \
+         FROM jobs WHERE operation_key = 'observed'",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    jobfence_store::MIGRATOR.run(&pool).await.expect("the rest");
+    let flags: Vec<(String, i64)> = sqlx::query_as(
+        "SELECT CAST(operation_key AS CHAR), has_observations FROM jobs ORDER BY operation_key",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert_eq!(flags, [("observed".into(), 1), ("quiet".into(), 0)]);
+    pool.close().await;
+}
