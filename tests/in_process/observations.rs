@@ -9,7 +9,7 @@
 use jobfence_testkit as kit;
 
 use jobfence_api::v1::{
-    CompleteRequest, FailDisposition, FailRequest, NextJobsRequest, ObservationOutcome,
+    ClaimedJob, CompleteRequest, FailDisposition, FailRequest, NextJobsRequest, ObservationOutcome,
     ObservationSource, RecordObservationRequest, TakeoverRequest,
 };
 use jobfence_domain::JobState;
@@ -61,6 +61,23 @@ fn observation(
     }
 }
 
+/// The de-duplication keys of the observations a job went out with.
+fn dedup_keys(job: &ClaimedJob) -> Vec<&str> {
+    job.observations
+        .iter()
+        .map(|o| o.dedup_key.as_str())
+        .collect()
+}
+
+/// How many observations of the job are stored.
+async fn kept_observations(h: &Harness, job_id: u64) -> i64 {
+    sqlx::query_scalar("SELECT COUNT(*) FROM job_observations WHERE job_id = ?")
+        .bind(job_id)
+        .fetch_one(&h.pool)
+        .await
+        .unwrap()
+}
+
 async fn has_observations(h: &Harness, job_id: u64) -> i64 {
     sqlx::query_scalar("SELECT has_observations FROM jobs WHERE id = ?")
         .bind(job_id)
@@ -90,12 +107,7 @@ async fn observe_changes_nothing(h: &Harness, obs: RecordObservationRequest, sta
         1,
         "the first observation sets the job's flag"
     );
-    let kept: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM job_observations WHERE job_id = ?")
-        .bind(job_id)
-        .fetch_one(&h.pool)
-        .await
-        .unwrap();
-    assert_eq!(kept, 1);
+    assert_eq!(kept_observations(h, job_id).await, 1);
     assert_eq!(h.count_events(job_id, "observation_recorded").await, 1);
 }
 
@@ -184,11 +196,7 @@ async fn a_ready_jobs_observations_go_out_with_its_claim_and_with_a_complete_tha
     let handed = answer.next.expect("a next-jobs answer").jobs;
     assert_eq!(handed.len(), 1);
     assert_eq!(handed[0].job.as_ref().unwrap().job_id, second.job_id);
-    let seen: Vec<&str> = handed[0]
-        .observations
-        .iter()
-        .map(|o| o.dedup_key.as_str())
-        .collect();
+    let seen = dedup_keys(&handed[0]);
     assert_eq!(
         seen,
         ["evt_2"],
@@ -197,11 +205,7 @@ async fn a_ready_jobs_observations_go_out_with_its_claim_and_with_a_complete_tha
     let claimed = h.claim(Q, "worker-b", 1).await;
     assert_eq!(claimed.len(), 1);
     assert_eq!(claimed[0].job.as_ref().unwrap().job_id, third.job_id);
-    let seen: Vec<&str> = claimed[0]
-        .observations
-        .iter()
-        .map(|o| o.dedup_key.as_str())
-        .collect();
+    let seen = dedup_keys(&claimed[0]);
     assert_eq!(
         seen,
         ["evt_3"],
@@ -233,11 +237,7 @@ async fn a_named_takeover_hands_the_job_out_with_its_observations() {
         .into_inner()
         .claimed
         .expect("the job handed out");
-    let seen: Vec<&str> = taken
-        .observations
-        .iter()
-        .map(|o| o.dedup_key.as_str())
-        .collect();
+    let seen = dedup_keys(&taken);
     assert_eq!(
         seen,
         ["sent"],
@@ -308,12 +308,7 @@ async fn two_first_observations_of_one_job_wait_in_turn_without_a_deadlock() {
         "neither was run again"
     );
     assert_eq!(has_observations(&h, job_id).await, 1);
-    let kept: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM job_observations WHERE job_id = ?")
-        .bind(job_id)
-        .fetch_one(&h.pool)
-        .await
-        .unwrap();
-    assert_eq!(kept, 2);
+    assert_eq!(kept_observations(&h, job_id).await, 2);
     h.finish().await;
 }
 
