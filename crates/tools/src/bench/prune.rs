@@ -129,7 +129,7 @@ pub async fn run(pool: &MySqlPool, addr: &str, load: Load) -> Result<PruneFigure
 
     let mut without = Side::default();
     for _ in 0..rounds {
-        without.add(round(pool, addr, workers, jobs).await?);
+        without.add(round(pool, addr, workers, jobs, Loop::ClaimThenComplete).await?);
     }
     eprintln!(
         "bench: {:<44} {:>8.0} jobs/s, claim p99 {} ms",
@@ -154,7 +154,7 @@ pub async fn run(pool: &MySqlPool, addr: &str, load: Load) -> Result<PruneFigure
     // after it (said in the report, with how long pruning took).
     let mut during = Side::default();
     while !pruner.is_finished() || during.rounds == 0 {
-        during.add(round(pool, addr, workers, jobs).await?);
+        during.add(round(pool, addr, workers, jobs, Loop::ClaimThenComplete).await?);
     }
     let (run, pruning) = pruner.await?;
     let counts = match run? {
@@ -191,18 +191,33 @@ pub async fn run(pool: &MySqlPool, addr: &str, load: Load) -> Result<PruneFigure
     })
 }
 
+/// The workers' loop in a lifecycle round.
+#[derive(Clone, Copy)]
+pub(super) enum Loop {
+    /// Claim(1), then Complete: the loop the pruning phase has always
+    /// measured.
+    ClaimThenComplete,
+    /// Every client's run loop: each Complete asks for the worker's next
+    /// job (docs/design.md rule 16).
+    NextJob,
+}
+
 /// One lifecycle round on a fresh benchmark queue, checked.
 pub(super) async fn round(
     pool: &MySqlPool,
     addr: &str,
     workers: usize,
     jobs: u64,
+    loop_: Loop,
 ) -> Result<super::PhaseRun> {
     for table in ["job_events", "jobs"] {
         clear(pool, table).await?;
     }
     fill(pool, jobs).await?;
-    let run = grpc::lifecycle(addr, QUEUE, workers, 1, jobs).await?;
+    let run = match loop_ {
+        Loop::ClaimThenComplete => grpc::lifecycle(addr, QUEUE, workers, 1, jobs).await?,
+        Loop::NextJob => grpc::lifecycle_next(addr, QUEUE, workers, jobs).await?,
+    };
     verify(pool, jobs).await?;
     Ok(run)
 }

@@ -2,14 +2,15 @@
 //! `--settle-lines` finished jobs of a provider's queue, and a report of
 //! as many refunds (one per job, CSV), imported with `jobfence settlement
 //! import` through the coordinator while N gRPC workers run the lifecycle
-//! on another queue; against the same lifecycle rounds with nothing
+//! on another queue (every client's loop: each Complete asks for the next
+//! job); against the same lifecycle rounds with nothing
 //! imported. Reported: lines imported per second, claim throughput and
 //! p50/p99 of both sides, and the coordinator's peak memory during the
 //! import (its VmHWM, reset just before).
 
 use super::db::load_finished;
 use super::procstat;
-use super::prune::{round as round_on_queue, Side};
+use super::prune::{round as round_on_queue, Loop, Side};
 use anyhow::{ensure, Context, Result};
 use jobfence_api::v1 as proto;
 use jobfence_api::v1::job_admin_client::JobAdminClient;
@@ -80,7 +81,7 @@ pub async fn run(pool: &MySqlPool, addr: &str, load: Load) -> Result<SettleFigur
     write_report(&report, load.lines)?;
     let mut without = Side::default();
     for _ in 0..load.rounds.max(1) {
-        without.add(round_on_queue(pool, addr, load.workers, load.jobs).await?);
+        without.add(round_on_queue(pool, addr, load.workers, load.jobs, Loop::NextJob).await?);
     }
     eprintln!(
         "bench: {:<44} {:>8.0} jobs/s",
@@ -98,7 +99,7 @@ pub async fn run(pool: &MySqlPool, addr: &str, load: Load) -> Result<SettleFigur
     ));
     let mut during = Side::default();
     while !importing.is_finished() || during.rounds == 0 {
-        during.add(round_on_queue(pool, addr, load.workers, load.jobs).await?);
+        during.add(round_on_queue(pool, addr, load.workers, load.jobs, Loop::NextJob).await?);
     }
     let summary = importing.await??;
     let import = started.elapsed();
@@ -199,7 +200,7 @@ async fn import(
             "--from",
             "2000-01-01",
             "--to",
-            "2100-01-01",
+            &chrono::Utc::now().to_rfc3339(),
             "--endpoint",
             &addr,
             "--max-rate",
@@ -248,7 +249,8 @@ impl SettleFigures {
              settled refunds (CSV, the fake provider's columns), imported with `jobfence \
              settlement import` ({}; streamed in batches of 2000 lines, each batch one short \
              transaction for the lines and the reads and locks of their keys) while {} gRPC \
-             workers run Claim(1) then Complete on another queue; against the same rounds with \
+             workers run every client's loop (each Complete asks for the next job) on another \
+             queue; against the same rounds with \
              nothing imported. The import took {:.1} s: **{:.0} lines/s** (target 20,000), \
              every line matched. The coordinator's peak memory during the import: {} (before \
              it: {}).\n",
