@@ -31,6 +31,7 @@ mod seed_scenarios;
 mod settlement;
 mod settlement_cli;
 mod settlement_exceptions;
+mod settlement_input;
 mod settlement_races;
 mod state_machine_model;
 mod state_machine_races;

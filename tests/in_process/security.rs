@@ -447,13 +447,17 @@ async fn a_settlement_import_is_for_operators_only() {
     let messages = || {
         let header = proto::ImportSettlementHeader {
             provider: "psp".into(),
-            period_start: Some(prost_types::Timestamp::default()),
+            period_start: Some(prost_types::Timestamp {
+                seconds: 946_684_800, // 2000-01-01
+                nanos: 0,
+            }),
             period_end: Some(prost_types::Timestamp {
-                seconds: 4_000_000_000,
+                seconds: 1_700_000_000, // 2023-11-14
                 nanos: 0,
             }),
             operator: "x".into(),
             check_only: false,
+            allow_empty: false,
         };
         let line = proto::SettlementReportLine {
             line: 2,

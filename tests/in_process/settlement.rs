@@ -14,7 +14,7 @@ use jobfence_domain::settlement::{ExceptionKind, ExceptionState};
 use jobfence_domain::JobState;
 use kit::Harness;
 
-pub(crate) use kit::settlement::{day, line, P, Q};
+pub(crate) use kit::settlement::{day, line, until_now, P, Q};
 
 /// A provider `psp` for queue `refunds`, read with the fake provider's
 /// preset, amounts at `/amount` and `/currency`, and a lag of 0 (a job
@@ -68,7 +68,7 @@ pub(crate) async fn failed(h: &Harness, key: &str, disposition: FailDisposition)
 }
 
 /// Imports `lines` as the report of a period covering every job a test
-/// makes (2000–2100), by `alice`.
+/// has made (from 2000 to now), by `alice`.
 pub(crate) async fn import(h: &Harness, lines: &[RawLine]) -> ImportSummary {
     kit::settlement::import(&h.coordinator, P, lines).await
 }
@@ -337,24 +337,25 @@ async fn bad_input_is_refused_with_its_line_or_field_and_writes_nothing() {
         period: (day(start), day(end)),
         operator: "alice".into(),
         check_only: false,
+        allow_empty: false,
     };
     let unknown = h
         .coordinator
-        .start_import(header("nobody", "2000-01-01", "2100-01-01"))
+        .start_import(header("nobody", "2000-01-01", "2020-01-01"))
         .await
         .err()
         .expect("an unknown provider is refused");
     assert_eq!(field_of(unknown), "provider");
     let reversed = h
         .coordinator
-        .start_import(header(P, "2100-01-01", "2000-01-01"))
+        .start_import(header(P, "2020-01-01", "2000-01-01"))
         .await
         .err()
         .expect("a reversed period is refused");
     assert_eq!(field_of(reversed), "period_end");
     let mut wrong_file = h
         .coordinator
-        .start_import(header(P, "2000-01-01", "2100-01-01"))
+        .start_import(header(P, "2000-01-01", "2020-01-01"))
         .await
         .unwrap();
     let mut no_amount = line(2, "re_z", "refund-z", 5, "succeeded");

@@ -368,3 +368,61 @@ async fn report_from(s: &Secure, endpoint: &str) -> (anyhow::Result<()>, String)
     let done = jobfence_operator::run(op, &mut out).await;
     (done, String::from_utf8(out).unwrap())
 }
+
+/// A report with no line covers nothing unless `--allow-empty` says the
+/// provider refunded nothing in the period: an empty file has no header
+/// row at all, a header row without a column the provider's settings read
+/// is refused by that column, and a header row alone is an empty report.
+#[tokio::test]
+async fn an_empty_report_or_a_header_row_short_of_a_column_covers_nothing() {
+    let s = Secure::start(false).await;
+    configure(&s).await;
+    let dir = scratch("empty");
+    let args = [
+        "import",
+        "--provider",
+        P,
+        "--period",
+        "2025-12-01",
+        "--json",
+    ];
+    let import = |file: String, more: &'static [&'static str]| {
+        let argv: Vec<String> = args
+            .iter()
+            .chain(more)
+            .map(|a| a.to_string())
+            .chain([file])
+            .collect();
+        let s = &s;
+        async move {
+            let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+            settlement(s, &argv).await
+        }
+    };
+    let nothing = path(&dir, "nothing.csv", b"");
+    let refused = import(nothing.clone(), &["--allow-empty"])
+        .await
+        .unwrap_err();
+    assert!(refused.contains("no header row"), "{refused}");
+    let short = path(
+        &dir,
+        "short.csv",
+        b"id,merchant_reference,currency,status,created\n",
+    );
+    let refused = import(short, &["--allow-empty"]).await.unwrap_err();
+    assert!(refused.contains("columns.amount"), "{refused}");
+    assert!(refused.contains("\"amount\""), "{refused}");
+    let header_only = path(
+        &dir,
+        "header-only.csv",
+        b"id,merchant_reference,amount,currency,status,created\n",
+    );
+    let refused = import(header_only.clone(), &[]).await.unwrap_err();
+    assert!(refused.contains("--allow-empty"), "{refused}");
+    assert_eq!(counts(&s).await, (0, 0), "nothing refused covers a period");
+    let done = import(header_only, &["--allow-empty"]).await.unwrap();
+    let summary: serde_json::Value = serde_json::from_str(&done).unwrap();
+    assert_eq!(summary["lines_read"], 0, "{summary}");
+    assert_eq!(counts(&s).await, (1, 0), "the empty report covers its day");
+    s.stop().await;
+}

@@ -4,7 +4,7 @@
 //! comes second; two imports of one report at once; an import cut off
 //! midway and run again; a lock wait on the lines, run again and counted.
 
-use crate::settlement::{day, failed, import, line, provider, succeeded, unresolved, P, Q};
+use crate::settlement::{failed, import, line, provider, succeeded, unresolved, until_now, P, Q};
 use jobfence_testkit as kit;
 
 use jobfence_api::v1::{CompleteRequest, FailDisposition, Resolution, ResolveManualReviewRequest};
@@ -18,9 +18,10 @@ use tonic::Code;
 fn header() -> ImportHeader {
     ImportHeader {
         provider: P.into(),
-        period: (day("2000-01-01"), day("2100-01-01")),
+        period: until_now(),
         operator: "alice".into(),
         check_only: false,
+        allow_empty: false,
     }
 }
 

@@ -82,8 +82,14 @@ pub fn day(s: &str) -> jobfence_domain::DbTime {
     jobfence_domain::DbTime::parse_from_str(&format!("{s} 00:00:00"), "%Y-%m-%d %H:%M:%S").unwrap()
 }
 
+/// A period covering every job a test has made so far: from 2000 to now (a
+/// report covers a period that has ended).
+pub fn until_now() -> (jobfence_domain::DbTime, jobfence_domain::DbTime) {
+    (day("2000-01-01"), chrono::Utc::now().naive_utc())
+}
+
 /// Imports `lines` as `provider`'s report of a period covering every job a
-/// test makes (2000–2100), by `alice`, through the coordinator.
+/// test has made ([`until_now`]), by `alice`, through the coordinator.
 pub async fn import(
     coordinator: &jobfence_core::Coordinator,
     provider: &str,
@@ -92,9 +98,10 @@ pub async fn import(
     let mut import = coordinator
         .start_import(jobfence_core::settlement::ImportHeader {
             provider: provider.into(),
-            period: (day("2000-01-01"), day("2100-01-01")),
+            period: until_now(),
             operator: "alice".into(),
             check_only: false,
+            allow_empty: true,
         })
         .await
         .unwrap();

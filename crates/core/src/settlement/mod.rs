@@ -42,6 +42,16 @@ pub struct ImportHeader {
     pub operator: String,
     /// Read and check every line, write nothing (`--strict`'s first pass).
     pub check_only: bool,
+    /// A report with no line is taken (the provider refunded nothing in
+    /// the period); otherwise it is refused and covers nothing.
+    pub allow_empty: bool,
+}
+
+/// The earliest start of a period a report may cover.
+fn earliest_period() -> DbTime {
+    chrono::NaiveDate::from_ymd_opt(2000, 1, 1)
+        .and_then(|d| d.and_hms_opt(0, 0, 0))
+        .expect("a valid date")
 }
 
 /// What an import did, for its summary.
@@ -67,18 +77,38 @@ pub struct Import {
     summary: ImportSummary,
     /// Some line of the import was read whole.
     accepted_any: bool,
+    /// The report's header row was checked against the mapping
+    /// ([`Import::columns`]): a line missing a column is its own fault.
+    columns_checked: bool,
 }
 
 impl Coordinator {
     /// Starts an import of `header.provider`'s report. Errors:
     /// `InvalidArgument` for an unknown provider or one without settlement
-    /// settings (field `provider`), an empty or reversed period
-    /// (`period_end`), no operator name.
+    /// settings (field `provider`), an empty or reversed period, or one
+    /// not yet ended by the coordinator's clock (`period_end`: a period
+    /// covered is where succeeded jobs with no refund are looked for, and
+    /// its later jobs would all look missing), one starting before 2000
+    /// (`period_start`), no operator name.
     pub async fn start_import(&self, header: ImportHeader) -> Result<Import, CoordinatorError> {
         let mut v = Violations::default();
         v.key("operator", &header.operator);
         if header.period.1 <= header.period.0 {
             v.add("period_end", "must be after period_start");
+        }
+        let now = chrono::Utc::now().naive_utc();
+        if header.period.1 > now {
+            v.add(
+                "period_end",
+                format!(
+                    "{} has not come yet (now {}): a report covers a period that has ended",
+                    header.period.1.format("%Y-%m-%d %H:%M:%S UTC"),
+                    now.format("%Y-%m-%d %H:%M:%S UTC")
+                ),
+            );
+        }
+        if header.period.0 < earliest_period() {
+            v.add("period_start", "must be 2000-01-01 or later");
         }
         if header.provider.is_empty() {
             v.add("provider", "must name a provider");
@@ -92,6 +122,7 @@ impl Coordinator {
             header,
             summary: ImportSummary::default(),
             accepted_any: false,
+            columns_checked: false,
         })
     }
 
@@ -121,6 +152,36 @@ impl Import {
         &self.settings
     }
 
+    /// The columns the report's header row names (CSV), before any line:
+    /// `InvalidArgument` on `columns.<field>` for a column the provider's
+    /// settings name that is not among them (nothing written, no period
+    /// recorded). After it, a line missing a column is refused alone.
+    pub fn columns(&mut self, names: &[String]) -> Result<(), CoordinatorError> {
+        if self.summary.lines_read > 0 || self.columns_checked {
+            return Err(CoordinatorError::invalid(
+                "columns",
+                "a report's columns come once, before its first line",
+            ));
+        }
+        let mut v = Violations::default();
+        for (field, column) in self.settings.mapping.required_columns() {
+            if !names.iter().any(|n| n == column) {
+                v.add(
+                    &format!("columns.{field}"),
+                    format!(
+                        "the report's header row has no column {column:?} (it names {}); \
+                         the provider's settings name it (`jobfence settlement configure` \
+                         changes them)",
+                        names.join(", ")
+                    ),
+                );
+            }
+        }
+        v.finish()?;
+        self.columns_checked = true;
+        Ok(())
+    }
+
     /// One batch of the report's lines, as the caller read them. Refused
     /// lines are counted and listed; the others are written and their keys
     /// decided (unless the import only checks).
@@ -143,7 +204,7 @@ impl Import {
         }
         // A mapping naming a column the report does not have refuses the
         // whole import (nothing written), not each of its lines.
-        if good.is_empty() && !self.accepted_any {
+        if good.is_empty() && !self.accepted_any && !self.columns_checked {
             missing = refused_here.first().filter(|first| {
                 first.column_missing
                     && refused_here
@@ -222,6 +283,15 @@ impl Import {
             LineCounts::default(),
             self.summary.lines_refused,
         );
+        if self.summary.lines_read == 0 && !self.header.allow_empty {
+            return Err(CoordinatorError::invalid(
+                "lines",
+                "the report has no line, so it covers nothing (a failed download leaves an \
+                 empty file, and a covered period with no refund makes every succeeded job \
+                 of it missing at the provider); if the provider refunded nothing in the \
+                 period, import it with allow_empty (--allow-empty)",
+            ));
+        }
         if self.header.check_only {
             return Ok(self.summary);
         }

@@ -134,6 +134,19 @@ impl Mapping {
         }
     }
 
+    /// The columns every line must have (all but the operation key's, which
+    /// a refund made by hand lacks), named as the fields of a stored
+    /// mapping: a report's header row must name each of them.
+    pub fn required_columns(&self) -> [(&'static str, &str); 5] {
+        [
+            ("provider_reference", &self.provider_reference),
+            ("amount", &self.amount),
+            ("currency", &self.currency),
+            ("status", &self.status),
+            ("created", &self.created),
+        ]
+    }
+
     /// The mapping's columns, named as the fields of a stored mapping.
     pub fn columns(&self) -> [(&'static str, &str); 6] {
         [

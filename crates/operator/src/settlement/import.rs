@@ -54,6 +54,12 @@ pub struct ImportArgs {
     /// Check every line first and import nothing if one is refused.
     #[arg(long)]
     pub strict: bool,
+    /// Take a report with no line (the provider refunded nothing in the
+    /// period). Without it such a report is refused and covers nothing: a
+    /// failed download leaves an empty file, and a covered period with no
+    /// refund would make every succeeded job of it missing at the provider.
+    #[arg(long)]
+    pub allow_empty: bool,
     /// Your name, recorded with the covered period (a coordinator that
     /// authenticates records your credential's name).
     #[arg(long, env = "JOBFENCE_OPERATOR", default_value = "")]
@@ -89,6 +95,7 @@ fn timestamp(t: NaiveDateTime) -> prost_types::Timestamp {
 /// The flags of the import's fields, for refusals.
 const IMPORT_FLAGS: &crate::refusal::FlagNames = &[
     ("provider", "--provider"),
+    ("period_start", "--from"),
     ("period_end", "--to"),
     ("operator", "--operator"),
 ];
@@ -120,7 +127,12 @@ pub(crate) async fn run(
         period_end: Some(timestamp(to)),
         operator: args.operator.clone(),
         check_only: false,
+        allow_empty: args.allow_empty,
     };
+    if args.file.as_os_str() != "-" {
+        std::fs::File::open(&args.file)
+            .with_context(|| format!("cannot open the report {}", args.file.display()))?;
+    }
     if args.strict && args.file.as_os_str() == "-" {
         anyhow::bail!(
             "--strict reads the report twice (checked whole, then imported), and standard \
@@ -192,11 +204,25 @@ async fn stream(
         }
         local = &mut reader => {
             let local = local.context("the file reader stopped")?;
-            // On a read error, return: the call is cancelled, not ended.
-            let local = local.map_err(|e| {
-                eprintln!();
-                e.context("the report could not be read to its end: the import was cancelled (the lines sent so far are kept, no period is recorded); import the whole file again once it reads")
-            })?;
+            // On a read error, the coordinator is told before the stream
+            // closes: a stream that merely ends is a report that ended
+            // (the request body outlives this call's future, so dropping
+            // the call does not cancel it in time).
+            let local = match local {
+                Ok(local) => local,
+                Err(e) => {
+                    let abort = proto::ImportSettlementRequest {
+                        part: Some(Part::Abort(proto::SettlementImportAbort {
+                            reason: format!("{e:#}"),
+                        })),
+                    };
+                    let _ = keep_open.send(abort).await;
+                    drop(keep_open);
+                    let _ = call.await;
+                    eprintln!();
+                    return Err(e.context("the report could not be read to its end: the import was cancelled (the lines sent so far are kept, no period is recorded); import the whole file again once it reads"));
+                }
+            };
             drop(keep_open);
             (call.await, local)
         }
@@ -245,6 +271,13 @@ fn read_and_send(
                 }
             }
             Read1::Refused(r) => refused.push(r),
+            Read1::Columns(names) => {
+                return tx
+                    .blocking_send(proto::ImportSettlementRequest {
+                        part: Some(Part::Columns(proto::SettlementReportColumns { names })),
+                    })
+                    .is_ok();
+            }
         }
         if batch.len() >= BATCH || bytes >= BATCH_BYTES {
             bytes = 0;

@@ -62,8 +62,10 @@ fn open(path: &Path) -> anyhow::Result<Box<dyn BufRead + Send>> {
     })
 }
 
-/// One line as read: sent, or refused here.
+/// One line as read: sent, or refused here; or, first, the columns a CSV
+/// report's header row names.
 pub enum Read1 {
+    Columns(Vec<String>),
     Line(SettlementReportLine),
     Refused(RefusedLine),
 }
@@ -124,6 +126,15 @@ fn read_csv(
             ends: ends.clone(),
         });
     let headers = reader.headers()?.clone();
+    if headers.iter().all(str::is_empty) {
+        anyhow::bail!(
+            "the report has no header row (the file is empty): a CSV report starts with the \
+             row naming its columns"
+        );
+    }
+    if !each(Read1::Columns(headers.iter().map(str::to_owned).collect())) {
+        return Ok(());
+    }
     let mut line = 1u64;
     let mut line_at = |byte: u64| {
         let mut ends = ends.borrow_mut();
@@ -266,17 +277,47 @@ mod tests {
             .unwrap()
             .write_all(bytes)
             .unwrap();
-        let mut out = Vec::new();
-        read(&path, format, |l| {
-            out.push(match l {
-                Read1::Line(l) => Ok((l.line, l.fields)),
-                Read1::Refused(r) => Err((r.line, r.reason)),
-            });
-            true
-        })
-        .unwrap();
+        let (out, _) = read_all(&path, format).unwrap();
         std::fs::remove_file(&path).unwrap();
         out
+    }
+
+    /// The lines of the file at `path`, and the columns read first.
+    fn read_all(path: &Path, format: Format) -> anyhow::Result<(Vec<Got>, Vec<Vec<String>>)> {
+        let (mut out, mut columns) = (Vec::new(), Vec::new());
+        read(path, format, |l| {
+            match l {
+                Read1::Line(l) => out.push(Ok((l.line, l.fields))),
+                Read1::Refused(r) => out.push(Err((r.line, r.reason))),
+                Read1::Columns(c) => {
+                    assert!(out.is_empty(), "the columns come before every line");
+                    columns.push(c)
+                }
+            }
+            true
+        })?;
+        Ok((out, columns))
+    }
+
+    #[test]
+    fn a_csv_reports_header_row_goes_first_and_an_empty_file_has_none() {
+        let dir = std::env::temp_dir().join(format!("jobfence-read-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join(format!("header-{}", fastrand_name()));
+        std::fs::write(&path, b"id,amount\r\n").unwrap();
+        let (lines, columns) = read_all(&path, Format::Csv).unwrap();
+        assert!(lines.is_empty());
+        assert_eq!(columns, vec![vec!["id".to_string(), "amount".to_string()]]);
+        std::fs::write(&path, b"").unwrap();
+        let empty = read_all(&path, Format::Csv).unwrap_err().to_string();
+        assert!(empty.contains("no header row"), "{empty}");
+        std::fs::write(&path, b"").unwrap();
+        let (lines, columns) = read_all(&path, Format::Jsonl).unwrap();
+        assert!(
+            lines.is_empty() && columns.is_empty(),
+            "JSON lines have no header row"
+        );
+        std::fs::remove_file(&path).unwrap();
     }
 
     fn fastrand_name() -> String {

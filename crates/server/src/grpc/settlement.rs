@@ -224,16 +224,27 @@ pub(super) async fn import(
                 period: (start, end),
                 operator,
                 check_only: header.check_only,
+                allow_empty: header.allow_empty,
             })
             .await?;
         let mut batches = read_ahead(stream);
-        while let Some(raw) = batches.recv().await {
-            import.lines(&raw?).await?;
+        while let Some(part) = batches.recv().await {
+            match part? {
+                Batch::Columns(names) => import.columns(&names)?,
+                Batch::Lines(raw) => import.lines(&raw).await?,
+            }
         }
         import.finish().await
     }
     .await;
     rpc.answer(summary.map(summary_to_proto))
+}
+
+/// A message of an import after its header.
+enum Batch {
+    /// The report's header row (CSV).
+    Columns(Vec<String>),
+    Lines(Vec<RawLine>),
 }
 
 /// The batches of an import's stream after its header, read and decoded
@@ -243,7 +254,7 @@ pub(super) async fn import(
 /// header).
 fn read_ahead(
     mut stream: Streaming<proto::ImportSettlementRequest>,
-) -> tokio::sync::mpsc::Receiver<Result<Vec<RawLine>, CoordinatorError>> {
+) -> tokio::sync::mpsc::Receiver<Result<Batch, CoordinatorError>> {
     let (tx, rx) = tokio::sync::mpsc::channel(1);
     tokio::spawn(async move {
         loop {
@@ -251,17 +262,32 @@ fn read_ahead(
                 Ok(None) => return,
                 Ok(Some(proto::ImportSettlementRequest {
                     part: Some(Part::Lines(batch)),
-                })) => Ok(batch
-                    .lines
-                    .into_iter()
-                    .map(|l| RawLine {
-                        line: l.line,
-                        fields: l.fields.into_iter().collect(),
-                    })
-                    .collect()),
+                })) => Ok(Batch::Lines(
+                    batch
+                        .lines
+                        .into_iter()
+                        .map(|l| RawLine {
+                            line: l.line,
+                            fields: l.fields.into_iter().collect(),
+                        })
+                        .collect(),
+                )),
+                Ok(Some(proto::ImportSettlementRequest {
+                    part: Some(Part::Columns(columns)),
+                })) => Ok(Batch::Columns(columns.names)),
+                Ok(Some(proto::ImportSettlementRequest {
+                    part: Some(Part::Abort(abort)),
+                })) => Err(CoordinatorError::invalid(
+                    "lines",
+                    format!(
+                        "the importer could not read its report to the end ({}): no period is \
+                         recorded, the lines sent are kept; import the whole report again",
+                        abort.reason
+                    ),
+                )),
                 Ok(Some(_)) => Err(CoordinatorError::invalid(
                     "lines",
-                    "after the header, every message is a batch of lines",
+                    "after the header, every message is the report's columns or a batch of lines",
                 )),
                 Err(s) => Err(CoordinatorError::invalid(
                     "lines",
