@@ -256,6 +256,48 @@ async fn a_queue_scoped_worker_cannot_take_another_queues_next_job() {
     s.stop().await;
 }
 
+/// A worker scoped to `payouts` completing a job of `refunds` (which it
+/// does not hold) and asking for its next job from `payouts`: the write's
+/// scope refusal is the whole call's, as without a next-job request, and
+/// no payout is handed out.
+#[tokio::test]
+async fn a_write_on_a_job_outside_the_callers_scope_refuses_its_next_job_too() {
+    let s = Secure::start(false).await;
+    let refund = s.running("refund-1").await;
+    let mut payouts = s.worker(Some("payouts-worker")).await;
+    payouts
+        .enqueue(proto::EnqueueRequest {
+            queue: "payouts".into(),
+            operation_key: "payout-1".into(),
+            payload: "{}".into(),
+            delay: None,
+        })
+        .await
+        .unwrap();
+    let mut req = complete_next(&refund, "w");
+    req.next = next("payouts", "w");
+    let status = payouts.complete(req).await.unwrap_err();
+    assert_eq!(status.code(), Code::PermissionDenied, "{status:?}");
+    assert_eq!(reason(&status), "QUEUE_NOT_ALLOWED");
+    assert_eq!(kit::meta(&status, "queue"), "refunds");
+    let rows: Vec<(String, String, u64)> = sqlx::query_as(
+        "SELECT CAST(operation_key AS CHAR), CAST(state AS CHAR), attempt FROM jobs \
+         ORDER BY operation_key",
+    )
+    .fetch_all(&s.pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        rows,
+        [
+            ("payout-1".into(), "ready".into(), 0),
+            ("refund-1".into(), "running".into(), 1)
+        ],
+        "nothing written, no payout handed out"
+    );
+    s.stop().await;
+}
+
 async fn put_budget(h: &Harness, rate: f64, burst: u32) {
     h.put_budget("stripe", Q, rate, burst).await;
 }

@@ -122,6 +122,12 @@ impl Coordinator {
         };
         let handoff = answered.inspect_err(|e| self.metrics.commit_outcome(rpc, e))?;
         let written = self.written(rpc, job_id, scope, handoff.write).await;
+        // The job's queue is outside the caller's scope: the whole call is
+        // refused, as without a next-job request (the store handed out
+        // nothing for it).
+        if let Err(e @ CoordinatorError::QueueNotAllowed { .. }) = written {
+            return Err(e);
+        }
         let replayed = matches!(&written, Ok(out) if out.replayed);
         let mut jobs = handoff.jobs;
         for c in &jobs {

@@ -284,6 +284,12 @@ impl OpenRound<'_> {
         matches!(self.plans.get(k), Some(Plan::Replay { .. }))
     }
 
+    /// Whether call `k` of the round names a job of a queue outside its
+    /// caller's scope (refused `QueueNotAllowed`, nothing written).
+    pub(crate) fn is_forbidden(&self, k: usize) -> bool {
+        matches!(self.plans.get(k), Some(Plan::Forbidden(_)))
+    }
+
     /// Each call's answer once the transaction ended, in round order;
     /// `commit_error` is set when the COMMIT's outcome is unknown.
     pub(crate) fn answers(self, commit_error: Option<&CoordinatorError>) -> Vec<WriteResult> {

@@ -160,8 +160,11 @@ impl JobStore {
         if !open.throttles.is_empty() {
             batch::result_sets(&mut tx, &open.throttles.join(";\n")).await?;
         }
-        // A replay hands out nothing (see the module docs).
-        let claiming: Vec<usize> = (0..round.len()).filter(|&k| !open.is_replay(k)).collect();
+        // A replay hands out nothing (see the module docs), nor a write
+        // refused for its job's queue: that refusal is the whole call's.
+        let claiming: Vec<usize> = (0..round.len())
+            .filter(|&k| !open.is_replay(k) && !open.is_forbidden(k))
+            .collect();
         let slots: Vec<ClaimSlot> = claiming
             .iter()
             .map(|&k| calls.slots[round[k]].clone())
