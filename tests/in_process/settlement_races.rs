@@ -2,7 +2,8 @@
 //! automatic resolution of a manual review losing cleanly to a person and
 //! a worker who moved the job first, and winning against an operator who
 //! comes second; two imports of one report at once; an import cut off
-//! midway and run again; a lock wait on the lines, run again and counted.
+//! midway and run again; a lock wait on the lines, run again and counted;
+//! a refund observed on a live job that then fails, decided again.
 
 use crate::settlement::{failed, import, line, provider, succeeded, unresolved, until_now, P, Q};
 use jobfence_testkit as kit;
@@ -402,5 +403,76 @@ async fn an_import_cut_off_midway_and_run_again_ends_as_one_clean_import() {
     // lines, the exceptions and the observations must not.
     assert_eq!(settled_state(&h).await, want);
     clean.finish().await;
+    h.finish().await;
+}
+
+/// A settled refund kept as an observation of a running job, whose worker
+/// then fails the job anyway: the next import decides the line again and
+/// raises REFUND_NOT_RECORDED (money moved that jobfence says did not),
+/// once, though that import's undecide waits for a line another import
+/// holds locked (a pause point) until its lock wait times out, and is run
+/// again and counted.
+#[tokio::test]
+async fn a_refund_observed_on_a_live_job_that_then_fails_is_a_refund_not_recorded() {
+    let h = Harness::start_with_lock_wait(1).await;
+    provider(&h).await;
+    h.enqueue(Q, "refund-end", &crate::settlement::payload(500))
+        .await;
+    let held = h.claim_one(Q, "worker-a").await;
+    let settled = [line(2, "re_end", "refund-end", 500, "succeeded")];
+    assert_eq!(import(&h, &settled).await.decided.observed, 1);
+    h.client
+        .clone()
+        .fail(jobfence_api::v1::FailRequest {
+            job_id: held.job_id,
+            attempt: held.attempt,
+            disposition: FailDisposition::Failed as i32,
+            error: "declined".into(),
+            retry_delay: None,
+            provider_retry_after: None,
+            next: None,
+        })
+        .await
+        .unwrap();
+    assert!(
+        unresolved(&h).await.is_empty(),
+        "nothing raised before an import"
+    );
+
+    // One import holds the line locked; another, with a line of its own,
+    // waits for it in its undecide until its lock wait times out.
+    let mut gate = h.pauses.arm(PausePoint::SettlementLinesLocked);
+    let import_of = |lines: Vec<_>| {
+        let c = h.coordinator.clone();
+        tokio::spawn(async move {
+            let mut import = c.start_import(header()).await.unwrap();
+            import.lines(&lines).await.unwrap();
+            import.finish().await.unwrap()
+        })
+    };
+    let holding = import_of(settled.to_vec());
+    gate.reached().await;
+    let other = [line(2, "re_other", "refund-other", 500, "pending")];
+    let waiting = import_of(other.to_vec());
+    let store = h.coordinator.store().clone();
+    kit::until(
+        "the undecide's lock wait timed out and was run again",
+        || store.conflicts().0 >= 1,
+    )
+    .await;
+    gate.release();
+    let (holding, waiting) = (holding.await.unwrap(), waiting.await.unwrap());
+    assert_eq!(
+        holding.decided.exceptions_opened + waiting.decided.exceptions_opened,
+        1,
+        "{holding:?} {waiting:?}"
+    );
+    assert_eq!(
+        unresolved(&h).await,
+        [(ExceptionKind::RefundNotRecorded, "refund-end".to_owned())]
+    );
+    // Decided knowing the job ended: a later import leaves it alone.
+    let again = import(&h, &settled).await;
+    assert_eq!(again.decided.exceptions_opened, 0, "{again:?}");
     h.finish().await;
 }

@@ -273,7 +273,9 @@ impl Import {
     }
 
     /// Ends the import: records the period, decides what is left
-    /// undecided (an earlier import's cut-off batch), and raises
+    /// undecided (an earlier import's cut-off batch, and the settled
+    /// refunds of jobs that were live when an import kept them as
+    /// observations and have failed or been cancelled since), and raises
     /// MISSING_AT_PROVIDER for succeeded jobs of the covered periods with
     /// no refund, older than the provider's lag. The summary.
     pub async fn finish(mut self) -> Result<ImportSummary, CoordinatorError> {
@@ -298,6 +300,11 @@ impl Import {
         let (start, end) = self.header.period;
         self.store
             .record_settlement_period(&provider, start, end, &self.header.operator)
+            .await?;
+        // A settled refund kept as an observation of a job then still
+        // live, whose job has failed or been cancelled since: decided again.
+        self.store
+            .undecide_lines_of_ended_jobs(&self.settings)
             .await?;
         self.decide_undecided(500).await?;
         let mut cursor = MissingCursor::Start;

@@ -32,6 +32,33 @@ pub enum MissingCursor {
 }
 
 impl JobStore {
+    /// Undecides the provider's settled lines decided while their job was
+    /// still ready or running (then kept as an observation for its
+    /// reconcile) whose job has since failed or been cancelled, so that
+    /// the import deciding what is undecided raises REFUND_NOT_RECORDED
+    /// for them (docs/design.md rule 15). The number of lines. Run again
+    /// on a conflict (a lock wait on a line another import holds).
+    pub async fn undecide_lines_of_ended_jobs(
+        &self,
+        settings: &SettlementSettings,
+    ) -> Result<u64, CoordinatorError> {
+        if settings.queues.is_empty() {
+            return Ok(0);
+        }
+        let sql = include_str!("../queries/settlement/lines_of_ended_jobs.sql")
+            .replace("{provider}", &crate::literal::provider(&settings.provider)?)
+            .replace("{queues}", &queue_list(&settings.queues)?);
+        self.retry_conflicts(|| async {
+            use sqlx::Executor as _;
+            let done = (&self.pool())
+                .execute(sqlx::raw_sql(&sql))
+                .await
+                .map_err(convert_sqlx_err)?;
+            Ok(done.rows_affected())
+        })
+        .await
+    }
+
     /// Records that the provider's report covered `[start, end)`.
     pub async fn record_settlement_period(
         &self,
