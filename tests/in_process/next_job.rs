@@ -227,6 +227,51 @@ async fn a_bad_next_job_request_refuses_the_whole_call() {
     h.finish().await;
 }
 
+/// Every field violation of both halves comes in one refusal, the claim
+/// half's named by their path in the request (`next.max_jobs`), and
+/// nothing is written.
+#[tokio::test]
+async fn both_halves_bad_fields_are_refused_together_by_their_paths() {
+    use tonic_types::StatusExt as _;
+    let h = Harness::start().await;
+    h.enqueue(Q, "refund-1", "{}").await;
+    let a = h.claim_one(Q, "worker-a").await;
+    let fields = |status: tonic::Status| -> Vec<String> {
+        assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
+        let bad = status.get_details_bad_request().expect("BadRequest detail");
+        bad.field_violations.into_iter().map(|v| v.field).collect()
+    };
+    let mut req = complete_next(&a, "worker-a");
+    req.attempt = 0;
+    let n = req.next.as_mut().unwrap();
+    (n.max_jobs, n.worker_id, n.queue) = (0, String::new(), String::new());
+    let status = h.client.clone().complete(req).await.unwrap_err();
+    assert_eq!(
+        fields(status),
+        ["attempt", "next.queue", "next.worker_id", "next.max_jobs"]
+    );
+    let fail = FailRequest {
+        job_id: a.job_id,
+        attempt: a.attempt,
+        disposition: FailDisposition::Unspecified as i32,
+        error: String::new(),
+        retry_delay: None,
+        provider_retry_after: None,
+        next: next(Q, "worker-a").map(|mut n| {
+            n.wait = Some(prost_types::Duration {
+                seconds: -5,
+                nanos: 0,
+            });
+            n
+        }),
+    };
+    let status = h.client.clone().fail(fail).await.unwrap_err();
+    assert_eq!(fields(status), ["disposition", "next.wait"]);
+    assert_eq!(h.row(a.job_id).await.state, JobState::Running);
+    assert_eq!(h.count_events(a.job_id, "completed").await, 0);
+    h.finish().await;
+}
+
 /// A worker scoped to `refunds` asking for its next job from `payouts`
 /// is refused before anything runs: its own job stays running.
 #[tokio::test]

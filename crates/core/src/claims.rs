@@ -58,7 +58,7 @@ impl Coordinator {
         req: ClaimParams,
         scope: &QueueScope,
     ) -> Result<Vec<ClaimedJob>, CoordinatorError> {
-        let lease = self.check_claim(&req, scope)?;
+        let lease = self.check_claim(&req, scope, "")?;
         let waiters = &self.pipelines.waiters;
         let mut waiting = waiters.register(&req.queue, req.wait);
         self.metrics.set_claim_waiters(waiters.waiting());
@@ -78,17 +78,19 @@ impl Coordinator {
         &self,
         req: &ClaimParams,
         scope: &QueueScope,
+        prefix: &str,
     ) -> Result<Duration, CoordinatorError> {
         let mut v = Violations::default();
-        v.queue("queue", &req.queue);
-        v.key("worker_id", &req.worker_id);
+        let field = |name: &str| format!("{prefix}{name}");
+        v.queue(&field("queue"), &req.queue);
+        v.key(&field("worker_id"), &req.worker_id);
         if req.max_jobs == 0 || req.max_jobs > self.config.max_claim_batch {
             v.add(
-                "max_jobs",
+                &field("max_jobs"),
                 format!("must be between 1 and {}", self.config.max_claim_batch),
             );
         }
-        let lease = self.lease(&mut v, "lease", req.lease);
+        let lease = self.lease(&mut v, &field("lease"), req.lease);
         v.finish()?;
         scope.check(&req.queue, None)?;
         Ok(lease)

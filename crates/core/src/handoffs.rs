@@ -56,9 +56,12 @@ impl Coordinator {
         next: ClaimParams,
         scope: &QueueScope,
     ) -> Result<Handed<WriteOutcome>, CoordinatorError> {
-        check_complete(&req)?;
+        let lease = both(
+            check_complete(&req),
+            self.check_claim(&next, scope, "next."),
+        )?;
         let (write, jobs) = self
-            .write_and_claim(FencedWrite::Complete(req), next, scope)
+            .write_and_claim(FencedWrite::Complete(req), next, scope, lease)
             .await?;
         let write = write.map(|out| WriteOutcome {
             job: out.job,
@@ -74,9 +77,9 @@ impl Coordinator {
         next: ClaimParams,
         scope: &QueueScope,
     ) -> Result<Handed<FailOutcome>, CoordinatorError> {
-        check_fail(&req)?;
+        let lease = both(check_fail(&req), self.check_claim(&next, scope, "next."))?;
         let write = self.fail_write(&mut req);
-        let (write, jobs) = self.write_and_claim(write, next, scope).await?;
+        let (write, jobs) = self.write_and_claim(write, next, scope, lease).await?;
         let write = write.and_then(FencedOutcome::into_fail);
         if let Ok(out) = &write {
             if !out.replayed {
@@ -86,13 +89,15 @@ impl Coordinator {
         Ok(Handed { write, jobs })
     }
 
+    /// The write and the claim of a call whose two halves were checked
+    /// (`lease`: the claim half's, checked).
     async fn write_and_claim(
         &self,
         write: FencedWrite,
         next: ClaimParams,
         scope: &QueueScope,
+        lease: std::time::Duration,
     ) -> Result<(Result<FencedOutcome, CoordinatorError>, Vec<ClaimedJob>), CoordinatorError> {
-        let lease = self.check_claim(&next, scope)?;
         let (rpc, job_id) = (write.rpc(), write.job_id());
         let waiters = &self.pipelines.waiters;
         let mut waiting = waiters.register(&next.queue, next.wait);
@@ -178,6 +183,26 @@ impl Coordinator {
                 next_due: None,
             }),
         }
+    }
+}
+
+/// The checks of a call's write half and of its claim half (`next.…`)
+/// together: every field violation of both in one refusal; else the
+/// first other refusal (a queue outside the caller's scope).
+fn both(
+    write: Result<(), CoordinatorError>,
+    claim: Result<std::time::Duration, CoordinatorError>,
+) -> Result<std::time::Duration, CoordinatorError> {
+    match (write, claim) {
+        (Ok(()), claim) => claim,
+        (
+            Err(CoordinatorError::InvalidArgument(mut w)),
+            Err(CoordinatorError::InvalidArgument(c)),
+        ) => {
+            w.extend(c);
+            Err(CoordinatorError::InvalidArgument(w))
+        }
+        (Err(e), _) => Err(e),
     }
 }
 

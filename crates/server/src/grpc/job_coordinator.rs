@@ -308,6 +308,11 @@ impl JobCoordinator for JobCoordinatorService {
             let retry_delay = duration(&mut v, "retry_delay", r.retry_delay);
             let provider_retry_after =
                 duration(&mut v, "provider_retry_after", r.provider_retry_after);
+            // The claim half's fields are checked with the write's: every
+            // violation of both in one refusal.
+            let next = r
+                .next
+                .map(|next| handoff::next_params(&mut v, next, deadline));
             v.finish()?;
             let call = coordinator::FailParams {
                 job_id: r.job_id,
@@ -317,13 +322,10 @@ impl JobCoordinator for JobCoordinatorService {
                 retry_delay: retry_delay.unwrap_or_default(),
                 provider_retry_after,
             };
-            let Some(next) = r.next else {
+            let Some(next) = next else {
                 let out = self.coordinator.fail(call, &scope).await?;
                 return Ok(fail_response(out, None));
             };
-            let mut v = Violations::default();
-            let next = handoff::next_params(&mut v, next, deadline);
-            v.finish()?;
             let handed = self.coordinator.fail_and_claim(call, next, &scope).await?;
             span.record("claimed", handed.jobs.len());
             Ok(match handed.write {
