@@ -94,7 +94,7 @@ pub(crate) fn locked_job(row: &sqlx::mysql::MySqlRow) -> Result<LockedJob, Coord
         },
         lease_expired: rows::get::<Option<i64>>(row, "lease_expired")?.unwrap_or(0) != 0,
         has_observations: rows::get::<i64>(row, "has_observations")? != 0,
-        now: rows::get(row, "now")?,
+        now: rows::time(row, "now")?,
         job,
     })
 }

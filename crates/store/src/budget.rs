@@ -130,13 +130,13 @@ impl Rules {
             if name == queue {
                 assigned = provider.clone();
                 policy = stored_policy(row)?;
-                queue_paused = rows::get::<Option<DbTime>>(row, "paused_at")?.is_some();
+                queue_paused = rows::opt_time(row, "paused_at")?.is_some();
             }
             if provider.is_some() {
                 shares.push(QueueShare {
                     queue: name,
-                    last_granted_at: rows::get(row, "last_granted_at")?,
-                    last_short_at: rows::get(row, "last_short_at")?,
+                    last_granted_at: rows::opt_time(row, "last_granted_at")?,
+                    last_short_at: rows::opt_time(row, "last_short_at")?,
                 });
             }
         }
@@ -148,9 +148,9 @@ impl Rules {
                 pause: rows::text(row, "pause")?
                     .parse()
                     .map_err(|e| CoordinatorError::Internal(format!("providers.pause: {e}")))?,
-                tat: rows::get(row, "tat")?,
-                throttled_until: rows::get(row, "throttled_until")?,
-                now: rows::get(row, "now")?,
+                tat: rows::time(row, "tat")?,
+                throttled_until: rows::opt_time(row, "throttled_until")?,
+                now: rows::time(row, "now")?,
                 in_flight: None,
                 shares: Vec::new(),
             }),
@@ -200,7 +200,7 @@ impl Rules {
         let rules = Rules {
             policy: stored_policy(row)?,
             provider: None,
-            queue_paused: rows::get::<Option<DbTime>>(row, "paused_at")?.is_some(),
+            queue_paused: rows::opt_time(row, "paused_at")?.is_some(),
         };
         Ok(Some((rules, rows::get::<i64>(row, "any_expired")? != 0)))
     }
