@@ -26,6 +26,9 @@ fn main() -> ExitCode {
     };
     match runtime.block_on(cli::run(cli)) {
         Ok(code) => code,
+        // Its reader went away (`jobfence settlement exceptions | head`):
+        // what it read is what it wanted, as for any Unix filter.
+        Err(e) if broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
             // The error and its causes on one line; no backtrace for what
             // is an answer, not a crash.
@@ -33,6 +36,14 @@ fn main() -> ExitCode {
             ExitCode::from(jobfence_operator::exit_status(&e))
         }
     }
+}
+
+/// Whether `e` is a write to standard output whose reader closed it.
+fn broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
 }
 
 /// mimalloc: a coordinator allocates and frees small buffers for every
