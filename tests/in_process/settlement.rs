@@ -406,3 +406,44 @@ async fn a_double_refund_is_raised_when_one_refund_is_the_jobs_own() {
     );
     h.finish().await;
 }
+
+/// A failed job whose refund the provider's report shows settled is a
+/// refund not recorded, and it cannot be tried again as a new operation:
+/// the money moved, and a new operation key would refund twice.
+#[tokio::test]
+async fn a_failed_job_the_provider_refunded_cannot_be_tried_again() {
+    let h = Harness::start().await;
+    provider(&h).await;
+    let refunded = failed(&h, "refund-moved", FailDisposition::Failed).await;
+    let declined = failed(&h, "refund-declined", FailDisposition::Failed).await;
+    import(&h, &[line(2, "re_moved", "refund-moved", 500, "succeeded")]).await;
+    assert_eq!(
+        unresolved(&h).await,
+        [(ExceptionKind::RefundNotRecorded, "refund-moved".to_owned())]
+    );
+    let retry = |job_id: u64, key: &str| jobfence_domain::admin::RetryJob {
+        job_id,
+        new_operation_key: Some(key.to_owned()),
+        operator: "alice".into(),
+        reason: "the customer asked again".into(),
+    };
+    let Err(refused) = h
+        .coordinator
+        .retry_as_new_operation(retry(refunded, "refund-moved-2"))
+        .await
+    else {
+        panic!("a refunded job is not tried again");
+    };
+    match refused {
+        jobfence_domain::CoordinatorError::InvalidArgument(v) => {
+            assert_eq!(v[0].field, "job_id");
+            assert!(v[0].description.contains("re_moved"), "{v:?}");
+        }
+        other => panic!("refused with {other:?}"),
+    }
+    h.coordinator
+        .retry_as_new_operation(retry(declined, "refund-declined-2"))
+        .await
+        .expect("a job the provider did not refund is tried again");
+    h.finish().await;
+}

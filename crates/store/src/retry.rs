@@ -26,7 +26,9 @@ pub struct Reserved {
 impl JobStore {
     /// Reserves `new_key` as the one retry of job `req.job_id`, under its
     /// row lock. Refusals: `JobNotFound`; `InvalidArgument` on `job_id`
-    /// for a job that is not failed or cancelled (naming its state); on
+    /// for a job that is not failed or cancelled (naming its state), or
+    /// whose operation key has a settled refund in its queue's provider's
+    /// settlement report (docs/design.md rule 15: the money moved); on
     /// `new_operation_key` for a job already tried again with another key
     /// (naming it). Run again on a conflict (a lock wait or deadlock),
     /// counted like every write's.
@@ -62,6 +64,25 @@ impl JobStore {
                 format!(
                     "job {} is {}: only a failed or cancelled job can be tried again as a new operation",
                     old.id, old.state
+                ),
+            ));
+        }
+        let settled: Option<(String, String)> =
+            sqlx::query_as(include_str!("queries/retry/settled.sql"))
+                .bind(&old.queue)
+                .bind(&old.operation_key)
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(convert_sqlx_err)?;
+        if let Some((provider, reference)) = settled {
+            return Err(CoordinatorError::invalid(
+                "job_id",
+                format!(
+                    "job {} is {}, but {provider}'s settlement report has a settled refund \
+                     {reference:?} of its operation key: the money moved, and trying it again \
+                     as a new operation would refund twice (see its settlement exceptions: \
+                     `jobfence settlement exceptions --job {}`)",
+                    old.id, old.state, old.id
                 ),
             ));
         }
