@@ -91,6 +91,12 @@ fn credentials(conn: &Connection) -> anyhow::Result<Credentials> {
 /// Connects to the coordinator `conn` names, with its TLS and its token.
 pub(crate) async fn channel(conn: &Connection) -> anyhow::Result<Authed> {
     let creds = credentials(conn)?;
+    if conn.endpoint.starts_with("https://") && creds.tls_ca_pem.is_none() {
+        anyhow::bail!(
+            "{} is TLS: give the coordinator's CA certificate with --tls-ca or JOBFENCE_TLS_CA",
+            conn.endpoint
+        );
+    }
     if creds.token.is_some() && creds.tls_ca_pem.is_none() {
         eprintln!(
             "jobfence: warning: sending the bearer token without TLS to {} \
