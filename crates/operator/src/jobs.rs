@@ -6,7 +6,7 @@
 use crate::connection::{channel, Connection};
 use crate::duration;
 use crate::events::{event_json, event_table};
-use crate::refusal::refused;
+use crate::refusal::{refused, refused_with_flags};
 use crate::render::{action_name, enum_name, print_json, state_name, str_of, table, time};
 use clap::{Args, Subcommand, ValueEnum};
 use jobfence_api::v1::job_admin_client::JobAdminClient;
@@ -107,6 +107,18 @@ pub enum ResolveTo {
     /// Back to ready; the next worker sends again (needs --authorize-resend).
     RetryExecute,
 }
+
+/// The flags of a resolution's and a cancellation's fields, for refusals.
+const RESOLVE_FLAGS: &crate::refusal::FlagNames = &[
+    ("attempt", "--attempt"),
+    ("resolution", "--to"),
+    ("operator", "--operator"),
+    ("reason", "--reason"),
+    ("provider_reference", "--provider-reference"),
+    ("result", "--result"),
+    ("delay", "--delay"),
+    ("authorize_resend", "--authorize-resend"),
+];
 
 /// Arguments of `jobs resolve`.
 #[derive(Debug, Args)]
@@ -229,7 +241,7 @@ pub(crate) async fn run(args: JobsArgs, out: &mut (dyn Write + Send)) -> anyhow:
                     authorize_resend: r.authorize_resend,
                 })
                 .await
-                .map_err(refused)?
+                .map_err(|s| refused_with_flags(s, RESOLVE_FLAGS))?
                 .into_inner();
             written(out, "resolved", done.job.as_ref(), done.replayed, json)
         }
@@ -242,7 +254,7 @@ pub(crate) async fn run(args: JobsArgs, out: &mut (dyn Write + Send)) -> anyhow:
                     reason: c.reason,
                 })
                 .await
-                .map_err(refused)?
+                .map_err(|s| refused_with_flags(s, RESOLVE_FLAGS))?
                 .into_inner();
             written(out, "cancelled", done.job.as_ref(), done.replayed, json)
         }

@@ -51,6 +51,9 @@ pub fn describe_status_with_flags(status: &tonic::Status, flags: &FlagNames) -> 
         if !meta.is_empty() {
             s.push_str(&format!(" ({})", meta.join(" ")));
         }
+        if info.reason == "CREDENTIAL_MISSING" {
+            s.push_str(" (give --token-file or JOBFENCE_TOKEN_FILE)");
+        }
     } else {
         s.push_str(&format!(": {}", status.message()));
         if matches!(
