@@ -137,14 +137,10 @@ impl Mapping {
     /// The columns every line must have (all but the operation key's, which
     /// a refund made by hand lacks), named as the fields of a stored
     /// mapping: a report's header row must name each of them.
-    pub fn required_columns(&self) -> [(&'static str, &str); 5] {
-        [
-            ("provider_reference", &self.provider_reference),
-            ("amount", &self.amount),
-            ("currency", &self.currency),
-            ("status", &self.status),
-            ("created", &self.created),
-        ]
+    pub fn required_columns(&self) -> impl Iterator<Item = (&'static str, &str)> {
+        self.columns()
+            .into_iter()
+            .filter(|(field, _)| *field != "operation_key")
     }
 
     /// The mapping's columns, named as the fields of a stored mapping.
