@@ -19,6 +19,7 @@ mod jobs_cli;
 mod long_poll;
 mod metrics;
 mod next_job;
+mod next_job_refusals;
 mod observations;
 mod provider_ops;
 mod queue_pause;
