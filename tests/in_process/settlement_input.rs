@@ -22,6 +22,17 @@ fn header(period: (DbTime, DbTime), allow_empty: bool) -> ImportHeader {
     }
 }
 
+/// Starts an import of the provider's report of `period` by `alice`.
+async fn start(
+    h: &Harness,
+    period: (DbTime, DbTime),
+    allow_empty: bool,
+) -> Result<jobfence_core::settlement::Import, CoordinatorError> {
+    h.coordinator
+        .start_import(header(period, allow_empty))
+        .await
+}
+
 fn fields_of(e: CoordinatorError) -> Vec<String> {
     match e {
         CoordinatorError::InvalidArgument(v) => v.into_iter().map(|f| f.field).collect(),
@@ -44,26 +55,21 @@ fn now() -> DbTime {
 async fn a_report_covers_only_a_period_that_has_ended_and_began_after_2000() {
     let h = Harness::start().await;
     provider(&h).await;
-    let future = h
-        .coordinator
-        .start_import(header(
-            (day("2026-01-01"), now() + chrono::Duration::hours(1)),
-            true,
-        ))
-        .await
-        .err()
-        .expect("a period not yet ended is refused");
+    let future = start(
+        &h,
+        (day("2026-01-01"), now() + chrono::Duration::hours(1)),
+        true,
+    )
+    .await
+    .err()
+    .expect("a period not yet ended is refused");
     assert_eq!(fields_of(future), ["period_end"]);
-    let early = h
-        .coordinator
-        .start_import(header((day("1999-12-31"), day("2000-01-02")), true))
+    let early = start(&h, (day("1999-12-31"), day("2000-01-02")), true)
         .await
         .err()
         .expect("a period before 2000 is refused");
     assert_eq!(fields_of(early), ["period_start"]);
-    let ended = h
-        .coordinator
-        .start_import(header((day("2000-01-01"), now()), true))
+    let ended = start(&h, (day("2000-01-01"), now()), true)
         .await
         .expect("a period ended now is taken");
     ended.finish().await.unwrap();
@@ -76,11 +82,7 @@ async fn a_header_row_without_a_column_the_settings_read_is_refused_before_any_l
     let h = Harness::start().await;
     provider(&h).await;
     let columns = |names: &[&str]| names.iter().map(|n| n.to_string()).collect::<Vec<_>>();
-    let mut wrong = h
-        .coordinator
-        .start_import(header((day("2000-01-01"), now()), true))
-        .await
-        .unwrap();
+    let mut wrong = start(&h, (day("2000-01-01"), now()), true).await.unwrap();
     // The fake provider's columns but `amount` and `status`; no line follows.
     let refused = wrong
         .columns(&columns(&[
@@ -96,11 +98,7 @@ async fn a_header_row_without_a_column_the_settings_read_is_refused_before_any_l
 
     // Every column named: a line that lacks one is then refused alone, even
     // as the batch's only line, and the import goes on.
-    let mut right = h
-        .coordinator
-        .start_import(header((day("2000-01-01"), now()), false))
-        .await
-        .unwrap();
+    let mut right = start(&h, (day("2000-01-01"), now()), false).await.unwrap();
     right
         .columns(&columns(&[
             "id",
@@ -131,18 +129,14 @@ async fn a_header_row_without_a_column_the_settings_read_is_refused_before_any_l
 async fn a_report_with_no_line_covers_nothing_unless_the_operator_allows_it() {
     let h = Harness::start().await;
     provider(&h).await;
-    let empty = h
-        .coordinator
-        .start_import(header((day("2026-11-01"), day("2026-11-02")), false))
+    let empty = start(&h, (day("2026-11-01"), day("2026-11-02")), false)
         .await
         .unwrap();
     let refused = empty.finish().await.unwrap_err();
     assert_eq!(fields_of(refused), ["lines"]);
     assert_eq!(periods(&h).await, 0, "an empty report covers nothing");
 
-    let allowed = h
-        .coordinator
-        .start_import(header((day("2026-11-01"), day("2026-11-02")), true))
+    let allowed = start(&h, (day("2026-11-01"), day("2026-11-02")), true)
         .await
         .unwrap();
     let summary = allowed.finish().await.unwrap();
