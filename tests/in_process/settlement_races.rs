@@ -3,7 +3,8 @@
 //! a worker who moved the job first, and winning against an operator who
 //! comes second; two imports of one report at once; an import cut off
 //! midway and run again; a lock wait on the lines, run again and counted;
-//! a refund observed on a live job that then fails, decided again.
+//! a refund observed on a live job that then fails (before or while its
+//! line is decided), decided again.
 
 use crate::settlement::{failed, import, line, provider, succeeded, unresolved, until_now, P, Q};
 use jobfence_testkit as kit;
@@ -474,5 +475,55 @@ async fn a_refund_observed_on_a_live_job_that_then_fails_is_a_refund_not_recorde
     // Decided knowing the job ended: a later import leaves it alone.
     let again = import(&h, &settled).await;
     assert_eq!(again.decided.exceptions_opened, 0, "{again:?}");
+    h.finish().await;
+}
+
+/// The decision of a batch reads a running job (unlocked) and keeps the
+/// settled line as its observation; the worker fails the job before the
+/// line is marked decided, so the mark comes after the job's end. The
+/// same import, once its lines are in, still raises REFUND_NOT_RECORDED:
+/// what was raised decides, not when the line was marked.
+#[tokio::test]
+async fn a_job_failed_while_its_refund_is_being_decided_is_a_refund_not_recorded() {
+    let h = Harness::start().await;
+    provider(&h).await;
+    h.enqueue(Q, "refund-late", &crate::settlement::payload(500))
+        .await;
+    let held = h.claim_one(Q, "worker-a").await;
+    let settled = [line(2, "re_late", "refund-late", 500, "succeeded")];
+    let mut gate = h.pauses.arm(PausePoint::SettlementAfterHolders);
+    let importing = {
+        let c = h.coordinator.clone();
+        let lines = settled.to_vec();
+        tokio::spawn(async move {
+            let mut import = c.start_import(header()).await.unwrap();
+            import.lines(&lines).await.unwrap();
+            import.finish().await.unwrap()
+        })
+    };
+    gate.reached().await;
+    h.client
+        .clone()
+        .fail(jobfence_api::v1::FailRequest {
+            job_id: held.job_id,
+            attempt: held.attempt,
+            disposition: FailDisposition::Failed as i32,
+            error: "declined".into(),
+            retry_delay: None,
+            provider_retry_after: None,
+            next: None,
+        })
+        .await
+        .unwrap();
+    gate.release();
+    let summary = importing.await.unwrap();
+    assert_eq!(summary.decided.observed, 1, "read running: {summary:?}");
+    assert_eq!(summary.decided.exceptions_opened, 1, "{summary:?}");
+    assert_eq!(
+        unresolved(&h).await,
+        [(ExceptionKind::RefundNotRecorded, "refund-late".to_owned())]
+    );
+    let again = import(&h, &settled).await;
+    assert_eq!(again.decided.exceptions_opened, 0, "raised once: {again:?}");
     h.finish().await;
 }

@@ -32,12 +32,16 @@ pub enum MissingCursor {
 }
 
 impl JobStore {
-    /// Undecides the provider's settled lines decided while their job was
-    /// still ready or running (then kept as an observation for its
-    /// reconcile) whose job has since failed or been cancelled, so that
-    /// the import deciding what is undecided raises REFUND_NOT_RECORDED
-    /// for them (docs/design.md rule 15). The number of lines. Run again
-    /// on a conflict (a lock wait on a line another import holds).
+    /// Undecides the provider's settled lines whose job has failed or been
+    /// cancelled and whose key has no REFUND_NOT_RECORDED or DOUBLE_REFUND
+    /// exception (in any state): lines decided while their job was still
+    /// ready or running, then kept as an observation for its reconcile.
+    /// The import deciding what is undecided then raises
+    /// REFUND_NOT_RECORDED for them (docs/design.md rule 15). Chosen by
+    /// what was raised, not by time: a decision reads its job unlocked, so
+    /// a line can be marked decided after its job ended. The number of
+    /// lines. Run again on a conflict (a lock wait on a line another
+    /// import holds).
     pub async fn undecide_lines_of_ended_jobs(
         &self,
         settings: &SettlementSettings,
