@@ -1,7 +1,7 @@
 //! What an import takes before its lines (docs/settlement.md, "Bad
 //! input"): a period that has ended and begins after 2000, a header row
 //! naming every column the provider's settings read, and at least one line
-//! unless the operator says the provider refunded nothing. Each refusal
+//! taken unless the operator says the provider refunded nothing. Each refusal
 //! records no period: a covered period is where succeeded jobs with no
 //! refund are looked for (MISSING_AT_PROVIDER, critical).
 
@@ -126,7 +126,7 @@ async fn a_header_row_without_a_column_the_settings_read_is_refused_before_any_l
 }
 
 #[tokio::test]
-async fn a_report_with_no_line_covers_nothing_unless_the_operator_allows_it() {
+async fn a_report_with_no_line_or_only_refused_ones_covers_nothing_unless_the_operator_allows_it() {
     let h = Harness::start().await;
     provider(&h).await;
     let empty = start(&h, (day("2026-11-01"), day("2026-11-02")), false)
@@ -135,6 +135,23 @@ async fn a_report_with_no_line_covers_nothing_unless_the_operator_allows_it() {
     let refused = empty.finish().await.unwrap_err();
     assert_eq!(fields_of(refused), ["lines"]);
     assert_eq!(periods(&h).await, 0, "an empty report covers nothing");
+
+    // Nor does one whose every line was refused: it lists no refund that
+    // can be trusted.
+    let mut broken = start(&h, (day("2026-11-01"), day("2026-11-02")), false)
+        .await
+        .unwrap();
+    broken
+        .lines(&[line(2, "re_zero", "key-zero", 0, "succeeded")])
+        .await
+        .unwrap();
+    let refused = broken.finish().await.unwrap_err();
+    assert_eq!(fields_of(refused), ["lines"]);
+    assert_eq!(
+        periods(&h).await,
+        0,
+        "a report of refused lines covers nothing"
+    );
 
     let allowed = start(&h, (day("2026-11-01"), day("2026-11-02")), true)
         .await

@@ -75,6 +75,14 @@ pub(crate) async fn observation_by_key(
 }
 
 impl JobStore {
+    /// The database's clock, `UTC_TIMESTAMP(6)` (docs/design.md rule 2):
+    /// what a check that is not a statement's own condition compares with.
+    pub async fn clock(&self) -> Result<DbTime, CoordinatorError> {
+        let mut conn = self.pool().acquire().await.map_err(convert_sqlx_err)?;
+        let now = super::batch::db_now(&mut conn).await;
+        self.outage_named(now).await
+    }
+
     /// A job and its observations (oldest first); `JobNotFound` if absent.
     /// On a Galera node outside the primary component, `DatabaseUnavailable`
     /// (see `outage_or_conflict`).

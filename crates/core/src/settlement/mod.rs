@@ -86,26 +86,16 @@ impl Coordinator {
     /// Starts an import of `header.provider`'s report. Errors:
     /// `InvalidArgument` for an unknown provider or one without settlement
     /// settings (field `provider`), an empty or reversed period, or one
-    /// not yet ended by the coordinator's clock (`period_end`: a period
-    /// covered is where succeeded jobs with no refund are looked for, and
-    /// its later jobs would all look missing), one starting before 2000
+    /// not yet ended by the clock of the provider's database
+    /// (`period_end`, docs/design.md rule 2: a period covered is where
+    /// succeeded jobs with no refund are looked for, and its later jobs
+    /// would all look missing), one starting before 2000
     /// (`period_start`), no operator name.
     pub async fn start_import(&self, header: ImportHeader) -> Result<Import, CoordinatorError> {
         let mut v = Violations::default();
         v.key("operator", &header.operator);
         if header.period.1 <= header.period.0 {
             v.add("period_end", "must be after period_start");
-        }
-        let now = chrono::Utc::now().naive_utc();
-        if header.period.1 > now {
-            v.add(
-                "period_end",
-                format!(
-                    "{} has not come yet (now {}): a report covers a period that has ended",
-                    header.period.1.format("%Y-%m-%d %H:%M:%S UTC"),
-                    now.format("%Y-%m-%d %H:%M:%S UTC")
-                ),
-            );
         }
         if header.period.0 < earliest_period() {
             v.add("period_start", "must be 2000-01-01 or later");
@@ -115,6 +105,19 @@ impl Coordinator {
         }
         v.finish()?;
         let (store, settings) = self.settlement_home(&header.provider).await?;
+        // The jobs' finished times are the database's: so is "ended".
+        let now = store.clock().await?;
+        if header.period.1 > now {
+            return Err(CoordinatorError::invalid(
+                "period_end",
+                format!(
+                    "{} has not come yet (now {} by the database's clock): a report covers \
+                     a period that has ended",
+                    header.period.1.format("%Y-%m-%d %H:%M:%S UTC"),
+                    now.format("%Y-%m-%d %H:%M:%S UTC")
+                ),
+            ));
+        }
         Ok(Import {
             coordinator: self.clone(),
             store,
@@ -285,13 +288,25 @@ impl Import {
             LineCounts::default(),
             self.summary.lines_refused,
         );
-        if self.summary.lines_read == 0 && !self.header.allow_empty {
+        // Refused lines are no evidence either: a report whose every line
+        // was refused lists no refund that can be trusted.
+        if !self.accepted_any && !self.header.allow_empty {
+            let what = if self.summary.lines_read == 0 {
+                "the report has no line".to_owned()
+            } else {
+                format!(
+                    "every one of the report's {} lines was refused",
+                    self.summary.lines_read
+                )
+            };
             return Err(CoordinatorError::invalid(
                 "lines",
-                "the report has no line, so it covers nothing (a failed download leaves an \
-                 empty file, and a covered period with no refund makes every succeeded job \
-                 of it missing at the provider); if the provider refunded nothing in the \
-                 period, import it with allow_empty (--allow-empty)",
+                format!(
+                    "{what}, so it covers nothing (a failed download leaves an empty or \
+                     broken file, and a covered period with no refund makes every succeeded \
+                     job of it missing at the provider); if the provider refunded nothing in \
+                     the period, import it with allow_empty (--allow-empty)"
+                ),
             ));
         }
         if self.header.check_only {

@@ -228,7 +228,20 @@ async fn stream(
         }
     };
     eprintln!();
-    let answer = answer.map_err(|s| refused_with_flags(s, IMPORT_FLAGS))?;
+    let answer = match answer {
+        Ok(answer) => answer,
+        Err(status) => {
+            // The coordinator never saw the lines refused here: a refusal
+            // of the whole report ("no line") would otherwise hide why.
+            for r in local.iter().take(10) {
+                eprintln!("refused here: line {}: {}: {}", r.line, r.field, r.reason);
+            }
+            if local.len() > 10 {
+                eprintln!("refused here: {} more lines", local.len() - 10);
+            }
+            return Err(refused_with_flags(status, IMPORT_FLAGS));
+        }
+    };
     Ok((answer.into_inner(), local))
 }
 
