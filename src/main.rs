@@ -27,8 +27,12 @@ fn main() -> ExitCode {
     match runtime.block_on(cli::run(cli)) {
         Ok(code) => code,
         // Its reader went away (`jobfence settlement exceptions | head`):
-        // what it read is what it wanted, as for any Unix filter.
-        Err(e) if broken_pipe(&e) => ExitCode::SUCCESS,
+        // no message, and the status of a Unix filter ended by SIGPIPE
+        // (128 + 13), never 0: the command may have been about to report
+        // a failure (`settlement report` exits 1 after its text while a
+        // critical exception is open), and a pipeline under `set -o
+        // pipefail` must not read that as success.
+        Err(e) if broken_pipe(&e) => ExitCode::from(141),
         Err(e) => {
             // The error and its causes on one line; no backtrace for what
             // is an answer, not a crash.

@@ -4,7 +4,9 @@
 //! scripts/serve runs it (TLS and authentication on, the throw-away
 //! credentials of `jobfence credentials dev` in `.local/serve` of a
 //! scratch directory). Only the binary's path and the address are
-//! replaced; the script stops at the first command that fails.
+//! replaced; the script stops at the first command that fails. Then a
+//! command whose reader closed the pipe, and one that cannot reach its
+//! coordinator: the exit statuses scripts read.
 
 use jobfence_testkit as kit;
 
@@ -57,6 +59,24 @@ async fn the_readmes_on_call_commands_work_as_printed() {
         .await
         .unwrap();
     assert_eq!(state, "cancelled");
+
+    // A reader that closed the pipe (`jobfence stats | head`) before the
+    // command wrote: no message, and 141, the status of a filter ended by
+    // SIGPIPE; never 0, which would hide the 1 of a failing command.
+    let (read, write) = nix::unistd::pipe().unwrap();
+    drop(read);
+    let out = std::process::Command::new(bin)
+        .args(["stats", "--token-file", ".local/serve/tokens/operator"])
+        .env("JOBFENCE_COORDINATOR", format!("https://{addr}"))
+        .env("JOBFENCE_TLS_CA", ".local/serve/ca.pem")
+        .env_remove("JOBFENCE_ENDPOINT")
+        .current_dir(&dir)
+        .stdout(std::process::Stdio::from(write))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(141), "{stderr}");
+    assert_eq!(stderr, "", "a closed pipe is no error to print");
 }
 
 /// The binary's exit status is what cron reads: `settlement report` that
