@@ -409,7 +409,8 @@ async fn a_double_refund_is_raised_when_one_refund_is_the_jobs_own() {
 
 /// A failed job whose refund the provider's report shows settled is a
 /// refund not recorded, and it cannot be tried again as a new operation:
-/// the money moved, and a new operation key would refund twice.
+/// the money moved, and a new operation key would refund twice. A retry
+/// made before the report showed it is still answered as a replay.
 #[tokio::test]
 async fn a_failed_job_the_provider_refunded_cannot_be_tried_again() {
     let h = Harness::start().await;
@@ -441,9 +442,24 @@ async fn a_failed_job_the_provider_refunded_cannot_be_tried_again() {
         }
         other => panic!("refused with {other:?}"),
     }
-    h.coordinator
+    let first = h
+        .coordinator
         .retry_as_new_operation(retry(declined, "refund-declined-2"))
         .await
         .expect("a job the provider did not refund is tried again");
+    // A later report shows that refund settled after all: the same
+    // command again still answers the job it made, not a refusal that
+    // would hide it.
+    import(
+        &h,
+        &[line(3, "re_declined", "refund-declined", 500, "succeeded")],
+    )
+    .await;
+    let again = h
+        .coordinator
+        .retry_as_new_operation(retry(declined, "refund-declined-2"))
+        .await
+        .expect("a replay is answered");
+    assert_eq!((again.new.id, again.created), (first.new.id, false));
     h.finish().await;
 }

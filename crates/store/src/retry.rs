@@ -67,6 +67,27 @@ impl JobStore {
                 ),
             ));
         }
+        // A replay first: the same command again answers the new job it
+        // made, even once a report shows the old refund settled (the new
+        // job exists; refusing would hide it, and the old job's
+        // REFUND_NOT_RECORDED is where a person sees the money moved).
+        if let Some(detail) = earlier {
+            let reserved = serde_json::from_str::<serde_json::Value>(&detail)
+                .ok()
+                .and_then(|d| d["new_operation_key"].as_str().map(str::to_owned))
+                .unwrap_or_default();
+            if reserved == new_key {
+                return Ok(Reserved { old, now: false });
+            }
+            return Err(CoordinatorError::invalid(
+                "new_operation_key",
+                format!(
+                    "job {} was already tried again as operation key {reserved:?}; \
+                     if that job failed too, try it again instead",
+                    old.id
+                ),
+            ));
+        }
         let settled: Option<(String, String)> =
             sqlx::query_as(include_str!("queries/retry/settled.sql"))
                 .bind(&old.queue)
@@ -83,23 +104,6 @@ impl JobStore {
                      as a new operation would refund twice (see its settlement exceptions: \
                      `jobfence settlement exceptions --job {}`)",
                     old.id, old.state, old.id
-                ),
-            ));
-        }
-        if let Some(detail) = earlier {
-            let reserved = serde_json::from_str::<serde_json::Value>(&detail)
-                .ok()
-                .and_then(|d| d["new_operation_key"].as_str().map(str::to_owned))
-                .unwrap_or_default();
-            if reserved == new_key {
-                return Ok(Reserved { old, now: false });
-            }
-            return Err(CoordinatorError::invalid(
-                "new_operation_key",
-                format!(
-                    "job {} was already tried again as operation key {reserved:?}; \
-                     if that job failed too, try it again instead",
-                    old.id
                 ),
             ));
         }
