@@ -3,9 +3,10 @@
 //! objects flattened with dots: `metadata.operation_key`), plain or
 //! gzip'd. What the coordinator receives is each line's number and its
 //! columns as text; the coordinator reads them through the provider's
-//! stored mapping. A line that cannot even be split into columns (a broken
-//! quote, a JSON line that is not an object) is refused here, with its
-//! number, and never sent.
+//! stored mapping. A line that cannot even be split into columns (a quote
+//! not closed on its line, a JSON line that is not an object) is refused
+//! here, with its number, and never sent; the lines after it are read as
+//! usual.
 
 use flate2::read::MultiGzDecoder;
 use jobfence_api::v1::{RefusedLine, SettlementReportLine};
@@ -84,106 +85,139 @@ pub fn read(
     }
 }
 
-/// A reader that notes where each line ends, so that a CSV record's line
-/// number can be told from its byte offset (the csv reader's own count
-/// goes wrong with CRLF line ends and blank lines).
-struct NewlineNotes<R> {
-    inner: R,
-    offset: u64,
-    ends: std::rc::Rc<std::cell::RefCell<std::collections::VecDeque<u64>>>,
+/// Splits one physical line of a CSV report into its fields, trimmed, with
+/// a reader reused from line to line. A report's field holds no line break:
+/// a quote that does not close on its line refuses that line alone, where
+/// a reader of whole records would run on through the lines after it and
+/// swallow them (one stray `"` near the top would hide every refund below
+/// it).
+struct CsvLine {
+    reader: csv_core::Reader,
+    out: Vec<u8>,
+    ends: Vec<usize>,
 }
 
-impl<R: Read> Read for NewlineNotes<R> {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        let n = self.inner.read(buf)?;
-        let mut ends = self.ends.borrow_mut();
-        for (i, b) in buf[..n].iter().enumerate() {
-            if *b == b'\n' {
-                ends.push_back(self.offset + i as u64);
+impl CsvLine {
+    fn new() -> CsvLine {
+        CsvLine {
+            // Built (its state table made): `Default` leaves it unbuilt.
+            reader: csv_core::Reader::new(),
+            out: Vec::new(),
+            ends: Vec::new(),
+        }
+    }
+
+    fn split(&mut self, line: &[u8]) -> Result<Vec<String>, String> {
+        if line.iter().filter(|b| **b == b'"').count() % 2 == 1 {
+            return Err(
+                "a quote opened on this line is not closed on it (a field of a \
+                        report holds no line break: a stray '\"' in the file?)"
+                    .into(),
+            );
+        }
+        self.reader.reset();
+        // Unquoting only shortens a field, and a line of n bytes has at
+        // most n + 1 fields.
+        self.out.resize(line.len() + 1, 0);
+        self.ends.resize(line.len() + 2, 0);
+        let (mut input, mut nout, mut nends) = (line, 0, 0);
+        loop {
+            let (res, i, o, e) =
+                self.reader
+                    .read_record(input, &mut self.out[nout..], &mut self.ends[nends..]);
+            (input, nout, nends) = (&input[i..], nout + o, nends + e);
+            match res {
+                // The whole line is read; the empty input that follows
+                // tells the reader that its record ends here.
+                csv_core::ReadRecordResult::InputEmpty => input = &[],
+                csv_core::ReadRecordResult::Record | csv_core::ReadRecordResult::End => break,
+                csv_core::ReadRecordResult::OutputFull
+                | csv_core::ReadRecordResult::OutputEndsFull => {
+                    unreachable!("the buffers are sized for the line")
+                }
             }
         }
-        self.offset += n as u64;
-        Ok(n)
+        if !input.is_empty() {
+            // Only a line end ends a record, and the line's own was cut off.
+            return Err("a carriage return inside the line".into());
+        }
+        let mut fields = Vec::with_capacity(nends);
+        let mut from = 0;
+        for &to in &self.ends[..nends] {
+            let field = std::str::from_utf8(&self.out[from..to])
+                .map_err(|_| "not UTF-8 text".to_owned())?;
+            fields.push(field.trim().to_owned());
+            from = to;
+        }
+        Ok(fields)
     }
 }
 
+/// A CSV report read line by line: its header row first (the first line
+/// that is not blank), then each line, numbered as in the file (blank
+/// lines are skipped but counted; CRLF or LF line ends; a UTF-8 byte-order
+/// mark at the start is not part of the first column's name).
 fn read_csv(
     mut input: Box<dyn BufRead + Send>,
     each: &mut dyn FnMut(Read1) -> bool,
 ) -> anyhow::Result<()> {
-    // A UTF-8 byte-order mark goes before the csv reader sees it (the
-    // byte offsets it reports then match the file's lines).
-    if input.fill_buf()?.starts_with(b"\xef\xbb\xbf") {
-        input.consume(3);
-    }
-    let ends = std::rc::Rc::new(std::cell::RefCell::new(std::collections::VecDeque::new()));
-    let mut reader = csv::ReaderBuilder::new()
-        .flexible(true)
-        .trim(csv::Trim::All)
-        .from_reader(NewlineNotes {
-            inner: input,
-            offset: 0,
-            ends: ends.clone(),
-        });
-    let headers = reader.headers()?.clone();
-    if headers.iter().all(str::is_empty) {
-        anyhow::bail!(
-            "the report has no header row (the file is empty): a CSV report starts with the \
-             row naming its columns"
-        );
-    }
-    if !each(Read1::Columns(headers.iter().map(str::to_owned).collect())) {
-        return Ok(());
-    }
-    let mut line = 1u64;
-    let mut line_at = |byte: u64| {
-        let mut ends = ends.borrow_mut();
-        while ends.front().is_some_and(|&e| e < byte) {
-            ends.pop_front();
-            line += 1;
-        }
-        line
-    };
-    let mut record = csv::StringRecord::new();
+    let mut csv = CsvLine::new();
+    let mut raw = Vec::new();
+    let mut headers: Option<Vec<String>> = None;
+    let mut number = 0u64;
     loop {
-        let next = match reader.read_record(&mut record) {
-            Ok(false) => return Ok(()),
-            Ok(true) => {
-                // Where the parser stopped, just past the record: its own
-                // line end is the last byte before (LF) or the next (CRLF),
-                // and every line end before that is a line above it.
-                let number = line_at(reader.position().byte().saturating_sub(1));
-                let fields: HashMap<String, String> = headers
-                    .iter()
-                    .zip(record.iter())
-                    .map(|(h, v)| (h.to_owned(), v.to_owned()))
-                    .collect();
-                if fields.values().all(|v| v.is_empty()) {
-                    continue; // a blank line
-                }
-                Read1::Line(SettlementReportLine {
-                    line: number,
-                    fields,
-                })
-            }
+        raw.clear();
+        let n = input.read_until(b'\n', &mut raw).map_err(|e| {
             // The file itself could not be read on (a cut gzip): the
             // import must not end as if the report ended here.
-            Err(e) if matches!(e.kind(), csv::ErrorKind::Io(_)) => {
-                return Err(anyhow::Error::new(e).context(format!(
-                    "reading the report after line {}",
-                    line_at(reader.position().byte())
-                )))
+            anyhow::Error::new(e).context(format!("reading the report after line {number}"))
+        })?;
+        if n == 0 {
+            break;
+        }
+        number += 1;
+        let mut line = raw.strip_suffix(b"\n").unwrap_or(&raw);
+        line = line.strip_suffix(b"\r").unwrap_or(line);
+        if number == 1 {
+            line = line.strip_prefix(b"\xef\xbb\xbf").unwrap_or(line);
+        }
+        let fields = csv.split(line);
+        let Some(headers) = &headers else {
+            let fields = fields.map_err(|why| {
+                anyhow::anyhow!("the report's header row (line {number}) cannot be read: {why}")
+            })?;
+            if fields.iter().all(String::is_empty) {
+                continue;
             }
-            Err(e) => Read1::Refused(RefusedLine {
-                line: line_at(reader.position().byte().saturating_sub(1)),
+            if !each(Read1::Columns(fields.clone())) {
+                return Ok(());
+            }
+            headers = Some(fields);
+            continue;
+        };
+        let next = match fields {
+            Ok(fields) if fields.iter().all(String::is_empty) => continue, // a blank line
+            Ok(fields) => Read1::Line(SettlementReportLine {
+                line: number,
+                fields: headers.iter().cloned().zip(fields).collect(),
+            }),
+            Err(why) => Read1::Refused(RefusedLine {
+                line: number,
                 field: "line".into(),
-                reason: format!("not a CSV row: {e}"),
+                reason: format!("not a CSV row: {why}"),
             }),
         };
         if !each(next) {
             return Ok(());
         }
     }
+    if headers.is_none() {
+        anyhow::bail!(
+            "the report has no header row (the file is empty): a CSV report starts with the \
+             row naming its columns"
+        );
+    }
+    Ok(())
 }
 
 fn read_jsonl(
@@ -348,6 +382,28 @@ mod tests {
             [2, 5],
             "LF line ends, blank lines, no final line end"
         );
+    }
+
+    /// A quote left open refuses its own line, named by its number, and
+    /// the lines after it are read as usual: a reader of whole records
+    /// ran on to the file's end and swallowed them.
+    #[test]
+    fn a_stray_quote_refuses_its_line_alone() {
+        let file = b"id,merchant_reference,amount\nre_q1,\"unterminated,1\nre_q2,k2,2\nre_q3,\"k3\",3\nre_q4,ab\"c,4\n";
+        let got = lines(file, Format::Csv);
+        let refused: Vec<u64> = got
+            .iter()
+            .filter_map(|l| l.clone().err())
+            .map(|r| r.0)
+            .collect();
+        assert_eq!(refused, [2, 5], "{got:?}");
+        assert!(got[0].clone().unwrap_err().1.contains("quote"), "{got:?}");
+        let read: Vec<(u64, String)> = got
+            .iter()
+            .filter_map(|l| l.clone().ok())
+            .map(|(n, f)| (n, f["merchant_reference"].clone()))
+            .collect();
+        assert_eq!(read, [(3, "k2".to_owned()), (4, "k3".to_owned())]);
     }
 
     #[test]
