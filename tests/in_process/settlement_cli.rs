@@ -4,7 +4,8 @@
 //! recorded) and the whole file imported again ends as one clean import;
 //! `--strict` refuses standard input, which it could read only once; a
 //! report of wide lines goes in batches under the coordinator's request
-//! limit, and a line too wide is refused with its number; `--max-rate`
+//! limit, and a line too wide is refused with its number (the command
+//! then ends with status 1, the rest imported); `--max-rate`
 //! paces the lines sent.
 
 use jobfence_testkit as kit;
@@ -19,6 +20,12 @@ use std::path::Path;
 /// Runs `jobfence settlement ARGS…` as the operator `alice`; what it
 /// printed, or its error text (with its causes).
 async fn settlement(s: &Secure, args: &[&str]) -> Result<String, String> {
+    let (out, ended) = settlement_output(s, args).await;
+    ended.map(|()| out)
+}
+
+/// `jobfence settlement ARGS` as alice: what it wrote, and how it ended.
+async fn settlement_output(s: &Secure, args: &[&str]) -> (String, Result<(), String>) {
     let endpoint = format!("https://{}", s.addr);
     let ca = s.files.ca.display().to_string();
     let token = s.files.token("alice").display().to_string();
@@ -26,15 +33,18 @@ async fn settlement(s: &Secure, args: &[&str]) -> Result<String, String> {
     argv.extend_from_slice(&["--endpoint", &endpoint, "--tls-ca", &ca]);
     argv.extend_from_slice(&["--token-file", &token]);
     argv.extend_from_slice(&args[1..]);
-    let parsed = Cli::try_parse_from(argv).map_err(|e| e.to_string())?;
+    let parsed = match Cli::try_parse_from(argv) {
+        Ok(parsed) => parsed,
+        Err(e) => return (String::new(), Err(e.to_string())),
+    };
     let op @ Operation::Settlement(_) = parsed.command else {
         panic!("not a settlement command");
     };
     let mut out = Vec::new();
-    jobfence_operator::run(op, &mut out)
+    let ended = jobfence_operator::run(op, &mut out)
         .await
-        .map_err(|e| format!("{e:#}"))?;
-    Ok(String::from_utf8(out).unwrap())
+        .map_err(|e| format!("{e:#}"));
+    (String::from_utf8(out).unwrap(), ended)
 }
 
 async fn configure(s: &Secure) {
@@ -159,9 +169,9 @@ async fn wide_lines_go_in_batches_under_the_request_limit_and_one_too_wide_is_re
         "2025-12-01",
         "--json",
     ];
-    let done = settlement(&s, &[&args[..], &[file.as_str()]].concat())
-        .await
-        .unwrap();
+    let (done, ended) = settlement_output(&s, &[&args[..], &[file.as_str()]].concat()).await;
+    let ended = ended.expect_err("a refused line ends the command with status 1");
+    assert!(ended.starts_with("1 line(s) refused"), "{ended}");
     let summary: serde_json::Value = serde_json::from_str(&done).unwrap();
     assert_eq!(summary["lines_new"], 500, "{summary}");
     let refused = summary["refused"].to_string();

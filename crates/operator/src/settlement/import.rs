@@ -161,7 +161,16 @@ pub(crate) async fn run(
         }
     }
     let done = stream(conn, &args.file, format, header, Pace(args.max_rate)).await?;
-    summary(out, &args, &done, false, conn.json)
+    summary(out, &args, &done, false, conn.json)?;
+    // Exit 1, as `jobs enqueue --from` does: a cron job must notice lines
+    // its report lost, though the rest was imported.
+    let refused = done.0.lines_refused + done.1.len() as u64;
+    anyhow::ensure!(
+        refused == 0,
+        "{refused} line(s) refused (listed above); the others were imported, and importing the \
+         file again once it is mended changes nothing of what was taken"
+    );
+    Ok(())
 }
 
 /// Streams the file; the coordinator's answer and the lines refused here.
@@ -220,6 +229,9 @@ async fn stream(
                     drop(keep_open);
                     let _ = call.await;
                     eprintln!();
+                    if e.is::<super::read::NotAReport>() {
+                        return Err(e.context("nothing was imported, and no period is recorded"));
+                    }
                     return Err(e.context("the report could not be read to its end: the import was cancelled (the lines sent so far are kept, no period is recorded); import the whole file again once it reads"));
                 }
             };

@@ -63,6 +63,19 @@ fn open(path: &Path) -> anyhow::Result<Box<dyn BufRead + Send>> {
     })
 }
 
+/// A file that is no report at all (a CSV file with no header row): the
+/// import is refused whole, not "cut off".
+#[derive(Debug)]
+pub struct NotAReport(pub String);
+
+impl std::fmt::Display for NotAReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for NotAReport {}
+
 /// One line as read: sent, or refused here; or, first, the columns a CSV
 /// report's header row names.
 pub enum Read1 {
@@ -184,7 +197,9 @@ fn read_csv(
         let fields = csv.split(line);
         let Some(headers) = &headers else {
             let fields = fields.map_err(|why| {
-                anyhow::anyhow!("the report's header row (line {number}) cannot be read: {why}")
+                NotAReport(format!(
+                    "the report's header row (line {number}) cannot be read: {why}"
+                ))
             })?;
             if fields.iter().all(String::is_empty) {
                 continue;
@@ -212,10 +227,12 @@ fn read_csv(
         }
     }
     if headers.is_none() {
-        anyhow::bail!(
+        return Err(NotAReport(
             "the report has no header row (the file is empty): a CSV report starts with the \
              row naming its columns"
-        );
+                .into(),
+        )
+        .into());
     }
     Ok(())
 }
