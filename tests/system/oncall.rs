@@ -77,6 +77,24 @@ async fn the_readmes_on_call_commands_work_as_printed() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(141), "{stderr}");
     assert_eq!(stderr, "", "a closed pipe is no error to print");
+
+    // A new terminal without the README's exports: a cleartext call to the
+    // coordinator serving TLS is told what to give.
+    let out = std::process::Command::new(bin)
+        .args(["stats", "--endpoint", &format!("http://{addr}")])
+        .args(["--token-file", ".local/serve/tokens/operator"])
+        .env_remove("JOBFENCE_COORDINATOR")
+        .env_remove("JOBFENCE_ENDPOINT")
+        .env_remove("JOBFENCE_TLS_CA")
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("a coordinator with TLS needs --tls-ca"),
+        "{stderr}"
+    );
 }
 
 /// The binary's exit status is what cron reads: `settlement report` that

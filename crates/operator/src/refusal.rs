@@ -56,11 +56,14 @@ pub fn describe_status_with_flags(status: &tonic::Status, flags: &FlagNames) -> 
         }
     } else {
         s.push_str(&format!(": {}", status.message()));
+        // Not a coordinator's answer: most often TLS on one side only (a
+        // coordinator serving TLS answers a cleartext call with an
+        // HTTP/2 protocol error).
         if matches!(
             status.code(),
             tonic::Code::Unknown | tonic::Code::Unavailable
-        ) {
-            // Not a coordinator's answer: most often TLS on one side only.
+        ) || status.message().contains("h2 protocol error")
+        {
             s.push_str(
                 " (no answer from a jobfence coordinator: check --endpoint; a coordinator \
                  with TLS needs --tls-ca or JOBFENCE_TLS_CA, one run with --insecure an http:// endpoint)",
@@ -92,4 +95,25 @@ pub(crate) fn refused(status: tonic::Status) -> anyhow::Error {
 /// A refusal as the command's error, each bad field named by its flag.
 pub(crate) fn refused_with_flags(status: tonic::Status, flags: &FlagNames) -> anyhow::Error {
     anyhow::anyhow!(describe_status_with_flags(&status, flags))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A coordinator serving TLS answers a cleartext call with an HTTP/2
+    /// protocol error (INTERNAL) or a broken transport (UNKNOWN): both are
+    /// told what to give.
+    #[test]
+    fn a_cleartext_call_to_a_tls_coordinator_names_the_flags() {
+        for status in [
+            tonic::Status::internal("h2 protocol error: http2 error"),
+            tonic::Status::unknown("transport error"),
+        ] {
+            let said = describe_status(&status);
+            assert!(said.contains("--tls-ca"), "{said}");
+        }
+        let said = describe_status(&tonic::Status::internal("a bug"));
+        assert!(!said.contains("--tls-ca"), "{said}");
+    }
 }
