@@ -6,7 +6,7 @@
 //! report of wide lines goes in batches under the coordinator's request
 //! limit, and a line too wide is refused with its number (the command
 //! then ends with status 1, the rest imported); `--max-rate`
-//! paces the lines sent.
+//! paces the lines sent; a refused period names the flag it came from.
 
 use jobfence_testkit as kit;
 
@@ -434,5 +434,42 @@ async fn an_empty_report_or_a_header_row_short_of_a_column_covers_nothing() {
     let summary: serde_json::Value = serde_json::from_str(&done).unwrap();
     assert_eq!(summary["lines_read"], 0, "{summary}");
     assert_eq!(counts(&s).await, (1, 0), "the empty report covers its day");
+    s.stop().await;
+}
+
+/// A period refused names the flag it was given with: `--period` for a
+/// day, `--from`/`--to` otherwise; a period that ends before it starts,
+/// and a day that is not one, are refused before anything is sent.
+#[tokio::test]
+async fn a_refused_period_names_the_flag_it_came_from() {
+    let s = Secure::start(false).await;
+    configure(&s).await;
+    let dir = scratch("period-flags");
+    let file = path(&dir, "one.csv", &report(1, 0));
+    let import = |more: &[&str]| {
+        let argv: Vec<String> = ["import", "--provider", P]
+            .iter()
+            .chain(more)
+            .map(|a| a.to_string())
+            .chain([file.clone()])
+            .collect();
+        let s = &s;
+        async move {
+            let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+            settlement(s, &argv).await.unwrap_err()
+        }
+    };
+    let tomorrow = (chrono::Utc::now() + chrono::Duration::days(1))
+        .format("%Y-%m-%d")
+        .to_string();
+    let refused = import(&["--period", &tomorrow]).await;
+    assert!(refused.contains("period_end (--period)"), "{refused}");
+    let refused = import(&["--from", "2026-01-01", "--to", &tomorrow]).await;
+    assert!(refused.contains("period_end (--to)"), "{refused}");
+    let refused = import(&["--from", "2026-12-03", "--to", "2026-12-02"]).await;
+    assert!(refused.contains("--to must be after --from"), "{refused}");
+    let refused = import(&["--period", "2026-13-01"]).await;
+    assert!(refused.contains("YYYY-MM-DD"), "{refused}");
+    assert_eq!(counts(&s).await, (0, 0), "nothing refused covers a period");
     s.stop().await;
 }

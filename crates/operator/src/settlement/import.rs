@@ -39,7 +39,7 @@ pub struct ImportArgs {
     #[arg(long)]
     pub provider: String,
     /// The day the report covers (UTC), e.g. 2026-12-01; or --from/--to.
-    #[arg(long, conflicts_with_all = ["from", "to"])]
+    #[arg(long, conflicts_with_all = ["from", "to"], value_parser = parse_day)]
     pub period: Option<NaiveDate>,
     /// The start of the period covered (RFC 3339 or a date, UTC).
     #[arg(long, requires = "to", value_parser = parse_time)]
@@ -74,6 +74,12 @@ pub struct ImportArgs {
     pub file: PathBuf,
 }
 
+/// A day on the command line.
+fn parse_day(s: &str) -> Result<NaiveDate, String> {
+    NaiveDate::parse_from_str(s, "%Y-%m-%d")
+        .map_err(|_| format!("{s:?} is not a date (YYYY-MM-DD, a day of the calendar)"))
+}
+
 /// A time on the command line: RFC 3339, or a date (its midnight UTC).
 fn parse_time(s: &str) -> Result<NaiveDateTime, String> {
     if let Ok(t) = chrono::DateTime::parse_from_rfc3339(s) {
@@ -100,6 +106,14 @@ const IMPORT_FLAGS: &crate::refusal::FlagNames = &[
     ("operator", "--operator"),
 ];
 
+/// The same, for a period given as one day (`--period`).
+const DAY_FLAGS: &crate::refusal::FlagNames = &[
+    ("provider", "--provider"),
+    ("period_start", "--period"),
+    ("period_end", "--period"),
+    ("operator", "--operator"),
+];
+
 /// Runs the import, printing the summary to `out`.
 pub(crate) async fn run(
     conn: &Connection,
@@ -111,8 +125,16 @@ pub(crate) async fn run(
             let start = day.and_hms_opt(0, 0, 0).expect("midnight exists");
             (start, start + chrono::Duration::days(1))
         }
-        (None, Some(f), Some(t)) => (f, t),
+        (None, Some(f), Some(t)) if t > f => (f, t),
+        (None, Some(_), Some(_)) => {
+            anyhow::bail!("--to must be after --from: the period is [--from, --to)")
+        }
         _ => anyhow::bail!("say which period the report covers: --period DAY, or --from and --to"),
+    };
+    let flags = if args.period.is_some() {
+        DAY_FLAGS
+    } else {
+        IMPORT_FLAGS
     };
     let format = match args.format.or_else(|| Format::of(&args.file)) {
         Some(f) => f,
@@ -150,6 +172,7 @@ pub(crate) async fn run(
             },
             // Checking writes nothing: it is not paced.
             Pace(0),
+            flags,
         )
         .await?;
         if checked.0.lines_refused > 0 || !checked.1.is_empty() {
@@ -160,7 +183,7 @@ pub(crate) async fn run(
             );
         }
     }
-    let done = stream(conn, &args.file, format, header, Pace(args.max_rate)).await?;
+    let done = stream(conn, &args.file, format, header, Pace(args.max_rate), flags).await?;
     summary(out, &args, &done, false, conn.json)?;
     // Exit 1, as `jobs enqueue --from` does: a cron job must notice lines
     // its report lost, though the rest was imported.
@@ -183,6 +206,7 @@ async fn stream(
     format: Format,
     header: proto::ImportSettlementHeader,
     pace: Pace,
+    flags: &crate::refusal::FlagNames,
 ) -> anyhow::Result<(proto::ImportSettlementResponse, Vec<proto::RefusedLine>)> {
     let mut client = JobAdminClient::new(channel(conn).await?);
     let (tx, rx) = mpsc::channel::<proto::ImportSettlementRequest>(4);
@@ -251,7 +275,7 @@ async fn stream(
             if local.len() > 10 {
                 eprintln!("refused here: {} more lines", local.len() - 10);
             }
-            return Err(refused_with_flags(status, IMPORT_FLAGS));
+            return Err(refused_with_flags(status, flags));
         }
     };
     Ok((answer.into_inner(), local))
