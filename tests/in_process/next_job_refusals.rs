@@ -81,7 +81,17 @@ async fn both_halves_bad_fields_are_refused_together_by_their_paths() {
         }),
     };
     let status = h.client.clone().fail(fail).await.unwrap_err();
-    assert_eq!(fields(status), ["disposition", "next.wait"]);
+    assert_eq!(fields(status), ["disposition", "error", "next.wait"]);
+    // A Complete's write fields join a conversion refusal of its claim
+    // half too (`next.wait` is refused before the coordinator runs).
+    let mut req = complete_next(&a, "worker-a");
+    req.attempt = 0;
+    req.next.as_mut().unwrap().wait = Some(prost_types::Duration {
+        seconds: -5,
+        nanos: 0,
+    });
+    let status = h.client.clone().complete(req).await.unwrap_err();
+    assert_eq!(fields(status), ["attempt", "next.wait"]);
     assert_eq!(h.row(a.job_id).await.state, JobState::Running);
     assert_eq!(h.count_events(a.job_id, "completed").await, 0);
     h.finish().await;

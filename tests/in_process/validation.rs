@@ -161,7 +161,9 @@ async fn malformed_worker_calls_are_refused_and_write_nothing() {
         })
         .await
         .unwrap_err();
-    assert_eq!(fields(&bad_fail), ["disposition"]);
+    // Every field at once: the disposition the server could not read and
+    // the error the coordinator's checks want.
+    assert_eq!(fields(&bad_fail), ["disposition", "error"]);
     let unset_fail = c
         .fail(FailRequest {
             job_id: job.job_id,

@@ -47,7 +47,7 @@ use std::time::Duration;
 
 pub use claims::{ClaimParams, TakeoverParams};
 pub use handoffs::Handed;
-pub use writes::{FailParams, RenewLeaseParams};
+pub use writes::{check_complete, check_fail, FailParams, RenewLeaseParams};
 
 /// Lease bounds, batch sizes, long-poll bounds and queue policies.
 #[derive(Debug, Clone)]

@@ -249,8 +249,9 @@ impl Coordinator {
     }
 }
 
-/// The checks of a Complete's own fields (the rest is the fence's).
-pub(crate) fn check_complete(req: &Complete) -> Result<(), CoordinatorError> {
+/// The checks of a Complete's own fields (the rest is the fence's):
+/// `InvalidArgument` with each field violation.
+pub fn check_complete(req: &Complete) -> Result<(), CoordinatorError> {
     let mut v = Violations::default();
     v.job_id(req.job_id);
     v.attempt(req.attempt);
@@ -263,8 +264,9 @@ pub(crate) fn check_complete(req: &Complete) -> Result<(), CoordinatorError> {
     v.finish()
 }
 
-/// The checks of a Fail's own fields (the rest is the fence's).
-pub(crate) fn check_fail(req: &FailParams) -> Result<(), CoordinatorError> {
+/// The checks of a Fail's own fields (the rest is the fence's):
+/// `InvalidArgument` with each field violation.
+pub fn check_fail(req: &FailParams) -> Result<(), CoordinatorError> {
     let mut v = Violations::default();
     v.job_id(req.job_id);
     v.attempt(req.attempt);

@@ -40,6 +40,20 @@ pub(super) fn next_params(
     }
 }
 
+/// When the conversions of a Complete's or Fail's fields already refuse
+/// the call (`v` not empty), the write half's own field checks (`write`,
+/// the coordinator's) join them: every violation of both halves in one
+/// refusal, the write's fields first, then the claim's (`next.…`).
+pub(super) fn with_write_checks(v: &mut Violations, write: Result<(), CoordinatorError>) {
+    if v.0.is_empty() {
+        return; // the coordinator checks the write when it runs it
+    }
+    if let Err(CoordinatorError::InvalidArgument(w)) = write {
+        v.0.extend(w);
+        v.0.sort_by_key(|f| f.field.starts_with("next."));
+    }
+}
+
 /// The response's claim half: the jobs, and the write's refusal if the
 /// fence refused it (exactly the status the call without `next` would
 /// have ended with).

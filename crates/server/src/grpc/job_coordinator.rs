@@ -251,6 +251,7 @@ impl JobCoordinator for JobCoordinatorService {
             };
             let mut v = Violations::default();
             let next = handoff::next_params(&mut v, next, deadline);
+            handoff::with_write_checks(&mut v, coordinator::check_complete(&call));
             v.finish()?;
             let handed = self
                 .coordinator
@@ -313,7 +314,6 @@ impl JobCoordinator for JobCoordinatorService {
             let next = r
                 .next
                 .map(|next| handoff::next_params(&mut v, next, deadline));
-            v.finish()?;
             let call = coordinator::FailParams {
                 job_id: r.job_id,
                 attempt: r.attempt,
@@ -322,6 +322,8 @@ impl JobCoordinator for JobCoordinatorService {
                 retry_delay: retry_delay.unwrap_or_default(),
                 provider_retry_after,
             };
+            handoff::with_write_checks(&mut v, coordinator::check_fail(&call));
+            v.finish()?;
             let Some(next) = next else {
                 let out = self.coordinator.fail(call, &scope).await?;
                 return Ok(fail_response(out, None));
