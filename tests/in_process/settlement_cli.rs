@@ -6,7 +6,8 @@
 //! report of wide lines goes in batches under the coordinator's request
 //! limit, and a line too wide is refused with its number (the command
 //! then ends with status 1, the rest imported); `--max-rate`
-//! paces the lines sent; a refused period names the flag it came from.
+//! paces the lines sent; a refused period, and a refused read, name the
+//! flags they came from.
 
 use jobfence_testkit as kit;
 
@@ -471,5 +472,23 @@ async fn a_refused_period_names_the_flag_it_came_from() {
     let refused = import(&["--period", "2026-13-01"]).await;
     assert!(refused.contains("YYYY-MM-DD"), "{refused}");
     assert_eq!(counts(&s).await, (0, 0), "nothing refused covers a period");
+    s.stop().await;
+}
+
+/// A read refused for its filters names each by its flag, and does not
+/// say that nothing was written (it writes nothing anyway).
+#[tokio::test]
+async fn a_refused_read_names_its_flags() {
+    let s = Secure::start(false).await;
+    configure(&s).await;
+    let refused = settlement(&s, &["exceptions", "--state", "bogus"])
+        .await
+        .unwrap_err();
+    assert!(refused.contains("states[0] (--state)"), "{refused}");
+    assert!(!refused.contains("nothing was written"), "{refused}");
+    let refused = settlement(&s, &["report", "--provider", "nope"])
+        .await
+        .unwrap_err();
+    assert!(refused.contains("provider (--provider)"), "{refused}");
     s.stop().await;
 }

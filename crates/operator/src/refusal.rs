@@ -97,6 +97,17 @@ pub(crate) fn refused_with_flags(status: tonic::Status, flags: &FlagNames) -> an
     anyhow::anyhow!(describe_status_with_flags(&status, flags))
 }
 
+/// [`refused_with_flags`] for a read: nothing could have been written, so
+/// the message does not say so.
+pub(crate) fn refused_read_with_flags(status: tonic::Status, flags: &FlagNames) -> anyhow::Error {
+    let said = describe_status_with_flags(&status, flags);
+    anyhow::anyhow!(said.replacen(
+        "nothing was written; fix each field below",
+        "fix each field below",
+        1
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

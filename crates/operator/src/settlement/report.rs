@@ -3,7 +3,15 @@
 
 use super::{ActArgs, ExceptionsArgs, ExceptionsCommand};
 use crate::connection::{channel, Connection};
-use crate::refusal::refused;
+use crate::refusal::{refused, refused_read_with_flags, FlagNames};
+
+/// The flags of the settlement reads' fields, for refusals.
+const READ_FLAGS: &FlagNames = &[
+    ("provider", "--provider"),
+    ("states[", "--state"),
+    ("job_id", "--job"),
+    ("limit", "--limit"),
+];
 use crate::render::{print_json, secs, table, time};
 use jobfence_api::v1 as proto;
 use jobfence_api::v1::job_admin_client::JobAdminClient;
@@ -163,7 +171,7 @@ async fn read_report(
             provider: provider.unwrap_or_default(),
         })
         .await
-        .map_err(refused)?
+        .map_err(|s| refused_read_with_flags(s, READ_FLAGS))?
         .into_inner())
 }
 
@@ -282,7 +290,7 @@ async fn list(
             limit: a.limit,
         })
         .await
-        .map_err(refused)?
+        .map_err(|s| refused_read_with_flags(s, READ_FLAGS))?
         .into_inner();
     if list.exceptions.len() == a.limit as usize {
         eprintln!(
