@@ -281,7 +281,7 @@ async fn exceptions_are_listed_acknowledged_and_resolved_from_the_command_line()
     let again = settlement(&s, &["exceptions", "ack", &id, "--note", "late"])
         .await
         .unwrap_err();
-    assert!(again.contains("it is resolved"), "{again}");
+    assert!(again.contains("is resolved already"), "{again}");
     let left = settlement(&s, &["exceptions", "--json"]).await.unwrap();
     assert_eq!(
         serde_json::from_str::<serde_json::Value>(&left)
@@ -490,5 +490,30 @@ async fn a_refused_read_names_its_flags() {
         .await
         .unwrap_err();
     assert!(refused.contains("provider (--provider)"), "{refused}");
+    s.stop().await;
+}
+
+/// An unknown preset is refused by its flag alone: the columns it would
+/// have given are not refused one by one after it.
+#[tokio::test]
+async fn an_unknown_preset_is_refused_alone() {
+    let s = Secure::start(false).await;
+    configure(&s).await;
+    let refused = settlement(
+        &s,
+        &[
+            "configure",
+            "--provider",
+            P,
+            "--preset",
+            "bogus",
+            "--reason",
+            "trying",
+        ],
+    )
+    .await
+    .unwrap_err();
+    assert!(refused.contains("preset (--preset)"), "{refused}");
+    assert!(!refused.contains("columns."), "{refused}");
     s.stop().await;
 }

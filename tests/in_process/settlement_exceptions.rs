@@ -89,6 +89,13 @@ async fn the_second_operator_to_act_is_refused_as_moved_and_an_unknown_id_as_not
         .act_on_settlement_exception(act(id, "acknowledged", "resolved", "bob"))
         .await
         .unwrap();
+    // A resolved one stays so: said as such, not as a state to go to.
+    let after = admin
+        .act_on_settlement_exception(act(id, "resolved", "acknowledged", "alice"))
+        .await
+        .unwrap_err();
+    assert_eq!(after.code(), Code::InvalidArgument, "{after:?}");
+    assert!(after.message().contains("resolved already"), "{after:?}");
 
     let missing = id + 1000;
     let unknown = admin

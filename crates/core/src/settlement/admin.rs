@@ -45,12 +45,17 @@ impl Coordinator {
             v.add("reason", "must say why (it is recorded)");
         }
         v.max_bytes("reason", &req.by.reason, MAX_ERROR_BYTES);
-        if let Some(p) = &req.preset {
-            if !PRESETS.contains(&p.as_str()) {
-                v.add("preset", format!("must be one of {}", PRESETS.join(", ")));
-            }
+        let unknown_preset = req
+            .preset
+            .as_ref()
+            .is_some_and(|p| !PRESETS.contains(&p.as_str()));
+        if unknown_preset {
+            v.add("preset", format!("must be one of {}", PRESETS.join(", ")));
+        } else {
+            // An unknown preset gave no columns: each would be refused
+            // again, for the preset's fault.
+            check_mapping(&mut v, &req.mapping);
         }
-        check_mapping(&mut v, &req.mapping);
         if req.lag > MAX_LAG {
             v.add("lag", "must be at most 31 days");
         }
@@ -201,19 +206,20 @@ impl Coordinator {
                 | (ExceptionState::Acknowledged, ExceptionState::Resolved)
         );
         if !allowed {
-            let can = match act.seen {
-                ExceptionState::Open => "acknowledged or resolved",
-                ExceptionState::Acknowledged => "resolved",
-                ExceptionState::Resolved => "nothing: it is resolved",
-            };
-            v.add(
-                "to_state",
-                format!(
-                    "an exception {} can go to {can}, not to {}",
-                    act.seen.as_str(),
+            let why = match act.seen {
+                ExceptionState::Open => format!(
+                    "an open exception is acknowledged or resolved, not made {}",
                     act.to.as_str()
                 ),
-            );
+                ExceptionState::Acknowledged => format!(
+                    "an acknowledged exception can only be resolved, not made {}",
+                    act.to.as_str()
+                ),
+                ExceptionState::Resolved => {
+                    "the exception is resolved already, and nothing changes a resolved one".into()
+                }
+            };
+            v.add("to_state", why);
         }
         v.finish()?;
         let held = self.settlement_exception(act.id).await?;

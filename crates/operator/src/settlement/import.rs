@@ -335,7 +335,7 @@ fn read_and_send(
             }
             pace.wait(sent, started);
             if last.elapsed().as_secs() >= 1 {
-                eprint!("\rsettlement: {sent} lines sent");
+                eprint!("\rsettlement: {} sent", lines(sent));
                 last = std::time::Instant::now();
             }
         }
@@ -344,7 +344,7 @@ fn read_and_send(
     if !batch.is_empty() {
         send(&mut batch, &mut sent);
     }
-    eprint!("\rsettlement: {sent} lines sent");
+    eprint!("\rsettlement: {} sent", lines(sent));
     Ok(refused)
 }
 
@@ -437,8 +437,8 @@ fn summary(
         )?;
         writeln!(
             out,
-            "  pending        {} keys with no settled refund yet",
-            answer.undecided
+            "  pending        {} with no settled refund yet",
+            counted(answer.undecided, "key", "keys")
         )?;
         writeln!(
             out,
@@ -454,4 +454,13 @@ fn summary(
         )?;
     }
     Ok(())
+}
+
+/// `n` with its noun, singular or plural.
+fn counted(n: u64, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
+fn lines(n: u64) -> String {
+    counted(n, "line", "lines")
 }
