@@ -410,13 +410,15 @@ async fn a_double_refund_is_raised_when_one_refund_is_the_jobs_own() {
 /// A failed job whose refund the provider's report shows settled is a
 /// refund not recorded, and it cannot be tried again as a new operation:
 /// the money moved, and a new operation key would refund twice. A retry
-/// made before the report showed it is still answered as a replay.
+/// made before the report showed it is still answered as a replay; one
+/// reserved but never enqueued is not.
 #[tokio::test]
 async fn a_failed_job_the_provider_refunded_cannot_be_tried_again() {
     let h = Harness::start().await;
     provider(&h).await;
     let refunded = failed(&h, "refund-moved", FailDisposition::Failed).await;
     let declined = failed(&h, "refund-declined", FailDisposition::Failed).await;
+    let cut = failed(&h, "refund-cut", FailDisposition::Failed).await;
     import(&h, &[line(2, "re_moved", "refund-moved", 500, "succeeded")]).await;
     assert_eq!(
         unresolved(&h).await,
@@ -461,5 +463,29 @@ async fn a_failed_job_the_provider_refunded_cannot_be_tried_again() {
         .await
         .expect("a replay is answered");
     assert_eq!((again.new.id, again.created), (first.new.id, false));
+
+    // A retry cut off between its reservation and its enqueue made no
+    // job: asked again once the report shows the refund settled, it is
+    // refused like any new operation, not answered as a replay.
+    h.coordinator
+        .store()
+        .reserve_retry(&retry(cut, "refund-cut-2"), "refund-cut-2")
+        .await
+        .expect("reserved, and then the call was cut off");
+    import(&h, &[line(4, "re_cut", "refund-cut", 500, "succeeded")]).await;
+    let Err(refused) = h
+        .coordinator
+        .retry_as_new_operation(retry(cut, "refund-cut-2"))
+        .await
+    else {
+        panic!("a reservation with no job is no replay of a made operation");
+    };
+    assert!(format!("{refused:?}").contains("re_cut"), "{refused:?}");
+    let made: i64 =
+        sqlx::query_scalar("SELECT COUNT(*) FROM jobs WHERE operation_key = 'refund-cut-2'")
+            .fetch_one(&h.pool)
+            .await
+            .unwrap();
+    assert_eq!(made, 0, "no new operation for money that moved");
     h.finish().await;
 }

@@ -67,27 +67,13 @@ impl JobStore {
                 ),
             ));
         }
-        // A replay first: the same command again answers the new job it
-        // made, even once a report shows the old refund settled (the new
-        // job exists; refusing would hide it, and the old job's
-        // REFUND_NOT_RECORDED is where a person sees the money moved).
-        if let Some(detail) = earlier {
-            let reserved = serde_json::from_str::<serde_json::Value>(&detail)
-                .ok()
-                .and_then(|d| d["new_operation_key"].as_str().map(str::to_owned))
-                .unwrap_or_default();
-            if reserved == new_key {
-                return Ok(Reserved { old, now: false });
-            }
-            return Err(CoordinatorError::invalid(
-                "new_operation_key",
-                format!(
-                    "job {} was already tried again as operation key {reserved:?}; \
-                     if that job failed too, try it again instead",
-                    old.id
-                ),
-            ));
-        }
+        // A replay first (see `replay`); one whose job was never made
+        // is a new operation, refused below like any.
+        let replay = match replay(&mut tx, earlier.as_deref(), &old, new_key).await? {
+            Replay::Made => return Ok(Reserved { old, now: false }),
+            Replay::NotMade => true,
+            Replay::None => false,
+        };
         let settled: Option<(String, String)> =
             sqlx::query_as(include_str!("queries/retry/settled.sql"))
                 .bind(&old.queue)
@@ -106,6 +92,10 @@ impl JobStore {
                     old.id, old.state, old.id
                 ),
             ));
+        }
+        if replay {
+            // Reserved before, its job never made: it is made now.
+            return Ok(Reserved { old, now: false });
         }
         let detail = json!({
             "operator": req.operator,
@@ -153,6 +143,61 @@ impl JobStore {
         })
         .await
     }
+}
+
+/// What an earlier reservation of a retry says of this one.
+enum Replay {
+    /// No earlier reservation.
+    None,
+    /// The same retry, its new job made: answered as it is.
+    Made,
+    /// The same retry, reserved by a call cut off before its job was
+    /// enqueued: nothing was sent yet.
+    NotMade,
+}
+
+/// The same command again answers the new job it made, even once a report
+/// shows the old refund settled (the new job exists; refusing would hide
+/// it, and the old job's REFUND_NOT_RECORDED is where a person sees the
+/// money moved); but only if that job exists: a reservation is committed
+/// before its job is enqueued. `earlier`: the reservation's event detail.
+/// Refused on `new_operation_key` when the earlier retry used another key.
+async fn replay(
+    tx: &mut sqlx::MySqlConnection,
+    earlier: Option<&str>,
+    old: &Job,
+    new_key: &str,
+) -> Result<Replay, CoordinatorError> {
+    let Some(detail) = earlier else {
+        return Ok(Replay::None);
+    };
+    let reserved = serde_json::from_str::<serde_json::Value>(detail)
+        .ok()
+        .and_then(|d| d["new_operation_key"].as_str().map(str::to_owned))
+        .unwrap_or_default();
+    if reserved != new_key {
+        return Err(CoordinatorError::invalid(
+            "new_operation_key",
+            format!(
+                "job {} was already tried again as operation key {reserved:?}; \
+                 if that job failed too, try it again instead",
+                old.id
+            ),
+        ));
+    }
+    let made: i64 = sqlx::query_scalar(include_str!("queries/retry/made.sql"))
+        .bind(&old.queue)
+        .bind(new_key)
+        .bind(&old.queue)
+        .bind(new_key)
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(convert_sqlx_err)?;
+    Ok(if made != 0 {
+        Replay::Made
+    } else {
+        Replay::NotMade
+    })
 }
 
 /// An event that links two jobs and changes neither.
