@@ -98,103 +98,262 @@ pub fn read(
     }
 }
 
-/// Splits one physical line of a CSV report into its fields, trimmed, with
-/// a reader reused from line to line. A report's field holds no line break:
-/// a quote that does not close on its line refuses that line alone, where
-/// a reader of whole records would run on through the lines after it and
-/// swallow them (one stray `"` near the top would hide every refund below
-/// it).
-struct CsvLine {
+/// The most physical lines one CSV row may span (quoted fields may hold
+/// line breaks, RFC 4180): past it, the quote that opened the row is taken
+/// for a stray one.
+const MAX_ROW_LINES: usize = 64;
+/// The longest physical line read: a longer one (a file with no line ends,
+/// the wrong file) is refused and skipped, never held whole. Above the
+/// 256 KiB a line may carry to the coordinator, which refuses it there.
+const MAX_PHYSICAL_LINE: u64 = 1 << 20;
+
+/// How one row's bytes split.
+enum Split {
+    /// A whole row: its fields, trimmed.
+    Row(Vec<String>),
+    /// A quoted field is still open at the end of the bytes.
+    Open,
+    /// Not a CSV row (why).
+    Bad(String),
+}
+
+/// Reads a CSV report row by row, each numbered by the physical line it
+/// starts on. A quoted field may run over line breaks; but a quote that
+/// opens a row it does not close as a row of the header's columns (within
+/// [`MAX_ROW_LINES`], and before the file ends) is taken for a stray `"`:
+/// that line alone is refused, and the lines after it are read again as
+/// rows of their own, so one stray quote never swallows the refunds below
+/// it.
+struct CsvRows {
+    input: Box<dyn BufRead + Send>,
+    /// Physical lines read ahead and given back, as [`CsvRows::physical`]
+    /// gave them.
+    pending: std::collections::VecDeque<Physical>,
+    number: u64,
+    /// The physical line [`CsvRows::physical`] read last (reused).
+    line: Vec<u8>,
+    split: Splitter,
+}
+
+/// One row as read: its first line's number, and its fields or why not.
+type Row = (u64, Result<Vec<String>, String>);
+
+/// One physical line given back: its number, and its bytes (without the
+/// line end) or why it was not read.
+type Physical = (u64, Result<Vec<u8>, String>);
+
+impl CsvRows {
+    fn new(input: Box<dyn BufRead + Send>) -> CsvRows {
+        CsvRows {
+            input,
+            pending: Default::default(),
+            number: 0,
+            line: Vec::new(),
+            split: Splitter {
+                // Built (its state table made): `Default` leaves it unbuilt.
+                reader: csv_core::Reader::new(),
+                out: Vec::new(),
+                ends: Vec::new(),
+            },
+        }
+    }
+
+    /// Reads the next physical line into `self.line`, without its line
+    /// end: its number, and `Err` for a line longer than
+    /// [`MAX_PHYSICAL_LINE`], skipped to its end.
+    fn physical(&mut self) -> anyhow::Result<Option<(u64, Result<(), String>)>> {
+        if let Some((n, l)) = self.pending.pop_front() {
+            return Ok(Some((n, l.map(|l| self.line = l))));
+        }
+        let read = |input: &mut Box<dyn BufRead + Send>, raw: &mut Vec<u8>, limit: u64| {
+            input.by_ref().take(limit).read_until(b'\n', raw)
+        };
+        let at = self.number;
+        self.line.clear();
+        let n = read(&mut self.input, &mut self.line, MAX_PHYSICAL_LINE + 1).map_err(|e| {
+            // The file itself could not be read on (a cut gzip): the
+            // import must not end as if the report ended here.
+            anyhow::Error::new(e).context(format!("reading the report after line {at}"))
+        })?;
+        if n == 0 {
+            return Ok(None);
+        }
+        self.number += 1;
+        if !self.line.ends_with(b"\n") && n as u64 > MAX_PHYSICAL_LINE {
+            // Skip to the line's end, a bounded piece at a time.
+            loop {
+                self.line.clear();
+                let n = read(&mut self.input, &mut self.line, 1 << 16)?;
+                if n == 0 || self.line.ends_with(b"\n") {
+                    break;
+                }
+            }
+            let why = format!("longer than {MAX_PHYSICAL_LINE} bytes (no line end?)");
+            return Ok(Some((self.number, Err(why))));
+        }
+        for end in [b'\n', b'\r'] {
+            if self.line.last() == Some(&end) {
+                self.line.pop();
+            }
+        }
+        if self.number == 1 && self.line.starts_with(b"\xef\xbb\xbf") {
+            self.line.drain(..3);
+        }
+        Ok(Some((self.number, Ok(()))))
+    }
+
+    /// The next row; `columns`: the header's number of columns, once read.
+    fn next(&mut self, columns: Option<usize>) -> anyhow::Result<Option<Row>> {
+        let Some((first, line)) = self.physical()? else {
+            return Ok(None);
+        };
+        if let Err(why) = line {
+            return Ok(Some((first, Err(why))));
+        }
+        // The common row, on one line, split where it was read.
+        match self.split.split(&self.line) {
+            Split::Bad(why) => return Ok(Some((first, Err(why)))),
+            Split::Row(fields) => return Ok(Some((first, Ok(fields)))),
+            Split::Open => {}
+        }
+        let mut bytes = self.line.clone();
+        let mut taken: Vec<Physical> = Vec::new();
+        while taken.len() + 1 < MAX_ROW_LINES {
+            match self.physical()? {
+                Some((n, Ok(()))) => {
+                    bytes.push(b'\n');
+                    bytes.extend_from_slice(&self.line);
+                    taken.push((n, Ok(self.line.clone())));
+                }
+                Some((n, Err(why))) => {
+                    taken.push((n, Err(why)));
+                    break;
+                }
+                None => break,
+            }
+            match self.split.split(&bytes) {
+                Split::Open => continue,
+                Split::Row(fields)
+                    if columns.is_none_or(|c| fields.len() == c) && quoted_strictly(&bytes) =>
+                {
+                    return Ok(Some((first, Ok(fields))))
+                }
+                Split::Row(_) | Split::Bad(_) => break,
+            }
+        }
+        // A stray quote: this line alone is refused, the ones it ran over
+        // are read again as rows of their own.
+        for l in taken.into_iter().rev() {
+            self.pending.push_front(l);
+        }
+        let why =
+            "a quote opened on this line closes no row of the header's columns (a stray '\"'?)";
+        Ok(Some((first, Err(why.into()))))
+    }
+}
+
+/// Splits a row's bytes into fields with a reader reused from row to row.
+struct Splitter {
     reader: csv_core::Reader,
     out: Vec<u8>,
     ends: Vec<usize>,
 }
 
-impl CsvLine {
-    fn new() -> CsvLine {
-        CsvLine {
-            // Built (its state table made): `Default` leaves it unbuilt.
-            reader: csv_core::Reader::new(),
-            out: Vec::new(),
-            ends: Vec::new(),
-        }
-    }
-
-    fn split(&mut self, line: &[u8]) -> Result<Vec<String>, String> {
-        if line.iter().filter(|b| **b == b'"').count() % 2 == 1 {
-            return Err(
-                "a quote opened on this line is not closed on it (a field of a \
-                        report holds no line break: a stray '\"' in the file?)"
-                    .into(),
-            );
+impl Splitter {
+    fn split(&mut self, row: &[u8]) -> Split {
+        if row.is_empty() {
+            // A blank line (the reader would skip its line end and ask
+            // for more).
+            return Split::Row(Vec::new());
         }
         self.reader.reset();
-        // Unquoting only shortens a field, and a line of n bytes has at
-        // most n + 1 fields.
-        self.out.resize(line.len() + 1, 0);
-        self.ends.resize(line.len() + 2, 0);
-        let (mut input, mut nout, mut nends) = (line, 0, 0);
+        // Unquoting only shortens a field, and n bytes hold at most n + 1
+        // fields.
+        self.out.resize(row.len() + 1, 0);
+        self.ends.resize(row.len() + 2, 0);
+        let (mut input, mut nout, mut nends) = (row, 0, 0);
+        // The row's line end, then the end of input: a quoted field still
+        // open at the line end takes it in as text and asks for more.
+        let mut rest: &[u8] = b"\n";
         loop {
             let (res, i, o, e) =
                 self.reader
                     .read_record(input, &mut self.out[nout..], &mut self.ends[nends..]);
             (input, nout, nends) = (&input[i..], nout + o, nends + e);
             match res {
-                // The whole line is read; the empty input that follows
-                // tells the reader that its record ends here.
-                csv_core::ReadRecordResult::InputEmpty => input = &[],
+                csv_core::ReadRecordResult::InputEmpty if rest.is_empty() => return Split::Open,
+                csv_core::ReadRecordResult::InputEmpty => (input, rest) = (rest, &[]),
                 csv_core::ReadRecordResult::Record | csv_core::ReadRecordResult::End => break,
                 csv_core::ReadRecordResult::OutputFull
                 | csv_core::ReadRecordResult::OutputEndsFull => {
-                    unreachable!("the buffers are sized for the line")
+                    unreachable!("the buffers are sized for the row")
                 }
             }
         }
-        if !input.is_empty() {
-            // Only a line end ends a record, and the line's own was cut off.
-            return Err("a carriage return inside the line".into());
+        if !input.is_empty() || !rest.is_empty() {
+            // Only the row's own line end ends it.
+            return Split::Bad("a carriage return inside the line".into());
         }
+        let _ = nout;
         let mut fields = Vec::with_capacity(nends);
         let mut from = 0;
         for &to in &self.ends[..nends] {
-            let field = std::str::from_utf8(&self.out[from..to])
-                .map_err(|_| "not UTF-8 text".to_owned())?;
-            fields.push(field.trim().to_owned());
+            match std::str::from_utf8(&self.out[from..to]) {
+                Ok(f) => fields.push(f.trim().to_owned()),
+                Err(_) => return Split::Bad("not UTF-8 text".into()),
+            }
             from = to;
         }
-        Ok(fields)
+        Split::Row(fields)
     }
 }
 
-/// A CSV report read line by line: its header row first (the first line
-/// that is not blank), then each line, numbered as in the file (blank
-/// lines are skipped but counted; CRLF or LF line ends; a UTF-8 byte-order
-/// mark at the start is not part of the first column's name).
+/// Whether every quote of a row spanning lines stands where RFC 4180 puts
+/// one: opening a field, doubled inside a quoted one, or closing it before
+/// a comma, the row's end or blanks. A stray quote that happens to close
+/// on a later line (`re_1,"abc` … `re_3,"k3",3`) leaves a closing quote
+/// followed by text, and its row is refused. A one-line row is read as
+/// leniently as ever (`"k9"x` is `k9x`).
+fn quoted_strictly(row: &[u8]) -> bool {
+    #[derive(Clone, Copy, PartialEq)]
+    enum At {
+        FieldStart,
+        Unquoted,
+        Quoted,
+        QuoteInQuoted,
+        AfterClose,
+    }
+    let mut at = At::FieldStart;
+    for &b in row {
+        at = match (at, b) {
+            (At::FieldStart, b'"') => At::Quoted,
+            (At::FieldStart | At::Unquoted | At::AfterClose, b',') => At::FieldStart,
+            // A line break outside quotes ends a row: none is inside one.
+            (At::FieldStart | At::Unquoted | At::AfterClose, b'\n') => return false,
+            (At::FieldStart | At::Unquoted, _) => At::Unquoted,
+            (At::Quoted, b'"') => At::QuoteInQuoted,
+            (At::Quoted, _) => At::Quoted,
+            (At::QuoteInQuoted, b'"') => At::Quoted,
+            (At::QuoteInQuoted, b',') => At::FieldStart,
+            (At::QuoteInQuoted | At::AfterClose, b' ' | b'\t') => At::AfterClose,
+            (At::QuoteInQuoted | At::AfterClose, _) => return false,
+        };
+    }
+    at != At::Quoted
+}
+
+/// A CSV report read row by row: its header row first (the first row
+/// that is not blank), then each row, numbered by the line it starts on
+/// in the file (blank lines are skipped but counted; CRLF or LF line ends;
+/// a UTF-8 byte-order mark at the start is not part of the first column's
+/// name).
 fn read_csv(
-    mut input: Box<dyn BufRead + Send>,
+    input: Box<dyn BufRead + Send>,
     each: &mut dyn FnMut(Read1) -> bool,
 ) -> anyhow::Result<()> {
-    let mut csv = CsvLine::new();
-    let mut raw = Vec::new();
+    let mut rows = CsvRows::new(input);
     let mut headers: Option<Vec<String>> = None;
-    let mut number = 0u64;
-    loop {
-        raw.clear();
-        let n = input.read_until(b'\n', &mut raw).map_err(|e| {
-            // The file itself could not be read on (a cut gzip): the
-            // import must not end as if the report ended here.
-            anyhow::Error::new(e).context(format!("reading the report after line {number}"))
-        })?;
-        if n == 0 {
-            break;
-        }
-        number += 1;
-        let mut line = raw.strip_suffix(b"\n").unwrap_or(&raw);
-        line = line.strip_suffix(b"\r").unwrap_or(line);
-        if number == 1 {
-            line = line.strip_prefix(b"\xef\xbb\xbf").unwrap_or(line);
-        }
-        let fields = csv.split(line);
+    while let Some((number, fields)) = rows.next(headers.as_ref().map(Vec::len))? {
         let Some(headers) = &headers else {
             let fields = fields.map_err(|why| {
                 NotAReport(format!(
@@ -401,26 +560,64 @@ mod tests {
         );
     }
 
+    /// A quoted field may hold a line break (RFC 4180): the row is read
+    /// whole, numbered by the line it starts on.
+    #[test]
+    fn a_quoted_line_break_is_part_of_its_field() {
+        let file = b"id,merchant_reference,amount\r\nre_1,\"two\r\nlines\",5\r\n\r\nre_2,\"a \"\"b\"\"\",6\r\n";
+        let got = lines(file, Format::Csv);
+        let read: Vec<(u64, String)> = got
+            .iter()
+            .map(|l| l.clone().unwrap())
+            .map(|(n, f)| (n, f["merchant_reference"].clone()))
+            .collect();
+        assert_eq!(
+            read,
+            [(2, "two\nlines".to_owned()), (5, "a \"b\"".to_owned())]
+        );
+    }
+
+    /// A line far longer than any report's is refused and skipped, never
+    /// held whole; the next line is read.
+    #[test]
+    fn a_line_with_no_end_in_sight_is_refused_and_skipped() {
+        let mut file = b"id,amount\nre_".to_vec();
+        file.extend(std::iter::repeat_n(b'x', (MAX_PHYSICAL_LINE + 10) as usize));
+        file.extend_from_slice(b",5\nre_2,6\n");
+        let got = lines(&file, Format::Csv);
+        assert_eq!(got[0].clone().unwrap_err().0, 2);
+        assert_eq!(got[1].clone().unwrap().0, 3);
+    }
+
     /// A quote left open refuses its own line, named by its number, and
-    /// the lines after it are read as usual: a reader of whole records
-    /// ran on to the file's end and swallowed them.
+    /// the lines after it are read as rows of their own, even where a
+    /// later quote would close it into a row of the header's columns: a
+    /// reader of whole records swallowed them.
     #[test]
     fn a_stray_quote_refuses_its_line_alone() {
-        let file = b"id,merchant_reference,amount\nre_q1,\"unterminated,1\nre_q2,k2,2\nre_q3,\"k3\",3\nre_q4,ab\"c,4\n";
+        let file = b"id,merchant_reference,amount\nre_q1,\"unterminated,1\nre_q2,k2,2\nre_q3,\"k3\",3\nre_q4,27\" monitor,4\nre_q5,\"open,5\n";
         let got = lines(file, Format::Csv);
         let refused: Vec<u64> = got
             .iter()
             .filter_map(|l| l.clone().err())
             .map(|r| r.0)
             .collect();
-        assert_eq!(refused, [2, 5], "{got:?}");
+        assert_eq!(refused, [2, 6], "{got:?}");
         assert!(got[0].clone().unwrap_err().1.contains("quote"), "{got:?}");
         let read: Vec<(u64, String)> = got
             .iter()
             .filter_map(|l| l.clone().ok())
             .map(|(n, f)| (n, f["merchant_reference"].clone()))
             .collect();
-        assert_eq!(read, [(3, "k2".to_owned()), (4, "k3".to_owned())]);
+        assert_eq!(
+            read,
+            [
+                (3, "k2".to_owned()),
+                (4, "k3".to_owned()),
+                (5, "27\" monitor".to_owned())
+            ],
+            "a quote inside an unquoted field is a character of it"
+        );
     }
 
     #[test]
