@@ -42,8 +42,11 @@ pub(super) fn next_params(
 
 /// When the conversions of a Complete's or Fail's fields already refuse
 /// the call (`v` not empty), the write half's own field checks (`write`,
-/// the coordinator's) join them: every violation of both halves in one
-/// refusal, the write's fields first, then the claim's (`next.…`).
+/// the coordinator's) join them, the write's fields first, then the
+/// claim's (`next.…`). The claim half's own checks (`next.queue`,
+/// `next.max_jobs`, …) run with the write's in the coordinator, once the
+/// conversions pass: a refusal here names the conversions' fields and the
+/// write's, not those.
 pub(super) fn with_write_checks(v: &mut Violations, write: Result<(), CoordinatorError>) {
     if v.0.is_empty() {
         return; // the coordinator checks the write when it runs it
