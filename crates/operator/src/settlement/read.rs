@@ -183,7 +183,10 @@ impl CsvRows {
             // Skip to the line's end, a bounded piece at a time.
             loop {
                 self.line.clear();
-                let n = read(&mut self.input, &mut self.line, 1 << 16)?;
+                let n = read(&mut self.input, &mut self.line, 1 << 16).map_err(|e| {
+                    anyhow::Error::new(e)
+                        .context(format!("reading the report in line {}", self.number))
+                })?;
                 if n == 0 || self.line.ends_with(b"\n") {
                     break;
                 }
@@ -191,10 +194,12 @@ impl CsvRows {
             let why = format!("longer than {MAX_PHYSICAL_LINE} bytes (no line end?)");
             return Ok(Some((self.number, Err(why))));
         }
-        for end in [b'\n', b'\r'] {
-            if self.line.last() == Some(&end) {
-                self.line.pop();
-            }
+        if self.line.last() == Some(&b'\n') {
+            self.line.pop();
+        }
+        // CRLF, and a stray CR before it (`\r\r\n`).
+        while self.line.last() == Some(&b'\r') {
+            self.line.pop();
         }
         if self.number == 1 && self.line.starts_with(b"\xef\xbb\xbf") {
             self.line.drain(..3);
@@ -218,7 +223,7 @@ impl CsvRows {
         }
         let mut bytes = self.line.clone();
         let mut taken: Vec<Physical> = Vec::new();
-        while taken.len() + 1 < MAX_ROW_LINES {
+        while taken.len() + 1 < MAX_ROW_LINES && (bytes.len() as u64) < MAX_PHYSICAL_LINE {
             match self.physical()? {
                 Some((n, Ok(()))) => {
                     bytes.push(b'\n');
@@ -238,6 +243,9 @@ impl CsvRows {
                 {
                     return Ok(Some((first, Ok(fields))))
                 }
+                // A proper row that cannot be read (a byte that is not
+                // UTF-8): refused whole, its lines not read again.
+                Split::Bad(why) if quoted_strictly(&bytes) => return Ok(Some((first, Err(why)))),
                 Split::Row(_) | Split::Bad(_) => break,
             }
         }
@@ -267,10 +275,11 @@ impl Splitter {
             return Split::Row(Vec::new());
         }
         self.reader.reset();
-        // Unquoting only shortens a field, and n bytes hold at most n + 1
-        // fields.
+        // Unquoting only shortens a field, and a row holds at most one
+        // field more than it has commas.
+        let commas = row.iter().filter(|b| **b == b',').count();
         self.out.resize(row.len() + 1, 0);
-        self.ends.resize(row.len() + 2, 0);
+        self.ends.resize(commas + 2, 0);
         let (mut input, mut nout, mut nends) = (row, 0, 0);
         // The row's line end, then the end of input: a quoted field still
         // open at the line end takes it in as text and asks for more.
@@ -371,6 +380,18 @@ fn read_csv(
         };
         let next = match fields {
             Ok(fields) if fields.iter().all(String::is_empty) => continue, // a blank line
+            // More fields than columns: an unquoted comma (`1,234` for an
+            // amount) would otherwise shift or drop a value unseen.
+            Ok(fields) if fields.len() > headers.len() => Read1::Refused(RefusedLine {
+                line: number,
+                field: "line".into(),
+                reason: format!(
+                    "not a CSV row of the header's columns: {} fields, the header names {} (an \
+                     unquoted comma in a field?)",
+                    fields.len(),
+                    headers.len()
+                ),
+            }),
             Ok(fields) => Read1::Line(SettlementReportLine {
                 line: number,
                 fields: headers.iter().cloned().zip(fields).collect(),
@@ -575,6 +596,24 @@ mod tests {
             read,
             [(2, "two\nlines".to_owned()), (5, "a \"b\"".to_owned())]
         );
+    }
+
+    /// A row with more fields than the header names (an unquoted comma)
+    /// is refused; a row whose quoted field spans lines and holds a byte
+    /// that is not UTF-8 is refused whole, its lines not read as rows; a
+    /// line of a lone CR before its line end is blank.
+    #[test]
+    fn rows_that_cannot_be_read_are_refused_whole() {
+        let file =
+            b"id,ref,amount\nre_0,k0,1,234\nre_1,\"caf\xe9\nre_2,k2,2\nx\",1\n\r\r\nre_3,k3,3\n";
+        let got = lines(file, Format::Csv);
+        let numbers: Vec<Result<u64, u64>> = got
+            .iter()
+            .map(|l| l.clone().map(|(n, _)| n).map_err(|(n, _)| n))
+            .collect();
+        assert_eq!(numbers, [Err(2), Err(3), Ok(7)], "{got:?}");
+        assert!(got[0].clone().unwrap_err().1.contains("unquoted comma"));
+        assert!(got[1].clone().unwrap_err().1.contains("UTF-8"), "{got:?}");
     }
 
     /// A line far longer than any report's is refused and skipped, never
