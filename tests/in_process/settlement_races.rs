@@ -47,6 +47,23 @@ async fn admin(
         .unwrap()
 }
 
+/// The worker holding `held` fails it for good (the provider declined).
+async fn decline(h: &Harness, held: &jobfence_api::v1::Job) {
+    h.client
+        .clone()
+        .fail(jobfence_api::v1::FailRequest {
+            job_id: held.job_id,
+            attempt: held.attempt,
+            disposition: FailDisposition::Failed as i32,
+            error: "declined".into(),
+            retry_delay: None,
+            provider_retry_after: None,
+            next: None,
+        })
+        .await
+        .unwrap();
+}
+
 /// Settlement read the job in manual review; before it resolves, an
 /// operator sends it back to a worker, who completes it. The automatic
 /// resolution is refused like any stale write, the key is decided again
@@ -422,19 +439,7 @@ async fn a_refund_observed_on_a_live_job_that_then_fails_is_a_refund_not_recorde
     let held = h.claim_one(Q, "worker-a").await;
     let settled = [line(2, "re_end", "refund-end", 500, "succeeded")];
     assert_eq!(import(&h, &settled).await.decided.observed, 1);
-    h.client
-        .clone()
-        .fail(jobfence_api::v1::FailRequest {
-            job_id: held.job_id,
-            attempt: held.attempt,
-            disposition: FailDisposition::Failed as i32,
-            error: "declined".into(),
-            retry_delay: None,
-            provider_retry_after: None,
-            next: None,
-        })
-        .await
-        .unwrap();
+    decline(&h, &held).await;
     assert!(
         unresolved(&h).await.is_empty(),
         "nothing raised before an import"
@@ -502,19 +507,7 @@ async fn a_job_failed_while_its_refund_is_being_decided_is_a_refund_not_recorded
         })
     };
     gate.reached().await;
-    h.client
-        .clone()
-        .fail(jobfence_api::v1::FailRequest {
-            job_id: held.job_id,
-            attempt: held.attempt,
-            disposition: FailDisposition::Failed as i32,
-            error: "declined".into(),
-            retry_delay: None,
-            provider_retry_after: None,
-            next: None,
-        })
-        .await
-        .unwrap();
+    decline(&h, &held).await;
     gate.release();
     let summary = importing.await.unwrap();
     assert_eq!(summary.decided.observed, 1, "read running: {summary:?}");
