@@ -275,6 +275,32 @@ impl Import {
         }
     }
 
+    /// Refuses a report with no line taken, unless `allow_empty`: refused
+    /// lines are no evidence either, and a report whose every line was
+    /// refused lists no refund that can be trusted.
+    fn taken_any(&self) -> Result<(), CoordinatorError> {
+        if self.accepted_any || self.header.allow_empty {
+            return Ok(());
+        }
+        let what = if self.summary.lines_read == 0 {
+            "the report has no line".to_owned()
+        } else {
+            format!(
+                "every one of the report's {} lines was refused",
+                self.summary.lines_read
+            )
+        };
+        Err(CoordinatorError::invalid(
+            "lines",
+            format!(
+                "{what}, so it covers nothing (a failed download leaves an empty or \
+                 broken file, and a covered period with no refund makes every succeeded \
+                 job of it missing at the provider); if the provider refunded nothing in \
+                 the period, import it with allow_empty (--allow-empty)"
+            ),
+        ))
+    }
+
     /// Ends the import: records the period, decides what is left
     /// undecided (an earlier import's cut-off batch, and the settled
     /// refunds of jobs that were live when an import kept them as
@@ -288,27 +314,7 @@ impl Import {
             LineCounts::default(),
             self.summary.lines_refused,
         );
-        // Refused lines are no evidence either: a report whose every line
-        // was refused lists no refund that can be trusted.
-        if !self.accepted_any && !self.header.allow_empty {
-            let what = if self.summary.lines_read == 0 {
-                "the report has no line".to_owned()
-            } else {
-                format!(
-                    "every one of the report's {} lines was refused",
-                    self.summary.lines_read
-                )
-            };
-            return Err(CoordinatorError::invalid(
-                "lines",
-                format!(
-                    "{what}, so it covers nothing (a failed download leaves an empty or \
-                     broken file, and a covered period with no refund makes every succeeded \
-                     job of it missing at the provider); if the provider refunded nothing in \
-                     the period, import it with allow_empty (--allow-empty)"
-                ),
-            ));
-        }
+        self.taken_any()?;
         if self.header.check_only {
             return Ok(self.summary);
         }
