@@ -47,6 +47,19 @@ async fn admin(
         .unwrap()
 }
 
+/// Alice's import of `lines`, run on a task of its own (to be paused).
+fn spawn_import(
+    h: &Harness,
+    lines: Vec<jobfence_domain::settlement::mapping::RawLine>,
+) -> tokio::task::JoinHandle<jobfence_core::settlement::ImportSummary> {
+    let c = h.coordinator.clone();
+    tokio::spawn(async move {
+        let mut import = c.start_import(header()).await.unwrap();
+        import.lines(&lines).await.unwrap();
+        import.finish().await.unwrap()
+    })
+}
+
 /// The worker holding `held` fails it for good (the provider declined).
 async fn decline(h: &Harness, held: &jobfence_api::v1::Job) {
     h.client
@@ -448,14 +461,7 @@ async fn a_refund_observed_on_a_live_job_that_then_fails_is_a_refund_not_recorde
     // One import holds the line locked; another, with a line of its own,
     // waits for it in its undecide until its lock wait times out.
     let mut gate = h.pauses.arm(PausePoint::SettlementLinesLocked);
-    let import_of = |lines: Vec<_>| {
-        let c = h.coordinator.clone();
-        tokio::spawn(async move {
-            let mut import = c.start_import(header()).await.unwrap();
-            import.lines(&lines).await.unwrap();
-            import.finish().await.unwrap()
-        })
-    };
+    let import_of = |lines: Vec<_>| spawn_import(&h, lines);
     let holding = import_of(settled.to_vec());
     gate.reached().await;
     let other = [line(2, "re_other", "refund-other", 500, "pending")];
@@ -497,15 +503,7 @@ async fn a_job_failed_while_its_refund_is_being_decided_is_a_refund_not_recorded
     let held = h.claim_one(Q, "worker-a").await;
     let settled = [line(2, "re_late", "refund-late", 500, "succeeded")];
     let mut gate = h.pauses.arm(PausePoint::SettlementAfterHolders);
-    let importing = {
-        let c = h.coordinator.clone();
-        let lines = settled.to_vec();
-        tokio::spawn(async move {
-            let mut import = c.start_import(header()).await.unwrap();
-            import.lines(&lines).await.unwrap();
-            import.finish().await.unwrap()
-        })
-    };
+    let importing = spawn_import(&h, settled.to_vec());
     gate.reached().await;
     decline(&h, &held).await;
     gate.release();
