@@ -303,10 +303,6 @@ pub fn decide(holder: &Holder, lines: &[SettlementLine]) -> Decision {
         Holder::Nobody => unreachable!("answered above"),
     };
     let mut decision = match state {
-        JobState::Succeeded => Decision {
-            outcome: Outcome::Matched,
-            exceptions: vec![],
-        },
         JobState::Failed | JobState::Cancelled => {
             return exception(
                 ExceptionKind::RefundNotRecorded,
@@ -317,38 +313,59 @@ pub fn decide(holder: &Holder, lines: &[SettlementLine]) -> Decision {
                 ),
             )
         }
+        _ => by_state(holder, state, job_id, line),
+    };
+    if let Some(mismatch) = amount_mismatch(holder, job_id, line) {
+        decision.exceptions.push(mismatch);
+    }
+    decision
+}
+
+/// The outcome of one settled refund for a holder in `state`, which is
+/// not failed or cancelled (those are exceptions, decided by the caller).
+fn by_state(holder: &Holder, state: JobState, job_id: u64, line: &SettlementLine) -> Decision {
+    let outcome = match state {
         JobState::ManualReview => match holder {
-            Holder::Job { id, attempt, .. } => Decision {
-                outcome: Outcome::Resolve {
-                    job_id: *id,
-                    attempt: *attempt,
-                    provider_reference: line.provider_reference.clone(),
-                },
-                exceptions: vec![],
+            Holder::Job { id, attempt, .. } => Outcome::Resolve {
+                job_id: *id,
+                attempt: *attempt,
+                provider_reference: line.provider_reference.clone(),
             },
             _ => unreachable!("a key record is only ever of a finished job"),
         },
-        JobState::Ready | JobState::Running => Decision {
-            outcome: Outcome::Observe { job_id },
-            exceptions: vec![],
-        },
+        JobState::Ready | JobState::Running => Outcome::Observe { job_id },
+        JobState::Succeeded | JobState::Failed | JobState::Cancelled => Outcome::Matched,
     };
-    if let Holder::Job {
+    Decision {
+        outcome,
+        exceptions: vec![],
+    }
+}
+
+/// An AMOUNT_MISMATCH when the holder is a job whose payload gave an
+/// amount (minor units) and currency that the settled `line` does not
+/// repeat; `None` without a payload amount (amounts not compared).
+fn amount_mismatch(
+    holder: &Holder,
+    job_id: u64,
+    line: &SettlementLine,
+) -> Option<(ExceptionKind, String)> {
+    let Holder::Job {
         amount: Some((amount, currency)),
         ..
     } = holder
-    {
-        if *amount != line.amount_minor || *currency != line.currency {
-            decision.exceptions.push((
-                ExceptionKind::AmountMismatch,
-                format!(
-                    "refund {} is {} {}; job {job_id}'s payload says {amount} {currency}",
-                    line.provider_reference, line.amount_minor, line.currency
-                ),
-            ));
-        }
-    }
-    decision
+    else {
+        return None;
+    };
+    (*amount != line.amount_minor || *currency != line.currency).then(|| {
+        (
+            ExceptionKind::AmountMismatch,
+            format!(
+                "refund {} is {} {}; job {job_id}'s payload says {amount} {currency}",
+                line.provider_reference, line.amount_minor, line.currency
+            ),
+        )
+    })
 }
 
 #[cfg(test)]

@@ -376,30 +376,7 @@ fn summary(
     let mut refused: Vec<&proto::RefusedLine> = local.iter().chain(&answer.refused).collect();
     refused.sort_by_key(|r| r.line);
     if as_json {
-        let lines: Vec<_> = refused
-            .iter()
-            .map(|r| json!({"line": r.line, "field": r.field, "reason": r.reason}))
-            .collect();
-        return print_json(
-            out,
-            &json!({
-                "provider": args.provider,
-                "checked_only": checked_only,
-                "lines_read": answer.lines_read + local.len() as u64,
-                "lines_refused": answer.lines_refused + local.len() as u64,
-                "refused": lines,
-                "lines_new": answer.lines_new,
-                "lines_updated": answer.lines_updated,
-                "lines_unchanged": answer.lines_unchanged,
-                "matched": answer.matched,
-                "resolved_job_ids": answer.resolved_job_ids,
-                "observed": answer.observed,
-                "undecided": answer.undecided,
-                "exceptions_opened": answer.exceptions_opened,
-                "exceptions_resolved": answer.exceptions_resolved,
-                "missing": answer.missing,
-            }),
-        );
+        return summary_json(out, args, answer, local, &refused, checked_only);
     }
     let what = if checked_only { "checked" } else { "imported" };
     writeln!(
@@ -418,33 +395,7 @@ fn summary(
         answer.lines_unchanged
     )?;
     if !checked_only {
-        let ids: Vec<String> = answer.resolved_job_ids.iter().map(u64::to_string).collect();
-        writeln!(out, "  matched        {}", answer.matched)?;
-        writeln!(
-            out,
-            "  resolved       {} manual reviews{}",
-            ids.len(),
-            if ids.is_empty() {
-                String::new()
-            } else {
-                format!(" (jobs {})", ids.join(", "))
-            }
-        )?;
-        writeln!(
-            out,
-            "  observed       {} (jobs still ready or running)",
-            answer.observed
-        )?;
-        writeln!(
-            out,
-            "  pending        {} with no settled refund yet",
-            counted(answer.undecided, "key", "keys")
-        )?;
-        writeln!(
-            out,
-            "  exceptions     {} opened, {} resolved by the report; {} succeeded jobs with no refund",
-            answer.exceptions_opened, answer.exceptions_resolved, answer.missing
-        )?;
+        decided(out, answer)?;
     }
     for r in refused.iter().take(100) {
         writeln!(
@@ -453,6 +404,77 @@ fn summary(
             r.line, r.field, r.reason
         )?;
     }
+    Ok(())
+}
+
+/// The summary as one JSON object (`--json`): the counts of the
+/// coordinator's answer plus the lines this command refused itself.
+fn summary_json(
+    out: &mut (dyn Write + Send),
+    args: &ImportArgs,
+    answer: &proto::ImportSettlementResponse,
+    local: &[proto::RefusedLine],
+    refused: &[&proto::RefusedLine],
+    checked_only: bool,
+) -> anyhow::Result<()> {
+    let lines: Vec<_> = refused
+        .iter()
+        .map(|r| json!({"line": r.line, "field": r.field, "reason": r.reason}))
+        .collect();
+    print_json(
+        out,
+        &json!({
+            "provider": args.provider,
+            "checked_only": checked_only,
+            "lines_read": answer.lines_read + local.len() as u64,
+            "lines_refused": answer.lines_refused + local.len() as u64,
+            "refused": lines,
+            "lines_new": answer.lines_new,
+            "lines_updated": answer.lines_updated,
+            "lines_unchanged": answer.lines_unchanged,
+            "matched": answer.matched,
+            "resolved_job_ids": answer.resolved_job_ids,
+            "observed": answer.observed,
+            "undecided": answer.undecided,
+            "exceptions_opened": answer.exceptions_opened,
+            "exceptions_resolved": answer.exceptions_resolved,
+            "missing": answer.missing,
+        }),
+    )
+}
+
+/// The summary's lines of what the imported lines decided.
+fn decided(
+    out: &mut (dyn Write + Send),
+    answer: &proto::ImportSettlementResponse,
+) -> anyhow::Result<()> {
+    let ids: Vec<String> = answer.resolved_job_ids.iter().map(u64::to_string).collect();
+    writeln!(out, "  matched        {}", answer.matched)?;
+    writeln!(
+        out,
+        "  resolved       {} manual reviews{}",
+        ids.len(),
+        if ids.is_empty() {
+            String::new()
+        } else {
+            format!(" (jobs {})", ids.join(", "))
+        }
+    )?;
+    writeln!(
+        out,
+        "  observed       {} (jobs still ready or running)",
+        answer.observed
+    )?;
+    writeln!(
+        out,
+        "  pending        {} with no settled refund yet",
+        counted(answer.undecided, "key", "keys")
+    )?;
+    writeln!(
+        out,
+        "  exceptions     {} opened, {} resolved by the report; {} succeeded jobs with no refund",
+        answer.exceptions_opened, answer.exceptions_resolved, answer.missing
+    )?;
     Ok(())
 }
 
