@@ -148,6 +148,49 @@ async fn each_outcome_of_a_report() {
     h.finish().await;
 }
 
+/// A batch's keys and references travel to the database as one JSON
+/// document (crates/store/src/settlement/mod.rs, `json_list`): a quote, a
+/// backslash, a tab or a character outside ASCII arrives intact and
+/// matches its job, and a key that differs from a job's only in case
+/// matches nothing (the keys compare byte for byte, as the jobs' index
+/// does). The same report again is held line for line. Fails when the
+/// JSON is not escaped: the database refuses the document.
+#[tokio::test]
+async fn keys_and_references_of_any_bytes_match_exactly() {
+    let h = Harness::start().await;
+    provider(&h).await;
+    let keys = [
+        "say \"hi\"",
+        "back\\slash",
+        "tab\there",
+        "ünï-💸",
+        "Case-Key",
+    ];
+    for k in keys {
+        succeeded(&h, k, 500).await;
+    }
+    let mut report: Vec<RawLine> = keys[..4]
+        .iter()
+        .enumerate()
+        .map(|(i, k)| line(i as u64 + 2, &format!("re_{k}"), k, 500, "succeeded"))
+        .collect();
+    report.push(line(6, "re_case", "case-key", 500, "succeeded"));
+    let summary = import(&h, &report).await;
+    assert_eq!(summary.lines.new, 5, "{summary:?}");
+    assert_eq!(summary.decided.matched, 4, "{summary:?}");
+    assert_eq!(
+        unresolved(&h).await,
+        vec![
+            (ExceptionKind::MissingAtProvider, "Case-Key".into()),
+            (ExceptionKind::UnknownReference, "case-key".into()),
+        ]
+    );
+    let again = import(&h, &report).await;
+    assert_eq!(again.lines.unchanged, 5, "{again:?}");
+    assert_eq!(again.decided.exceptions_opened, 0, "{again:?}");
+    h.finish().await;
+}
+
 /// A settled refund of a job that is still ready or running changes
 /// nothing of the job: the line is kept as a SETTLEMENT observation, and
 /// the reconcile of the takeover that follows hands it to the worker.

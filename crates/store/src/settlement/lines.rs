@@ -2,7 +2,7 @@
 //! holds their operation keys.
 
 use super::on_insert::{decide_on_insert, holders_on, DecideOnInsert};
-use super::{queue_list, string_list};
+use super::{json_list, queue_list, string_list};
 use crate::rows::{get, opt_text, text};
 use crate::{commit, convert_sqlx_err, literal, JobStore};
 use jobfence_domain::settlement::records::{LineCounts, QueueAmounts};
@@ -90,17 +90,16 @@ impl JobStore {
         }
         self.fill_keys(queues, &mut batch).await?;
         let mut tx = self.begin().await?;
-        let refs = string_list(batch.keys().copied());
-        let sql = include_str!("../queries/settlement/lines_existing.sql")
-            .replace("{provider}", &literal::provider(provider)?)
-            .replace("{refs}", &refs);
-        let held: HashMap<String, (u64, SettlementLine)> = (&mut *tx)
-            .fetch_all(sqlx::raw_sql(&sql))
-            .await
-            .map_err(convert_sqlx_err)?
-            .iter()
-            .map(|r| line_row(r).map(|(id, l)| (l.provider_reference.clone(), (id, l))))
-            .collect::<Result<_, _>>()?;
+        let held: HashMap<String, (u64, SettlementLine)> =
+            sqlx::query(include_str!("../queries/settlement/lines_existing.sql"))
+                .bind(json_list(&batch.keys().copied().collect::<Vec<_>>())?)
+                .bind(provider)
+                .fetch_all(&mut *tx)
+                .await
+                .map_err(convert_sqlx_err)?
+                .iter()
+                .map(|r| line_row(r).map(|(id, l)| (l.provider_reference.clone(), (id, l))))
+                .collect::<Result<_, _>>()?;
         self.pause_in(crate::pause::PausePoint::SettlementLinesLocked, &mut tx)
             .await;
         let written: Vec<&SettlementLine> = batch
@@ -118,14 +117,14 @@ impl JobStore {
         self.pause_in(crate::pause::PausePoint::SettlementBeforeInsert, &mut tx)
             .await;
         let mut counts = LineCounts::default();
-        let mut rows = String::new();
+        let mut rows = Vec::new();
         let mut outcomes = Vec::new();
         for (reference, line) in &batch {
             match held.get(*reference) {
                 None => {
                     counts.new += 1;
                     let outcome = decided.get(*reference).cloned();
-                    push_row(&mut rows, provider, line, outcome.is_some())?;
+                    rows.push(LineRow::of(line, outcome.is_some())?);
                     outcomes.extend(outcome);
                 }
                 Some((_, old)) if same(old, line) => counts.unchanged += 1,
@@ -136,10 +135,10 @@ impl JobStore {
             }
         }
         if !rows.is_empty() {
-            let sql =
-                include_str!("../queries/settlement/lines_insert.sql").replace("{rows}", &rows);
-            (&mut *tx)
-                .execute(sqlx::raw_sql(&sql))
+            sqlx::query(include_str!("../queries/settlement/lines_insert.sql"))
+                .bind(provider)
+                .bind(crate::batch::json(&rows)?)
+                .execute(&mut *tx)
                 .await
                 .map_err(convert_sqlx_err)?;
         }
@@ -315,37 +314,35 @@ fn same(a: &SettlementLine, b: &SettlementLine) -> bool {
     a == b
 }
 
-fn push_row(
-    out: &mut String,
-    provider: &str,
-    l: &SettlementLine,
-    decided: bool,
-) -> Result<(), CoordinatorError> {
-    if !out.is_empty() {
-        out.push_str(", ");
+/// A new line as lines_insert.sql reads it from its JSON array (the
+/// statement's comment names the fields).
+#[derive(serde::Serialize)]
+struct LineRow<'a> {
+    r: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    k: Option<&'a str>,
+    a: u64,
+    c: &'a str,
+    s: &'a str,
+    #[serde(serialize_with = "crate::batch::db_time")]
+    t: DbTime,
+    d: u8,
+}
+
+impl<'a> LineRow<'a> {
+    /// Line `l`, marked decided when `decided`.
+    fn of(l: &'a SettlementLine, decided: bool) -> Result<Self, CoordinatorError> {
+        Ok(LineRow {
+            r: &l.provider_reference,
+            k: l.operation_key.as_deref(),
+            a: u64::try_from(l.amount_minor)
+                .map_err(|_| CoordinatorError::Internal("a settlement amount below zero".into()))?,
+            c: &l.currency,
+            s: l.status.as_str(),
+            t: l.created_at,
+            d: u8::from(decided),
+        })
     }
-    let amount = u64::try_from(l.amount_minor)
-        .map_err(|_| CoordinatorError::Internal("a settlement amount below zero".into()))?;
-    literal::tuple(
-        out,
-        &[
-            &provider,
-            &l.provider_reference.as_str(),
-            &l.operation_key.as_deref(),
-            &amount,
-            &l.currency.as_str(),
-            &l.status.as_str(),
-            &l.created_at,
-        ],
-    );
-    // The tuple's closing parenthesis, reopened for the three stamps.
-    out.pop();
-    out.push_str(if decided {
-        ", UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), UTC_TIMESTAMP(6))"
-    } else {
-        ", UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), NULL)"
-    });
-    Ok(())
 }
 
 async fn update_line(

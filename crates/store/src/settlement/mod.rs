@@ -36,6 +36,15 @@ fn queue_list(queues: &[QueueAmounts]) -> Result<String, CoordinatorError> {
         .map(|l| l.join(", "))
 }
 
+/// Strings as one JSON array, the parameter of a statement that reads
+/// them as a table (`JSON_TABLE(?, '$[*]' …)`, holders_jobs.sql): a batch's
+/// keys or references travel once, as a bound string the server parses in
+/// one pass, where a list of as many literals cost it about twice as much
+/// (docs/benchmarks.md, "Settlement import").
+fn json_list(values: &[&str]) -> Result<String, CoordinatorError> {
+    crate::batch::json(values)
+}
+
 /// Strings as a list of literals, for `{keys}` and `{refs}`.
 fn string_list<'a>(values: impl IntoIterator<Item = &'a str>) -> String {
     let mut out = String::new();

@@ -7,13 +7,12 @@
 //! other line is left undecided for the decision pass.
 
 use super::lines::Held;
-use super::{queue_list, string_list};
+use super::{json_list, queue_list};
+use crate::convert_sqlx_err;
 use crate::rows::{get, opt_text, text};
-use crate::{convert_sqlx_err, literal};
 use jobfence_domain::settlement::records::QueueAmounts;
 use jobfence_domain::settlement::{Holder, Outcome, SettlementLine};
 use jobfence_domain::{CoordinatorError, JobState};
-use sqlx::Executor as _;
 use sqlx::MySqlConnection;
 use std::collections::{BTreeMap, HashMap, HashSet};
 
@@ -87,10 +86,13 @@ async fn keys_with_lines(
     provider: &str,
     keys: &[&str],
 ) -> Result<HashSet<String>, CoordinatorError> {
-    let sql = include_str!("../queries/settlement/keys_with_lines.sql")
-        .replace("{provider}", &literal::provider(provider)?)
-        .replace("{keys}", &string_list(keys.iter().copied()));
-    first_column((&mut *tx).fetch_all(sqlx::raw_sql(&sql)).await)
+    first_column(
+        sqlx::query(include_str!("../queries/settlement/keys_with_lines.sql"))
+            .bind(json_list(keys)?)
+            .bind(provider)
+            .fetch_all(&mut *tx)
+            .await,
+    )
 }
 
 /// Which of `subjects` have an exception of the provider not resolved.
@@ -102,10 +104,14 @@ pub(super) async fn unresolved_subjects_on(
     if subjects.is_empty() {
         return Ok(Default::default());
     }
-    let sql = include_str!("../queries/settlement/unresolved_subjects.sql")
-        .replace("{provider}", &literal::provider(provider)?)
-        .replace("{subjects}", &string_list(subjects.iter().copied()));
-    first_column((conn).fetch_all(sqlx::raw_sql(&sql)).await)
+    let sql = include_str!("../queries/settlement/unresolved_subjects.sql");
+    first_column(
+        sqlx::query(sql)
+            .bind(json_list(subjects)?)
+            .bind(provider)
+            .fetch_all(conn)
+            .await,
+    )
 }
 
 /// The first column of each row, as text.
@@ -148,12 +154,12 @@ pub(super) async fn holders_on(
         if left.is_empty() {
             break;
         }
-        let sql = sql
-            .replace("{queues}", &queues)
-            .replace("{keys}", &string_list(left.iter().copied()))
-            .replace("{lock}", lock);
-        let rows = (&mut *conn)
-            .fetch_all(sqlx::raw_sql(&sql))
+        // The queues and the lock vary by provider and caller, not by
+        // batch: a few statements, each prepared once per connection.
+        let sql = sql.replace("{queues}", &queues).replace("{lock}", lock);
+        let rows = sqlx::query(&sql)
+            .bind(json_list(&left)?)
+            .fetch_all(&mut *conn)
             .await
             .map_err(convert_sqlx_err)?;
         for row in &rows {

@@ -1,5 +1,11 @@
 -- The jobs of the provider's queues ({queues}) that hold operation keys of
--- {keys}. A key is unique per queue; the provider's queues are distinct
+-- the batch: the one parameter is a JSON array of the keys (see
+-- `json_list` in crates/store/src/settlement/mod.rs), read as a table and
+-- joined to the jobs' unique (queue, operation_key) index, one lookup per
+-- key; the keys travel once, as a bound string, where a list of literals
+-- cost the server about twice as much to parse (docs/benchmarks.md,
+-- "Settlement import"). STRAIGHT_JOIN keeps the keys the driving table.
+-- A key is unique per queue; the provider's queues are distinct
 -- queues, so a key names at most one job among them unless two of its
 -- queues used it. {lock} is FOR UPDATE when an import reads them in the
 -- transaction that writes its lines: every import writing a line of one
@@ -8,9 +14,10 @@
 -- takes no gap locks, and a key's first line has no row to lock). A live
 -- job is locked too, for as long as the batch's short transaction: a
 -- Claim skips it (SKIP LOCKED), a Complete waits for it.
-SELECT j.id AS job_id, CAST(j.queue AS CHAR) AS queue,
+SELECT STRAIGHT_JOIN j.id AS job_id, CAST(j.queue AS CHAR) AS queue,
        CAST(j.operation_key AS CHAR) AS operation_key, CAST(j.state AS CHAR) AS state,
        j.attempt, j.payload
-FROM jobs j
-WHERE j.queue IN ({queues}) AND j.operation_key IN ({keys})
+FROM JSON_TABLE(?, '$[*]' COLUMNS (
+         k VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$')) AS t
+JOIN jobs j ON j.queue IN ({queues}) AND j.operation_key = t.k
 {lock}
