@@ -6,7 +6,9 @@
 //! a refund observed on a live job that then fails (before or while its
 //! line is decided), decided again.
 
-use crate::settlement::{failed, import, line, provider, succeeded, unresolved, until_now, P, Q};
+use crate::settlement::{
+    failed, import, line, payload, provider, succeeded, unresolved, until_now, P, Q,
+};
 use jobfence_testkit as kit;
 
 use jobfence_api::v1::{CompleteRequest, FailDisposition, Resolution, ResolveManualReviewRequest};
@@ -259,6 +261,56 @@ async fn a_review_resolved_by_two_imports_at_once_is_counted_once() {
         metrics.contains("jobfence_settlement_resolved_reviews_total{provider=\"psp\"} 1"),
         "{metrics}"
     );
+    h.finish().await;
+}
+
+/// An import reads and locks the jobs that hold its lines' keys, and only
+/// those, when its provider has two queues: while its batch is held
+/// (paused before the insert, the holders locked), a worker claims a ready
+/// job of the provider's other queue. Fails when the queues are matched as
+/// a list (`j.queue IN (…)`, as holders_jobs.sql once did): MariaDB then
+/// scans and locks every job of both queues, and the Claim, which skips
+/// locked rows, finds nothing.
+#[tokio::test]
+async fn an_import_for_a_provider_of_two_queues_locks_only_its_keys_jobs() {
+    const Q2: &str = "refunds-eu";
+    let h = Harness::start().await;
+    provider(&h).await;
+    h.coordinator
+        .store()
+        .put_provider(&jobfence_domain::providers::PutProvider {
+            name: P.into(),
+            budget: jobfence_domain::budget::Budget {
+                rate_per_second: 1000.0,
+                burst: 1000,
+                max_in_flight: None,
+                execute_cost: 1,
+                reconcile_cost: 1,
+            },
+            queues: vec![Q.into(), Q2.into()],
+            by: kit::settlement::by(),
+        })
+        .await
+        .unwrap();
+    succeeded(&h, "refund-a", 500).await;
+    let other = h.enqueue(Q2, "refund-b", &payload(700)).await;
+    let mut gate = h.pauses.arm(PausePoint::SettlementBeforeInsert);
+    let import = spawn_import(&h, vec![line(2, "re_a", "refund-a", 500, "succeeded")]);
+    gate.reached().await;
+    let claimed: Vec<u64> = h
+        .claim(Q2, "w2", 1)
+        .await
+        .iter()
+        .map(|c| c.job.as_ref().unwrap().job_id)
+        .collect();
+    assert_eq!(
+        claimed,
+        vec![other.job_id],
+        "the held batch locked a job it does not match"
+    );
+    gate.release();
+    let summary = import.await.unwrap();
+    assert_eq!(summary.decided.matched, 1, "{summary:?}");
     h.finish().await;
 }
 

@@ -6,14 +6,15 @@
 //! whose decision writes nothing beyond the line is decided so; every
 //! other line is left undecided for the decision pass.
 
+use super::json_list;
 use super::lines::Held;
-use super::{json_list, queue_list};
 use crate::convert_sqlx_err;
 use crate::rows::{get, opt_text, text};
 use jobfence_domain::settlement::records::QueueAmounts;
 use jobfence_domain::settlement::{Holder, Outcome, SettlementLine};
 use jobfence_domain::{CoordinatorError, JobState};
 use sqlx::MySqlConnection;
+use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 /// Decides a new line whose key has no other line (stored, or in its
@@ -138,7 +139,8 @@ pub(super) async fn holders_on(
     if keys.is_empty() || queues.is_empty() {
         return Ok(out);
     }
-    let queues = queue_list(queues)?;
+    let names: Vec<&str> = queues.iter().map(|q| q.queue.as_str()).collect();
+    let queues = json_list(&names)?;
     let lock = if lock { "FOR UPDATE" } else { "" };
     let mut left: Vec<&str> = keys.to_vec();
     for (sql, kind) in [
@@ -154,26 +156,48 @@ pub(super) async fn holders_on(
         if left.is_empty() {
             break;
         }
-        // The queues and the lock vary by provider and caller, not by
-        // batch: a few statements, each prepared once per connection.
-        let sql = sql.replace("{queues}", &queues).replace("{lock}", lock);
+        // The lock varies by caller, not by batch: two texts of each
+        // statement, each prepared once per connection.
+        let sql = sql.replace("{lock}", lock);
         let rows = sqlx::query(&sql)
+            .bind(&queues)
             .bind(json_list(&left)?)
             .fetch_all(&mut *conn)
             .await
             .map_err(convert_sqlx_err)?;
+        let mut found: HashMap<String, Held> = HashMap::with_capacity(rows.len());
         for row in &rows {
-            // The first job of a key wins (a key two of the provider's
-            // queues used), and a job wins over a key record of its key (a
-            // key whose record expired and was enqueued again).
-            let key = text(row, "operation_key")?;
-            if let std::collections::hash_map::Entry::Vacant(e) = out.entry(key) {
-                e.insert(held_row(row, kind)?);
+            // Of a key two of the provider's queues used, the oldest job
+            // (the lowest id) holds it, whatever order the rows come in.
+            let held = held_row(row, kind)?;
+            match found.entry(text(row, "operation_key")?) {
+                Entry::Vacant(e) => {
+                    e.insert(held);
+                }
+                Entry::Occupied(mut e) if held.job_id() < e.get().job_id() => {
+                    e.insert(held);
+                }
+                Entry::Occupied(_) => {}
             }
         }
-        left.retain(|k| !out.contains_key(*k));
+        // A job wins over a key record of its key (a key whose record
+        // expired and was enqueued again): records are read only for the
+        // keys no job holds.
+        left.retain(|k| !found.contains_key(*k));
+        out.extend(found);
     }
     Ok(out)
+}
+
+impl Held {
+    /// The id of the job that holds the key (pruned or not).
+    fn job_id(&self) -> u64 {
+        match self.holder {
+            Holder::Job { id, .. } => id,
+            Holder::Pruned { job_id, .. } => job_id,
+            Holder::Nobody => 0,
+        }
+    }
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]

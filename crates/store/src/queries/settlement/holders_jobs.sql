@@ -1,13 +1,17 @@
--- The jobs of the provider's queues ({queues}) that hold operation keys of
--- the batch: the one parameter is a JSON array of the keys (see
--- `json_list` in crates/store/src/settlement/mod.rs), read as a table and
--- joined to the jobs' unique (queue, operation_key) index, one lookup per
--- key; the keys travel once, as a bound string, where a list of literals
--- cost the server about twice as much to parse (docs/benchmarks.md,
--- "Settlement import"). STRAIGHT_JOIN keeps the keys the driving table.
+-- The jobs of the provider's queues that hold operation keys of the batch.
+-- Parameters: a JSON array of the provider's queues, and a JSON array of
+-- the keys (see `json_list` in crates/store/src/settlement/mod.rs), each
+-- read as a table; every (queue, key) pair is one lookup in the jobs'
+-- unique (queue, operation_key) index. Both columns are joined by
+-- equality: with the queues as `IN (…)` and more than one queue, MariaDB
+-- scanned (and with {lock}, locked) every job of the provider's queues.
+-- The keys travel once, as a bound string, where a list of literals cost
+-- the server about twice as much to parse (docs/benchmarks.md,
+-- "Settlement import"); STRAIGHT_JOIN keeps the two small tables first.
 -- A key is unique per queue; the provider's queues are distinct
 -- queues, so a key names at most one job among them unless two of its
--- queues used it. {lock} is FOR UPDATE when an import reads them in the
+-- queues used it (the caller then takes the oldest job). {lock} is FOR
+-- UPDATE when an import reads them in the
 -- transaction that writes its lines: every import writing a line of one
 -- of these keys then waits here for the others, so a line decided with its
 -- insert is decided knowing every other line of its key (READ COMMITTED
@@ -18,6 +22,9 @@ SELECT STRAIGHT_JOIN j.id AS job_id, CAST(j.queue AS CHAR) AS queue,
        CAST(j.operation_key AS CHAR) AS operation_key, CAST(j.state AS CHAR) AS state,
        j.attempt, j.payload
 FROM JSON_TABLE(?, '$[*]' COLUMNS (
+         q VARCHAR(128) CHARACTER SET ascii COLLATE ascii_bin PATH '$')) AS qs
+JOIN JSON_TABLE(?, '$[*]' COLUMNS (
          k VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$')) AS t
-JOIN jobs j ON j.queue IN ({queues}) AND j.operation_key = t.k
+JOIN jobs j FORCE INDEX (uq_jobs_queue_operation_key)
+  ON j.queue = qs.q AND j.operation_key = t.k
 {lock}
