@@ -90,6 +90,9 @@ impl JobStore {
         }
         self.fill_keys(queues, &mut batch).await?;
         let mut tx = self.begin().await?;
+        // The provider's name is bound, never written into the text: it
+        // needs no check of its characters here (it comes from the stored
+        // settings, which checked it).
         let held: HashMap<String, (u64, SettlementLine)> =
             sqlx::query(include_str!("../queries/settlement/lines_existing.sql"))
                 .bind(json_list(&batch.keys().copied().collect::<Vec<_>>())?)
