@@ -67,7 +67,7 @@ pub struct ImportArgs {
     /// At most this many lines a second (0: as fast as the coordinator
     /// takes them). Flat out, an import takes database time the workers'
     /// claims would have had; a paced one leaves them more of it
-    /// (docs/benchmarks.md, "Settlement import", measures both).
+    /// (docs/settlement.md, "Import every report", says how much).
     #[arg(long, default_value_t = 0)]
     pub max_rate: u32,
     /// The report (gzip'd or not); `-` for standard input (with --format).
