@@ -228,7 +228,7 @@ impl Bench {
         }
         if args.settle_lines > 0 {
             self.reset().await?;
-            let load = settle::Load::of(args, max_workers, self.coordinator_pid)?;
+            let load = settle::Load::of(args, max_workers, self.coordinator_pid, self.db_pid)?;
             self.settlement = Some(settle::run(&self.pool, addr, load).await?);
         }
         Ok(())

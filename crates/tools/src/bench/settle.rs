@@ -6,7 +6,10 @@
 //! job); against the same lifecycle rounds with nothing
 //! imported. Reported: lines imported per second, claim throughput and
 //! p50/p99 of both sides, and the coordinator's peak memory during the
-//! import (its VmHWM, reset just before).
+//! import (its VmHWM, reset just before). Then the same import once more
+//! with no workers, its lines deleted first: its rate alone, and the CPU
+//! each process spends per line (the database server, the coordinator,
+//! the command), which says where a line's cost is.
 
 use super::db::load_finished;
 use super::procstat;
@@ -40,11 +43,18 @@ pub struct Load {
     pub bin: PathBuf,
     pub log_dir: PathBuf,
     pub coordinator_pid: u32,
+    /// The database server's process, when it runs on this machine.
+    pub db_pid: Option<u32>,
 }
 
 impl Load {
     /// The phase as the flags say.
-    pub fn of(args: &super::BenchArgs, workers: usize, coordinator_pid: u32) -> Result<Load> {
+    pub fn of(
+        args: &super::BenchArgs,
+        workers: usize,
+        coordinator_pid: u32,
+        db_pid: Option<u32>,
+    ) -> Result<Load> {
         Ok(Load {
             lines: args.settle_lines,
             max_rate: args.settle_max_rate,
@@ -54,6 +64,7 @@ impl Load {
             bin: std::env::current_exe()?,
             log_dir: args.log_dir.clone(),
             coordinator_pid,
+            db_pid,
         })
     }
 }
@@ -71,6 +82,19 @@ pub struct SettleFigures {
     /// before it.
     pub peak_rss: Option<u64>,
     pub rss_before: Option<u64>,
+    /// The same import with no workers, afterwards.
+    pub alone: Alone,
+}
+
+/// An import with nothing else running: how long it took, and the CPU
+/// per line of each process (`None` where it could not be read: a
+/// database on another machine).
+#[derive(Debug)]
+pub struct Alone {
+    pub import: Duration,
+    pub db: Option<Duration>,
+    pub coordinator: Option<Duration>,
+    pub command: Option<Duration>,
 }
 
 /// Runs the phase.
@@ -109,6 +133,7 @@ pub async fn run(pool: &MySqlPool, addr: &str, load: Load) -> Result<SettleFigur
             && summary["matched"].as_u64() == Some(load.lines),
         "the import did not match every line: {summary}"
     );
+    let alone = import_alone(pool, addr, &load, &report).await?;
     let figures = SettleFigures {
         lines: load.lines,
         max_rate: load.max_rate,
@@ -118,6 +143,7 @@ pub async fn run(pool: &MySqlPool, addr: &str, load: Load) -> Result<SettleFigur
         during,
         peak_rss,
         rss_before,
+        alone,
     };
     eprintln!(
         "bench: {:<44} {:>8.0} jobs/s ({} lines imported in {:.1} s: {:.0} lines/s)",
@@ -128,6 +154,72 @@ pub async fn run(pool: &MySqlPool, addr: &str, load: Load) -> Result<SettleFigur
         figures.lines_per_second()
     );
     Ok(figures)
+}
+
+/// The import once more with no workers running, after the lines (and
+/// any exception) of the first are deleted, so it does the same work:
+/// its duration, and the CPU per line of the database server, the
+/// coordinator and the command (the command's from the CPU of this
+/// process's waited-for children, which it alone adds to meanwhile).
+async fn import_alone(pool: &MySqlPool, addr: &str, load: &Load, report: &Path) -> Result<Alone> {
+    for table in [
+        "TRUNCATE TABLE settlement_lines",
+        "DELETE FROM settlement_exception_actions",
+        "DELETE FROM settlement_exceptions",
+    ] {
+        sqlx::query(table).execute(pool).await?;
+    }
+    let children = || {
+        nix::sys::resource::getrusage(nix::sys::resource::UsageWho::RUSAGE_CHILDREN)
+            .ok()
+            .map(|u| {
+                let t = |v: nix::sys::time::TimeVal| {
+                    Duration::new(v.tv_sec().max(0) as u64, v.tv_usec().max(0) as u32 * 1000)
+                };
+                t(u.user_time()) + t(u.system_time())
+            })
+    };
+    let before = (
+        load.db_pid.and_then(procstat::cpu_time),
+        procstat::cpu_time(load.coordinator_pid),
+        children(),
+    );
+    let started = Instant::now();
+    let summary = import(load.bin.clone(), addr.to_owned(), report.to_owned(), 0).await?;
+    let took = started.elapsed();
+    let after = (
+        load.db_pid.and_then(procstat::cpu_time),
+        procstat::cpu_time(load.coordinator_pid),
+        children(),
+    );
+    ensure!(
+        summary["lines_new"].as_u64() == Some(load.lines)
+            && summary["matched"].as_u64() == Some(load.lines),
+        "the import alone did not match every line: {summary}"
+    );
+    let per_line = |b: Option<Duration>, a: Option<Duration>| {
+        Some(a?.checked_sub(b?)? / u32::try_from(load.lines.max(1)).unwrap_or(u32::MAX))
+    };
+    let alone = Alone {
+        import: took,
+        db: per_line(before.0, after.0),
+        coordinator: per_line(before.1, after.1),
+        command: per_line(before.2, after.2),
+    };
+    eprintln!(
+        "bench: {:<44} {:>8.0} lines/s; per line: database {}, coordinator {}, command {}",
+        "settlement import alone",
+        load.lines as f64 / took.as_secs_f64().max(1e-9),
+        micros(alone.db),
+        micros(alone.coordinator),
+        micros(alone.command),
+    );
+    Ok(alone)
+}
+
+/// A per-line CPU time in µs, or `?`.
+fn micros(d: Option<Duration>) -> String {
+    d.map_or("?".into(), |d| format!("{:.1} µs", d.as_secs_f64() * 1e6))
 }
 
 /// The provider over the loaded jobs' queue, its budget far above any
@@ -276,6 +368,17 @@ impl SettleFigures {
             out,
             "\nClaims while importing: **{:.0} %** of their rate without (target 85 %).\n",
             self.ratio() * 100.0
+        );
+        let a = &self.alone;
+        let _ = writeln!(
+            out,
+            "The same import afterwards with no workers (its lines deleted first): {:.0} \
+             lines/s; CPU per line: the database server {}, the coordinator {}, the \
+             command {}.\n",
+            self.lines as f64 / a.import.as_secs_f64().max(1e-9),
+            micros(a.db),
+            micros(a.coordinator),
+            micros(a.command),
         );
         out
     }
