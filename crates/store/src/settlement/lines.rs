@@ -3,6 +3,7 @@
 
 use super::on_insert::{decide_on_insert, holders_on, DecideOnInsert};
 use super::{json_list, queue_list, string_list};
+use super::{FastMap, FastSet};
 use crate::rows::{get, opt_text, text};
 use crate::{commit, convert_sqlx_err, literal, JobStore};
 use jobfence_domain::settlement::records::{LineCounts, QueueAmounts};
@@ -10,7 +11,8 @@ use jobfence_domain::settlement::{Holder, LineStatus, Outcome, SettlementLine};
 use jobfence_domain::{CoordinatorError, DbTime};
 use sqlx::mysql::MySqlRow;
 use sqlx::Executor as _;
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::borrow::Cow;
+use std::collections::{BTreeMap, HashMap};
 
 /// The stored lines of one operation key (or one keyless line), as read
 /// for a decision, and when they were read.
@@ -83,17 +85,18 @@ impl JobStore {
         on_insert: DecideOnInsert<'_>,
     ) -> Result<(LineCounts, Vec<Outcome>), CoordinatorError> {
         // The last of two lines with one reference in a batch wins, as a
-        // later report's would.
-        let mut batch: BTreeMap<&str, SettlementLine> = BTreeMap::new();
+        // later report's would. A line is copied only if its key is filled
+        // in (`fill_keys`).
+        let mut batch: BTreeMap<&str, Cow<'_, SettlementLine>> = BTreeMap::new();
         for l in lines {
-            batch.insert(l.provider_reference.as_str(), l.clone());
+            batch.insert(l.provider_reference.as_str(), Cow::Borrowed(l));
         }
         self.fill_keys(queues, &mut batch).await?;
         let mut tx = self.begin().await?;
         // The provider's name is bound, never written into the text: it
         // needs no check of its characters here (it comes from the stored
         // settings, which checked it).
-        let held: HashMap<String, (u64, SettlementLine)> =
+        let held: FastMap<String, (u64, SettlementLine)> =
             sqlx::query(include_str!("../queries/settlement/lines_existing.sql"))
                 .bind(json_list(&batch.keys().copied().collect::<Vec<_>>())?)
                 .bind(provider)
@@ -108,9 +111,9 @@ impl JobStore {
         let written: Vec<&SettlementLine> = batch
             .iter()
             .filter(|(r, l)| held.get(**r).is_none_or(|(_, old)| !same(old, l)))
-            .map(|(_, l)| l)
+            .map(|(_, l)| &**l)
             .collect();
-        let new: HashSet<&str> = batch
+        let new: FastSet<&str> = batch
             .keys()
             .copied()
             .filter(|r| !held.contains_key(*r))
@@ -154,7 +157,7 @@ impl JobStore {
     async fn fill_keys(
         &self,
         queues: &[QueueAmounts],
-        batch: &mut BTreeMap<&str, SettlementLine>,
+        batch: &mut BTreeMap<&str, Cow<'_, SettlementLine>>,
     ) -> Result<(), CoordinatorError> {
         let keyless: Vec<&str> = batch
             .iter()
@@ -174,7 +177,7 @@ impl JobStore {
         for row in &found {
             let reference = text(row, "provider_reference")?;
             if let Some(line) = batch.get_mut(reference.as_str()) {
-                line.operation_key = Some(text(row, "operation_key")?);
+                line.to_mut().operation_key = Some(text(row, "operation_key")?);
             }
         }
         Ok(())
@@ -268,7 +271,7 @@ impl JobStore {
         let out = holders_on(&mut conn, queues, keys, false).await?;
         self.pause(crate::pause::PausePoint::SettlementAfterHolders)
             .await;
-        Ok(out)
+        Ok(out.into_iter().collect())
     }
 
     /// The settlement lines of the job of `queue` and `operation_key`:

@@ -24,6 +24,12 @@ use jobfence_domain::settlement::records::{
 use jobfence_domain::CoordinatorError;
 use std::time::Duration;
 
+/// The maps of one batch's references and keys (a few thousand strings
+/// a batch, each hashed several times): foldhash, seeded per process,
+/// where std's SipHash showed in the coordinator's profile of an import.
+type FastMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
+type FastSet<K> = std::collections::HashSet<K, foldhash::fast::RandomState>;
+
 /// MySQL's "foreign key constraint fails" on insert.
 const NO_REFERENCED_ROW: u16 = 1452;
 

@@ -6,8 +6,8 @@
 //! whose decision writes nothing beyond the line is decided so; every
 //! other line is left undecided for the decision pass.
 
-use super::json_list;
 use super::lines::Held;
+use super::{json_list, FastMap, FastSet};
 use crate::convert_sqlx_err;
 use crate::rows::{get, opt_text, text};
 use jobfence_domain::settlement::records::QueueAmounts;
@@ -15,7 +15,7 @@ use jobfence_domain::settlement::{Holder, Outcome, SettlementLine};
 use jobfence_domain::{CoordinatorError, JobState};
 use sqlx::MySqlConnection;
 use std::collections::hash_map::Entry;
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashSet};
 
 /// Decides a new line whose key has no other line (stored, or in its
 /// batch) and no exception not resolved, from who holds the key:
@@ -38,16 +38,16 @@ pub(super) async fn decide_on_insert(
     provider: &str,
     queues: &[QueueAmounts],
     written: &[&SettlementLine],
-    new: &HashSet<&str>,
+    new: &FastSet<&str>,
     on_insert: DecideOnInsert<'_>,
-) -> Result<HashMap<String, Outcome>, CoordinatorError> {
+) -> Result<FastMap<String, Outcome>, CoordinatorError> {
     let mut per_key: BTreeMap<&str, usize> = BTreeMap::new();
     for l in written {
         if let Some(k) = &l.operation_key {
             *per_key.entry(k.as_str()).or_default() += 1;
         }
     }
-    let mut out = HashMap::new();
+    let mut out = FastMap::default();
     if per_key.is_empty() {
         return Ok(out);
     }
@@ -134,8 +134,8 @@ pub(super) async fn holders_on(
     queues: &[QueueAmounts],
     keys: &[&str],
     lock: bool,
-) -> Result<HashMap<String, Held>, CoordinatorError> {
-    let mut out = HashMap::new();
+) -> Result<FastMap<String, Held>, CoordinatorError> {
+    let mut out = FastMap::default();
     if keys.is_empty() || queues.is_empty() {
         return Ok(out);
     }
@@ -165,7 +165,8 @@ pub(super) async fn holders_on(
             .fetch_all(&mut *conn)
             .await
             .map_err(convert_sqlx_err)?;
-        let mut found: HashMap<String, Held> = HashMap::with_capacity(rows.len());
+        let mut found: FastMap<String, Held> =
+            FastMap::with_capacity_and_hasher(rows.len(), Default::default());
         for row in &rows {
             // Of a key two of the provider's queues used, the oldest job
             // (the lowest id) holds it, whatever order the rows come in.
