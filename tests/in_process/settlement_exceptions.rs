@@ -4,9 +4,10 @@
 //! SETTLEMENT_EXCEPTION_MOVED with the state it is in now, and nothing of
 //! the refused action is recorded. An id no database holds is
 //! SETTLEMENT_EXCEPTION_NOT_FOUND, for a read and for an action. An
-//! action behind a row lock is run again, counted, and recorded once.
+//! action behind a row lock is run again, counted, and recorded once; a
+//! locked exception holds up no report deciding another subject.
 
-use crate::settlement::{import, line, provider, P};
+use crate::settlement::{import, line, provider, succeeded, P};
 use jobfence_api::v1::job_admin_client::JobAdminClient;
 use jobfence_api::v1::{ActOnSettlementExceptionRequest, ListSettlementExceptionsRequest};
 use jobfence_testkit as kit;
@@ -167,5 +168,52 @@ async fn an_action_behind_a_row_lock_is_run_again_counted_and_recorded_once() {
             ("acknowledged".to_owned(), "alice".to_owned())
         ]
     );
+    h.finish().await;
+}
+
+/// A report deciding one subject does not wait for another subject's
+/// exception held by another transaction (an operator's action, an import
+/// raising on another key): the locking read of a subject's exceptions
+/// reads that subject's rows only (`ix_settlement_exceptions_subject`,
+/// migration 20261212000001). Without the index it read every exception
+/// of the provider, met the held row and waited. Among 200 exceptions of
+/// the provider one is locked; an import raising a double refund of
+/// another key lands with no lock wait (waits of 1 s here, so one would
+/// be counted as a conflict).
+#[tokio::test]
+async fn a_locked_exception_holds_up_no_decision_of_another_subject() {
+    let h = Harness::start_with_lock_wait(1).await;
+    provider(&h).await;
+    let by_hand: Vec<_> = (0..200)
+        .map(|i| {
+            let (reference, key) = (format!("re_hand_{i}"), format!("by-hand-{i}"));
+            line(i + 1, &reference, &key, 500, "succeeded")
+        })
+        .collect();
+    let first = import(&h, &by_hand).await;
+    assert_eq!(first.decided.exceptions_opened, 200, "{first:?}");
+    let mut holder = h.db.pool().begin().await.unwrap();
+    sqlx::query("SELECT id FROM settlement_exceptions WHERE subject = 'by-hand-7' FOR UPDATE")
+        .fetch_one(&mut *holder)
+        .await
+        .unwrap();
+    succeeded(&h, "refund-twice", 500).await;
+    let store = h.coordinator.store().clone();
+    let before = store.conflicts();
+    let twice = import(
+        &h,
+        &[
+            line(1, "re_t1", "refund-twice", 500, "succeeded"),
+            line(2, "re_t2", "refund-twice", 500, "succeeded"),
+        ],
+    )
+    .await;
+    assert_eq!(twice.decided.exceptions_opened, 1, "{twice:?}");
+    assert_eq!(
+        store.conflicts(),
+        before,
+        "the double refund was raised without waiting for by-hand-7's row"
+    );
+    holder.rollback().await.unwrap();
     h.finish().await;
 }

@@ -1,0 +1,12 @@
+-- The exceptions of one subject are looked up by (provider, subject), with
+-- no kind: when a report decides the subject (exceptions_of_subject.sql,
+-- locked), when a batch asks which of its keys have an exception not
+-- resolved (unresolved_subjects.sql), and when lines of ended jobs are
+-- decided again (lines_of_ended_jobs.sql). The only index that began with
+-- the provider was the unique (provider, kind, subject), which a lookup
+-- without the kind cannot use past the provider: each of those statements
+-- read every exception of the provider, and the locking one waited on any
+-- of them another transaction held (an operator's acknowledge, another
+-- import raising on another key). With this index each reads the subject's
+-- own rows. The same statement runs on MySQL 8.4 and MariaDB 10.11.
+CREATE INDEX ix_settlement_exceptions_subject ON settlement_exceptions (provider, subject);
