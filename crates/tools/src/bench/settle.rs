@@ -11,7 +11,7 @@
 //! each process spends per line (the database server, the coordinator,
 //! the command), which says where a line's cost is.
 
-use super::db::load_finished;
+use super::db::{load_finished, settle};
 use super::procstat;
 use super::prune::{round as round_on_queue, Loop, Side};
 use anyhow::{ensure, Context, Result};
@@ -45,6 +45,9 @@ pub struct Load {
     pub coordinator_pid: u32,
     /// The database server's process, when it runs on this machine.
     pub db_pid: Option<u32>,
+    /// The longest wait for InnoDB to write back and purge what the load
+    /// (and the first import's lines, deleted) left (`--settle-seconds`).
+    pub settle: Duration,
 }
 
 impl Load {
@@ -65,6 +68,7 @@ impl Load {
             log_dir: args.log_dir.clone(),
             coordinator_pid,
             db_pid,
+            settle: Duration::from_secs(args.settle_seconds),
         })
     }
 }
@@ -100,6 +104,7 @@ pub struct Alone {
 /// Runs the phase.
 pub async fn run(pool: &MySqlPool, addr: &str, load: Load) -> Result<SettleFigures> {
     load_finished(pool, load.lines, 2).await?;
+    settle(pool, load.settle).await?;
     configure(addr).await?;
     let report = load.log_dir.join("settlement-report.csv");
     write_report(&report, load.lines)?;
@@ -169,6 +174,9 @@ async fn import_alone(pool: &MySqlPool, addr: &str, load: &Load, report: &Path) 
     ] {
         sqlx::query(table).execute(pool).await?;
     }
+    // Nothing else's background writes in the database's CPU per line:
+    // the first import's, the workers' and the deletes'.
+    settle(pool, load.settle).await?;
     let children = || {
         nix::sys::resource::getrusage(nix::sys::resource::UsageWho::RUSAGE_CHILDREN)
             .ok()
