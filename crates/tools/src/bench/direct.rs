@@ -33,7 +33,8 @@ const EVENT: &str = "INSERT INTO job_events (job_id, queue, attempt, kind, from_
      VALUES (?, ?, ?, 'completed', 'running', 'succeeded', ?, ?, UTC_TIMESTAMP(6))";
 
 /// `workers` connections each claim one job and complete it, until the
-/// queue is empty.
+/// queue is empty. A transaction the database rolls back for a deadlock
+/// or a lock wait is run again, as any worker would (see [`again`]).
 pub async fn lifecycle(pool: &MySqlPool, queue: &str, workers: usize) -> Result<PhaseRun> {
     let done = Arc::new(AtomicU64::new(0));
     let started = Instant::now();
@@ -45,62 +46,120 @@ pub async fn lifecycle(pool: &MySqlPool, queue: &str, workers: usize) -> Result<
             let owner = format!("direct-{w}");
             loop {
                 let t = Instant::now();
-                let mut tx = pool.begin().await?;
-                let Some(row) = sqlx::query(CLAIM_ONE)
-                    .bind(&queue)
-                    .bind(1u32)
-                    .fetch_optional(&mut *tx)
-                    .await?
-                else {
-                    tx.rollback().await?;
+                let Some((id, attempt)) = again(|| claim_one(&pool, &queue, &owner)).await? else {
                     return Ok::<_, anyhow::Error>(lat);
                 };
-                let (id, attempt): (u64, u64) = (row.get("id"), row.get("attempt"));
-                let claimed = sqlx::query(HAND_OUT)
-                    .bind(&owner)
-                    .bind(id)
-                    .bind(attempt)
-                    .execute(&mut *tx)
-                    .await?;
-                ensure!(
-                    claimed.rows_affected() == 1,
-                    "job {id} changed under its lock"
-                );
-                tx.commit().await?;
                 lat.claim.push(t.elapsed());
-
                 let t = Instant::now();
-                let mut tx = pool.begin().await?;
-                let completed = sqlx::query(COMPLETE)
-                    .bind("re_bench")
-                    .bind(id)
-                    .bind(attempt + 1)
-                    .execute(&mut *tx)
-                    .await?;
-                ensure!(
-                    completed.rows_affected() == 1,
-                    "complete of job {id} not applied"
-                );
-                sqlx::query(EVENT)
-                    .bind(id)
-                    .bind(&queue)
-                    .bind(attempt + 1)
-                    .bind(attempt + 1)
-                    .bind("re_bench")
-                    .execute(&mut *tx)
-                    .await?;
-                tx.commit().await?;
+                again(|| complete_one(&pool, &queue, id, attempt)).await?;
                 lat.complete.push(t.elapsed());
                 done.fetch_add(1, Ordering::Relaxed);
             }
         });
     }
     let latencies = join(tasks).await?;
+    report_reruns();
     Ok(PhaseRun {
         jobs: done.load(Ordering::Relaxed),
         elapsed: started.elapsed(),
         latencies,
     })
+}
+
+/// The direct claim transaction: (id, attempt before the claim) of the
+/// job claimed, or `None` when the queue is empty.
+async fn claim_one(pool: &MySqlPool, queue: &str, owner: &str) -> Result<Option<(u64, u64)>> {
+    let mut tx = pool.begin().await?;
+    let Some(row) = sqlx::query(CLAIM_ONE)
+        .bind(queue)
+        .bind(1u32)
+        .fetch_optional(&mut *tx)
+        .await?
+    else {
+        tx.rollback().await?;
+        return Ok(None);
+    };
+    let (id, attempt): (u64, u64) = (row.get("id"), row.get("attempt"));
+    let claimed = sqlx::query(HAND_OUT)
+        .bind(owner)
+        .bind(id)
+        .bind(attempt)
+        .execute(&mut *tx)
+        .await?;
+    ensure!(
+        claimed.rows_affected() == 1,
+        "job {id} changed under its lock"
+    );
+    tx.commit().await?;
+    Ok(Some((id, attempt)))
+}
+
+/// The direct fenced complete transaction of job `id` claimed at
+/// `attempt` (before the claim), with its event.
+async fn complete_one(pool: &MySqlPool, queue: &str, id: u64, attempt: u64) -> Result<()> {
+    let mut tx = pool.begin().await?;
+    let completed = sqlx::query(COMPLETE)
+        .bind("re_bench")
+        .bind(id)
+        .bind(attempt + 1)
+        .execute(&mut *tx)
+        .await?;
+    ensure!(
+        completed.rows_affected() == 1,
+        "complete of job {id} not applied"
+    );
+    sqlx::query(EVENT)
+        .bind(id)
+        .bind(queue)
+        .bind(attempt + 1)
+        .bind(attempt + 1)
+        .bind("re_bench")
+        .execute(&mut *tx)
+        .await?;
+    tx.commit().await?;
+    Ok(())
+}
+
+/// Direct transactions the database rolled back and [`again`] ran again.
+static RERUNS: AtomicU64 = AtomicU64::new(0);
+
+/// Runs the transaction `tx` until the database does not roll it back
+/// for a deadlock (1213) or a lock wait timeout (1205): what a worker
+/// running its own SQL must do too (at 64 workers the direct lifecycle
+/// met a deadlock). A rolled-back
+/// transaction wrote nothing, so running it again is safe; the fenced
+/// complete checks its attempt again.
+async fn again<T, F, Fut>(mut tx: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T>>,
+{
+    loop {
+        match tx().await {
+            Err(e) if rolled_back(&e) => {
+                RERUNS.fetch_add(1, Ordering::Relaxed);
+            }
+            other => return other,
+        }
+    }
+}
+
+fn rolled_back(e: &anyhow::Error) -> bool {
+    e.downcast_ref::<sqlx::Error>()
+        .and_then(|e| e.as_database_error())
+        .and_then(|d| d.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>())
+        .is_some_and(|d| matches!(d.number(), 1205 | 1213))
+}
+
+/// Says how many direct transactions were run again since the last call.
+fn report_reruns() {
+    let n = RERUNS.swap(0, Ordering::Relaxed);
+    if n > 0 {
+        eprintln!(
+            "bench: {n} direct transactions rolled back by the database (deadlock or lock wait) \
+             and run again"
+        );
+    }
 }
 
 /// The batched ceiling: `connections` connections each claim `batch` jobs
@@ -122,18 +181,19 @@ pub async fn batched(
             let owner = format!("batched-{w}");
             loop {
                 let t = Instant::now();
-                let Some(jobs) = claim_batch(&pool, &queue, &owner, batch).await? else {
+                let Some(jobs) = again(|| claim_batch(&pool, &queue, &owner, batch)).await? else {
                     return Ok::<_, anyhow::Error>(lat);
                 };
                 lat.claim.push(t.elapsed());
                 let t = Instant::now();
-                complete_batch(&pool, &queue, &jobs).await?;
+                again(|| complete_batch(&pool, &queue, &jobs)).await?;
                 lat.complete.push(t.elapsed());
                 done.fetch_add(jobs.len() as u64, Ordering::Relaxed);
             }
         });
     }
     let latencies = join(tasks).await?;
+    report_reruns();
     Ok(PhaseRun {
         jobs: done.load(Ordering::Relaxed),
         elapsed: started.elapsed(),
