@@ -8,9 +8,9 @@
 //!    doing Claim(max_jobs=1) then Complete;
 //! 3. **coordinator, batching clients**: the same with Claim(max_jobs=K);
 //!
-//! at the largest N also 2b. the coordinator phase with the queue under a
-//! **provider budget far above the load** (what the budget row costs a
-//! claim), and once 2c. a **budget below the load** (the hand-out rate the
+//! at every N also 2b. the coordinator phases (Claim(1), and the next job
+//! on Complete) with the queue under a **provider budget far above the
+//! load** (what the budget row costs a claim), and once 2c. a **budget below the load** (the hand-out rate the
 //! database recorded against the configured one);
 //! then once: 4. the **batched direct ceiling** (32 jobs per transaction),
 //! 5. **enqueue**: single-row inserts, Enqueue and EnqueueBatch, and
@@ -199,7 +199,7 @@ impl Bench {
     /// Every phase, in order (see the module's documentation).
     async fn all(&mut self, args: &BenchArgs, addr: &str) -> Result<()> {
         let max_workers = args.workers.iter().copied().max().unwrap_or(1);
-        self.compared(args, addr, max_workers).await?;
+        self.compared(args, addr).await?;
         if args.budget_rate > 0.0 {
             self.paced(args, addr, max_workers).await?;
         }
@@ -235,11 +235,11 @@ impl Bench {
     }
 
     /// The phases being compared, for each worker count: direct, the
-    /// coordinator (at the most workers also under a budget far above
-    /// the load), and the coordinator with batching clients. They run one
+    /// coordinator (also under a budget far above the load), and the
+    /// coordinator with batching clients. They run one
     /// after the other, `--repeat` times round: drift of a shared machine
     /// hits them alike.
-    async fn compared(&mut self, args: &BenchArgs, addr: &str, max_workers: usize) -> Result<()> {
+    async fn compared(&mut self, args: &BenchArgs, addr: &str) -> Result<()> {
         let pool = self.pool.clone();
         for &n in &args.workers {
             for _ in 0..args.repeat.max(1) {
@@ -255,7 +255,7 @@ impl Bench {
                     grpc::lifecycle_next(addr, QUEUE, n, args.jobs)
                 })
                 .await?;
-                if n == max_workers && args.budget_rate > 0.0 {
+                if args.budget_rate > 0.0 {
                     self.far_budget(args, addr, n).await?;
                 }
                 let k = args.claim_batch;
