@@ -503,3 +503,27 @@ async fn a_late_complete_still_takes_over_another_expired_lease_first() {
     assert_eq!(h.row(a.job_id).await.state, JobState::Succeeded);
     h.finish().await;
 }
+
+/// The same under a provider's budget: the lone Complete's reads lock the
+/// provider's row and find the other expired lease, which is taken over
+/// first and spends the budget as a reconcile, and never the caller's own
+/// job.
+#[tokio::test]
+async fn a_late_complete_under_a_budget_takes_over_the_other_expired_lease() {
+    let h = Harness::start().await;
+    put_budget(&h, 1000.0, 100).await;
+    h.enqueue(Q, "refund-1", "{}").await;
+    h.enqueue(Q, "refund-2", "{}").await;
+    let a = h.claim_one(Q, "worker-a").await;
+    let x = h.claim_one(Q, "worker-x").await;
+    h.force_lease_expired(a.job_id).await;
+    h.force_lease_expired(x.job_id).await;
+    h.enqueue(Q, "refund-3", "{}").await;
+    let r = complete_with_next(&h, &a, "worker-a", "applied").await;
+    let (jobs, refused) = handed(&r);
+    assert_eq!(refused, "");
+    let taken: Vec<(u64, i32)> = jobs.iter().map(|j| (j.job_id, j.next_action)).collect();
+    assert_eq!(taken, [(x.job_id, NextAction::Reconcile as i32)]);
+    assert_eq!(h.row(a.job_id).await.state, JobState::Succeeded);
+    h.finish().await;
+}

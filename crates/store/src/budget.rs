@@ -50,33 +50,57 @@ pub(crate) fn rules_statements(queue: &str) -> Result<Vec<String>, CoordinatorEr
 /// for a claim of a queue with no provider (see
 /// `queries/budget/queue_row.sql`): one primary-key read instead of the
 /// three statements of [`rules_statements`]. Its two parameters are the
-/// queue's name, twice; prepared at a session's first light claim (see
-/// `claim/scan.rs`, `light_reads`).
+/// queue's name, twice; prepared at a session's first prepared claim (see
+/// `claim/scan.rs`, `prepared_reads`).
 pub(crate) fn queue_row_template() -> String {
     literal::bare(include_str!("queries/budget/queue_row.sql")).replace("{queue}", "?")
 }
 
+/// The statements of [`rules_statements`] with the queue as a parameter,
+/// for a claim of a queue with a provider, prepared like
+/// [`queue_row_template`]: each one's text and how many times its one
+/// parameter, the queue's name, is given (the provider's row, the queues'
+/// rows, the jobs in flight).
+pub(crate) fn rules_templates() -> [(String, usize); RULES_RESULTS] {
+    RULES
+        .clone()
+        .map(|sql| (sql.replace("{queue}", "?"), sql.matches("{queue}").count()))
+}
+
+/// What a claim of a queue with a provider knew of it at its last claim
+/// on this store: whether the provider had an in-flight cap (its claims
+/// then count the jobs in flight in their first round trip).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ProviderSeen {
+    pub capped: bool,
+}
+
 /// The queues a store's last claims found a provider for: their claims
-/// read the full rules at once, the others only their own row (and fall
-/// back to the full rules when it names a provider after all).
+/// read the provider's row and the rules at once, the others only their
+/// own row (and read the rules too when it names a provider after all).
 #[derive(Debug, Default)]
-pub(crate) struct ProviderQueues(std::sync::Mutex<std::collections::HashSet<String>>);
+pub(crate) struct ProviderQueues(std::sync::Mutex<std::collections::HashMap<String, ProviderSeen>>);
 
 impl ProviderQueues {
-    pub(crate) fn has(&self, queue: &str) -> bool {
-        self.0.lock().expect("provider queues lock").contains(queue)
+    /// What the last claim of `queue` found: `None` for no provider.
+    pub(crate) fn get(&self, queue: &str) -> Option<ProviderSeen> {
+        self.0
+            .lock()
+            .expect("provider queues lock")
+            .get(queue)
+            .copied()
     }
 
-    pub(crate) fn set(&self, queue: &str, has_provider: bool) {
-        let mut set = self.0.lock().expect("provider queues lock");
-        match has_provider {
-            true if !set.contains(queue) => {
-                set.insert(queue.to_owned());
+    pub(crate) fn set(&self, queue: &str, seen: Option<ProviderSeen>) {
+        let mut map = self.0.lock().expect("provider queues lock");
+        match seen {
+            Some(seen) if map.get(queue) != Some(&seen) => {
+                map.insert(queue.to_owned(), seen);
             }
-            false => {
-                set.remove(queue);
+            None => {
+                map.remove(queue);
             }
-            true => {}
+            Some(_) => {}
         }
     }
 }
@@ -109,7 +133,9 @@ pub(crate) struct LockedProvider {
 }
 
 impl Rules {
-    /// Decodes the three result sets of [`rules_statements`] for `queue`.
+    /// Decodes the three result sets of [`rules_statements`] for `queue`
+    /// (the third may be empty when the provider has no in-flight cap: a
+    /// prepared claim sends the count only for a capped provider).
     /// A queue whose row names another provider than the one locked (its
     /// provider changed between the statement's look-up and the lock) is a
     /// `TransactionConflict`: the claim runs again from the start.
@@ -160,20 +186,23 @@ impl Rules {
                 "the provider of queue {queue:?} changed during its claim"
             )));
         }
-        let provider = provider.map(|mut p| {
-            if p.budget.max_in_flight.is_some() {
-                p.in_flight = in_flight
-                    .first()
-                    .map(|row| rows::get::<i64>(row, "in_flight"))
-                    .transpose()
-                    .ok()
-                    .flatten()
-                    .map(|n| n.max(0) as u64)
-                    .or(Some(0));
+        let provider = match provider {
+            Some(mut p) => {
+                if p.budget.max_in_flight.is_some() {
+                    // The count always answers one row: none means it was
+                    // not sent, and a cap must never be read as room.
+                    let Some(row) = in_flight.first() else {
+                        return Err(CoordinatorError::Internal(format!(
+                            "the claim of queue {queue:?} did not count its provider's jobs in flight"
+                        )));
+                    };
+                    p.in_flight = Some(rows::get::<i64>(row, "in_flight")?.max(0) as u64);
+                }
+                p.shares = shares;
+                Some(p)
             }
-            p.shares = shares;
-            p
-        });
+            None => None,
+        };
         Ok(Rules {
             policy,
             provider,
@@ -203,6 +232,31 @@ impl Rules {
             queue_paused: rows::opt_time(row, "paused_at")?.is_some(),
         };
         Ok(Some((rules, rows::get::<i64>(row, "any_expired")? != 0)))
+    }
+
+    /// Whether a claim of `queue` sends its expired-lease scan, from the
+    /// queues' rows of [`rules_statements`]: when a lease of the queue ran
+    /// out (`any_expired`) and the queue is not paused (it hands out
+    /// nothing); true when the queue has no row, so that the scan is sent
+    /// rather than missed.
+    pub fn expired_scan_wanted(queue: &str, queues: &[MySqlRow]) -> Result<bool, CoordinatorError> {
+        for row in queues {
+            if rows::text(row, "queue")? == queue {
+                let paused = rows::opt_time(row, "paused_at")?.is_some();
+                return Ok(rows::get::<i64>(row, "any_expired")? != 0 && !paused);
+            }
+        }
+        Ok(true)
+    }
+
+    /// Whether the provider's row of [`rules_statements`] (its first
+    /// result set) has an in-flight cap: the claim must then count the
+    /// jobs in flight before it decides.
+    pub fn capped(locked: &[MySqlRow]) -> Result<bool, CoordinatorError> {
+        match locked.first() {
+            Some(row) => Ok(rows::get::<Option<u32>>(row, "max_in_flight")?.is_some()),
+            None => Ok(false),
+        }
     }
 }
 

@@ -13,7 +13,7 @@
 
 mod decide;
 mod scan;
-use scan::{scan, Scan};
+use scan::{scan, scan_reconciles, Reads, Scan};
 pub mod handoff;
 mod write;
 
@@ -36,15 +36,16 @@ use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 use write::{hand_out, write_decided};
 
-/// A claim's light scan when its transaction sent it already (a handoff's
+/// A claim's scan when its transaction sent it already (a handoff's
 /// first round trip, with its write's lock: see
 /// [`JobStore::write_and_claim`]).
 enum Prescan {
     /// Not sent: the claim sends its own.
     No,
-    /// Sent: its scan, or `None` when the queue's row named a provider
-    /// (the claim then scans with the full rules).
-    Light(Option<Box<Scan>>),
+    /// Sent: its scan, or `None` when it read only the queue's row and the
+    /// row named a provider (the claim then scans with the provider's
+    /// reads).
+    Sent(Option<Box<Scan>>),
 }
 
 /// Most jobs one claim transaction takes; the coordinator splits larger
@@ -191,7 +192,7 @@ impl JobStore {
         let mut run = ClaimRun::new(queue, slots, want_next_due, rules, default_policy);
         let candidates: &'a Vec<LockedJob> = candidates;
         run.clock(candidates);
-        let decided = run.decide(self, tx, candidates, extra).await?;
+        let decided = run.decide(tx, candidates, extra).await?;
         let settled = run.settle(tx, &decided).await?;
         Ok(ClaimPhase {
             decided,
@@ -201,10 +202,11 @@ impl JobStore {
         })
     }
 
-    /// The claim's scans ([`scan`]): light when the queue had
-    /// no provider at its last claim on this store, else (or when the
-    /// light one finds a provider after all) with the full rules. A
-    /// light scan the caller sent already (`prescan`) is not sent again.
+    /// The claim's scans ([`scan`]), with the reads the store's last claim
+    /// of the queue called for ([`Reads::for_queue`]), or with the
+    /// provider's when the queue's row named one after all. A scan the
+    /// caller sent already (`prescan`) is not sent again. What the scan
+    /// found is kept for the queue's next claim.
     async fn scan_rules_and_jobs(
         &self,
         tx: &mut Tx,
@@ -213,21 +215,42 @@ impl JobStore {
         exclude: &[u64],
         prescan: Prescan,
     ) -> Result<Scan, CoordinatorError> {
-        match prescan {
-            Prescan::Light(Some(scanned)) => return Ok(*scanned),
-            Prescan::Light(None) => {}
-            Prescan::No if !self.provider_queues.has(queue) => {
-                if let Some(scanned) = scan(self, tx, queue, wanted, false, true, exclude).await? {
-                    return Ok(scanned);
-                }
+        let first = match prescan {
+            Prescan::Sent(Some(scanned)) => Some(*scanned),
+            Prescan::Sent(None) => None,
+            Prescan::No => {
+                scan(
+                    self,
+                    tx,
+                    queue,
+                    wanted,
+                    Reads::for_queue(self, queue),
+                    exclude,
+                )
+                .await?
             }
-            Prescan::No => {}
-        }
-        let scanned = scan(self, tx, queue, wanted, false, false, exclude)
-            .await?
-            .ok_or_else(|| CoordinatorError::Internal("a full claim scan gave no rules".into()))?;
-        self.provider_queues
-            .set(queue, scanned.rules.provider.is_some());
+        };
+        let scanned = match first {
+            Some(scanned) => scanned,
+            None => {
+                let reads = Reads::Provider { in_flight: false };
+                scan(self, tx, queue, wanted, reads, exclude)
+                    .await?
+                    .ok_or_else(|| {
+                        CoordinatorError::Internal("a provider's claim scan gave no rules".into())
+                    })?
+            }
+        };
+        self.provider_queues.set(
+            queue,
+            scanned
+                .rules
+                .provider
+                .as_ref()
+                .map(|p| budget::ProviderSeen {
+                    capped: p.budget.max_in_flight.is_some(),
+                }),
+        );
         Ok(scanned)
     }
 
@@ -444,7 +467,6 @@ impl<'s> ClaimRun<'s> {
     /// the held sends in run_at order, found by a second scan into `extra`.
     async fn decide<'a>(
         &mut self,
-        store: &JobStore,
         tx: &mut Tx,
         candidates: &'a [LockedJob],
         extra: &'a mut Vec<LockedJob>,
@@ -462,10 +484,8 @@ impl<'s> ClaimRun<'s> {
         let mut decided = decide(candidates, &claiming, allowance, held, &[]);
         if held.count(Holdback::Paused) > 0 && room_left(&decided, self.slots) > 0 {
             let taken: HashSet<u64> = candidates.iter().map(|c| c.job.id).collect();
-            *extra = scan(store, tx, self.queue, self.wanted, true, false, &[])
+            *extra = scan_reconciles(tx, self.queue, self.wanted)
                 .await?
-                .map(|s| s.ready)
-                .unwrap_or_default()
                 .into_iter()
                 .filter(|c| !taken.contains(&c.job.id))
                 .collect();

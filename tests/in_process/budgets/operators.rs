@@ -206,6 +206,34 @@ async fn the_in_flight_cap_limits_what_is_handed_out() {
     h.finish().await;
 }
 
+/// A cap set after a coordinator's claims of the queue found none (they
+/// read the provider's rules without counting the jobs in flight) holds
+/// at its very next claim: the provider's row shows the cap, and the count
+/// is read under its lock before anything is handed out.
+#[tokio::test]
+async fn a_cap_set_after_the_last_claim_holds_at_the_next_one() {
+    let h = Harness::start().await;
+    put(&h, P, budget(1000.0, 100), &[Q]).await;
+    enqueue_n(&h, Q, 5).await;
+    let first = h.claim(Q, "w", 2).await;
+    assert_eq!(first.len(), 2, "no cap yet");
+    assert_eq!(h.claim(Q, "w", 1).await.len(), 1, "still no cap");
+    put(
+        &h,
+        P,
+        ProviderBudget {
+            max_in_flight: Some(4),
+            ..budget(1000.0, 100)
+        },
+        &[Q],
+    )
+    .await;
+    let got = h.claim(Q, "w", 2).await;
+    assert_eq!(got.len(), 1, "three in flight, a cap of four: room for one");
+    assert!(h.claim(Q, "w", 2).await.is_empty(), "the cap is reached");
+    h.finish().await;
+}
+
 /// A budget changed through one coordinator applies to the next claim on
 /// another, without a restart; a queue without a provider is unlimited.
 #[tokio::test]

@@ -14,7 +14,7 @@
 //! call claimed stays leased to the caller until the lease ends, then is
 //! taken over with reconcile.
 
-use super::scan::lock_and_scan_light;
+use super::scan::{lock_and_scan, Reads};
 use super::write::{decided_changes, decided_events};
 use super::{hand_out, ClaimPhase, ClaimRows, Prescan};
 use crate::batch::Change;
@@ -220,13 +220,12 @@ impl JobStore {
 }
 
 impl JobStore {
-    /// A round of one call whose claim is light (its queue had no
-    /// provider at its last claim on this store; a lone worker's usual
-    /// call): the written job's lock and the claim's reads in one round
-    /// trip (see [`lock_and_scan_light`]), before the write is decided.
-    /// Other rounds lock, decide, then scan, as apart. If the write turns
-    /// out a replay, which hands out nothing, the rows the scan locked are
-    /// released with the transaction.
+    /// A round of one call (a lone worker's usual call): the written
+    /// job's lock and the claim's reads in one round trip (see
+    /// [`lock_and_scan`]), before the write is decided. Other rounds lock,
+    /// decide, then scan, as apart. If the write turns out a replay, which
+    /// hands out nothing, the rows the scan locked are released with the
+    /// transaction.
     async fn lock_and_prescan(
         &self,
         tx: &mut Tx,
@@ -243,20 +242,21 @@ impl JobStore {
             &calls.writes[only].write,
             FencedWrite::Fail(f) if f.provider_retry_after.is_some()
         );
-        if throttles || self.provider_queues.has(calls.queue) {
+        if throttles {
             return Ok((None, Prescan::No));
         }
         let started = Instant::now();
         let job_id = calls.writes[only].write.job_id();
-        let (locked, scan) =
-            lock_and_scan_light(self, tx, job_id, calls.queue, calls.slots[only].max_jobs).await?;
-        Ok((Some((locked, started)), Prescan::Light(scan.map(Box::new))))
+        let reads = Reads::for_queue(self, calls.queue);
+        let max_jobs = calls.slots[only].max_jobs;
+        let (locked, scan) = lock_and_scan(self, tx, job_id, calls.queue, max_jobs, reads).await?;
+        Ok((Some((locked, started)), Prescan::Sent(scan.map(Box::new))))
     }
 
     /// The claim half's decisions (see [`JobStore::claim_phase`]), when
     /// any caller of the round wants a job; `written`: the round's own
     /// jobs, left out of the expired-lease scan; `prescan`: the claim's
-    /// light scan, when [`JobStore::lock_and_prescan`] sent it.
+    /// scan, when [`JobStore::lock_and_prescan`] sent it.
     async fn claim_half_phase<'a>(
         &self,
         tx: &mut Tx,

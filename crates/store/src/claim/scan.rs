@@ -1,7 +1,7 @@
 //! A claim transaction's first round trip: the queue's stored rules (the
 //! provider's row locked first, or only the queue's own row for a queue
-//! without a provider) and both claim scans (for a queue without a
-//! provider, the expired-lease scan only when a lease ran out).
+//! without a provider) and the ready scan, prepared once per session; the
+//! expired-lease scan only when a lease ran out, in a second round trip.
 
 use super::budget::{self, Rules};
 use super::reads::LockedJob;
@@ -35,74 +35,77 @@ pub(super) struct Scan {
     pub(super) ready: Vec<LockedJob>,
 }
 
-/// The queue's stored rules (its provider's row locked first; see
-/// `budget.rs`) and both claim scans, as one text query (one round trip;
-/// see `light` below for the one exception): running jobs whose lease
-/// expired, then due ready jobs, each up to
-/// `limit` rows and locked with SKIP LOCKED. When the first scan finds
-/// some, the second may lock a few more ready rows than are handed out;
-/// they are released at the claim's commit, as are rows the budget holds
-/// back. `reconcile_only` limits the ready scan to jobs whose next action
-/// is `reconcile` (a provider whose sends are paused).
+/// How a claim reads its queue's rules in its first round trip, as the
+/// store's last claim of the queue found them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Reads {
+    /// Only the queue's own row (one primary-key read): the queue had no
+    /// provider.
+    QueueRow,
+    /// The provider's row, locked, the rows of the queues, and (`in_flight`)
+    /// the count of the provider's jobs in flight: the queue had a
+    /// provider, with an in-flight cap when `in_flight`.
+    Provider { in_flight: bool },
+}
+
+impl Reads {
+    /// The reads for a claim of `queue`, from what the store's last claim
+    /// of it found.
+    pub(super) fn for_queue(store: &JobStore, queue: &str) -> Reads {
+        match store.provider_queues.get(queue) {
+            None => Reads::QueueRow,
+            Some(seen) => Reads::Provider {
+                in_flight: seen.capped,
+            },
+        }
+    }
+}
+
+/// The queue's stored rules and both claim scans, the reads prepared
+/// once per session and sent with `EXECUTE` (see [`prepare_text`]), in
+/// one round trip: `SET` of the parameters, the rules as `reads` says,
+/// and the scan of due ready jobs, up to `limit` rows locked with SKIP
+/// LOCKED. The expired-lease scan is sent only when the queue's row says
+/// a lease ran out (and the queue is not paused), in a second round trip
+/// after the ready scan; the rows are the same either way, SKIP LOCKED
+/// never waits, and the claim acts on the rules it read, as one that
+/// began a moment earlier would. `exclude`: jobs the transaction writes
+/// itself, left out of the expired-lease scan.
 ///
-/// `light`: the queue is believed to have no provider, so only its own
-/// row is read (one statement instead of three). If the row names a
-/// provider after all: `None`, and the caller scans again with the full
-/// rules, in the same transaction; the rows the light ready scan locked
-/// are found again by the full one (a transaction does not skip its own
-/// locks), and it hands out only what the budget allows. Its provider's
-/// row is then locked after job rows, as a Takeover's is, and nobody who
-/// holds a provider row waits for a job row (`budget.rs`, lock order). A
-/// guard that emptied the light scan in that case cost every claim a
-/// subquery for a case that comes once per provider given to a queue.
-/// The row also says whether any lease of the queue ran out; the
-/// expired-lease scan is sent only then (and not for a paused queue), in
-/// a round trip of its own after the ready scan (the rows are the same;
-/// SKIP LOCKED never waits, so the order of the two locking reads cannot
-/// deadlock). `exclude`: jobs the transaction is writing itself, left out
-/// of the expired-lease scan.
+/// With [`Reads::QueueRow`], `None` when the queue's row names a provider
+/// after all: the caller scans again with [`Reads::Provider`], in the same
+/// transaction; the rows the first ready scan locked are found again (a
+/// transaction does not skip its own locks), and it hands out only what
+/// the budget allows. The provider's row is then locked after job rows,
+/// as a Takeover's is, and nobody who holds a provider row waits for a
+/// job row (`budget.rs`, lock order). With [`Reads::Provider`], the
+/// provider's row is locked before the scan's rows; when it has an
+/// in-flight cap and the count was not sent, the count goes with the
+/// second round trip, still under the provider's lock.
 pub(super) async fn scan(
     store: &JobStore,
     conn: &mut MySqlConnection,
     queue: &str,
     limit: u32,
-    reconcile_only: bool,
-    light: bool,
+    reads: Reads,
     exclude: &[u64],
 ) -> Result<Option<Scan>, CoordinatorError> {
-    let fill = |sql: &str| fill(sql, queue, limit, reconcile_only, exclude);
-    debug_assert!(
-        !(light && reconcile_only),
-        "the light scan has no reconcile-only form"
-    );
-    if light {
-        // The expired-lease scan, when sent, comes after the ready scan
-        // has locked rows: a provider given to the queue meanwhile does
-        // not change what it finds, so a newer ready job never goes out
-        // before an expired lease (the claim acts on the rules it read,
-        // as one that began a moment earlier would).
-        let text = light_text(queue, limit, None)?;
-        let sets = light_reads(conn, &text).await?;
-        return finish_light(store, conn, sets, fill(&SCAN_EXPIRED)?).await;
-    }
-    let mut statements = budget::rules_statements(queue)?;
-    let rules_results = statements.len();
-    statements.push(fill(&SCAN_EXPIRED)?);
-    statements.push(fill(&SCAN_READY)?);
-    let mut sets = batch::result_sets(conn, &statements.join(";\n")).await?;
-    if sets.len() != rules_results + 2 {
-        return Err(CoordinatorError::Internal(format!(
-            "a claim's scan gave {} result sets",
-            sets.len()
-        )));
-    }
-    let ready = locked_jobs(&sets.pop().unwrap_or_default())?;
-    let expired = locked_jobs(&sets.pop().unwrap_or_default())?;
-    Ok(Some(Scan {
-        rules: Rules::parse(queue, &sets)?,
-        expired,
-        ready,
-    }))
+    let text = reads_text(queue, limit, None, reads)?;
+    let sets = reads_sets(prepared_reads(conn, &text).await?, 1 + rules_sets(reads))?;
+    let scan_expired = fill(&SCAN_EXPIRED, queue, limit, false, exclude)?;
+    finish(store, conn, sets, queue, reads, scan_expired).await
+}
+
+/// The due jobs of `queue` whose next action is `reconcile`, up to
+/// `limit`, locked with SKIP LOCKED: the second scan of a claim whose
+/// provider's sends are paused, as text (rare enough not to prepare).
+pub(super) async fn scan_reconciles(
+    conn: &mut MySqlConnection,
+    queue: &str,
+    limit: u32,
+) -> Result<Vec<LockedJob>, CoordinatorError> {
+    let mut sets = batch::result_sets(conn, &fill(&SCAN_READY, queue, limit, true, &[])?).await?;
+    locked_jobs(&sets.pop().unwrap_or_default())
 }
 
 /// One of the claim scans' SQL with the queue and the limit written in as
@@ -137,20 +140,23 @@ fn fill(
 
 /// The name of the session's prepared queue-row statement.
 const QUEUE_ROW_STMT: &str = "jf_claim_queue_row";
+/// The names of the session's prepared rules statements (the provider's
+/// row, the queues' rows, the jobs in flight; `budget::rules_templates`).
+const RULES_STMTS: [&str; 3] = ["jf_claim_provider", "jf_claim_queues", "jf_claim_in_flight"];
 /// The name of the session's prepared ready scan (any queue, any limit).
 const SCAN_READY_STMT: &str = "jf_claim_scan_ready";
 /// The name of the session's prepared lock of one job (a handoff's write,
-/// see [`lock_and_scan_light`]).
+/// see [`lock_and_scan`]).
 const LOCK_JOB_STMT: &str = "jf_handoff_lock_job";
 
-/// PREPARE of the light claim's two reads, the queue's own row and the
-/// ready scan, with the queue and the limit as parameters, and of the
-/// one-job lock a lone handoff sends before them: run by a session of the
-/// batch pool at its first light claim (see [`light_reads`]). A lone
-/// worker's claim sends them with EXECUTE instead of their text, which
-/// the server parsed on every claim (about half of the database CPU a
-/// lone worker's job cost beyond the direct SQL's). Still one round trip:
-/// `SET` of the parameters and the EXECUTEs, as text.
+/// PREPARE of a claim's reads: the queue's own row, the rules of a queue
+/// with a provider and the ready scan, with the queue and the limit as
+/// parameters, and of the one-job lock a lone handoff sends before them:
+/// run by a session of the batch pool at its first claim (see
+/// [`prepared_reads`]). A claim sends them with EXECUTE instead of their
+/// text, which the server parsed on every claim (about half of the
+/// database CPU a lone worker's job cost beyond the direct SQL's). Still
+/// one round trip: `SET` of the parameters and the EXECUTEs, as text.
 fn prepare_text() -> &'static str {
     static TEXT: LazyLock<String> = LazyLock::new(|| {
         let ready = SCAN_READY
@@ -159,27 +165,42 @@ fn prepare_text() -> &'static str {
             .replace("{only}", "");
         let lock =
             with_job_columns(include_str!("../queries/batch/lock_jobs.sql")).replace("{ids}", "?");
-        [
+        let rules = budget::rules_templates();
+        let mut statements = vec![
             (QUEUE_ROW_STMT, budget::queue_row_template()),
             (SCAN_READY_STMT, ready),
             (LOCK_JOB_STMT, literal::bare(&lock)),
-        ]
-        .iter()
-        .map(|(name, sql)| format!("PREPARE {name} FROM '{}'", sql.replace('\'', "''")))
-        .collect::<Vec<_>>()
-        .join(";\n")
+        ];
+        statements.extend(RULES_STMTS.into_iter().zip(rules.map(|(sql, _)| sql)));
+        statements
+            .iter()
+            .map(|(name, sql)| format!("PREPARE {name} FROM '{}'", sql.replace('\'', "''")))
+            .collect::<Vec<_>>()
+            .join(";\n")
     });
     &TEXT
 }
 
-/// Runs the light claim's reads (`text`: the `SET` and the EXECUTEs).
-/// A session that has not prepared them yet (its first light claim; the
+/// `EXECUTE` of the prepared rules statement `k` (see [`RULES_STMTS`]),
+/// the queue given as often as the statement names it.
+fn execute_rules(k: usize) -> String {
+    static COUNTS: LazyLock<[usize; 3]> =
+        LazyLock::new(|| budget::rules_templates().map(|(_, n)| n));
+    format!(
+        "EXECUTE {} USING {}",
+        RULES_STMTS[k],
+        vec!["@jf_queue"; COUNTS[k]].join(", ")
+    )
+}
+
+/// Runs a claim's prepared reads (`text`: the `SET` and the EXECUTEs).
+/// A session that has not prepared them yet (its first claim; the
 /// server answers "unknown prepared statement") prepares them and runs
 /// them again, in the same transaction: neither the failed EXECUTE nor a
 /// PREPARE ends it, and the SET is sent again. Prepared here rather than
 /// in the session's setup, so that a schema not migrated yet fails the
 /// claims, with their own error, and not every connection of the pool.
-async fn light_reads(
+async fn prepared_reads(
     conn: &mut MySqlConnection,
     text: &str,
 ) -> Result<Vec<Vec<MySqlRow>>, CoordinatorError> {
@@ -192,39 +213,56 @@ async fn light_reads(
     }
 }
 
-/// The light claim's one round trip: `SET` of the parameters, the lock
-/// of job `lock` first when a handoff writes it (the same lock as
-/// `batch::lock_jobs`), the queue's own row and the ready scan.
-fn light_text(queue: &str, limit: u32, lock: Option<u64>) -> Result<String, CoordinatorError> {
+/// A claim's first round trip: `SET` of the parameters, the lock of job
+/// `lock` first when a handoff writes it (the same lock as
+/// `batch::lock_jobs`), the rules as `reads` says, and the ready scan.
+fn reads_text(
+    queue: &str,
+    limit: u32,
+    lock: Option<u64>,
+    reads: Reads,
+) -> Result<String, CoordinatorError> {
     // The queue in the column's own character set and collation, so the
     // server compares it as it would a literal and reads the index.
     let queue = literal::queue(queue)?;
-    Ok(match lock {
-        None => format!(
-            "SET @jf_queue = _ascii {queue} COLLATE ascii_bin, @jf_limit = {limit};\n\
-             EXECUTE {QUEUE_ROW_STMT} USING @jf_queue, @jf_queue;\n\
-             EXECUTE {SCAN_READY_STMT} USING @jf_queue, @jf_limit"
-        ),
+    let mut out = vec![match lock {
+        None => format!("SET @jf_queue = _ascii {queue} COLLATE ascii_bin, @jf_limit = {limit}"),
         Some(id) => format!(
             "SET @jf_job = {id}, @jf_queue = _ascii {queue} COLLATE ascii_bin, \
-             @jf_limit = {limit};\n\
-             EXECUTE {LOCK_JOB_STMT} USING @jf_job;\n\
-             EXECUTE {QUEUE_ROW_STMT} USING @jf_queue, @jf_queue;\n\
-             EXECUTE {SCAN_READY_STMT} USING @jf_queue, @jf_limit"
+             @jf_limit = {limit}"
         ),
-    })
+    }];
+    if lock.is_some() {
+        out.push(format!("EXECUTE {LOCK_JOB_STMT} USING @jf_job"));
+    }
+    match reads {
+        Reads::QueueRow => out.push(format!(
+            "EXECUTE {QUEUE_ROW_STMT} USING @jf_queue, @jf_queue"
+        )),
+        Reads::Provider { in_flight } => {
+            out.push(execute_rules(0));
+            out.push(execute_rules(1));
+            if in_flight {
+                out.push(execute_rules(2));
+            }
+        }
+    }
+    out.push(format!(
+        "EXECUTE {SCAN_READY_STMT} USING @jf_queue, @jf_limit"
+    ));
+    Ok(out.join(";\n"))
 }
 
-/// The result sets of [`light_text`], checked: the `SET`'s (empty), then
+/// The result sets of [`reads_text`], checked: the `SET`'s (empty), then
 /// `expected` more.
-fn light_sets(
+fn reads_sets(
     mut sets: Vec<Vec<MySqlRow>>,
     expected: usize,
 ) -> Result<Vec<Vec<MySqlRow>>, CoordinatorError> {
     // The SET answers with no rows: an empty first set.
     if sets.len() != expected + 1 || !sets[0].is_empty() {
         return Err(CoordinatorError::Internal(format!(
-            "a light claim's reads gave {} result sets ({} expected, the first empty)",
+            "a claim's reads gave {} result sets ({} expected, the first empty)",
             sets.len(),
             expected + 1
         )));
@@ -233,29 +271,65 @@ fn light_sets(
     Ok(sets)
 }
 
-/// [`scan`] of a queue believed to have no provider, from its queue row
-/// and ready scan (`sets`, after the `SET`'s, see [`light_text`]): the
-/// row also says whether any of its leases ran out, and the expired-lease
-/// scan (`scan_expired`) is sent, in a round trip of its own, only then.
-async fn finish_light(
+/// How many result sets the rules of `reads` give.
+fn rules_sets(reads: Reads) -> usize {
+    match reads {
+        Reads::QueueRow => 1,
+        Reads::Provider { in_flight } => 2 + usize::from(in_flight),
+    }
+}
+
+/// [`scan`] from its first round trip's result sets (`sets`, the `SET`'s
+/// and any lock's removed): the rules, then the ready scan. What the rules
+/// say is missing goes in a second round trip: the expired-lease scan
+/// (`scan_expired`) when a lease ran out, the count of jobs in flight when
+/// the provider has a cap and it was not sent.
+async fn finish(
     store: &JobStore,
     conn: &mut MySqlConnection,
-    sets: Vec<Vec<MySqlRow>>,
+    mut sets: Vec<Vec<MySqlRow>>,
+    queue: &str,
+    reads: Reads,
     scan_expired: String,
 ) -> Result<Option<Scan>, CoordinatorError> {
-    let mut sets = light_sets(sets, 2)?;
     let ready = locked_jobs(&sets.pop().unwrap_or_default())?;
-    let Some((rules, any_expired)) = Rules::from_queue_row(&sets[0])? else {
-        return Ok(None);
+    let (rules, want_expired) = match reads {
+        Reads::QueueRow => match Rules::from_queue_row(&sets[0])? {
+            None => return Ok(None),
+            // A paused queue hands out nothing: no expired lease to lock.
+            Some((rules, any)) => {
+                let want = any && !rules.queue_paused;
+                (Some(rules), want)
+            }
+        },
+        Reads::Provider { .. } => (None, Rules::expired_scan_wanted(queue, &sets[1])?),
     };
-    // A paused queue hands out nothing: no expired lease to lock either.
-    let expired = match any_expired && !rules.queue_paused {
-        true => {
-            store.pause(PausePoint::ClaimBetweenScans).await;
-            let mut sets = batch::result_sets(conn, &scan_expired).await?;
-            locked_jobs(&sets.pop().unwrap_or_default())?
+    let count = match reads {
+        Reads::Provider { in_flight: false } => Rules::capped(&sets[0])?,
+        _ => false,
+    };
+    let mut second = Vec::new();
+    if count {
+        second.push(execute_rules(2));
+    }
+    if want_expired {
+        second.push(scan_expired);
+    }
+    let mut expired = Vec::new();
+    if !second.is_empty() {
+        store.pause(PausePoint::ClaimBetweenScans).await;
+        let mut more = batch::result_sets(conn, &second.join(";\n")).await?;
+        if want_expired {
+            expired = locked_jobs(&more.pop().unwrap_or_default())?;
         }
-        false => Vec::new(),
+        sets.extend(more);
+    }
+    let rules = match rules {
+        Some(rules) => rules,
+        None => {
+            sets.resize_with(budget::RULES_RESULTS, Vec::new);
+            Rules::parse(queue, &sets)?
+        }
     };
     Ok(Some(Scan {
         rules,
@@ -264,36 +338,32 @@ async fn finish_light(
     }))
 }
 
-/// A handoff's first round trip when its claim is light and it writes one
-/// job (a lone worker's Complete or Fail that asks for its next job): the
-/// lock of the written job `job_id`, then the light claim's reads, in one
-/// round trip instead of two. The job is locked first, as when the two
-/// are sent apart, so the lock order is the same. Its lock (absent when
-/// the job does not exist), and the light scan of `queue` (`None`: the
-/// queue's row names a provider, scan again with the full rules), the
-/// written job left out of the expired-lease scan.
-pub(super) async fn lock_and_scan_light(
+/// A handoff's first round trip when it writes one job (a lone worker's
+/// Complete or Fail that asks for its next job): the lock of the written
+/// job `job_id`, then the claim's reads ([`scan`]), in one round trip
+/// instead of two. The job is locked first, as when the two are sent
+/// apart, so the lock order is the same: a job row, then (with
+/// [`Reads::Provider`]) the provider's row, as a Takeover's. Its lock
+/// (absent when the job does not exist), and the scan of `queue` (`None`:
+/// the queue's row names a provider, scan again with the provider's
+/// reads), the written job left out of the expired-lease scan.
+pub(super) async fn lock_and_scan(
     store: &JobStore,
     conn: &mut MySqlConnection,
     job_id: u64,
     queue: &str,
     limit: u32,
+    reads: Reads,
 ) -> Result<(HashMap<u64, LockedJob>, Option<Scan>), CoordinatorError> {
-    let text = light_text(queue, limit, Some(job_id))?;
-    let mut sets = light_reads(conn, &text).await?;
-    if sets.len() != 4 {
-        return Err(CoordinatorError::Internal(format!(
-            "a handoff's lock and light reads gave {} result sets (4 expected)",
-            sets.len()
-        )));
-    }
+    let text = reads_text(queue, limit, Some(job_id), reads)?;
+    let mut sets = reads_sets(prepared_reads(conn, &text).await?, 2 + rules_sets(reads))?;
     let locked = sets
-        .remove(1)
+        .remove(0)
         .iter()
         .map(|row| batch::locked_job(row).map(|l| (l.job.id, l)))
         .collect::<Result<HashMap<_, _>, _>>()?;
     let scan_expired = fill(&SCAN_EXPIRED, queue, limit, false, &[job_id])?;
-    let scan = finish_light(store, conn, sets, scan_expired).await?;
+    let scan = finish(store, conn, sets, queue, reads, scan_expired).await?;
     Ok((locked, scan))
 }
 

@@ -8,12 +8,12 @@
 -- FORCE INDEX: read in run_at order and stop at LIMIT. A table scan plus
 -- filesort (which the optimizer may pick on a small or fresh table) would
 -- lock every due row it sorted, and concurrent claims would find nothing.
--- Sent in one round trip with the queue's rules: for a queue with a
--- provider, as text with the expired-lease scan, the queue and the limit
--- written in as literals (see store::literal); for a queue without one,
--- prepared once per session with both as parameters (store/claim/scan.rs),
--- so a lone worker's claims are not parsed each time. {only} is empty, or
--- limits the scan to reconciles while a provider's sends are paused.
+-- Sent in one round trip with the queue's rules, prepared once per session
+-- with the queue and the limit as parameters (store/claim/scan.rs), so a
+-- lone worker's claims are not parsed each time; {only} is empty then. The
+-- second scan of a claim whose provider's sends are paused sends it as
+-- text, the queue and the limit written in as literals (see store::literal),
+-- {only} limiting it to reconciles.
 -- Finished jobs are under other `state` values of the index, so however
 -- many pile up, this range never reads them.
 SELECT {job_columns},
