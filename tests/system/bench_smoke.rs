@@ -57,15 +57,16 @@ fn a_short_benchmark_run_checks_every_phase_and_writes_its_report() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "bench failed\n{stdout}\n{stderr}");
-    // Every lifecycle phase was checked: 2 worker counts × 6 (direct,
-    // Claim(1), the next job on Complete, both loops under the budget far
-    // above the load, Claim(8)), the ceiling, and the finished-rows phase;
+    // Every lifecycle phase was checked: 2 worker counts × 7 (direct,
+    // Claim(1), the next job on Complete, the direct SQL and both loops
+    // under the budget far above the load, Claim(8)), the ceiling, and the
+    // finished-rows phase;
     // and the paced phase handed out nothing twice.
     let checked = stderr
         .lines()
         .filter(|l| l.contains("checked: 200 jobs succeeded once"))
         .count();
-    assert_eq!(checked, 14, "{stderr}");
+    assert_eq!(checked, 16, "{stderr}");
     assert_eq!(
         stderr
             .matches("against a budget of 40/s (burst 4; checked: none twice)")

@@ -3,15 +3,16 @@
 //! database records).
 
 use super::report::Phase;
-use super::{fill, grpc, handed_out, Bench, BenchArgs, PROVIDER, QUEUE};
+use super::{direct, fill, grpc, handed_out, Bench, BenchArgs, PROVIDER, QUEUE};
 use anyhow::{ensure, Result};
 use jobfence_store::JobStore;
 use std::time::{Duration, Instant};
 
 impl Bench {
-    /// The coordinator's phases again with the queue under a provider
-    /// budget far above the load: what the budget row in every claim
-    /// transaction costs, on both loops.
+    /// The direct lifecycle and the coordinator's phases again with the
+    /// queue under a provider budget far above the load: what the budget
+    /// row in every claim transaction costs, on both loops, and what it
+    /// costs a worker keeping the same budget in its own SQL.
     pub(super) async fn far_budget(
         &mut self,
         args: &BenchArgs,
@@ -19,11 +20,19 @@ impl Bench {
         n: usize,
     ) -> Result<()> {
         self.with_budget(1_000_000.0, 1_000_000).await?;
+        let pool = self.pool.clone();
         let mut measured = self
-            .lifecycle(Phase::CoordinatorBudget, n, args.jobs, || {
-                grpc::lifecycle(addr, QUEUE, n, 1, args.jobs)
+            .lifecycle(Phase::DirectBudget, n, args.jobs, || {
+                direct::lifecycle(&pool, QUEUE, n, Some(PROVIDER))
             })
             .await;
+        if measured.is_ok() {
+            measured = self
+                .lifecycle(Phase::CoordinatorBudget, n, args.jobs, || {
+                    grpc::lifecycle(addr, QUEUE, n, 1, args.jobs)
+                })
+                .await;
+        }
         if measured.is_ok() {
             measured = self
                 .lifecycle(Phase::CoordinatorNextBudget, n, args.jobs, || {

@@ -2,8 +2,11 @@
 //! jobfence's schema, with no coordinator. A claim transaction (`SELECT …
 //! FOR UPDATE SKIP LOCKED` on the claim index, then `attempt + 1`), then
 //! the fenced complete transaction with its event: what a team would write
-//! without jobfence. And the same with many jobs per transaction: the
-//! batched ceiling of this database on this machine.
+//! without jobfence. The same under a provider's budget, as a team would
+//! keep it itself: the provider's row locked first in the claim
+//! transaction, checked and spent (GCRA, as jobfence keeps it). And the
+//! same with many jobs per transaction: the batched ceiling of this
+//! database on this machine.
 
 use super::{Latencies, PhaseRun};
 use anyhow::{ensure, Context, Result};
@@ -24,6 +27,18 @@ const HAND_OUT: &str = "UPDATE jobs SET attempt = attempt + 1, state = 'running'
      updated_at = UTC_TIMESTAMP(6) \
      WHERE id = ? AND state = 'ready' AND attempt = ?";
 
+/// The budget's row, locked, and whether one more unit may be spent now
+/// (GCRA: `max(tat, now) + T ≤ now + burst·T`, `T = 1 / rate`).
+const LOCK_BUDGET: &str = "SELECT GREATEST(tat, UTC_TIMESTAMP(6)) \
+     + INTERVAL ROUND(1000000 / rate_per_second) MICROSECOND \
+     <= UTC_TIMESTAMP(6) + INTERVAL ROUND(burst * 1000000 / rate_per_second) MICROSECOND \
+     AS allowed FROM providers WHERE name = ? FOR UPDATE";
+
+/// One unit spent: the new theoretical arrival time.
+const SPEND: &str = "UPDATE providers \
+     SET tat = GREATEST(tat, UTC_TIMESTAMP(6)) + INTERVAL ROUND(1000000 / rate_per_second) MICROSECOND \
+     WHERE name = ?";
+
 const COMPLETE: &str = "UPDATE jobs SET state = 'succeeded', provider_reference = ?, \
      lease_until = NULL, updated_at = UTC_TIMESTAMP(6), finished_at = UTC_TIMESTAMP(6) \
      WHERE id = ? AND state = 'running' AND attempt = ?";
@@ -33,20 +48,31 @@ const EVENT: &str = "INSERT INTO job_events (job_id, queue, attempt, kind, from_
      VALUES (?, ?, ?, 'completed', 'running', 'succeeded', ?, ?, UTC_TIMESTAMP(6))";
 
 /// `workers` connections each claim one job and complete it, until the
-/// queue is empty. A transaction the database rolls back for a deadlock
-/// or a lock wait is run again, as any worker would (see [`again`]).
-pub async fn lifecycle(pool: &MySqlPool, queue: &str, workers: usize) -> Result<PhaseRun> {
+/// queue is empty; with `budget`, each claim spends a unit of that
+/// provider's budget in its own transaction (the provider's row locked
+/// first, as jobfence's claim does). A transaction the database rolls
+/// back for a deadlock or a lock wait is run again, as any worker would
+/// (see [`again`]).
+pub async fn lifecycle(
+    pool: &MySqlPool,
+    queue: &str,
+    workers: usize,
+    budget: Option<&str>,
+) -> Result<PhaseRun> {
     let done = Arc::new(AtomicU64::new(0));
     let started = Instant::now();
     let mut tasks = tokio::task::JoinSet::new();
     for w in 0..workers {
         let (pool, done, queue) = (pool.clone(), done.clone(), queue.to_owned());
+        let budget = budget.map(str::to_owned);
         tasks.spawn(async move {
             let mut lat = Latencies::default();
             let owner = format!("direct-{w}");
+            let budget = budget.as_deref();
             loop {
                 let t = Instant::now();
-                let Some((id, attempt)) = again(|| claim_one(&pool, &queue, &owner)).await? else {
+                let claimed = again(|| claim_one(&pool, &queue, &owner, budget)).await?;
+                let Some((id, attempt)) = claimed else {
                     return Ok::<_, anyhow::Error>(lat);
                 };
                 lat.claim.push(t.elapsed());
@@ -67,9 +93,27 @@ pub async fn lifecycle(pool: &MySqlPool, queue: &str, workers: usize) -> Result<
 }
 
 /// The direct claim transaction: (id, attempt before the claim) of the
-/// job claimed, or `None` when the queue is empty.
-async fn claim_one(pool: &MySqlPool, queue: &str, owner: &str) -> Result<Option<(u64, u64)>> {
+/// job claimed, or `None` when the queue is empty. With `budget`, the
+/// provider's row is locked and checked first and the unit spent before
+/// the COMMIT (a budget with no unit left is an error: the phase's budget
+/// is far above the load).
+async fn claim_one(
+    pool: &MySqlPool,
+    queue: &str,
+    owner: &str,
+    budget: Option<&str>,
+) -> Result<Option<(u64, u64)>> {
     let mut tx = pool.begin().await?;
+    if let Some(provider) = budget {
+        let row = sqlx::query(LOCK_BUDGET)
+            .bind(provider)
+            .fetch_one(&mut *tx)
+            .await?;
+        ensure!(
+            row.try_get::<i64, _>("allowed")? != 0,
+            "the budget of {provider} ran out"
+        );
+    }
     let Some(row) = sqlx::query(CLAIM_ONE)
         .bind(queue)
         .bind(1u32)
@@ -90,6 +134,9 @@ async fn claim_one(pool: &MySqlPool, queue: &str, owner: &str) -> Result<Option<
         claimed.rows_affected() == 1,
         "job {id} changed under its lock"
     );
+    if let Some(provider) = budget {
+        sqlx::query(SPEND).bind(provider).execute(&mut *tx).await?;
+    }
     tx.commit().await?;
     Ok(Some((id, attempt)))
 }

@@ -8,9 +8,10 @@
 //!    doing Claim(max_jobs=1) then Complete;
 //! 3. **coordinator, batching clients**: the same with Claim(max_jobs=K);
 //!
-//! at every N also 2b. the coordinator phases (Claim(1), and the next job
-//! on Complete) with the queue under a **provider budget far above the
-//! load** (what the budget row costs a claim), and once 2c. a **budget below the load** (the hand-out rate the
+//! at every N also 2b. the direct lifecycle and the coordinator phases
+//! (Claim(1), and the next job on Complete) with the queue under a
+//! **provider budget far above the load** (what the budget row costs a
+//! claim, the direct workers keeping it in their own SQL), and once 2c. a **budget below the load** (the hand-out rate the
 //! database recorded against the configured one);
 //! then once: 4. the **batched direct ceiling** (32 jobs per transaction),
 //! 5. **enqueue**: single-row inserts, Enqueue and EnqueueBatch, and
@@ -244,7 +245,7 @@ impl Bench {
         for &n in &args.workers {
             for _ in 0..args.repeat.max(1) {
                 self.lifecycle(Phase::Direct, n, args.jobs, || {
-                    direct::lifecycle(&pool, QUEUE, n)
+                    direct::lifecycle(&pool, QUEUE, n, None)
                 })
                 .await?;
                 self.lifecycle(Phase::Coordinator, n, args.jobs, || {

@@ -38,6 +38,10 @@ pub enum Phase {
     /// [`CoordinatorNext`](Phase::CoordinatorNext) under a provider budget
     /// far above the load.
     CoordinatorNextBudget,
+    /// [`Direct`](Phase::Direct) under the same budget, kept by the
+    /// workers' own SQL (the provider's row locked and spent in each claim
+    /// transaction).
+    DirectBudget,
 }
 
 impl Phase {
@@ -56,6 +60,7 @@ impl Phase {
             Phase::CoordinatorNextBudget => {
                 "coordinator, Complete hands the next job, budget far above".into()
             }
+            Phase::DirectBudget => "direct SQL lifecycle, budget far above the load".into(),
             Phase::BudgetPaced { rate_milli, burst } => format!(
                 "budget {}/s (burst {burst}) below the load: hand-outs/s",
                 *rate_milli as f64 / 1000.0
@@ -247,13 +252,15 @@ impl Report<'_> {
             .into_iter()
             .map(|m| {
                 let direct = match m.phase {
-                    Phase::Coordinator
-                    | Phase::CoordinatorBatching(_)
-                    | Phase::CoordinatorBudget
-                    | Phase::CoordinatorNext
-                    | Phase::CoordinatorNextBudget => {
+                    Phase::Coordinator | Phase::CoordinatorBatching(_) | Phase::CoordinatorNext => {
                         self.find(Phase::Direct, m.workers).map(Measured::rate)
                     }
+                    // Under the budget: against the direct SQL keeping the
+                    // same budget.
+                    Phase::CoordinatorBudget | Phase::CoordinatorNextBudget => self
+                        .find(Phase::DirectBudget, m.workers)
+                        .or_else(|| self.find(Phase::Direct, m.workers))
+                        .map(Measured::rate),
                     Phase::Enqueue | Phase::EnqueueBatch(_) => self
                         .medians()
                         .into_iter()
@@ -385,7 +392,9 @@ impl Report<'_> {
              *fsyncs/job* are the server's `Questions` and `Innodb_data_fsyncs` over the \
              phase per job; *calls/txn* is the mean number of calls per transaction of the \
              coordinator's claim, write and enqueue pipelines; *× direct* compares with the \
-             direct lifecycle at the same N (enqueue phases: with direct single-row inserts); \
+             direct lifecycle at the same N (phases under the budget far above the load: with \
+             the direct lifecycle under the same budget; enqueue phases: with direct \
+             single-row inserts); \
              *× ceiling* with the batched direct ceiling.\n"
         );
         self.markdown_targets(&mut out);
@@ -453,16 +462,26 @@ impl Report<'_> {
             };
             let _ = writeln!(out, "| {} | {} | {met} |", t.what, t.measured);
         }
-        for &n in &self.args.workers {
-            let pairs = self.paired_db_cpu(Phase::CoordinatorNext, Phase::Direct, n);
-            if !pairs.is_empty() {
-                let list: Vec<String> = pairs.iter().map(|r| format!("{r:.2}")).collect();
-                let _ = writeln!(
-                    out,
-                    "\nNext job on Complete, {n} workers: database CPU per job × direct's, \
-                     round by round: {}",
-                    list.join(", ")
-                );
+        let compared = [
+            (Phase::CoordinatorNext, Phase::Direct, ""),
+            (
+                Phase::CoordinatorNextBudget,
+                Phase::DirectBudget,
+                ", both under the budget far above the load",
+            ),
+        ];
+        for (a, b, which) in compared {
+            for &n in &self.args.workers {
+                let pairs = self.paired_db_cpu(a, b, n);
+                if !pairs.is_empty() {
+                    let list: Vec<String> = pairs.iter().map(|r| format!("{r:.2}")).collect();
+                    let _ = writeln!(
+                        out,
+                        "\nNext job on Complete, {n} workers: database CPU per job × direct's{which}, \
+                         round by round: {}",
+                        list.join(", ")
+                    );
+                }
             }
         }
         let _ = writeln!(

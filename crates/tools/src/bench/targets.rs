@@ -193,18 +193,7 @@ impl Report<'_> {
     /// whose Complete hands out the next job, against the direct SQL.
     fn next_job_targets(&self, n_max: usize) -> Vec<Target> {
         let next_max = self.find(Phase::CoordinatorNext, n_max);
-        // Per N, the median of the ratios paired by round (see
-        // `paired_db_cpu`); the worst N's.
-        let worst_db_cpu = self
-            .args
-            .workers
-            .iter()
-            .filter_map(|&n| {
-                let mut pairs = self.paired_db_cpu(Phase::CoordinatorNext, Phase::Direct, n);
-                pairs.sort_by(f64::total_cmp);
-                pairs.get(pairs.len() / 2).copied()
-            })
-            .reduce(f64::max);
+        let worst_db_cpu = self.worst_db_cpu(Phase::CoordinatorNext, Phase::Direct);
         vec![
             target(
                 "next job on Complete, 1 worker: ≥ 0.8× direct (stretch 1.0×)".into(),
@@ -224,6 +213,18 @@ impl Report<'_> {
             target(
                 "next job on Complete: database CPU per job ≤ direct's, at every N (worst N's median of the ratios paired by round)".into(),
                 worst_db_cpu,
+                "×",
+                |r| r <= 1.0,
+            ),
+            target(
+                "the same under a budget far above the load: database CPU per job ≤ the direct SQL's under the same budget, at every N".into(),
+                self.worst_db_cpu(Phase::CoordinatorNextBudget, Phase::DirectBudget),
+                "×",
+                |r| r <= 1.0,
+            ),
+            target(
+                "the same under a budget far above the load: database CPU per job ≤ the direct SQL's without one, at every N".into(),
+                self.worst_db_cpu(Phase::CoordinatorNextBudget, Phase::Direct),
                 "×",
                 |r| r <= 1.0,
             ),
@@ -252,5 +253,20 @@ impl Report<'_> {
                 |r| r >= 90.0,
             ),
         ]
+    }
+
+    /// The database CPU per job of phase `a` against phase `b`: per N, the
+    /// median of the ratios paired by round (see `paired_db_cpu`); the
+    /// worst N's.
+    fn worst_db_cpu(&self, a: Phase, b: Phase) -> Option<f64> {
+        self.args
+            .workers
+            .iter()
+            .filter_map(|&n| {
+                let mut pairs = self.paired_db_cpu(a, b, n);
+                pairs.sort_by(f64::total_cmp);
+                pairs.get(pairs.len() / 2).copied()
+            })
+            .reduce(f64::max)
     }
 }
