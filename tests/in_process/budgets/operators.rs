@@ -297,6 +297,35 @@ async fn a_queue_served_in_full_leaves_the_others_everything() {
     h.finish().await;
 }
 
+/// A lease that ran out is taken over (as a reconcile) while another queue
+/// of the same provider is paused: the claim reads whether its own queue
+/// is paused, not the other one's, before it sends its expired-lease scan.
+#[tokio::test]
+async fn an_expired_lease_is_taken_over_beside_a_paused_queue_of_its_provider() {
+    let h = Harness::start().await;
+    put(&h, P, budget(1000.0, 100), &["a", "b"]).await;
+    enqueue_n(&h, "a", 1).await;
+    let held = h.claim_one("a", "w").await;
+    admin(&h)
+        .await
+        .pause_queue(proto::PauseQueueRequest {
+            queue: "b".into(),
+            operator: "alice".into(),
+            reason: "the other queue's incident".into(),
+        })
+        .await
+        .unwrap();
+    h.force_lease_expired(held.job_id).await;
+    let got = h.claim("a", "w", 1).await;
+    let taken: Vec<(u64, i32)> = got
+        .iter()
+        .map(|c| c.job.as_ref().unwrap())
+        .map(|j| (j.job_id, j.next_action))
+        .collect();
+    assert_eq!(taken, [(held.job_id, proto::NextAction::Reconcile as i32)]);
+    h.finish().await;
+}
+
 /// Bad budgets and assignments are refused with a field violation each,
 /// and nothing is written.
 #[tokio::test]
