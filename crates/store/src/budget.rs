@@ -3,12 +3,14 @@
 //! the provider row it locks, and the statements that spend the units it
 //! hands out, committed with the hand-outs themselves.
 //!
-//! The reads come first in the claim's one round trip
-//! (`queries/budget/rules.sql`): the provider's row, locked, then the
+//! The reads come first in the claim's first round trip
+//! (`queries/budget/rules.sql`; after the written job's lock in a Complete
+//! or Fail that claims the next job): the provider's row, locked, then the
 //! queue's row and its provider's other queues, then the provider's jobs
-//! in flight (only when it has a cap). Claims of one provider therefore
-//! queue on its row, on every coordinator, and each sees what the previous
-//! one spent. Lock order: the provider row before any job row (the claim
+//! in flight (only when it has a cap; in a second round trip, still under
+//! the provider's lock, when the queue's last claim found no cap). Claims
+//! of one provider therefore queue on its row, on every coordinator, and
+//! each sees what the previous one spent. Lock order: the provider row before any job row (the claim
 //! scans skip locked rows and never wait for one), and a Takeover, a Fail,
 //! a Complete that claims the next job, or a claim that read only its
 //! queue's row and found a provider there after all, waits for a provider

@@ -1,9 +1,8 @@
 -- The stored rules of one queue, read first in its claim or takeover
 -- transaction (docs/design.md rules 11-13), in the claim's first round trip.
 -- A claim prepares them once per session, {queue} a parameter, and sends
--- them with EXECUTE (store/claim/scan.rs); a takeover, or a claim's second
--- scan behind a provider's paused sends, sends them as text, {queue} written
--- in as a literal (see store::literal).
+-- them with EXECUTE (store/claim/scan.rs); a takeover sends them as text,
+-- {queue} written in as a literal (see store::literal).
 --
 -- 1. The provider the queue dispatches to, its row locked until COMMIT:
 --    claims of one provider queue here, on every coordinator, so each one
