@@ -527,3 +527,56 @@ async fn a_late_complete_under_a_budget_takes_over_the_other_expired_lease() {
     assert_eq!(h.row(a.job_id).await.state, JobState::Succeeded);
     h.finish().await;
 }
+
+/// Under an in-flight cap the caller's own job, which its Complete
+/// finishes in the same transaction, does not count as in flight for the
+/// next-job half: at a cap of one, a lone worker's Complete hands it the
+/// next job, as a Complete and then a Claim would. A stale Complete (the
+/// job is another worker's now) finishes nothing: that job still counts,
+/// and nothing is handed out.
+#[tokio::test]
+async fn the_callers_own_finished_job_leaves_room_under_an_in_flight_cap() {
+    let h = Harness::start().await;
+    JobAdminClient::connect(format!("http://{}", h.addr))
+        .await
+        .unwrap()
+        .put_provider(proto::PutProviderRequest {
+            name: "stripe".into(),
+            budget: Some(proto::ProviderBudget {
+                rate_per_second: 1000.0,
+                burst: 100,
+                max_in_flight: Some(1),
+                execute_cost: None,
+                reconcile_cost: None,
+            }),
+            queues: vec![Q.into()],
+            operator: "alice".into(),
+            reason: "one refund at a time".into(),
+        })
+        .await
+        .expect("put provider");
+    enqueue_n(&h, 3).await;
+    let a = h.claim_one(Q, "worker-a").await;
+    let r = complete_with_next(&h, &a, "worker-a", "applied").await;
+    let (jobs, refused) = handed(&r);
+    assert_eq!((jobs.len(), refused.as_str()), (1, ""), "{r:?}");
+    let b = jobs[0].clone();
+    h.force_lease_expired(b.job_id).await;
+    let taken = h
+        .client
+        .clone()
+        .takeover(TakeoverRequest {
+            job_id: b.job_id,
+            worker_id: "worker-x".into(),
+            lease: secs(30),
+        })
+        .await
+        .expect("taken over")
+        .into_inner();
+    assert!(taken.claimed.is_some());
+    let r = complete_with_next(&h, &b, "worker-a", "a stale write still answers").await;
+    let (jobs, refused) = handed(&r);
+    assert_eq!(refused, "ATTEMPT_SUPERSEDED");
+    assert!(jobs.is_empty(), "the taken-over job is in flight: {jobs:?}");
+    h.finish().await;
+}

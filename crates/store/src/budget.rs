@@ -19,7 +19,7 @@
 use super::literal;
 use super::rows;
 use jobfence_domain::budget::{fair_share, Allowance, Budget, Gcra, Holdback, Pause, QueueShare};
-use jobfence_domain::{CoordinatorError, DbTime, NextAction, QueuePolicy};
+use jobfence_domain::{CoordinatorError, DbTime, Job, JobState, NextAction, QueuePolicy};
 use sqlx::mysql::MySqlRow;
 use std::sync::LazyLock;
 use std::time::Duration;
@@ -130,6 +130,9 @@ pub(crate) struct LockedProvider {
     pub now: DbTime,
     /// Jobs of its queues in flight (only read when it has a cap).
     pub in_flight: Option<u64>,
+    /// The DB clock the count of jobs in flight compared their leases
+    /// with (with `in_flight`).
+    pub counted_at: Option<DbTime>,
     /// Its queues, for sharing the units between them.
     pub shares: Vec<QueueShare>,
 }
@@ -180,6 +183,7 @@ impl Rules {
                 throttled_until: rows::opt_time(row, "throttled_until")?,
                 now: rows::time(row, "now")?,
                 in_flight: None,
+                counted_at: None,
                 shares: Vec::new(),
             }),
         };
@@ -199,6 +203,7 @@ impl Rules {
                         )));
                     };
                     p.in_flight = Some(rows::get::<i64>(row, "in_flight")?.max(0) as u64);
+                    p.counted_at = Some(rows::time(row, "counted_at")?);
                 }
                 p.shares = shares;
                 Some(p)
@@ -314,6 +319,24 @@ impl LockedProvider {
             shared: units < available,
             spent: 0,
         }
+    }
+
+    /// Leaves out of the count of jobs in flight those of `finishing` (jobs
+    /// the same transaction takes out of `running`, locked by it before
+    /// the count: a Complete or Fail that claims the next job) that the
+    /// count counted: of the provider's queues, running with a lease past
+    /// the count's clock. Its own finished job then leaves room under the
+    /// cap, as a Complete and then a Claim would (docs/design.md rule 16).
+    pub fn not_in_flight(&mut self, finishing: &[&Job]) {
+        let (Some(n), Some(at)) = (self.in_flight, self.counted_at) else {
+            return;
+        };
+        let counted = finishing
+            .iter()
+            .filter(|j| j.state == JobState::Running && j.lease_until.is_some_and(|l| l > at))
+            .filter(|j| self.shares.iter().any(|s| s.queue == j.queue))
+            .count();
+        self.in_flight = Some(n.saturating_sub(counted as u64));
     }
 
     /// The cost of a hand-out with `action`.

@@ -120,7 +120,7 @@ impl JobStore {
                 default_policy,
                 slots,
                 want_next_due,
-                (&[], Prescan::No),
+                (&[], Prescan::No, &[]),
             )
             .await?;
         if phase.decided.is_empty() {
@@ -155,7 +155,11 @@ impl JobStore {
     /// queue's rules, its provider's row locked, the candidate rows locked
     /// with SKIP LOCKED), the decisions and what they spend of the budget,
     /// nothing written yet. `rows` keeps what the decisions borrow. A
-    /// paused queue decides nothing and spends nothing.
+    /// paused queue decides nothing and spends nothing. `exclude`: jobs the
+    /// transaction writes itself, left out of the expired-lease scan;
+    /// `prescan`: the scan, when sent already; `finishing`: the jobs the
+    /// transaction takes out of `running` (a handoff's applied writes, as
+    /// they were locked), no longer in flight under the provider's cap.
     #[allow(clippy::too_many_arguments)]
     async fn claim_phase<'a>(
         &self,
@@ -165,12 +169,15 @@ impl JobStore {
         default_policy: QueuePolicy,
         slots: &'a [ClaimSlot],
         want_next_due: bool,
-        (exclude, prescan): (&[u64], Prescan),
+        (exclude, prescan, finishing): (&[u64], Prescan, &[&Job]),
     ) -> Result<ClaimPhase<'a>, CoordinatorError> {
         let wanted: u32 = slots.iter().map(|s| s.max_jobs).sum();
-        let scanned = self
+        let mut scanned = self
             .scan_rules_and_jobs(tx, queue, wanted, exclude, prescan)
             .await?;
+        if let Some(p) = scanned.rules.provider.as_mut() {
+            p.not_in_flight(finishing);
+        }
         let ClaimRows {
             rules,
             candidates,

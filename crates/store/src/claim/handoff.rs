@@ -27,8 +27,8 @@ use crate::JobStore;
 use crate::{batch, events};
 use jobfence_domain::budget::BudgetReport;
 use jobfence_domain::{
-    ClaimSlot, ClaimedJob, CoordinatorError, FencedWrite, Job, Observation, QueuePolicies,
-    QueuePolicy, ScopedWrite,
+    ClaimSlot, ClaimedJob, CoordinatorError, FencedWrite, Job, JobState, Observation,
+    QueuePolicies, QueuePolicy, ScopedWrite,
 };
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
@@ -169,12 +169,26 @@ impl JobStore {
             .iter()
             .map(|&k| calls.slots[round[k]].clone())
             .collect();
+        let mut changes = open.changes();
+        // The jobs the writes take out of `running` no longer count under
+        // the provider's in-flight cap.
+        let finishing: Vec<&Job> = changes
+            .iter()
+            .filter(|c| c.after.state != JobState::Running)
+            .map(|c| c.before)
+            .collect();
         let mut rows = ClaimRows::default();
         let phase = self
-            .claim_half_phase(&mut tx, &mut rows, calls, &slots, (&written, prescan))
+            .claim_half_phase(
+                &mut tx,
+                &mut rows,
+                calls,
+                &slots,
+                (&written, prescan, &finishing),
+            )
             .await?;
+        drop(finishing);
         let mut new_events = open.events();
-        let mut changes = open.changes();
         let (claim_events, observations) =
             claim_half(&mut tx, phase.as_ref(), &mut changes).await?;
         batch::write_images(&mut tx, &changes).await?;
@@ -256,14 +270,15 @@ impl JobStore {
     /// The claim half's decisions (see [`JobStore::claim_phase`]), when
     /// any caller of the round wants a job; `written`: the round's own
     /// jobs, left out of the expired-lease scan; `prescan`: the claim's
-    /// scan, when [`JobStore::lock_and_prescan`] sent it.
+    /// scan, when [`JobStore::lock_and_prescan`] sent it; `finishing`: the
+    /// round's jobs its writes take out of `running`.
     async fn claim_half_phase<'a>(
         &self,
         tx: &mut Tx,
         rows: &'a mut ClaimRows,
         calls: &Calls<'a>,
         slots: &'a [ClaimSlot],
-        (written, prescan): (&[u64], Prescan),
+        (written, prescan, finishing): (&[u64], Prescan, &[&Job]),
     ) -> Result<Option<ClaimPhase<'a>>, CoordinatorError> {
         if slots.is_empty() {
             return Ok(None);
@@ -276,7 +291,7 @@ impl JobStore {
                 calls.policy,
                 slots,
                 calls.want_next_due,
-                (written, prescan),
+                (written, prescan, finishing),
             )
             .await?;
         Ok(Some(phase))

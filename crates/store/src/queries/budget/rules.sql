@@ -32,8 +32,11 @@ WHERE queue = {queue}
 --    only when it has a cap: one range of the claim index per queue. A
 --    prepared claim sends it in its first round trip only when the queue's
 --    provider had a cap at its last claim, else after the provider's row
---    (still locked) shows one.
-SELECT COUNT(*) AS in_flight
+--    (still locked) shows one. counted_at is the clock the leases were
+--    compared with: a Complete or Fail that claims the next job leaves out
+--    of the count the jobs it finishes itself that were counted (those it
+--    holds locked, running, with a lease past counted_at; store/claim.rs).
+SELECT COUNT(*) AS in_flight, UTC_TIMESTAMP(6) AS counted_at
 FROM queue_policies qp
 JOIN jobs j FORCE INDEX (ix_jobs_claim_expired)
   ON j.queue = qp.queue AND j.state = 'running' AND j.lease_until > UTC_TIMESTAMP(6)
