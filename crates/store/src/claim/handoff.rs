@@ -208,29 +208,39 @@ impl JobStore {
         }
         drop(new_events);
         let claimed = phase.map(|p| claimed(p, observations, slots.len()));
-        let (mut jobs, next_due, budget, parked) =
+        let (jobs, next_due, budget, parked) =
             claimed.unwrap_or_else(|| (Vec::new(), None, None, Vec::new()));
-        let answers = open
-            .answers(None)
-            .into_iter()
-            .enumerate()
-            .map(|(k, write)| {
-                let slot = claiming.iter().position(|&c| c == k);
-                Handoff {
-                    write,
-                    jobs: slot
-                        .and_then(|s| jobs.get_mut(s).map(std::mem::take))
-                        .unwrap_or_default(),
-                    next_due: slot.and(next_due),
-                }
-            })
-            .collect();
         Ok(RoundDone {
-            answers,
+            answers: answers(open.answers(None), &claiming, jobs, next_due),
             budget,
             parked,
         })
     }
+}
+
+/// Each call's answer of a committed round, in round order: its write's
+/// `writes[k]`, and the jobs of its slot when it claimed (`claiming`: the
+/// calls that claimed, in the order of the slots of `jobs`).
+fn answers(
+    writes: Vec<WriteResult>,
+    claiming: &[usize],
+    mut jobs: Vec<Vec<ClaimedJob>>,
+    next_due: Option<Duration>,
+) -> Vec<Handoff> {
+    writes
+        .into_iter()
+        .enumerate()
+        .map(|(k, write)| {
+            let slot = claiming.iter().position(|&c| c == k);
+            Handoff {
+                write,
+                jobs: slot
+                    .and_then(|s| jobs.get_mut(s).map(std::mem::take))
+                    .unwrap_or_default(),
+                next_due: slot.and(next_due),
+            }
+        })
+        .collect()
 }
 
 impl JobStore {
