@@ -480,7 +480,24 @@ async fn a_complete_after_its_lease_ran_out_never_claims_its_own_job() {
 /// ready job enqueued after it.
 #[tokio::test]
 async fn a_late_complete_still_takes_over_another_expired_lease_first() {
+    late_complete_takes_over_the_other_expired_lease(Harness::start().await).await;
+}
+
+/// The same under a provider's budget: the lone Complete's reads lock the
+/// provider's row and find the other expired lease, which is taken over
+/// first and spends the budget as a reconcile, and never the caller's own
+/// job.
+#[tokio::test]
+async fn a_late_complete_under_a_budget_takes_over_the_other_expired_lease() {
     let h = Harness::start().await;
+    put_budget(&h, 1000.0, 100).await;
+    late_complete_takes_over_the_other_expired_lease(h).await;
+}
+
+/// Two leases of the queue ran out, a third job is ready: the late
+/// Complete of one of them is applied and its next job is the other
+/// expired lease, taken over as a reconcile.
+async fn late_complete_takes_over_the_other_expired_lease(h: Harness) {
     h.enqueue(Q, "refund-1", "{}").await;
     h.enqueue(Q, "refund-2", "{}").await;
     let a = h.claim_one(Q, "worker-a").await;
@@ -504,30 +521,6 @@ async fn a_late_complete_still_takes_over_another_expired_lease_first() {
     h.finish().await;
 }
 
-/// The same under a provider's budget: the lone Complete's reads lock the
-/// provider's row and find the other expired lease, which is taken over
-/// first and spends the budget as a reconcile, and never the caller's own
-/// job.
-#[tokio::test]
-async fn a_late_complete_under_a_budget_takes_over_the_other_expired_lease() {
-    let h = Harness::start().await;
-    put_budget(&h, 1000.0, 100).await;
-    h.enqueue(Q, "refund-1", "{}").await;
-    h.enqueue(Q, "refund-2", "{}").await;
-    let a = h.claim_one(Q, "worker-a").await;
-    let x = h.claim_one(Q, "worker-x").await;
-    h.force_lease_expired(a.job_id).await;
-    h.force_lease_expired(x.job_id).await;
-    h.enqueue(Q, "refund-3", "{}").await;
-    let r = complete_with_next(&h, &a, "worker-a", "applied").await;
-    let (jobs, refused) = handed(&r);
-    assert_eq!(refused, "");
-    let taken: Vec<(u64, i32)> = jobs.iter().map(|j| (j.job_id, j.next_action)).collect();
-    assert_eq!(taken, [(x.job_id, NextAction::Reconcile as i32)]);
-    assert_eq!(h.row(a.job_id).await.state, JobState::Succeeded);
-    h.finish().await;
-}
-
 /// Under an in-flight cap the caller's own job, which its Complete
 /// finishes in the same transaction, does not count as in flight for the
 /// next-job half: at a cap of one, a lone worker's Complete hands it the
@@ -537,24 +530,8 @@ async fn a_late_complete_under_a_budget_takes_over_the_other_expired_lease() {
 #[tokio::test]
 async fn the_callers_own_finished_job_leaves_room_under_an_in_flight_cap() {
     let h = Harness::start().await;
-    JobAdminClient::connect(format!("http://{}", h.addr))
-        .await
-        .unwrap()
-        .put_provider(proto::PutProviderRequest {
-            name: "stripe".into(),
-            budget: Some(proto::ProviderBudget {
-                rate_per_second: 1000.0,
-                burst: 100,
-                max_in_flight: Some(1),
-                execute_cost: None,
-                reconcile_cost: None,
-            }),
-            queues: vec![Q.into()],
-            operator: "alice".into(),
-            reason: "one refund at a time".into(),
-        })
-        .await
-        .expect("put provider");
+    h.put_budget_capped("stripe", Q, (1000.0, 100), Some(1))
+        .await;
     enqueue_n(&h, 3).await;
     let a = h.claim_one(Q, "worker-a").await;
     let r = complete_with_next(&h, &a, "worker-a", "applied").await;

@@ -333,6 +333,19 @@ impl Harness {
     /// Gives `queue` to provider `name` with a budget of `rate` units a
     /// second and `burst` (JobAdmin.PutProvider, as the operator "alice").
     pub async fn put_budget(&self, name: &str, queue: &str, rate: f64, burst: u32) {
+        self.put_budget_capped(name, queue, (rate, burst), None)
+            .await;
+    }
+
+    /// [`put_budget`](Self::put_budget) with `(rate, burst)` and a cap of
+    /// `max_in_flight` jobs in flight (`None`: no cap).
+    pub async fn put_budget_capped(
+        &self,
+        name: &str,
+        queue: &str,
+        (rate, burst): (f64, u32),
+        max_in_flight: Option<u32>,
+    ) {
         jobfence_api::v1::job_admin_client::JobAdminClient::connect(format!(
             "http://{}",
             self.addr
@@ -344,7 +357,7 @@ impl Harness {
             budget: Some(proto::ProviderBudget {
                 rate_per_second: rate,
                 burst,
-                max_in_flight: None,
+                max_in_flight,
                 execute_cost: None,
                 reconcile_cost: None,
             }),
