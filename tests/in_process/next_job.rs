@@ -350,7 +350,22 @@ async fn the_next_job_half_spends_the_budget_across_two_coordinators() {
 /// is the one sent with the claim's reads, in their round trip.
 #[tokio::test]
 async fn a_handoff_behind_a_row_lock_is_run_again_counted_and_applied() {
+    handoff_behind_a_row_lock(Harness::start_with_lock_wait(1).await).await;
+}
+
+/// The same on a queue with a provider: the job's lock waits in the round
+/// trip that also locks the provider's row and reads its rules.
+#[tokio::test]
+async fn a_handoff_under_a_budget_behind_a_row_lock_is_run_again_and_applied() {
     let h = Harness::start_with_lock_wait(1).await;
+    put_budget(&h, 1000.0, 100).await;
+    handoff_behind_a_row_lock(h).await;
+}
+
+/// Holds the row lock of a claimed job from a transaction of its own while
+/// that job's Complete asks for its next job; releases it once the
+/// coordinator counted the lock wait as retried, then checks both halves.
+async fn handoff_behind_a_row_lock(h: Harness) {
     h.enqueue(Q, "refund-1", "{}").await;
     let a = h.claim_one(Q, "worker-a").await;
     let b = h.enqueue(Q, "refund-2", "{}").await;
