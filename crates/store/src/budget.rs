@@ -5,16 +5,19 @@
 //!
 //! The reads come first in the claim's first round trip
 //! (`queries/budget/rules.sql`; after the written job's lock in a Complete
-//! or Fail that claims the next job): the provider's row, locked, then the
-//! queue's row and its provider's other queues, then the provider's jobs
-//! in flight (only when it has a cap; in a second round trip, still under
+//! or Fail that claims the next job): the provider's row and the rows of
+//! its queues, the claim's own and the others, locked in one statement (the
+//! provider's first), then the provider's jobs in flight (only when it has a cap; in a second round trip, still under
 //! the provider's lock, when the queue's last claim found no cap). Claims
 //! of one provider therefore queue on its row, on every coordinator, and
-//! each sees what the previous one spent. Lock order: the provider row before any job row (the claim
-//! scans skip locked rows and never wait for one), and a Takeover, a Fail,
-//! a Complete that claims the next job, or a claim that read only its
-//! queue's row and found a provider there after all, waits for a provider
-//! row holding only job rows, so no cycle.
+//! each sees what the previous one spent. A queue that no longer
+//! dispatches to the provider locked is not among its queues: the claim
+//! then reads the queue's own row ([`Rules::parse_or_own_row`]). Lock
+//! order: the provider row before its queues' rows and before any job row
+//! (the claim scans skip locked rows and never wait for one), and a
+//! Takeover, a Fail, a Complete that claims the next job, or a claim that
+//! read only its queue's row and found a provider there after all, waits
+//! for a provider row holding only job rows, so no cycle.
 
 use super::literal;
 use super::rows;
@@ -26,7 +29,7 @@ use std::time::Duration;
 
 /// The statements that read a queue's rules, `{queue}` filled in; see
 /// [`Rules::parse`] for their results.
-static RULES: LazyLock<[String; 3]> = LazyLock::new(|| {
+static RULES: LazyLock<[String; 2]> = LazyLock::new(|| {
     let text: &'static str = include_str!("queries/budget/rules.sql");
     let parts: Vec<String> = text
         .split(";\n")
@@ -35,23 +38,34 @@ static RULES: LazyLock<[String; 3]> = LazyLock::new(|| {
         .collect();
     parts
         .try_into()
-        .expect("queries/budget/rules.sql holds three statements")
+        .expect("queries/budget/rules.sql holds two statements")
 });
 
 /// Number of result sets [`rules_statements`] produces.
-pub(crate) const RULES_RESULTS: usize = 3;
+pub(crate) const RULES_RESULTS: usize = 2;
 
 /// The statements of [`RULES`] for `queue`, to be sent first in a claim or
-/// takeover transaction.
-pub(crate) fn rules_statements(queue: &str) -> Result<Vec<String>, CoordinatorError> {
+/// takeover transaction, and (`own_row`) the queue's own row after them
+/// (`queue_row.sql`, for a queue with no provider; see
+/// [`Rules::parse_or_own_row`]).
+pub(crate) fn rules_statements(
+    queue: &str,
+    own_row: bool,
+) -> Result<Vec<String>, CoordinatorError> {
     let q = literal::queue(queue)?;
-    Ok(RULES.iter().map(|s| s.replace("{queue}", &q)).collect())
+    let mut out: Vec<String> = RULES.iter().map(|s| s.replace("{queue}", &q)).collect();
+    if own_row {
+        out.push(
+            literal::bare(include_str!("queries/budget/queue_row.sql")).replace("{queue}", &q),
+        );
+    }
+    Ok(out)
 }
 
 /// The statement that reads only a queue's own row of `queue_policies`,
 /// for a claim of a queue with no provider (see
 /// `queries/budget/queue_row.sql`): one primary-key read instead of the
-/// three statements of [`rules_statements`]. Its two parameters are the
+/// statements of [`rules_statements`]. Its two parameters are the
 /// queue's name, twice; prepared at a session's first prepared claim (see
 /// `claim/scan.rs`, `prepared_reads`).
 pub(crate) fn queue_row_template() -> String {
@@ -61,8 +75,8 @@ pub(crate) fn queue_row_template() -> String {
 /// The statements of [`rules_statements`] with the queue as a parameter,
 /// for a claim of a queue with a provider, prepared like
 /// [`queue_row_template`]: each one's text and how many times its one
-/// parameter, the queue's name, is given (the provider's row, the queues'
-/// rows, the jobs in flight).
+/// parameter, the queue's name, is given (the provider's row and its
+/// queues' rows, the jobs in flight).
 pub(crate) fn rules_templates() -> [(String, usize); RULES_RESULTS] {
     RULES
         .clone()
@@ -138,84 +152,97 @@ pub(crate) struct LockedProvider {
 }
 
 impl Rules {
-    /// Decodes the three result sets of [`rules_statements`] for `queue`
-    /// (the third may be empty when the provider has no in-flight cap: a
-    /// prepared claim sends the count only for a capped provider).
-    /// A queue whose row names another provider than the one locked (its
-    /// provider changed between the statement's look-up and the lock) is a
-    /// `TransactionConflict`: the claim runs again from the start.
-    pub fn parse(queue: &str, sets: &[Vec<MySqlRow>]) -> Result<Rules, CoordinatorError> {
-        let [locked, queues, in_flight] = sets else {
+    /// Decodes the result sets of [`rules_statements`] for `queue`: the
+    /// provider's row joined to its queues' rows, then the count of jobs
+    /// in flight (empty when the provider has no in-flight cap: a prepared
+    /// claim sends the count only for a capped provider). `None` when the
+    /// queue's own row is not among the locked provider's queues: the queue
+    /// has no provider, or no longer this one (it changed since the claim
+    /// last looked, or between the statement's look-up and the lock); the
+    /// caller reads the queue's own row (see [`Rules::parse_or_own_row`]).
+    pub fn parse(queue: &str, sets: &[Vec<MySqlRow>]) -> Result<Option<Rules>, CoordinatorError> {
+        let [locked, in_flight] = sets else {
             return Err(CoordinatorError::Internal(format!(
                 "the rules of a claim gave {} result sets, not {RULES_RESULTS}",
                 sets.len()
             )));
         };
-        let mut policy = None;
-        let mut queue_paused = false;
-        let mut assigned: Option<String> = None;
-        let mut shares = Vec::new();
-        for row in queues {
-            let name = rows::text(row, "queue")?;
-            let provider = rows::opt_text(row, "provider")?;
-            if name == queue {
-                assigned = provider.clone();
-                policy = stored_policy(row)?;
-                queue_paused = rows::opt_time(row, "paused_at")?.is_some();
-            }
-            if provider.is_some() {
-                shares.push(QueueShare {
-                    queue: name,
-                    last_granted_at: rows::opt_time(row, "last_granted_at")?,
-                    last_short_at: rows::opt_time(row, "last_short_at")?,
-                });
-            }
-        }
-        let provider = match locked.first() {
-            None => None,
-            Some(row) => Some(LockedProvider {
-                name: rows::text(row, "name")?,
-                budget: budget(row)?,
-                pause: rows::text(row, "pause")?
-                    .parse()
-                    .map_err(|e| CoordinatorError::Internal(format!("providers.pause: {e}")))?,
-                tat: rows::time(row, "tat")?,
-                throttled_until: rows::opt_time(row, "throttled_until")?,
-                now: rows::time(row, "now")?,
-                in_flight: None,
-                counted_at: None,
-                shares: Vec::new(),
-            }),
+        let Some(own) = own_row(queue, locked)? else {
+            return Ok(None);
         };
-        if provider.as_ref().map(|p| p.name.as_str()) != assigned.as_deref() {
-            return Err(CoordinatorError::TransactionConflict(format!(
+        let mut p = LockedProvider {
+            name: rows::text(own, "name")?,
+            budget: budget(own)?,
+            pause: rows::text(own, "pause")?
+                .parse()
+                .map_err(|e| CoordinatorError::Internal(format!("providers.pause: {e}")))?,
+            tat: rows::time(own, "tat")?,
+            throttled_until: rows::opt_time(own, "throttled_until")?,
+            now: rows::time(own, "now")?,
+            in_flight: None,
+            counted_at: None,
+            shares: Vec::new(),
+        };
+        if p.budget.max_in_flight.is_some() {
+            // The count always answers one row: none means it was not
+            // sent, and a cap must never be read as room.
+            let Some(row) = in_flight.first() else {
+                return Err(CoordinatorError::Internal(format!(
+                    "the claim of queue {queue:?} did not count its provider's jobs in flight"
+                )));
+            };
+            p.in_flight = Some(rows::get::<i64>(row, "in_flight")?.max(0) as u64);
+            p.counted_at = Some(rows::time(row, "counted_at")?);
+        }
+        for row in locked {
+            p.shares.push(QueueShare {
+                queue: rows::text(row, "queue")?,
+                last_granted_at: rows::opt_time(row, "last_granted_at")?,
+                last_short_at: rows::opt_time(row, "last_short_at")?,
+            });
+        }
+        Ok(Some(Rules {
+            policy: stored_policy(own)?,
+            provider: Some(p),
+            queue_paused: rows::opt_time(own, "paused_at")?.is_some(),
+        }))
+    }
+
+    /// [`Rules::parse`], and when the queue's own row is not among the
+    /// locked provider's queues, the rules from that row alone (`own`, the
+    /// result of `queue_row.sql`, read after the provider's lock): a queue
+    /// with no provider. One that names a provider there (it moved to
+    /// another between the look-up and the lock) is a
+    /// `TransactionConflict`: the transaction runs again from the start.
+    /// Also whether a lease of the queue has run out (`any_expired`).
+    pub fn parse_or_own_row(
+        queue: &str,
+        sets: &[Vec<MySqlRow>],
+        own: &[MySqlRow],
+    ) -> Result<(Rules, bool), CoordinatorError> {
+        if let Some(rules) = Rules::parse(queue, sets)? {
+            return Ok((rules, Rules::expired_scan_wanted(queue, &sets[0])?));
+        }
+        Rules::from_queue_row(own)?.ok_or_else(|| {
+            CoordinatorError::TransactionConflict(format!(
                 "the provider of queue {queue:?} changed during its claim"
-            )));
-        }
-        let provider = match provider {
-            Some(mut p) => {
-                if p.budget.max_in_flight.is_some() {
-                    // The count always answers one row: none means it was
-                    // not sent, and a cap must never be read as room.
-                    let Some(row) = in_flight.first() else {
-                        return Err(CoordinatorError::Internal(format!(
-                            "the claim of queue {queue:?} did not count its provider's jobs in flight"
-                        )));
-                    };
-                    p.in_flight = Some(rows::get::<i64>(row, "in_flight")?.max(0) as u64);
-                    p.counted_at = Some(rows::time(row, "counted_at")?);
-                }
-                p.shares = shares;
-                Some(p)
-            }
-            None => None,
-        };
-        Ok(Rules {
-            policy,
-            provider,
-            queue_paused,
+            ))
         })
     }
+}
+
+/// The row of `queue` among the rows of statement 1 of `rules.sql` (the
+/// locked provider's queues; each names that provider, by the join).
+fn own_row<'r>(
+    queue: &str,
+    locked: &'r [MySqlRow],
+) -> Result<Option<&'r MySqlRow>, CoordinatorError> {
+    for row in locked {
+        if rows::text(row, "queue")? == queue {
+            return Ok(Some(row));
+        }
+    }
+    Ok(None)
 }
 
 impl Rules {
@@ -242,22 +269,28 @@ impl Rules {
     }
 
     /// Whether a claim of `queue` sends its expired-lease scan, from the
-    /// queues' rows of [`rules_statements`]: when a lease of the queue ran
-    /// out (`any_expired`) and the queue is not paused (it hands out
-    /// nothing); true when the queue has no row, so that the scan is sent
-    /// rather than missed.
-    pub fn expired_scan_wanted(queue: &str, queues: &[MySqlRow]) -> Result<bool, CoordinatorError> {
-        for row in queues {
-            if rows::text(row, "queue")? == queue {
+    /// first result set of [`rules_statements`] (the locked provider's
+    /// queues): when a lease of the queue ran out (`any_expired`) and the
+    /// queue is not paused (it hands out nothing); true when the queue's
+    /// row is not there, so that the scan is sent rather than missed.
+    pub fn expired_scan_wanted(queue: &str, locked: &[MySqlRow]) -> Result<bool, CoordinatorError> {
+        match own_row(queue, locked)? {
+            Some(row) => {
                 let paused = rows::opt_time(row, "paused_at")?.is_some();
-                return Ok(rows::get::<i64>(row, "any_expired")? != 0 && !paused);
+                Ok(rows::get::<i64>(row, "any_expired")? != 0 && !paused)
             }
+            None => Ok(true),
         }
-        Ok(true)
     }
 
-    /// Whether the provider's row of [`rules_statements`] (its first
-    /// result set) has an in-flight cap: the claim must then count the
+    /// Whether `queue`'s own row is in the first result set of
+    /// [`rules_statements`]: the queue dispatches to the provider locked.
+    pub fn owns(queue: &str, locked: &[MySqlRow]) -> Result<bool, CoordinatorError> {
+        Ok(own_row(queue, locked)?.is_some())
+    }
+
+    /// Whether the provider's row of [`rules_statements`] (in each row of
+    /// its first result set) has an in-flight cap: the claim must then count the
     /// jobs in flight before it decides.
     pub fn capped(locked: &[MySqlRow]) -> Result<bool, CoordinatorError> {
         match locked.first() {

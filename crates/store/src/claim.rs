@@ -318,9 +318,10 @@ impl JobStore {
         }
         self.pause(PausePoint::TakeoverAfterLock).await;
         // The provider's row after the job's (see budget.rs: lock order).
-        let rules_text = budget::rules_statements(&job.queue)?.join(";\n");
-        let sets = batch::result_sets(&mut tx, &rules_text).await?;
-        let rules = Rules::parse(&job.queue, &sets)?;
+        let rules_text = budget::rules_statements(&job.queue, true)?.join(";\n");
+        let mut sets = batch::result_sets(&mut tx, &rules_text).await?;
+        let own = sets.pop().unwrap_or_default();
+        let (rules, _) = Rules::parse_or_own_row(&job.queue, &sets, &own)?;
         let mut spend = Vec::new();
         if let Some(p) = &rules.provider {
             let cost = p.cost(NextAction::Reconcile);

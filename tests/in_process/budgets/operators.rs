@@ -326,6 +326,48 @@ async fn an_expired_lease_is_taken_over_beside_a_paused_queue_of_its_provider() 
     h.finish().await;
 }
 
+/// A queue moved to another provider while its claim waits for the old
+/// provider's row (the claim looked the provider's name up before the
+/// lock): the old provider's locked queues no longer hold the queue, its
+/// own row names the new provider, and the claim runs again, counted,
+/// under the new provider's budget (a burst of 1, not the 3 asked for).
+#[tokio::test]
+async fn a_queue_moved_to_another_provider_during_its_claim_is_claimed_again_under_the_new_one() {
+    let h = Harness::start().await;
+    put(&h, P, budget(1000.0, 100), &[Q]).await;
+    put(&h, "adyen", budget(0.001, 1), &[]).await;
+    enqueue_n(&h, Q, 5).await;
+    assert_eq!(h.claim(Q, "w", 1).await.len(), 1, "under stripe's budget");
+    let store = h.coordinator.store().clone();
+    let before = store.conflicts();
+    let mut holder = h.db.pool().begin().await.unwrap();
+    sqlx::query("SELECT name FROM providers WHERE name = ? FOR UPDATE")
+        .bind(P)
+        .fetch_one(&mut *holder)
+        .await
+        .unwrap();
+    let client = h.client.clone();
+    let claim = tokio::spawn(async move { claim_on(&client, Q, 3, None).await });
+    kit::until_lock_wait(&h.pool, &h.db.name).await;
+    // An operator's move, in the provider-then-queue lock order.
+    sqlx::query("UPDATE queue_policies SET provider = 'adyen' WHERE queue = ?")
+        .bind(Q)
+        .execute(&mut *holder)
+        .await
+        .unwrap();
+    holder.commit().await.unwrap();
+    let got = claim.await.unwrap();
+    assert_eq!(got.len(), 1, "adyen's burst of 1: {got:?}");
+    let (retried, reported) = store.conflicts();
+    assert!(retried > before.0, "the claim ran again: {retried}");
+    assert_eq!(reported, before.1, "no conflict reached the caller");
+    assert!(
+        h.claim(Q, "w", 3).await.is_empty(),
+        "adyen's budget is spent"
+    );
+    h.finish().await;
+}
+
 /// Bad budgets and assignments are refused with a field violation each,
 /// and nothing is written.
 #[tokio::test]

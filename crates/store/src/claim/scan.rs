@@ -42,9 +42,10 @@ pub(super) enum Reads {
     /// Only the queue's own row (one primary-key read): the queue had no
     /// provider.
     QueueRow,
-    /// The provider's row, locked, the rows of the queues, and (`in_flight`)
-    /// the count of the provider's jobs in flight: the queue had a
-    /// provider, with an in-flight cap when `in_flight`.
+    /// The provider's row and the rows of its queues, locked in one
+    /// statement, and (`in_flight`) the count of the provider's jobs in
+    /// flight: the queue had a provider, with an in-flight cap when
+    /// `in_flight`.
     Provider { in_flight: bool },
 }
 
@@ -141,8 +142,9 @@ fn fill(
 /// The name of the session's prepared queue-row statement.
 const QUEUE_ROW_STMT: &str = "jf_claim_queue_row";
 /// The names of the session's prepared rules statements (the provider's
-/// row, the queues' rows, the jobs in flight; `budget::rules_templates`).
-const RULES_STMTS: [&str; 3] = ["jf_claim_provider", "jf_claim_queues", "jf_claim_in_flight"];
+/// row and its queues' rows, the jobs in flight;
+/// `budget::rules_templates`).
+const RULES_STMTS: [&str; 2] = ["jf_claim_provider_queues", "jf_claim_in_flight"];
 /// The name of the session's prepared ready scan (any queue, any limit).
 const SCAN_READY_STMT: &str = "jf_claim_scan_ready";
 /// The name of the session's prepared lock of one job (a handoff's write,
@@ -184,7 +186,7 @@ fn prepare_text() -> &'static str {
 /// `EXECUTE` of the prepared rules statement `k` (see [`RULES_STMTS`]),
 /// the queue given as often as the statement names it.
 fn execute_rules(k: usize) -> String {
-    static COUNTS: LazyLock<[usize; 3]> =
+    static COUNTS: LazyLock<[usize; 2]> =
         LazyLock::new(|| budget::rules_templates().map(|(_, n)| n));
     format!(
         "EXECUTE {} USING {}",
@@ -241,9 +243,8 @@ fn reads_text(
         )),
         Reads::Provider { in_flight } => {
             out.push(execute_rules(0));
-            out.push(execute_rules(1));
             if in_flight {
-                out.push(execute_rules(2));
+                out.push(execute_rules(1));
             }
         }
     }
@@ -275,7 +276,7 @@ fn reads_sets(
 fn rules_sets(reads: Reads) -> usize {
     match reads {
         Reads::QueueRow => 1,
-        Reads::Provider { in_flight } => 2 + usize::from(in_flight),
+        Reads::Provider { in_flight } => 1 + usize::from(in_flight),
     }
 }
 
@@ -283,7 +284,10 @@ fn rules_sets(reads: Reads) -> usize {
 /// and any lock's removed): the rules, then the ready scan. What the rules
 /// say is missing goes in a second round trip: the expired-lease scan
 /// (`scan_expired`) when a lease ran out, the count of jobs in flight when
-/// the provider has a cap and it was not sent.
+/// the provider has a cap and it was not sent, and the queue's own row
+/// when it is not among the locked provider's queues (the queue lost its
+/// provider, or moved to another, since its last claim here; the
+/// expired-lease scan is then sent too, whatever that row says).
 async fn finish(
     store: &JobStore,
     conn: &mut MySqlConnection,
@@ -293,6 +297,8 @@ async fn finish(
     scan_expired: String,
 ) -> Result<Option<Scan>, CoordinatorError> {
     let ready = locked_jobs(&sets.pop().unwrap_or_default())?;
+    let mut second = Vec::new();
+    let mut own_row = false;
     let (rules, want_expired) = match reads {
         Reads::QueueRow => match Rules::from_queue_row(&sets[0])? {
             None => return Ok(None),
@@ -302,25 +308,34 @@ async fn finish(
                 (Some(rules), want)
             }
         },
-        Reads::Provider { .. } => (None, Rules::expired_scan_wanted(queue, &sets[1])?),
+        Reads::Provider { in_flight } => {
+            if !in_flight && Rules::capped(&sets[0])? {
+                second.push(execute_rules(1));
+            }
+            own_row = !Rules::owns(queue, &sets[0])?;
+            if own_row {
+                second.push(format!(
+                    "EXECUTE {QUEUE_ROW_STMT} USING @jf_queue, @jf_queue"
+                ));
+                (None, true)
+            } else {
+                (None, Rules::expired_scan_wanted(queue, &sets[0])?)
+            }
+        }
     };
-    let count = match reads {
-        Reads::Provider { in_flight: false } => Rules::capped(&sets[0])?,
-        _ => false,
-    };
-    let mut second = Vec::new();
-    if count {
-        second.push(execute_rules(2));
-    }
     if want_expired {
         second.push(scan_expired);
     }
     let mut expired = Vec::new();
+    let mut own = Vec::new();
     if !second.is_empty() {
         store.pause(PausePoint::ClaimBetweenScans).await;
         let mut more = batch::result_sets(conn, &second.join(";\n")).await?;
         if want_expired {
             expired = locked_jobs(&more.pop().unwrap_or_default())?;
+        }
+        if own_row {
+            own = more.pop().unwrap_or_default();
         }
         sets.extend(more);
     }
@@ -328,7 +343,7 @@ async fn finish(
         Some(rules) => rules,
         None => {
             sets.resize_with(budget::RULES_RESULTS, Vec::new);
-            Rules::parse(queue, &sets)?
+            Rules::parse_or_own_row(queue, &sets, &own)?.0
         }
     };
     Ok(Some(Scan {
