@@ -222,3 +222,67 @@ async fn a_resume_behind_a_row_lock_is_run_again_counted_and_applied() {
     assert_eq!(paused, 0);
     h.finish().await;
 }
+
+/// A resume never waits for the queue rows a claim of another queue
+/// holds. A claim of a provider's queue holds the provider's queue rows
+/// until its COMMIT (paused here just before it); the clean-up of emptied
+/// queue rows that a resume runs reads only the resumed queue's row. (It
+/// read the whole table, and a DELETE waits for every locked row it reads:
+/// a resume of one of the provider's own queues, holding that row, closed
+/// a cycle with the claim; with forty more queue rows and the table's
+/// statistics computed the server did read it whole.) With lock waits of
+/// 1 s, a resume that waited would fail.
+#[tokio::test]
+async fn a_resume_never_waits_for_the_queue_rows_a_claim_holds() {
+    let h = Harness::start_with_lock_wait(1).await;
+    JobAdminClient::connect(format!("http://{}", h.addr))
+        .await
+        .unwrap()
+        .put_provider(jobfence_api::v1::PutProviderRequest {
+            name: "stripe".into(),
+            budget: Some(jobfence_api::v1::ProviderBudget {
+                rate_per_second: 1000.0,
+                burst: 100,
+                ..Default::default()
+            }),
+            queues: vec!["a".into(), "b".into()],
+            operator: "alice".into(),
+            reason: "the provider's limit".into(),
+        })
+        .await
+        .unwrap();
+    h.enqueue("a", "refund-a", "{}").await;
+    let pause = ["pause", Q, "--operator", "alice", "--reason", "INC-4"];
+    queue_policies(&h, &pause).await;
+    // Forty more queues with a stored policy and no provider, and the
+    // table's statistics computed: a DELETE restricted by no key then reads
+    // the whole table (the rows the claim will hold included) rather than
+    // the range of queues with no provider, which is most of it.
+    let rows: Vec<String> = (0..40)
+        .map(|i| format!("('policy-{i}', 600000000, 3, UTC_TIMESTAMP(6), 'alice')"))
+        .collect();
+    let insert = format!(
+        "INSERT INTO queue_policies (queue, resend_window_us, max_dispatches, updated_at, \
+         updated_by) VALUES {}",
+        rows.join(", ")
+    );
+    for sql in [insert.as_str(), "ANALYZE TABLE queue_policies"] {
+        sqlx::query(sql).fetch_all(&h.db.pool()).await.unwrap();
+    }
+    let mut gate = h.pauses.arm(jobfence_store::PausePoint::ClaimBeforeCommit);
+    let mut client = h.client.clone();
+    let held = tokio::spawn(async move {
+        let req = ClaimRequest {
+            queue: "a".into(),
+            ..claim(0)
+        };
+        client.claim(req).await
+    });
+    gate.reached().await;
+    let resumed = queue_policies(&h, &["resume", Q, "--operator", "alice", "--reason", "ok"]).await;
+    assert_eq!(resumed, format!("queue {Q} resumed\n"));
+    gate.release();
+    let got = held.await.unwrap().unwrap().into_inner();
+    assert_eq!(got.jobs.len(), 1);
+    h.finish().await;
+}

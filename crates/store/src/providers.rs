@@ -109,13 +109,23 @@ pub(crate) async fn record(
     Ok(())
 }
 
-/// Queue rows that hold neither a provider nor a policy are removed
-/// (`queue` alone, or every such row of the caller's change).
-pub(crate) async fn tidy(conn: &mut MySqlConnection) -> Result<(), CoordinatorError> {
-    sqlx::query(include_str!("queries/queue_policies/tidy.sql"))
-        .execute(conn)
-        .await
-        .map_err(convert_sqlx_err)?;
+/// The rows of `queues` (the queues the caller's change touched) that hold
+/// neither a provider nor a policy now are removed; the other queues' rows
+/// are not read (see `queries/queue_policies/tidy.sql`).
+pub(crate) async fn tidy(
+    conn: &mut MySqlConnection,
+    queues: &[String],
+) -> Result<(), CoordinatorError> {
+    if queues.is_empty() {
+        return Ok(());
+    }
+    let sql = include_str!("queries/queue_policies/tidy.sql")
+        .replace("{queues}", &super::reads::placeholders(queues.len()));
+    let mut q = sqlx::query(&sql);
+    for queue in queues {
+        q = q.bind(queue);
+    }
+    q.execute(conn).await.map_err(convert_sqlx_err)?;
     Ok(())
 }
 
@@ -185,7 +195,14 @@ async fn assign_queues(
         q = q.bind(queue);
     }
     q.execute(&mut *conn).await.map_err(convert_sqlx_err)?;
-    for queue in &req.queues {
+    // In the order of their names, as a claim of another provider locks
+    // its queues' rows (by its index, provider then queue): a queue of the
+    // list that is another provider's is locked here without that
+    // provider's row, and two such queues taken in the other order would
+    // close a cycle with that provider's claim.
+    let mut sorted: Vec<&String> = req.queues.iter().collect();
+    sorted.sort();
+    for queue in sorted {
         sqlx::query(include_str!("queries/providers/assign_queue.sql"))
             .bind(queue)
             .bind(&req.name)
@@ -307,13 +324,15 @@ impl JobStore {
     async fn put_provider_once(&self, req: &PutProvider) -> Result<bool, CoordinatorError> {
         let mut tx = self.begin().await?;
         let before = lock_provider(&mut tx, &req.name).await?;
+        // Its queues, under its lock: those it releases are among them.
+        let had = self.queues_of(&mut tx, &req.name).await?;
         write_budget(&mut tx, req, before.is_none()).await?;
         let taken = assign_queues(&mut tx, req).await?;
         if !taken.is_empty() {
             tx.rollback().await.map_err(convert_sqlx_err)?;
             return Err(queues_taken(req, &taken));
         }
-        tidy(&mut tx).await?;
+        tidy(&mut tx, &had).await?;
         let mut queues = req.queues.clone();
         queues.sort();
         let pause = before.as_ref().map_or(Pause::None, |p| p.pause);
@@ -354,13 +373,14 @@ impl JobStore {
             tx.rollback().await.map_err(convert_sqlx_err)?;
             return Err(unknown_provider(name));
         }
+        let had = self.queues_of(&mut tx, name).await?;
         sqlx::query(include_str!("queries/providers/release_queues.sql"))
             .bind(&by.operator)
             .bind(name)
             .execute(&mut *tx)
             .await
             .map_err(convert_sqlx_err)?;
-        tidy(&mut tx).await?;
+        tidy(&mut tx, &had).await?;
         sqlx::query(include_str!("queries/providers/delete.sql"))
             .bind(name)
             .execute(&mut *tx)
@@ -500,7 +520,7 @@ impl JobStore {
             .execute(&mut *tx)
             .await
             .map_err(convert_sqlx_err)?;
-        tidy(&mut tx).await?;
+        tidy(&mut tx, &[queue.to_owned()]).await?;
         record(
             &mut tx,
             &queue_subject(queue),

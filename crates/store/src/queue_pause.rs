@@ -74,7 +74,7 @@ impl JobStore {
                 &detail,
             )
             .await?;
-            tidy(&mut tx).await?;
+            tidy(&mut tx, &[queue.to_owned()]).await?;
             commit(tx).await?;
             Ok(true)
         })
