@@ -13,11 +13,14 @@
 //! each sees what the previous one spent. A queue that no longer
 //! dispatches to the provider locked is not among its queues: the claim
 //! then reads the queue's own row ([`Rules::parse_or_own_row`]). Lock
-//! order: the provider row before its queues' rows and before any job row
-//! (the claim scans skip locked rows and never wait for one), and a
-//! Takeover, a Fail, a Complete that claims the next job, or a claim that
-//! read only its queue's row and found a provider there after all, waits
-//! for a provider row holding only job rows, so no cycle.
+//! order: the provider row, then its queues' rows in the order of their
+//! names, before any job row (the claim scans skip locked rows and never
+//! wait for one); a Takeover, a Fail, a Complete that claims the next
+//! job, or a claim that read only its queue's row and found a provider
+//! there after all, waits for a provider row holding only job rows; an
+//! operator's change takes queue rows in name order too, and reads no
+//! queue row it did not change (docs/architecture.md, lock order). So no
+//! cycle.
 
 use super::literal;
 use super::rows;
@@ -62,11 +65,12 @@ pub(crate) fn rules_statements(
     Ok(out)
 }
 
-/// The statement that reads only a queue's own row of `queue_policies`,
-/// for a claim of a queue with no provider (see
-/// `queries/budget/queue_row.sql`): one primary-key read instead of the
-/// statements of [`rules_statements`]. Its two parameters are the
-/// queue's name, twice; prepared at a session's first prepared claim (see
+/// The statement that reads only a queue's own row of `queue_policies`
+/// (see `queries/budget/queue_row.sql`): for a claim of a queue with no
+/// provider, one primary-key read instead of the statements of
+/// [`rules_statements`]; and after them, when the queue is not among the
+/// locked provider's queues. Its two parameters are the queue's name,
+/// twice; prepared at a session's first prepared claim (see
 /// `claim/scan.rs`, `prepared_reads`).
 pub(crate) fn queue_row_template() -> String {
     literal::bare(include_str!("queries/budget/queue_row.sql")).replace("{queue}", "?")

@@ -17,10 +17,10 @@ pub enum PausePoint {
     /// The claim scan has locked its candidate rows (`SELECT … FOR UPDATE
     /// SKIP LOCKED`), nothing is updated yet.
     ClaimAfterScan,
-    /// A claim of a queue without a provider has read the queue's row
-    /// (which said a lease ran out) and locked its ready rows; its
-    /// expired-lease scan is next, in a round trip of its own (inside the
-    /// transaction).
+    /// A claim has read its queue's rules (which said a lease ran out, or
+    /// left something to read: the count of jobs in flight under a cap set
+    /// since, the queue's own row) and locked its ready rows; the second
+    /// round trip is next (inside the transaction).
     ClaimBetweenScans,
     /// The claim's updates are done, COMMIT is next (inside the
     /// transaction: [`Armed::connection_id`] names its session).

@@ -368,6 +368,60 @@ async fn a_queue_moved_to_another_provider_during_its_claim_is_claimed_again_und
     h.finish().await;
 }
 
+/// A queue released from a provider that keeps its other queue: the
+/// coordinator's next claim of it (which expected a provider) finds it
+/// missing from the provider's queues, reads its own row, and hands out
+/// without a budget, where the provider's spent burst would give nothing.
+#[tokio::test]
+async fn a_queue_released_from_a_provider_that_keeps_others_is_claimed_without_a_budget() {
+    let h = Harness::start().await;
+    put(&h, P, budget(0.001, 1), &["a", "b"]).await;
+    enqueue_n(&h, "a", 5).await;
+    assert_eq!(h.claim("a", "w", 3).await.len(), 1, "the burst of 1");
+    assert!(h.claim("a", "w", 3).await.is_empty(), "the burst is spent");
+    put(&h, P, budget(0.001, 1), &["b"]).await;
+    assert_eq!(h.claim("a", "w", 3).await.len(), 3, "no provider any more");
+    h.finish().await;
+}
+
+/// A claim holding its provider's rules (paused before its COMMIT) holds
+/// the provider's row and its queues' rows, and no job row it did not
+/// claim: the look-ups inside the locking read (the provider's name, the
+/// earliest lease of the queue's running jobs) lock nothing, so a
+/// Complete of another running job of the queue is never held up by it.
+#[tokio::test]
+async fn a_claim_holding_its_providers_rules_locks_no_running_job() {
+    let h = Harness::start().await;
+    put(&h, P, budget(1000.0, 100), &[Q, "other"]).await;
+    enqueue_n(&h, Q, 2).await;
+    let running = h.claim_one(Q, "w").await;
+    let mut gate = h.pauses.arm(jobfence_store::PausePoint::ClaimBeforeCommit);
+    let client = h.client.clone();
+    let claim = tokio::spawn(async move { claim_on(&client, Q, 1, None).await });
+    gate.reached().await;
+    let nowait = |sql: &'static str, bind: String| {
+        let pool = h.db.pool();
+        async move {
+            let mut tx = pool.begin().await.unwrap();
+            let got = sqlx::query(sql).bind(bind).fetch_all(&mut *tx).await;
+            tx.rollback().await.unwrap();
+            got.is_ok()
+        }
+    };
+    let job = "SELECT id FROM jobs WHERE id = ? FOR UPDATE NOWAIT";
+    assert!(
+        nowait(job, running.job_id.to_string()).await,
+        "the running job is not locked by the claim"
+    );
+    let provider = "SELECT name FROM providers WHERE name = ? FOR UPDATE NOWAIT";
+    assert!(!nowait(provider, P.into()).await, "the provider's row is");
+    let queue = "SELECT queue FROM queue_policies WHERE queue = ? FOR UPDATE NOWAIT";
+    assert!(!nowait(queue, "other".into()).await, "and its queues' rows");
+    gate.release();
+    assert_eq!(claim.await.unwrap().len(), 1);
+    h.finish().await;
+}
+
 /// Bad budgets and assignments are refused with a field violation each,
 /// and nothing is written.
 #[tokio::test]

@@ -67,7 +67,8 @@ impl Reads {
 /// one round trip: `SET` of the parameters, the rules as `reads` says,
 /// and the scan of due ready jobs, up to `limit` rows locked with SKIP
 /// LOCKED. The expired-lease scan is sent only when the queue's row says
-/// a lease ran out (and the queue is not paused), in a second round trip
+/// a lease ran out (and the queue is not paused), or when the queue's row
+/// is not among its provider's (see [`finish`]), in a second round trip
 /// after the ready scan; the rows are the same either way, SKIP LOCKED
 /// never waits, and the claim acts on the rules it read, as one that
 /// began a moment earlier would. `exclude`: jobs the transaction writes

@@ -1,4 +1,6 @@
--- The claim's rules for a queue known to have no provider: its own row
+-- The claim's rules for a queue known to have no provider (and, after
+-- rules.sql, for one missing from the locked provider's queues, in the
+-- claim's second round trip or with a takeover's rules as text): its own row
 -- of queue_policies only (its stored resend policy, its provider, an
 -- operator's pause), a plain primary-key read; always one row, all NULL
 -- when the queue has no row: an aggregate with no GROUP BY answers one row
