@@ -18,9 +18,9 @@
 //! wait for one); a Takeover, a Fail, a Complete that claims the next
 //! job, or a claim that read only its queue's row and found a provider
 //! there after all, waits for a provider row holding only job rows; an
-//! operator's change takes queue rows in name order too, and reads no
-//! queue row it did not change (docs/architecture.md, lock order). So no
-//! cycle.
+//! operator who locks a provider's queue rows holds the provider's row
+//! first, or takes them in name order (docs/architecture.md, lock order).
+//! So no cycle.
 
 use super::literal;
 use super::rows;

@@ -167,7 +167,13 @@ impl JobStore {
             }
             other => other.map_err(convert_sqlx_err)?,
         };
-        for (i, q) in req.queues.iter().enumerate() {
+        // In the order of the queues' names, as every change of a
+        // provider's queue rows takes them (docs/architecture.md, lock
+        // order); the first refused queue of the request is reported.
+        let mut order: Vec<(usize, _)> = req.queues.iter().enumerate().collect();
+        order.sort_by(|a, b| a.1.queue.cmp(&b.1.queue));
+        let mut refused: Option<usize> = None;
+        for (i, q) in order {
             let done = sqlx::query(include_str!("../queries/settlement/queue_amounts_put.sql"))
                 .bind(q.amount_pointer.as_deref())
                 .bind(q.currency_pointer.as_deref())
@@ -178,15 +184,18 @@ impl JobStore {
                 .await
                 .map_err(convert_sqlx_err)?;
             if done.rows_affected() == 0 {
-                tx.rollback().await.map_err(convert_sqlx_err)?;
-                return Err(CoordinatorError::invalid(
-                    format!("queues[{i}]"),
-                    format!(
-                        "queue {:?} does not dispatch to provider {:?}",
-                        q.queue, req.provider
-                    ),
-                ));
+                refused = Some(refused.map_or(i, |r| r.min(i)));
             }
+        }
+        if let Some(i) = refused {
+            tx.rollback().await.map_err(convert_sqlx_err)?;
+            return Err(CoordinatorError::invalid(
+                format!("queues[{i}]"),
+                format!(
+                    "queue {:?} does not dispatch to provider {:?}",
+                    req.queues[i].queue, req.provider
+                ),
+            ));
         }
         super::providers::record(
             &mut tx,
