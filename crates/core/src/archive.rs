@@ -1,7 +1,8 @@
 //! The pruner's archive file (`--prune-archive-dir`; docs/operating.md,
 //! "Retention"): one gzip-compressed JSON-lines file per pruning run and
 //! database, `jobfence-prune-<UTC timestamp>-<schema>.jsonl.gz`, written
-//! as `….partial` and renamed when the run ends. Each batch's lines (see
+//! as `….partial` and renamed when the run ends (`-2`, `-3`, … before
+//! `.jsonl.gz` when another run of the same millisecond took the name). Each batch's lines (see
 //! `jobfence_store::archive` for their format) are compressed, flushed
 //! (a gzip sync flush) and fsynced before the batch's transaction
 //! commits, so a row is never deleted without being on disk. The file is
@@ -93,6 +94,17 @@ impl ArchiveFile {
             let name = format!("jobfence-prune-{stamp}-{schema}{suffix}.jsonl.gz.partial");
             let path = self.dir.join(name);
             match OpenOptions::new().write(true).create_new(true).open(&path) {
+                // Another run that started in the same millisecond (two
+                // coordinators on one database, both held up by the same
+                // failover) may have ended already: its file, renamed
+                // without `.partial`, would be replaced by this one's at
+                // its end. The name is taken then. (It renamed before this
+                // `.partial` was created, which `create_new` refused while
+                // the other's existed, so the check is not too early.)
+                Ok(_) if path.with_extension("").exists() => {
+                    std::fs::remove_file(&path)?;
+                    continue;
+                }
                 Ok(file) => {
                     let gz = GzEncoder::new(Counting { file, bytes: 0 }, Compression::default());
                     return Ok((gz, path));
@@ -170,5 +182,45 @@ impl PruneArchive for ArchiveFile {
                 Err(why)
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lines_of(path: &Path) -> Vec<String> {
+        use std::io::{BufRead, BufReader};
+        let file = File::open(path).unwrap();
+        BufReader::new(flate2::read::GzDecoder::new(file))
+            .lines()
+            .map(Result::unwrap)
+            .collect()
+    }
+
+    /// Two runs that started in the same millisecond on one schema (two
+    /// coordinators held up by the same failover), the second opening its
+    /// file after the first ended: each keeps a file of its own, and the
+    /// second's end replaces nothing.
+    #[test]
+    fn runs_started_in_the_same_millisecond_keep_a_file_each() {
+        let dir =
+            std::env::temp_dir().join(format!("jobfence-archive-test-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let started = SystemTime::now();
+        let run = |line: &str| {
+            let archive = ArchiveFile {
+                started,
+                ..ArchiveFile::new(&dir, "jobs_db")
+            };
+            archive.write_batch(&[line.as_bytes().to_vec()]).unwrap();
+            archive.finish().unwrap().unwrap()
+        };
+        let first = run("{\"job\":{\"id\":1}}");
+        let second = run("{\"job\":{\"id\":2}}");
+        assert_ne!(first, second);
+        assert_eq!(lines_of(&first), ["{\"job\":{\"id\":1}}"]);
+        assert_eq!(lines_of(&second), ["{\"job\":{\"id\":2}}"]);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }
