@@ -177,9 +177,7 @@ impl Rules {
         let mut p = LockedProvider {
             name: rows::text(own, "name")?,
             budget: budget(own)?,
-            pause: rows::text(own, "pause")?
-                .parse()
-                .map_err(|e| CoordinatorError::Internal(format!("providers.pause: {e}")))?,
+            pause: pause(own)?,
             tat: rows::time(own, "tat")?,
             throttled_until: rows::opt_time(own, "throttled_until")?,
             now: rows::time(own, "now")?,
@@ -315,6 +313,13 @@ pub(crate) fn stored_policy(row: &MySqlRow) -> Result<Option<QueuePolicy>, Coord
         }),
         _ => None,
     })
+}
+
+/// The `pause` column of a `providers` row.
+pub(crate) fn pause(row: &MySqlRow) -> Result<Pause, CoordinatorError> {
+    rows::text(row, "pause")?
+        .parse()
+        .map_err(|e| CoordinatorError::Internal(format!("providers.pause: {e}")))
 }
 
 /// The budget columns of a `providers` row.

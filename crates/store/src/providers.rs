@@ -6,7 +6,7 @@
 //! queues does (see `budget.rs`): a claim runs entirely before or entirely
 //! after it, so no claim spends under half-changed rules.
 
-use super::budget::{budget, stored_policy};
+use super::budget::{budget, pause, stored_policy};
 use super::reads::placeholders;
 use super::{commit, convert_sqlx_err, rows, JobStore};
 use jobfence_domain::budget::{Budget, Gcra, Pause};
@@ -62,9 +62,7 @@ fn provider_row(row: &MySqlRow) -> Result<ProviderRecord, CoordinatorError> {
         name: rows::text(row, "name")?,
         budget,
         queues: Vec::new(),
-        pause: rows::text(row, "pause")?
-            .parse()
-            .map_err(|e| CoordinatorError::Internal(format!("providers.pause: {e}")))?,
+        pause: pause(row)?,
         pause_reason: rows::opt_text(row, "pause_reason")?,
         throttled_until: rows::get(row, "throttled_until")?,
         throttle_reports: rows::get(row, "throttle_reports")?,
