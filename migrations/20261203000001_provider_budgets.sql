@@ -1,4 +1,4 @@
--- Provider budgets and stored queue policies (docs/design.md rules 11-13): what
+-- Provider budgets and stored queue policies (DESIGN.md rules 11-13): what
 -- every coordinator reads in its claim and write transactions, so that N
 -- coordinators enforce one limit and agree on every resend.
 -- Runs unchanged on MySQL 8.4 and MariaDB 10.11 (InnoDB; every table has a
@@ -44,7 +44,7 @@ CREATE TABLE queue_policies (
     queue            VARCHAR(128) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
     -- The provider its jobs are sent to; a queue has at most one.
     provider         VARCHAR(128) CHARACTER SET ascii COLLATE ascii_bin NULL,
-    -- The stored resend policy (docs/design.md rule 6), both or neither.
+    -- The stored resend policy (DESIGN.md rule 6), both or neither.
     resend_window_us BIGINT UNSIGNED NULL,
     max_dispatches   INT UNSIGNED NULL,
     -- Sharing a provider's units between its queues (written by claims):

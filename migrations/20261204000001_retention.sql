@@ -1,4 +1,4 @@
--- Retention (docs/design.md rule 14): finished jobs are pruned, their operation
+-- Retention (DESIGN.md rule 14): finished jobs are pruned, their operation
 -- keys are not. Runs unchanged on MySQL 8.4 and MariaDB 10.11 (InnoDB;
 -- every table has a primary key, as Galera and Group Replication require).
 

@@ -9,9 +9,7 @@
 --
 -- Stop coordinators older than this migration before applying it: one
 -- would record observations without setting the flag, and the claims of
--- newer ones would hand the job out without them (docs/operating.md,
--- "Upgrading across a schema change", has the statement that repairs it
--- after a rolling restart).
+-- newer ones would hand the job out without them.
 -- ADD COLUMN with a constant default is an instant change on MySQL 8.4 and
 -- MariaDB 10.11; the same statements run on both. TINYINT, not TINYINT(1):
 -- the driver reads the latter as a boolean, and the archive of pruned rows
