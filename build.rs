@@ -1,6 +1,7 @@
-//! The long version of `jobfence --version`: the target, the profile and
-//! the features the binary was built with, which only a build script can
-//! see. A bug report that pastes it says which binary it is about (a
+//! `jobfence --version`: the release and the schema version (the newest
+//! migration the binary carries, from migrations/), and in the long
+//! version the target, the profile and the features the binary was built
+//! with, which only a build script can see. A bug report that pastes it says which binary it is about (a
 //! `--no-default-features` binary has no demo, benchmark or fake
 //! provider). The proto is compiled once, by the API crate (`proto/`).
 
@@ -12,9 +13,18 @@ fn main() {
     } else {
         "no tools (serve and operate only)"
     };
-    println!(
-        "cargo:rustc-env=JOBFENCE_LONG_VERSION={} ({target}, {profile}; {tools})",
+    let schema = std::fs::read_dir("migrations")
+        .expect("migrations/ beside build.rs")
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter_map(|name| name.split('_').next()?.parse::<u64>().ok())
+        .max()
+        .unwrap_or(0);
+    let version = format!(
+        "{} (schema {schema})",
         std::env::var("CARGO_PKG_VERSION").unwrap_or_default()
     );
+    println!("cargo:rustc-env=JOBFENCE_VERSION={version}");
+    println!("cargo:rustc-env=JOBFENCE_LONG_VERSION={version} ({target}, {profile}; {tools})");
     println!("cargo:rerun-if-changed=build.rs");
+    println!("cargo:rerun-if-changed=migrations");
 }

@@ -6,6 +6,7 @@
 //! src/retention_cli.rs, `credentials` in src/security_cli.rs, the
 //! operator commands in the crate jobfence-operator).
 
+use crate::migrate_cli::{migrate, migrate_all, process_name, refusing, MigrateArgs};
 use crate::retention_cli::{prune, PruneArgs};
 use crate::security_cli::CredentialsArgs;
 use crate::serve_cli::{serve, ServeArgs};
@@ -47,7 +48,7 @@ pub fn default_database_url() -> String {
 #[derive(Debug, Parser)]
 #[command(
     name = "jobfence",
-    version,
+    version = env!("JOBFENCE_VERSION"),
     long_version = env!("JOBFENCE_LONG_VERSION"),
     about = "Fenced job coordination over MySQL, served over gRPC",
     after_help = "The operator commands' connection flags (--endpoint or JOBFENCE_COORDINATOR, \
@@ -86,8 +87,10 @@ pub enum LogFormat {
 pub enum Command {
     /// Serve the JobCoordinator gRPC API (with health and reflection).
     Serve(ServeArgs),
-    /// Apply the schema migrations and exit.
-    Migrate(DatabaseArgs),
+    /// Apply the schema migrations and exit, saying what each database
+    /// got; `--check` applies nothing and says whether this binary may
+    /// serve each database.
+    Migrate(MigrateArgs),
     /// Prune finished jobs past their retention once, with their
     /// observations and events, keeping their operation keys (for cron;
     /// `serve` also prunes on an interval). Prints a progress line per
@@ -170,12 +173,14 @@ fn init_tracing(format: LogFormat) {
 }
 
 /// The databases the flags name: the shards file's, or `--database-url`
-/// alone (database 0). Connects lazily; checks nothing yet.
-pub fn open_shards(db: &DatabaseArgs) -> anyhow::Result<Shards> {
+/// alone (database 0). Connects lazily; checks nothing yet. Each session
+/// registers as `process`'s (see `PoolSettings::process`).
+pub fn open_shards(db: &DatabaseArgs, process: Option<String>) -> anyhow::Result<Shards> {
     let settings = PoolSettings {
         max_connections: db.db_max_connections,
         acquire_timeout: db.db_acquire_timeout,
         galera_sync_wait: db.galera_sync_wait,
+        process,
     };
     let Some(path) = &db.shards else {
         let urls = split_urls(&db.database_url);
@@ -201,22 +206,19 @@ fn split_urls(list: &str) -> Vec<String> {
         .collect()
 }
 
-/// Migrates every database (with `migrate`), then checks each one's number
-/// (see `Shards::prepare`: one database alone must be database 0).
+/// Migrates every database (with `migrate`), then checks each one's
+/// schema (see `Shards::check_schemas`: a coordinator never serves a
+/// schema it does not know) and number (see `Shards::prepare`: one
+/// database alone must be database 0).
 ///
 /// With `serving`, one database used alone that does not answer yet is
 /// left to be checked when it does (as before numbers were checked, a
-/// coordinator starts while its only database is down): returns true
-/// then, for [`jobfence_server::OpsOptions::check_shard_numbers`].
+/// coordinator starts while its only database is down, NOT_SERVING until
+/// the checks pass): returns true then, for
+/// [`jobfence_server::OpsOptions::check_shard_numbers`].
 pub async fn prepare(shards: &Shards, migrate: bool, serving: bool) -> anyhow::Result<bool> {
     if migrate {
-        for (n, store) in shards.all() {
-            store
-                .migrate()
-                .await
-                .with_context(|| format!("applying migrations to database {n}"))?;
-        }
-        tracing::info!("migrations applied");
+        migrate_all(shards, false).await?;
     }
     match shards.prepare().await {
         Ok(()) => Ok(false),
@@ -227,11 +229,11 @@ pub async fn prepare(shards: &Shards, migrate: bool, serving: bool) -> anyhow::R
         ) if serving && !shards.is_sharded() => {
             tracing::warn!(
                 error = %e,
-                "the database's shard number could not be read now (the database is down or busy): it is checked when it does answer"
+                "the database's schema and shard number could not be read now (the database is down or busy): they are checked when it does answer"
             );
             Ok(true)
         }
-        Err(e) => Err(anyhow::Error::new(e).context("checking the databases' shard numbers")),
+        Err(e) => Err(refusing(e).context("checking the databases")),
     }
 }
 
@@ -272,7 +274,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
 /// commands); the exit status is its answer.
 async fn run_server(command: Command) -> anyhow::Result<ExitCode> {
     match command {
-        Command::Migrate(db) => migrate(db).await?,
+        Command::Migrate(args) => migrate(args).await?,
         Command::Prune(args) => return prune_once(args).await,
         Command::Serve(args) => serve(args).await?,
         Command::Operator(_) | Command::Credentials(_) => {
@@ -297,19 +299,11 @@ async fn run_server(command: Command) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// `jobfence migrate`: applies the migrations to every database, then
-/// checks each one's number.
-async fn migrate(db: DatabaseArgs) -> anyhow::Result<()> {
-    let shards = open_shards(&db)?;
-    prepare(&shards, true, false).await?;
-    Ok(())
-}
-
 /// `jobfence prune`: the retention settings checked, the databases
 /// checked, then one pruning run.
 async fn prune_once(args: PruneArgs) -> anyhow::Result<ExitCode> {
     let settings = args.retention.settings(Duration::ZERO)?;
-    let shards = open_shards(&args.database)?;
+    let shards = open_shards(&args.database, Some(process_name("prune")))?;
     prepare(&shards, false, false).await?;
     prune(shards, settings).await
 }

@@ -5,6 +5,7 @@
 //! `--no-default-features` for a binary that serves and operates only).
 
 mod cli;
+mod migrate_cli;
 mod retention_cli;
 mod security_cli;
 mod serve_cli;

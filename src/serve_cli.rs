@@ -44,9 +44,18 @@ pub struct ServeArgs {
     /// the console's Workers page); by default the host and the gRPC port.
     #[arg(long, env = "JOBFENCE_COORDINATOR_NAME")]
     pub coordinator_name: Option<String>,
-    /// Apply migrations before serving.
+    /// Apply migrations before serving. Without it a coordinator refuses
+    /// to start on a database that lacks one of its migrations (and says
+    /// which, and to run `jobfence migrate`).
     #[arg(long, env = "JOBFENCE_MIGRATE", default_value_t = false)]
     pub migrate: bool,
+    /// Rolling upgrades: how long no coordinator of an older release may
+    /// be seen (by its heartbeat, or its database sessions) before the
+    /// newest coordinator brings the data forward that the older one kept
+    /// differently (a schema transition's backfill, once; docs/operating.md
+    /// "Upgrading").
+    #[arg(long, env = "JOBFENCE_UPGRADE_QUIET_PERIOD", value_parser = humantime::parse_duration, default_value = "60s")]
+    pub upgrade_quiet_period: Duration,
     /// Lease given when a Claim or Takeover names none (e.g. 30s).
     #[arg(long, env = "JOBFENCE_DEFAULT_LEASE", value_parser = humantime::parse_duration, default_value = "30s")]
     pub default_lease: Duration,
@@ -172,7 +181,7 @@ fn parse_queue_count(s: &str) -> Result<(String, u32), String> {
 
 impl ServeArgs {
     /// The coordinator configuration these flags describe.
-    pub fn coordinator_config(&self) -> CoordinatorConfig {
+    pub fn coordinator_config(&self, name: String) -> CoordinatorConfig {
         let default = QueuePolicy {
             resend_window: self.resend_window,
             max_dispatches: self.max_dispatches,
@@ -212,10 +221,16 @@ impl ServeArgs {
                 poll_interval: self.claim_poll_interval,
                 max_waiters: self.max_claim_waiters,
             },
-            name: self.coordinator_name.clone().unwrap_or_else(|| {
-                format!("{}:{}", jobfence_core::host_name(), self.listen.port())
-            }),
+            name,
         }
+    }
+
+    /// This coordinator's name: `--coordinator-name`, by default the host
+    /// and the gRPC port it listens on.
+    fn name(&self, port: u16) -> String {
+        self.coordinator_name
+            .clone()
+            .unwrap_or_else(|| format!("{}:{port}", jobfence_core::host_name()))
     }
 }
 
@@ -228,14 +243,19 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let security = args.security.security()?;
     let console_token = args.security.console_token()?;
     let limits = args.limits.limits(args.max_claim_wait)?;
-    let shards = open_shards(&args.database)?;
-    let check_shard_numbers = prepare(&shards, args.migrate, true).await?;
+    // Bound first: by default the coordinator is named by its port.
     let listener = TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("binding {}", args.listen))?;
+    let port = listener
+        .local_addr()
+        .map_or(args.listen.port(), |a| a.port());
+    let name = args.name(port);
+    let shards = open_shards(&args.database, Some(name.clone()))?;
+    let check_shard_numbers = prepare(&shards, args.migrate, true).await?;
     let metrics_listener = bind_metrics(args.metrics_listen).await?;
     let companions = console(args.console_listen, &security, console_token).await?;
-    let coordinator = Coordinator::over_shards(shards, args.coordinator_config());
+    let coordinator = Coordinator::over_shards(shards, args.coordinator_config(name));
     // docs/design.md rule 13: a stored policy wins over the flags; say so
     // where they differ. A database that does not answer yet is
     // not waited for.
@@ -246,6 +266,14 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     // The workers view (docs/operating.md "Workers"): what this
     // coordinator saw, written every 5 s.
     let _stop_sightings = AbortOnDrop(coordinator.spawn_worker_sightings());
+    // Rolling upgrades (docs/operating.md "Upgrading"): the heartbeat,
+    // older coordinators looked for, transitions brought forward.
+    let _stop_fleet = AbortOnDrop(coordinator.spawn_fleet(args.upgrade_quiet_period));
+    tracing::info!(
+        release = jobfence_store::schema::RELEASE,
+        schema_version = jobfence_store::schema::schema_version(),
+        "jobfence coordinator"
+    );
     let options = ServeOptions {
         health_interval: args.health_interval,
         health_timeout: args.health_timeout,

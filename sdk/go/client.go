@@ -32,7 +32,7 @@ const APIMajor = 1
 // Version is this client's version: every client of jobfence has the
 // version of the top-level Cargo.toml's [workspace.package] (a test holds
 // them together).
-const Version = "0.1.0"
+const Version = "0.2.0"
 
 // APIVersionHeader is the response header a coordinator names its API
 // version in (e.g. "1.4.0").

@@ -27,6 +27,7 @@ pub mod queue_pause;
 pub mod retention;
 pub mod retry;
 pub mod settlement;
+pub mod upgrades;
 pub mod workers;
 mod writes;
 
@@ -220,7 +221,10 @@ impl Coordinator {
     /// placement names (see [`jobfence_store::shards`]); run
     /// [`Shards::prepare`] first.
     pub fn over_shards(shards: Shards, config: CoordinatorConfig) -> Self {
-        let metrics = Metrics::new();
+        let metrics = Metrics::for_build(
+            jobfence_store::schema::RELEASE,
+            jobfence_store::schema::schema_version(),
+        );
         let databases = shards
             .all()
             .iter()

@@ -14,6 +14,7 @@ mod families;
 mod providers;
 mod retention;
 mod settlement;
+mod upgrades;
 mod workers;
 
 use families::{DatabaseGauges, JobCounters, ServingMetrics};
@@ -50,6 +51,7 @@ struct Inner {
     retention: retention::RetentionMetrics,
     settlement: settlement::SettlementMetrics,
     workers: workers::WorkerMetrics,
+    upgrades: upgrades::UpgradeMetrics,
     /// Every queue the gauges were ever set for: a queue whose pending jobs
     /// are all gone reads 0 instead of keeping its last value.
     seen_queues: Mutex<BTreeSet<String>>,
@@ -81,8 +83,16 @@ impl Default for Metrics {
 }
 
 impl Metrics {
-    /// A fresh set of metrics in a registry of its own.
+    /// A fresh set of metrics in a registry of its own, for a build of
+    /// no named release (tests).
     pub fn new() -> Self {
+        Self::for_build(env!("CARGO_PKG_VERSION"), 0)
+    }
+
+    /// A fresh set of metrics in a registry of its own, for the build of
+    /// `release` carrying migrations up to `schema_version`
+    /// (`jobfence_build_info`).
+    pub fn for_build(release: &str, schema_version: i64) -> Self {
         let r = Registry::new();
         let inner = Inner {
             jobs: JobCounters::register(&r),
@@ -92,6 +102,7 @@ impl Metrics {
             retention: retention::RetentionMetrics::new(&r),
             settlement: settlement::SettlementMetrics::new(&r),
             workers: workers::WorkerMetrics::new(&r),
+            upgrades: upgrades::UpgradeMetrics::new(&r, release, schema_version),
             registry: r,
             seen_queues: Mutex::new(BTreeSet::new()),
         };

@@ -142,8 +142,9 @@ impl DatabaseFollower {
                 // checks it too, a certification conflict) is checked
                 // again at the next tick, NOT_SERVING until then.
                 Err(refused @ CoordinatorError::InvalidArgument(_)) => {
-                    return Err(anyhow::Error::new(refused)
-                        .context("refusing to serve: checking the databases' shard numbers"))
+                    return Err(anyhow::Error::new(refused).context(
+                        "refusing to serve: checking the databases' schema and shard numbers",
+                    ))
                 }
                 Err(other) => checked = Err(other.to_string()),
             }

@@ -93,7 +93,10 @@ pub(crate) fn locked_job(row: &sqlx::mysql::MySqlRow) -> Result<LockedJob, Coord
             dispatch_count: job.dispatch_count,
         },
         lease_expired: rows::get::<Option<i64>>(row, "lease_expired")?.unwrap_or(0) != 0,
-        has_observations: rows::get::<i64>(row, "has_observations")? != 0,
+        // While an older coordinator may record observations without the
+        // flag (fleet.rs), every job counts as having some.
+        has_observations: rows::get::<i64>(row, "has_observations")? != 0
+            || !crate::fleet::observations_flag_complete(),
         now: rows::time(row, "now")?,
         job,
     })

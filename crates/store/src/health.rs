@@ -122,12 +122,20 @@ impl HealthProbe {
     async fn check_once(&mut self, node: usize) -> Result<NodeCheck, CoordinatorError> {
         let conn = match &mut self.conns[node] {
             Some(conn) => conn,
-            None => self.conns[node].insert(
-                self.store.nodes[node]
+            None => {
+                let mut fresh = self.store.nodes[node]
                     .connect()
                     .await
-                    .map_err(super::convert_sqlx_err)?,
-            ),
+                    .map_err(super::convert_sqlx_err)?;
+                // Like the pools' sessions: newer coordinators must not
+                // take this one for an older coordinator's.
+                if let Some(name) = &self.store.settings.process {
+                    super::register_session(&mut fresh, name, true)
+                        .await
+                        .map_err(super::convert_sqlx_err)?;
+                }
+                self.conns[node].insert(fresh)
+            }
         };
         conn.ping().await.map_err(super::convert_sqlx_err)?;
         let settings = read_settings(conn).await?;

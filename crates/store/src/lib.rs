@@ -34,6 +34,7 @@ mod enqueue;
 mod errors;
 mod events;
 mod events_feed;
+pub mod fleet;
 mod health;
 mod literal;
 mod nodes;
@@ -45,6 +46,7 @@ mod reads;
 pub mod retention;
 pub mod retry;
 mod rows;
+pub mod schema;
 pub mod settlement;
 pub mod shards;
 pub mod trends;
@@ -97,6 +99,12 @@ pub struct PoolSettings {
     /// decision is never taken on a row another node already changed (see
     /// docs/database.md, "Reads after writes"). 0 turns the wait off.
     pub galera_sync_wait: u8,
+    /// The name each session registers under when it connects (table
+    /// `coordinator_sessions`, see `fleet.rs`), so newer coordinators tell
+    /// this process's sessions from an older coordinator's; None
+    /// registers nothing. A database not migrated that far yet is left
+    /// alone (the session still connects).
+    pub process: Option<String>,
 }
 
 impl Default for PoolSettings {
@@ -105,6 +113,7 @@ impl Default for PoolSettings {
             max_connections: 32,
             acquire_timeout: Duration::from_secs(1),
             galera_sync_wait: 1,
+            process: None,
         }
     }
 }
@@ -139,6 +148,7 @@ fn pool_options(settings: &PoolSettings, autocommit: bool) -> MySqlPoolOptions {
 fn pool_options_with(settings: &PoolSettings, autocommit: bool, more: &str) -> MySqlPoolOptions {
     let setup = format!("{}{more}", session_setup(autocommit));
     let sync_wait = settings.galera_sync_wait;
+    let process = settings.process.clone();
     MySqlPoolOptions::new()
         .max_connections(settings.max_connections)
         .acquire_timeout(settings.acquire_timeout)
@@ -168,12 +178,39 @@ fn pool_options_with(settings: &PoolSettings, autocommit: bool, more: &str) -> M
         })
         .after_connect(move |conn, _meta| {
             let setup = setup.clone();
+            let process = process.clone();
             Box::pin(async move {
                 conn.execute(sqlx::raw_sql(&setup)).await?;
                 nodes::galera_session(conn, sync_wait).await?;
+                if let Some(name) = process {
+                    register_session(conn, &name, autocommit).await?;
+                }
                 Ok(())
             })
         })
+}
+
+/// Registers a new session as this process's (see
+/// [`PoolSettings::process`]); a schema without the table yet (error
+/// 1146) is left alone.
+async fn register_session(
+    conn: &mut sqlx::MySqlConnection,
+    name: &str,
+    autocommit: bool,
+) -> Result<(), sqlx::Error> {
+    let done = sqlx::query(fleet::REGISTER_SESSION)
+        .bind(name)
+        .execute(&mut *conn)
+        .await;
+    match done {
+        Ok(_) => {}
+        Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("42S02") => {}
+        Err(e) => return Err(e),
+    }
+    if !autocommit {
+        conn.execute("COMMIT").await?;
+    }
+    Ok(())
 }
 
 fn parse_url(url: &str) -> Result<MySqlConnectOptions, CoordinatorError> {
@@ -406,14 +443,6 @@ impl JobStore {
             &self.conflicts.reported
         };
         c.fetch_add(1, Ordering::Relaxed);
-    }
-
-    /// Applies pending migrations.
-    pub async fn migrate(&self) -> Result<(), CoordinatorError> {
-        MIGRATOR
-            .run(&self.pool())
-            .await
-            .map_err(|e| CoordinatorError::DatabaseUnavailable(format!("migration failed: {e}")))
     }
 
     /// True while the database answers a trivial query.

@@ -85,6 +85,9 @@ pub enum PausePoint {
     /// A pruning batch holds its jobs' row locks and has deleted nothing
     /// yet (inside the transaction).
     PruneAfterLock,
+    /// A schema transition's backfill holds the transition's row lock and
+    /// has changed nothing yet (inside the transaction).
+    BackfillBeforeWrite,
 }
 
 #[cfg(feature = "testsuite")]

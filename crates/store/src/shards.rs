@@ -275,6 +275,25 @@ impl Shards {
         Ok(self.at(self.index_for_id(job_id)?))
     }
 
+    /// Holds each database's applied migrations against this binary's
+    /// (see `schema.rs`): a coordinator never serves a schema it does not
+    /// know. Logs a migration `jobfence migrate` would repair.
+    ///
+    /// Errors: `InvalidArgument` (field `schema`) naming the database and
+    /// what to run; `DatabaseUnavailable` when one cannot be reached.
+    pub async fn check_schemas(&self) -> Result<(), CoordinatorError> {
+        for (n, store) in &self.stores {
+            let check = store.check_schema().await?;
+            if let Some(why) = check.refusal(&format!("database {n}")) {
+                return Err(crate::schema::schema_refused(why));
+            }
+            for m in &check.repairable {
+                tracing::warn!(database = n, migration = %m, "a migration was applied from a file edited after its release (comments only): `jobfence migrate` records the restored file's checksum");
+            }
+        }
+        Ok(())
+    }
+
     /// Checks (and on first use, records) each database's number; see
     /// [`JobStore::ensure_shard`]. When one database is refused, none is
     /// given a number. One database used alone must be database 0: it is
@@ -286,16 +305,9 @@ impl Shards {
     /// shards file that lists it); `DatabaseUnavailable` when one cannot be
     /// reached.
     pub async fn prepare(&self) -> Result<(), CoordinatorError> {
+        self.check_schemas().await?;
         if !self.sharded {
             let store = &self.stores[0].1;
-            if !store.is_migrated().await? {
-                // Nothing of jobfence's here yet: nothing to check, and
-                // the calls will say what is missing.
-                tracing::warn!(
-                    "the database has no jobfence tables: run `jobfence migrate` (or serve --migrate)"
-                );
-                return Ok(());
-            }
             return store.number(0, true).await?.map_err(refuse_alone);
         }
         // Every database is checked before any is given its number, so a
@@ -414,18 +426,6 @@ impl JobStore {
         self.number(shard, true)
             .await?
             .map_err(|r| refuse_shard(shard, r))
-    }
-
-    /// Whether the migrations made this database's `jobfence_shard`
-    /// table.
-    async fn is_migrated(&self) -> Result<bool, CoordinatorError> {
-        let mut tx = self.begin().await?;
-        let n: i64 = sqlx::query_scalar(include_str!("queries/shards/has_table.sql"))
-            .fetch_one(&mut *tx)
-            .await
-            .map_err(super::convert_sqlx_err)?;
-        tx.rollback().await.map_err(super::convert_sqlx_err)?;
-        Ok(n > 0)
     }
 
     /// The checks of [`ensure_shard`](Self::ensure_shard), writing nothing.

@@ -81,7 +81,7 @@ from .errors import (
     from_status,
 )
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = [
     "API_MAJOR", "API_VERSION_HEADER", "ApiVersionUnsupported", "__version__",

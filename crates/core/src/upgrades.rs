@@ -1,0 +1,200 @@
+//! Rolling upgrades with no SQL by hand (docs/operating.md "Upgrading",
+//! docs/releases.md): every few seconds each coordinator writes its
+//! heartbeat into each database and looks for coordinators of an older
+//! release. While one may be alive it keeps the older behaviour where the
+//! two would disagree (today: a claim reads the observations of every job
+//! it hands out, whatever `jobs.has_observations` says, since a
+//! coordinator of 0.1.0 records observations without setting it). Once
+//! none has been seen for the quiet period, the newest coordinator runs
+//! the transition's backfill, once (the transition's row lock decides),
+//! and every coordinator trusts the flag again.
+//!
+//! An older coordinator is seen by its heartbeat (0.2.0 and later), or, for
+//! a release that writes none, by its database sessions: a session of the
+//! coordinators' user that no jobfence process of 0.2.0 or later
+//! registered (`jobfence_store::fleet`). The latter errs on the safe side:
+//! an operator's `mysql` shell logged in as the coordinators' user also
+//! keeps the older behaviour while it is connected.
+
+use super::Coordinator;
+use jobfence_store::fleet::{
+    older_release, set_observations_flag_complete, FleetView, Heartbeat, OBSERVATIONS_FLAG,
+};
+use jobfence_store::schema::{schema_version, RELEASE};
+use jobfence_store::JobStore;
+use std::time::{Duration, Instant};
+
+/// The default quiet period (`serve --upgrade-quiet-period`): how long no
+/// older coordinator may be seen before a transition's backfill runs.
+pub const DEFAULT_QUIET_PERIOD: Duration = Duration::from_secs(60);
+
+/// How often the fleet is checked: a quarter of the quiet period, between
+/// 250 ms and 5 s.
+pub fn check_interval(quiet: Duration) -> Duration {
+    (quiet / 4).clamp(Duration::from_millis(250), Duration::from_secs(5))
+}
+
+/// What one database's checks remember between ticks.
+#[derive(Debug, Default)]
+struct DatabaseFleet {
+    /// Since when no older coordinator was seen (None: one is seen now).
+    clear_since: Option<Instant>,
+    /// What was said of the older coordinators last, and when.
+    said: String,
+    said_at: Option<Instant>,
+}
+
+impl Coordinator {
+    /// Checks the fleet of every database every [`check_interval`] until
+    /// the handle is aborted (see the module documentation). Until its
+    /// first check a coordinator reads observations regardless of the flag.
+    pub fn spawn_fleet(&self, quiet: Duration) -> tokio::task::JoinHandle<()> {
+        set_observations_flag_complete(false);
+        let coordinator = self.clone();
+        let started = Instant::now();
+        tokio::spawn(async move {
+            let mut fleets: Vec<DatabaseFleet> = coordinator
+                .shards
+                .all()
+                .iter()
+                .map(|_| DatabaseFleet::default())
+                .collect();
+            let mut tick = tokio::time::interval(check_interval(quiet));
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                let beat = coordinator.heartbeat(started.elapsed());
+                let mut complete = true;
+                let mut older = 0;
+                let mut open = Vec::new();
+                for ((n, store), fleet) in coordinator.shards.all().iter().zip(&mut fleets) {
+                    match coordinator
+                        .check_database(*n, store, fleet, &beat, quiet)
+                        .await
+                    {
+                        Ok((done, seen, transitions)) => {
+                            complete &= done;
+                            older += seen;
+                            open.extend(transitions);
+                        }
+                        Err(e) => {
+                            complete = false;
+                            tracing::warn!(database = n, error = %e, "could not check the coordinators of a database");
+                        }
+                    }
+                }
+                set_observations_flag_complete(complete);
+                coordinator.metrics.set_fleet(older, &open);
+            }
+        })
+    }
+
+    fn heartbeat(&self, up: Duration) -> Heartbeat {
+        Heartbeat {
+            name: self.config.name.clone(),
+            release: RELEASE.to_owned(),
+            schema_version: schema_version(),
+            host: crate::host_name(),
+            up,
+        }
+    }
+
+    /// One database's check: whether the observations flag may be trusted
+    /// there, how many older coordinators were seen, and each transition
+    /// with whether it is still open.
+    async fn check_database(
+        &self,
+        n: u32,
+        store: &JobStore,
+        fleet: &mut DatabaseFleet,
+        beat: &Heartbeat,
+        quiet: Duration,
+    ) -> Result<(bool, usize, Vec<(String, bool)>), jobfence_domain::CoordinatorError> {
+        let view = store.fleet_check(beat, quiet).await?;
+        let older_list = older_ones(&view);
+        let older = older_list.join("; ");
+        // Said when it changes from none to some and back, and once a
+        // minute while some are seen.
+        let due = fleet
+            .said_at
+            .is_none_or(|at| at.elapsed() >= Duration::from_secs(60));
+        if older.is_empty() != fleet.said.is_empty() || (!older.is_empty() && due) {
+            if older.is_empty() {
+                tracing::info!(
+                    database = n,
+                    "no coordinator of an older release is seen now"
+                );
+            } else {
+                tracing::info!(database = n, older = %older, "coordinators of an older release may be running: keeping their behaviour (claims read every job's observations)");
+            }
+            fleet.said.clone_from(&older);
+            fleet.said_at = Some(Instant::now());
+        }
+        let mut transitions: Vec<(String, bool)> = view
+            .transitions
+            .iter()
+            .map(|t| (t.name.clone(), !t.completed))
+            .collect();
+        let Some(flag) = view
+            .transitions
+            .iter()
+            .find(|t| t.name == OBSERVATIONS_FLAG)
+        else {
+            return Ok((true, 0, transitions));
+        };
+        let seen = older_list.len();
+        if seen > 0 {
+            fleet.clear_since = None;
+            if flag.completed && store.reopen_transition(OBSERVATIONS_FLAG).await? {
+                tracing::warn!(database = n, older = %older, "an older coordinator is seen after the observations flag was brought forward: kept the older behaviour again; the backfill runs again once it is gone");
+                set_open(&mut transitions, true);
+            }
+            return Ok((false, seen, transitions));
+        }
+        let clear_since = *fleet.clear_since.get_or_insert_with(Instant::now);
+        if flag.completed {
+            return Ok((true, 0, transitions));
+        }
+        let newest = view
+            .coordinators
+            .iter()
+            .all(|c| !older_release(RELEASE, &c.release));
+        if clear_since.elapsed() < quiet || !newest {
+            return Ok((false, 0, transitions));
+        }
+        if let Some(rows) = store.backfill(OBSERVATIONS_FLAG, &self.config.name).await? {
+            self.metrics.backfilled(OBSERVATIONS_FLAG);
+            tracing::info!(
+                database = n,
+                transition = OBSERVATIONS_FLAG,
+                rows,
+                quiet_period = %humantime::format_duration(quiet),
+                "backfill: no older coordinator seen for the quiet period; brought the observations flag forward"
+            );
+        }
+        set_open(&mut transitions, false);
+        Ok((true, 0, transitions))
+    }
+}
+
+fn set_open(transitions: &mut [(String, bool)], open: bool) {
+    for t in transitions.iter_mut().filter(|t| t.0 == OBSERVATIONS_FLAG) {
+        t.1 = open;
+    }
+}
+
+/// The older coordinators `view` saw, a phrase each.
+fn older_ones(view: &FleetView) -> Vec<String> {
+    let by_heartbeat = view
+        .coordinators
+        .iter()
+        .filter(|c| older_release(&c.release, RELEASE))
+        .map(|c| format!("{} ({})", c.name, c.release));
+    let by_session = view.unregistered.iter().map(|s| {
+        format!(
+            "a session from {} (connection {}) that no jobfence {RELEASE} registered",
+            s.host, s.connection_id
+        )
+    });
+    by_heartbeat.chain(by_session).collect()
+}

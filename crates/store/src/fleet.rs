@@ -1,0 +1,266 @@
+//! The coordinators of one database, across releases (docs/operating.md
+//! "Upgrading"): each writes a heartbeat with its release; each session of
+//! a jobfence process registers itself when it connects; and the schema
+//! transitions (data a newer release keeps differently) are brought
+//! forward once no older coordinator is seen.
+//!
+//! Nothing here is on a call's path but [`observations_flag_complete`], an
+//! atomic load.
+
+use super::{convert_sqlx_err, micros, JobStore};
+use jobfence_domain::CoordinatorError;
+use sqlx::Row;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+/// The transition of `jobs.has_observations` (migration 20261210000001;
+/// docs/design.md rule 7): a coordinator of 0.1.0 records an observation
+/// without setting the flag, so until its backfill a claim reads the
+/// observations of every job it hands out.
+pub const OBSERVATIONS_FLAG: &str = "observations_flag";
+
+/// Whether this process may trust `jobs.has_observations` (the
+/// [`OBSERVATIONS_FLAG`] transition is complete on every database it
+/// serves, and no older coordinator is seen). True in a process that
+/// never checks (tests, tools on a fresh schema); a coordinator turns it
+/// off at start until its first check says otherwise.
+static OBSERVATIONS_FLAG_COMPLETE: AtomicBool = AtomicBool::new(true);
+
+/// See [`OBSERVATIONS_FLAG_COMPLETE`]: read by every claim and takeover.
+pub(crate) fn observations_flag_complete() -> bool {
+    OBSERVATIONS_FLAG_COMPLETE.load(Ordering::Relaxed)
+}
+
+/// Sets what [`observations_flag_complete`] answers (the fleet check, or
+/// a coordinator's start).
+pub fn set_observations_flag_complete(complete: bool) {
+    OBSERVATIONS_FLAG_COMPLETE.store(complete, Ordering::Relaxed);
+}
+
+/// A coordinator's heartbeat.
+#[derive(Debug, Clone)]
+pub struct Heartbeat {
+    /// Its `--coordinator-name`.
+    pub name: String,
+    /// Its release (semver).
+    pub release: String,
+    /// The newest migration it carries.
+    pub schema_version: i64,
+    pub host: String,
+    /// Since it started.
+    pub up: Duration,
+}
+
+/// A coordinator seen lately, by its heartbeat.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Seen {
+    pub name: String,
+    pub release: String,
+    pub schema_version: i64,
+    /// Since its last heartbeat.
+    pub ago: Duration,
+}
+
+/// A session of the coordinators' user that no jobfence process of 0.2.0
+/// or newer registered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unregistered {
+    pub connection_id: u64,
+    /// The client's `host:port`, as the server sees it.
+    pub host: String,
+}
+
+/// A schema transition's state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Transition {
+    pub name: String,
+    /// The release whose coordinators keep the data the new way.
+    pub release: String,
+    pub completed: bool,
+    /// How many backfills ran (again after a rollback).
+    pub backfills: u32,
+}
+
+/// What one fleet check saw of a database.
+#[derive(Debug, Clone, Default)]
+pub struct FleetView {
+    pub coordinators: Vec<Seen>,
+    pub unregistered: Vec<Unregistered>,
+    pub transitions: Vec<Transition>,
+}
+
+impl JobStore {
+    /// Writes `beat`, forgets closed sessions' registrations, and reads
+    /// the coordinators seen within `quiet`, the unregistered sessions and
+    /// the transitions. Several statements, no transaction.
+    ///
+    /// Errors: `DatabaseUnavailable` when the database does not answer.
+    pub async fn fleet_check(
+        &self,
+        beat: &Heartbeat,
+        quiet: Duration,
+    ) -> Result<FleetView, CoordinatorError> {
+        let pool = self.pool();
+        let up = micros(beat.up);
+        self.retry_conflicts(|| async {
+            sqlx::query(include_str!("queries/fleet/heartbeat.sql"))
+                .bind(&beat.name)
+                .bind(&beat.release)
+                .bind(beat.schema_version)
+                .bind(&beat.host)
+                .bind(up)
+                .execute(&pool)
+                .await
+                .map_err(convert_sqlx_err)?;
+            sqlx::raw_sql(include_str!("queries/fleet/forget.sql"))
+                .execute(&pool)
+                .await
+                .map_err(convert_sqlx_err)
+        })
+        .await?;
+        let coordinators = sqlx::query(include_str!("queries/fleet/live.sql"))
+            .bind(micros(quiet))
+            .fetch_all(&pool)
+            .await
+            .map_err(convert_sqlx_err)?
+            .iter()
+            .map(|r| {
+                Ok(Seen {
+                    name: super::rows_text(r, 0)?,
+                    release: super::rows_text(r, 1)?,
+                    schema_version: r.try_get("schema_version")?,
+                    ago: Duration::from_micros(r.try_get::<i64, _>("ago_us")?.max(0) as u64),
+                })
+            })
+            .collect::<Result<Vec<_>, sqlx::Error>>()
+            .map_err(convert_sqlx_err)?;
+        let unregistered = sqlx::query(include_str!("queries/fleet/unregistered_sessions.sql"))
+            .fetch_all(&pool)
+            .await
+            .map_err(convert_sqlx_err)?
+            .iter()
+            .map(|r| {
+                Ok(Unregistered {
+                    connection_id: r.try_get::<i64, _>("id")?.max(0) as u64,
+                    host: super::rows_text(r, 1)?,
+                })
+            })
+            .collect::<Result<Vec<_>, sqlx::Error>>()
+            .map_err(convert_sqlx_err)?;
+        Ok(FleetView {
+            coordinators,
+            unregistered,
+            transitions: self.transitions().await?,
+        })
+    }
+
+    /// Every schema transition of this database.
+    pub async fn transitions(&self) -> Result<Vec<Transition>, CoordinatorError> {
+        sqlx::query(include_str!("queries/fleet/transitions.sql"))
+            .fetch_all(&self.pool())
+            .await
+            .map_err(convert_sqlx_err)?
+            .iter()
+            .map(|r| {
+                Ok(Transition {
+                    name: super::rows_text(r, 0)?,
+                    release: super::rows_text(r, 1)?,
+                    completed: r.try_get::<i64, _>("completed")? != 0,
+                    backfills: r.try_get("backfills")?,
+                })
+            })
+            .collect::<Result<Vec<_>, sqlx::Error>>()
+            .map_err(convert_sqlx_err)
+    }
+
+    /// Runs transition `name`'s backfill and marks it complete, once: under
+    /// the transition's row lock, so of two coordinators deciding at once
+    /// the second finds it done. Returns the rows changed, or None when it
+    /// was already complete. A lock wait or deadlock behind a claim is run
+    /// again and counted.
+    ///
+    /// Errors: `InvalidArgument` for a transition this release does not
+    /// know; `DatabaseUnavailable`, `CommitOutcomeUnknown`.
+    pub async fn backfill(&self, name: &str, by: &str) -> Result<Option<u64>, CoordinatorError> {
+        let sql = match name {
+            OBSERVATIONS_FLAG => include_str!("queries/fleet/backfill_observations_flag.sql"),
+            other => {
+                return Err(super::schema::schema_refused(format!(
+                    "transition {other} is not one this release knows"
+                )))
+            }
+        };
+        self.retry_conflicts(|| async {
+            let mut tx = self.begin().await?;
+            let done: Option<i64> =
+                sqlx::query_scalar(include_str!("queries/fleet/lock_transition.sql"))
+                    .bind(name)
+                    .fetch_optional(&mut *tx)
+                    .await
+                    .map_err(convert_sqlx_err)?;
+            if done != Some(0) {
+                tx.rollback().await.map_err(convert_sqlx_err)?;
+                return Ok(None);
+            }
+            self.pause_in(super::PausePoint::BackfillBeforeWrite, &mut tx)
+                .await;
+            let changed = sqlx::query(sql)
+                .execute(&mut *tx)
+                .await
+                .map_err(convert_sqlx_err)?
+                .rows_affected();
+            sqlx::query(include_str!("queries/fleet/complete_transition.sql"))
+                .bind(by)
+                .bind(changed)
+                .bind(name)
+                .execute(&mut *tx)
+                .await
+                .map_err(convert_sqlx_err)?;
+            super::commit(tx).await?;
+            Ok(Some(changed))
+        })
+        .await
+    }
+
+    /// Reopens transition `name` (an older coordinator is seen again after
+    /// it completed). True when it was complete.
+    pub async fn reopen_transition(&self, name: &str) -> Result<bool, CoordinatorError> {
+        let done = sqlx::query(include_str!("queries/fleet/reopen_transition.sql"))
+            .bind(name)
+            .execute(&self.pool())
+            .await
+            .map_err(convert_sqlx_err)?;
+        Ok(done.rows_affected() > 0)
+    }
+}
+
+/// The SQL each session of a jobfence process runs when it connects, with
+/// the process's name bound (see `register_session.sql`).
+pub(crate) const REGISTER_SESSION: &str = include_str!("queries/fleet/register_session.sql");
+
+/// Whether `a` is an older release than `b` (semver: major.minor.patch,
+/// numbers compared; a pre-release suffix is ignored).
+pub fn older_release(a: &str, b: &str) -> bool {
+    fn parts(v: &str) -> Vec<u64> {
+        v.split(['-', '+'])
+            .next()
+            .unwrap_or("")
+            .split('.')
+            .map(|p| p.parse().unwrap_or(0))
+            .collect()
+    }
+    parts(a) < parts(b)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::older_release;
+
+    #[test]
+    fn releases_compare_by_number() {
+        assert!(older_release("0.1.0", "0.2.0"));
+        assert!(older_release("0.9.0", "0.10.0"));
+        assert!(!older_release("0.2.0", "0.2.0"));
+        assert!(!older_release("1.0.0", "0.10.0"));
+    }
+}
