@@ -39,8 +39,9 @@ pub async fn migrate(args: MigrateArgs) -> anyhow::Result<()> {
 pub async fn migrate_all(shards: &Shards, print: bool) -> anyhow::Result<()> {
     for (n, store) in shards.all() {
         let applied = store
-            .migrate()
+            .migrate(&format!("database {n}"))
             .await
+            .map_err(|e| refusing_to("migrate", e))
             .with_context(|| format!("applying migrations to database {n}"))?;
         let line = if applied.is_empty() {
             format!("database {n}: up to date (schema {})", schema_version())
@@ -116,13 +117,18 @@ pub fn process_name(command: &str) -> String {
     format!("jobfence {command}@{}", jobfence_core::host_name())
 }
 
-/// A schema refusal as the one line a start ends with; any other error
-/// as it is.
+/// A schema refusal as the one line a start ends with ("refusing to
+/// serve: …"); any other error as it is.
 pub fn refusing(e: CoordinatorError) -> anyhow::Error {
+    refusing_to("serve", e)
+}
+
+/// A schema refusal as "refusing to `what`: …"; any other error as it is.
+fn refusing_to(what: &str, e: CoordinatorError) -> anyhow::Error {
     match &e {
         CoordinatorError::InvalidArgument(v) if v.iter().any(|f| f.field == "schema") => {
             let why: Vec<&str> = v.iter().map(|f| f.description.as_str()).collect();
-            anyhow::anyhow!("refusing to serve: {}", why.join("; "))
+            anyhow::anyhow!("refusing to {what}: {}", why.join("; "))
         }
         _ => anyhow::Error::new(e),
     }

@@ -5,3 +5,5 @@
 mod cluster;
 mod galera;
 mod load;
+mod upgrade;
+mod upgrade_kit;

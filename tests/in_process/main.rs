@@ -38,6 +38,7 @@ mod state_machine_model;
 mod state_machine_races;
 mod takeover_budget;
 mod trends;
+mod upgrades;
 mod validation;
 mod worker_sdk;
 mod workers;

@@ -22,6 +22,7 @@ mod retention;
 mod serve;
 mod shards;
 mod shards_next_job;
+mod upgrades;
 
 use jobfence_console::operator::Identity;
 use jobfence_testkit::secure::Secure;

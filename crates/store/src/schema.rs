@@ -276,20 +276,21 @@ impl JobStore {
     /// Applies the pending migrations on a connection of its own (so no
     /// pooled session predates the schema it registers in), after
     /// recording the restored checksum of each [`KNOWN_EDITS`] migration.
-    /// Returns the migrations it applied.
+    /// Returns the migrations it applied. `database` names it in a
+    /// refusal (`database 0`).
     ///
     /// Errors: `DatabaseUnavailable` when the database does not answer or
     /// a migration fails; a refused schema (modified, unfinished, or a
     /// newer release's incompatible migration) is refused before anything
     /// is applied, as `InvalidArgument` naming it.
-    pub async fn migrate(&self) -> Result<Vec<MigrationName>, CoordinatorError> {
+    pub async fn migrate(&self, database: &str) -> Result<Vec<MigrationName>, CoordinatorError> {
         let before = self.check_schema().await?;
         let blocking = SchemaCheck {
             missing: Vec::new(),
             migrated: true,
             ..before.clone()
         };
-        if let Some(why) = blocking.refusal("the database") {
+        if let Some(why) = blocking.refusal(database) {
             return Err(schema_refused(why));
         }
         let options = (*self.pool().connect_options()).clone();
