@@ -140,6 +140,9 @@ impl Served {
                 "json",
                 "serve",
                 "--insecure",
+                // A private server's fresh database: a coordinator serves
+                // only a schema it knows.
+                "--migrate",
                 "--database-url",
                 database_url,
             ])

@@ -19,9 +19,11 @@
 use super::Coordinator;
 use jobfence_store::fleet::{
     older_release, set_observations_flag_complete, FleetView, Heartbeat, OBSERVATIONS_FLAG,
+    REGISTRATION_GRACE,
 };
 use jobfence_store::schema::{schema_version, RELEASE};
 use jobfence_store::JobStore;
+use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 /// The default quiet period (`serve --upgrade-quiet-period`): how long no
@@ -42,6 +44,13 @@ struct DatabaseFleet {
     /// What was said of the older coordinators last, and when.
     said: String,
     said_at: Option<Instant>,
+    /// Since when each unregistered session was seen unregistered: one
+    /// counts once that is longer than the registrar's grace.
+    unregistered_since: HashMap<u64, Instant>,
+    /// This database's first check: until the registrar's grace has
+    /// passed since, an older coordinator's sessions cannot be told yet,
+    /// so nothing counts as clear.
+    first_check: Option<Instant>,
 }
 
 impl Coordinator {
@@ -83,6 +92,8 @@ impl Coordinator {
                         }
                     }
                 }
+                // A session unregistered at start counts only after the
+                // grace: until then nothing is trusted.
                 set_observations_flag_complete(complete);
                 coordinator.metrics.set_fleet(older, &open);
             }
@@ -110,7 +121,13 @@ impl Coordinator {
         beat: &Heartbeat,
         quiet: Duration,
     ) -> Result<(bool, usize, Vec<(String, bool)>), jobfence_domain::CoordinatorError> {
-        let view = store.fleet_check(beat, quiet).await?;
+        let mut view = store.fleet_check(beat, quiet).await?;
+        let now = Instant::now();
+        let since = &mut fleet.unregistered_since;
+        since.retain(|id, _| view.unregistered.iter().any(|u| u.connection_id == *id));
+        view.unregistered.retain(|u| {
+            now.duration_since(*since.entry(u.connection_id).or_insert(now)) >= REGISTRATION_GRACE
+        });
         let older_list = older_ones(&view);
         let older = older_list.join("; ");
         // Said when it changes from none to some and back, and once a
@@ -150,6 +167,10 @@ impl Coordinator {
                 set_open(&mut transitions, true);
             }
             return Ok((false, seen, transitions));
+        }
+        let first_check = *fleet.first_check.get_or_insert(now);
+        if now.duration_since(first_check) < REGISTRATION_GRACE {
+            return Ok((false, 0, transitions));
         }
         let clear_since = *fleet.clear_since.get_or_insert_with(Instant::now);
         if flag.completed {

@@ -7,9 +7,12 @@
 //! Nothing here is on a call's path but [`observations_flag_complete`], an
 //! atomic load.
 
+pub(crate) mod sessions;
+
 use super::{convert_sqlx_err, micros, JobStore};
 use jobfence_domain::CoordinatorError;
 use sqlx::Row;
+use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
@@ -36,6 +39,15 @@ pub(crate) fn observations_flag_complete() -> bool {
 pub fn set_observations_flag_complete(complete: bool) {
     OBSERVATIONS_FLAG_COMPLETE.store(complete, Ordering::Relaxed);
 }
+
+/// How often a store writes the registrations of its new sessions
+/// (`sessions.rs`).
+pub const REGISTRAR_INTERVAL: Duration = Duration::from_secs(1);
+
+/// How long a session may go unregistered before a coordinator takes it
+/// for an older coordinator's: the registrar's interval, and room for a
+/// loaded machine.
+pub const REGISTRATION_GRACE: Duration = Duration::from_secs(5);
 
 /// A coordinator's heartbeat.
 #[derive(Debug, Clone)]
@@ -134,19 +146,22 @@ impl JobStore {
             })
             .collect::<Result<Vec<_>, sqlx::Error>>()
             .map_err(convert_sqlx_err)?;
-        let unregistered = sqlx::query(include_str!("queries/fleet/unregistered_sessions.sql"))
+        let sessions = sqlx::query(include_str!("queries/fleet/sessions.sql"))
             .fetch_all(&pool)
             .await
             .map_err(convert_sqlx_err)?
             .iter()
             .map(|r| {
-                Ok(Unregistered {
-                    connection_id: r.try_get::<i64, _>("id")?.max(0) as u64,
-                    host: super::rows_text(r, 1)?,
-                })
+                Ok((
+                    r.try_get::<i64, _>("id")?.max(0) as u64,
+                    super::rows_text(r, 1)?,
+                    super::rows_text(r, 2)?,
+                    r.try_get::<i64, _>("registered")? != 0,
+                ))
             })
             .collect::<Result<Vec<_>, sqlx::Error>>()
             .map_err(convert_sqlx_err)?;
+        let unregistered = unregistered(&sessions);
         Ok(FleetView {
             coordinators,
             unregistered,
@@ -234,9 +249,23 @@ impl JobStore {
     }
 }
 
-/// The SQL each session of a jobfence process runs when it connects, with
-/// the process's name bound (see `register_session.sql`).
-pub(crate) const REGISTER_SESSION: &str = include_str!("queries/fleet/register_session.sql");
+/// The sessions (id, host, node, registered) no jobfence process of this
+/// release or newer registered and this process did not open; this
+/// process's sessions that closed are forgotten.
+fn unregistered(sessions: &[(u64, String, String, bool)]) -> Vec<Unregistered> {
+    if let Some((_, _, node, _)) = sessions.first() {
+        let live: BTreeSet<u64> = sessions.iter().map(|s| s.0).collect();
+        sessions::forget_closed(node, &live);
+    }
+    sessions
+        .iter()
+        .filter(|(id, _, node, registered)| !registered && !sessions::is_own(node, *id))
+        .map(|(id, host, _, _)| Unregistered {
+            connection_id: *id,
+            host: host.clone(),
+        })
+        .collect()
+}
 
 /// Whether `a` is an older release than `b` (semver: major.minor.patch,
 /// numbers compared; a pre-release suffix is ignored).

@@ -130,7 +130,7 @@ impl HealthProbe {
                 // Like the pools' sessions: newer coordinators must not
                 // take this one for an older coordinator's.
                 if let Some(name) = &self.store.settings.process {
-                    super::register_session(&mut fresh, name, true)
+                    super::fleet::sessions::remember(&mut fresh, name, &self.store.nodes[node])
                         .await
                         .map_err(super::convert_sqlx_err)?;
                 }

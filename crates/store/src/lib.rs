@@ -102,8 +102,9 @@ pub struct PoolSettings {
     /// The name each session registers under when it connects (table
     /// `coordinator_sessions`, see `fleet.rs`), so newer coordinators tell
     /// this process's sessions from an older coordinator's; None
-    /// registers nothing. A database not migrated that far yet is left
-    /// alone (the session still connects).
+    /// registers nothing. By default `jobfence pid N`: every process of
+    /// this release registers. A session that connects to a database not
+    /// migrated that far yet registers nothing (and still connects).
     pub process: Option<String>,
 }
 
@@ -113,7 +114,7 @@ impl Default for PoolSettings {
             max_connections: 32,
             acquire_timeout: Duration::from_secs(1),
             galera_sync_wait: 1,
-            process: None,
+            process: Some(format!("jobfence pid {}", std::process::id())),
         }
     }
 }
@@ -139,16 +140,23 @@ fn session_setup(autocommit: bool) -> String {
         .replace("{autocommit}", &u8::from(autocommit).to_string())
 }
 
-fn pool_options(settings: &PoolSettings, autocommit: bool) -> MySqlPoolOptions {
-    pool_options_with(settings, autocommit, "")
+/// A pool of sessions to `node`, connected lazily (see [`PoolSettings`]).
+fn lazy_pool(settings: &PoolSettings, autocommit: bool, node: MySqlConnectOptions) -> MySqlPool {
+    lazy_pool_with(settings, autocommit, "", node)
 }
 
-/// [`pool_options`] whose sessions also run `more` (SQL starting with
-/// `;`) after their setup.
-fn pool_options_with(settings: &PoolSettings, autocommit: bool, more: &str) -> MySqlPoolOptions {
+/// [`lazy_pool`] whose sessions also run `more` (SQL starting with `;`)
+/// after their setup.
+fn lazy_pool_with(
+    settings: &PoolSettings,
+    autocommit: bool,
+    more: &str,
+    node: MySqlConnectOptions,
+) -> MySqlPool {
     let setup = format!("{}{more}", session_setup(autocommit));
     let sync_wait = settings.galera_sync_wait;
     let process = settings.process.clone();
+    let registrar = node.clone();
     MySqlPoolOptions::new()
         .max_connections(settings.max_connections)
         .acquire_timeout(settings.acquire_timeout)
@@ -179,38 +187,17 @@ fn pool_options_with(settings: &PoolSettings, autocommit: bool, more: &str) -> M
         .after_connect(move |conn, _meta| {
             let setup = setup.clone();
             let process = process.clone();
+            let registrar = registrar.clone();
             Box::pin(async move {
+                if let Some(name) = process {
+                    fleet::sessions::remember(conn, &name, &registrar).await?;
+                }
                 conn.execute(sqlx::raw_sql(&setup)).await?;
                 nodes::galera_session(conn, sync_wait).await?;
-                if let Some(name) = process {
-                    register_session(conn, &name, autocommit).await?;
-                }
                 Ok(())
             })
         })
-}
-
-/// Registers a new session as this process's (see
-/// [`PoolSettings::process`]); a schema without the table yet (error
-/// 1146) is left alone.
-async fn register_session(
-    conn: &mut sqlx::MySqlConnection,
-    name: &str,
-    autocommit: bool,
-) -> Result<(), sqlx::Error> {
-    let done = sqlx::query(fleet::REGISTER_SESSION)
-        .bind(name)
-        .execute(&mut *conn)
-        .await;
-    match done {
-        Ok(_) => {}
-        Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("42S02") => {}
-        Err(e) => return Err(e),
-    }
-    if !autocommit {
-        conn.execute("COMMIT").await?;
-    }
-    Ok(())
+        .connect_lazy_with(node)
 }
 
 fn parse_url(url: &str) -> Result<MySqlConnectOptions, CoordinatorError> {
@@ -226,7 +213,7 @@ fn parse_url(url: &str) -> Result<MySqlConnectOptions, CoordinatorError> {
 /// pool connects lazily, so a coordinator starts even while the database
 /// is down.
 pub fn connect(url: &str, settings: &PoolSettings) -> Result<MySqlPool, CoordinatorError> {
-    Ok(pool_options(settings, true).connect_lazy_with(parse_url(url)?))
+    Ok(lazy_pool(settings, true, parse_url(url)?))
 }
 
 /// The pools of the node a store talks to: READ COMMITTED sessions, and a
@@ -299,7 +286,7 @@ impl JobStore {
             ..PoolSettings::default()
         };
         let node = (*pool.connect_options()).clone();
-        let batch = pool_options(&settings, false).connect_lazy_with(node.clone());
+        let batch = lazy_pool(&settings, false, node.clone());
         JobStore {
             pools: Arc::new(RwLock::new(Pools {
                 pool,
@@ -340,8 +327,8 @@ impl JobStore {
             ]));
         };
         let pools = Pools {
-            pool: pool_options(settings, true).connect_lazy_with(first.clone()),
-            batch: pool_options(settings, false).connect_lazy_with(first),
+            pool: lazy_pool(settings, true, first.clone()),
+            batch: lazy_pool(settings, false, first),
             warm: Arc::default(),
             node: 0,
         };
@@ -388,8 +375,8 @@ impl JobStore {
     pub fn with_session_sql(self, more: &str) -> Self {
         let node = self.nodes[0].clone();
         let fresh = Pools {
-            pool: pool_options_with(&self.settings, true, more).connect_lazy_with(node.clone()),
-            batch: pool_options_with(&self.settings, false, more).connect_lazy_with(node),
+            pool: lazy_pool_with(&self.settings, true, more, node.clone()),
+            batch: lazy_pool_with(&self.settings, false, more, node),
             warm: Arc::default(),
             node: 0,
         };
@@ -498,7 +485,7 @@ impl JobStore {
     /// connections finish; the old pool closes once they are returned.
     pub fn renew_batch_connections(&self) {
         let node = self.current_node();
-        let fresh = pool_options(&self.settings, false).connect_lazy_with(self.nodes[node].clone());
+        let fresh = lazy_pool(&self.settings, false, self.nodes[node].clone());
         let (old, old_warm) = {
             let mut pools = self.pools.write().expect("pools lock");
             (
@@ -517,8 +504,8 @@ impl JobStore {
     fn switch_to(&self, node: usize) {
         let options = self.nodes[node].clone();
         let fresh = Pools {
-            pool: pool_options(&self.settings, true).connect_lazy_with(options.clone()),
-            batch: pool_options(&self.settings, false).connect_lazy_with(options),
+            pool: lazy_pool(&self.settings, true, options.clone()),
+            batch: lazy_pool(&self.settings, false, options),
             warm: Arc::default(),
             node,
         };

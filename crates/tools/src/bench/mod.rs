@@ -133,14 +133,21 @@ async fn fresh_database(args: &BenchArgs) -> Result<(MySqlPool, String, MySqlPoo
     .execute(&admin)
     .await?;
     let max_workers = args.workers.iter().copied().max().unwrap_or(1);
-    let pool = store::connect(
-        &args.database_url,
-        &PoolSettings {
-            max_connections: (max_workers + 8) as u32,
-            ..PoolSettings::default()
-        },
-    )?;
-    store::MIGRATOR.run(&pool).await.context("migrations")?;
+    let settings = PoolSettings {
+        max_connections: (max_workers + 8) as u32,
+        ..PoolSettings::default()
+    };
+    let migrating = store::connect(&args.database_url, &settings)?;
+    store::MIGRATOR
+        .run(&migrating)
+        .await
+        .context("migrations")?;
+    migrating.close().await;
+    // Opened once the schema is there, its sessions register as this
+    // process's: the coordinator never takes the direct workers for an
+    // older coordinator (which would make its claims read every job's
+    // observations; docs/operating.md "Upgrading").
+    let pool = store::connect(&args.database_url, &settings)?;
     Ok((admin, db.to_owned(), pool))
 }
 

@@ -86,7 +86,11 @@ async fn fresh_database(url: &str) -> Result<MySqlPool> {
     .execute(&admin)
     .await?;
     admin.close().await;
-    let pool = store::connect(url, &PoolSettings::default())?;
-    store::MIGRATOR.run(&pool).await?;
-    Ok(pool)
+    let migrating = store::connect(url, &PoolSettings::default())?;
+    store::MIGRATOR.run(&migrating).await?;
+    migrating.close().await;
+    // Sessions opened once the schema is there register as this
+    // process's, so the coordinators never take them for an older
+    // coordinator's (docs/operating.md "Upgrading").
+    Ok(store::connect(url, &PoolSettings::default())?)
 }

@@ -1,0 +1,133 @@
+//! This process's database sessions, registered in `coordinator_sessions`
+//! so that newer coordinators never take them for an older coordinator's
+//! (docs/operating.md "Upgrading").
+//!
+//! A session only reads when it connects (its id, its server, its
+//! database: nothing that can wait on a lock, so a node under FLUSH TABLES
+//! WITH READ LOCK or a backup's lock still hands out connections). A
+//! registrar task per database and process writes what its sessions read,
+//! every second, in one statement, on a short connection of its own. A
+//! coordinator allows for that delay (a session counts as unregistered
+//! only after a grace period).
+
+use crate::convert_sqlx_err;
+use jobfence_domain::CoordinatorError;
+use sqlx::mysql::MySqlConnectOptions;
+use sqlx::{ConnectOptions, Connection, Row};
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Mutex;
+
+/// Where a session is: its server (`@@hostname:@@port`, since a
+/// connection id is one server's), its database, its connection id.
+type Key = (String, String, u64);
+
+/// A session of this process, by [`Key`]: the process name it registers
+/// under, and whether its row is written.
+static OWN: Mutex<BTreeMap<Key, (String, bool)>> = Mutex::new(BTreeMap::new());
+
+fn own() -> std::sync::MutexGuard<'static, BTreeMap<Key, (String, bool)>> {
+    OWN.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The registrar of each database (`host:port/database`) of this process.
+static REGISTRARS: Mutex<BTreeMap<String, tokio::task::JoinHandle<()>>> =
+    Mutex::new(BTreeMap::new());
+
+/// Remembers a session that just connected to `options`' database as
+/// `name`'s; its row is written by the database's registrar (started here
+/// when there is none, or its runtime ended).
+///
+/// Errors: the session failed its first statement (it is dropped).
+pub(crate) async fn remember(
+    conn: &mut sqlx::MySqlConnection,
+    name: &str,
+    options: &MySqlConnectOptions,
+) -> Result<(), sqlx::Error> {
+    ensure_registrar(options);
+    let row = sqlx::query(include_str!("../queries/fleet/this_session.sql"))
+        .fetch_one(&mut *conn)
+        .await?;
+    let id = row.try_get::<i64, _>("id")?.max(0) as u64;
+    let key = (crate::rows_text(&row, 1)?, crate::rows_text(&row, 2)?, id);
+    tracing::debug!(node = %key.0, database = %key.1, connection_id = id, "session remembered");
+    own().insert(key, (name.to_owned(), false));
+    Ok(())
+}
+
+/// Whether the session `id` of `node` is one of this process's.
+pub(crate) fn is_own(node: &str, id: u64) -> bool {
+    own().keys().any(|(n, _, i)| n == node && *i == id)
+}
+
+/// Forgets this process's sessions of `node` that are no longer `live`.
+pub(crate) fn forget_closed(node: &str, live: &BTreeSet<u64>) {
+    own().retain(|(n, _, id), _| n != node || live.contains(id));
+}
+
+/// Starts the registrar of `options`' database unless one runs.
+fn ensure_registrar(options: &MySqlConnectOptions) {
+    let database = options.get_database().unwrap_or_default().to_owned();
+    let key = format!("{}:{}/{database}", options.get_host(), options.get_port());
+    let mut registrars = REGISTRARS.lock().unwrap_or_else(|p| p.into_inner());
+    if registrars.get(&key).is_some_and(|t| !t.is_finished()) {
+        return;
+    }
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        return;
+    };
+    let options = options.clone();
+    let task = runtime.spawn(async move {
+        let mut tick = tokio::time::interval(super::REGISTRAR_INTERVAL);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            if let Err(e) = write_pending(&options, &database).await {
+                tracing::debug!(error = %e, "sessions' registrations not written yet");
+            }
+        }
+    });
+    registrars.insert(key, task);
+}
+
+/// Writes the rows of this process's sessions on `database` not written
+/// yet, on a connection of its own to `options` (any node of the
+/// database: a row names its own), in one statement. A schema without the
+/// table yet (error 1146) keeps them for later. Returns how many it
+/// wrote.
+async fn write_pending(
+    options: &MySqlConnectOptions,
+    database: &str,
+) -> Result<usize, CoordinatorError> {
+    let pending: Vec<(Key, String)> = own()
+        .iter()
+        .filter(|((_, db, _), (_, written))| db == database && !written)
+        .map(|(k, (name, _))| (k.clone(), name.clone()))
+        .collect();
+    if pending.is_empty() {
+        return Ok(0);
+    }
+    let sql = include_str!("../queries/fleet/register_sessions.sql").replace(
+        "{rows}",
+        &vec!["(?, ?, ?, UTC_TIMESTAMP(6))"; pending.len()].join(", "),
+    );
+    let mut q = sqlx::query(&sql);
+    for ((node, _, id), name) in &pending {
+        q = q.bind(node).bind(*id as i64).bind(name);
+    }
+    let mut conn = options.connect().await.map_err(convert_sqlx_err)?;
+    let written = q.execute(&mut conn).await;
+    let _ = conn.close().await;
+    match written {
+        Ok(_) => {}
+        Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("42S02") => return Ok(0),
+        Err(e) => return Err(convert_sqlx_err(e)),
+    }
+    tracing::debug!(sessions = pending.len(), "sessions registered");
+    let mut own = own();
+    for (key, _) in &pending {
+        if let Some(entry) = own.get_mut(key) {
+            entry.1 = true;
+        }
+    }
+    Ok(pending.len())
+}
