@@ -12,9 +12,10 @@
 
 use jobfence_testkit as kit;
 
-use jobfence_store::fleet::OBSERVATIONS_FLAG;
+use jobfence_store::fleet::{Backfill, OBSERVATIONS_FLAG};
 use jobfence_store::PausePoint;
 use kit::{until, Harness};
+use std::time::Duration;
 
 const Q: &str = "refunds";
 
@@ -92,8 +93,11 @@ async fn a_backfill_behind_a_held_row_lock_is_run_again_counted_and_done_once() 
         .await
         .unwrap();
     let backfilling = store.clone();
-    let backfill =
-        tokio::spawn(async move { backfilling.backfill(OBSERVATIONS_FLAG, "test").await });
+    let backfill = tokio::spawn(async move {
+        backfilling
+            .backfill(OBSERVATIONS_FLAG, "test", Duration::ZERO)
+            .await
+    });
     kit::until_lock_wait(&h.pool, &h.db.name).await;
     // Held past the lock wait timeout: the first try is rolled back and
     // run again.
@@ -107,7 +111,7 @@ async fn a_backfill_behind_a_held_row_lock_is_run_again_counted_and_done_once() 
     holder.rollback().await.unwrap();
 
     let changed = backfill.await.unwrap().expect("the backfill, run again");
-    assert_eq!(changed, Some(1), "the one job flagged");
+    assert_eq!(changed, Backfill::Ran(1), "the one job flagged");
     let (retried, reported) = store.conflicts();
     assert!(retried > retried_before, "retried {retried}");
     assert_eq!(reported, reported_before, "no conflict was reported");
@@ -125,8 +129,11 @@ async fn a_backfill_behind_a_held_row_lock_is_run_again_counted_and_done_once() 
 
     // Complete: a second call changes nothing.
     assert_eq!(
-        store.backfill(OBSERVATIONS_FLAG, "test").await.unwrap(),
-        None
+        store
+            .backfill(OBSERVATIONS_FLAG, "test", Duration::ZERO)
+            .await
+            .unwrap(),
+        Backfill::Complete
     );
     assert_eq!(transition(&h).await, (true, 1));
     h.finish().await;
@@ -142,11 +149,17 @@ async fn two_backfills_at_once_run_the_update_once() {
     // The first holds the transition's row lock, before its update.
     let mut gate = h.pauses.arm(PausePoint::BackfillBeforeWrite);
     let a = store.clone();
-    let first = tokio::spawn(async move { a.backfill(OBSERVATIONS_FLAG, "coordinator-a").await });
+    let first = tokio::spawn(async move {
+        a.backfill(OBSERVATIONS_FLAG, "coordinator-a", Duration::ZERO)
+            .await
+    });
     gate.reached().await;
     // The second waits for that lock.
     let b = store.clone();
-    let second = tokio::spawn(async move { b.backfill(OBSERVATIONS_FLAG, "coordinator-b").await });
+    let second = tokio::spawn(async move {
+        b.backfill(OBSERVATIONS_FLAG, "coordinator-b", Duration::ZERO)
+            .await
+    });
     kit::until_lock_wait(&h.pool, &h.db.name).await;
     assert_eq!(transition(&h).await, (false, 0));
     gate.release();
@@ -155,7 +168,7 @@ async fn two_backfills_at_once_run_the_update_once() {
     let second = second.await.unwrap().expect("the second backfill");
     assert_eq!(
         (first, second),
-        (Some(1), None),
+        (Backfill::Ran(1), Backfill::Complete),
         "the first flags the job, the second finds the transition complete"
     );
     assert_eq!(has_observations(&h, job).await, 1);
@@ -170,4 +183,104 @@ async fn two_backfills_at_once_run_the_update_once() {
     .unwrap();
     assert_eq!(by, "coordinator-a");
     h.finish().await;
+}
+
+/// The quiet period is the database's: a backfill does not run while the
+/// transition was reopened (an older coordinator seen, by any coordinator)
+/// less than the quiet period ago, and runs once it has passed.
+#[tokio::test]
+async fn a_backfill_waits_for_the_quiet_period_since_the_last_sighting() {
+    let h = Harness::start().await;
+    let job = observed_by_an_older_coordinator(&h).await;
+    let store = h.coordinator.store();
+    let quiet = Duration::from_secs(3600);
+    assert_eq!(
+        store.backfill(OBSERVATIONS_FLAG, "t", quiet).await.unwrap(),
+        Backfill::NotQuietYet
+    );
+    assert_eq!(has_observations(&h, job).await, 0, "nothing changed");
+    sqlx::query(
+        "UPDATE schema_transitions SET opened_at = UTC_TIMESTAMP(6) - INTERVAL 2 HOUR \
+         WHERE name = ?",
+    )
+    .bind(OBSERVATIONS_FLAG)
+    .execute(&h.pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        store.backfill(OBSERVATIONS_FLAG, "t", quiet).await.unwrap(),
+        Backfill::Ran(1)
+    );
+    // Seen again: reopened, and its quiet period starts over.
+    assert!(store.reopen_transition(OBSERVATIONS_FLAG).await.unwrap());
+    assert_eq!(
+        store.backfill(OBSERVATIONS_FLAG, "t", quiet).await.unwrap(),
+        Backfill::NotQuietYet
+    );
+    h.finish().await;
+}
+
+/// The fleet check of docs/operating.md "Upgrading": a session of the
+/// coordinators' user that no jobfence process registered (a coordinator
+/// of 0.1.0 writes no heartbeat and registers nothing) is seen, named by
+/// its connection id; this process's own sessions never are, once the
+/// registrar has written them; a closed one is gone at the next check.
+#[tokio::test]
+async fn an_unregistered_session_is_seen_and_this_process_sessions_are_not() {
+    use sqlx::Connection;
+    let h = Harness::start().await;
+    let store = h.coordinator.store();
+    let beat = jobfence_store::fleet::Heartbeat {
+        name: "fleet-test".into(),
+        release: jobfence_store::schema::RELEASE.into(),
+        schema_version: jobfence_store::schema::schema_version(),
+        host: "test".into(),
+        up: std::time::Duration::from_secs(1),
+    };
+    let quiet = std::time::Duration::from_secs(60);
+    // A plain connection, as the previous release opens them.
+    let mut old = sqlx::MySqlConnection::connect(&h.db.url).await.unwrap();
+    let old_id: i64 = sqlx::query_scalar("SELECT CAST(CONNECTION_ID() AS SIGNED)")
+        .fetch_one(&mut old)
+        .await
+        .unwrap();
+    let view = store.fleet_check(&beat, quiet).await.unwrap();
+    let seen: Vec<u64> = view.unregistered.iter().map(|u| u.connection_id).collect();
+    assert_eq!(seen, vec![old_id as u64], "only the plain session");
+    assert!(view.coordinators.iter().any(|c| c.name == "fleet-test"));
+    // The registrar writes this process's sessions within a second or so.
+    poll("the registrar wrote this process's sessions", || async {
+        let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM coordinator_sessions")
+            .fetch_one(&h.pool)
+            .await
+            .unwrap();
+        n > 0
+    })
+    .await;
+    old.close().await.unwrap();
+    poll("the closed session is gone", || async {
+        store
+            .fleet_check(&beat, quiet)
+            .await
+            .unwrap()
+            .unregistered
+            .is_empty()
+    })
+    .await;
+}
+
+/// Polls `ready` every 50 ms for up to 10 s.
+async fn poll<F, Fut>(what: &str, mut ready: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !ready().await {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out waiting until {what}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
 }

@@ -5,9 +5,12 @@
 //! two would disagree (today: a claim reads the observations of every job
 //! it hands out, whatever `jobs.has_observations` says, since a
 //! coordinator of 0.1.0 records observations without setting it). Once
-//! none has been seen for the quiet period, the newest coordinator runs
-//! the transition's backfill, once (the transition's row lock decides),
-//! and every coordinator trusts the flag again.
+//! no coordinator has seen one for the quiet period (the transition's
+//! `opened_at`, moved at every sighting), the newest coordinator runs the
+//! transition's backfill, once (the transition's row lock decides), and
+//! every coordinator trusts the flag again. A coordinator that starts
+//! while no coordinator of the transition's release runs reopens it: an
+//! older one may have run while none watched.
 //!
 //! An older coordinator is seen by its heartbeat (0.2.0 and later), or, for
 //! a release that writes none, by its database sessions: a session of the
@@ -18,8 +21,8 @@
 
 use super::Coordinator;
 use jobfence_store::fleet::{
-    older_release, set_observations_flag_complete, FleetView, Heartbeat, OBSERVATIONS_FLAG,
-    REGISTRATION_GRACE,
+    older_release, set_observations_flag_complete, Backfill, FleetView, Heartbeat,
+    OBSERVATIONS_FLAG, REGISTRATION_GRACE,
 };
 use jobfence_store::schema::{schema_version, RELEASE};
 use jobfence_store::JobStore;
@@ -30,6 +33,10 @@ use std::time::{Duration, Instant};
 /// older coordinator may be seen before a transition's backfill runs.
 pub const DEFAULT_QUIET_PERIOD: Duration = Duration::from_secs(60);
 
+/// The longest one database's check may take; past it the flag is not
+/// trusted until a check finishes.
+const CHECK_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// How often the fleet is checked: a quarter of the quiet period, between
 /// 250 ms and 5 s.
 pub fn check_interval(quiet: Duration) -> Duration {
@@ -39,8 +46,6 @@ pub fn check_interval(quiet: Duration) -> Duration {
 /// What one database's checks remember between ticks.
 #[derive(Debug, Default)]
 struct DatabaseFleet {
-    /// Since when no older coordinator was seen (None: one is seen now).
-    clear_since: Option<Instant>,
     /// What was said of the older coordinators last, and when.
     said: String,
     said_at: Option<Instant>,
@@ -51,7 +56,15 @@ struct DatabaseFleet {
     /// passed since, an older coordinator's sessions cannot be told yet,
     /// so nothing counts as clear.
     first_check: Option<Instant>,
+    /// Whether the first check looked for a gap (no coordinator of the
+    /// transition's release watching before this one started).
+    gap_checked: bool,
 }
+
+/// What one database's check found: whether the flag may be trusted
+/// there, how many older coordinators (or unregistered sessions) count,
+/// and each transition with whether it is open.
+type Checked = (bool, usize, Vec<(String, bool)>);
 
 impl Coordinator {
     /// Checks the fleet of every database every [`check_interval`] until
@@ -77,10 +90,17 @@ impl Coordinator {
                 let mut older = 0;
                 let mut open = Vec::new();
                 for ((n, store), fleet) in coordinator.shards.all().iter().zip(&mut fleets) {
-                    match coordinator
-                        .check_database(*n, store, fleet, &beat, quiet)
-                        .await
-                    {
+                    let checked = tokio::time::timeout(
+                        CHECK_TIMEOUT,
+                        coordinator.check_database(*n, store, fleet, &beat, quiet),
+                    )
+                    .await
+                    .unwrap_or_else(|_| {
+                        Err(jobfence_domain::CoordinatorError::DatabaseUnavailable(
+                            "the check took longer than 10 s".into(),
+                        ))
+                    });
+                    match checked {
                         Ok((done, seen, transitions)) => {
                             complete &= done;
                             older += seen;
@@ -88,12 +108,13 @@ impl Coordinator {
                         }
                         Err(e) => {
                             complete = false;
+                            // Nothing is known of the time it could not
+                            // look: the grace starts again.
+                            fleet.first_check = None;
                             tracing::warn!(database = n, error = %e, "could not check the coordinators of a database");
                         }
                     }
                 }
-                // A session unregistered at start counts only after the
-                // grace: until then nothing is trusted.
                 set_observations_flag_complete(complete);
                 coordinator.metrics.set_fleet(older, &open);
             }
@@ -110,9 +131,7 @@ impl Coordinator {
         }
     }
 
-    /// One database's check: whether the observations flag may be trusted
-    /// there, how many older coordinators were seen, and each transition
-    /// with whether it is still open.
+    /// One database's check (see the module documentation).
     async fn check_database(
         &self,
         n: u32,
@@ -120,33 +139,17 @@ impl Coordinator {
         fleet: &mut DatabaseFleet,
         beat: &Heartbeat,
         quiet: Duration,
-    ) -> Result<(bool, usize, Vec<(String, bool)>), jobfence_domain::CoordinatorError> {
+    ) -> Result<Checked, jobfence_domain::CoordinatorError> {
         let mut view = store.fleet_check(beat, quiet).await?;
         let now = Instant::now();
+        let first_check = *fleet.first_check.get_or_insert(now);
         let since = &mut fleet.unregistered_since;
         since.retain(|id, _| view.unregistered.iter().any(|u| u.connection_id == *id));
+        let before = view.unregistered.len();
         view.unregistered.retain(|u| {
             now.duration_since(*since.entry(u.connection_id).or_insert(now)) >= REGISTRATION_GRACE
         });
-        let older_list = older_ones(&view);
-        let older = older_list.join("; ");
-        // Said when it changes from none to some and back, and once a
-        // minute while some are seen.
-        let due = fleet
-            .said_at
-            .is_none_or(|at| at.elapsed() >= Duration::from_secs(60));
-        if older.is_empty() != fleet.said.is_empty() || (!older.is_empty() && due) {
-            if older.is_empty() {
-                tracing::info!(
-                    database = n,
-                    "no coordinator of an older release is seen now"
-                );
-            } else {
-                tracing::info!(database = n, older = %older, "coordinators of an older release may be running: keeping their behaviour (claims read every job's observations)");
-            }
-            fleet.said.clone_from(&older);
-            fleet.said_at = Some(Instant::now());
-        }
+        let in_grace = before - view.unregistered.len();
         let mut transitions: Vec<(String, bool)> = view
             .transitions
             .iter()
@@ -159,20 +162,26 @@ impl Coordinator {
         else {
             return Ok((true, 0, transitions));
         };
-        let seen = older_list.len();
-        if seen > 0 {
-            fleet.clear_since = None;
-            if flag.completed && store.reopen_transition(OBSERVATIONS_FLAG).await? {
-                tracing::warn!(database = n, older = %older, "an older coordinator is seen after the observations flag was brought forward: kept the older behaviour again; the backfill runs again once it is gone");
-                set_open(&mut transitions, true);
+        let older = older_ones(&view, &flag.release);
+        say_older(n, fleet, &older);
+        // No coordinator of the transition's release watched before this
+        // one started (a first start, a restart of every coordinator, a
+        // rollback and back): an older one may have run meanwhile.
+        let gap = !std::mem::replace(&mut fleet.gap_checked, true)
+            && !view
+                .coordinators
+                .iter()
+                .any(|c| c.name != beat.name && !older_release(&c.release, &flag.release));
+        if !older.is_empty() || gap {
+            if store.reopen_transition(OBSERVATIONS_FLAG).await? {
+                tracing::warn!(database = n, older = %older.join("; "), gap, "the observations flag may be behind (an older coordinator is seen, or none of this release watched before this one): claims read every job's observations until it is brought forward again");
             }
-            return Ok((false, seen, transitions));
+            set_open(&mut transitions, true);
+            return Ok((false, older.len(), transitions));
         }
-        let first_check = *fleet.first_check.get_or_insert(now);
-        if now.duration_since(first_check) < REGISTRATION_GRACE {
+        if in_grace > 0 || now.duration_since(first_check) < REGISTRATION_GRACE {
             return Ok((false, 0, transitions));
         }
-        let clear_since = *fleet.clear_since.get_or_insert_with(Instant::now);
         if flag.completed {
             return Ok((true, 0, transitions));
         }
@@ -180,21 +189,49 @@ impl Coordinator {
             .coordinators
             .iter()
             .all(|c| !older_release(RELEASE, &c.release));
-        if clear_since.elapsed() < quiet || !newest {
+        if !newest {
             return Ok((false, 0, transitions));
         }
-        if let Some(rows) = store.backfill(OBSERVATIONS_FLAG, &self.config.name).await? {
-            self.metrics.backfilled(OBSERVATIONS_FLAG);
-            tracing::info!(
-                database = n,
-                transition = OBSERVATIONS_FLAG,
-                rows,
-                quiet_period = %humantime::format_duration(quiet),
-                "backfill: no older coordinator seen for the quiet period; brought the observations flag forward"
-            );
+        match store
+            .backfill(OBSERVATIONS_FLAG, &self.config.name, quiet)
+            .await?
+        {
+            Backfill::NotQuietYet => return Ok((false, 0, transitions)),
+            Backfill::Complete => {}
+            Backfill::Ran(rows) => {
+                self.metrics.backfilled(OBSERVATIONS_FLAG);
+                tracing::info!(
+                    database = n,
+                    transition = OBSERVATIONS_FLAG,
+                    rows,
+                    quiet_period = %humantime::format_duration(quiet),
+                    "backfill: no older coordinator seen for the quiet period; brought the observations flag forward"
+                );
+            }
         }
         set_open(&mut transitions, false);
         Ok((true, 0, transitions))
+    }
+}
+
+/// Says which older coordinators are seen when that changes from none to
+/// some and back, and once a minute while some are.
+fn say_older(n: u32, fleet: &mut DatabaseFleet, older: &[String]) {
+    let older = older.join("; ");
+    let due = fleet
+        .said_at
+        .is_none_or(|at| at.elapsed() >= Duration::from_secs(60));
+    if older.is_empty() != fleet.said.is_empty() || (!older.is_empty() && due) {
+        if older.is_empty() {
+            tracing::info!(
+                database = n,
+                "no coordinator of an older release is seen now"
+            );
+        } else {
+            tracing::info!(database = n, older = %older, "coordinators of an older release may be running: keeping their behaviour (claims read every job's observations)");
+        }
+        fleet.said = older;
+        fleet.said_at = Some(Instant::now());
     }
 }
 
@@ -204,12 +241,14 @@ fn set_open(transitions: &mut [(String, bool)], open: bool) {
     }
 }
 
-/// The older coordinators `view` saw, a phrase each.
-fn older_ones(view: &FleetView) -> Vec<String> {
+/// The coordinators `view` saw that are older than `release` (the
+/// release a transition came with), a phrase each: by their heartbeat, or
+/// a session no jobfence process of 0.2.0 or later registered.
+fn older_ones(view: &FleetView, release: &str) -> Vec<String> {
     let by_heartbeat = view
         .coordinators
         .iter()
-        .filter(|c| older_release(&c.release, RELEASE))
+        .filter(|c| older_release(&c.release, release))
         .map(|c| format!("{} ({})", c.name, c.release));
     let by_session = view.unregistered.iter().map(|s| {
         format!(

@@ -161,7 +161,8 @@ impl JobStore {
             })
             .collect::<Result<Vec<_>, sqlx::Error>>()
             .map_err(convert_sqlx_err)?;
-        let unregistered = unregistered(&sessions);
+        let database = self.nodes[0].get_database().unwrap_or_default();
+        let unregistered = unregistered(&sessions, database);
         Ok(FleetView {
             coordinators,
             unregistered,
@@ -190,13 +191,19 @@ impl JobStore {
 
     /// Runs transition `name`'s backfill and marks it complete, once: under
     /// the transition's row lock, so of two coordinators deciding at once
-    /// the second finds it done. Returns the rows changed, or None when it
-    /// was already complete. A lock wait or deadlock behind a claim is run
-    /// again and counted.
+    /// the second finds it done; and only once no coordinator has seen an
+    /// older one for `quiet` (the transition's `opened_at`, moved at every
+    /// sighting). A lock wait or deadlock behind a claim is run again and
+    /// counted.
     ///
     /// Errors: `InvalidArgument` for a transition this release does not
     /// know; `DatabaseUnavailable`, `CommitOutcomeUnknown`.
-    pub async fn backfill(&self, name: &str, by: &str) -> Result<Option<u64>, CoordinatorError> {
+    pub async fn backfill(
+        &self,
+        name: &str,
+        by: &str,
+        quiet: Duration,
+    ) -> Result<Backfill, CoordinatorError> {
         let sql = match name {
             OBSERVATIONS_FLAG => include_str!("queries/fleet/backfill_observations_flag.sql"),
             other => {
@@ -207,15 +214,25 @@ impl JobStore {
         };
         self.retry_conflicts(|| async {
             let mut tx = self.begin().await?;
-            let done: Option<i64> =
-                sqlx::query_scalar(include_str!("queries/fleet/lock_transition.sql"))
-                    .bind(name)
-                    .fetch_optional(&mut *tx)
-                    .await
-                    .map_err(convert_sqlx_err)?;
-            if done != Some(0) {
+            let state = sqlx::query(include_str!("queries/fleet/lock_transition.sql"))
+                .bind(micros(quiet))
+                .bind(name)
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(convert_sqlx_err)?;
+            let decided = match state {
+                None => Some(Backfill::Complete),
+                Some(r) if r.try_get::<i64, _>(0).map_err(convert_sqlx_err)? != 0 => {
+                    Some(Backfill::Complete)
+                }
+                Some(r) if r.try_get::<i64, _>(1).map_err(convert_sqlx_err)? == 0 => {
+                    Some(Backfill::NotQuietYet)
+                }
+                Some(_) => None,
+            };
+            if let Some(d) = decided {
                 tx.rollback().await.map_err(convert_sqlx_err)?;
-                return Ok(None);
+                return Ok(d);
             }
             self.pause_in(super::PausePoint::BackfillBeforeWrite, &mut tx)
                 .await;
@@ -232,30 +249,47 @@ impl JobStore {
                 .await
                 .map_err(convert_sqlx_err)?;
             super::commit(tx).await?;
-            Ok(Some(changed))
+            Ok(Backfill::Ran(changed))
         })
         .await
     }
 
-    /// Reopens transition `name` (an older coordinator is seen again after
-    /// it completed). True when it was complete.
+    /// Reopens transition `name` and starts its quiet period now (an
+    /// older coordinator is seen, or may have run while no newer one
+    /// watched). True when it was complete.
     pub async fn reopen_transition(&self, name: &str) -> Result<bool, CoordinatorError> {
-        let done = sqlx::query(include_str!("queries/fleet/reopen_transition.sql"))
+        let was_complete = self
+            .transitions()
+            .await?
+            .iter()
+            .any(|t| t.name == name && t.completed);
+        sqlx::query(include_str!("queries/fleet/reopen_transition.sql"))
             .bind(name)
             .execute(&self.pool())
             .await
             .map_err(convert_sqlx_err)?;
-        Ok(done.rows_affected() > 0)
+        Ok(was_complete)
     }
+}
+
+/// What [`JobStore::backfill`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backfill {
+    /// It ran, changing this many rows.
+    Ran(u64),
+    /// The transition was complete already (another coordinator ran it).
+    Complete,
+    /// A coordinator saw an older one within the quiet period.
+    NotQuietYet,
 }
 
 /// The sessions (id, host, node, registered) no jobfence process of this
 /// release or newer registered and this process did not open; this
 /// process's sessions that closed are forgotten.
-fn unregistered(sessions: &[(u64, String, String, bool)]) -> Vec<Unregistered> {
+fn unregistered(sessions: &[(u64, String, String, bool)], database: &str) -> Vec<Unregistered> {
     if let Some((_, _, node, _)) = sessions.first() {
         let live: BTreeSet<u64> = sessions.iter().map(|s| s.0).collect();
-        sessions::forget_closed(node, &live);
+        sessions::forget_closed(node, database, &live);
     }
     sessions
         .iter()

@@ -22,10 +22,18 @@ use std::sync::Mutex;
 type Key = (String, String, u64);
 
 /// A session of this process, by [`Key`]: the process name it registers
-/// under, and whether its row is written.
-static OWN: Mutex<BTreeMap<Key, (String, bool)>> = Mutex::new(BTreeMap::new());
+/// under, the registrar that writes it (its server and database as the
+/// store names them: `host:port/database`), and whether its row is
+/// written.
+static OWN: Mutex<BTreeMap<Key, Own>> = Mutex::new(BTreeMap::new());
 
-fn own() -> std::sync::MutexGuard<'static, BTreeMap<Key, (String, bool)>> {
+struct Own {
+    name: String,
+    registrar: String,
+    written: bool,
+}
+
+fn own() -> std::sync::MutexGuard<'static, BTreeMap<Key, Own>> {
     OWN.lock().unwrap_or_else(|p| p.into_inner())
 }
 
@@ -43,14 +51,21 @@ pub(crate) async fn remember(
     name: &str,
     options: &MySqlConnectOptions,
 ) -> Result<(), sqlx::Error> {
-    ensure_registrar(options);
+    let registrar = ensure_registrar(options);
     let row = sqlx::query(include_str!("../queries/fleet/this_session.sql"))
         .fetch_one(&mut *conn)
         .await?;
     let id = row.try_get::<i64, _>("id")?.max(0) as u64;
     let key = (crate::rows_text(&row, 1)?, crate::rows_text(&row, 2)?, id);
     tracing::debug!(node = %key.0, database = %key.1, connection_id = id, "session remembered");
-    own().insert(key, (name.to_owned(), false));
+    own().insert(
+        key,
+        Own {
+            name: name.to_owned(),
+            registrar,
+            written: false,
+        },
+    );
     Ok(())
 }
 
@@ -59,49 +74,51 @@ pub(crate) fn is_own(node: &str, id: u64) -> bool {
     own().keys().any(|(n, _, i)| n == node && *i == id)
 }
 
-/// Forgets this process's sessions of `node` that are no longer `live`.
-pub(crate) fn forget_closed(node: &str, live: &BTreeSet<u64>) {
-    own().retain(|(n, _, id), _| n != node || live.contains(id));
+/// Forgets this process's sessions of `node` on `database` that are no
+/// longer `live` (the process list a check reads shows one database's).
+pub(crate) fn forget_closed(node: &str, database: &str, live: &BTreeSet<u64>) {
+    own().retain(|(n, db, id), _| n != node || db != database || live.contains(id));
 }
 
-/// Starts the registrar of `options`' database unless one runs.
-fn ensure_registrar(options: &MySqlConnectOptions) {
-    let database = options.get_database().unwrap_or_default().to_owned();
+/// Starts the registrar of `options`' database unless one runs; its key.
+fn ensure_registrar(options: &MySqlConnectOptions) -> String {
+    let database = options.get_database().unwrap_or_default();
     let key = format!("{}:{}/{database}", options.get_host(), options.get_port());
     let mut registrars = REGISTRARS.lock().unwrap_or_else(|p| p.into_inner());
     if registrars.get(&key).is_some_and(|t| !t.is_finished()) {
-        return;
+        return key;
     }
     let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-        return;
+        return key;
     };
     let options = options.clone();
+    let registrar = key.clone();
     let task = runtime.spawn(async move {
         let mut tick = tokio::time::interval(super::REGISTRAR_INTERVAL);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tick.tick().await;
-            if let Err(e) = write_pending(&options, &database).await {
+            if let Err(e) = write_pending(&options, &registrar).await {
                 tracing::debug!(error = %e, "sessions' registrations not written yet");
             }
         }
     });
-    registrars.insert(key, task);
+    registrars.insert(key.clone(), task);
+    key
 }
 
-/// Writes the rows of this process's sessions on `database` not written
-/// yet, on a connection of its own to `options` (any node of the
-/// database: a row names its own), in one statement. A schema without the
-/// table yet (error 1146) keeps them for later. Returns how many it
-/// wrote.
+/// Writes the rows of the sessions of `registrar` (this process's on its
+/// server and database) not written yet, on a connection of its own to
+/// `options`, in one statement. A schema without the table yet (error
+/// 1146) keeps them for later. Returns how many it wrote.
 async fn write_pending(
     options: &MySqlConnectOptions,
-    database: &str,
+    registrar: &str,
 ) -> Result<usize, CoordinatorError> {
     let pending: Vec<(Key, String)> = own()
         .iter()
-        .filter(|((_, db, _), (_, written))| db == database && !written)
-        .map(|(k, (name, _))| (k.clone(), name.clone()))
+        .filter(|(_, o)| o.registrar == registrar && !o.written)
+        .map(|(k, o)| (k.clone(), o.name.clone()))
         .collect();
     if pending.is_empty() {
         return Ok(0);
@@ -126,7 +143,7 @@ async fn write_pending(
     let mut own = own();
     for (key, _) in &pending {
         if let Some(entry) = own.get_mut(key) {
-            entry.1 = true;
+            entry.written = true;
         }
     }
     Ok(pending.len())

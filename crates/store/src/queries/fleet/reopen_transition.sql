@@ -1,8 +1,9 @@
--- An older coordinator is seen again after a transition completed (a
--- rollback, or one restarted): newer ones keep the older behaviour, and
--- the backfill runs again once it is gone. Bind: name.
+-- An older coordinator is seen (or may have run while no newer one
+-- watched): the transition is open again, and its quiet period starts
+-- now; newer coordinators keep the older behaviour until its backfill has
+-- run again. Bind: name.
 UPDATE schema_transitions
-SET completed_at = NULL,
+SET opened_at = UTC_TIMESTAMP(6),
+    completed_at = NULL,
     completed_by = NULL
 WHERE name = ?
-  AND completed_at IS NOT NULL
