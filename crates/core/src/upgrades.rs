@@ -57,8 +57,10 @@ struct DatabaseFleet {
     /// so nothing counts as clear.
     first_check: Option<Instant>,
     /// Whether the first check looked for a gap (no coordinator of the
-    /// transition's release watching before this one started).
+    /// transition's release watching before this one started), and
+    /// whether one is still to be brought forward.
     gap_checked: bool,
+    gap: bool,
 }
 
 /// What one database's check found: whether the flag may be trusted
@@ -166,21 +168,33 @@ impl Coordinator {
         say_older(n, fleet, &older);
         // No coordinator of the transition's release watched before this
         // one started (a first start, a restart of every coordinator, a
-        // rollback and back): an older one may have run meanwhile.
-        let gap = !std::mem::replace(&mut fleet.gap_checked, true)
-            && !view
+        // rollback and back): an older one may have run meanwhile. Decided
+        // once the grace has passed: by then a running older one is seen.
+        if !fleet.gap_checked {
+            fleet.gap_checked = true;
+            fleet.gap = !view
                 .coordinators
                 .iter()
                 .any(|c| c.name != beat.name && !older_release(&c.release, &flag.release));
-        if !older.is_empty() || gap {
+        }
+        if !older.is_empty() {
+            fleet.gap = false;
             if store.reopen_transition(OBSERVATIONS_FLAG).await? {
-                tracing::warn!(database = n, older = %older.join("; "), gap, "the observations flag may be behind (an older coordinator is seen, or none of this release watched before this one): claims read every job's observations until it is brought forward again");
+                tracing::warn!(database = n, older = %older.join("; "), "an older coordinator is seen after the observations flag was brought forward: claims read every job's observations until it is brought forward again");
             }
             set_open(&mut transitions, true);
             return Ok((false, older.len(), transitions));
         }
         if in_grace > 0 || now.duration_since(first_check) < REGISTRATION_GRACE {
             return Ok((false, 0, transitions));
+        }
+        if std::mem::take(&mut fleet.gap) {
+            // Nothing older runs now; what one may have left is brought
+            // forward at once.
+            store.reopen_transition(OBSERVATIONS_FLAG).await?;
+            return self
+                .run_backfill(n, store, Duration::ZERO, transitions)
+                .await;
         }
         if flag.completed {
             return Ok((true, 0, transitions));
@@ -192,6 +206,18 @@ impl Coordinator {
         if !newest {
             return Ok((false, 0, transitions));
         }
+        self.run_backfill(n, store, quiet, transitions).await
+    }
+
+    /// The observations flag's backfill, once no coordinator has seen an
+    /// older one for `quiet`.
+    async fn run_backfill(
+        &self,
+        n: u32,
+        store: &JobStore,
+        quiet: Duration,
+        mut transitions: Vec<(String, bool)>,
+    ) -> Result<Checked, jobfence_domain::CoordinatorError> {
         match store
             .backfill(OBSERVATIONS_FLAG, &self.config.name, quiet)
             .await?

@@ -45,6 +45,10 @@ impl UpgradeMetrics {
             &["transition"],
         )
         .expect("valid counter");
+        // Present from the start, at 0: an alert on increase() sees the
+        // first one.
+        backfills.with_label_values(&["observations_flag"]);
+        transition_open.with_label_values(&["observations_flag"]);
         for c in [
             Box::new(build) as Box<dyn prometheus::core::Collector>,
             Box::new(older_coordinators.clone()),
