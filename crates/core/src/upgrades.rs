@@ -74,6 +74,8 @@ impl Coordinator {
     /// first check a coordinator reads observations regardless of the flag.
     pub fn spawn_fleet(&self, quiet: Duration) -> tokio::task::JoinHandle<()> {
         set_observations_flag_complete(false);
+        self.metrics
+            .set_fleet(0, &[(OBSERVATIONS_FLAG.to_owned(), true)]);
         let coordinator = self.clone();
         let started = Instant::now();
         tokio::spawn(async move {
@@ -103,7 +105,12 @@ impl Coordinator {
                         ))
                     });
                     match checked {
-                        Ok((done, seen, transitions)) => {
+                        Ok((done, seen, mut transitions)) => {
+                            // Open while this coordinator keeps the older
+                            // behaviour for it (its grace included).
+                            if !done {
+                                set_open(&mut transitions, true);
+                            }
                             complete &= done;
                             older += seen;
                             open.extend(transitions);

@@ -32,7 +32,7 @@ impl UpgradeMetrics {
         let transition_open = IntGaugeVec::new(
             Opts::new(
                 "jobfence_schema_transition_open",
-                "1 while a schema transition's backfill has not run (older coordinators may still be alive), by transition; 0 once it has.",
+                "1 while this coordinator keeps the older behaviour a schema transition exists for (its backfill has not run: older coordinators may still be alive, or its first checks have not shown otherwise), by transition; 0 once it has.",
             ),
             &["transition"],
         )

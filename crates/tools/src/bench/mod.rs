@@ -187,7 +187,31 @@ async fn start_coordinator(args: &BenchArgs) -> Result<(Proc, String, String)> {
     let addr = coordinator.listen_addr(procs::SERVING_GRPC).await?;
     let metrics = coordinator.listen_addr(procs::SERVING_METRICS).await?;
     procs::wait_coordinator(&addr.to_string(), &Default::default()).await?;
+    wait_until_settled(&metrics.to_string()).await;
     Ok((coordinator, addr.to_string(), metrics.to_string()))
+}
+
+/// Waits (at most 30 s) until the coordinator keeps no older behaviour
+/// for a rolling upgrade (`jobfence_schema_transition_open` all 0; a
+/// coordinator that starts alone brings its flags forward within its
+/// first checks, docs/operating.md "Upgrading"), so that no phase measures
+/// that start. A coordinator without the series (an earlier build given by
+/// `--coordinator-bin`) is not waited for.
+async fn wait_until_settled(metrics: &str) {
+    let url = format!("http://{metrics}/metrics");
+    for _ in 0..120 {
+        let Ok(text) = async { reqwest::get(&url).await?.text().await }.await else {
+            return;
+        };
+        let open: Vec<&str> = text
+            .lines()
+            .filter(|l| l.starts_with("jobfence_schema_transition_open{"))
+            .collect();
+        if open.is_empty() || open.iter().all(|l| l.ends_with(" 0")) {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+    }
 }
 
 struct Bench {
