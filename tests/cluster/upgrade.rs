@@ -61,16 +61,7 @@ async fn a_rolling_upgrade_from_the_previous_release_under_load() {
     let observed = observe_old(nodes[0].grpc).await;
     fleet.start(&nodes[2], false).await;
     fleet.start(&nodes[3], false).await;
-    // The check pool registers its sessions: a test's own connections are
-    // not taken for an older coordinator's.
-    let pool = jobfence_store::connect(
-        &db.url,
-        &jobfence_store::PoolSettings {
-            process: Some("upgrade test".into()),
-            ..Default::default()
-        },
-    )
-    .unwrap();
+    let pool = check_pool(&db.url);
     tokio::time::sleep(Duration::from_secs(4)).await;
 
     // Mixed fleet: the job's flag is still 0 (an old coordinator recorded
@@ -79,16 +70,7 @@ async fn a_rolling_upgrade_from_the_previous_release_under_load() {
     let seen = takeover(nodes[2].grpc, observed[0]).await;
     assert_eq!(seen, 1, "the observation recorded through 0.1.0");
 
-    fleet.stop(&nodes[0]).await;
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    fleet.stop(&nodes[1]).await;
-    let backfilled = wait_for(Duration::from_secs(60), || async {
-        backfills(&pool).await >= 1
-    })
-    .await;
-    assert!(backfilled, "no backfill within 60 s:\n{}", fleet.logs());
-    assert_eq!(flag(&pool, observed[1]).await, 1, "brought forward");
-    assert_eq!(takeover(nodes[3].grpc, observed[1]).await, 1);
+    stop_the_old_ones(&mut fleet, &nodes, &pool, observed[1]).await;
 
     tokio::time::sleep(Duration::from_secs(3)).await;
     load.stop.notify_waiters();
@@ -100,21 +82,7 @@ async fn a_rolling_upgrade_from_the_previous_release_under_load() {
     let workers = load.stop_workers().await;
     assert!(drained, "jobs left unfinished:\n{}", fleet.logs());
     check_every_job_once(&pool, &provider, enqueued).await;
-    assert_eq!(
-        count_in(&fleet.log_text(), "internal error"),
-        0,
-        "{}",
-        fleet.logs()
-    );
-    for node in &nodes[2..] {
-        let internal = metric_sum(
-            node.metrics,
-            "jobfence_rpc_duration_seconds_count",
-            "code=\"INTERNAL\"",
-        )
-        .await;
-        assert_eq!(internal, 0.0, "{} answered INTERNAL", node.name);
-    }
+    no_internal_answers(&fleet, &nodes[2..]).await;
     assert_eq!(
         workers.failed_calls, 0,
         "worker calls failed after retries:\n{}",
@@ -139,6 +107,56 @@ async fn a_rolling_upgrade_from_the_previous_release_under_load() {
     );
     rollback(&mut fleet, &nodes, &pool).await;
     pool.close().await;
+}
+
+/// The test's own pool, once the schema is there. Its sessions register
+/// (as every jobfence process's do): a test's own connections are not
+/// taken for an older coordinator's.
+fn check_pool(url: &str) -> sqlx::MySqlPool {
+    jobfence_store::connect(
+        url,
+        &jobfence_store::PoolSettings {
+            process: Some("upgrade test".into()),
+            ..Default::default()
+        },
+    )
+    .unwrap()
+}
+
+/// SIGTERM to the old coordinators one at a time; then the backfill runs,
+/// and the second observed job, its flag brought forward, is handed out
+/// with its observation through a new coordinator.
+async fn stop_the_old_ones(fleet: &mut Fleet, nodes: &[Node], pool: &sqlx::MySqlPool, job: u64) {
+    fleet.stop(&nodes[0]).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    fleet.stop(&nodes[1]).await;
+    let backfilled = wait_for(Duration::from_secs(60), || async {
+        backfills(pool).await >= 1
+    })
+    .await;
+    assert!(backfilled, "no backfill within 60 s:\n{}", fleet.logs());
+    assert_eq!(flag(pool, job).await, 1, "brought forward");
+    assert_eq!(takeover(nodes[3].grpc, job).await, 1);
+}
+
+/// No coordinator, old or new, answered INTERNAL: none logged one, and
+/// the new ones' metrics count none.
+async fn no_internal_answers(fleet: &Fleet, new: &[Node]) {
+    assert_eq!(
+        count_in(&fleet.log_text(), "internal error"),
+        0,
+        "{}",
+        fleet.logs()
+    );
+    for node in new {
+        let internal = metric_sum(
+            node.metrics,
+            "jobfence_rpc_duration_seconds_count",
+            "code=\"INTERNAL\"",
+        )
+        .await;
+        assert_eq!(internal, 0.0, "{} answered INTERNAL", node.name);
+    }
 }
 
 /// The rollback rule of docs/releases.md for 0.2.0 → 0.1.0, with today's
