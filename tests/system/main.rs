@@ -8,6 +8,7 @@ mod console_browser;
 mod console_security;
 mod console_settlement;
 mod console_workers;
+mod drain;
 mod durability;
 mod fake_provider;
 mod go_sdk;

@@ -237,6 +237,10 @@ pub async fn serve_with(
     };
     health.set(ServingStatus::NotServing).await;
     let (stop_tx, stop_rx) = watch::channel(false);
+    // The listeners beside gRPC (`/metrics` and `/healthz`, the
+    // companions) close with the gRPC listener, after the drain: a load
+    // balancer probing `/healthz` reads 503 meanwhile, not a refusal.
+    let (close_tx, close_rx) = watch::channel(false);
     let follower = DatabaseFollower::new(
         &coordinator,
         health.clone(),
@@ -247,7 +251,7 @@ pub async fn serve_with(
     let watcher = follower
         .start(&options, ops.require_durable_database)
         .await?;
-    start_operator_side(&coordinator, &health, &stop_rx, &mut ops)?;
+    start_operator_side(&coordinator, &health, [&stop_rx, &close_rx], &mut ops)?;
     let events = JobEventsService::new(
         coordinator.clone(),
         ops.events_poll_interval,
@@ -286,6 +290,7 @@ pub async fn serve_with(
         health,
         options,
         stop_tx,
+        close_tx,
         stop_serving,
         watcher,
     }
@@ -297,11 +302,13 @@ pub async fn serve_with(
 
 /// Starts what serves the operators beside the gRPC services: the metrics
 /// endpoint (when `ops` has its listener) and the companions (taken out of
-/// `ops`), each until the server stops.
+/// `ops`). `[stop, close]`: the background work (the pending-age refresh)
+/// ends at `stop`, when the drain starts; the listeners at `close`, with
+/// the gRPC listener.
 fn start_operator_side(
     coordinator: &Coordinator,
     health: &Health,
-    stop: &watch::Receiver<bool>,
+    [stop, close]: [&watch::Receiver<bool>; 2],
     ops: &mut OpsOptions,
 ) -> anyhow::Result<()> {
     if let Some(listener) = ops.metrics_listener.take() {
@@ -309,23 +316,23 @@ fn start_operator_side(
             listener,
             coordinator,
             health,
-            stop,
+            [stop, close],
             ops.pending_refresh_interval,
         )?;
     }
     for companion in std::mem::take(&mut ops.companions) {
-        tokio::spawn(companion(coordinator.clone(), stop_of(stop)));
+        tokio::spawn(companion(coordinator.clone(), stop_of(close)));
     }
     Ok(())
 }
 
-/// Serves `GET /metrics` and `/healthz` on `listener`, and refreshes the
-/// pending-age gauges every `interval`, both until the server stops.
+/// Serves `GET /metrics` and `/healthz` on `listener` until `close`, and
+/// refreshes the pending-age gauges every `interval` until `stop`.
 fn serve_metrics(
     listener: TcpListener,
     coordinator: &Coordinator,
     health: &Health,
-    stop: &watch::Receiver<bool>,
+    [stop, close]: [&watch::Receiver<bool>; 2],
     interval: Duration,
 ) -> anyhow::Result<()> {
     tracing::info!(listen = %listener.local_addr()?, "serving /metrics");
@@ -335,7 +342,7 @@ fn serve_metrics(
         metrics.clone(),
         shards.clone(),
         health.mirror.subscribe(),
-        stop_of(stop),
+        stop_of(close),
     ));
     tokio::spawn(refresh_pending(
         shards.clone(),
@@ -435,6 +442,7 @@ struct Shutdown {
     health: Health,
     options: ServeOptions,
     stop_tx: watch::Sender<bool>,
+    close_tx: watch::Sender<bool>,
     stop_serving: oneshot::Sender<()>,
     watcher: health::Watcher,
 }
@@ -454,6 +462,7 @@ impl Shutdown {
             health,
             options,
             stop_tx,
+            close_tx,
             stop_serving,
             watcher,
         } = self;
@@ -467,6 +476,7 @@ impl Shutdown {
             Ok(why) = &mut refused => {
                 tracing::error!(error = %why, "refusing to serve; stopping");
                 let _ = stop_tx.send(true);
+                let _ = close_tx.send(true);
                 health.set(ServingStatus::NotServing).await;
                 let _ = stop_serving.send(());
                 let _ = tokio::time::timeout(options.shutdown_timeout, &mut server).await;
@@ -478,10 +488,22 @@ impl Shutdown {
                 // Long-polling Claims answer empty now and no Claim waits from
                 // here on: callers go back to the load balancer at once.
                 coordinator.drain();
-                let _ = stop_tx.send(true);
-                let _ = watcher.await;
                 health.set(ServingStatus::NotServing).await;
-                tokio::time::sleep(drain).await;
+                let _ = stop_tx.send(true);
+                // The server keeps accepting and answering while the drain
+                // runs: health probes read NOT_SERVING (gRPC) and 503
+                // (`/healthz`), calls still routed here are served.
+                let draining = async {
+                    let _ = watcher.await;
+                    // The follower may have set SERVING in its last check.
+                    health.set(ServingStatus::NotServing).await;
+                    tokio::time::sleep(drain).await;
+                };
+                tokio::select! {
+                    done = &mut server => return Ok(done?),
+                    () = draining => {}
+                }
+                let _ = close_tx.send(true);
                 let _ = stop_serving.send(());
                 match tokio::time::timeout(options.shutdown_timeout, &mut server).await {
                     Ok(done) => done?,

@@ -90,6 +90,19 @@ impl ServeLog {
         }
     }
 
+    /// Waits (up to 30 s) for a line containing `message`.
+    pub async fn wait_for(&self, message: &str) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !self.lines().iter().any(|l| l.contains(message)) {
+            assert!(
+                Instant::now() < deadline,
+                "no {message:?} in the log within 30 s:\n{}",
+                self.lines().join("\n")
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
     /// Where the child serves gRPC.
     pub async fn grpc(&self) -> SocketAddr {
         self.addr(SERVING_GRPC).await

@@ -1,0 +1,141 @@
+//! The drain after SIGTERM as a load balancer sees it, on the real binary:
+//! new connections to the gRPC listener and to `/healthz` are answered
+//! NOT_SERVING / 503 for the whole drain delay (not refused, not left
+//! hanging), calls still routed to it are served, and only then do the
+//! listeners close (docs/operating.md "Draining").
+
+use jobfence_api::v1::job_coordinator_client::JobCoordinatorClient;
+use jobfence_api::v1::EnqueueRequest;
+use jobfence_testkit::process::ServeLog;
+use jobfence_testkit::TestDb;
+use std::net::SocketAddr;
+use std::process::Stdio;
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tonic::transport::Channel;
+use tonic_health::pb::health_client::HealthClient;
+use tonic_health::pb::HealthCheckRequest;
+
+/// What the log says when SIGTERM starts the drain.
+const DRAINING: &str = "shutting down: reporting NOT_SERVING, then draining";
+
+/// A fresh connection's `Health/Check` of the whole server ("" service),
+/// as a load balancer's probe makes it: its status name, or the error.
+pub async fn grpc_probe(addr: SocketAddr) -> Result<String, String> {
+    let probe = async {
+        let channel = Channel::from_shared(format!("http://{addr}"))
+            .unwrap()
+            .connect()
+            .await
+            .map_err(|e| format!("connect: {e:?}"))?;
+        let answer = HealthClient::new(channel)
+            .check(HealthCheckRequest {
+                service: String::new(),
+            })
+            .await
+            .map_err(|s| format!("{s:?}"))?;
+        Ok(answer.into_inner().status().as_str_name().to_owned())
+    };
+    tokio::time::timeout(Duration::from_secs(3), probe)
+        .await
+        .map_err(|_| "no answer within 3 s".to_owned())?
+}
+
+/// A fresh connection's `GET /healthz`: the status line's code, or the
+/// error.
+pub async fn http_probe(addr: SocketAddr) -> Result<u16, String> {
+    let probe = async {
+        let mut tcp = tokio::net::TcpStream::connect(addr)
+            .await
+            .map_err(|e| format!("connect: {e}"))?;
+        tcp.write_all(b"GET /healthz HTTP/1.1\r\nhost: probe\r\nconnection: close\r\n\r\n")
+            .await
+            .map_err(|e| e.to_string())?;
+        let mut answer = String::new();
+        tcp.read_to_string(&mut answer)
+            .await
+            .map_err(|e| e.to_string())?;
+        answer
+            .split(' ')
+            .nth(1)
+            .and_then(|c| c.parse().ok())
+            .ok_or(format!("not an HTTP answer: {answer:?}"))
+    };
+    tokio::time::timeout(Duration::from_secs(3), probe)
+        .await
+        .map_err(|_| "no answer within 3 s".to_owned())?
+}
+
+/// Sends SIGTERM to `child` (serving gRPC on `grpc`, `/healthz` on
+/// `metrics`, with a drain delay of several seconds) and checks the drain
+/// as a load balancer sees it, then that it exits cleanly with both
+/// listeners closed.
+pub async fn sigterm_drains_visibly(
+    child: &mut tokio::process::Child,
+    log: &ServeLog,
+    grpc: SocketAddr,
+    metrics: SocketAddr,
+) {
+    assert_eq!(grpc_probe(grpc).await.as_deref(), Ok("SERVING"));
+    assert_eq!(http_probe(metrics).await, Ok(200));
+    let pid = nix::unistd::Pid::from_raw(child.id().unwrap() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    log.wait_for(DRAINING).await;
+    assert_eq!(
+        grpc_probe(grpc).await.as_deref(),
+        Ok("NOT_SERVING"),
+        "a new connection's health check during the drain"
+    );
+    assert_eq!(
+        http_probe(metrics).await,
+        Ok(503),
+        "a new connection's /healthz during the drain"
+    );
+    // A call a load balancer still routes here meanwhile is served.
+    let mut client = JobCoordinatorClient::connect(format!("http://{grpc}"))
+        .await
+        .expect("the listener accepts during the drain");
+    client
+        .enqueue(EnqueueRequest {
+            queue: "refunds".into(),
+            operation_key: "sent-during-the-drain".into(),
+            payload: "{}".into(),
+            delay: None,
+        })
+        .await
+        .expect("a call during the drain is served");
+    drop(client);
+    let status = tokio::time::timeout(Duration::from_secs(30), child.wait())
+        .await
+        .expect("the coordinator stops after its drain")
+        .unwrap();
+    assert!(status.success(), "{status}");
+    assert!(grpc_probe(grpc).await.unwrap_err().contains("connect"));
+    assert!(http_probe(metrics).await.unwrap_err().contains("connect"));
+}
+
+#[tokio::test]
+async fn during_the_drain_new_connections_read_not_serving_and_503_until_the_listeners_close() {
+    let db = TestDb::new().await;
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_jobfence"))
+        .args([
+            "serve",
+            "--insecure",
+            "--migrate",
+            "--database-url",
+            &db.url,
+        ])
+        .args(["--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0"])
+        .args(["--drain-delay", "5s", "--prune-off"])
+        .env("JOBFENCE_LOG", "info")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let log = ServeLog::follow(&mut child);
+    let (grpc, metrics) = (log.grpc().await, log.metrics().await);
+    log.wait_for("database health changed").await;
+    sigterm_drains_visibly(&mut child, &log, grpc, metrics).await;
+}
