@@ -238,6 +238,13 @@ impl ServeArgs {
 /// databases, binds the listeners, and serves until a signal stops it (the
 /// pruner, if any, stops with it).
 pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    // The first line: what runs (`jobfence_build_info` says it again).
+    tracing::info!(
+        release = jobfence_store::schema::RELEASE,
+        schema_version = jobfence_store::schema::schema_version(),
+        api_version = jobfence_api::VERSION,
+        "jobfence coordinator"
+    );
     note_pause_points();
     let pruner = args.retention.settings(args.prune_interval)?;
     let security = args.security.security()?;
@@ -269,11 +276,6 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     // Rolling upgrades (docs/operating.md "Upgrading"): the heartbeat,
     // older coordinators looked for, transitions brought forward.
     let _stop_fleet = AbortOnDrop(coordinator.spawn_fleet(args.upgrade_quiet_period));
-    tracing::info!(
-        release = jobfence_store::schema::RELEASE,
-        schema_version = jobfence_store::schema::schema_version(),
-        "jobfence coordinator"
-    );
     let options = ServeOptions {
         health_interval: args.health_interval,
         health_timeout: args.health_timeout,

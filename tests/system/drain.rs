@@ -41,29 +41,45 @@ pub async fn grpc_probe(addr: SocketAddr) -> Result<String, String> {
         .map_err(|_| "no answer within 3 s".to_owned())?
 }
 
-/// A fresh connection's `GET /healthz`: the status line's code, or the
-/// error.
-pub async fn http_probe(addr: SocketAddr) -> Result<u16, String> {
-    let probe = async {
+/// A fresh connection's `GET path`: the whole answer, or the error.
+pub async fn http_get(addr: SocketAddr, path: &str) -> Result<String, String> {
+    let get = async {
         let mut tcp = tokio::net::TcpStream::connect(addr)
             .await
             .map_err(|e| format!("connect: {e}"))?;
-        tcp.write_all(b"GET /healthz HTTP/1.1\r\nhost: probe\r\nconnection: close\r\n\r\n")
+        let request = format!("GET {path} HTTP/1.1\r\nhost: probe\r\nconnection: close\r\n\r\n");
+        tcp.write_all(request.as_bytes())
             .await
             .map_err(|e| e.to_string())?;
         let mut answer = String::new();
         tcp.read_to_string(&mut answer)
             .await
             .map_err(|e| e.to_string())?;
-        answer
-            .split(' ')
-            .nth(1)
-            .and_then(|c| c.parse().ok())
-            .ok_or(format!("not an HTTP answer: {answer:?}"))
+        Ok(answer)
     };
-    tokio::time::timeout(Duration::from_secs(3), probe)
+    tokio::time::timeout(Duration::from_secs(3), get)
         .await
         .map_err(|_| "no answer within 3 s".to_owned())?
+}
+
+/// A fresh connection's `GET /healthz`: the status line's code, or the
+/// error.
+pub async fn http_probe(addr: SocketAddr) -> Result<u16, String> {
+    let answer = http_get(addr, "/healthz").await?;
+    answer
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .ok_or(format!("not an HTTP answer: {answer:?}"))
+}
+
+/// The build as `/metrics` names it: the `jobfence_build_info` line.
+pub async fn build_info(metrics: SocketAddr) -> String {
+    let page = http_get(metrics, "/metrics").await.unwrap();
+    page.lines()
+        .find(|l| l.starts_with("jobfence_build_info{"))
+        .unwrap_or_else(|| panic!("no jobfence_build_info in /metrics:\n{page}"))
+        .to_owned()
 }
 
 /// Sends SIGTERM to `child` (serving gRPC on `grpc`, `/healthz` on
@@ -115,7 +131,7 @@ pub async fn sigterm_drains_visibly(
 }
 
 #[tokio::test]
-async fn during_the_drain_new_connections_read_not_serving_and_503_until_the_listeners_close() {
+async fn the_build_is_named_and_during_the_drain_new_connections_read_not_serving_and_503() {
     let db = TestDb::new().await;
     let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_jobfence"))
         .args([
@@ -137,5 +153,19 @@ async fn during_the_drain_new_connections_read_not_serving_and_503_until_the_lis
     let log = ServeLog::follow(&mut child);
     let (grpc, metrics) = (log.grpc().await, log.metrics().await);
     log.wait_for("database health changed").await;
+    let release = env!("CARGO_PKG_VERSION");
+    assert_eq!(
+        build_info(metrics).await,
+        format!(
+            "jobfence_build_info{{api_version=\"{}\",schema_version=\"{}\",version=\"{release}\"}} 1",
+            jobfence_api::VERSION,
+            jobfence_store::schema::schema_version()
+        )
+    );
+    let first = log.first_line();
+    assert!(
+        first.contains("jobfence coordinator") && first.contains(release),
+        "the first log line names the release: {first}"
+    );
     sigterm_drains_visibly(&mut child, &log, grpc, metrics).await;
 }

@@ -16,13 +16,13 @@ impl UpgradeMetrics {
         let build = IntGaugeVec::new(
             Opts::new(
                 "jobfence_build_info",
-                "Always 1: this coordinator's release and the newest migration it carries (its schema version).",
+                "Always 1: this coordinator's release, the newest migration it carries (its schema version) and the gRPC API version it serves.",
             ),
-            &["version", "schema_version"],
+            &["version", "schema_version", "api_version"],
         )
         .expect("valid gauge");
         build
-            .with_label_values(&[release, &schema_version.to_string()])
+            .with_label_values(&[release, &schema_version.to_string(), jobfence_api::VERSION])
             .set(1);
         let older_coordinators = IntGauge::new(
             "jobfence_older_coordinators",

@@ -90,6 +90,16 @@ impl ServeLog {
         }
     }
 
+    /// The first line logged (empty before there is one).
+    pub fn first_line(&self) -> String {
+        self.lines
+            .lock()
+            .unwrap()
+            .first()
+            .cloned()
+            .unwrap_or_default()
+    }
+
     /// Waits (up to 30 s) for a line containing `message`.
     pub async fn wait_for(&self, message: &str) {
         let deadline = Instant::now() + Duration::from_secs(30);
