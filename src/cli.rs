@@ -87,6 +87,10 @@ pub enum LogFormat {
 pub enum Command {
     /// Serve the JobCoordinator gRPC API (with health and reflection).
     Serve(ServeArgs),
+    /// `serve`'s configuration file: check one (the configuration it gives,
+    /// with where each value came from), or print an example
+    /// (docs/configuration.md).
+    Config(crate::config_cli::ConfigArgs),
     /// Apply the schema migrations and exit, saying what each database
     /// got; `--check` applies nothing and says whether this binary may
     /// serve each database.
@@ -156,6 +160,40 @@ pub struct DatabaseArgs {
     /// the database is down, calls fail this fast instead of hanging.
     #[arg(long, env = "JOBFENCE_DB_ACQUIRE_TIMEOUT", value_parser = humantime::parse_duration, default_value = "1s")]
     pub db_acquire_timeout: Duration,
+    /// A file whose first line is the database password, used for every
+    /// database URL (the shards file's too): keeps the password out of the
+    /// URL, the environment and the process list. Refused beside a URL
+    /// that has a password of its own.
+    #[arg(long, env = "JOBFENCE_DATABASE_PASSWORD_FILE")]
+    pub database_password_file: Option<std::path::PathBuf>,
+}
+
+impl DatabaseArgs {
+    /// `url` with the password of `--database-password-file`, if given.
+    fn with_password(&self, url: &str) -> anyhow::Result<String> {
+        let Some(path) = &self.database_password_file else {
+            return Ok(url.to_owned());
+        };
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("reading the database password file {}", path.display()))?;
+        let password = text.lines().next().unwrap_or_default();
+        anyhow::ensure!(
+            !password.is_empty(),
+            "the database password file {} is empty",
+            path.display()
+        );
+        let mut parsed = url::Url::parse(url)
+            .with_context(|| format!("the database URL {:?} is not a URL", url))?;
+        anyhow::ensure!(
+            parsed.password().is_none(),
+            "--database-password-file is given and a database URL has a password of its own: \
+             give it in one place"
+        );
+        parsed
+            .set_password(Some(password))
+            .map_err(|()| anyhow::anyhow!("the database URL cannot carry a password"))?;
+        Ok(parsed.to_string())
+    }
 }
 
 fn init_tracing(format: LogFormat) {
@@ -183,7 +221,10 @@ pub fn open_shards(db: &DatabaseArgs, process: Option<String>) -> anyhow::Result
         process,
     };
     let Some(path) = &db.shards else {
-        let urls = split_urls(&db.database_url);
+        let urls = split_urls(&db.database_url)
+            .iter()
+            .map(|u| db.with_password(u))
+            .collect::<anyhow::Result<Vec<_>>>()?;
         return Ok(Shards::single(JobStore::open(&urls, &settings)?));
     };
     let text = std::fs::read_to_string(path)
@@ -192,6 +233,10 @@ pub fn open_shards(db: &DatabaseArgs, process: Option<String>) -> anyhow::Result
         .map_err(|e| anyhow::anyhow!("shards file {}: {e}", path.display()))?;
     let mut stores = std::collections::BTreeMap::new();
     for (n, urls) in config.databases {
+        let urls = urls
+            .iter()
+            .map(|u| db.with_password(u))
+            .collect::<anyhow::Result<Vec<_>>>()?;
         stores.insert(n, JobStore::open(&urls, &settings)?);
     }
     Ok(Shards::new(stores, config.placement))
@@ -261,6 +306,10 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     let operation = match cli.command {
         Command::Operator(op) => op,
         Command::Credentials(a) => return crate::security_cli::run(a).map(|()| ExitCode::SUCCESS),
+        Command::Config(a) => {
+            crate::config_cli::run(a, &mut std::io::stdout())?;
+            return Ok(ExitCode::SUCCESS);
+        }
         server_command => {
             init_tracing(cli.log_format);
             return run_server(server_command).await;
@@ -277,7 +326,7 @@ async fn run_server(command: Command) -> anyhow::Result<ExitCode> {
         Command::Migrate(args) => migrate(args).await?,
         Command::Prune(args) => return prune_once(args).await,
         Command::Serve(args) => serve(args).await?,
-        Command::Operator(_) | Command::Credentials(_) => {
+        Command::Operator(_) | Command::Credentials(_) | Command::Config(_) => {
             unreachable!("operator commands are run by admin_cli")
         }
         #[cfg(feature = "tools")]

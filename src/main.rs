@@ -5,6 +5,8 @@
 //! `--no-default-features` for a binary that serves and operates only).
 
 mod cli;
+mod config_cli;
+mod config_file;
 mod migrate_cli;
 mod retention_cli;
 mod security_cli;
@@ -17,6 +19,15 @@ use std::process::ExitCode;
 fn main() -> ExitCode {
     jobfence_operator::coordinator_env_alias();
     let args = jobfence_operator::hoist_connection_flags(std::env::args_os().collect());
+    // `serve`'s configuration file: its values become flags, below the
+    // command line's and the environment's (src/config_file.rs).
+    let args = match config_cli::with_config_file(args) {
+        Ok(args) => args,
+        Err(e) => {
+            eprintln!("jobfence: {e:#}");
+            return ExitCode::from(2);
+        }
+    };
     let cli = cli::Cli::parse_from(args);
     let runtime = match cli.runtime() {
         Ok(rt) => rt,

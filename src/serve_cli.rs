@@ -21,6 +21,12 @@ use tokio::net::TcpListener;
 /// The flags of `jobfence serve`.
 #[derive(Debug, Args)]
 pub struct ServeArgs {
+    /// The configuration file (TOML, one key per option below: its long
+    /// name with _ for -). Flags and JOBFENCE_* variables win over it. By
+    /// default /etc/jobfence/jobfence.toml when it exists.
+    /// `jobfence config check FILE` shows what it gives.
+    #[arg(long, env = "JOBFENCE_CONFIG")]
+    pub config: Option<std::path::PathBuf>,
     #[command(flatten)]
     pub database: DatabaseArgs,
     #[command(flatten)]

@@ -3,6 +3,7 @@
 //! and those that serve the console. One binary: see docs/development.md.
 
 mod bench_smoke;
+mod config;
 mod conformance;
 mod console_browser;
 mod console_security;
