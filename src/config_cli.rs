@@ -44,7 +44,7 @@ pub enum ConfigCommand {
 const EXAMPLES: [(&str, &str); 6] = [
     ("database_url", "mysql://jobfence@127.0.0.1:3306/jobfence"),
     ("database_password_file", "/etc/jobfence/database-password"),
-    ("prune_archive_dir", "/var/lib/jobfence/archive"),
+    ("prune_archive_dir", "/var/lib/jobfence"),
     ("tls_cert", "/etc/jobfence/server.pem"),
     ("tls_key", "/etc/jobfence/server-key.pem"),
     ("callers", "/etc/jobfence/callers"),

@@ -12,7 +12,7 @@ use std::net::SocketAddr;
 use std::process::Stdio;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tonic::transport::Channel;
+use tonic::transport::{Certificate, Channel, ClientTlsConfig};
 use tonic_health::pb::health_client::HealthClient;
 use tonic_health::pb::HealthCheckRequest;
 
@@ -22,9 +22,25 @@ const DRAINING: &str = "shutting down: reporting NOT_SERVING, then draining";
 /// A fresh connection's `Health/Check` of the whole server ("" service),
 /// as a load balancer's probe makes it: its status name, or the error.
 pub async fn grpc_probe(addr: SocketAddr) -> Result<String, String> {
+    grpc_probe_tls(addr, None).await
+}
+
+/// [`grpc_probe`] over TLS when `ca` (PEM) is given, the server's
+/// certificate checked against it for the name `localhost`.
+pub async fn grpc_probe_tls(addr: SocketAddr, ca: Option<&[u8]>) -> Result<String, String> {
     let probe = async {
-        let channel = Channel::from_shared(format!("http://{addr}"))
-            .unwrap()
+        let endpoint = match ca {
+            None => Channel::from_shared(format!("http://{addr}")).unwrap(),
+            Some(pem) => Channel::from_shared(format!("https://{addr}"))
+                .unwrap()
+                .tls_config(
+                    ClientTlsConfig::new()
+                        .ca_certificate(Certificate::from_pem(pem))
+                        .domain_name("localhost"),
+                )
+                .map_err(|e| format!("{e:?}"))?,
+        };
+        let channel = endpoint
             .connect()
             .await
             .map_err(|e| format!("connect: {e:?}"))?;
@@ -82,23 +98,23 @@ pub async fn build_info(metrics: SocketAddr) -> String {
         .to_owned()
 }
 
-/// Sends SIGTERM to `child` (serving gRPC on `grpc`, `/healthz` on
-/// `metrics`, with a drain delay of several seconds) and checks the drain
-/// as a load balancer sees it, then that it exits cleanly with both
-/// listeners closed.
-pub async fn sigterm_drains_visibly(
-    child: &mut tokio::process::Child,
+/// Sends SIGTERM to `child` (serving gRPC on `grpc`, over TLS checked
+/// against `ca` when given, and `/healthz` on `metrics`, with a drain
+/// delay of several seconds) and checks, while it drains, that a new
+/// connection's health check reads NOT_SERVING and `/healthz` 503.
+pub async fn sigterm_and_probe(
+    child: &tokio::process::Child,
     log: &ServeLog,
-    grpc: SocketAddr,
-    metrics: SocketAddr,
+    [grpc, metrics]: [SocketAddr; 2],
+    ca: Option<&[u8]>,
 ) {
-    assert_eq!(grpc_probe(grpc).await.as_deref(), Ok("SERVING"));
+    assert_eq!(grpc_probe_tls(grpc, ca).await.as_deref(), Ok("SERVING"));
     assert_eq!(http_probe(metrics).await, Ok(200));
     let pid = nix::unistd::Pid::from_raw(child.id().unwrap() as i32);
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
     log.wait_for(DRAINING).await;
     assert_eq!(
-        grpc_probe(grpc).await.as_deref(),
+        grpc_probe_tls(grpc, ca).await.as_deref(),
         Ok("NOT_SERVING"),
         "a new connection's health check during the drain"
     );
@@ -107,7 +123,23 @@ pub async fn sigterm_drains_visibly(
         Ok(503),
         "a new connection's /healthz during the drain"
     );
-    // A call a load balancer still routes here meanwhile is served.
+}
+
+/// Waits for `child` to exit after its drain: status 0, both listeners
+/// closed.
+pub async fn stopped_cleanly(child: &mut tokio::process::Child, [grpc, metrics]: [SocketAddr; 2]) {
+    let status = tokio::time::timeout(Duration::from_secs(30), child.wait())
+        .await
+        .expect("the coordinator stops after its drain")
+        .unwrap();
+    assert!(status.success(), "{status}");
+    assert!(grpc_probe(grpc).await.unwrap_err().contains("connect"));
+    assert!(http_probe(metrics).await.unwrap_err().contains("connect"));
+}
+
+/// A call a load balancer still routes to a draining coordinator is
+/// served.
+async fn a_call_is_served(grpc: SocketAddr) {
     let mut client = JobCoordinatorClient::connect(format!("http://{grpc}"))
         .await
         .expect("the listener accepts during the drain");
@@ -120,14 +152,6 @@ pub async fn sigterm_drains_visibly(
         })
         .await
         .expect("a call during the drain is served");
-    drop(client);
-    let status = tokio::time::timeout(Duration::from_secs(30), child.wait())
-        .await
-        .expect("the coordinator stops after its drain")
-        .unwrap();
-    assert!(status.success(), "{status}");
-    assert!(grpc_probe(grpc).await.unwrap_err().contains("connect"));
-    assert!(http_probe(metrics).await.unwrap_err().contains("connect"));
 }
 
 #[tokio::test]
@@ -167,5 +191,7 @@ async fn the_build_is_named_and_during_the_drain_new_connections_read_not_servin
         first.contains("jobfence coordinator") && first.contains(release),
         "the first log line names the release: {first}"
     );
-    sigterm_drains_visibly(&mut child, &log, grpc, metrics).await;
+    sigterm_and_probe(&child, &log, [grpc, metrics], None).await;
+    a_call_is_served(grpc).await;
+    stopped_cleanly(&mut child, [grpc, metrics]).await;
 }

@@ -16,6 +16,7 @@ mod go_sdk;
 mod main_job;
 mod oncall;
 mod outage;
+mod package;
 mod polyglot_python;
 mod prometheus;
 mod provider_console;
