@@ -3,10 +3,12 @@
 //!
 //! Here: the commands, the database flags, `migrate`, and the dispatch to
 //! each command's own module (`serve` in src/serve_cli.rs, `prune` in
-//! src/retention_cli.rs, `credentials` in src/security_cli.rs, the
-//! operator commands in the crate jobfence-operator).
+//! src/retention_cli.rs, `restore` in src/restore_cli.rs, `credentials`
+//! in src/security_cli.rs, the operator commands in the crate
+//! jobfence-operator).
 
 use crate::migrate_cli::{migrate, migrate_all, process_name, refusing, MigrateArgs};
+use crate::restore_cli::RestoreArgs;
 use crate::retention_cli::{prune, PruneArgs};
 use crate::security_cli::CredentialsArgs;
 use crate::serve_cli::{serve, ServeArgs};
@@ -97,6 +99,10 @@ pub enum Command {
     /// batch; exit status 0 when every database was pruned, 2 when another
     /// coordinator was pruning one (it was left to it), 1 on an error.
     Prune(PruneArgs),
+    /// After a database was restored from a backup: `restore fence` moves
+    /// every unfinished job to a new attempt above any handed out since
+    /// the backup (docs/operating.md, "Backup and restore").
+    Restore(RestoreArgs),
     #[cfg(feature = "tools")]
     /// Serve a fake Stripe-style refund API with fault injection, for the
     /// demo and tests (see docs/fake-provider.md).
@@ -276,6 +282,7 @@ async fn run_server(command: Command) -> anyhow::Result<ExitCode> {
     match command {
         Command::Migrate(args) => migrate(args).await?,
         Command::Prune(args) => return prune_once(args).await,
+        Command::Restore(args) => crate::restore_cli::run(args).await?,
         Command::Serve(args) => serve(args).await?,
         Command::Operator(_) | Command::Credentials(_) => {
             unreachable!("operator commands are run by admin_cli")

@@ -6,6 +6,7 @@
 
 mod cli;
 mod migrate_cli;
+mod restore_cli;
 mod retention_cli;
 mod security_cli;
 mod serve_cli;
