@@ -18,6 +18,7 @@ mod polyglot_python;
 mod prometheus;
 mod provider_console;
 mod readme_workers;
+mod restore;
 mod retention;
 mod serve;
 mod shards;
