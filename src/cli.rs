@@ -91,7 +91,8 @@ pub enum Command {
     Serve(ServeArgs),
     /// Apply the schema migrations and exit, saying what each database
     /// got; `--check` applies nothing and says whether this binary may
-    /// serve each database.
+    /// serve each database, `--dry-run` what it would apply, `migrate
+    /// status` every migration, applied or pending.
     Migrate(MigrateArgs),
     /// Prune finished jobs past their retention once, with their
     /// observations and events, keeping their operation keys (for cron;
