@@ -12,6 +12,7 @@ mod durability;
 mod fake_provider;
 mod go_sdk;
 mod main_job;
+mod migrate_status;
 mod oncall;
 mod outage;
 mod polyglot_python;
