@@ -346,4 +346,42 @@ mod tests {
             Command::Operator(Operation::QueuePolicies(_))
         ));
     }
+
+    #[test]
+    fn migrate_takes_its_flags_or_its_status_subcommand() {
+        use crate::migrate_cli::MigrateCommand;
+        let parse = |args: &[&str]| Cli::try_parse_from([&["jobfence"][..], args].concat());
+        for (args, check, dry_run) in [
+            (&["migrate"][..], false, false),
+            (&["migrate", "--check"][..], true, false),
+            (
+                &["migrate", "--dry-run", "--database-url", "mysql://x/y"][..],
+                false,
+                true,
+            ),
+        ] {
+            match parse(args).unwrap().command {
+                Command::Migrate(m) => {
+                    assert!(m.command.is_none(), "{args:?}");
+                    assert_eq!((m.check, m.dry_run), (check, dry_run), "{args:?}");
+                }
+                other => panic!("not migrate: {other:?}"),
+            }
+        }
+        match parse(&["migrate", "status", "--database-url", "mysql://x/y"])
+            .unwrap()
+            .command
+        {
+            Command::Migrate(m) => match m.command {
+                Some(MigrateCommand::Status(s)) => {
+                    assert_eq!(s.database.database_url, "mysql://x/y")
+                }
+                None => panic!("no status"),
+            },
+            other => panic!("not migrate: {other:?}"),
+        }
+        assert!(parse(&["migrate", "--check", "--dry-run"]).is_err());
+        assert!(parse(&["migrate", "--check", "status"]).is_err());
+        assert!(parse(&["restore", "fence", "--yes", "--batch", "10"]).is_ok());
+    }
 }

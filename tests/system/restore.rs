@@ -425,3 +425,22 @@ async fn the_fence_refuses_every_attempt_before_the_restore() {
     after_the_fence(&db, &jobs).await;
     drop_database(&db).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_fence_refuses_while_a_coordinator_serves() {
+    let db = TestDb::new().await;
+    let served = Served::start(&db.url).await;
+    let mut c = served.client().await;
+    let job = enqueue(&mut c, "refunds", "refund-restore-served").await;
+    let ran = run(&["restore", "fence", "--yes", "--database-url", &db.url]).await;
+    let stderr = String::from_utf8_lossy(&ran.stderr);
+    assert!(!ran.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("refusing to fence: coordinator(s) "),
+        "{stderr}"
+    );
+    assert!(stderr.contains("or run with --force"), "{stderr}");
+    assert_eq!(stored(&db, job).await, ("ready".into(), 0), "nothing moved");
+    served.stop().await;
+    drop_database(&db).await;
+}
