@@ -3,10 +3,12 @@
 //!
 //! Here: the commands, the database flags, `migrate`, and the dispatch to
 //! each command's own module (`serve` in src/serve_cli.rs, `prune` in
-//! src/retention_cli.rs, `credentials` in src/security_cli.rs, the
-//! operator commands in the crate jobfence-operator).
+//! src/retention_cli.rs, `restore` in src/restore_cli.rs, `credentials`
+//! in src/security_cli.rs, the operator commands in the crate
+//! jobfence-operator).
 
 use crate::migrate_cli::{migrate, migrate_all, process_name, refusing, MigrateArgs};
+use crate::restore_cli::RestoreArgs;
 use crate::retention_cli::{prune, PruneArgs};
 use crate::security_cli::CredentialsArgs;
 use crate::serve_cli::{serve, ServeArgs};
@@ -93,7 +95,8 @@ pub enum Command {
     Config(crate::config_cli::ConfigArgs),
     /// Apply the schema migrations and exit, saying what each database
     /// got; `--check` applies nothing and says whether this binary may
-    /// serve each database.
+    /// serve each database, `--dry-run` what it would apply, `migrate
+    /// status` every migration, applied or pending.
     Migrate(MigrateArgs),
     /// Prune finished jobs past their retention once, with their
     /// observations and events, keeping their operation keys (for cron;
@@ -101,6 +104,10 @@ pub enum Command {
     /// batch; exit status 0 when every database was pruned, 2 when another
     /// coordinator was pruning one (it was left to it), 1 on an error.
     Prune(PruneArgs),
+    /// After a database was restored from a backup: `restore fence` moves
+    /// every unfinished job to a new attempt above any handed out since
+    /// the backup (docs/operating.md, "Backup and restore").
+    Restore(RestoreArgs),
     #[cfg(feature = "tools")]
     /// Serve a fake Stripe-style refund API with fault injection, for the
     /// demo and tests (see docs/fake-provider.md).
@@ -325,6 +332,7 @@ async fn run_server(command: Command) -> anyhow::Result<ExitCode> {
     match command {
         Command::Migrate(args) => migrate(args).await?,
         Command::Prune(args) => return prune_once(args).await,
+        Command::Restore(args) => crate::restore_cli::run(args).await?,
         Command::Serve(args) => serve(args).await?,
         Command::Operator(_) | Command::Credentials(_) | Command::Config(_) => {
             unreachable!("operator commands are run by admin_cli")
@@ -386,5 +394,43 @@ mod tests {
             cli.command,
             Command::Operator(Operation::QueuePolicies(_))
         ));
+    }
+
+    #[test]
+    fn migrate_takes_its_flags_or_its_status_subcommand() {
+        use crate::migrate_cli::MigrateCommand;
+        let parse = |args: &[&str]| Cli::try_parse_from([&["jobfence"][..], args].concat());
+        for (args, check, dry_run) in [
+            (&["migrate"][..], false, false),
+            (&["migrate", "--check"][..], true, false),
+            (
+                &["migrate", "--dry-run", "--database-url", "mysql://x/y"][..],
+                false,
+                true,
+            ),
+        ] {
+            match parse(args).unwrap().command {
+                Command::Migrate(m) => {
+                    assert!(m.command.is_none(), "{args:?}");
+                    assert_eq!((m.check, m.dry_run), (check, dry_run), "{args:?}");
+                }
+                other => panic!("not migrate: {other:?}"),
+            }
+        }
+        match parse(&["migrate", "status", "--database-url", "mysql://x/y"])
+            .unwrap()
+            .command
+        {
+            Command::Migrate(m) => match m.command {
+                Some(MigrateCommand::Status(s)) => {
+                    assert_eq!(s.database.database_url, "mysql://x/y")
+                }
+                None => panic!("no status"),
+            },
+            other => panic!("not migrate: {other:?}"),
+        }
+        assert!(parse(&["migrate", "--check", "--dry-run"]).is_err());
+        assert!(parse(&["migrate", "--check", "status"]).is_err());
+        assert!(parse(&["restore", "fence", "--yes", "--batch", "10"]).is_ok());
     }
 }

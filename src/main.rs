@@ -8,6 +8,7 @@ mod cli;
 mod config_cli;
 mod config_file;
 mod migrate_cli;
+mod restore_cli;
 mod retention_cli;
 mod security_cli;
 mod serve_cli;

@@ -39,10 +39,10 @@ const RELEASE_0_1_0: &str = "e7dbeb3";
 const EDITED: &str = "c138aaf";
 
 /// What a command that exited did.
-struct Ran {
-    ok: bool,
-    stdout: String,
-    stderr: String,
+pub(crate) struct Ran {
+    pub ok: bool,
+    pub stdout: String,
+    pub stderr: String,
 }
 
 /// `jobfence ARGS`, with no database or shards from the environment.
@@ -58,7 +58,7 @@ fn command(args: &[&str]) -> tokio::process::Command {
 }
 
 /// `jobfence ARGS` run to its end (at most 120 s).
-async fn jobfence(args: &[&str]) -> Ran {
+pub(crate) async fn jobfence(args: &[&str]) -> Ran {
     let child = command(args)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -173,7 +173,7 @@ async fn assert_refused(db: &TestDb, reason: &str, remedy: Option<&str>) {
 }
 
 /// `jobfence migrate --check` says `db` may be served.
-async fn assert_checks_ok(db: &TestDb) -> String {
+pub(crate) async fn assert_checks_ok(db: &TestDb) -> String {
     let check = jobfence(&["migrate", "--check", "--database-url", &db.url]).await;
     assert!(check.ok, "{}{}", check.stdout, check.stderr);
     assert!(
@@ -190,7 +190,7 @@ fn root() -> &'static Path {
 }
 
 /// Today's migration files, oldest first.
-fn migration_files() -> Vec<PathBuf> {
+pub(crate) fn migration_files() -> Vec<PathBuf> {
     let mut files: Vec<PathBuf> = std::fs::read_dir(root().join("migrations"))
         .unwrap()
         .map(|e| e.unwrap().path())
@@ -200,7 +200,7 @@ fn migration_files() -> Vec<PathBuf> {
     files
 }
 
-fn file_name(path: &Path) -> String {
+pub(crate) fn file_name(path: &Path) -> String {
     path.file_name().unwrap().to_string_lossy().into_owned()
 }
 

@@ -126,6 +126,8 @@ pub fn tell(e: &FeedEvent) -> Told {
         EventKind::Cancelled => cancelled(detail),
         // A failed refund tried again as a new operation.
         EventKind::RetriedAsNewOperation | EventKind::RetryOf => retry_link(kind, detail),
+        // The fence moved after the database was restored from a backup.
+        EventKind::RestoreFenced => restore_fenced(e),
     }
 }
 
@@ -297,6 +299,21 @@ fn retry_link(kind: EventKind, detail: &str) -> Told {
         Tone::Operator,
         format!("Tried again as a new operation, by {operator}"),
         format!("as operation_key {key}; this job stays as it is; reason: {reason}"),
+    )
+}
+
+/// `jobfence restore fence` (docs/design.md rule 17): every attempt
+/// handed out before it, whatever the backup knew of, may no longer
+/// write.
+fn restore_fenced(e: &FeedEvent) -> Told {
+    told(
+        Tone::Warn,
+        format!("Fenced after a restore: attempt {}", e.current_attempt),
+        format!(
+            "the database was restored from a backup that held attempt {}; no attempt \
+             handed out before the restore may write, and the next holder reconciles first",
+            e.attempt
+        ),
     )
 }
 

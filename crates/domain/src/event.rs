@@ -46,11 +46,18 @@ pub enum EventKind {
     /// The first event after `enqueued` of a job made by trying another
     /// again: the detail names the old job and its key.
     RetryOf,
+    /// `jobfence restore fence` moved an unfinished job of a restored
+    /// database to a new restore epoch of its attempt (docs/design.md
+    /// rule 17): `attempt` is the one the backup held, `current_attempt`
+    /// the new one; the state does not change (`to_state` unset). The
+    /// detail is a JSON object (`action`, `operator`, `previous_attempt`,
+    /// `epoch`, and for a running job `lease: "expired"`).
+    RestoreFenced,
 }
 
 impl EventKind {
     /// Every kind, in the life-cycle order above.
-    pub const ALL: [EventKind; 16] = [
+    pub const ALL: [EventKind; 17] = [
         EventKind::Enqueued,
         EventKind::Claimed,
         EventKind::TakenOver,
@@ -67,6 +74,7 @@ impl EventKind {
         EventKind::CancelRejected,
         EventKind::RetriedAsNewOperation,
         EventKind::RetryOf,
+        EventKind::RestoreFenced,
     ];
 
     /// The value stored in `job_events.kind` (and served by the events
@@ -89,6 +97,7 @@ impl EventKind {
             EventKind::CancelRejected => "cancel_rejected",
             EventKind::RetriedAsNewOperation => "retried_as_new_operation",
             EventKind::RetryOf => "retry_of",
+            EventKind::RestoreFenced => "restore_fenced",
         }
     }
 
@@ -123,7 +132,8 @@ impl_str_enum!(
         EventKind::Cancelled,
         EventKind::CancelRejected,
         EventKind::RetriedAsNewOperation,
-        EventKind::RetryOf
+        EventKind::RetryOf,
+        EventKind::RestoreFenced
     ]
 );
 

@@ -22,6 +22,8 @@
 //!   name their database.
 //! - `retention.rs`: pruning finished jobs in batches, their key records,
 //!   and the answers for pruned jobs and keys (docs/design.md rule 14).
+//! - `restore.rs`: the restore fence, run once a database is restored from
+//!   a backup (docs/design.md rule 17).
 //! - `queries/`: the SQL, one file per statement.
 
 mod admin;
@@ -43,6 +45,7 @@ pub mod pause;
 mod providers;
 pub mod queue_pause;
 mod reads;
+pub mod restore;
 pub mod retention;
 pub mod retry;
 mod rows;

@@ -148,6 +148,19 @@ impl SchemaCheck {
         None
     }
 
+    /// Why `jobfence migrate` refuses to apply anything to this database
+    /// (a migration modified or unfinished, a newer release's that older
+    /// coordinators must not serve beside), in one line, or None when it
+    /// may: missing migrations are what it applies.
+    pub fn migrate_refusal(&self, database: &str) -> Option<String> {
+        SchemaCheck {
+            missing: Vec::new(),
+            migrated: true,
+            ..self.clone()
+        }
+        .refusal(database)
+    }
+
     /// The newest migration applied, if any.
     pub fn newest_applied(&self) -> Option<i64> {
         self.applied
@@ -285,12 +298,7 @@ impl JobStore {
     /// is applied, as `InvalidArgument` naming it.
     pub async fn migrate(&self, database: &str) -> Result<Vec<MigrationName>, CoordinatorError> {
         let before = self.check_schema().await?;
-        let blocking = SchemaCheck {
-            missing: Vec::new(),
-            migrated: true,
-            ..before.clone()
-        };
-        if let Some(why) = blocking.refusal(database) {
+        if let Some(why) = before.migrate_refusal(database) {
             return Err(schema_refused(why));
         }
         let options = (*self.pool().connect_options()).clone();
@@ -329,6 +337,109 @@ impl JobStore {
             .map_err(|e| CoordinatorError::DatabaseUnavailable(format!("migration failed: {e}")))?;
         let _ = sqlx::Connection::close(conn).await;
         Ok(before.missing)
+    }
+}
+
+/// Where one migration stands in a database (`jobfence migrate status`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MigrationState {
+    /// Applied, and its checksum is this binary's file's.
+    Applied,
+    /// Carried by this binary, not applied: `jobfence migrate` applies it.
+    Pending,
+    /// Applied from other contents than this binary's file.
+    Modified,
+    /// Applied with the checksum of a [`KNOWN_EDITS`] entry:
+    /// `jobfence migrate` records the restored one.
+    Repairable,
+    /// Marked unfinished (a migrate stopped half-way).
+    Failed,
+    /// A newer release's, not carried by this binary; whether older
+    /// coordinators may serve beside it (its note; None: no note).
+    Newer(Option<bool>),
+}
+
+impl MigrationState {
+    /// How `migrate status` shows it.
+    pub fn describe(self) -> &'static str {
+        match self {
+            MigrationState::Applied => "applied, checksum ok",
+            MigrationState::Pending => "pending",
+            MigrationState::Modified => "applied, CHECKSUM DIFFERS from this binary's file",
+            MigrationState::Repairable => {
+                "applied, checksum of a known comment-only edit (migrate records the restored one)"
+            }
+            MigrationState::Failed => "UNFINISHED (a migrate stopped half-way)",
+            MigrationState::Newer(Some(true)) => "applied by a newer release (may_serve)",
+            MigrationState::Newer(Some(false)) => "applied by a newer release (must_stop)",
+            MigrationState::Newer(None) => "applied by a newer release (no note: must_stop)",
+        }
+    }
+}
+
+/// One migration of a database, applied or pending.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MigrationStatus {
+    pub migration: MigrationName,
+    pub state: MigrationState,
+    /// When it was applied, in Unix seconds (UTC); None when pending.
+    pub applied_at: Option<i64>,
+}
+
+impl SchemaCheck {
+    /// Every migration of this check, oldest first, with its state;
+    /// `applied_at` gives the applied ones' times (Unix seconds).
+    pub fn statuses(&self, applied_at: &BTreeMap<i64, i64>) -> Vec<MigrationStatus> {
+        let mut all: Vec<(MigrationName, MigrationState)> = Vec::new();
+        for (names, state) in [
+            (&self.applied, MigrationState::Applied),
+            (&self.missing, MigrationState::Pending),
+            (&self.modified, MigrationState::Modified),
+            (&self.repairable, MigrationState::Repairable),
+            (&self.failed, MigrationState::Failed),
+        ] {
+            all.extend(names.iter().map(|m| (m.clone(), state)));
+        }
+        all.extend(
+            self.unknown
+                .iter()
+                .map(|u| (u.migration.clone(), MigrationState::Newer(u.may_serve))),
+        );
+        all.sort_by_key(|(m, _)| m.version);
+        all.into_iter()
+            .map(|(migration, state)| MigrationStatus {
+                applied_at: match state {
+                    MigrationState::Pending => None,
+                    _ => applied_at.get(&migration.version).copied(),
+                },
+                migration,
+                state,
+            })
+            .collect()
+    }
+}
+
+impl JobStore {
+    /// Every migration of this database and of this binary, oldest first:
+    /// applied (checksum ok or not), pending, or a newer release's; with
+    /// when each was applied. Reads only.
+    ///
+    /// Errors: `DatabaseUnavailable` when the database does not answer.
+    pub async fn migration_status(&self) -> Result<Vec<MigrationStatus>, CoordinatorError> {
+        let check = self.check_schema().await?;
+        let mut applied_at = BTreeMap::new();
+        if check.migrated {
+            for r in sqlx::query(include_str!("queries/schema/applied_at.sql"))
+                .fetch_all(&self.pool())
+                .await
+                .map_err(convert_sqlx_err)?
+            {
+                let version: i64 = r.try_get("version").map_err(convert_sqlx_err)?;
+                let at: i64 = r.try_get("applied_at").map_err(convert_sqlx_err)?;
+                applied_at.insert(version, at);
+            }
+        }
+        Ok(check.statuses(&applied_at))
     }
 }
 
@@ -379,6 +490,32 @@ mod tests {
         assert!(why.contains("29991231000001_from_the_future.sql"), "{why}");
         notes.insert(29991231000001, ("may_serve".into(), "adds a table".into()));
         assert_eq!(compare(carried, &db, &notes).refusal("database 0"), None);
+    }
+
+    #[test]
+    fn every_migration_has_one_status_in_version_order() {
+        let carried = &MIGRATOR.migrations;
+        let mut db: Vec<_> = carried.iter().map(applied).collect();
+        db.pop();
+        db[0].2[0] ^= 1;
+        db.push((29991231000001, "from the future".into(), vec![0; 48], true));
+        let check = compare(carried, &db, &BTreeMap::new());
+        let at: BTreeMap<i64, i64> = db.iter().map(|a| (a.0, 1_700_000_000)).collect();
+        let statuses = check.statuses(&at);
+        assert_eq!(statuses.len(), carried.len() + 1);
+        assert!(statuses
+            .windows(2)
+            .all(|w| w[0].migration.version < w[1].migration.version));
+        assert_eq!(statuses[0].state, MigrationState::Modified);
+        let pending = &statuses[carried.len() - 1];
+        assert_eq!(
+            (pending.state, pending.applied_at),
+            (MigrationState::Pending, None)
+        );
+        let newer = statuses.last().unwrap();
+        assert_eq!(newer.state, MigrationState::Newer(None));
+        assert_eq!(newer.applied_at, Some(1_700_000_000));
+        assert!(check.migrate_refusal("database 0").is_some());
     }
 
     #[test]
