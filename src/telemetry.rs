@@ -75,7 +75,7 @@ fn tracer_provider(endpoint: &str) -> anyhow::Result<SdkTracerProvider> {
         .with_context(|| format!("the OTLP exporter to {endpoint}"))?;
     let resource = Resource::builder()
         .with_service_name(SERVICE_NAME)
-        .with_attribute(KeyValue::new("service.version", env!("JOBFENCE_VERSION")))
+        .with_attribute(KeyValue::new("service.version", env!("CARGO_PKG_VERSION")))
         .build();
     Ok(SdkTracerProvider::builder()
         .with_resource(resource)
