@@ -106,6 +106,15 @@ mod tests {
             "0af7651916cd43dd8448eb211c80319c"
         );
         assert_eq!(parent.span_id().to_string(), "b7ad6b7169203331");
+        // OpenTelemetry Python sets the W3C level 2 "random" bit too.
+        headers.insert(
+            "traceparent",
+            "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-03"
+                .parse()
+                .unwrap(),
+        );
+        let cx = TraceContextPropagator::new().extract(&Headers(&headers));
+        assert!(cx.span().span_context().is_sampled());
         let none = TraceContextPropagator::new().extract(&Headers(&http::HeaderMap::new()));
         assert!(!none.span().span_context().is_valid());
     }
