@@ -203,20 +203,6 @@ impl DatabaseArgs {
     }
 }
 
-fn init_tracing(format: LogFormat) {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("JOBFENCE_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    use std::io::IsTerminal;
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal());
-    match format {
-        LogFormat::Text => builder.init(),
-        LogFormat::Json => builder.json().init(),
-    }
-}
-
 /// The databases the flags name: the shards file's, or `--database-url`
 /// alone (database 0). Connects lazily; checks nothing yet. Each session
 /// registers as `process`'s (see `PoolSettings::process`).
@@ -318,8 +304,15 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             return Ok(ExitCode::SUCCESS);
         }
         server_command => {
-            init_tracing(cli.log_format);
-            return run_server(server_command).await;
+            let otlp_endpoint = match &server_command {
+                Command::Serve(args) => args.otlp_endpoint.clone(),
+                _ => None,
+            };
+            let telemetry = crate::telemetry::init(cli.log_format, otlp_endpoint.as_deref())?;
+            let answer = run_server(server_command).await;
+            // After the drain: the spans of the last calls are sent too.
+            telemetry.shutdown().await;
+            return answer;
         }
     };
     admin_cli::run(operation, &mut std::io::stdout()).await?;

@@ -13,6 +13,7 @@ mod retention_cli;
 mod security_cli;
 mod serve_cli;
 mod signal;
+mod telemetry;
 
 use clap::Parser;
 use std::process::ExitCode;

@@ -158,6 +158,12 @@ pub struct ServeArgs {
         default_value_t = false
     )]
     pub require_durable_database: bool,
+    /// Export every RPC's span over OTLP/gRPC to this collector (e.g.
+    /// http://127.0.0.1:4317), and make a call's span a child of the W3C
+    /// `traceparent` its caller sent (docs/operating.md "Tracing"). Off
+    /// when unset.
+    #[arg(long, env = "JOBFENCE_OTLP_ENDPOINT")]
+    pub otlp_endpoint: Option<String>,
     /// Tests only (hidden, and compiled into debug builds only, so a
     /// release binary cannot be started with it): name this API version in
     /// every answer's `jobfence-api-version` header instead of the real
@@ -302,6 +308,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         advertised_api_version: args.advertise_api_version.clone(),
         #[cfg(not(debug_assertions))]
         advertised_api_version: None,
+        trace_context: args.otlp_endpoint.is_some(),
     };
     server::serve_with(
         coordinator,

@@ -87,7 +87,8 @@ func (c *Client) Config() Config { return c.cfg }
 func (c *Client) Retries() map[Reason]uint64 { return c.retries.Snapshot() }
 
 // checkVersion refuses a coordinator whose API major version is not
-// APIMajor, read from the first answer that names one.
+// APIMajor, read from the first answer that names one; it also sends the
+// caller's trace context (WithTraceparent) with the call.
 func (c *Client) checkVersion(ctx context.Context, method string, req, reply interface{},
 	cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 	c.versionMu.Lock()
@@ -96,6 +97,8 @@ func (c *Client) checkVersion(ctx context.Context, method string, req, reply int
 	if refused != nil {
 		return refused
 	}
+	// The caller's trace, if it gave one (WithTraceparent).
+	ctx = withTraceMetadata(ctx)
 	// A refusal comes trailers-only: the version is among the trailers.
 	var header, trailer metadata.MD
 	err := invoker(ctx, method, req, reply, cc, append(opts, grpc.Header(&header), grpc.Trailer(&trailer))...)

@@ -112,7 +112,7 @@ func refusal(code codes.Code, reason string, meta map[string]string, retry time.
 	return st.Err()
 }
 
-func start(t *testing.T, f *fake) *Client {
+func start(t *testing.T, f pb.JobCoordinatorServer) *Client {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -27,6 +27,7 @@ mod retention;
 mod serve;
 mod shards;
 mod shards_next_job;
+mod traces;
 mod upgrades;
 
 use jobfence_console::operator::Identity;

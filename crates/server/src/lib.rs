@@ -13,6 +13,8 @@
 //! - [`security`]: TLS and the callers file together, and their reload.
 //! - [`metrics_http`], [`rpc_metrics`]: `GET /metrics` and `/healthz`, and
 //!   the RPC latency layer.
+//! - [`trace_context`]: a call's span in its caller's trace (W3C
+//!   `traceparent`), when spans are exported.
 //!
 //! What else a process serves beside gRPC (the operator console) is a
 //! [`Companion`]: this crate does not know it, and neither do the tests
@@ -25,11 +27,13 @@ pub mod limits;
 pub mod metrics_http;
 pub mod rpc_metrics;
 pub mod security;
+pub mod trace_context;
 pub mod transport;
 
 use crate::api_version::ApiVersionLayer;
 use crate::grpc::{JobAdminService, JobCoordinatorService, JobEventsService};
 use crate::rpc_metrics::RpcMetricsLayer;
+use crate::trace_context::TraceContextLayer;
 use health::{DatabaseFollower, Health};
 use jobfence_api::v1::job_admin_server::JobAdminServer;
 use jobfence_api::v1::job_coordinator_server::JobCoordinatorServer;
@@ -135,6 +139,10 @@ pub struct OpsOptions {
     /// test that clients refuse a coordinator of another major version
     /// (`serve --advertise-api-version`, hidden).
     pub advertised_api_version: Option<String>,
+    /// Read each call's W3C `traceparent` and make its span a child of
+    /// the caller's ([`trace_context`]); for a process that exports its
+    /// spans (`serve --otlp-endpoint`). Off: no header is read.
+    pub trace_context: bool,
 }
 
 impl std::fmt::Debug for OpsOptions {
@@ -150,6 +158,7 @@ impl std::fmt::Debug for OpsOptions {
             .field("reflection", &self.reflection)
             .field("companions", &self.companions.len())
             .field("advertised_api_version", &self.advertised_api_version)
+            .field("trace_context", &self.trace_context)
             .finish()
     }
 }
@@ -167,6 +176,7 @@ impl Default for OpsOptions {
             reflection: true,
             companions: Vec::new(),
             advertised_api_version: None,
+            trace_context: false,
         }
     }
 }
@@ -280,6 +290,7 @@ pub async fn serve_with(
                     .as_deref()
                     .unwrap_or(jobfence_api::VERSION),
             )?,
+            trace_context: ops.trace_context.then(TraceContextLayer::new),
         },
         async {
             let _ = stopped.await;
@@ -360,6 +371,8 @@ struct GrpcServices<H> {
     health: HealthServer<H>,
     events: JobEventsService,
     api_version: ApiVersionLayer,
+    /// The caller's trace context made current, when spans are exported.
+    trace_context: Option<TraceContextLayer>,
 }
 
 /// Reflection v1 and v1alpha (grpcurl before 1.9 and many other tools,
@@ -378,10 +391,10 @@ fn reflection() -> tonic_reflection::server::Builder<'static> {
 }
 
 /// The gRPC server over `listener`, serving until `stopped`: the layers
-/// every call passes, outermost first (every answer names the API
-/// version; every call is timed, refusals
-/// included; then authenticated; then admitted under the concurrency
-/// limits), and every service.
+/// every call passes, outermost first (the caller's trace context, when
+/// spans are exported; every answer names the API version; every call is
+/// timed, refusals included; then authenticated; then admitted under the
+/// concurrency limits), and every service.
 fn grpc_server<H: tonic_health::pb::health_server::Health>(
     coordinator: &Coordinator,
     listener: TcpListener,
@@ -416,6 +429,7 @@ fn grpc_server<H: tonic_health::pb::health_server::Health>(
     );
     Ok(Server::builder()
         .max_concurrent_streams(limits.max_streams_per_connection)
+        .layer(tower::util::option_layer(services.trace_context))
         .layer(services.api_version)
         .layer(RpcMetricsLayer::new(metrics.clone()))
         .layer(AuthLayer::new(security.auth.clone(), metrics.clone()))

@@ -16,6 +16,7 @@
 //! - [`demo`]: a shortened `jobfence demo` and its report.
 //! - [`process`]: ports of child processes, read back from their logs.
 //! - [`locks`]: waiting until a competing call is blocked on a row lock.
+//! - [`otlp`]: a stand-in OpenTelemetry collector keeping the spans sent.
 //!
 //! The test binaries: `in_process` (this crate's, `tests/in_process/`)
 //! needs MariaDB only; `system` and `cluster` (the root package's) also
@@ -25,6 +26,7 @@ pub mod demo;
 pub mod harness;
 pub mod locks;
 pub mod ops;
+pub mod otlp;
 pub mod process;
 pub mod sdk;
 pub mod secure;

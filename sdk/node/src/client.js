@@ -8,6 +8,7 @@ const crypto = require('node:crypto');
 const grpc = require('@grpc/grpc-js');
 const protoLoader = require('@grpc/proto-loader');
 const errors = require('./errors');
+const { callMetadata } = require('./trace');
 const { protoRoot } = require('./proto');
 const { version: VERSION } = require('../package.json');
 
@@ -157,7 +158,8 @@ class WorkerClient {
       'grpc.primary_user_agent': `jobfence-node/${VERSION}`,
     });
     // The token goes on every call as metadata (it works on a cleartext
-    // channel too, for a coordinator behind a TLS-terminating proxy).
+    // channel too, for a coordinator behind a TLS-terminating proxy), with
+    // the caller's trace context when it has one (src/trace.js).
     this.metadata = new grpc.Metadata();
     if (credentials && credentials.token) this.metadata.set('authorization', `Bearer ${credentials.token}`);
   }
@@ -170,7 +172,7 @@ class WorkerClient {
     const deadline = new Date(Date.now() + (this.timeoutSeconds + extraSeconds) * 1000);
     return new Promise((resolve, reject) => {
       let header = null;
-      const call = this.stub[method](request, this.metadata, { deadline }, (err, response) => {
+      const call = this.stub[method](request, callMetadata(this.metadata), { deadline }, (err, response) => {
         signal?.removeEventListener('abort', cancel);
         // A refusal comes trailers-only: the version is among either.
         const refused = errors.apiVersionRefusal(header, err && err.metadata);

@@ -169,7 +169,8 @@ impl Credentials {
 }
 
 /// Adds `authorization: Bearer <token>` to every call of a client made
-/// `with_interceptor` (nothing without a token).
+/// `with_interceptor` (nothing without a token), and, with the cargo
+/// feature `otel`, the caller's `traceparent` (nothing outside a trace).
 #[derive(Debug, Clone, Default)]
 pub struct Authorization(Option<BearerToken>);
 
@@ -180,6 +181,7 @@ impl Interceptor for Authorization {
                 .metadata_mut()
                 .insert("authorization", value.clone());
         }
+        crate::trace::inject(request.metadata_mut());
         Ok(request)
     }
 }

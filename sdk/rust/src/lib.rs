@@ -29,6 +29,10 @@
 //!   [`ClaimError::ApiVersion`] (one without the header is accepted).
 //! - [`Credentials`]: TLS (a CA, optionally a client certificate) and a
 //!   bearer token, for a coordinator that authenticates its callers.
+//! - With the cargo feature `otel`, every call carries the caller's W3C
+//!   `traceparent` (the current OpenTelemetry context, e.g. that of an
+//!   entered `tracing` span under `tracing-opentelemetry`), so the
+//!   coordinator's span of the call joins the caller's trace.
 //!
 //! ```no_run
 //! use jobfence_worker::{ClaimedJob, Handler, HandlerError, Worker, WorkerClient, WorkerConfig};
@@ -74,6 +78,7 @@ mod next;
 pub mod reason;
 mod retry;
 mod runner;
+mod trace;
 mod version;
 
 /// The generated protobuf messages and clients of `jobfence.v1` (the crate

@@ -181,7 +181,6 @@ impl JobEvents for JobEventsService {
             check_feed_queue(&scope, &r.queue)?;
             let span = Span::current();
             span.record("after_event_id", r.after_event_id);
-            span.record("queue", r.queue.as_str());
             let queue = super::convert::non_empty(r.queue);
             let feed_starts = self.coordinator.feed_starts();
             let page = self
@@ -218,7 +217,6 @@ impl JobEvents for JobEventsService {
         let r = request.into_inner();
         let span = Span::current();
         span.record("after_event_id", r.after_event_id);
-        span.record("queue", r.queue.as_str());
         let queue = super::convert::non_empty(r.queue);
         // Refuse a bad request up front, not as the stream's first message.
         let checked = self

@@ -172,7 +172,6 @@ impl JobAdmin for JobAdminService {
         self.rpc("ListJobs")
             .read(request, |r| async move {
                 let span = Span::current();
-                span.record("queue", r.queue.as_str());
                 let filter = list_filter(r)?;
                 let (jobs, next) = self.coordinator.list_jobs(filter).await?;
                 span.record("listed", jobs.len());
@@ -196,7 +195,6 @@ impl JobAdmin for JobAdminService {
         self.rpc("GetJob")
             .read(request, |r| async move {
                 let span = Span::current();
-                span.record("job_id", r.job_id);
                 let d = self.coordinator.job_detail(r.job_id).await?;
                 span.record("queue", d.job.queue.as_str());
                 span.record("operation_key", d.job.operation_key.as_str());
@@ -228,8 +226,6 @@ impl JobAdmin for JobAdminService {
         self.rpc("ResolveManualReview")
             .operator(request, |r, operator| async move {
                 let span = Span::current();
-                span.record("job_id", r.job_id);
-                span.record("attempt", r.attempt);
                 span.record("operator", operator.as_str());
                 let mut v = Violations::default();
                 let resolution = resolution(&mut v, &r);
@@ -267,8 +263,6 @@ impl JobAdmin for JobAdminService {
         self.rpc("CancelJob")
             .operator(request, |r, operator| async move {
                 let span = Span::current();
-                span.record("job_id", r.job_id);
-                span.record("attempt", r.attempt);
                 span.record("operator", operator.as_str());
                 let call = jobfence_domain::admin::CancelJob {
                     job_id: r.job_id,
@@ -330,7 +324,6 @@ impl JobAdmin for JobAdminService {
     ) -> Result<Response<QueueStatsResponse>, Status> {
         self.rpc("QueueStats")
             .read(request, |r| async move {
-                Span::current().record("queue", r.queue.as_str());
                 let mut v = Violations::default();
                 let window = duration(&mut v, "window", r.window);
                 v.finish()?;
@@ -480,7 +473,6 @@ impl JobAdmin for JobAdminService {
     ) -> Result<Response<PutQueuePolicyResponse>, Status> {
         self.rpc("PutQueuePolicy")
             .operator(request, |r, operator| async move {
-                Span::current().record("queue", r.queue.as_str());
                 let mut v = Violations::default();
                 let policy = conv::queue_policy(&mut v, &r);
                 let job_retention = r
@@ -512,7 +504,6 @@ impl JobAdmin for JobAdminService {
     ) -> Result<Response<DeleteQueuePolicyResponse>, Status> {
         self.rpc("DeleteQueuePolicy")
             .operator(request, |r, operator| async move {
-                Span::current().record("queue", r.queue.as_str());
                 let by = by(operator, r.reason);
                 let p = self.coordinator.delete_queue_policy(&r.queue, by).await?;
                 Ok(DeleteQueuePolicyResponse {

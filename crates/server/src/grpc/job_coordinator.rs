@@ -51,7 +51,6 @@ impl JobCoordinator for JobCoordinatorService {
         let rpc = self.rpc("Enqueue");
         rpc.scoped(request, Action::Enqueue, |r, scope| async move {
             let span = Span::current();
-            span.record("queue", r.queue.as_str());
             span.record("operation_key", r.operation_key.as_str());
             let mut v = Violations::default();
             let delay = duration(&mut v, "delay", r.delay);
@@ -115,7 +114,6 @@ impl JobCoordinator for JobCoordinatorService {
                 super::workers::saw(&self.coordinator, &client, &r.worker_id, &r.queue);
             }
             let span = Span::current();
-            span.record("queue", r.queue.as_str());
             span.record("worker_id", r.worker_id.as_str());
             let mut v = Violations::default();
             let lease = duration(&mut v, "lease", r.lease);
@@ -152,7 +150,6 @@ impl JobCoordinator for JobCoordinatorService {
         let rpc = self.rpc("Takeover");
         rpc.scoped(request, Action::Work, |r, scope| async move {
             let span = Span::current();
-            span.record("job_id", r.job_id);
             span.record("worker_id", r.worker_id.as_str());
             let mut v = Violations::default();
             let lease = duration(&mut v, "lease", r.lease);
@@ -185,9 +182,6 @@ impl JobCoordinator for JobCoordinatorService {
     ) -> Result<Response<RenewLeaseResponse>, Status> {
         let rpc = self.rpc("RenewLease");
         rpc.scoped(request, Action::Work, |r, scope| async move {
-            let span = Span::current();
-            span.record("job_id", r.job_id);
-            span.record("attempt", r.attempt);
             let mut v = Violations::default();
             let lease = duration(&mut v, "lease", r.lease);
             v.finish()?;
@@ -231,8 +225,6 @@ impl JobCoordinator for JobCoordinatorService {
                 super::workers::saw(&self.coordinator, &client, &n.worker_id, &n.queue);
             }
             let span = Span::current();
-            span.record("job_id", r.job_id);
-            span.record("attempt", r.attempt);
             let call = domain::Complete {
                 job_id: r.job_id,
                 attempt: r.attempt,
@@ -302,8 +294,6 @@ impl JobCoordinator for JobCoordinatorService {
                 super::workers::saw(&self.coordinator, &client, &n.worker_id, &n.queue);
             }
             let span = Span::current();
-            span.record("job_id", r.job_id);
-            span.record("attempt", r.attempt);
             let mut v = Violations::default();
             let disposition = convert::disposition(&mut v, r.disposition);
             let retry_delay = duration(&mut v, "retry_delay", r.retry_delay);
@@ -355,9 +345,8 @@ impl JobCoordinator for JobCoordinatorService {
         let rpc = self.rpc("RecordObservation");
         let caller = super::caller(&request);
         let (_, extensions, r) = request.into_parts();
+        super::record_job(&r);
         let span = Span::current();
-        span.record("job_id", r.job_id);
-        span.record("attempt", r.attempt);
         let mut v = Violations::default();
         let source = convert::source(&mut v, r.source);
         let outcome = convert::outcome(&mut v, r.outcome);
@@ -399,7 +388,6 @@ impl JobCoordinator for JobCoordinatorService {
         let rpc = self.rpc("GetJob");
         rpc.scoped(request, Action::ReadJob, |r, scope| async move {
             let span = Span::current();
-            span.record("job_id", r.job_id);
             let (job, observations) = self.coordinator.get_job(r.job_id, &scope).await?;
             span.record("queue", job.queue.as_str());
             span.record("operation_key", job.operation_key.as_str());

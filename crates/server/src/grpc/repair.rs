@@ -19,7 +19,6 @@ pub(super) async fn retry(
 ) -> Result<Response<proto::RetryAsNewOperationResponse>, Status> {
     rpc.operator(request, |r, operator| async move {
         let span = Span::current();
-        span.record("job_id", r.job_id);
         span.record("operator", operator.as_str());
         let call = RetryJob {
             job_id: r.job_id,
@@ -46,7 +45,6 @@ pub(super) async fn pause_queue(
     request: Request<proto::PauseQueueRequest>,
 ) -> Result<Response<proto::PauseQueueResponse>, Status> {
     rpc.operator(request, |r, operator| async move {
-        Span::current().record("queue", r.queue.as_str());
         let by = ChangeBy {
             operator,
             reason: r.reason,
@@ -64,7 +62,6 @@ pub(super) async fn resume_queue(
     request: Request<proto::ResumeQueueRequest>,
 ) -> Result<Response<proto::ResumeQueueResponse>, Status> {
     rpc.operator(request, |r, operator| async move {
-        Span::current().record("queue", r.queue.as_str());
         let by = ChangeBy {
             operator,
             reason: r.reason,

@@ -14,7 +14,30 @@ from google.protobuf import duration_pb2
 from ._proto import coordinator_pb2 as pb
 from .errors import AttemptSuperseded, JobNotFound, JobNotRunning, from_refusal
 
+try:  # Optional: the caller's trace goes with each call when it is installed.
+    from opentelemetry import propagate as _otel_propagate
+except ImportError:  # pragma: no cover - without opentelemetry-api
+    _otel_propagate = None
+
 SERVICE = "jobfence.v1.JobCoordinator"
+
+Metadata = Optional[Tuple[Tuple[str, str], ...]]
+
+
+def call_metadata(base: Metadata) -> Metadata:
+    """The metadata of one call: ``base`` (the bearer token) and, when the
+    ``opentelemetry`` API package is importable and the caller is inside a
+    trace, its context as the configured propagator writes it (W3C
+    ``traceparent``/``tracestate`` by default), so the coordinator's span of
+    the call is a child of the caller's. Read at each call: the current
+    span is the calling code's."""
+    if _otel_propagate is None:
+        return base
+    carrier: Dict[str, str] = {}
+    _otel_propagate.inject(carrier)
+    if not carrier:
+        return base
+    return tuple(base or ()) + tuple((k.lower(), v) for k, v in carrier.items())
 
 
 def methods() -> Dict[str, Tuple[str, Callable[[Any], bytes], Callable[[bytes], Any]]]:

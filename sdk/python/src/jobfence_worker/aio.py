@@ -95,7 +95,7 @@ class AsyncWorkerClient:
             tries += 1
             try:
                 call = self._calls[method](request, timeout=self.timeout_seconds + extra_seconds,
-                                           metadata=self._metadata)
+                                           metadata=_wire.call_metadata(self._metadata))
                 response = await call
                 check_api_version(await call.initial_metadata())
                 return response

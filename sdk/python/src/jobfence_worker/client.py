@@ -107,11 +107,11 @@ class WorkerClient:
                 stop: Optional[threading.Event]) -> Tuple[Any, Any]:
         """``(response, call)``; a failure raises the call's ``grpc.RpcError``."""
         timeout = self.timeout_seconds + extra_seconds
+        metadata = _wire.call_metadata(self._metadata)
         if stop is None:
-            return self._calls[method].with_call(request, timeout=timeout,
-                                                 metadata=self._metadata)
+            return self._calls[method].with_call(request, timeout=timeout, metadata=metadata)
         # A blocking call cannot be interrupted; a future can be cancelled.
-        call = self._calls[method].future(request, timeout=timeout, metadata=self._metadata)
+        call = self._calls[method].future(request, timeout=timeout, metadata=metadata)
         while True:
             try:
                 return call.result(timeout=_STOP_POLL_SECONDS), call
