@@ -47,6 +47,12 @@ pub fn default_database_url() -> String {
     DEFAULT_DATABASE_URL.to_owned()
 }
 
+/// The parser of a count that must be at least 1 (a pool, a batch, a
+/// limit of 0 would serve nothing, or panic).
+pub fn at_least_one() -> clap::builder::RangedU64ValueParser<usize> {
+    clap::builder::RangedU64ValueParser::new().range(1..)
+}
+
 #[derive(Debug, Parser)]
 #[command(
     name = "jobfence",
@@ -160,7 +166,7 @@ pub struct DatabaseArgs {
     #[arg(long, env = "JOBFENCE_GALERA_SYNC_WAIT", default_value_t = 1)]
     pub galera_sync_wait: u8,
     /// Most database connections.
-    #[arg(long, env = "JOBFENCE_DB_MAX_CONNECTIONS", default_value_t = 32)]
+    #[arg(long, env = "JOBFENCE_DB_MAX_CONNECTIONS", value_parser = clap::value_parser!(u32).range(1..), default_value_t = 32)]
     pub db_max_connections: u32,
     /// How long a call waits for a database connection before it is
     /// answered UNAVAILABLE / DATABASE_UNAVAILABLE (nothing applied): while
@@ -189,8 +195,12 @@ impl DatabaseArgs {
             "the database password file {} is empty",
             path.display()
         );
-        let mut parsed = url::Url::parse(url)
-            .with_context(|| format!("the database URL {:?} is not a URL", url))?;
+        let mut parsed = url::Url::parse(url).with_context(|| {
+            format!(
+                "the database URL {:?} is not a URL",
+                crate::config_file::mask_url_passwords(url)
+            )
+        })?;
         anyhow::ensure!(
             parsed.password().is_none(),
             "--database-password-file is given and a database URL has a password of its own: \

@@ -5,6 +5,7 @@
 
 use crate::cli::Cli;
 use crate::config_file::{self, ConfigFile};
+use anyhow::Context;
 use clap::parser::ValueSource;
 use clap::{ArgMatches, Args, Command, CommandFactory, Subcommand};
 use std::collections::BTreeMap;
@@ -196,6 +197,10 @@ fn check(file: PathBuf, serve_flags: Vec<OsString>, out: &mut impl Write) -> any
     argv.extend(flags);
     let matches = cmd.clone().try_get_matches_from(&argv)?;
     let (_, serve) = matches.subcommand().expect("serve");
+    // What serve refuses after parsing, refused here too.
+    <crate::serve_cli::ServeArgs as clap::FromArgMatches>::from_arg_matches(serve)?
+        .check()
+        .context("serve would refuse this configuration")?;
     let serve_cmd = cmd.find_subcommand("serve").expect("serve is a command");
     writeln!(
         out,

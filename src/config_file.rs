@@ -115,14 +115,17 @@ pub fn flags(
     for entry in &file.entries {
         if let Value::Table(_) = entry.value {
             bail!(
-                "{}: a section: the file has no sections, every option is a top-level key",
+                "{}: a table or section: the file has none, every option is a top-level key",
                 file.at(entry)
             );
         }
         let Some(arg) = option(serve, &entry.key) else {
+            let hint = option(serve, &entry.key.replace('-', "_")).map_or(String::new(), |_| {
+                format!(": did you mean {}?", entry.key.replace('-', "_"))
+            });
             bail!(
                 "{}: unknown key (the keys are `jobfence serve --help`'s options, with _ for -: \
-                 listen, database_url, default_lease, …)",
+                 listen, database_url, default_lease, …){hint}",
                 file.at(entry)
             );
         };
@@ -184,7 +187,6 @@ fn values_of(arg: &Arg, value: &Value) -> Result<Vec<String>, String> {
         _ if switch => Err(format!("expected true or false, found {}", kind(value))),
         Value::String(s) => Ok(vec![s.clone()]),
         Value::Integer(i) => Ok(vec![i.to_string()]),
-        Value::Float(f) => Ok(vec![f.to_string()]),
         Value::Array(items) if many => items
             .iter()
             .map(|v| match v {
@@ -265,9 +267,10 @@ pub fn source(
     }
 }
 
-/// `value` of option `key` as `config check` prints it: passwords in
-/// database URLs and anything named a password, secret or token (other
-/// than a file's name) masked.
+/// `value` of option `key` as `config check` prints it: anything named a
+/// password, secret or token (other than a file's name) masked whole, and
+/// the password of every URL in any value (a database URL list, an OTLP
+/// endpoint) masked.
 pub fn masked(key: &str, value: &str) -> String {
     let secret = ["password", "secret", "token"]
         .iter()
@@ -275,20 +278,39 @@ pub fn masked(key: &str, value: &str) -> String {
     if secret && !key.ends_with("_file") {
         return "****".to_owned();
     }
-    if key.ends_with("database_url") {
-        return value
-            .split(',')
-            .map(|u| match url::Url::parse(u.trim()) {
-                Ok(mut parsed) if parsed.password().is_some() => {
-                    let _ = parsed.set_password(Some("****"));
-                    parsed.to_string()
-                }
-                _ => u.to_owned(),
-            })
-            .collect::<Vec<_>>()
-            .join(",");
+    mask_url_passwords(value)
+}
+
+/// `text` with the password of each `scheme://user:password@…` in it
+/// replaced by `****`. Read by hand, not by a URL parser: a password with
+/// an unencoded `/`, `#`, `?` or `,` is not a valid URL, and must be masked
+/// all the same. A URL's user information ends at the last `@` before the
+/// next URL (or the end).
+pub fn mask_url_passwords(text: &str) -> String {
+    let mut out = String::new();
+    let mut rest = text;
+    while let Some(scheme) = rest.find("://") {
+        let (head, tail) = rest.split_at(scheme + 3);
+        out.push_str(head);
+        let end = tail.find("://").map_or(tail.len(), |next| {
+            // Back to the start of the next URL's scheme.
+            tail[..next]
+                .rfind([',', ' ', ';'])
+                .map_or(next, |sep| sep + 1)
+        });
+        let this = &tail[..end];
+        match (this.rfind('@'), this.find(':')) {
+            (Some(at), Some(colon)) if colon < at => {
+                out.push_str(&this[..colon]);
+                out.push_str(":****");
+                out.push_str(&this[at..]);
+            }
+            _ => out.push_str(this),
+        }
+        rest = &tail[end..];
     }
-    value.to_owned()
+    out.push_str(rest);
+    out
 }
 
 #[cfg(test)]
@@ -319,5 +341,21 @@ mod tests {
         assert_eq!(masked("console_token", "abc"), "****");
         assert_eq!(masked("console_token_file", "/etc/t"), "/etc/t");
         assert_eq!(masked("listen", "127.0.0.1:1"), "127.0.0.1:1");
+        for (url, shown) in [
+            ("mysql://u:Sek/r3t@h1/d", "mysql://u:****@h1/d"),
+            ("mysql://u:Sek#r3t@h1/d", "mysql://u:****@h1/d"),
+            ("mysql://u:a@b?c@h1:3306/d", "mysql://u:****@h1:3306/d"),
+            (
+                "mysql://u:p,q@h1/d,mysql://u:x@h2/d",
+                "mysql://u:****@h1/d,mysql://u:****@h2/d",
+            ),
+            (
+                "http://otel:tok@collector:4317",
+                "http://otel:****@collector:4317",
+            ),
+            ("mysql://u@h/d", "mysql://u@h/d"),
+        ] {
+            assert_eq!(masked("database_url", url), shown, "{url}");
+        }
     }
 }

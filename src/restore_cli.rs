@@ -16,6 +16,7 @@ use jobfence_store::restore::{epoch_of, StateCounts, DEFAULT_FENCE_BATCH};
 use jobfence_store::shards::Shards;
 use jobfence_store::JobStore;
 use std::collections::BTreeMap;
+use std::io::Write;
 use std::time::Duration;
 
 /// A heartbeat this young may be a running coordinator's: three times the
@@ -76,6 +77,12 @@ pub struct FenceArgs {
     pub operator: String,
 }
 
+/// A progress line on stderr. A closed stderr (`2>&1 | head`) does not
+/// stop the fence half-way: the line is dropped.
+fn progress(line: std::fmt::Arguments<'_>) {
+    let _ = writeln!(std::io::stderr(), "{line}");
+}
+
 /// Runs `jobfence restore …`.
 pub async fn run(args: RestoreArgs) -> anyhow::Result<()> {
     match args.command {
@@ -91,7 +98,7 @@ async fn fence(args: FenceArgs) -> anyhow::Result<()> {
     prepare(&shards, false, false).await?;
     let moving = plan(&shards).await?;
     if args.dry_run {
-        println!("dry run: nothing changed");
+        writeln!(std::io::stdout(), "dry run: nothing changed")?;
         return Ok(());
     }
     anyhow::ensure!(
@@ -107,12 +114,13 @@ async fn fence(args: FenceArgs) -> anyhow::Result<()> {
         total.add_all(&moved);
     }
     if shards.all().len() > 1 {
-        println!(
+        writeln!(
+            std::io::stdout(),
             "done: moved {} job(s) in {} databases ({})",
             total.total(),
             shards.all().len(),
             total.describe()
-        );
+        )?;
     }
     Ok(())
 }
@@ -127,13 +135,14 @@ async fn plan(shards: &Shards) -> anyhow::Result<u64> {
             .await
             .with_context(|| format!("counting the unfinished jobs of database {n}"))?;
         moving += found.by_state.total();
-        println!(
+        writeln!(
+            std::io::stdout(),
             "database {n}: {} unfinished job(s) ({}), highest attempt {} (restore epoch {}): each moves to its attempt + 2^32; job and event ids move 2^32 past the largest",
             found.by_state.total(),
             found.by_state.describe(),
             found.highest_attempt,
             epoch_of(found.highest_attempt)
-        );
+        )?;
     }
     Ok(moving)
 }
@@ -143,7 +152,9 @@ async fn plan(shards: &Shards) -> anyhow::Result<u64> {
 /// moved meanwhile are a running coordinator's.
 async fn refuse_live_coordinators(shards: &Shards, force: bool) -> anyhow::Result<()> {
     if force {
-        eprintln!("--force: not checking for running coordinators");
+        progress(format_args!(
+            "--force: not checking for running coordinators"
+        ));
         return Ok(());
     }
     let mut first = BTreeMap::new();
@@ -156,11 +167,11 @@ async fn refuse_live_coordinators(shards: &Shards, force: bool) -> anyhow::Resul
     if first.is_empty() {
         return Ok(());
     }
-    eprintln!(
+    progress(format_args!(
         "heartbeats written within {} seen; watching them for {} (a running coordinator writes one every 5 s at most; a backup's never move)",
         humantime::format_duration(FRESH),
         humantime::format_duration(WATCH)
-    );
+    ));
     tokio::time::sleep(WATCH).await;
     let mut live = Vec::new();
     for (n, store) in shards.all() {
@@ -182,10 +193,13 @@ async fn refuse_live_coordinators(shards: &Shards, force: bool) -> anyhow::Resul
     Ok(())
 }
 
-/// Fences database `n` batch by batch, then moves its id counters; the
+/// Moves database `n`'s id counters, then fences it batch by batch; the
 /// jobs moved, by state.
 async fn fence_database(n: u32, store: &JobStore, args: &FenceArgs) -> anyhow::Result<StateCounts> {
     let started = std::time::Instant::now();
+    // The ids first: the fence's own events then come after every event
+    // a consumer may have read from the lost database.
+    let ids = store.move_ids_past_restore(n).await?;
     let (mut after, mut batches, mut highest) = (0, 0u64, 0);
     let mut moved = StateCounts::default();
     while let Some(done) = store.fence_batch(after, args.batch, &args.operator).await? {
@@ -193,19 +207,19 @@ async fn fence_database(n: u32, store: &JobStore, args: &FenceArgs) -> anyhow::R
         batches += 1;
         highest = highest.max(done.highest_attempt);
         moved.add_all(&done.by_state);
-        eprintln!(
+        progress(format_args!(
             "database {n}: batch {batches}: {} job(s) moved so far, through job id {after} ({:.1} s)",
             moved.total(),
             started.elapsed().as_secs_f64()
-        );
+        ));
     }
-    let ids = store.move_ids_past_restore(n).await?;
-    println!(
+    writeln!(
+            std::io::stdout(),
         "done: database {n}: moved {} job(s) to the next restore epoch ({}) in {batches} batch(es), highest attempt now {highest}; new job ids from {}, event ids from {}",
         moved.total(),
         moved.describe(),
         ids.jobs,
         ids.events
-    );
+    )?;
     Ok(moved)
 }

@@ -103,23 +103,23 @@ pub struct LimitsArgs {
     #[arg(long, env = "JOBFENCE_MAX_REQUEST_SIZE", value_parser = parse_bytes, default_value = "4MiB")]
     pub max_request_size: usize,
     /// Open gRPC connections at most; more are closed at accept.
-    #[arg(long, env = "JOBFENCE_MAX_CONNECTIONS", default_value_t = 1024)]
+    #[arg(long, env = "JOBFENCE_MAX_CONNECTIONS", value_parser = crate::cli::at_least_one(), default_value_t = 1024)]
     pub max_connections: usize,
     /// Calls one connection may have open at once (HTTP/2
     /// SETTINGS_MAX_CONCURRENT_STREAMS; clients queue past it).
     #[arg(
         long,
-        env = "JOBFENCE_MAX_STREAMS_PER_CONNECTION",
+        env = "JOBFENCE_MAX_STREAMS_PER_CONNECTION", value_parser = clap::value_parser!(u32).range(1..),
         default_value_t = 128
     )]
     pub max_streams_per_connection: u32,
     /// Calls in flight in all (streams while open, long-polling Claims
     /// while they wait); past it a call is refused at once with
     /// RESOURCE_EXHAUSTED / OVERLOADED.
-    #[arg(long, env = "JOBFENCE_MAX_CONCURRENT_CALLS", default_value_t = 1024)]
+    #[arg(long, env = "JOBFENCE_MAX_CONCURRENT_CALLS", value_parser = crate::cli::at_least_one(), default_value_t = 1024)]
     pub max_concurrent_calls: usize,
     /// Calls in flight of one authenticated caller; past it, as above.
-    #[arg(long, env = "JOBFENCE_MAX_CALLS_PER_CALLER", default_value_t = 256)]
+    #[arg(long, env = "JOBFENCE_MAX_CALLS_PER_CALLER", value_parser = crate::cli::at_least_one(), default_value_t = 256)]
     pub max_calls_per_caller: usize,
     /// The server-side deadline of one call (answered DEADLINE_EXCEEDED
     /// past it); must exceed --max-claim-wait.

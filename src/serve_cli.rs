@@ -72,23 +72,23 @@ pub struct ServeArgs {
     #[arg(long, env = "JOBFENCE_MAX_LEASE", value_parser = humantime::parse_duration, default_value = "1h")]
     pub max_lease: Duration,
     /// Most jobs one Claim may take.
-    #[arg(long, env = "JOBFENCE_MAX_CLAIM_BATCH", default_value_t = 100)]
+    #[arg(long, env = "JOBFENCE_MAX_CLAIM_BATCH", value_parser = clap::value_parser!(u32).range(1..), default_value_t = 100)]
     pub max_claim_batch: u32,
     /// Most items one EnqueueBatch may carry.
-    #[arg(long, env = "JOBFENCE_MAX_ENQUEUE_BATCH", default_value_t = 1000)]
+    #[arg(long, env = "JOBFENCE_MAX_ENQUEUE_BATCH", value_parser = crate::cli::at_least_one(), default_value_t = 1000)]
     pub max_enqueue_batch: usize,
     /// Most calls one database transaction serves: concurrent Completes,
     /// Fails and RenewLeases share a group commit, concurrent Claims of a
     /// queue one claim transaction, concurrent Enqueues one insert.
-    #[arg(long, env = "JOBFENCE_BATCH_MAX", default_value_t = 64)]
+    #[arg(long, env = "JOBFENCE_BATCH_MAX", value_parser = crate::cli::at_least_one(), default_value_t = 64)]
     pub batch_max: usize,
     /// Most batches of each kind (write, claim, enqueue) running at once;
     /// each holds one database connection.
-    #[arg(long, env = "JOBFENCE_BATCH_CONCURRENCY", default_value_t = 2)]
+    #[arg(long, env = "JOBFENCE_BATCH_CONCURRENCY", value_parser = crate::cli::at_least_one(), default_value_t = 2)]
     pub batch_concurrency: usize,
     /// Most calls of each kind waiting for a batch; past it a call is
     /// refused at once with RESOURCE_EXHAUSTED / OVERLOADED.
-    #[arg(long, env = "JOBFENCE_MAX_QUEUED_CALLS", default_value_t = 4096)]
+    #[arg(long, env = "JOBFENCE_MAX_QUEUED_CALLS", value_parser = crate::cli::at_least_one(), default_value_t = 4096)]
     pub max_queued_calls: usize,
     /// Longest `wait` of a long-polling Claim (longer ones are cut to it).
     #[arg(long, env = "JOBFENCE_MAX_CLAIM_WAIT", value_parser = humantime::parse_duration, default_value = "30s")]
@@ -192,6 +192,22 @@ fn parse_queue_count(s: &str) -> Result<(String, u32), String> {
 }
 
 impl ServeArgs {
+    /// Checks what `serve` checks before it binds or connects: the
+    /// retention, security and limit settings, the console's address, the
+    /// database URLs (with `--database-password-file`) and the shards
+    /// file. `jobfence config check` runs it too.
+    pub fn check(&self) -> anyhow::Result<()> {
+        self.retention.settings(self.prune_interval)?;
+        self.security.security()?;
+        self.security.console_token()?;
+        self.limits.limits(self.max_claim_wait)?;
+        if let Some(addr) = self.console_listen {
+            jobfence_console::require_loopback(addr)?;
+        }
+        drop(open_shards(&self.database, None)?);
+        Ok(())
+    }
+
     /// The coordinator configuration these flags describe.
     pub fn coordinator_config(&self, name: String) -> CoordinatorConfig {
         let default = QueuePolicy {
@@ -270,10 +286,12 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         .local_addr()
         .map_or(args.listen.port(), |a| a.port());
     let name = args.name(port);
-    let shards = open_shards(&args.database, Some(name.clone()))?;
-    let check_shard_numbers = prepare(&shards, args.migrate, true).await?;
+    // Every listener before the databases: a mistake in one stops the
+    // start before `--migrate` changes a schema.
     let metrics_listener = bind_metrics(args.metrics_listen).await?;
     let companions = console(args.console_listen, &security, console_token).await?;
+    let shards = open_shards(&args.database, Some(name.clone()))?;
+    let check_shard_numbers = prepare(&shards, args.migrate, true).await?;
     let coordinator = Coordinator::over_shards(shards, args.coordinator_config(name));
     // docs/design.md rule 13: a stored policy wins over the flags; say so
     // where they differ. A database that does not answer yet is

@@ -41,7 +41,10 @@ fn each_kind_of_mistake_stops_the_start_with_its_line_and_key() {
         ("duration", "\ndefault_lease = \"30 parsecs\"\n", ":2: key `default_lease`: invalid value '30 parsecs'"),
         ("unitless", "default_lease = 30\n", ":1: key `default_lease`: invalid value '30' for '--default-lease <DEFAULT_LEASE>': time unit needed"),
         ("list", "listen = [\"a\", \"b\"]\n", ":1: key `listen`: expected one value, found a list"),
-        ("section", "[serve]\nlisten = \"x\"\n", ":1: key `serve`: a section"),
+        ("section", "[serve]\nlisten = \"x\"\n", ":1: key `serve`: a table or section"),
+        ("float", "max_claim_batch = 1e2\n", ":1: key `max_claim_batch`: expected one value, found a float"),
+        ("zero", "db_max_connections = 0\n", ":1: key `db_max_connections`: invalid value '0'"),
+        ("dash", "default-lease = \"45s\"\n", ":1: key `default-lease`: unknown key"),
         ("syntax", "listen = \"127.0.0.1:0\"\nmigrate = = true\n", ":2: "),
     ];
     for (name, text, want) in cases {
@@ -88,7 +91,8 @@ fn config_check_shows_flag_over_environment_over_file_over_default_with_secrets_
          default_lease = \"45s\"\n\
          max_lease = \"2h\"\n\
          listen = \"127.0.0.1:7000\"\n\
-         queue_resend_window = [\"refunds=12h\", \"payouts=1h\"]\n",
+         queue_resend_window = [\"refunds=12h\", \"payouts=1h\"]\n\
+         insecure = true\n",
     )
     .unwrap();
     let out = jobfence(&["config", "check"])
@@ -164,4 +168,47 @@ async fn a_coordinator_serves_from_the_file_with_its_password_from_a_file() {
     );
     let _ = child.start_kill();
     let _ = tokio::time::timeout(Duration::from_secs(10), child.wait()).await;
+}
+
+/// What `serve` refuses after its flags parse (settings that disagree, an
+/// address it will not serve the console on, a password file it cannot
+/// read) `config check` refuses too, naming the setting.
+#[test]
+fn config_check_refuses_what_serve_would_refuse_after_parsing() {
+    let d = dir("config-semantic");
+    let cases = [
+        (
+            "security",
+            "listen = \"127.0.0.1:0\"\n",
+            "--insecure explicitly",
+        ),
+        (
+            "retention",
+            "retention_jobs = \"30d\"\nretention_keys = \"1d\"\n",
+            "retention",
+        ),
+        ("console", "console_listen = \"0.0.0.0:9465\"\n", "console"),
+        (
+            "password",
+            "database_password_file = \"/nonexistent/pw\"\n",
+            "reading the database password file",
+        ),
+    ];
+    for (name, text, want) in cases {
+        let path = d.join(format!("{name}.toml"));
+        // Each file is refused for its own mistake only.
+        let insecure = if name == "security" {
+            ""
+        } else {
+            "insecure = true\n"
+        };
+        std::fs::write(&path, format!("{insecure}{text}")).unwrap();
+        let out = jobfence(&["config", "check"]).arg(&path).output().unwrap();
+        assert_eq!(out.status.code(), Some(1), "{name}: {}", stderr(&out));
+        let err = stderr(&out);
+        assert!(
+            err.contains("serve would refuse this configuration") && err.contains(want),
+            "{name}: {err}"
+        );
+    }
 }

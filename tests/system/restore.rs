@@ -412,6 +412,17 @@ async fn after_the_fence(db: &TestDb, jobs: &Jobs) {
     ];
     want.sort();
     assert_eq!(events, want);
+    // After every event of the lost database (a feed consumer's cursor
+    // may be past the backup's last one).
+    let lowest: Option<u64> =
+        sqlx::query_scalar("SELECT MIN(id) FROM job_events WHERE kind = 'restore_fenced'")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    assert!(
+        lowest.unwrap() > EPOCH,
+        "the fence's events come after the moved ids: {lowest:?}"
+    );
     pool.close().await;
     served.stop().await;
 }
