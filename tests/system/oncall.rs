@@ -1,4 +1,4 @@
-//! The README's on-call path, as printed: enqueue, look (stats, workers),
+//! The on-call path of docs/operating.md ("Operator commands"), as printed: enqueue, look (stats, workers),
 //! pause the queue, repair in bulk (dry run, then cancel), list, resume:
 //! every step a `jobfence` command, no grpcurl, against the binary run as
 //! scripts/serve runs it (TLS and authentication on, the throw-away
@@ -39,7 +39,7 @@ async fn the_readmes_on_call_commands_work_as_printed() {
     );
     assert!(
         out.status.success(),
-        "the README's commands failed:\n{text}"
+        "the on-call commands failed:\n{text}"
     );
     for expected in [
         "enqueued job 1 in queue refunds (key refund-pay_7-900-TWD), ready",
@@ -78,7 +78,7 @@ async fn the_readmes_on_call_commands_work_as_printed() {
     assert_eq!(out.status.code(), Some(141), "{stderr}");
     assert_eq!(stderr, "", "a closed pipe is no error to print");
 
-    // A new terminal without the README's exports: a cleartext call to the
+    // A new terminal without the on-call exports: a cleartext call to the
     // coordinator serving TLS is told what to give.
     let out = std::process::Command::new(bin)
         .args(["stats", "--endpoint", &format!("http://{addr}")])
