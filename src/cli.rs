@@ -144,6 +144,15 @@ pub enum Command {
 
 #[derive(Debug, Args)]
 pub struct DatabaseArgs {
+    /// The configuration file (TOML, one key per option of `jobfence serve
+    /// --help`: its long name with _ for -). Flags and JOBFENCE_* variables
+    /// win over it. By default /etc/jobfence/jobfence.toml when it exists.
+    /// `serve` takes every key; `migrate`, `prune` and `restore fence` take
+    /// the keys that are options of theirs (the database, retention), so
+    /// they reach the database the coordinators use. `jobfence config check
+    /// FILE` shows what it gives.
+    #[arg(long, env = "JOBFENCE_CONFIG")]
+    pub config: Option<std::path::PathBuf>,
     /// MySQL/MariaDB URL; several, comma-separated, for the nodes of one
     /// Galera cluster in order of preference: the coordinator writes
     /// through the first node that is ready, moves to the next when that

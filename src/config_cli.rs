@@ -80,8 +80,22 @@ struct FromFile {
     file: Option<ConfigFile>,
 }
 
-/// The file's values as flags for `serve` matched as `matches`.
-fn file_flags(cmd: &Command, matches: &ArgMatches) -> anyhow::Result<FromFile> {
+/// The command the command line names at its deepest (`migrate status`,
+/// `restore fence`, `serve`), and its matches.
+fn leaf<'c>(cmd: &'c Command, matches: &'c ArgMatches) -> (&'c Command, &'c ArgMatches) {
+    let (mut cmd, mut matches) = (cmd, matches);
+    while let Some((name, sub)) = matches.subcommand() {
+        cmd = cmd
+            .find_subcommand(name)
+            .expect("a matched subcommand exists");
+        matches = sub;
+    }
+    (cmd, matches)
+}
+
+/// The file's values as flags for `target` (a subcommand of `cmd` that
+/// takes `--config`) matched as `matches`.
+fn file_flags(cmd: &Command, target: &Command, matches: &ArgMatches) -> anyhow::Result<FromFile> {
     let Some(path) = config_path(matches) else {
         return Ok(FromFile::default());
     };
@@ -92,7 +106,7 @@ fn file_flags(cmd: &Command, matches: &ArgMatches) -> anyhow::Result<FromFile> {
             Some(ValueSource::CommandLine | ValueSource::EnvVariable)
         )
     };
-    let (flags, lines) = config_file::flags(cmd, &file, given)?;
+    let (flags, lines) = config_file::flags(cmd, target, &file, given)?;
     Ok(FromFile {
         flags,
         lines,
@@ -101,18 +115,21 @@ fn file_flags(cmd: &Command, matches: &ArgMatches) -> anyhow::Result<FromFile> {
 }
 
 /// `args` (the process's command line) with the configuration file's
-/// values added as flags when the command is `serve`; unchanged for any
-/// other command, or when the command line does not parse (clap then
-/// says why, as always). Errors: the file is missing or refused.
+/// values added as flags when the command takes `--config` (`serve`, and
+/// the commands that reach the database: `migrate`, `prune`, `restore
+/// fence`); unchanged for any other command, or when the command line
+/// does not parse (clap then says why, as always). Errors: the file is
+/// missing or refused.
 pub fn with_config_file(mut args: Vec<OsString>) -> anyhow::Result<Vec<OsString>> {
     let cmd = built();
     let Ok(matches) = cmd.clone().try_get_matches_from(&args) else {
         return Ok(args);
     };
-    let Some(("serve", serve)) = matches.subcommand() else {
+    let (target, leaf_matches) = leaf(&cmd, &matches);
+    if !target.get_arguments().any(|a| a.get_id() == "config") {
         return Ok(args);
-    };
-    args.extend(file_flags(&cmd, serve)?.flags);
+    }
+    args.extend(file_flags(&cmd, target, leaf_matches)?.flags);
     Ok(args)
 }
 
@@ -134,7 +151,9 @@ fn example(out: &mut impl Write) -> anyhow::Result<()> {
         out,
         "# jobfence serve's configuration (TOML). Every option of `jobfence serve --help`\n\
          # is a key: its long name with _ for -. A flag or a JOBFENCE_* variable wins\n\
-         # over this file; a key left commented out keeps its default.\n\
+         # over this file; a key left commented out keeps its default. Each value\n\
+         # shown is the default, or an example where there is none to show (the\n\
+         # database, the files): `jobfence config check` prints the defaults.\n\
          # Check it with: jobfence config check /etc/jobfence/jobfence.toml"
     )?;
     for (key, arg) in config_file::keys(serve) {
@@ -193,7 +212,8 @@ fn check(file: PathBuf, serve_flags: Vec<OsString>, out: &mut impl Write) -> any
     argv.extend(serve_flags);
     let first = cmd.clone().try_get_matches_from(&argv)?;
     let (_, serve) = first.subcommand().expect("serve");
-    let FromFile { flags, lines, file } = file_flags(&cmd, serve)?;
+    let serve_cmd = cmd.find_subcommand("serve").expect("serve is a command");
+    let FromFile { flags, lines, file } = file_flags(&cmd, serve_cmd, serve)?;
     argv.extend(flags);
     let matches = cmd.clone().try_get_matches_from(&argv)?;
     let (_, serve) = matches.subcommand().expect("serve");
@@ -201,7 +221,6 @@ fn check(file: PathBuf, serve_flags: Vec<OsString>, out: &mut impl Write) -> any
     <crate::serve_cli::ServeArgs as clap::FromArgMatches>::from_arg_matches(serve)?
         .check()
         .context("serve would refuse this configuration")?;
-    let serve_cmd = cmd.find_subcommand("serve").expect("serve is a command");
     writeln!(
         out,
         "# jobfence serve --config {}: the configuration it would run with here\n\

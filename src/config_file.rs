@@ -93,8 +93,10 @@ fn line_of(text: &str, offset: usize) -> usize {
     text[..offset.min(text.len())].matches('\n').count() + 1
 }
 
-/// The file's keys as flags of `serve` (`root`: the `jobfence` command,
-/// built):
+/// The file's keys as flags of `target` (`root`: the `jobfence` command,
+/// built; `target`: `serve`, or another of its subcommands that takes
+/// `--config`, which takes the keys naming options of its own), each key
+/// checked as `serve`'s option:
 /// the flags to append to the command line, and for each option taken
 /// from the file its line (by option id). A key whose option `given`
 /// already has (from a flag or the environment) is checked but not
@@ -106,6 +108,7 @@ fn line_of(text: &str, offset: usize) -> usize {
 /// each naming the file, line and key.
 pub fn flags(
     root: &Command,
+    target: &Command,
     file: &ConfigFile,
     given: impl Fn(&str) -> bool,
 ) -> anyhow::Result<(Vec<OsString>, BTreeMap<String, usize>)> {
@@ -134,6 +137,11 @@ pub fn flags(
             values_of(arg, &entry.value).map_err(|e| anyhow::anyhow!("{}: {e}", file.at(entry)))?;
         for v in &values {
             check_value(root, arg, v).map_err(|e| anyhow::anyhow!("{}: {e}", file.at(entry)))?;
+        }
+        // Another command than serve takes the keys that are options of
+        // its own (the database's, the retention's).
+        if !target.get_arguments().any(|a| a.get_long() == Some(long)) {
+            continue;
         }
         let id = arg.get_id().as_str();
         if given(id) {

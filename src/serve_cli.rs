@@ -21,12 +21,6 @@ use tokio::net::TcpListener;
 /// The flags of `jobfence serve`.
 #[derive(Debug, Args)]
 pub struct ServeArgs {
-    /// The configuration file (TOML, one key per option below: its long
-    /// name with _ for -). Flags and JOBFENCE_* variables win over it. By
-    /// default /etc/jobfence/jobfence.toml when it exists.
-    /// `jobfence config check FILE` shows what it gives.
-    #[arg(long, env = "JOBFENCE_CONFIG")]
-    pub config: Option<std::path::PathBuf>,
     #[command(flatten)]
     pub database: DatabaseArgs,
     #[command(flatten)]
@@ -397,7 +391,10 @@ fn start_pruning(coordinator: &Coordinator, pruner: PrunerSettings) -> AbortOnDr
         jobs = %humantime::format_duration(pruner.retention.jobs),
         keys = %pruner.retention.keys.map_or("forever".into(), |k| humantime::format_duration(k).to_string()),
         interval = %humantime::format_duration(pruner.interval),
-        archive_dir = ?pruner.archive_dir,
+        archive_dir = %pruner
+            .archive_dir
+            .as_ref()
+            .map_or("none".into(), |d| d.display().to_string()),
         "pruning finished jobs past their retention"
     );
     AbortOnDrop(coordinator.spawn_pruner(pruner))

@@ -212,3 +212,40 @@ fn config_check_refuses_what_serve_would_refuse_after_parsing() {
         );
     }
 }
+
+/// `migrate` (and `migrate status`) read the coordinators' file for the
+/// database keys, and leave serve's own keys (listen, insecure) alone.
+#[tokio::test]
+async fn migrate_reaches_the_database_the_file_names() {
+    let db = TestDb::new().await;
+    let d = dir("config-migrate");
+    let mut url = url::Url::parse(&db.url).unwrap();
+    let password = url.password().unwrap().to_owned();
+    url.set_password(None).unwrap();
+    std::fs::write(d.join("pw"), format!("{password}\n")).unwrap();
+    let path = d.join("jobfence.toml");
+    std::fs::write(
+        &path,
+        format!(
+            "listen = \"127.0.0.1:0\"\ninsecure = true\ndatabase_url = \"{url}\"\n\
+             database_password_file = \"{}\"\n",
+            d.join("pw").display()
+        ),
+    )
+    .unwrap();
+    let out = jobfence(&["migrate", "--config"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = jobfence(&["migrate", "status", "--config"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains(" applied, 0 pending") && text.contains("checksum ok"),
+        "{text}"
+    );
+}

@@ -37,10 +37,7 @@ async fn the_readmes_on_call_commands_work_as_printed() {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(
-        out.status.success(),
-        "the on-call commands failed:\n{text}"
-    );
+    assert!(out.status.success(), "the on-call commands failed:\n{text}");
     for expected in [
         "enqueued job 1 in queue refunds (key refund-pay_7-900-TWD), ready",
         "no worker called any coordinator in the last 15m",

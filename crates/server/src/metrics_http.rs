@@ -42,7 +42,13 @@ fn respond(
                     http::StatusCode::SERVICE_UNAVAILABLE
                 })
                 .header(http::header::CONTENT_TYPE, "text/plain; charset=utf-8")
-                .body(Full::new(Bytes::from(format!("{status}\n"))))
+                // The gRPC health service's own names (SERVING,
+                // NOT_SERVING), as grpcurl shows them.
+                .body(Full::new(Bytes::from(format!(
+                    "{}\n",
+                    tonic_health::pb::health_check_response::ServingStatus::from(status)
+                        .as_str_name()
+                ))))
         }
         (&http::Method::GET, _) => builder
             .status(http::StatusCode::NOT_FOUND)
