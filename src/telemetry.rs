@@ -34,14 +34,28 @@ pub struct Telemetry {
 pub fn init(format: LogFormat, otlp_endpoint: Option<&str>) -> anyhow::Result<Telemetry> {
     let filter = tracing_subscriber::EnvFilter::try_from_env("JOBFENCE_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let provider = otlp_endpoint.map(tracer_provider).transpose()?;
+    use std::io::IsTerminal;
+    let ansi = std::io::stderr().is_terminal();
+    let Some(endpoint) = otlp_endpoint else {
+        // Without an exporter, the plain subscriber of the log lines: a
+        // stack of optional layers cost each call measurably more
+        // (docs/benchmarks.md, "Traces across the wire").
+        let builder = tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_writer(std::io::stderr)
+            .with_ansi(ansi);
+        match format {
+            LogFormat::Text => builder.init(),
+            LogFormat::Json => builder.json().init(),
+        }
+        return Ok(Telemetry { provider: None });
+    };
+    let provider = Some(tracer_provider(endpoint)?);
     let otel = provider.as_ref().map(|p| {
         tracing_opentelemetry::layer()
             .with_tracer(p.tracer(SERVICE_NAME))
             .with_tracked_inactivity(false)
     });
-    use std::io::IsTerminal;
-    let ansi = std::io::stderr().is_terminal();
     let text = matches!(format, LogFormat::Text).then(|| {
         tracing_subscriber::fmt::layer()
             .with_writer(std::io::stderr)
@@ -59,9 +73,7 @@ pub fn init(format: LogFormat, otlp_endpoint: Option<&str>) -> anyhow::Result<Te
         .with(text)
         .with(json)
         .init();
-    if let Some(endpoint) = otlp_endpoint {
-        tracing::info!(endpoint, "exporting spans over OTLP/gRPC");
-    }
+    tracing::info!(endpoint, "exporting spans over OTLP/gRPC");
     Ok(Telemetry { provider })
 }
 
