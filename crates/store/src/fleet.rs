@@ -146,6 +146,9 @@ impl JobStore {
             })
             .collect::<Result<Vec<_>, sqlx::Error>>()
             .map_err(convert_sqlx_err)?;
+        // Before the process list is read: a session of this process
+        // remembered from here on may not be in it.
+        let read_at = std::time::Instant::now();
         let sessions = sqlx::query(include_str!("queries/fleet/sessions.sql"))
             .fetch_all(&pool)
             .await
@@ -162,7 +165,7 @@ impl JobStore {
             .collect::<Result<Vec<_>, sqlx::Error>>()
             .map_err(convert_sqlx_err)?;
         let database = self.nodes[0].get_database().unwrap_or_default();
-        let unregistered = unregistered(&sessions, database);
+        let unregistered = unregistered(&sessions, database, read_at);
         Ok(FleetView {
             coordinators,
             unregistered,
@@ -285,11 +288,16 @@ pub enum Backfill {
 
 /// The sessions (id, host, node, registered) no jobfence process of this
 /// release or newer registered and this process did not open; this
-/// process's sessions that closed are forgotten.
-fn unregistered(sessions: &[(u64, String, String, bool)], database: &str) -> Vec<Unregistered> {
+/// process's sessions that closed before the list was read (`read_at`)
+/// are forgotten.
+fn unregistered(
+    sessions: &[(u64, String, String, bool)],
+    database: &str,
+    read_at: std::time::Instant,
+) -> Vec<Unregistered> {
     if let Some((_, _, node, _)) = sessions.first() {
         let live: BTreeSet<u64> = sessions.iter().map(|s| s.0).collect();
-        sessions::forget_closed(node, database, &live);
+        sessions::forget_closed(node, database, &live, read_at);
     }
     sessions
         .iter()

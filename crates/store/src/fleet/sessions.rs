@@ -16,6 +16,7 @@ use sqlx::mysql::MySqlConnectOptions;
 use sqlx::{ConnectOptions, Connection, Row};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;
+use std::time::Instant;
 
 /// Where a session is: its server (`@@hostname:@@port`, since a
 /// connection id is one server's), its database, its connection id.
@@ -31,6 +32,9 @@ struct Own {
     name: String,
     registrar: String,
     written: bool,
+    /// When it was remembered: a process list read before then may not
+    /// show it yet.
+    since: Instant,
 }
 
 fn own() -> std::sync::MutexGuard<'static, BTreeMap<Key, Own>> {
@@ -64,6 +68,7 @@ pub(crate) async fn remember(
             name: name.to_owned(),
             registrar,
             written: false,
+            since: Instant::now(),
         },
     );
     Ok(())
@@ -75,9 +80,19 @@ pub(crate) fn is_own(node: &str, id: u64) -> bool {
 }
 
 /// Forgets this process's sessions of `node` on `database` that are no
-/// longer `live` (the process list a check reads shows one database's).
-pub(crate) fn forget_closed(node: &str, database: &str, live: &BTreeSet<u64>) {
-    own().retain(|(n, db, id), _| n != node || db != database || live.contains(id));
+/// longer `live` (the process list a check reads shows one database's),
+/// read from `read_at` on. A session remembered since then may be missing
+/// from that list only because it connected after it was read: it is kept
+/// (forgotten, it would never be registered, and every newer coordinator
+/// would take it for an older one's for as long as it lives).
+pub(crate) fn forget_closed(node: &str, database: &str, live: &BTreeSet<u64>, read_at: Instant) {
+    own().retain(|(n, db, id), o| n != node || db != database || keep(*id, o.since, live, read_at));
+}
+
+/// Whether a session `id` of this process, remembered at `since`, stays
+/// remembered after a process list `live` read from `read_at` on.
+fn keep(id: u64, since: Instant, live: &BTreeSet<u64>, read_at: Instant) -> bool {
+    live.contains(&id) || since >= read_at
 }
 
 /// Starts the registrar of `options`' database unless one runs; its key.
@@ -147,4 +162,27 @@ async fn write_pending(
         }
     }
     Ok(pending.len())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn a_session_that_connected_after_the_process_list_was_read_is_kept() {
+        let read_at = Instant::now();
+        let live: BTreeSet<u64> = [7].into();
+        let before = read_at - Duration::from_millis(5);
+        let after = read_at + Duration::from_millis(5);
+        assert!(keep(7, before, &live, read_at), "listed: kept");
+        assert!(
+            !keep(8, before, &live, read_at),
+            "closed before the read: forgotten"
+        );
+        assert!(
+            keep(9, after, &live, read_at),
+            "connected after the read: kept"
+        );
+    }
 }
