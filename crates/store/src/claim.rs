@@ -126,27 +126,27 @@ impl JobStore {
         if phase.decided.is_empty() {
             // Nothing handed out (an operator may have paused the queue:
             // then nothing to spend either, and only a resume changes it).
-            if phase.settled.after.is_empty() {
+            if phase.spend.after.is_empty() {
                 tx.rollback().await?;
             } else {
-                tx.commit_after(&phase.settled.after).await?;
+                tx.commit_after(&phase.spend.after).await?;
             }
             return Ok(ClaimBatchOutcome {
                 jobs: vec![Vec::new(); slots.len()],
-                next_due: phase.settled.next_due,
-                budget: phase.settled.report,
+                next_due: phase.spend.next_due,
+                budget: phase.spend.report,
                 parked: Vec::new(),
             });
         }
         let now = phase.clock()?;
         let observations = self
-            .write_claim(tx, &phase.decided, now, &phase.settled.after)
+            .write_claim(tx, &phase.decided, now, &phase.spend.after)
             .await?;
         let (jobs, parked) = hand_out(phase.decided, observations, slots.len(), phase.provider);
         Ok(ClaimBatchOutcome {
             jobs,
-            next_due: phase.settled.next_due,
-            budget: phase.settled.report,
+            next_due: phase.spend.next_due,
+            budget: phase.spend.report,
             parked,
         })
     }
@@ -187,7 +187,7 @@ impl JobStore {
         if rules.queue_paused {
             return Ok(ClaimPhase {
                 decided: Vec::new(),
-                settled: Settled::default(),
+                spend: BudgetSpend::default(),
                 now: None,
                 provider: None,
             });
@@ -200,10 +200,10 @@ impl JobStore {
         let candidates: &'a Vec<LockedJob> = candidates;
         run.clock(candidates);
         let decided = run.decide(tx, candidates, extra).await?;
-        let settled = run.settle(tx, &decided).await?;
+        let spend = run.spend_budget(tx, &decided).await?;
         Ok(ClaimPhase {
             decided,
-            settled,
+            spend,
             now: run.now,
             provider: run.provider,
         })
@@ -396,7 +396,7 @@ struct ClaimRows {
 /// run from (`None` when the scans read no row), and the provider.
 struct ClaimPhase<'a> {
     decided: Vec<Decided<'a>>,
-    settled: Settled,
+    spend: BudgetSpend,
     now: Option<DbTime>,
     provider: Option<&'a LockedProvider>,
 }
@@ -429,7 +429,7 @@ struct ClaimRun<'s> {
 
 /// What a claim spends of its provider's budget and says about it.
 #[derive(Default)]
-struct Settled {
+struct BudgetSpend {
     /// What the claim did against the budget, when the queue has a provider.
     report: Option<BudgetReport>,
     /// When a slot left short may look again (asked for only).
@@ -508,11 +508,11 @@ impl<'s> ClaimRun<'s> {
     /// the report of it, and, when asked for and a slot was left short,
     /// when to look again: when the held jobs' next unit is due, or else
     /// when the queue's next job becomes claimable.
-    async fn settle(
+    async fn spend_budget(
         &self,
         tx: &mut Tx,
         decided: &[Decided<'_>],
-    ) -> Result<Settled, CoordinatorError> {
+    ) -> Result<BudgetSpend, CoordinatorError> {
         let handed = decided.iter().filter(|d| d.slot.is_some()).count();
         let short = (handed as u32) < self.wanted;
         let report = self.provider.map(|p| BudgetReport {
@@ -531,7 +531,7 @@ impl<'s> ClaimRun<'s> {
             Some(p) => p.after_claim(self.queue, self.allowance.spent, budget_held)?,
             None => Vec::new(),
         };
-        Ok(Settled {
+        Ok(BudgetSpend {
             report,
             next_due,
             after,

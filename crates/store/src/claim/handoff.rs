@@ -196,7 +196,7 @@ impl JobStore {
         new_events.extend(claim_events);
         let after: Vec<String> = phase
             .as_ref()
-            .map(|p| p.settled.after.clone())
+            .map(|p| p.spend.after.clone())
             .unwrap_or_default();
         self.pause_in(PausePoint::HandoffBeforeCommit, &mut tx)
             .await;
@@ -351,10 +351,10 @@ fn claimed(
 ) -> Claimed {
     let ClaimPhase {
         decided,
-        settled,
+        spend,
         provider,
         ..
     } = phase;
     let (jobs, parked) = hand_out(decided, observations, slots, provider);
-    (jobs, settled.next_due, settled.report, parked)
+    (jobs, spend.next_due, spend.report, parked)
 }
