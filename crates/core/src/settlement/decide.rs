@@ -17,9 +17,10 @@ use jobfence_store::JobStore;
 /// decision (a worker completed it, an operator resolved it first).
 const REDECIDE: usize = 3;
 
-/// What decisions did, counted for the summary.
+/// What the settlement decisions did, counted for the summary (the
+/// claim's own decisions are the store's `claim::decide::Decided`).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Decided {
+pub struct Tally {
     /// Keys whose one settled refund matches their succeeded job.
     pub matched: u64,
     /// Manual reviews resolved to succeeded: (job id, provider reference).
@@ -34,8 +35,8 @@ pub struct Decided {
     pub exceptions_resolved: u64,
 }
 
-impl Decided {
-    pub fn add(&mut self, other: &Decided) {
+impl Tally {
+    pub fn add(&mut self, other: &Tally) {
         self.matched += other.matched;
         self.resolved.extend(other.resolved.iter().cloned());
         self.observed += other.observed;
@@ -113,8 +114,8 @@ pub(super) fn on_insert(
 }
 
 /// The outcomes of lines decided as they were inserted, counted.
-pub(super) fn counted(outcomes: &[Outcome]) -> Decided {
-    let mut out = Decided::default();
+pub(super) fn counted(outcomes: &[Outcome]) -> Tally {
+    let mut out = Tally::default();
     for o in outcomes {
         count(&mut out, o);
     }
@@ -130,7 +131,7 @@ pub(super) async fn apply(
     store: &JobStore,
     settings: &SettlementSettings,
     batch: &[KeyLines],
-) -> Result<Decided, CoordinatorError> {
+) -> Result<Tally, CoordinatorError> {
     let keys: Vec<&str> = batch.iter().filter_map(|k| k.key.as_deref()).collect();
     let mut holders = store.settlement_holders(&settings.queues, &keys).await?;
     let subjects: Vec<String> = batch.iter().map(subject_of).collect();
@@ -140,7 +141,7 @@ pub(super) async fn apply(
             &subjects.iter().map(String::as_str).collect::<Vec<_>>(),
         )
         .await?;
-    let mut out = Decided::default();
+    let mut out = Tally::default();
     for (kl, subject) in batch.iter().zip(&subjects) {
         let lines: Vec<SettlementLine> = kl.lines.iter().map(|(_, l)| l.clone()).collect();
         for round in 0..=REDECIDE {
@@ -221,7 +222,7 @@ fn job_of(h: &Holder) -> Option<u64> {
     }
 }
 
-fn count(out: &mut Decided, outcome: &Outcome) {
+fn count(out: &mut Tally, outcome: &Outcome) {
     match outcome {
         Outcome::Matched => out.matched += 1,
         Outcome::Resolve {

@@ -25,7 +25,7 @@ use jobfence_store::settlement::report::MissingCursor;
 use jobfence_store::settlement::Held;
 use jobfence_store::JobStore;
 
-pub use decide::Decided;
+pub use decide::Tally;
 
 /// Most lines one streamed batch may carry.
 pub const MAX_BATCH_LINES: usize = 2000;
@@ -62,7 +62,7 @@ pub struct ImportSummary {
     /// The first [`MAX_LISTED_REFUSALS`] refusals.
     pub refusals: Vec<LineRefusal>,
     pub lines: LineCounts,
-    pub decided: Decided,
+    pub decided: Tally,
     /// The succeeded jobs found with no refund in the covered periods
     /// (exceptions raised or kept).
     pub missing: u64,
