@@ -18,7 +18,8 @@ mod stats;
 use super::events::{self, call_digest, NewEvent};
 use super::pause::PausePoint;
 use super::reads;
-use super::{commit, convert_sqlx_err, micros, JobStore};
+use super::{convert_sqlx_err, micros, JobStore};
+use crate::run::{transaction, Body};
 use jobfence_domain::{
     CoordinatorError, DbTime, EventKind, Job, JobState, NextAction, WriteOutcome,
 };
@@ -185,7 +186,7 @@ impl JobStore {
         &self,
         req: &ResolveManualReview,
     ) -> Result<WriteOutcome, CoordinatorError> {
-        self.retry_conflicts(|| self.resolve_once(req)).await
+        transaction!(self, |tx| self.resolve_in(tx, req))
     }
 
     fn resolve_digest(req: &ResolveManualReview) -> [u8; 32] {
@@ -216,13 +217,13 @@ impl JobStore {
         ])
     }
 
-    async fn resolve_once(
+    async fn resolve_in(
         &self,
+        tx: &mut MySqlConnection,
         req: &ResolveManualReview,
-    ) -> Result<WriteOutcome, CoordinatorError> {
+    ) -> Body<WriteOutcome> {
         let digest = Self::resolve_digest(req);
-        let mut tx = self.begin().await?;
-        let locked = reads::lock_job(&mut tx, req.job_id)
+        let locked = reads::lock_job(tx, req.job_id)
             .await?
             .ok_or(CoordinatorError::JobNotFound { job_id: req.job_id })?;
         self.pause(PausePoint::ResolveAfterLock).await;
@@ -247,12 +248,11 @@ impl JobStore {
             };
             return refused.answer(tx, locked, &digest, refusal).await;
         }
-        write_resolution(&mut tx, job, req).await?;
-        events::append(&mut tx, resolved_event(job, req, digest, locked.now)).await?;
-        let after = reads::job(&mut tx, job.id)
+        write_resolution(tx, job, req).await?;
+        events::append(tx, resolved_event(job, req, digest, locked.now)).await?;
+        let after = reads::job(tx, job.id)
             .await?
             .ok_or(CoordinatorError::JobNotFound { job_id: job.id })?;
-        commit(tx).await?;
         Ok(WriteOutcome {
             job: after,
             replayed: false,
@@ -263,10 +263,10 @@ impl JobStore {
     /// `JobNotCancellable`, `AttemptSuperseded`, `AttemptNotIssued`,
     /// `JobNotFound`.
     pub async fn cancel_job(&self, req: &CancelJob) -> Result<WriteOutcome, CoordinatorError> {
-        self.retry_conflicts(|| self.cancel_once(req)).await
+        transaction!(self, |tx| self.cancel_in(tx, req))
     }
 
-    async fn cancel_once(&self, req: &CancelJob) -> Result<WriteOutcome, CoordinatorError> {
+    async fn cancel_in(&self, tx: &mut MySqlConnection, req: &CancelJob) -> Body<WriteOutcome> {
         let digest = call_digest(&[
             b"cancel_job",
             &req.job_id.to_be_bytes(),
@@ -274,8 +274,7 @@ impl JobStore {
             req.operator.as_bytes(),
             req.reason.as_bytes(),
         ]);
-        let mut tx = self.begin().await?;
-        let locked = reads::lock_job(&mut tx, req.job_id)
+        let locked = reads::lock_job(tx, req.job_id)
             .await?
             .ok_or(CoordinatorError::JobNotFound { job_id: req.job_id })?;
         self.pause(PausePoint::CancelAfterLock).await;
@@ -305,16 +304,16 @@ impl JobStore {
             .bind(job.id)
             .bind(req.attempt)
             .execute(&mut *tx)
-            .await
-            .map_err(convert_sqlx_err)?;
+            .await?;
         if updated.rows_affected() != 1 {
             return Err(CoordinatorError::TransactionConflict(format!(
                 "job {} changed under its row lock",
                 job.id
-            )));
+            ))
+            .into());
         }
         events::append(
-            &mut tx,
+            tx,
             NewEvent {
                 job_id: job.id,
                 queue: &job.queue,
@@ -329,10 +328,9 @@ impl JobStore {
             },
         )
         .await?;
-        let after = reads::job(&mut tx, job.id)
+        let after = reads::job(tx, job.id)
             .await?
             .ok_or(CoordinatorError::JobNotFound { job_id: job.id })?;
-        commit(tx).await?;
         Ok(WriteOutcome {
             job: after,
             replayed: false,
@@ -354,18 +352,17 @@ impl Refused<'_> {
     /// was lost); otherwise the refusal, logged as `kind` in the events.
     async fn answer(
         self,
-        mut tx: sqlx::Transaction<'static, sqlx::MySql>,
+        tx: &mut MySqlConnection,
         locked: reads::LockedJob,
         digest: &[u8; 32],
         refusal: CoordinatorError,
-    ) -> Result<WriteOutcome, CoordinatorError> {
+    ) -> Body<WriteOutcome> {
         let now = locked.now;
         let job = locked.job;
-        if events::find_applied(&mut tx, job.id, self.presented, digest)
+        if events::find_applied(tx, job.id, self.presented, digest)
             .await?
             .is_some()
         {
-            tx.rollback().await.map_err(convert_sqlx_err)?;
             return Ok(WriteOutcome {
                 job,
                 replayed: true,

@@ -23,8 +23,9 @@ use super::events;
 use super::literal;
 use super::pause::PausePoint;
 use super::reads::{self, LockedJob};
+use super::run::{batch_transaction, transaction, Body, Failure};
 use super::tx::Tx;
-use super::{commit, convert_sqlx_err, JobStore};
+use super::{convert_sqlx_err, JobStore};
 use decide::{decide, room_left, Claiming, Decided, Holds};
 use jobfence_domain::budget::{Allowance, BudgetReport, Holdback};
 use jobfence_domain::{
@@ -99,22 +100,23 @@ impl JobStore {
         slots: &[ClaimSlot],
         want_next_due: bool,
     ) -> Result<ClaimBatchOutcome, CoordinatorError> {
-        self.retry_conflicts(|| self.claim_once(queue, policy, slots, want_next_due))
-            .await
+        batch_transaction!(self, |tx| {
+            self.claim_in(tx, queue, policy, slots, want_next_due)
+        })
     }
 
-    async fn claim_once(
+    async fn claim_in(
         &self,
+        tx: &mut Tx,
         queue: &str,
         default_policy: QueuePolicy,
         slots: &[ClaimSlot],
         want_next_due: bool,
-    ) -> Result<ClaimBatchOutcome, CoordinatorError> {
-        let mut tx = self.begin_batch().await?;
+    ) -> Body<ClaimBatchOutcome> {
         let mut rows = ClaimRows::default();
         let phase = self
             .claim_phase(
-                &mut tx,
+                tx,
                 &mut rows,
                 queue,
                 default_policy,
@@ -267,19 +269,19 @@ impl JobStore {
     /// that does not commit spends nothing.
     async fn write_claim(
         &self,
-        mut tx: Tx,
+        tx: &mut Tx,
         decided: &[Decided<'_>],
         now: DbTime,
         after: &[String],
     ) -> Result<HashMap<u64, Vec<Observation>>, CoordinatorError> {
-        let events = write_decided(&mut tx, decided, now).await?;
+        let events = write_decided(tx, decided, now).await?;
         let with_observations: Vec<u64> = decided
             .iter()
             .filter(|d| d.slot.is_some() && d.locked.has_observations)
             .map(|d| d.locked.job.id)
             .collect();
-        let observations = reads::observations(&mut tx, &with_observations).await?;
-        self.pause_in(PausePoint::ClaimBeforeCommit, &mut tx).await;
+        let observations = reads::observations(tx, &with_observations).await?;
+        self.pause_in(PausePoint::ClaimBeforeCommit, tx).await;
         events::append_and_commit_with(tx, &events, after).await?;
         Ok(observations)
     }
@@ -298,28 +300,26 @@ impl JobStore {
         req: &Takeover,
         scope: &QueueScope,
     ) -> Result<ClaimedJob, CoordinatorError> {
-        self.retry_conflicts(|| self.takeover_once(req, scope))
-            .await
+        transaction!(self, |tx| self.takeover_in(tx, req, scope))
     }
 
-    async fn takeover_once(
+    async fn takeover_in(
         &self,
+        tx: &mut MySqlConnection,
         req: &Takeover,
         scope: &QueueScope,
-    ) -> Result<ClaimedJob, CoordinatorError> {
-        let mut tx = self.begin().await?;
-        let locked = reads::lock_job(&mut tx, req.job_id)
+    ) -> Body<ClaimedJob> {
+        let locked = reads::lock_job(tx, req.job_id)
             .await?
             .ok_or(CoordinatorError::JobNotFound { job_id: req.job_id })?;
         let job = &locked.job;
         if let Some(refusal) = transition::takeover_refusal(job, locked.lease_expired, scope) {
-            tx.rollback().await.map_err(convert_sqlx_err)?;
-            return Err(refusal);
+            return Err(refusal.into());
         }
         self.pause(PausePoint::TakeoverAfterLock).await;
         // The provider's row after the job's (see budget.rs: lock order).
         let rules_text = budget::rules_statements(&job.queue, true)?.join(";\n");
-        let mut sets = batch::result_sets(&mut tx, &rules_text).await?;
+        let mut sets = batch::result_sets(tx, &rules_text).await?;
         let own = sets.pop().unwrap_or_default();
         let (rules, _) = Rules::parse_or_own_row(&job.queue, &sets, &own)?;
         let mut spend = Vec::new();
@@ -333,18 +333,17 @@ impl JobStore {
                 ..p.allowance(&job.queue)
             };
             if let Err(why) = allowance.take(NextAction::Reconcile, cost) {
-                tx.rollback().await.map_err(convert_sqlx_err)?;
-                return Err(CoordinatorError::ProviderHoldback {
+                return Err(Failure::Error(CoordinatorError::ProviderHoldback {
                     provider: p.name.clone(),
                     why,
                     retry_after: p.due_in(why, 0, cost),
                     throttled_until: p.throttled_until.filter(|_| why == Holdback::Throttled),
-                });
+                }));
             }
             spend = p.after_claim(&job.queue, allowance.spent, false)?;
         }
         // The row lock may have been waited for: stamp the lease from now.
-        let now = batch::db_now(&mut tx).await?;
+        let now = batch::db_now(tx).await?;
         let after = transition::hand_out(
             job,
             NextAction::Reconcile,
@@ -358,20 +357,18 @@ impl JobStore {
             after: after.clone(),
             slot: Some(0),
         }];
-        let taken = write_decided(&mut tx, &decided, now).await?;
-        events::append_all(&mut tx, &taken).await?;
+        let taken = write_decided(tx, &decided, now).await?;
+        events::append_all(tx, &taken).await?;
         drop(taken);
         if !spend.is_empty() {
-            batch::result_sets(&mut tx, &spend.join(";\n")).await?;
+            batch::result_sets(tx, &spend.join(";\n")).await?;
         }
         let mut observations = if locked.has_observations {
-            reads::observations(&mut tx, &[job.id]).await?
+            reads::observations(tx, &[job.id]).await?
         } else {
             Default::default()
         };
-        self.pause_in(PausePoint::TakeoverBeforeCommit, &mut tx)
-            .await;
-        commit(tx).await?;
+        self.pause_in(PausePoint::TakeoverBeforeCommit, tx).await;
         Ok(ClaimedJob {
             observations: observations.remove(&after.id).unwrap_or_default(),
             job: after,

@@ -12,6 +12,7 @@ use super::errors::{convert_commit_err, is_unique_violation};
 use super::events::{self, call_digest, NewEvent};
 use super::literal;
 use super::pause::PausePoint;
+use super::run::{batch_transaction, Body, Failure};
 use super::tx::Tx;
 use super::{convert_sqlx_err, micros, rows, JobStore};
 use jobfence_domain::{CoordinatorError, Enqueue, EnqueueOutcome, Job, JobState};
@@ -98,9 +99,7 @@ impl JobStore {
             (&items[a].queue, &items[a].operation_key)
                 .cmp(&(&items[b].queue, &items[b].operation_key))
         });
-        let jobs = self
-            .retry_conflicts(|| self.enqueue_once(items, &digests, &distinct))
-            .await?;
+        let jobs = batch_transaction!(self, |tx| self.enqueue_in(tx, items, &digests, &distinct))?;
         Ok(items
             .iter()
             .enumerate()
@@ -126,23 +125,20 @@ impl JobStore {
 
     /// One try: the job of each distinct item (by index), whether this
     /// transaction created it, and its stored digest.
-    async fn enqueue_once(
+    async fn enqueue_in(
         &self,
+        tx: &mut Tx,
         items: &[Enqueue],
         digests: &[[u8; 32]],
         distinct: &[usize],
-    ) -> Result<HashMap<usize, (Job, bool, [u8; 32])>, CoordinatorError> {
-        let mut tx = self.begin_batch().await?;
+    ) -> Body<HashMap<usize, (Job, bool, [u8; 32])>> {
         let mut out = HashMap::with_capacity(distinct.len());
-        if let Some(answered) = self
-            .enqueue_unseen(&mut tx, items, digests, distinct)
-            .await?
-        {
+        if let Some(answered) = self.enqueue_unseen(tx, items, digests, distinct).await? {
             return Ok(answered);
         }
         // A large batch, or a key some job holds (the failed INSERT wrote
         // nothing): look the keys up, in the same transaction.
-        let (live, pruned) = lookup_keys(&mut tx, items, distinct).await?;
+        let (live, pruned) = lookup_keys(tx, items, distinct).await?;
         for (i, (job, digest)) in live {
             out.insert(i, (job, false, digest));
         }
@@ -162,23 +158,22 @@ impl JobStore {
             tx.rollback().await?;
             return Ok(out);
         }
-        self.pause_in(PausePoint::EnqueueBeforeCommit, &mut tx)
-            .await;
+        self.pause_in(PausePoint::EnqueueBeforeCommit, tx).await;
         let new_bytes: usize = new.iter().map(|&i| items[i].payload.len()).sum();
         if new_bytes <= INSERT_CHUNK_BYTES {
-            for (i, (job, digest)) in insert_and_commit(&mut tx, items, digests, &new).await? {
+            for (i, (job, digest)) in insert_and_commit(tx, items, digests, &new).await? {
                 out.insert(i, (job, true, digest));
             }
             return Ok(out);
         }
-        insert(&mut tx, items, digests, &new).await?;
-        let inserted = by_keys(&mut tx, items, &new).await?;
+        insert(tx, items, digests, &new).await?;
+        let inserted = by_keys(tx, items, &new).await?;
         if inserted.len() != new.len() {
-            return Err(CoordinatorError::Internal(format!(
+            return Err(Failure::Error(CoordinatorError::Internal(format!(
                 "inserted {} jobs but found {} of them",
                 new.len(),
                 inserted.len()
-            )));
+            ))));
         }
         let enqueued: Vec<NewEvent> = inserted
             .iter()

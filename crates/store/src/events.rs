@@ -4,6 +4,7 @@
 
 use super::batch::{db_time, expand, hex, json};
 use super::literal;
+use super::run::{Body, Failure};
 use super::tx::Tx;
 use super::{convert_sqlx_err, rows};
 use jobfence_domain::{CoordinatorError, DbTime, EventKind, Job, JobState};
@@ -105,7 +106,7 @@ pub(crate) async fn append_all(
 /// (see [`Tx::commit_after`]); a large one is appended as one JSON array,
 /// then committed. Errors as for [`Tx::commit`].
 pub(crate) async fn append_and_commit(
-    tx: Tx,
+    tx: &mut Tx,
     events: &[NewEvent<'_>],
 ) -> Result<(), CoordinatorError> {
     append_and_commit_with(tx, events, &[]).await
@@ -114,12 +115,12 @@ pub(crate) async fn append_and_commit(
 /// [`append_and_commit`], running `before` (text statements: a provider's
 /// spent units) in the round trip of the COMMIT.
 pub(crate) async fn append_and_commit_with(
-    mut tx: Tx,
+    tx: &mut Tx,
     events: &[NewEvent<'_>],
     before: &[String],
 ) -> Result<(), CoordinatorError> {
     if events.len() > VALUES_ROWS {
-        append_all(&mut tx, events).await?;
+        append_all(tx, events).await?;
         if before.is_empty() {
             return tx.commit().await;
         }
@@ -247,23 +248,21 @@ pub(crate) fn refusal<'a>(
     }
 }
 
-/// Logs a refused write (see [`refusal`]) and commits that entry alone,
-/// then returns the refusal. Nothing of the job changed; the refusal stands
-/// even if its audit entry cannot be committed.
+/// Logs a refused write (see [`refusal`]) in `tx` and answers
+/// [`Failure::Refused`]: the runner commits that entry alone, then answers
+/// the refusal. Nothing of the job changed; the refusal stands even if its
+/// audit entry cannot be committed.
 pub(crate) async fn refuse<T>(
-    mut tx: sqlx::Transaction<'static, sqlx::MySql>,
+    tx: &mut MySqlConnection,
     job: &Job,
     presented: u64,
     kind: EventKind,
     detail: String,
     now: DbTime,
     refused: CoordinatorError,
-) -> Result<T, CoordinatorError> {
-    append(&mut tx, refusal(job, presented, kind, detail, now)).await?;
-    if let Err(e) = super::commit(tx).await {
-        tracing::warn!(job_id = job.id, kind = kind.as_str(), error = %e, "could not log a refused write");
-    }
-    Err(refused)
+) -> Body<T> {
+    append(tx, refusal(job, presented, kind, detail, now)).await?;
+    Err(Failure::Refused(refused))
 }
 
 /// SHA-256 over length-prefixed parts: the identity of a fenced call.

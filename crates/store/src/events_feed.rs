@@ -48,6 +48,7 @@ use super::errors::{code, error_number};
 use super::pause::PausePoint;
 use super::rows::{self, get, opt_text, text};
 use super::{convert_sqlx_err, JobStore};
+use crate::run::{read, Body};
 use jobfence_domain::feed::{FeedEvent, FeedPage};
 use jobfence_domain::{CoordinatorError, JobState};
 use sqlx::mysql::MySqlRow;
@@ -117,32 +118,30 @@ impl JobStore {
         limit: u32,
         queue: Option<&str>,
     ) -> Result<FeedPage, CoordinatorError> {
-        let page = self.list_events_once(after, limit, queue).await;
-        self.outage_named(page).await
+        read!(self, |conn| self.list_events_in(conn, after, limit, queue))
     }
 
-    async fn list_events_once(
+    async fn list_events_in(
         &self,
+        conn: &mut MySqlConnection,
         after: u64,
         limit: u32,
         queue: Option<&str>,
-    ) -> Result<FeedPage, CoordinatorError> {
+    ) -> Body<FeedPage> {
         let limit = limit.max(1);
-        let mut conn = self.pool().acquire().await.map_err(convert_sqlx_err)?;
         let scanned = sqlx::query(include_str!("queries/events_feed/scan_ids.sql"))
             .bind(after)
             .bind(SCAN_IDS)
             .fetch_all(&mut *conn)
-            .await
-            .map_err(convert_sqlx_err)?;
+            .await?;
         let ids = scanned
             .iter()
             .map(|r| Ok((get::<u64>(r, "id")?, get::<Option<i64>>(r, "age_us")?)))
             .collect::<Result<Vec<_>, CoordinatorError>>()?;
-        let horizon = self.horizon(&mut conn, after, &ids).await?;
+        let horizon = self.horizon(conn, after, &ids).await?;
         self.pause(PausePoint::EventsAfterHorizon).await;
         if horizon == after {
-            pruned_check(&mut conn, after).await?;
+            pruned_check(conn, after).await?;
             return Ok(FeedPage {
                 events: Vec::new(),
                 next_after: after,
@@ -156,17 +155,13 @@ impl JobStore {
         if let Some(q) = queue {
             query = query.bind(q);
         }
-        let fetched = query
-            .bind(limit)
-            .fetch_all(&mut *conn)
-            .await
-            .map_err(convert_sqlx_err)?;
+        let fetched = query.bind(limit).fetch_all(&mut *conn).await?;
         let events = fetched.iter().map(event).collect::<Result<Vec<_>, _>>()?;
         // Read after the events: a pruner that deleted any of the events
         // after the cursor raised the mark in the same transaction, before
         // this read began, so the page is refused rather than served with a
         // silent gap.
-        pruned_check(&mut conn, after).await?;
+        pruned_check(conn, after).await?;
         let next_after = match events.last() {
             Some(last) if events.len() as u32 == limit => last.id,
             _ => horizon,

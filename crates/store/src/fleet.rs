@@ -10,6 +10,7 @@
 pub(crate) mod sessions;
 
 use super::{convert_sqlx_err, micros, JobStore};
+use crate::run::transaction;
 use jobfence_domain::CoordinatorError;
 use sqlx::Row;
 use std::collections::BTreeSet;
@@ -215,46 +216,32 @@ impl JobStore {
                 )))
             }
         };
-        self.retry_conflicts(|| async {
-            let mut tx = self.begin().await?;
+        transaction!(self, |tx| async {
             let state = sqlx::query(include_str!("queries/fleet/lock_transition.sql"))
                 .bind(micros(quiet))
                 .bind(name)
                 .fetch_optional(&mut *tx)
-                .await
-                .map_err(convert_sqlx_err)?;
+                .await?;
             let decided = match state {
                 None => Some(Backfill::Complete),
-                Some(r) if r.try_get::<i64, _>(0).map_err(convert_sqlx_err)? != 0 => {
-                    Some(Backfill::Complete)
-                }
-                Some(r) if r.try_get::<i64, _>(1).map_err(convert_sqlx_err)? == 0 => {
-                    Some(Backfill::NotQuietYet)
-                }
+                Some(r) if r.try_get::<i64, _>(0)? != 0 => Some(Backfill::Complete),
+                Some(r) if r.try_get::<i64, _>(1)? == 0 => Some(Backfill::NotQuietYet),
                 Some(_) => None,
             };
             if let Some(d) = decided {
-                tx.rollback().await.map_err(convert_sqlx_err)?;
                 return Ok(d);
             }
-            self.pause_in(super::PausePoint::BackfillBeforeWrite, &mut tx)
+            self.pause_in(super::PausePoint::BackfillBeforeWrite, tx)
                 .await;
-            let changed = sqlx::query(sql)
-                .execute(&mut *tx)
-                .await
-                .map_err(convert_sqlx_err)?
-                .rows_affected();
+            let changed = sqlx::query(sql).execute(&mut *tx).await?.rows_affected();
             sqlx::query(include_str!("queries/fleet/complete_transition.sql"))
                 .bind(by)
                 .bind(changed)
                 .bind(name)
                 .execute(&mut *tx)
-                .await
-                .map_err(convert_sqlx_err)?;
-            super::commit(tx).await?;
+                .await?;
             Ok(Backfill::Ran(changed))
         })
-        .await
     }
 
     /// Reopens transition `name` and starts its quiet period now (an

@@ -105,7 +105,7 @@ impl HealthProbe {
         node: usize,
         timeout: Duration,
     ) -> Result<NodeCheck, CoordinatorError> {
-        let checked = tokio::time::timeout(timeout, self.check_once(node)).await;
+        let checked = tokio::time::timeout(timeout, self.probe_node(node)).await;
         let result = match checked {
             Ok(r) => r,
             Err(_) => Err(CoordinatorError::DatabaseUnavailable(format!(
@@ -119,7 +119,8 @@ impl HealthProbe {
         result
     }
 
-    async fn check_once(&mut self, node: usize) -> Result<NodeCheck, CoordinatorError> {
+    /// One probe of `node` with no time limit ([`check_node`](Self::check_node) bounds it).
+    async fn probe_node(&mut self, node: usize) -> Result<NodeCheck, CoordinatorError> {
         let conn = match &mut self.conns[node] {
             Some(conn) => conn,
             None => {

@@ -49,6 +49,7 @@ pub mod restore;
 pub mod retention;
 pub mod retry;
 mod rows;
+mod run;
 pub mod schema;
 pub mod settlement;
 pub mod shards;
@@ -527,35 +528,6 @@ impl JobStore {
 /// an unknown outcome (docs/design.md rule 4); see [`errors::convert_commit_err`].
 async fn commit(tx: Transaction<'_, MySql>) -> Result<(), CoordinatorError> {
     tx.commit().await.map_err(errors::convert_commit_err)
-}
-
-impl JobStore {
-    /// Runs `op` again while it reports a transaction conflict (deadlock,
-    /// lock wait timeout, Galera certification failure: the server rolled
-    /// everything back, so running it again cannot apply anything twice),
-    /// counting each conflict.
-    async fn retry_conflicts<T, F, Fut>(&self, mut op: F) -> Result<T, CoordinatorError>
-    where
-        F: FnMut() -> Fut,
-        Fut: std::future::Future<Output = Result<T, CoordinatorError>>,
-    {
-        let mut tries = 0;
-        loop {
-            match op().await {
-                Err(CoordinatorError::TransactionConflict(why)) => {
-                    let why = self.outage_or_conflict(why).await?;
-                    if tries == CONFLICT_RETRIES {
-                        self.count_conflict(false);
-                        return Err(CoordinatorError::TransactionConflict(why));
-                    }
-                    tries += 1;
-                    self.count_conflict(true);
-                    tracing::debug!(tries, why, "transaction conflict, running again");
-                }
-                other => return other,
-            }
-        }
-    }
 }
 
 /// Microseconds in `d`, saturating at `i64::MAX`, for `INTERVAL ? MICROSECOND`.

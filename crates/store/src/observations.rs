@@ -6,8 +6,10 @@
 
 use super::errors::{error_number, is_unique_violation};
 use super::pause::PausePoint;
-use super::{commit, convert_sqlx_err, reads, rows, JobStore};
+use super::{convert_sqlx_err, reads, rows, JobStore};
+use crate::run::{transaction, Body};
 use jobfence_domain::{CoordinatorError, Observation, QueueScope, RecordObservation};
+use sqlx::MySqlConnection;
 
 /// MySQL's "foreign key constraint fails" on insert: the job does not exist.
 const NO_REFERENCED_ROW: u16 = 1452;
@@ -22,15 +24,15 @@ impl JobStore {
         req: &RecordObservation,
         scope: &QueueScope,
     ) -> Result<(Observation, bool), CoordinatorError> {
-        self.retry_conflicts(|| self.record_once(req, scope)).await
+        transaction!(self, |tx| self.record_in(tx, req, scope))
     }
 
-    async fn record_once(
+    async fn record_in(
         &self,
+        tx: &mut MySqlConnection,
         req: &RecordObservation,
         scope: &QueueScope,
-    ) -> Result<(Observation, bool), CoordinatorError> {
-        let mut tx = self.begin().await?;
+    ) -> Body<(Observation, bool)> {
         // The job's row first, before any row of ours: the same order as
         // the pruner (job row, then its observations). The insert's
         // foreign-key check takes a lock on it anyway, but only after the
@@ -39,11 +41,9 @@ impl JobStore {
         let row = sqlx::query(include_str!("queries/observations/lock_job.sql"))
             .bind(req.job_id)
             .fetch_optional(&mut *tx)
-            .await
-            .map_err(convert_sqlx_err)?
+            .await?
             .ok_or(CoordinatorError::JobNotFound { job_id: req.job_id })?;
-        self.pause_in(PausePoint::ObservationAfterLock, &mut tx)
-            .await;
+        self.pause_in(PausePoint::ObservationAfterLock, tx).await;
         scope.check(&rows::text(&row, "queue")?, Some(req.job_id))?;
         let inserted = sqlx::query(include_str!("queries/observations/insert.sql"))
             .bind(req.job_id)
@@ -59,9 +59,9 @@ impl JobStore {
             Ok(_) => false,
             Err(e) if is_unique_violation(&e) => true,
             Err(e) if error_number(&e) == Some(NO_REFERENCED_ROW) => {
-                return Err(CoordinatorError::JobNotFound { job_id: req.job_id })
+                return Err(CoordinatorError::JobNotFound { job_id: req.job_id }.into())
             }
-            Err(e) => return Err(convert_sqlx_err(e)),
+            Err(e) => return Err(convert_sqlx_err(e).into()),
         };
         // A job's first observation sets its flag (claims read the
         // observations of the jobs they hand out only when it is set). A
@@ -71,8 +71,7 @@ impl JobStore {
             sqlx::query(include_str!("queries/observations/flag_job.sql"))
                 .bind(req.job_id)
                 .execute(&mut *tx)
-                .await
-                .map_err(convert_sqlx_err)?;
+                .await?;
         }
         if !duplicate {
             sqlx::query(include_str!("queries/observations/event.sql"))
@@ -80,15 +79,13 @@ impl JobStore {
                 .bind(format!("{} {}", req.source.as_str(), req.outcome.as_str()))
                 .bind(req.job_id)
                 .execute(&mut *tx)
-                .await
-                .map_err(convert_sqlx_err)?;
+                .await?;
         }
-        let observation = reads::observation_by_key(&mut tx, req.job_id, &req.dedup_key)
+        let observation = reads::observation_by_key(tx, req.job_id, &req.dedup_key)
             .await?
             .ok_or_else(|| {
                 CoordinatorError::TransactionConflict("observation vanished; retrying".into())
             })?;
-        commit(tx).await?;
         Ok((observation, duplicate))
     }
 }

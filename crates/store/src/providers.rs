@@ -8,7 +8,8 @@
 
 use super::budget::{budget, pause, stored_policy};
 use super::reads::placeholders;
-use super::{commit, convert_sqlx_err, rows, JobStore};
+use super::{convert_sqlx_err, rows, JobStore};
+use crate::run::{read, transaction, Body};
 use jobfence_domain::budget::{Budget, Gcra, Pause};
 use jobfence_domain::providers::{
     provider_subject, queue_subject, ChangeBy, PolicyAction, PolicyChange, ProviderRecord,
@@ -17,7 +18,7 @@ use jobfence_domain::providers::{
 use jobfence_domain::FieldViolation;
 use jobfence_domain::{CoordinatorError, DbTime, QueuePolicy};
 use sqlx::mysql::MySqlRow;
-use sqlx::{MySql, MySqlConnection, Transaction};
+use sqlx::MySqlConnection;
 use std::collections::BTreeMap;
 
 fn unknown_provider(name: &str) -> CoordinatorError {
@@ -254,25 +255,21 @@ impl JobStore {
     /// Every provider of this database, by name, with its queues, what is
     /// left of its budget now and its jobs in flight.
     pub async fn list_providers(&self) -> Result<Vec<ProviderRecord>, CoordinatorError> {
-        let read = self.list_providers_once().await;
-        self.outage_named(read).await
+        read!(self, |conn| self.list_providers_in(conn))
     }
 
-    async fn list_providers_once(&self) -> Result<Vec<ProviderRecord>, CoordinatorError> {
-        let pool = self.pool();
+    async fn list_providers_in(&self, conn: &mut MySqlConnection) -> Body<Vec<ProviderRecord>> {
         let found = sqlx::query(include_str!("queries/providers/list.sql"))
-            .fetch_all(&pool)
-            .await
-            .map_err(convert_sqlx_err)?;
+            .fetch_all(&mut *conn)
+            .await?;
         let mut out: Vec<ProviderRecord> =
             found.iter().map(provider_row).collect::<Result<_, _>>()?;
         if out.is_empty() {
             return Ok(out);
         }
         let queues = sqlx::query(include_str!("queries/providers/queues.sql"))
-            .fetch_all(&pool)
-            .await
-            .map_err(convert_sqlx_err)?;
+            .fetch_all(&mut *conn)
+            .await?;
         let mut by_provider: BTreeMap<String, Vec<String>> = BTreeMap::new();
         for row in &queues {
             by_provider
@@ -281,9 +278,8 @@ impl JobStore {
                 .push(rows::text(row, "queue")?);
         }
         let in_flight = sqlx::query(include_str!("queries/budget/in_flight.sql"))
-            .fetch_all(&pool)
-            .await
-            .map_err(convert_sqlx_err)?;
+            .fetch_all(&mut *conn)
+            .await?;
         let mut counts: BTreeMap<String, u64> = BTreeMap::new();
         for row in &in_flight {
             counts.insert(
@@ -316,33 +312,30 @@ impl JobStore {
     /// nothing is written. A changed budget keeps what was spent, but never
     /// more than the new burst's worth.
     pub async fn put_provider(&self, req: &PutProvider) -> Result<bool, CoordinatorError> {
-        self.retry_conflicts(|| self.put_provider_once(req)).await
+        transaction!(self, |tx| self.put_provider_in(tx, req))
     }
 
-    async fn put_provider_once(&self, req: &PutProvider) -> Result<bool, CoordinatorError> {
-        let mut tx = self.begin().await?;
-        let before = lock_provider(&mut tx, &req.name).await?;
+    async fn put_provider_in(&self, tx: &mut MySqlConnection, req: &PutProvider) -> Body<bool> {
+        let before = lock_provider(tx, &req.name).await?;
         // Its queues, under its lock: those it releases are among them.
-        let had = self.queues_of(&mut tx, &req.name).await?;
-        write_budget(&mut tx, req, before.is_none()).await?;
-        let taken = assign_queues(&mut tx, req).await?;
+        let had = self.queues_of(tx, &req.name).await?;
+        write_budget(tx, req, before.is_none()).await?;
+        let taken = assign_queues(tx, req).await?;
         if !taken.is_empty() {
-            tx.rollback().await.map_err(convert_sqlx_err)?;
-            return Err(queues_taken(req, &taken));
+            return Err(queues_taken(req, &taken).into());
         }
-        tidy(&mut tx, &had).await?;
+        tidy(tx, &had).await?;
         let mut queues = req.queues.clone();
         queues.sort();
         let pause = before.as_ref().map_or(Pause::None, |p| p.pause);
         record(
-            &mut tx,
+            tx,
             &provider_subject(&req.name),
             PolicyAction::PutProvider,
             &req.by,
             &provider_detail(&req.budget, &queues, pause),
         )
         .await?;
-        commit(tx).await?;
         Ok(before.is_none())
     }
 
@@ -353,46 +346,41 @@ impl JobStore {
         name: &str,
         by: &ChangeBy,
     ) -> Result<ProviderRecord, CoordinatorError> {
-        self.retry_conflicts(|| self.delete_provider_once(name, by))
-            .await
+        transaction!(self, |tx| self.delete_provider_in(tx, name, by))
     }
 
-    async fn delete_provider_once(
+    async fn delete_provider_in(
         &self,
+        tx: &mut MySqlConnection,
         name: &str,
         by: &ChangeBy,
-    ) -> Result<ProviderRecord, CoordinatorError> {
+    ) -> Body<ProviderRecord> {
         let before = self
             .get_provider(name)
             .await?
             .ok_or_else(|| unknown_provider(name))?;
-        let mut tx = self.begin().await?;
-        if lock_provider(&mut tx, name).await?.is_none() {
-            tx.rollback().await.map_err(convert_sqlx_err)?;
-            return Err(unknown_provider(name));
+        if lock_provider(tx, name).await?.is_none() {
+            return Err(unknown_provider(name).into());
         }
-        let had = self.queues_of(&mut tx, name).await?;
+        let had = self.queues_of(tx, name).await?;
         sqlx::query(include_str!("queries/providers/release_queues.sql"))
             .bind(&by.operator)
             .bind(name)
             .execute(&mut *tx)
-            .await
-            .map_err(convert_sqlx_err)?;
-        tidy(&mut tx, &had).await?;
+            .await?;
+        tidy(tx, &had).await?;
         sqlx::query(include_str!("queries/providers/delete.sql"))
             .bind(name)
             .execute(&mut *tx)
-            .await
-            .map_err(convert_sqlx_err)?;
+            .await?;
         record(
-            &mut tx,
+            tx,
             &provider_subject(name),
             PolicyAction::DeleteProvider,
             by,
             &provider_detail(&before.budget, &before.queues, before.pause),
         )
         .await?;
-        commit(tx).await?;
         Ok(before)
     }
 
@@ -400,14 +388,12 @@ impl JobStore {
     /// (`Pause::None`, which also ends a throttle a worker reported).
     /// `InvalidArgument` (field `name`) for an unknown provider.
     pub async fn set_pause(&self, req: &SetPause) -> Result<(), CoordinatorError> {
-        self.retry_conflicts(|| self.set_pause_once(req)).await
+        transaction!(self, |tx| self.set_pause_in(tx, req))
     }
 
-    async fn set_pause_once(&self, req: &SetPause) -> Result<(), CoordinatorError> {
-        let mut tx = self.begin().await?;
-        let Some(before) = lock_provider(&mut tx, &req.name).await? else {
-            tx.rollback().await.map_err(convert_sqlx_err)?;
-            return Err(unknown_provider(&req.name));
+    async fn set_pause_in(&self, tx: &mut MySqlConnection, req: &SetPause) -> Body<()> {
+        let Some(before) = lock_provider(tx, &req.name).await? else {
+            return Err(unknown_provider(&req.name).into());
         };
         let (action, reason) = match req.pause {
             Pause::None => (PolicyAction::ResumeProvider, None),
@@ -425,29 +411,27 @@ impl JobStore {
             .bind(&req.by.operator)
             .bind(&req.name)
             .execute(&mut *tx)
-            .await
-            .map_err(convert_sqlx_err)?;
-        let queues = self.queues_of(&mut tx, &req.name).await?;
+            .await?;
+        let queues = self.queues_of(tx, &req.name).await?;
         record(
-            &mut tx,
+            tx,
             &provider_subject(&req.name),
             action,
             &req.by,
             &provider_detail(&before.budget, &queues, req.pause),
         )
         .await?;
-        commit(tx).await?;
         Ok(())
     }
 
     async fn queues_of(
         &self,
-        conn: &mut Transaction<'static, MySql>,
+        conn: &mut MySqlConnection,
         provider: &str,
     ) -> Result<Vec<String>, CoordinatorError> {
         let found = sqlx::query(include_str!("queries/queue_policies/of_provider.sql"))
             .bind(provider)
-            .fetch_all(&mut **conn)
+            .fetch_all(&mut *conn)
             .await
             .map_err(convert_sqlx_err)?;
         found.iter().map(|r| rows::text(r, "queue")).collect()
@@ -456,12 +440,14 @@ impl JobStore {
     /// Stores a queue's resend policy (it wins over the coordinators'
     /// flags from the next claim or Fail on).
     pub async fn put_queue_policy(&self, req: &PutQueuePolicy) -> Result<(), CoordinatorError> {
-        self.retry_conflicts(|| self.put_queue_policy_once(req))
-            .await
+        transaction!(self, |tx| self.put_queue_policy_in(tx, req))
     }
 
-    async fn put_queue_policy_once(&self, req: &PutQueuePolicy) -> Result<(), CoordinatorError> {
-        let mut tx = self.begin().await?;
+    async fn put_queue_policy_in(
+        &self,
+        tx: &mut MySqlConnection,
+        req: &PutQueuePolicy,
+    ) -> Body<()> {
         sqlx::query(include_str!("queries/queue_policies/put.sql"))
             .bind(&req.queue)
             .bind(req.policy.resend_window.as_micros() as u64)
@@ -469,17 +455,16 @@ impl JobStore {
             .bind(req.job_retention.map(|d| d.as_micros() as u64))
             .bind(&req.by.operator)
             .execute(&mut *tx)
-            .await
-            .map_err(convert_sqlx_err)?;
+            .await?;
         record(
-            &mut tx,
+            tx,
             &queue_subject(&req.queue),
             PolicyAction::PutQueuePolicy,
             &req.by,
             &policy_detail(Some(&req.policy), req.job_retention),
         )
         .await?;
-        commit(tx).await
+        Ok(())
     }
 
     /// Removes a queue's stored resend policy; returns the row as it was.
@@ -489,45 +474,41 @@ impl JobStore {
         queue: &str,
         by: &ChangeBy,
     ) -> Result<QueuePolicyRecord, CoordinatorError> {
-        self.retry_conflicts(|| self.delete_queue_policy_once(queue, by))
-            .await
+        transaction!(self, |tx| self.delete_queue_policy_in(tx, queue, by))
     }
 
-    async fn delete_queue_policy_once(
+    async fn delete_queue_policy_in(
         &self,
+        tx: &mut MySqlConnection,
         queue: &str,
         by: &ChangeBy,
-    ) -> Result<QueuePolicyRecord, CoordinatorError> {
-        let mut tx = self.begin().await?;
+    ) -> Body<QueuePolicyRecord> {
         let row = sqlx::query(include_str!("queries/queue_policies/lock.sql"))
             .bind(queue)
             .fetch_optional(&mut *tx)
-            .await
-            .map_err(convert_sqlx_err)?;
+            .await?;
         let before = row.as_ref().map(policy_row).transpose()?;
         let Some(before) = before.filter(|b| b.policy.is_some()) else {
-            tx.rollback().await.map_err(convert_sqlx_err)?;
             return Err(CoordinatorError::invalid(
                 "queue",
                 format!("queue {queue:?} has no stored policy"),
-            ));
+            )
+            .into());
         };
         sqlx::query(include_str!("queries/queue_policies/clear.sql"))
             .bind(&by.operator)
             .bind(queue)
             .execute(&mut *tx)
-            .await
-            .map_err(convert_sqlx_err)?;
-        tidy(&mut tx, &[queue.to_owned()]).await?;
+            .await?;
+        tidy(tx, &[queue.to_owned()]).await?;
         record(
-            &mut tx,
+            tx,
             &queue_subject(queue),
             PolicyAction::DeleteQueuePolicy,
             by,
             &policy_detail(before.policy.as_ref(), before.job_retention),
         )
         .await?;
-        commit(tx).await?;
         Ok(before)
     }
 

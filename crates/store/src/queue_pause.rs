@@ -5,7 +5,8 @@
 //! recorded with the provider and policy changes.
 
 use super::providers::{record, tidy};
-use super::{commit, convert_sqlx_err, rows, JobStore};
+use super::{convert_sqlx_err, rows, JobStore};
+use crate::run::{transaction, Failure};
 use jobfence_domain::providers::{queue_subject, ChangeBy, PolicyAction};
 use jobfence_domain::{CoordinatorError, DbTime};
 use serde_json::json;
@@ -23,8 +24,7 @@ impl JobStore {
     /// Pauses `queue` (pausing it again keeps its first `since`, and takes
     /// the new operator and reason). Run again on a conflict.
     pub async fn pause_queue(&self, queue: &str, by: &ChangeBy) -> Result<(), CoordinatorError> {
-        self.retry_conflicts(|| async {
-            let mut tx = self.begin().await?;
+        transaction!(self, |tx| async {
             let reason = super::providers::truncate(&by.reason, 255);
             sqlx::query(include_str!("queries/queue_pause/pause.sql"))
                 .bind(queue)
@@ -35,50 +35,43 @@ impl JobStore {
                 .bind(reason)
                 .bind(&by.operator)
                 .execute(&mut *tx)
-                .await
-                .map_err(convert_sqlx_err)?;
+                .await?;
             let detail = json!({ "paused": true }).to_string();
             record(
-                &mut tx,
+                tx,
                 &queue_subject(queue),
                 PolicyAction::PauseQueue,
                 by,
                 &detail,
             )
             .await?;
-            commit(tx).await
+            Ok::<_, Failure>(())
         })
-        .await
     }
 
     /// Resumes `queue`; `false` when it was not paused (nothing written).
     pub async fn resume_queue(&self, queue: &str, by: &ChangeBy) -> Result<bool, CoordinatorError> {
-        self.retry_conflicts(|| async {
-            let mut tx = self.begin().await?;
+        transaction!(self, |tx| async {
             let done = sqlx::query(include_str!("queries/queue_pause/resume.sql"))
                 .bind(&by.operator)
                 .bind(queue)
                 .execute(&mut *tx)
-                .await
-                .map_err(convert_sqlx_err)?;
+                .await?;
             if done.rows_affected() == 0 {
-                tx.rollback().await.map_err(convert_sqlx_err)?;
                 return Ok(false);
             }
             let detail = json!({ "paused": false }).to_string();
             record(
-                &mut tx,
+                tx,
                 &queue_subject(queue),
                 PolicyAction::ResumeQueue,
                 by,
                 &detail,
             )
             .await?;
-            tidy(&mut tx, &[queue.to_owned()]).await?;
-            commit(tx).await?;
+            tidy(tx, &[queue.to_owned()]).await?;
             Ok(true)
         })
-        .await
     }
 
     /// The paused queues, by name.

@@ -3,6 +3,7 @@
 use super::batch::with_job_columns;
 use super::rows::{self, OBSERVATION_COLUMNS};
 use super::{convert_sqlx_err, JobStore};
+use crate::run::{read, Body};
 use jobfence_domain::policy::DispatchFacts;
 use jobfence_domain::{CoordinatorError, DbTime, Job, Observation};
 use sqlx::MySqlConnection;
@@ -87,16 +88,18 @@ impl JobStore {
     /// On a Galera node outside the primary component, `DatabaseUnavailable`
     /// (see `outage_or_conflict`).
     pub async fn get_job(&self, id: u64) -> Result<(Job, Vec<Observation>), CoordinatorError> {
-        let read = self.get_job_once(id).await;
-        self.outage_named(read).await
+        read!(self, |conn| self.get_job_in(conn, id))
     }
 
-    async fn get_job_once(&self, id: u64) -> Result<(Job, Vec<Observation>), CoordinatorError> {
-        let mut conn = self.pool().acquire().await.map_err(convert_sqlx_err)?;
-        let job = job(&mut conn, id)
+    async fn get_job_in(
+        &self,
+        conn: &mut MySqlConnection,
+        id: u64,
+    ) -> Body<(Job, Vec<Observation>)> {
+        let job = job(conn, id)
             .await?
             .ok_or(CoordinatorError::JobNotFound { job_id: id })?;
-        let mut obs = observations(&mut conn, &[id]).await?;
+        let mut obs = observations(conn, &[id]).await?;
         Ok((job, obs.remove(&id).unwrap_or_default()))
     }
 }

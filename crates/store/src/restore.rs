@@ -43,9 +43,11 @@
 use super::batch::db_now;
 use super::events::{self, NewEvent};
 use super::rows;
+use super::run::{transaction, Body};
 use super::shards::{range_start, SHARD_SHIFT};
-use super::{commit, convert_sqlx_err, micros, JobStore};
+use super::{convert_sqlx_err, micros, JobStore};
 use jobfence_domain::{CoordinatorError, DbTime, EventKind, JobState};
+use sqlx::MySqlConnection;
 use std::time::Duration;
 
 /// What the fence adds to an attempt: one restore epoch, the attempt's
@@ -225,20 +227,19 @@ impl JobStore {
         batch: u32,
         operator: &str,
     ) -> Result<Option<FencedBatch>, CoordinatorError> {
-        self.retry_conflicts(|| self.fence_batch_once(after, batch.max(1), operator))
-            .await
+        let batch = batch.max(1);
+        transaction!(self, |tx| self.fence_batch_in(tx, after, batch, operator))
     }
 
-    async fn fence_batch_once(
+    async fn fence_batch_in(
         &self,
+        tx: &mut MySqlConnection,
         after: u64,
         batch: u32,
         operator: &str,
-    ) -> Result<Option<FencedBatch>, CoordinatorError> {
-        let mut tx = self.begin().await?;
-        let locked = lock_batch(&mut tx, after, batch).await?;
+    ) -> Body<Option<FencedBatch>> {
+        let locked = lock_batch(tx, after, batch).await?;
         let (Some(first), Some(last)) = (locked.first(), locked.last()) else {
-            tx.rollback().await.map_err(convert_sqlx_err)?;
             return Ok(None);
         };
         let (first, last_id) = (first.0, last.0);
@@ -251,7 +252,7 @@ impl JobStore {
             done.highest_attempt = done.highest_attempt.max(new);
             done.by_state.add(*state, 1);
         }
-        let now = db_now(&mut tx).await?;
+        let now = db_now(tx).await?;
         let matched = sqlx::query(include_str!("queries/restore/fence_batch.sql"))
             .bind(EPOCH_STEP)
             .bind(now)
@@ -260,22 +261,21 @@ impl JobStore {
             .bind(first)
             .bind(last_id)
             .execute(&mut *tx)
-            .await
-            .map_err(convert_sqlx_err)?
+            .await?
             .rows_affected();
         // Matched rows (docs/design.md rule 10): exactly the locked ones.
         if matched != locked.len() as u64 {
             return Err(CoordinatorError::Internal(format!(
                 "the restore fence locked {} jobs of ids {first}..={last_id} and matched {matched}",
                 locked.len()
-            )));
+            ))
+            .into());
         }
         let events: Vec<NewEvent<'_>> = locked
             .iter()
             .map(|job| fence_event(job, operator, now))
             .collect();
-        events::append_all(&mut tx, &events).await?;
-        commit(tx).await?;
+        events::append_all(tx, &events).await?;
         Ok(Some(done))
     }
 

@@ -20,7 +20,8 @@
 use super::archive::{read_rows, ArchivedRows, PruneArchive};
 use super::pause::PausePoint;
 use super::rows::{get, opt_text, text};
-use super::{commit, convert_sqlx_err, micros, JobStore};
+use super::run::{transaction, Body};
+use super::{convert_sqlx_err, micros, JobStore};
 use jobfence_domain::{CoordinatorError, DbTime, KeyRecord, PruneCounts, Retention};
 use sqlx::mysql::MySqlRow;
 use sqlx::{Executor, MySqlConnection};
@@ -276,7 +277,7 @@ impl JobStore {
         loop {
             let took = std::time::Instant::now();
             let (counts, more) = self
-                .retry_conflicts(|| self.prune_batch_once(retention, batch, archive.as_ref()))
+                .prune_batch_with(retention, batch, archive.as_ref())
                 .await?;
             if more && rest > 0.0 {
                 tokio::time::sleep(took.elapsed().mul_f64(rest)).await;
@@ -316,11 +317,12 @@ impl JobStore {
         retention: &Retention,
         batch: u32,
     ) -> Result<(PruneCounts, bool), CoordinatorError> {
-        self.retry_conflicts(|| self.prune_batch_once(retention, batch, None))
-            .await
+        self.prune_batch_with(retention, batch, None).await
     }
 
-    async fn prune_batch_once(
+    /// [`prune_batch`](Self::prune_batch), writing what it deletes to
+    /// `archive` (when given) before its transaction commits.
+    async fn prune_batch_with(
         &self,
         retention: &Retention,
         batch: u32,
@@ -332,30 +334,41 @@ impl JobStore {
         }
         let full = candidates.len() as u32 >= batch.max(1);
         self.pause(PausePoint::PruneAfterCandidates).await;
-        let mut tx = self.begin().await?;
-        let locked = lock_candidates(&mut tx, &candidates).await?;
+        let counts = transaction!(self, |tx| self.prune_locked(tx, &candidates, archive))?;
+        // No batch when every candidate was another pruner's, or gone.
+        Ok((counts, full && counts.batches > 0))
+    }
+
+    /// Steps 2 to 4 of a pruning batch, in `tx`: locks the candidates
+    /// still terminal, archives and deletes them, records their keys.
+    async fn prune_locked(
+        &self,
+        tx: &mut MySqlConnection,
+        candidates: &[u64],
+        archive: Option<&Arc<dyn PruneArchive>>,
+    ) -> Body<PruneCounts> {
+        let locked = lock_candidates(tx, candidates).await?;
         if locked.is_empty() {
-            tx.rollback().await.map_err(convert_sqlx_err)?;
             // Every candidate is another pruner's now, or gone.
-            return Ok((PruneCounts::default(), false));
+            return Ok(PruneCounts::default());
         }
-        self.pause_in(PausePoint::PruneAfterLock, &mut tx).await;
+        self.pause_in(PausePoint::PruneAfterLock, tx).await;
         let ids = id_list(&locked);
         let archived = match archive {
-            Some(_) => Some(read_rows(&mut tx, &ids).await?),
+            Some(_) => Some(read_rows(tx, &ids).await?),
             None => None,
         };
-        let keys_recorded = record_keys(&mut tx, &ids).await?;
-        let deleted = delete_batch(&mut tx, &ids).await?;
+        let keys_recorded = record_keys(tx, &ids).await?;
+        let deleted = delete_batch(tx, &ids).await?;
         if deleted.jobs != locked.len() as u64 {
             // Cannot happen (the rows are locked and terminal): refuse to
             // commit a batch that did not do what it checked.
-            tx.rollback().await.map_err(convert_sqlx_err)?;
             return Err(CoordinatorError::Internal(format!(
                 "pruning locked {} jobs but deleted {}",
                 locked.len(),
                 deleted.jobs
-            )));
+            ))
+            .into());
         }
         let written = match (archive, archived) {
             (Some(archive), Some(rows)) => archive_batch(archive, rows, &deleted).await,
@@ -364,11 +377,9 @@ impl JobStore {
         let (archived_jobs, archived_bytes) = match written {
             Ok(written) => written,
             Err(e) => {
-                tx.rollback().await.map_err(convert_sqlx_err)?;
-                return Err(e);
+                return Err(e.into());
             }
         };
-        commit(tx).await?;
         let counts = PruneCounts {
             batches: 1,
             jobs: deleted.jobs,
@@ -379,7 +390,7 @@ impl JobStore {
             archived_jobs,
             archived_bytes,
         };
-        Ok((counts, full))
+        Ok(counts)
     }
 
     /// Step 1 of a pruning batch: up to `batch` ids of terminal jobs past

@@ -8,10 +8,12 @@
 
 use super::events::{self, NewEvent};
 use super::pause::PausePoint;
-use super::{commit, convert_sqlx_err, reads, JobStore};
+use super::{convert_sqlx_err, reads, JobStore};
+use crate::run::{transaction, Body, Failure};
 use jobfence_domain::admin::RetryJob;
 use jobfence_domain::{CoordinatorError, EventKind, Job, JobState};
 use serde_json::json;
+use sqlx::MySqlConnection;
 
 /// What reserving a retry found.
 #[derive(Debug, Clone)]
@@ -37,24 +39,22 @@ impl JobStore {
         req: &RetryJob,
         new_key: &str,
     ) -> Result<Reserved, CoordinatorError> {
-        self.retry_conflicts(|| self.reserve_once(req, new_key))
-            .await
+        transaction!(self, |tx| self.reserve_in(tx, req, new_key))
     }
 
-    async fn reserve_once(
+    async fn reserve_in(
         &self,
+        tx: &mut MySqlConnection,
         req: &RetryJob,
         new_key: &str,
-    ) -> Result<Reserved, CoordinatorError> {
-        let mut tx = self.begin().await?;
-        let locked = reads::lock_job(&mut tx, req.job_id)
+    ) -> Body<Reserved> {
+        let locked = reads::lock_job(tx, req.job_id)
             .await?
             .ok_or(CoordinatorError::JobNotFound { job_id: req.job_id })?;
         let earlier: Option<String> = sqlx::query_scalar(include_str!("queries/retry/earlier.sql"))
             .bind(req.job_id)
             .fetch_optional(&mut *tx)
-            .await
-            .map_err(convert_sqlx_err)?
+            .await?
             .flatten();
         self.pause(PausePoint::RetryAfterLock).await;
         let old = locked.job;
@@ -65,11 +65,11 @@ impl JobStore {
                     "job {} is {}: only a failed or cancelled job can be tried again as a new operation",
                     old.id, old.state
                 ),
-            ));
+            ).into());
         }
         // A replay first (see `replay`); one whose job was never made
         // is a new operation, refused below like any.
-        let replay = match replay(&mut tx, earlier.as_deref(), &old, new_key).await? {
+        let replay = match replay(tx, earlier.as_deref(), &old, new_key).await? {
             Replay::Made => return Ok(Reserved { old, now: false }),
             Replay::NotMade => true,
             Replay::None => false,
@@ -79,8 +79,7 @@ impl JobStore {
                 .bind(&old.queue)
                 .bind(&old.operation_key)
                 .fetch_optional(&mut *tx)
-                .await
-                .map_err(convert_sqlx_err)?;
+                .await?;
         if let Some((provider, reference)) = settled {
             return Err(CoordinatorError::invalid(
                 "job_id",
@@ -91,7 +90,8 @@ impl JobStore {
                      `jobfence settlement exceptions --job {}`)",
                     old.id, old.state, old.id
                 ),
-            ));
+            )
+            .into());
         }
         if replay {
             // Reserved before, its job never made: it is made now.
@@ -103,11 +103,10 @@ impl JobStore {
             "new_operation_key": new_key,
         });
         events::append(
-            &mut tx,
+            tx,
             link_event(&old, EventKind::RetriedAsNewOperation, detail, locked.now),
         )
         .await?;
-        commit(tx).await?;
         Ok(Reserved { old, now: true })
     }
 
@@ -119,16 +118,14 @@ impl JobStore {
         old: &Job,
         req: &RetryJob,
     ) -> Result<(), CoordinatorError> {
-        self.retry_conflicts(|| async {
-            let mut tx = self.begin().await?;
-            let locked = reads::lock_job(&mut tx, new_job)
+        transaction!(self, |tx| async {
+            let locked = reads::lock_job(tx, new_job)
                 .await?
                 .ok_or(CoordinatorError::JobNotFound { job_id: new_job })?;
             let linked: i64 = sqlx::query_scalar(include_str!("queries/retry/linked.sql"))
                 .bind(new_job)
                 .fetch_one(&mut *tx)
-                .await
-                .map_err(convert_sqlx_err)?;
+                .await?;
             if linked == 0 {
                 let detail = json!({
                     "operator": req.operator,
@@ -137,11 +134,10 @@ impl JobStore {
                     "old_operation_key": old.operation_key,
                 });
                 let event = link_event(&locked.job, EventKind::RetryOf, detail, locked.now);
-                events::append(&mut tx, event).await?;
+                events::append(tx, event).await?;
             }
-            commit(tx).await
+            Ok::<_, Failure>(())
         })
-        .await
     }
 }
 

@@ -116,12 +116,22 @@ impl Tx {
     /// certification failure) is a `TransactionConflict`: rolled back. Any
     /// other failure leaves the outcome unknown (docs/design.md rule 4):
     /// `CommitOutcomeUnknown`, and the connection is closed.
-    pub async fn commit(mut self) -> Result<(), CoordinatorError> {
+    pub async fn commit(&mut self) -> Result<(), CoordinatorError> {
         let done = self.conn().execute("COMMIT").await;
-        if done.is_ok() {
-            self.open = false;
-        }
+        self.end(done.is_ok());
         done.map(|_| ()).map_err(convert_commit_err)
+    }
+
+    /// After a COMMIT or ROLLBACK: the transaction is over when it
+    /// succeeded; when it failed, the connection is closed (its state is
+    /// unknown) and nothing more runs on this `Tx`.
+    fn end(&mut self, succeeded: bool) {
+        if !succeeded {
+            if let Some(mut conn) = self.conn.take() {
+                conn.close_on_drop();
+            }
+        }
+        self.open = false;
     }
 
     /// Runs `statements` (text, no placeholders: see `literal`) and COMMIT
@@ -130,7 +140,16 @@ impl Tx {
     /// of COMMIT, or of the connection at any point (COMMIT may have run),
     /// is as for [`commit`](Self::commit).
     pub async fn commit_after<S: AsRef<str>>(
-        mut self,
+        &mut self,
+        statements: &[S],
+    ) -> Result<(), CoordinatorError> {
+        let done = self.send_with_commit(statements).await;
+        self.end(done.is_ok());
+        done
+    }
+
+    async fn send_with_commit<S: AsRef<str>>(
+        &mut self,
         statements: &[S],
     ) -> Result<(), CoordinatorError> {
         use tokio_stream::StreamExt;
@@ -173,8 +192,14 @@ impl Tx {
             rest.map_err(convert_commit_err)?;
         }
         drop(results);
-        self.open = false;
         Ok(())
+    }
+
+    /// Whether a transaction may be open on the connection: from the start
+    /// until a COMMIT or ROLLBACK succeeded, and again from the next
+    /// statement run on it (autocommit is off: any statement begins one).
+    pub fn is_open(&self) -> bool {
+        self.open
     }
 
     /// Marks the transaction as ended by a COMMIT that the caller ran
@@ -184,11 +209,9 @@ impl Tx {
     }
 
     /// Rolls back (nothing of the transaction was applied).
-    pub async fn rollback(mut self) -> Result<(), CoordinatorError> {
+    pub async fn rollback(&mut self) -> Result<(), CoordinatorError> {
         let done = self.conn().execute("ROLLBACK").await;
-        if done.is_ok() {
-            self.open = false;
-        }
+        self.end(done.is_ok());
         done.map(|_| ()).map_err(convert_sqlx_err)
     }
 }
@@ -215,7 +238,10 @@ impl Deref for Tx {
 }
 
 impl DerefMut for Tx {
+    /// A statement run on the connection begins a transaction (autocommit
+    /// is off), even after a COMMIT: the transaction is open again.
     fn deref_mut(&mut self) -> &mut MySqlConnection {
+        self.open = true;
         self.conn()
     }
 }

@@ -4,7 +4,8 @@
 //! per write), and reads every coordinator's rows back with the running
 //! jobs each worker holds. Nothing here is on a worker call's path.
 
-use super::{commit, convert_sqlx_err, micros, rows, JobStore};
+use super::{convert_sqlx_err, micros, rows, JobStore};
+use crate::run::{transaction, Failure};
 use jobfence_domain::CoordinatorError;
 use std::time::Duration;
 
@@ -57,8 +58,7 @@ impl JobStore {
                    UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND, ?)";
         let sql = include_str!("queries/workers/record.sql")
             .replace("{rows}", &vec![row; seen.len()].join(", "));
-        self.retry_conflicts(|| async {
-            let mut tx = self.begin().await?;
+        transaction!(self, |tx| async {
             let mut q = sqlx::query(&sql);
             for s in &seen {
                 q = q
@@ -70,15 +70,13 @@ impl JobStore {
                     .bind(micros(s.last_call_ago))
                     .bind(s.calls_last_minute);
             }
-            q.execute(&mut *tx).await.map_err(convert_sqlx_err)?;
+            q.execute(&mut *tx).await?;
             sqlx::query(include_str!("queries/workers/forget.sql"))
                 .bind(micros(SIGHTINGS_KEPT))
                 .execute(&mut *tx)
-                .await
-                .map_err(convert_sqlx_err)?;
-            commit(tx).await
+                .await?;
+            Ok::<_, Failure>(())
         })
-        .await
     }
 
     /// Every coordinator's sightings whose last call is at most `within`

@@ -19,6 +19,7 @@ use super::batch::{self, Change};
 use super::events::{self, call_digest, CallKey, NewEvent};
 use super::pause::PausePoint;
 use super::reads::LockedJob;
+use super::run::{batch_transaction, Body};
 use super::tx::Tx;
 use super::{micros, JobStore};
 use jobfence_domain::event::parse_fail_detail;
@@ -121,9 +122,8 @@ impl JobStore {
             let (round, later): (Vec<usize>, Vec<usize>) = rest
                 .iter()
                 .partition(|&&i| jobs.insert(writes[i].write.job_id()));
-            let done = self
-                .retry_conflicts(|| self.write_round(writes, &round, policies))
-                .await;
+            let done =
+                batch_transaction!(self, |tx| self.write_round(tx, writes, &round, policies));
             match done {
                 Ok(round_answers) => {
                     for (i, answer) in round.iter().zip(round_answers) {
@@ -149,21 +149,19 @@ impl JobStore {
     /// the commit's outcome unknown where `Ok` would claim otherwise).
     async fn write_round(
         &self,
+        tx: &mut Tx,
         writes: &[ScopedWrite],
         round: &[usize],
         policies: &QueuePolicies,
-    ) -> Result<Vec<WriteResult>, CoordinatorError> {
-        let mut tx = self.begin_batch().await?;
-        let open = self
-            .open_round(&mut tx, writes, round, policies, None)
-            .await?;
-        batch::write_images(&mut tx, &open.changes()).await?;
+    ) -> Body<Vec<WriteResult>> {
+        let open = self.open_round(tx, writes, round, policies, None).await?;
+        batch::write_images(tx, &open.changes()).await?;
         if open.locked.is_empty() {
             // Not one of the jobs exists.
             tx.rollback().await?;
             return Ok(open.answers(None));
         }
-        self.pause_in(PausePoint::WriteBeforeCommit, &mut tx).await;
+        self.pause_in(PausePoint::WriteBeforeCommit, tx).await;
         // Replays, unknown jobs and forbidden calls write nothing; every
         // other call has its event, appended in the round trip of the
         // COMMIT.
@@ -178,7 +176,7 @@ impl JobStore {
                 Ok(()) => None,
                 Err(e @ CoordinatorError::CommitOutcomeUnknown(_)) => Some(e),
                 // A conflict, or refused before COMMIT ran: nothing applied.
-                Err(e) => return Err(e),
+                Err(e) => return Err(e.into()),
             };
         drop(new_events);
         Ok(open.answers(commit_error.as_ref()))

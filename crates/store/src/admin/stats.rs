@@ -6,6 +6,7 @@ use super::super::batch::with_job_columns;
 use super::super::reads::{elapsed, placeholders};
 use super::super::rows::{self, get, text};
 use super::super::{convert_sqlx_err, micros, JobStore};
+use crate::run::{read, Body};
 use jobfence_domain::admin::{ListJobsFilter, OldestJob, PendingAges, QueueStats, PENDING};
 use jobfence_domain::{CoordinatorError, EventKind, Job, JobState};
 use sqlx::MySqlConnection;
@@ -131,11 +132,14 @@ impl JobStore {
 
     /// Jobs matching `filter`, by ascending id, at most `filter.limit`.
     pub async fn list_jobs(&self, filter: &ListJobsFilter) -> Result<Vec<Job>, CoordinatorError> {
-        let read = self.list_jobs_once(filter).await;
-        self.outage_named(read).await
+        read!(self, |conn| self.list_jobs_in(conn, filter))
     }
 
-    async fn list_jobs_once(&self, filter: &ListJobsFilter) -> Result<Vec<Job>, CoordinatorError> {
+    async fn list_jobs_in(
+        &self,
+        conn: &mut MySqlConnection,
+        filter: &ListJobsFilter,
+    ) -> Body<Vec<Job>> {
         let sql = with_job_columns(include_str!("../queries/admin/list_jobs.sql"))
             .replace("{filters}", &list_filters(filter));
         let mut query = sqlx::query(&sql).bind(filter.after_id);
@@ -153,10 +157,9 @@ impl JobStore {
         }
         let fetched = query
             .bind(filter.limit.max(1))
-            .fetch_all(&self.pool())
-            .await
-            .map_err(convert_sqlx_err)?;
-        fetched.iter().map(rows::job).collect()
+            .fetch_all(&mut *conn)
+            .await?;
+        Ok(fetched.iter().map(rows::job).collect::<Result<_, _>>()?)
     }
 
     /// Per queue (or `queue` only): jobs by state, pending ages, and the
@@ -166,15 +169,15 @@ impl JobStore {
         queue: Option<&str>,
         window: Duration,
     ) -> Result<Vec<QueueStats>, CoordinatorError> {
-        let read = self.queue_stats_once(queue, window).await;
-        self.outage_named(read).await
+        read!(self, |conn| self.queue_stats_in(conn, queue, window))
     }
 
-    async fn queue_stats_once(
+    async fn queue_stats_in(
         &self,
+        conn: &mut MySqlConnection,
         queue: Option<&str>,
         window: Duration,
-    ) -> Result<Vec<QueueStats>, CoordinatorError> {
+    ) -> Body<Vec<QueueStats>> {
         let mut by_queue: BTreeMap<String, QueueStats> = BTreeMap::new();
         let counts = match queue {
             Some(q) => {
@@ -182,9 +185,8 @@ impl JobStore {
             }
             None => sqlx::query(include_str!("../queries/admin/state_counts.sql")),
         }
-        .fetch_all(&self.pool())
-        .await
-        .map_err(convert_sqlx_err)?;
+        .fetch_all(&mut *conn)
+        .await?;
         for row in &counts {
             let q = text(row, "queue")?;
             let state = parse_state(&text(row, "state")?)?;
@@ -208,9 +210,8 @@ impl JobStore {
         }
         let windowed = sqlx::query(include_str!("../queries/admin/window_counts.sql"))
             .bind(micros(window))
-            .fetch_all(&self.pool())
-            .await
-            .map_err(convert_sqlx_err)?;
+            .fetch_all(&mut *conn)
+            .await?;
         for row in &windowed {
             let q = text(row, "queue")?;
             let Some(stats) = by_queue.get_mut(&q) else {

@@ -21,6 +21,7 @@ use crate::batch::Change;
 use crate::events::NewEvent;
 use crate::pause::PausePoint;
 use crate::reads;
+use crate::run::{batch_transaction, Body};
 use crate::tx::Tx;
 use crate::writeback::{Prelocked, WriteResult};
 use crate::JobStore;
@@ -112,10 +113,7 @@ impl JobStore {
             let (round, later): (Vec<usize>, Vec<usize>) = rest
                 .iter()
                 .partition(|&&i| jobs.insert(writes[i].write.job_id()));
-            match self
-                .retry_conflicts(|| self.handoff_round(&calls, &round))
-                .await
-            {
+            match batch_transaction!(self, |tx| self.handoff_round(tx, &calls, &round)) {
                 Ok(done) => {
                     for (&i, answer) in round.iter().zip(done.answers) {
                         answers[i] = Some(Ok(answer));
@@ -144,13 +142,13 @@ impl JobStore {
     /// COMMIT.
     async fn handoff_round(
         &self,
+        tx: &mut Tx,
         calls: &Calls<'_>,
         round: &[usize],
-    ) -> Result<RoundDone, CoordinatorError> {
-        let mut tx = self.begin_batch().await?;
-        let (prelocked, prescan) = self.lock_and_prescan(&mut tx, calls, round).await?;
+    ) -> Body<RoundDone> {
+        let (prelocked, prescan) = self.lock_and_prescan(tx, calls, round).await?;
         let open = self
-            .open_round(&mut tx, calls.writes, round, calls.policies, prelocked)
+            .open_round(tx, calls.writes, round, calls.policies, prelocked)
             .await?;
         // The written jobs' images go with the hand-outs', in one UPDATE;
         // until then the expired-lease scan must not see them as running.
@@ -158,7 +156,7 @@ impl JobStore {
         // A Fail that reports the provider's Retry-After holds its
         // hand-outs from now: the claim half must see the hold.
         if !open.throttles.is_empty() {
-            batch::result_sets(&mut tx, &open.throttles.join(";\n")).await?;
+            batch::result_sets(tx, &open.throttles.join(";\n")).await?;
         }
         // A replay hands out nothing (see the module docs), nor a write
         // refused for its job's queue: that refusal is the whole call's.
@@ -180,7 +178,7 @@ impl JobStore {
         let mut rows = ClaimRows::default();
         let phase = self
             .claim_half_phase(
-                &mut tx,
+                tx,
                 &mut rows,
                 calls,
                 &slots,
@@ -189,17 +187,15 @@ impl JobStore {
             .await?;
         drop(finishing);
         let mut new_events = open.events();
-        let (claim_events, observations) =
-            claim_half(&mut tx, phase.as_ref(), &mut changes).await?;
-        batch::write_images(&mut tx, &changes).await?;
+        let (claim_events, observations) = claim_half(tx, phase.as_ref(), &mut changes).await?;
+        batch::write_images(tx, &changes).await?;
         drop(changes);
         new_events.extend(claim_events);
         let after: Vec<String> = phase
             .as_ref()
             .map(|p| p.spend.after.clone())
             .unwrap_or_default();
-        self.pause_in(PausePoint::HandoffBeforeCommit, &mut tx)
-            .await;
+        self.pause_in(PausePoint::HandoffBeforeCommit, tx).await;
         if new_events.is_empty() && after.is_empty() {
             tx.rollback().await?;
         } else {

@@ -4,7 +4,8 @@
 //! them. Every step is recorded in `settlement_exception_actions`.
 
 use crate::rows::{get, opt_text, text};
-use crate::{commit, convert_sqlx_err, JobStore};
+use crate::run::{transaction, Body};
+use crate::{convert_sqlx_err, JobStore};
 use jobfence_domain::settlement::records::{ActOnException, ExceptionAction, SettlementException};
 use jobfence_domain::settlement::{ExceptionKind, ExceptionState, OPERATOR};
 use jobfence_domain::CoordinatorError;
@@ -78,18 +79,18 @@ impl JobStore {
         raised: &[Raised],
         clearable: &[ExceptionKind],
     ) -> Result<Raising, CoordinatorError> {
-        self.retry_conflicts(|| self.raise_once(provider, subject, raised, clearable))
-            .await
+        transaction!(self, |tx| self
+            .raise_in(tx, provider, subject, raised, clearable))
     }
 
-    async fn raise_once(
+    async fn raise_in(
         &self,
+        tx: &mut MySqlConnection,
         provider: &str,
         subject: &str,
         raised: &[Raised],
         clearable: &[ExceptionKind],
-    ) -> Result<Raising, CoordinatorError> {
-        let mut tx = self.begin().await?;
+    ) -> Body<Raising> {
         let mut done = Raising::default();
         let held = sqlx::query(include_str!(
             "../queries/settlement/exceptions_of_subject.sql"
@@ -97,8 +98,7 @@ impl JobStore {
         .bind(provider)
         .bind(subject)
         .fetch_all(&mut *tx)
-        .await
-        .map_err(convert_sqlx_err)?;
+        .await?;
         for row in &held {
             let kind: ExceptionKind =
                 text(row, "kind")?
@@ -109,9 +109,9 @@ impl JobStore {
             if clearable.contains(&kind) && !raised.iter().any(|r| r.kind == kind) {
                 let id: u64 = get(row, "id")?;
                 let state = text(row, "state")?;
-                set_state(&mut tx, id, &state, ExceptionState::Resolved).await?;
+                set_state(tx, id, &state, ExceptionState::Resolved).await?;
                 action(
-                    &mut tx,
+                    tx,
                     id,
                     "resolved",
                     OPERATOR,
@@ -122,11 +122,10 @@ impl JobStore {
             }
         }
         for r in raised {
-            if self.raise_one(&mut tx, provider, subject, r).await? {
+            if self.raise_one(tx, provider, subject, r).await? {
                 done.opened += 1;
             }
         }
-        commit(tx).await?;
         Ok(done)
     }
 
@@ -214,17 +213,17 @@ impl JobStore {
         &self,
         act: &ActOnException,
     ) -> Result<SettlementException, CoordinatorError> {
-        self.retry_conflicts(|| self.act_once(act)).await
+        transaction!(self, |tx| self.act_in(tx, act))?;
+        self.settlement_exception(act.id)
+            .await?
+            .ok_or_else(|| CoordinatorError::Internal("an exception vanished".into()))
     }
 
-    async fn act_once(
-        &self,
-        act: &ActOnException,
-    ) -> Result<SettlementException, CoordinatorError> {
-        let mut tx = self.begin().await?;
-        let moved = set_state(&mut tx, act.id, act.seen.as_str(), act.to).await?;
+    /// The action's writes: the state moved if it is still the one seen,
+    /// and the action recorded.
+    async fn act_in(&self, tx: &mut MySqlConnection, act: &ActOnException) -> Body<()> {
+        let moved = set_state(tx, act.id, act.seen.as_str(), act.to).await?;
         if !moved {
-            tx.rollback().await.map_err(convert_sqlx_err)?;
             let now = self.settlement_exception(act.id).await?;
             return Err(match now {
                 None => CoordinatorError::SettlementExceptionNotFound { id: act.id },
@@ -233,13 +232,11 @@ impl JobStore {
                     seen: act.seen,
                     current: e.state,
                 },
-            });
+            }
+            .into());
         }
-        action(&mut tx, act.id, act.to.as_str(), &act.operator, &act.note).await?;
-        commit(tx).await?;
-        self.settlement_exception(act.id)
-            .await?
-            .ok_or_else(|| CoordinatorError::Internal("an exception vanished".into()))
+        action(tx, act.id, act.to.as_str(), &act.operator, &act.note).await?;
+        Ok(())
     }
 
     /// One exception with its whole life.

@@ -5,12 +5,14 @@ use super::on_insert::{decide_on_insert, holders_on, DecideOnInsert};
 use super::{json_list, queue_list, string_list};
 use super::{FastMap, FastSet};
 use crate::rows::{get, opt_text, text};
-use crate::{commit, convert_sqlx_err, literal, JobStore};
+use crate::run::{transaction, Body};
+use crate::{convert_sqlx_err, literal, JobStore};
 use jobfence_domain::settlement::records::{LineCounts, QueueAmounts};
 use jobfence_domain::settlement::{Holder, LineStatus, Outcome, SettlementLine};
 use jobfence_domain::{CoordinatorError, DbTime};
 use sqlx::mysql::MySqlRow;
 use sqlx::Executor as _;
+use sqlx::MySqlConnection;
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
 
@@ -73,17 +75,18 @@ impl JobStore {
         if lines.is_empty() {
             return Ok(Default::default());
         }
-        self.retry_conflicts(|| self.put_lines_once(provider, queues, lines, on_insert))
-            .await
+        transaction!(self, |tx| self
+            .put_lines_in(tx, provider, queues, lines, on_insert))
     }
 
-    async fn put_lines_once(
+    async fn put_lines_in(
         &self,
+        tx: &mut MySqlConnection,
         provider: &str,
         queues: &[QueueAmounts],
         lines: &[SettlementLine],
         on_insert: DecideOnInsert<'_>,
-    ) -> Result<(LineCounts, Vec<Outcome>), CoordinatorError> {
+    ) -> Body<(LineCounts, Vec<Outcome>)> {
         // The last of two lines with one reference in a batch wins, as a
         // later report's would. A line is copied only if its key is filled
         // in (`fill_keys`).
@@ -92,7 +95,6 @@ impl JobStore {
             batch.insert(l.provider_reference.as_str(), Cow::Borrowed(l));
         }
         self.fill_keys(queues, &mut batch).await?;
-        let mut tx = self.begin().await?;
         // The provider's name is bound, never written into the text: it
         // needs no check of its characters here (it comes from the stored
         // settings, which checked it).
@@ -101,12 +103,11 @@ impl JobStore {
                 .bind(json_list(&batch.keys().copied().collect::<Vec<_>>())?)
                 .bind(provider)
                 .fetch_all(&mut *tx)
-                .await
-                .map_err(convert_sqlx_err)?
+                .await?
                 .iter()
                 .map(|r| line_row(r).map(|(id, l)| (l.provider_reference.clone(), (id, l))))
                 .collect::<Result<_, _>>()?;
-        self.pause_in(crate::pause::PausePoint::SettlementLinesLocked, &mut tx)
+        self.pause_in(crate::pause::PausePoint::SettlementLinesLocked, tx)
             .await;
         let written: Vec<&SettlementLine> = batch
             .iter()
@@ -118,9 +119,8 @@ impl JobStore {
             .copied()
             .filter(|r| !held.contains_key(*r))
             .collect();
-        let decided =
-            decide_on_insert(&mut tx, provider, queues, &written, &new, on_insert).await?;
-        self.pause_in(crate::pause::PausePoint::SettlementBeforeInsert, &mut tx)
+        let decided = decide_on_insert(tx, provider, queues, &written, &new, on_insert).await?;
+        self.pause_in(crate::pause::PausePoint::SettlementBeforeInsert, tx)
             .await;
         let mut counts = LineCounts::default();
         let mut rows = Vec::new();
@@ -136,7 +136,7 @@ impl JobStore {
                 Some((_, old)) if same(old, line) => counts.unchanged += 1,
                 Some((id, _)) => {
                     counts.updated += 1;
-                    update_line(&mut tx, *id, line).await?;
+                    update_line(tx, *id, line).await?;
                 }
             }
         }
@@ -145,10 +145,8 @@ impl JobStore {
                 .bind(provider)
                 .bind(crate::batch::json(&rows)?)
                 .execute(&mut *tx)
-                .await
-                .map_err(convert_sqlx_err)?;
+                .await?;
         }
-        commit(tx).await?;
         Ok((counts, outcomes))
     }
 

@@ -16,12 +16,14 @@ pub use on_insert::DecideOnInsert;
 pub use report::{Missing, MissingCursor, SettlementGauges};
 
 use super::rows::{get, opt_text, text};
-use super::{commit, convert_sqlx_err, literal, micros, JobStore};
+use super::{convert_sqlx_err, literal, micros, JobStore};
+use crate::run::{transaction, Body};
 use jobfence_domain::settlement::mapping::Mapping;
 use jobfence_domain::settlement::records::{
     PutSettlementSettings, QueueAmounts, SettlementSettings,
 };
 use jobfence_domain::CoordinatorError;
+use sqlx::MySqlConnection;
 use std::time::Duration;
 
 /// The maps of one batch's references and keys (a few thousand strings
@@ -136,15 +138,14 @@ impl JobStore {
         &self,
         req: &PutSettlementSettings,
     ) -> Result<(), CoordinatorError> {
-        self.retry_conflicts(|| self.put_settlement_settings_once(req))
-            .await
+        transaction!(self, |tx| self.put_settlement_settings_in(tx, req))
     }
 
-    async fn put_settlement_settings_once(
+    async fn put_settlement_settings_in(
         &self,
+        tx: &mut MySqlConnection,
         req: &PutSettlementSettings,
-    ) -> Result<(), CoordinatorError> {
-        let mut tx = self.begin().await?;
+    ) -> Body<()> {
         let m = &req.mapping;
         let put = sqlx::query(include_str!("../queries/settlement/settings_put.sql"))
             .bind(&req.provider)
@@ -163,9 +164,9 @@ impl JobStore {
             .await;
         match put {
             Err(e) if super::errors::error_number(&e) == Some(NO_REFERENCED_ROW) => {
-                return Err(unknown_provider(&req.provider))
+                return Err(unknown_provider(&req.provider).into())
             }
-            other => other.map_err(convert_sqlx_err)?,
+            other => other?,
         };
         // In the order of the queues' names, as every change of a
         // provider's queue rows takes them (docs/architecture.md, lock
@@ -181,31 +182,30 @@ impl JobStore {
                 .bind(&q.queue)
                 .bind(&req.provider)
                 .execute(&mut *tx)
-                .await
-                .map_err(convert_sqlx_err)?;
+                .await?;
             if done.rows_affected() == 0 {
                 refused = Some(refused.map_or(i, |r| r.min(i)));
             }
         }
         if let Some(i) = refused {
-            tx.rollback().await.map_err(convert_sqlx_err)?;
             return Err(CoordinatorError::invalid(
                 format!("queues[{i}]"),
                 format!(
                     "queue {:?} does not dispatch to provider {:?}",
                     req.queues[i].queue, req.provider
                 ),
-            ));
+            )
+            .into());
         }
         super::providers::record(
-            &mut tx,
+            tx,
             &format!("provider:{}", req.provider),
             jobfence_domain::providers::PolicyAction::PutSettlement,
             &req.by,
             &settings_detail(req),
         )
         .await?;
-        commit(tx).await
+        Ok(())
     }
 }
 

@@ -4,10 +4,12 @@
 
 use super::{queue_list, string_list};
 use crate::rows::{get, text};
+use crate::run::{read, Body};
 use crate::{convert_sqlx_err, micros, JobStore};
 use jobfence_domain::settlement::records::{CoveredPeriod, ProviderSettlement, SettlementSettings};
 use jobfence_domain::settlement::{ExceptionKind, ExceptionState, OPERATOR};
 use jobfence_domain::{CoordinatorError, DbTime};
+use sqlx::MySqlConnection;
 
 /// A succeeded job (or key record) with no settled refund.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -164,15 +166,14 @@ impl JobStore {
         &self,
         settings: &SettlementSettings,
     ) -> Result<ProviderSettlement, CoordinatorError> {
-        let read = self.provider_settlement_once(settings).await;
-        self.outage_named(read).await
+        read!(self, |conn| self.provider_settlement_in(conn, settings))
     }
 
-    async fn provider_settlement_once(
+    async fn provider_settlement_in(
         &self,
+        conn: &mut MySqlConnection,
         settings: &SettlementSettings,
-    ) -> Result<ProviderSettlement, CoordinatorError> {
-        let pool = self.pool();
+    ) -> Body<ProviderSettlement> {
         let p = settings.provider.as_str();
         let mut out = ProviderSettlement {
             provider: p.to_owned(),
@@ -180,9 +181,8 @@ impl JobStore {
         };
         for row in sqlx::query(include_str!("../queries/settlement/periods.sql"))
             .bind(p)
-            .fetch_all(&pool)
-            .await
-            .map_err(convert_sqlx_err)?
+            .fetch_all(&mut *conn)
+            .await?
         {
             out.periods.push(CoveredPeriod {
                 start: get(&row, "period_start")?,
@@ -193,18 +193,16 @@ impl JobStore {
         }
         for row in sqlx::query(include_str!("../queries/settlement/line_counts.sql"))
             .bind(p)
-            .fetch_all(&pool)
-            .await
-            .map_err(convert_sqlx_err)?
+            .fetch_all(&mut *conn)
+            .await?
         {
             out.lines
                 .push((text(&row, "status")?, get::<i64>(&row, "n")?.max(0) as u64));
         }
         for row in sqlx::query(include_str!("../queries/settlement/exception_counts.sql"))
             .bind(p)
-            .fetch_all(&pool)
-            .await
-            .map_err(convert_sqlx_err)?
+            .fetch_all(&mut *conn)
+            .await?
         {
             let parse =
                 |e: jobfence_domain::UnknownValue| CoordinatorError::Internal(e.to_string());
@@ -227,18 +225,16 @@ impl JobStore {
             &include_str!("../queries/settlement/matched_count.sql").replace("{queues}", &queues),
         )
         .bind(p)
-        .fetch_one(&pool)
-        .await
-        .map_err(convert_sqlx_err)?;
+        .fetch_one(&mut *conn)
+        .await?;
         out.matched = matched.max(0) as u64;
         let resolved: i64 = sqlx::query_scalar(
             &include_str!("../queries/settlement/resolved_reviews.sql")
                 .replace("{queues}", &queues),
         )
         .bind(format!("%\"operator\":\"{OPERATOR}\"%"))
-        .fetch_one(&pool)
-        .await
-        .map_err(convert_sqlx_err)?;
+        .fetch_one(&mut *conn)
+        .await?;
         out.resolved_reviews = resolved.max(0) as u64;
         Ok(out)
     }
