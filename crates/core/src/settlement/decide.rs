@@ -5,12 +5,13 @@
 
 use crate::Coordinator;
 use jobfence_domain::admin::{Resolution, ResolveManualReview};
+use jobfence_domain::settlement::held::holder;
 use jobfence_domain::settlement::records::SettlementSettings;
 use jobfence_domain::settlement::{
     decide, ExceptionKind, Holder, Outcome, SettlementLine, OPERATOR,
 };
 use jobfence_domain::{CoordinatorError, ObservationOutcome, ObservationSource, RecordObservation};
-use jobfence_store::settlement::{Held, KeyLines, Raised};
+use jobfence_store::settlement::{KeyLines, Raised};
 use jobfence_store::JobStore;
 
 /// How many times a key is decided again after its job moved under the
@@ -61,58 +62,6 @@ fn clearable(lines: &[(u64, SettlementLine)]) -> Vec<ExceptionKind> {
     kinds
 }
 
-/// The job's amount and currency from its payload, by its queue's
-/// pointers; `None` without pointers or when the payload lacks them.
-fn payload_amount(settings: &SettlementSettings, held: &Held) -> Option<(i64, String)> {
-    let queue = settings
-        .queues
-        .iter()
-        .find(|q| Some(&q.queue) == held.queue.as_ref())?;
-    let (amount_at, currency_at) = (
-        queue.amount_pointer.as_ref()?,
-        queue.currency_pointer.as_ref()?,
-    );
-    let payload: serde_json::Value = serde_json::from_str(held.payload.as_ref()?).ok()?;
-    let amount = match payload.pointer(amount_at)? {
-        serde_json::Value::Number(n) => n.as_i64()?,
-        serde_json::Value::String(s) => s.trim().parse().ok()?,
-        _ => return None,
-    };
-    let currency = payload.pointer(currency_at)?.as_str()?.to_ascii_uppercase();
-    Some((amount, currency))
-}
-
-fn holder(settings: &SettlementSettings, held: Option<&Held>) -> Holder {
-    match held {
-        None => Holder::Nobody,
-        Some(h) => match &h.holder {
-            Holder::Job {
-                id, state, attempt, ..
-            } => Holder::Job {
-                id: *id,
-                state: *state,
-                attempt: *attempt,
-                amount: payload_amount(settings, h),
-            },
-            other => other.clone(),
-        },
-    }
-}
-
-/// The decision of a key's first and only line, made as the line is
-/// inserted (`JobStore::put_settlement_lines`): taken only when it writes
-/// nothing beyond the line (a match with amounts agreeing, or a line that
-/// decides nothing yet); any other outcome is left to [`apply`].
-pub(super) fn on_insert(
-    settings: &SettlementSettings,
-    held: Option<&Held>,
-    line: &SettlementLine,
-) -> Option<Outcome> {
-    let d = decide(&holder(settings, held), std::slice::from_ref(line));
-    let writes_nothing = matches!(d.outcome, Outcome::Matched | Outcome::Undecided);
-    (writes_nothing && d.exceptions.is_empty()).then_some(d.outcome)
-}
-
 /// The outcomes of lines decided as they were inserted, counted.
 pub(super) fn counted(outcomes: &[Outcome]) -> Tally {
     let mut out = Tally::default();
@@ -145,7 +94,10 @@ pub(super) async fn apply(
     for (kl, subject) in batch.iter().zip(&subjects) {
         let lines: Vec<SettlementLine> = kl.lines.iter().map(|(_, l)| l.clone()).collect();
         for round in 0..=REDECIDE {
-            let h = holder(settings, kl.key.as_ref().and_then(|k| holders.get(k)));
+            let h = holder(
+                &settings.queues,
+                kl.key.as_ref().and_then(|k| holders.get(k)),
+            );
             let d = decide(&h, &lines);
             match apply_one(coordinator, store, settings, &h, &d.outcome, &lines).await? {
                 Applied::Done => {}

@@ -22,7 +22,6 @@ use jobfence_domain::settlement::{ExceptionKind, SettlementLine};
 use jobfence_domain::validate::Violations;
 use jobfence_domain::{CoordinatorError, DbTime};
 use jobfence_store::settlement::report::MissingCursor;
-use jobfence_store::settlement::Held;
 use jobfence_store::JobStore;
 
 pub use decide::Tally;
@@ -235,11 +234,9 @@ impl Import {
             return Ok(());
         }
         let settings = &self.settings;
-        let on_insert =
-            |held: Option<&Held>, line: &SettlementLine| decide::on_insert(settings, held, line);
         let (counts, decided) = self
             .store
-            .put_settlement_lines(&settings.provider, &settings.queues, &good, &on_insert)
+            .put_settlement_lines(&settings.provider, &settings.queues, &good)
             .await?;
         self.summary.lines.add(counts);
         self.summary.decided.add(&decide::counted(&decided));

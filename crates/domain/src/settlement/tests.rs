@@ -126,3 +126,58 @@ fn a_settled_refund_nobody_enqueued_is_an_unknown_reference() {
     );
     assert_eq!(ExceptionKind::DoubleRefund.severity(), Severity::Critical);
 }
+
+#[test]
+fn a_first_line_is_decided_on_insert_only_when_it_writes_nothing_more() {
+    let settled = line("re_1", LineStatus::Succeeded, 500);
+    let on = |h: &Holder, l: &SettlementLine| on_insert(h, l);
+    assert_eq!(
+        on(&job(JobState::Succeeded, Some(500)), &settled),
+        Some(Outcome::Matched)
+    );
+    assert_eq!(
+        on(&job(JobState::Succeeded, None), &settled),
+        Some(Outcome::Matched)
+    );
+    let pruned = Holder::Pruned {
+        job_id: 9,
+        final_state: JobState::Succeeded,
+    };
+    assert_eq!(on(&pruned, &settled), Some(Outcome::Matched));
+    for status in [
+        LineStatus::Pending,
+        LineStatus::Failed,
+        LineStatus::Canceled,
+    ] {
+        let l = line("re_1", status, 500);
+        assert_eq!(on(&Holder::Nobody, &l), Some(Outcome::Undecided));
+        assert_eq!(
+            on(&job(JobState::ManualReview, None), &l),
+            Some(Outcome::Undecided)
+        );
+    }
+    // A match whose amounts differ raises an exception: left undecided.
+    assert_eq!(on(&job(JobState::Succeeded, Some(499)), &settled), None);
+    // A resolution, an observation or an exception: left undecided.
+    for state in [
+        JobState::ManualReview,
+        JobState::Ready,
+        JobState::Running,
+        JobState::Failed,
+        JobState::Cancelled,
+    ] {
+        assert_eq!(on(&job(state, None), &settled), None, "{state:?}");
+    }
+    assert_eq!(on(&Holder::Nobody, &settled), None);
+}
+
+#[test]
+fn a_holder_names_its_job_pruned_or_not() {
+    assert_eq!(job(JobState::Ready, None).job_id(), Some(7));
+    let pruned = Holder::Pruned {
+        job_id: 9,
+        final_state: JobState::Succeeded,
+    };
+    assert_eq!(pruned.job_id(), Some(9));
+    assert_eq!(Holder::Nobody.job_id(), None);
+}
