@@ -6,10 +6,8 @@
 use crate::Coordinator;
 use jobfence_domain::admin::{Resolution, ResolveManualReview};
 use jobfence_domain::settlement::held::holder;
-use jobfence_domain::settlement::records::SettlementSettings;
-use jobfence_domain::settlement::{
-    decide, ExceptionKind, Holder, Outcome, SettlementLine, OPERATOR,
-};
+use jobfence_domain::settlement::records::{SettlementSettings, Tally};
+use jobfence_domain::settlement::{clearable, decide, Holder, Outcome, SettlementLine, OPERATOR};
 use jobfence_domain::{CoordinatorError, ObservationOutcome, ObservationSource, RecordObservation};
 use jobfence_store::settlement::{KeyLines, Raised};
 use jobfence_store::JobStore;
@@ -17,59 +15,6 @@ use jobfence_store::JobStore;
 /// How many times a key is decided again after its job moved under the
 /// decision (a worker completed it, an operator resolved it first).
 const REDECIDE: usize = 3;
-
-/// What the settlement decisions did, counted for the summary (the
-/// claim's own decisions are the store's `claim::decide::Decided`).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Tally {
-    /// Keys whose one settled refund matches their succeeded job.
-    pub matched: u64,
-    /// Manual reviews resolved to succeeded: (job id, provider reference).
-    pub resolved: Vec<(u64, String)>,
-    /// Live jobs given a settled line as an observation.
-    pub observed: u64,
-    /// Keys with only pending, failed or cancelled lines.
-    pub undecided: u64,
-    /// Exceptions opened (or opened again).
-    pub exceptions_opened: u64,
-    /// Exceptions a report no longer raises, resolved.
-    pub exceptions_resolved: u64,
-}
-
-impl Tally {
-    pub fn add(&mut self, other: &Tally) {
-        self.matched += other.matched;
-        self.resolved.extend(other.resolved.iter().cloned());
-        self.observed += other.observed;
-        self.undecided += other.undecided;
-        self.exceptions_opened += other.exceptions_opened;
-        self.exceptions_resolved += other.exceptions_resolved;
-    }
-}
-
-/// The exceptions a key's decision may clear: every kind its lines decide
-/// (MISSING_AT_PROVIDER only once a refund settled).
-fn clearable(lines: &[(u64, SettlementLine)]) -> Vec<ExceptionKind> {
-    let mut kinds = vec![
-        ExceptionKind::DoubleRefund,
-        ExceptionKind::RefundNotRecorded,
-        ExceptionKind::AmountMismatch,
-        ExceptionKind::UnknownReference,
-    ];
-    if lines.iter().any(|(_, l)| l.status.moved_money()) {
-        kinds.push(ExceptionKind::MissingAtProvider);
-    }
-    kinds
-}
-
-/// The outcomes of lines decided as they were inserted, counted.
-pub(super) fn counted(outcomes: &[Outcome]) -> Tally {
-    let mut out = Tally::default();
-    for o in outcomes {
-        count(&mut out, o);
-    }
-    out
-}
 
 /// Decides and applies every key of `batch`. Reads who holds the keys and
 /// which have exceptions not resolved (two statements for the batch);
@@ -111,7 +56,7 @@ pub(super) async fn apply(
                 }
                 Applied::Moved => {}
             }
-            count(&mut out, &d.outcome);
+            out.count(&d.outcome);
             if d.exceptions.is_empty() && !with_exceptions.contains(subject) {
                 break;
             }
@@ -120,7 +65,7 @@ pub(super) async fn apply(
                 .iter()
                 .map(|(kind, detail)| Raised {
                     kind: *kind,
-                    job_id: job_of(&h),
+                    job_id: h.job_id(),
                     detail: detail.clone(),
                 })
                 .collect();
@@ -129,7 +74,7 @@ pub(super) async fn apply(
                     &settings.provider,
                     subject,
                     &raised,
-                    &clearable(&kl.lines),
+                    &clearable(&lines),
                 )
                 .await?;
             out.exceptions_opened += done.opened;
@@ -164,28 +109,6 @@ async fn mark_decided(store: &JobStore, batch: &[KeyLines]) -> Result<(), Coordi
         store.settlement_lines_decided(&ids, read_at).await?;
     }
     Ok(())
-}
-
-fn job_of(h: &Holder) -> Option<u64> {
-    match h {
-        Holder::Job { id, .. } => Some(*id),
-        Holder::Pruned { job_id, .. } => Some(*job_id),
-        Holder::Nobody => None,
-    }
-}
-
-fn count(out: &mut Tally, outcome: &Outcome) {
-    match outcome {
-        Outcome::Matched => out.matched += 1,
-        Outcome::Resolve {
-            job_id,
-            provider_reference,
-            ..
-        } => out.resolved.push((*job_id, provider_reference.clone())),
-        Outcome::Observe { .. } => out.observed += 1,
-        Outcome::Undecided => out.undecided += 1,
-        Outcome::Exception => {}
-    }
 }
 
 enum Applied {

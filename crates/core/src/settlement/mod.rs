@@ -24,7 +24,7 @@ use jobfence_domain::{CoordinatorError, DbTime};
 use jobfence_store::settlement::report::MissingCursor;
 use jobfence_store::JobStore;
 
-pub use decide::Tally;
+pub use jobfence_domain::settlement::records::Tally;
 
 /// Most lines one streamed batch may carry.
 pub const MAX_BATCH_LINES: usize = 2000;
@@ -239,7 +239,7 @@ impl Import {
             .put_settlement_lines(&settings.provider, &settings.queues, &good)
             .await?;
         self.summary.lines.add(counts);
-        self.summary.decided.add(&decide::counted(&decided));
+        self.summary.decided.add(&Tally::counted(&decided));
         self.coordinator
             .metrics
             .settlement_lines(&self.settings.provider, counts, 0);

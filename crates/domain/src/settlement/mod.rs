@@ -399,5 +399,23 @@ pub fn on_insert(holder: &Holder, line: &SettlementLine) -> Option<Outcome> {
     (writes_nothing && d.exceptions.is_empty()).then_some(d.outcome)
 }
 
+/// The exceptions a key's decision may clear (resolved under the
+/// operator name [`OPERATOR`] when its lines no longer raise them): every kind
+/// [`decide()`] raises, and MISSING_AT_PROVIDER only once one of `lines`
+/// (every line of the key) settled. Which of them its lines raise now is
+/// [`Decision::exceptions`]; the others are cleared.
+pub fn clearable(lines: &[SettlementLine]) -> Vec<ExceptionKind> {
+    let mut kinds = vec![
+        ExceptionKind::DoubleRefund,
+        ExceptionKind::RefundNotRecorded,
+        ExceptionKind::AmountMismatch,
+        ExceptionKind::UnknownReference,
+    ];
+    if lines.iter().any(|l| l.status.moved_money()) {
+        kinds.push(ExceptionKind::MissingAtProvider);
+    }
+    kinds
+}
+
 #[cfg(test)]
 mod tests;
