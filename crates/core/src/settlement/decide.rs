@@ -5,122 +5,16 @@
 
 use crate::Coordinator;
 use jobfence_domain::admin::{Resolution, ResolveManualReview};
-use jobfence_domain::settlement::records::SettlementSettings;
-use jobfence_domain::settlement::{
-    decide, ExceptionKind, Holder, Outcome, SettlementLine, OPERATOR,
-};
+use jobfence_domain::settlement::held::holder;
+use jobfence_domain::settlement::records::{SettlementSettings, Tally};
+use jobfence_domain::settlement::{clearable, decide, Holder, Outcome, SettlementLine, OPERATOR};
 use jobfence_domain::{CoordinatorError, ObservationOutcome, ObservationSource, RecordObservation};
-use jobfence_store::settlement::{Held, KeyLines, Raised};
+use jobfence_store::settlement::{KeyLines, Raised};
 use jobfence_store::JobStore;
 
 /// How many times a key is decided again after its job moved under the
 /// decision (a worker completed it, an operator resolved it first).
 const REDECIDE: usize = 3;
-
-/// What the settlement decisions did, counted for the summary (the
-/// claim's own decisions are the store's `claim::decide::Decided`).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Tally {
-    /// Keys whose one settled refund matches their succeeded job.
-    pub matched: u64,
-    /// Manual reviews resolved to succeeded: (job id, provider reference).
-    pub resolved: Vec<(u64, String)>,
-    /// Live jobs given a settled line as an observation.
-    pub observed: u64,
-    /// Keys with only pending, failed or cancelled lines.
-    pub undecided: u64,
-    /// Exceptions opened (or opened again).
-    pub exceptions_opened: u64,
-    /// Exceptions a report no longer raises, resolved.
-    pub exceptions_resolved: u64,
-}
-
-impl Tally {
-    pub fn add(&mut self, other: &Tally) {
-        self.matched += other.matched;
-        self.resolved.extend(other.resolved.iter().cloned());
-        self.observed += other.observed;
-        self.undecided += other.undecided;
-        self.exceptions_opened += other.exceptions_opened;
-        self.exceptions_resolved += other.exceptions_resolved;
-    }
-}
-
-/// The exceptions a key's decision may clear: every kind its lines decide
-/// (MISSING_AT_PROVIDER only once a refund settled).
-fn clearable(lines: &[(u64, SettlementLine)]) -> Vec<ExceptionKind> {
-    let mut kinds = vec![
-        ExceptionKind::DoubleRefund,
-        ExceptionKind::RefundNotRecorded,
-        ExceptionKind::AmountMismatch,
-        ExceptionKind::UnknownReference,
-    ];
-    if lines.iter().any(|(_, l)| l.status.moved_money()) {
-        kinds.push(ExceptionKind::MissingAtProvider);
-    }
-    kinds
-}
-
-/// The job's amount and currency from its payload, by its queue's
-/// pointers; `None` without pointers or when the payload lacks them.
-fn payload_amount(settings: &SettlementSettings, held: &Held) -> Option<(i64, String)> {
-    let queue = settings
-        .queues
-        .iter()
-        .find(|q| Some(&q.queue) == held.queue.as_ref())?;
-    let (amount_at, currency_at) = (
-        queue.amount_pointer.as_ref()?,
-        queue.currency_pointer.as_ref()?,
-    );
-    let payload: serde_json::Value = serde_json::from_str(held.payload.as_ref()?).ok()?;
-    let amount = match payload.pointer(amount_at)? {
-        serde_json::Value::Number(n) => n.as_i64()?,
-        serde_json::Value::String(s) => s.trim().parse().ok()?,
-        _ => return None,
-    };
-    let currency = payload.pointer(currency_at)?.as_str()?.to_ascii_uppercase();
-    Some((amount, currency))
-}
-
-fn holder(settings: &SettlementSettings, held: Option<&Held>) -> Holder {
-    match held {
-        None => Holder::Nobody,
-        Some(h) => match &h.holder {
-            Holder::Job {
-                id, state, attempt, ..
-            } => Holder::Job {
-                id: *id,
-                state: *state,
-                attempt: *attempt,
-                amount: payload_amount(settings, h),
-            },
-            other => other.clone(),
-        },
-    }
-}
-
-/// The decision of a key's first and only line, made as the line is
-/// inserted (`JobStore::put_settlement_lines`): taken only when it writes
-/// nothing beyond the line (a match with amounts agreeing, or a line that
-/// decides nothing yet); any other outcome is left to [`apply`].
-pub(super) fn on_insert(
-    settings: &SettlementSettings,
-    held: Option<&Held>,
-    line: &SettlementLine,
-) -> Option<Outcome> {
-    let d = decide(&holder(settings, held), std::slice::from_ref(line));
-    let writes_nothing = matches!(d.outcome, Outcome::Matched | Outcome::Undecided);
-    (writes_nothing && d.exceptions.is_empty()).then_some(d.outcome)
-}
-
-/// The outcomes of lines decided as they were inserted, counted.
-pub(super) fn counted(outcomes: &[Outcome]) -> Tally {
-    let mut out = Tally::default();
-    for o in outcomes {
-        count(&mut out, o);
-    }
-    out
-}
 
 /// Decides and applies every key of `batch`. Reads who holds the keys and
 /// which have exceptions not resolved (two statements for the batch);
@@ -145,7 +39,10 @@ pub(super) async fn apply(
     for (kl, subject) in batch.iter().zip(&subjects) {
         let lines: Vec<SettlementLine> = kl.lines.iter().map(|(_, l)| l.clone()).collect();
         for round in 0..=REDECIDE {
-            let h = holder(settings, kl.key.as_ref().and_then(|k| holders.get(k)));
+            let h = holder(
+                &settings.queues,
+                kl.key.as_ref().and_then(|k| holders.get(k)),
+            );
             let d = decide(&h, &lines);
             match apply_one(coordinator, store, settings, &h, &d.outcome, &lines).await? {
                 Applied::Done => {}
@@ -159,7 +56,7 @@ pub(super) async fn apply(
                 }
                 Applied::Moved => {}
             }
-            count(&mut out, &d.outcome);
+            out.count(&d.outcome);
             if d.exceptions.is_empty() && !with_exceptions.contains(subject) {
                 break;
             }
@@ -168,7 +65,7 @@ pub(super) async fn apply(
                 .iter()
                 .map(|(kind, detail)| Raised {
                     kind: *kind,
-                    job_id: job_of(&h),
+                    job_id: h.job_id(),
                     detail: detail.clone(),
                 })
                 .collect();
@@ -177,7 +74,7 @@ pub(super) async fn apply(
                     &settings.provider,
                     subject,
                     &raised,
-                    &clearable(&kl.lines),
+                    &clearable(&lines),
                 )
                 .await?;
             out.exceptions_opened += done.opened;
@@ -212,28 +109,6 @@ async fn mark_decided(store: &JobStore, batch: &[KeyLines]) -> Result<(), Coordi
         store.settlement_lines_decided(&ids, read_at).await?;
     }
     Ok(())
-}
-
-fn job_of(h: &Holder) -> Option<u64> {
-    match h {
-        Holder::Job { id, .. } => Some(*id),
-        Holder::Pruned { job_id, .. } => Some(*job_id),
-        Holder::Nobody => None,
-    }
-}
-
-fn count(out: &mut Tally, outcome: &Outcome) {
-    match outcome {
-        Outcome::Matched => out.matched += 1,
-        Outcome::Resolve {
-            job_id,
-            provider_reference,
-            ..
-        } => out.resolved.push((*job_id, provider_reference.clone())),
-        Outcome::Observe { .. } => out.observed += 1,
-        Outcome::Undecided => out.undecided += 1,
-        Outcome::Exception => {}
-    }
 }
 
 enum Applied {

@@ -22,10 +22,9 @@ use jobfence_domain::settlement::{ExceptionKind, SettlementLine};
 use jobfence_domain::validate::Violations;
 use jobfence_domain::{CoordinatorError, DbTime};
 use jobfence_store::settlement::report::MissingCursor;
-use jobfence_store::settlement::Held;
 use jobfence_store::JobStore;
 
-pub use decide::Tally;
+pub use jobfence_domain::settlement::records::Tally;
 
 /// Most lines one streamed batch may carry.
 pub const MAX_BATCH_LINES: usize = 2000;
@@ -235,14 +234,12 @@ impl Import {
             return Ok(());
         }
         let settings = &self.settings;
-        let on_insert =
-            |held: Option<&Held>, line: &SettlementLine| decide::on_insert(settings, held, line);
         let (counts, decided) = self
             .store
-            .put_settlement_lines(&settings.provider, &settings.queues, &good, &on_insert)
+            .put_settlement_lines(&settings.provider, &settings.queues, &good)
             .await?;
         self.summary.lines.add(counts);
-        self.summary.decided.add(&decide::counted(&decided));
+        self.summary.decided.add(&Tally::counted(&decided));
         self.coordinator
             .metrics
             .settlement_lines(&self.settings.provider, counts, 0);

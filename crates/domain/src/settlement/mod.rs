@@ -2,9 +2,12 @@
 //! refunds it made has the last word on whether money moved. This module
 //! is the pure part: a report's line ([`SettlementLine`], read through a
 //! provider's [`mapping::Mapping`]), and what the lines of one operation
-//! key say about the job that holds it ([`decide`]). The store keeps the
-//! lines and the exceptions; the coordinator applies the decisions through
-//! the same fenced write an operator's resolution uses.
+//! key say about the job that holds it ([`held::holder`], [`decide`]),
+//! and whether a key's first line is decided as it is inserted
+//! ([`on_insert`]). The store keeps the lines and the exceptions, and
+//! decides a line on insert by [`on_insert`]; the coordinator applies the
+//! other decisions through the same fenced write an operator's resolution
+//! uses.
 //!
 //! What a report may change, and what it may only report:
 //! - a settled refund of a job in `manual_review` resolves it to
@@ -14,6 +17,7 @@
 //!   observation, for its next reconcile;
 //! - everything else it contradicts is an [`ExceptionKind`] for a person.
 
+pub mod held;
 pub mod mapping;
 pub mod records;
 
@@ -230,6 +234,18 @@ pub enum Holder {
     Pruned { job_id: u64, final_state: JobState },
 }
 
+impl Holder {
+    /// The id of the job that holds the key, pruned or not; `None` for
+    /// nobody.
+    pub fn job_id(&self) -> Option<u64> {
+        match self {
+            Holder::Job { id, .. } => Some(*id),
+            Holder::Pruned { job_id, .. } => Some(*job_id),
+            Holder::Nobody => None,
+        }
+    }
+}
+
 /// What the lines of one key decide.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outcome {
@@ -366,6 +382,39 @@ fn amount_mismatch(
             ),
         )
     })
+}
+
+/// The decision of a key's first and only line, made as the line is
+/// inserted: `holder` is who holds the key (see [`held::holder`]).
+/// `Some(outcome)` only when the outcome writes nothing beyond the line
+/// ([`Outcome::Matched`] with no exception, so the amounts agree or are
+/// not compared, or [`Outcome::Undecided`]): the line is then inserted
+/// decided. `None` leaves the line undecided, for the decision of every
+/// line of its key ([`decide()`]) and what it writes (a resolution, an
+/// observation, an exception). The store calls it for a new line whose key
+/// has no other line and no exception not resolved.
+pub fn on_insert(holder: &Holder, line: &SettlementLine) -> Option<Outcome> {
+    let d = decide(holder, std::slice::from_ref(line));
+    let writes_nothing = matches!(d.outcome, Outcome::Matched | Outcome::Undecided);
+    (writes_nothing && d.exceptions.is_empty()).then_some(d.outcome)
+}
+
+/// The exceptions a key's decision may clear (resolved under the
+/// operator name [`OPERATOR`] when its lines no longer raise them): every kind
+/// [`decide()`] raises, and MISSING_AT_PROVIDER only once one of `lines`
+/// (every line of the key) settled. Which of them its lines raise now is
+/// [`Decision::exceptions`]; the others are cleared.
+pub fn clearable(lines: &[SettlementLine]) -> Vec<ExceptionKind> {
+    let mut kinds = vec![
+        ExceptionKind::DoubleRefund,
+        ExceptionKind::RefundNotRecorded,
+        ExceptionKind::AmountMismatch,
+        ExceptionKind::UnknownReference,
+    ];
+    if lines.iter().any(|l| l.status.moved_money()) {
+        kinds.push(ExceptionKind::MissingAtProvider);
+    }
+    kinds
 }
 
 #[cfg(test)]

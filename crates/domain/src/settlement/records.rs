@@ -2,7 +2,7 @@
 //! coordinator, the CLI and the console show them.
 
 use super::mapping::Mapping;
-use super::{ExceptionKind, ExceptionState, Severity};
+use super::{ExceptionKind, ExceptionState, Outcome, Severity};
 use crate::providers::ChangeBy;
 use crate::DbTime;
 use std::time::Duration;
@@ -65,6 +65,63 @@ impl LineCounts {
         self.new += other.new;
         self.updated += other.updated;
         self.unchanged += other.unchanged;
+    }
+}
+
+/// What settlement's decisions did in an import, counted for its summary
+/// (the claim's own decisions are the store's `claim::decide::Decided`):
+/// one count per key decided, by its [`Outcome`], and the exceptions
+/// opened and resolved by raising them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Tally {
+    /// Keys whose one settled refund matches their succeeded job.
+    pub matched: u64,
+    /// Manual reviews resolved to succeeded: (job id, provider reference).
+    pub resolved: Vec<(u64, String)>,
+    /// Live jobs given a settled line as an observation.
+    pub observed: u64,
+    /// Keys with only pending, failed or cancelled lines.
+    pub undecided: u64,
+    /// Exceptions opened (or opened again).
+    pub exceptions_opened: u64,
+    /// Exceptions a report no longer raises, resolved.
+    pub exceptions_resolved: u64,
+}
+
+impl Tally {
+    /// The outcomes of lines decided as they were inserted, counted.
+    pub fn counted(outcomes: &[Outcome]) -> Tally {
+        let mut out = Tally::default();
+        for o in outcomes {
+            out.count(o);
+        }
+        out
+    }
+
+    /// Counts one key's outcome. [`Outcome::Exception`] counts nothing
+    /// here: its exceptions are counted as they are opened.
+    pub fn count(&mut self, outcome: &Outcome) {
+        match outcome {
+            Outcome::Matched => self.matched += 1,
+            Outcome::Resolve {
+                job_id,
+                provider_reference,
+                ..
+            } => self.resolved.push((*job_id, provider_reference.clone())),
+            Outcome::Observe { .. } => self.observed += 1,
+            Outcome::Undecided => self.undecided += 1,
+            Outcome::Exception => {}
+        }
+    }
+
+    /// Adds `other`'s counts, and its resolutions after these.
+    pub fn add(&mut self, other: &Tally) {
+        self.matched += other.matched;
+        self.resolved.extend(other.resolved.iter().cloned());
+        self.observed += other.observed;
+        self.undecided += other.undecided;
+        self.exceptions_opened += other.exceptions_opened;
+        self.exceptions_resolved += other.exceptions_resolved;
     }
 }
 

@@ -126,3 +126,108 @@ fn a_settled_refund_nobody_enqueued_is_an_unknown_reference() {
     );
     assert_eq!(ExceptionKind::DoubleRefund.severity(), Severity::Critical);
 }
+
+#[test]
+fn a_first_line_is_decided_on_insert_only_when_it_writes_nothing_more() {
+    let settled = line("re_1", LineStatus::Succeeded, 500);
+    let on = |h: &Holder, l: &SettlementLine| on_insert(h, l);
+    assert_eq!(
+        on(&job(JobState::Succeeded, Some(500)), &settled),
+        Some(Outcome::Matched)
+    );
+    assert_eq!(
+        on(&job(JobState::Succeeded, None), &settled),
+        Some(Outcome::Matched)
+    );
+    let pruned = Holder::Pruned {
+        job_id: 9,
+        final_state: JobState::Succeeded,
+    };
+    assert_eq!(on(&pruned, &settled), Some(Outcome::Matched));
+    for status in [
+        LineStatus::Pending,
+        LineStatus::Failed,
+        LineStatus::Canceled,
+    ] {
+        let l = line("re_1", status, 500);
+        assert_eq!(on(&Holder::Nobody, &l), Some(Outcome::Undecided));
+        assert_eq!(
+            on(&job(JobState::ManualReview, None), &l),
+            Some(Outcome::Undecided)
+        );
+    }
+    // A match whose amounts differ raises an exception: left undecided.
+    assert_eq!(on(&job(JobState::Succeeded, Some(499)), &settled), None);
+    // A resolution, an observation or an exception: left undecided.
+    for state in [
+        JobState::ManualReview,
+        JobState::Ready,
+        JobState::Running,
+        JobState::Failed,
+        JobState::Cancelled,
+    ] {
+        assert_eq!(on(&job(state, None), &settled), None, "{state:?}");
+    }
+    assert_eq!(on(&Holder::Nobody, &settled), None);
+}
+
+#[test]
+fn a_holder_names_its_job_pruned_or_not() {
+    assert_eq!(job(JobState::Ready, None).job_id(), Some(7));
+    let pruned = Holder::Pruned {
+        job_id: 9,
+        final_state: JobState::Succeeded,
+    };
+    assert_eq!(pruned.job_id(), Some(9));
+    assert_eq!(Holder::Nobody.job_id(), None);
+}
+
+#[test]
+fn missing_at_provider_is_cleared_only_once_a_refund_settled() {
+    let pending = [line("re_1", LineStatus::Pending, 500)];
+    let cleared = clearable(&pending);
+    assert!(!cleared.contains(&ExceptionKind::MissingAtProvider));
+    assert_eq!(cleared.len(), ExceptionKind::ALL.len() - 1);
+    let settled = [pending[0].clone(), line("re_2", LineStatus::Succeeded, 500)];
+    let mut cleared = clearable(&settled);
+    cleared.sort();
+    assert_eq!(cleared, ExceptionKind::ALL);
+}
+
+#[test]
+fn a_tally_counts_each_outcome_and_adds_up() {
+    let resolve = Outcome::Resolve {
+        job_id: 7,
+        attempt: 3,
+        provider_reference: "re_1".into(),
+    };
+    let mut t = records::Tally::counted(&[
+        Outcome::Matched,
+        Outcome::Matched,
+        resolve,
+        Outcome::Observe { job_id: 8 },
+        Outcome::Undecided,
+        Outcome::Exception,
+    ]);
+    assert_eq!(
+        t,
+        records::Tally {
+            matched: 2,
+            resolved: vec![(7, "re_1".into())],
+            observed: 1,
+            undecided: 1,
+            ..Default::default()
+        }
+    );
+    let more = records::Tally {
+        matched: 1,
+        resolved: vec![(9, "re_9".into())],
+        exceptions_opened: 2,
+        exceptions_resolved: 1,
+        ..Default::default()
+    };
+    t.add(&more);
+    assert_eq!(t.matched, 3);
+    assert_eq!(t.resolved, [(7, "re_1".into()), (9, "re_9".into())]);
+    assert_eq!((t.exceptions_opened, t.exceptions_resolved), (2, 1));
+}

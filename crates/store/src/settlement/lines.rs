@@ -1,14 +1,15 @@
 //! A report's lines, stored by the provider's id of each refund, and who
 //! holds their operation keys.
 
-use super::on_insert::{decide_on_insert, holders_on, DecideOnInsert};
+use super::on_insert::{decide_on_insert, holders_on};
 use super::{json_list, queue_list, string_list};
 use super::{FastMap, FastSet};
 use crate::rows::{get, opt_text, text};
 use crate::run::{transaction, Body};
 use crate::{convert_sqlx_err, literal, JobStore};
+use jobfence_domain::settlement::held::Held;
 use jobfence_domain::settlement::records::{LineCounts, QueueAmounts};
-use jobfence_domain::settlement::{Holder, LineStatus, Outcome, SettlementLine};
+use jobfence_domain::settlement::{LineStatus, Outcome, SettlementLine};
 use jobfence_domain::{CoordinatorError, DbTime};
 use sqlx::mysql::MySqlRow;
 use sqlx::Executor as _;
@@ -26,14 +27,6 @@ pub struct KeyLines {
     /// `(line id, line)`.
     pub lines: Vec<(u64, SettlementLine)>,
     pub read_at: DbTime,
-}
-
-/// Who holds an operation key, and the job's payload (to read its amount).
-#[derive(Debug, Clone)]
-pub struct Held {
-    pub holder: Holder,
-    pub queue: Option<String>,
-    pub payload: Option<String>,
 }
 
 fn line_row(row: &MySqlRow) -> Result<(u64, SettlementLine), CoordinatorError> {
@@ -59,8 +52,9 @@ impl JobStore {
     /// status) rewritten, a line held exactly so left alone; each written
     /// line is left undecided, for [`undecided_settlement_lines`]
     /// (Self::undecided_settlement_lines) to match, except a new line
-    /// that `on_insert` decides in the same transaction (see
-    /// [`DecideOnInsert`]): it is inserted decided, and its outcome is
+    /// that the domain's `on_insert` decides in the same transaction
+    /// (`jobfence_domain::settlement::on_insert`, from who holds its key
+    /// among `queues`): it is inserted decided, and its outcome is
     /// returned. A line that names no operation key gets the key of the
     /// job (or key record) of the provider's `queues` whose recorded
     /// provider reference is the line's. Run again on a conflict; two
@@ -70,13 +64,11 @@ impl JobStore {
         provider: &str,
         queues: &[QueueAmounts],
         lines: &[SettlementLine],
-        on_insert: DecideOnInsert<'_>,
     ) -> Result<(LineCounts, Vec<Outcome>), CoordinatorError> {
         if lines.is_empty() {
             return Ok(Default::default());
         }
-        transaction!(self, |tx| self
-            .put_lines_in(tx, provider, queues, lines, on_insert))
+        transaction!(self, |tx| self.put_lines_in(tx, provider, queues, lines))
     }
 
     async fn put_lines_in(
@@ -85,7 +77,6 @@ impl JobStore {
         provider: &str,
         queues: &[QueueAmounts],
         lines: &[SettlementLine],
-        on_insert: DecideOnInsert<'_>,
     ) -> Body<(LineCounts, Vec<Outcome>)> {
         // The last of two lines with one reference in a batch wins, as a
         // later report's would. A line is copied only if its key is filled
@@ -119,7 +110,7 @@ impl JobStore {
             .copied()
             .filter(|r| !held.contains_key(*r))
             .collect();
-        let decided = decide_on_insert(tx, provider, queues, &written, &new, on_insert).await?;
+        let decided = decide_on_insert(tx, provider, queues, &written, &new).await?;
         self.pause_in(crate::pause::PausePoint::SettlementBeforeInsert, tx)
             .await;
         let mut counts = LineCounts::default();

@@ -11,8 +11,7 @@ mod on_insert;
 pub mod report;
 
 pub use exceptions::{Raised, Raising};
-pub use lines::{Held, KeyLines};
-pub use on_insert::DecideOnInsert;
+pub use lines::KeyLines;
 pub use report::{Missing, MissingCursor, SettlementGauges};
 
 use super::rows::{get, opt_text, text};

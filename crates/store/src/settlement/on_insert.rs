@@ -6,28 +6,21 @@
 //! whose decision writes nothing beyond the line is decided so; every
 //! other line is left undecided for the decision pass.
 
-use super::lines::Held;
 use super::{json_list, FastMap, FastSet};
 use crate::convert_sqlx_err;
 use crate::rows::{get, opt_text, text};
+use jobfence_domain::settlement::held::{holder, Held};
 use jobfence_domain::settlement::records::QueueAmounts;
-use jobfence_domain::settlement::{Holder, Outcome, SettlementLine};
+use jobfence_domain::settlement::{on_insert, Holder, Outcome, SettlementLine};
 use jobfence_domain::{CoordinatorError, JobState};
 use sqlx::MySqlConnection;
 use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, HashSet};
 
-/// Decides a new line whose key has no other line (stored, or in its
-/// batch) and no exception not resolved, from who holds the key:
-/// `Some(outcome)` when that outcome needs no write beyond the line (a
-/// match, or a line that decides nothing), which is then inserted
-/// decided; `None` leaves the line to the decision pass. The coordinator
-/// passes its decision (crates/core/src/settlement/decide.rs).
-pub type DecideOnInsert<'a> =
-    &'a (dyn Fn(Option<&Held>, &SettlementLine) -> Option<Outcome> + Send + Sync);
-
-/// The outcomes `on_insert` gave the batch's `new` lines that may be
-/// decided on insert, by provider reference. In `tx`, after the batch's
+/// The outcomes the domain's `on_insert` gave the batch's `new` lines
+/// that may be decided on insert (a line whose key has no other line,
+/// stored or in its batch, and no exception not resolved), from who holds
+/// their keys, by provider reference. In `tx`, after the batch's
 /// stored lines are locked: reads and locks who holds the keys of every
 /// line the batch writes (`written`), jobs or key records (so two imports
 /// writing lines of one key take turns), then
@@ -39,7 +32,6 @@ pub(super) async fn decide_on_insert(
     queues: &[QueueAmounts],
     written: &[&SettlementLine],
     new: &FastSet<&str>,
-    on_insert: DecideOnInsert<'_>,
 ) -> Result<FastMap<String, Outcome>, CoordinatorError> {
     let mut per_key: BTreeMap<&str, usize> = BTreeMap::new();
     for l in written {
@@ -75,7 +67,7 @@ pub(super) async fn decide_on_insert(
         if taken.contains(key) || with_exceptions.contains(key) {
             continue;
         }
-        if let Some(outcome) = on_insert(holders.get(key), l) {
+        if let Some(outcome) = on_insert(&holder(queues, holders.get(key)), l) {
             out.insert(l.provider_reference.clone(), outcome);
         }
     }
@@ -175,7 +167,7 @@ pub(super) async fn holders_on(
                 Entry::Vacant(e) => {
                     e.insert(held);
                 }
-                Entry::Occupied(mut e) if held.job_id() < e.get().job_id() => {
+                Entry::Occupied(mut e) if held.holder.job_id() < e.get().holder.job_id() => {
                     e.insert(held);
                 }
                 Entry::Occupied(_) => {}
@@ -188,17 +180,6 @@ pub(super) async fn holders_on(
         out.extend(found);
     }
     Ok(out)
-}
-
-impl Held {
-    /// The id of the job that holds the key (pruned or not).
-    fn job_id(&self) -> u64 {
-        match self.holder {
-            Holder::Job { id, .. } => id,
-            Holder::Pruned { job_id, .. } => job_id,
-            Holder::Nobody => 0,
-        }
-    }
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
