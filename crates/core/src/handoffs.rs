@@ -11,16 +11,14 @@
 //! above all) is both halves'.
 
 use super::claims::ClaimParams;
-use super::writes::{check_complete, check_fail, FailParams};
+use super::writes::{check_complete, check_fail, FailParams, NextHalf, QueuedWrite};
 use super::Coordinator;
 use jobfence_domain::{
     ClaimSlot, ClaimedJob, Complete, CoordinatorError, FailOutcome, FencedOutcome, FencedWrite,
-    QueuePolicies, QueuePolicy, QueueScope, ScopedWrite, WriteOutcome,
+    QueueScope, ScopedWrite, WriteOutcome,
 };
-use jobfence_metrics::Metrics;
-use jobfence_store::{Handoff, JobStore};
-use std::collections::HashMap;
-use std::sync::Arc;
+use jobfence_store::Handoff;
+use std::time::Duration;
 
 /// A Complete or Fail answered with its next jobs: the write's own answer
 /// (applied, a replay, or its refusal, e.g. `AttemptSuperseded`) and the
@@ -31,37 +29,25 @@ pub struct Handed<T> {
     pub jobs: Vec<ClaimedJob>,
 }
 
-/// A checked write with its claim half, waiting in its database's
-/// handoff pipeline.
-pub(crate) struct QueuedHandoff {
-    write: ScopedWrite,
-    queue: String,
-    policy: QueuePolicy,
-    slot: ClaimSlot,
-    want_next_due: bool,
-}
-
-/// What one queued call is answered (a pipeline's `<Verb>Result`).
-pub(crate) type HandoffResult = Result<Handoff, CoordinatorError>;
-
 impl Coordinator {
-    /// Complete, then a Claim of `next` for the caller, in one transaction
-    /// when the job and `next.queue` live on one database (else the write,
-    /// then the Claim). Errors of the call: `InvalidArgument` or
+    /// Complete: `succeeded` with the provider's reference and result;
+    /// with `next`, then a Claim of `next.queue` for the caller (rule 16),
+    /// in one transaction when the job and the queue live on one database
+    /// (else the write, then the Claim). Refusals of the write (see
+    /// `domain::fence`; `QueueNotAllowed` for a job outside `scope`,
+    /// checked under the row lock, nothing written) are
+    /// [`Handed::write`]'s. Errors of the call: `InvalidArgument` or
     /// `QueueNotAllowed` for either half (nothing written), and the
     /// transaction's (`CommitOutcomeUnknown`: act on no job of it).
-    pub async fn complete_and_claim(
+    pub async fn complete(
         &self,
         req: Complete,
-        next: ClaimParams,
+        next: Option<ClaimParams>,
         scope: &QueueScope,
     ) -> Result<Handed<WriteOutcome>, CoordinatorError> {
-        let lease = both(
-            check_complete(&req),
-            self.check_claim(&next, scope, "next."),
-        )?;
+        let next = both(check_complete(&req), self.check_next(next, scope))?;
         let (write, jobs) = self
-            .write_and_claim(FencedWrite::Complete(req), next, scope, lease)
+            .write_and_claim(FencedWrite::Complete(req), next, scope)
             .await?;
         let write = write.map(|out| WriteOutcome {
             job: out.job,
@@ -70,16 +56,20 @@ impl Coordinator {
         Ok(Handed { write, jobs })
     }
 
-    /// Fail, then a Claim of `next`; as [`complete_and_claim`](Self::complete_and_claim).
-    pub async fn fail_and_claim(
+    /// Fail: applies the disposition, except a resend outside the queue's
+    /// resend window or past its max dispatches, which goes to manual
+    /// review (docs/design.md rule 6); the answer says what was applied
+    /// and why. With `next`, as [`complete`](Self::complete).
+    pub async fn fail(
         &self,
         mut req: FailParams,
-        next: ClaimParams,
+        next: Option<ClaimParams>,
         scope: &QueueScope,
     ) -> Result<Handed<FailOutcome>, CoordinatorError> {
-        let lease = both(check_fail(&req), self.check_claim(&next, scope, "next."))?;
+        let next = both(check_fail(&req), self.check_next(next, scope))?;
+        // The queue (and so its policy) is read under the row lock.
         let write = self.fail_write(&mut req);
-        let (write, jobs) = self.write_and_claim(write, next, scope, lease).await?;
+        let (write, jobs) = self.write_and_claim(write, next, scope).await?;
         let write = write.and_then(FencedOutcome::into_fail);
         if let Ok(out) = &write {
             if !out.replayed {
@@ -89,39 +79,59 @@ impl Coordinator {
         Ok(Handed { write, jobs })
     }
 
+    /// The claim half's checks, when there is one: its lease.
+    fn check_next(
+        &self,
+        next: Option<ClaimParams>,
+        scope: &QueueScope,
+    ) -> Result<Option<(ClaimParams, Duration)>, CoordinatorError> {
+        let Some(next) = next else {
+            return Ok(None);
+        };
+        let lease = self.check_claim(&next, scope, "next.")?;
+        Ok(Some((next, lease)))
+    }
+
     /// The write and the claim of a call whose two halves were checked
-    /// (`lease`: the claim half's, checked).
+    /// (`next`: the claim half and its checked lease). Without a claim
+    /// half, an error of the write's transaction is the call's.
     async fn write_and_claim(
         &self,
         write: FencedWrite,
-        next: ClaimParams,
+        next: Option<(ClaimParams, Duration)>,
         scope: &QueueScope,
-        lease: std::time::Duration,
     ) -> Result<(Result<FencedOutcome, CoordinatorError>, Vec<ClaimedJob>), CoordinatorError> {
+        let Some((next, lease)) = next else {
+            return match self.write(write, scope).await {
+                Err(e) if of_the_transaction(&e) => Err(e),
+                written => Ok((written, Vec::new())),
+            };
+        };
         let (rpc, job_id) = (write.rpc(), write.job_id());
         let waiters = &self.pipelines.waiters;
         let mut waiting = waiters.register(&next.queue, next.wait);
         let one_database =
             self.shards.index_for_id(job_id)? == self.shards.index_for_queue(&next.queue)?;
         let answered = if one_database {
-            self.for_queue(&next.queue)?
-                .handoffs
-                .submit(QueuedHandoff {
-                    write: ScopedWrite {
-                        write,
-                        scope: scope.clone(),
-                    },
-                    queue: next.queue.clone(),
-                    policy: self.config.policies.get(&next.queue),
-                    slot: ClaimSlot {
-                        worker_id: next.worker_id.clone(),
-                        max_jobs: next.max_jobs,
-                        lease,
-                    },
-                    want_next_due: waiting.is_some(),
-                })
-                .await
-                .and_then(|r| r)
+            let half = NextHalf {
+                queue: next.queue.clone(),
+                policy: self.config.policies.get(&next.queue),
+                slot: ClaimSlot {
+                    worker_id: next.worker_id.clone(),
+                    max_jobs: next.max_jobs,
+                    lease,
+                },
+                want_next_due: waiting.is_some(),
+            };
+            let queued = QueuedWrite {
+                write: ScopedWrite {
+                    write,
+                    scope: scope.clone(),
+                },
+                next: Some(half),
+            };
+            let pipeline = &self.for_queue(&next.queue)?.writes;
+            pipeline.submit(queued).await.and_then(|r| r)
         } else {
             self.write_then_claim(write, scope).await
         };
@@ -169,12 +179,13 @@ impl Coordinator {
         let written = self
             .for_job(job_id)?
             .writes
-            .submit(ScopedWrite {
+            .submit(QueuedWrite::alone(ScopedWrite {
                 write,
                 scope: scope.clone(),
-            })
+            }))
             .await
-            .and_then(|r| r);
+            .and_then(|r| r)
+            .and_then(|h| h.write);
         match written {
             Err(e) if of_the_transaction(&e) => Err(e),
             write => Ok(Handoff {
@@ -189,10 +200,10 @@ impl Coordinator {
 /// The checks of a call's write half and of its claim half (`next.…`)
 /// together: every field violation of both in one refusal; else the
 /// first other refusal (a queue outside the caller's scope).
-fn both(
+fn both<T>(
     write: Result<(), CoordinatorError>,
-    claim: Result<std::time::Duration, CoordinatorError>,
-) -> Result<std::time::Duration, CoordinatorError> {
+    claim: Result<T, CoordinatorError>,
+) -> Result<T, CoordinatorError> {
     match (write, claim) {
         (Ok(()), claim) => claim,
         (
@@ -218,65 +229,4 @@ fn of_the_transaction(e: &CoordinatorError) -> bool {
             | CoordinatorError::Unanswered { .. }
             | CoordinatorError::Internal(_)
     )
-}
-
-/// Runs one batch of handoffs: one [`JobStore::write_and_claim`] per
-/// claimed queue, the queues side by side.
-pub(crate) async fn run_handoffs(
-    store: JobStore,
-    calls: Vec<QueuedHandoff>,
-    policies: QueuePolicies,
-    metrics: Metrics,
-) -> Vec<HandoffResult> {
-    let mut groups: Vec<Vec<usize>> = Vec::new();
-    let mut by_queue: HashMap<&str, usize> = HashMap::new();
-    for (i, c) in calls.iter().enumerate() {
-        let k = *by_queue.entry(c.queue.as_str()).or_insert_with(|| {
-            groups.push(Vec::new());
-            groups.len() - 1
-        });
-        groups[k].push(i);
-    }
-    let calls = Arc::new(calls);
-    let policies = Arc::new(policies);
-    let mut runs = tokio::task::JoinSet::new();
-    for (k, group) in groups.iter().enumerate() {
-        let (store, calls, policies, group) = (
-            store.clone(),
-            calls.clone(),
-            policies.clone(),
-            group.clone(),
-        );
-        runs.spawn(async move {
-            let first = &calls[group[0]];
-            let writes: Vec<ScopedWrite> = group.iter().map(|&i| calls[i].write.clone()).collect();
-            let slots: Vec<ClaimSlot> = group.iter().map(|&i| calls[i].slot.clone()).collect();
-            let want = group.iter().any(|&i| calls[i].want_next_due);
-            let batch = store
-                .write_and_claim(&first.queue, first.policy, &writes, &slots, &policies, want)
-                .await;
-            (k, batch)
-        });
-    }
-    let mut answers: Vec<Option<HandoffResult>> = (0..calls.len()).map(|_| None).collect();
-    while let Some(joined) = runs.join_next().await {
-        let Ok((k, batch)) = joined else {
-            // Panicked or cancelled: its calls stay `Unanswered`.
-            tracing::error!("a handoff transaction's task ended without an answer");
-            continue;
-        };
-        for report in &batch.budgets {
-            metrics.provider_claim(report);
-        }
-        for job in &batch.parked {
-            super::claims::parked(&metrics, job);
-        }
-        for (&i, answer) in groups[k].iter().zip(batch.answers) {
-            answers[i] = Some(answer);
-        }
-    }
-    answers
-        .into_iter()
-        .map(|a| a.unwrap_or(Err(CoordinatorError::Unanswered { what: "write" })))
-        .collect()
 }

@@ -33,18 +33,17 @@ mod writes;
 
 use batcher::{BatchSettings, Batcher};
 use claims::{run_claims, ClaimResult, QueuedClaim};
-use handoffs::{run_handoffs, HandoffResult, QueuedHandoff};
 use jobfence_domain::validate::{Violations, MAX_BODY_BYTES, MAX_KEY_BYTES};
 use jobfence_domain::{
     CoordinatorError, Enqueue, Job, Observation, QueuePolicies, QueueScope, RecordObservation,
-    ScopedWrite,
 };
 use jobfence_metrics::Metrics;
 use jobfence_store::shards::Shards;
-use jobfence_store::{EnqueueResult, JobStore, WriteResult};
+use jobfence_store::{EnqueueResult, JobStore};
 use long_poll::{LongPollSettings, Waiters};
 use std::sync::Arc;
 use std::time::Duration;
+use writes::{run_writes, QueuedWrite};
 
 pub use claims::{ClaimParams, TakeoverParams};
 pub use handoffs::Handed;
@@ -114,10 +113,10 @@ impl Default for CoordinatorConfig {
 /// The batching pipelines of one database: a batch is one transaction,
 /// and a transaction never spans two databases.
 struct DatabasePipelines {
-    writes: Batcher<ScopedWrite, WriteResult>,
+    /// RenewLease, Complete and Fail, with or without a claim half
+    /// (docs/design.md rule 16): the one write pipeline.
+    writes: Batcher<QueuedWrite, writes::WriteResult>,
     claims: Batcher<QueuedClaim, ClaimResult>,
-    /// Complete and Fail with a claim half (docs/design.md rule 16).
-    handoffs: Batcher<QueuedHandoff, HandoffResult>,
     enqueues: Batcher<Enqueue, EnqueueResult>,
 }
 
@@ -134,14 +133,13 @@ impl DatabasePipelines {
     fn spawn(store: &JobStore, config: &CoordinatorConfig, metrics: &Metrics) -> Self {
         let batching = config.batching;
         let writes = {
-            let (store, policies) = (store.clone(), config.policies.clone());
+            let (store, policies, m) = (store.clone(), config.policies.clone(), metrics.clone());
             Batcher::spawn(
                 "write",
                 batching,
                 metrics.batch_sizes("write"),
-                move |writes: Vec<ScopedWrite>| {
-                    let (store, policies) = (store.clone(), policies.clone());
-                    async move { store.write_scoped_batch(&writes, &policies).await }
+                move |calls: Vec<QueuedWrite>| {
+                    run_writes(store.clone(), calls, policies.clone(), m.clone())
                 },
             )
         };
@@ -171,21 +169,9 @@ impl DatabasePipelines {
                 },
             )
         };
-        let handoffs = {
-            let (store, policies, m) = (store.clone(), config.policies.clone(), metrics.clone());
-            Batcher::spawn(
-                "handoff",
-                batching,
-                metrics.batch_sizes("handoff"),
-                move |calls: Vec<QueuedHandoff>| {
-                    run_handoffs(store.clone(), calls, policies.clone(), m.clone())
-                },
-            )
-        };
         DatabasePipelines {
             writes,
             claims,
-            handoffs,
             enqueues,
         }
     }
@@ -287,7 +273,7 @@ impl Coordinator {
         let p = &self.pipelines;
         let sum = |f: fn(&DatabasePipelines) -> usize| p.databases.iter().map(f).sum();
         [
-            ("write", sum(|d| d.writes.waiting() + d.handoffs.waiting())),
+            ("write", sum(|d| d.writes.waiting())),
             ("claim", sum(|d| d.claims.waiting())),
             ("enqueue", sum(|d| d.enqueues.waiting())),
             ("long_poll", p.waiters.waiting()),

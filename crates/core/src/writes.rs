@@ -1,15 +1,22 @@
 //! The fenced writes a worker makes with the attempt it holds: RenewLease,
-//! Complete and Fail. Each is checked here, then joins the write pipeline:
-//! concurrent writes share one transaction (a group commit), each still
-//! fenced on its own row (see `store::writeback`).
+//! Complete and Fail. Each is checked here, then joins the one write
+//! pipeline ([`run_writes`]), with or without a claim half (docs/design.md
+//! rule 16, `handoffs.rs`): concurrent writes share one transaction (a
+//! group commit), each still fenced on its own row (see
+//! `store::writeback`).
 
 use super::Coordinator;
 use jobfence_domain::budget::MAX_PROVIDER_RETRY_AFTER;
 use jobfence_domain::validate::{Violations, MAX_BODY_BYTES, MAX_ERROR_BYTES, MAX_KEY_BYTES};
+use jobfence_domain::{ClaimSlot, QueuePolicies, QueuePolicy};
 use jobfence_domain::{
     Complete, CoordinatorError, Fail, FailDisposition, FailOutcome, FencedOutcome, FencedWrite,
     QueueScope, RenewLease, ScopedWrite, WriteOutcome,
 };
+use jobfence_metrics::Metrics;
+use jobfence_store::{ClaimHalf, Handoff, JobStore};
+use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// What a caller gives a RenewLease, before defaults (the lease).
@@ -64,40 +71,6 @@ impl Coordinator {
             job: out.job,
             replayed: out.replayed,
         })
-    }
-
-    /// Complete: `succeeded` with the provider's reference and result.
-    /// Refusals as for [`renew_lease`](Self::renew_lease).
-    pub async fn complete(
-        &self,
-        req: Complete,
-        scope: &QueueScope,
-    ) -> Result<WriteOutcome, CoordinatorError> {
-        check_complete(&req)?;
-        let out = self.write(FencedWrite::Complete(req), scope).await?;
-        Ok(WriteOutcome {
-            job: out.job,
-            replayed: out.replayed,
-        })
-    }
-
-    /// Fail: applies the disposition, except a resend outside the queue's
-    /// resend window or past its max dispatches, which goes to manual
-    /// review (docs/design.md rule 6); the answer says what was applied and why.
-    /// Refusals as for [`renew_lease`](Self::renew_lease).
-    pub async fn fail(
-        &self,
-        mut req: FailParams,
-        scope: &QueueScope,
-    ) -> Result<FailOutcome, CoordinatorError> {
-        check_fail(&req)?;
-        // The queue (and so its policy) is read under the row lock.
-        let out = self.write(self.fail_write(&mut req), scope).await?;
-        let out = out.into_fail()?;
-        if !out.replayed {
-            self.failed(&req, &out);
-        }
-        Ok(out)
     }
 
     /// The fenced write of a Fail (its error moved out of `req`: what
@@ -175,7 +148,7 @@ impl Coordinator {
 
     /// Sends one fenced write through the write pipeline; see
     /// [`written`](Self::written).
-    async fn write(
+    pub(crate) async fn write(
         &self,
         write: FencedWrite,
         scope: &QueueScope,
@@ -188,9 +161,10 @@ impl Coordinator {
         let result = self
             .for_job(job_id)?
             .writes
-            .submit(scoped)
+            .submit(QueuedWrite::alone(scoped))
             .await
-            .and_then(|r| r);
+            .and_then(|r| r)
+            .and_then(|h| h.write);
         self.written(rpc, job_id, scope, result).await
     }
 
@@ -292,4 +266,100 @@ pub fn check_fail(req: &FailParams) -> Result<(), CoordinatorError> {
         }
     }
     v.finish()
+}
+
+/// A checked write waiting in its database's write pipeline, with its
+/// claim half when its caller asked for its next jobs (rule 16).
+pub(crate) struct QueuedWrite {
+    pub write: ScopedWrite,
+    pub next: Option<NextHalf>,
+}
+
+impl QueuedWrite {
+    /// A write with no claim half.
+    pub fn alone(write: ScopedWrite) -> Self {
+        QueuedWrite { write, next: None }
+    }
+}
+
+/// The claim half of a queued write: its caller's slot in a Claim of
+/// `queue`.
+pub(crate) struct NextHalf {
+    pub queue: String,
+    pub policy: QueuePolicy,
+    pub slot: ClaimSlot,
+    pub want_next_due: bool,
+}
+
+/// What one queued write is answered (a pipeline's `<Verb>Result`): the
+/// write's own answer and the jobs its claim half handed out (none
+/// without one); `Err` is the transaction's, both halves'.
+pub(crate) type WriteResult = Result<Handoff, CoordinatorError>;
+
+/// Runs one batch of the write pipeline: one [`JobStore::write_calls`] for
+/// the writes with no claim half and one per claimed queue, side by side.
+pub(crate) async fn run_writes(
+    store: JobStore,
+    calls: Vec<QueuedWrite>,
+    policies: QueuePolicies,
+    metrics: Metrics,
+) -> Vec<WriteResult> {
+    let mut groups: Vec<Vec<usize>> = Vec::new();
+    let mut by_queue: HashMap<Option<&str>, usize> = HashMap::new();
+    for (i, c) in calls.iter().enumerate() {
+        let queue = c.next.as_ref().map(|n| n.queue.as_str());
+        let k = *by_queue.entry(queue).or_insert_with(|| {
+            groups.push(Vec::new());
+            groups.len() - 1
+        });
+        groups[k].push(i);
+    }
+    let calls = Arc::new(calls);
+    let policies = Arc::new(policies);
+    let mut runs = tokio::task::JoinSet::new();
+    for (k, group) in groups.iter().enumerate() {
+        let (store, calls, policies, group) = (
+            store.clone(),
+            calls.clone(),
+            policies.clone(),
+            group.clone(),
+        );
+        runs.spawn(async move {
+            let writes: Vec<ScopedWrite> = group.iter().map(|&i| calls[i].write.clone()).collect();
+            let slots: Vec<ClaimSlot> = group
+                .iter()
+                .filter_map(|&i| calls[i].next.as_ref().map(|n| n.slot.clone()))
+                .collect();
+            let claim = calls[group[0]].next.as_ref().map(|first| ClaimHalf {
+                queue: &first.queue,
+                policy: first.policy,
+                slots: &slots,
+                want_next_due: group
+                    .iter()
+                    .any(|&i| calls[i].next.as_ref().is_some_and(|n| n.want_next_due)),
+            });
+            (k, store.write_calls(&writes, claim, &policies).await)
+        });
+    }
+    let mut answers: Vec<Option<WriteResult>> = (0..calls.len()).map(|_| None).collect();
+    while let Some(joined) = runs.join_next().await {
+        let Ok((k, batch)) = joined else {
+            // Panicked or cancelled: its calls stay `Unanswered`.
+            tracing::error!("a write transaction's task ended without an answer");
+            continue;
+        };
+        for report in &batch.budgets {
+            metrics.provider_claim(report);
+        }
+        for job in &batch.parked {
+            super::claims::parked(&metrics, job);
+        }
+        for (&i, answer) in groups[k].iter().zip(batch.answers) {
+            answers[i] = Some(answer);
+        }
+    }
+    answers
+        .into_iter()
+        .map(|a| a.unwrap_or(Err(CoordinatorError::Unanswered { what: "write" })))
+        .collect()
 }

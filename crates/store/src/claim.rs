@@ -39,8 +39,8 @@ use write::{hand_out, write_decided};
 
 /// A claim's scan when its transaction sent it already (a handoff's
 /// first round trip, with its write's lock: see
-/// [`JobStore::write_and_claim`]).
-enum Prescan {
+/// [`JobStore::write_calls`]).
+pub(crate) enum Prescan {
     /// Not sent: the claim sends its own.
     No,
     /// Sent: its scan, or `None` when it read only the queue's row and the
@@ -381,7 +381,7 @@ impl JobStore {
 /// What a claim transaction owns while it decides: the queue's stored
 /// rules and the rows its scans locked, which the decisions borrow.
 #[derive(Default)]
-struct ClaimRows {
+pub(crate) struct ClaimRows {
     rules: Option<Rules>,
     candidates: Vec<LockedJob>,
     /// Reconciles found by a second scan behind a provider's paused sends.
@@ -391,9 +391,9 @@ struct ClaimRows {
 /// A claim decided in its transaction and not yet written: the jobs it
 /// hands out or parks, what it spends of the budget, the clock its leases
 /// run from (`None` when the scans read no row), and the provider.
-struct ClaimPhase<'a> {
+pub(crate) struct ClaimPhase<'a> {
     decided: Vec<Decided<'a>>,
-    spend: BudgetSpend,
+    pub(crate) spend: BudgetSpend,
     now: Option<DbTime>,
     provider: Option<&'a LockedProvider>,
 }
@@ -426,13 +426,13 @@ struct ClaimRun<'s> {
 
 /// What a claim spends of its provider's budget and says about it.
 #[derive(Default)]
-struct BudgetSpend {
+pub(crate) struct BudgetSpend {
     /// What the claim did against the budget, when the queue has a provider.
     report: Option<BudgetReport>,
     /// When a slot left short may look again (asked for only).
     next_due: Option<Duration>,
     /// The statements that spend the units, sent with the COMMIT.
-    after: Vec<String>,
+    pub(crate) after: Vec<String>,
 }
 
 impl<'s> ClaimRun<'s> {

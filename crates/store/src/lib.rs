@@ -74,6 +74,7 @@ pub use health::HealthProbe;
 pub use pause::PausePoint;
 #[cfg(feature = "testsuite")]
 pub use pause::{Armed, PausePoints};
+pub use writeback::round::ClaimHalf;
 pub use writeback::WriteResult;
 
 /// The schema migrations in `migrations/`, embedded in the binary.

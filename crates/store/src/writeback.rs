@@ -13,13 +13,13 @@
 //! refusal is logged as a `stale_write_rejected` event. A commit whose
 //! outcome is unknown is unknown for every write in it (rule 4).
 
+pub mod round;
 mod rules;
 
 use super::batch::{self, Change};
 use super::events::{self, call_digest, CallKey, NewEvent};
 use super::pause::PausePoint;
 use super::reads::LockedJob;
-use super::run::{batch_transaction, Body};
 use super::tx::Tx;
 use super::{micros, JobStore};
 use jobfence_domain::event::parse_fail_detail;
@@ -30,7 +30,7 @@ use jobfence_domain::{
     ScopedWrite, WriteOutcome,
 };
 use rules::RoundRules;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 /// A batch whose row locks took longer than this to get re-reads the DB
@@ -95,91 +95,6 @@ impl JobStore {
             .map(ScopedWrite::unrestricted)
             .collect();
         self.write_scoped_batch(&scoped, policies).await
-    }
-
-    /// Applies `writes` as group commits and answers each one, in order.
-    ///
-    /// A call whose caller's scope does not cover its job's queue (read
-    /// under the row lock) is refused `QueueNotAllowed` and writes nothing,
-    /// not even a refusal event.
-    ///
-    /// Calls to different jobs share one transaction. Calls to the same job
-    /// (a retry racing its original, a renewal racing a Complete) are
-    /// applied one after the other, in order, each in the next
-    /// transaction, so the later one sees what the earlier one did. A
-    /// deadlock or lock wait timeout rolls a transaction back and it is run
-    /// again (up to 3 times, then `TransactionConflict` for each of its
-    /// calls); `policies` decide the resends of Fail.
-    pub async fn write_scoped_batch(
-        &self,
-        writes: &[ScopedWrite],
-        policies: &QueuePolicies,
-    ) -> Vec<WriteResult> {
-        let mut answers: Vec<Option<WriteResult>> = (0..writes.len()).map(|_| None).collect();
-        let mut rest: Vec<usize> = (0..writes.len()).collect();
-        while !rest.is_empty() {
-            let mut jobs = HashSet::new();
-            let (round, later): (Vec<usize>, Vec<usize>) = rest
-                .iter()
-                .partition(|&&i| jobs.insert(writes[i].write.job_id()));
-            let done =
-                batch_transaction!(self, |tx| self.write_round(tx, writes, &round, policies));
-            match done {
-                Ok(round_answers) => {
-                    for (i, answer) in round.iter().zip(round_answers) {
-                        answers[*i] = Some(answer);
-                    }
-                }
-                Err(e) => {
-                    for i in &round {
-                        answers[*i] = Some(Err(e.clone()));
-                    }
-                }
-            }
-            rest = later;
-        }
-        answers
-            .into_iter()
-            .map(|a| a.unwrap_or(Err(CoordinatorError::Unanswered { what: "write" })))
-            .collect()
-    }
-
-    /// One transaction over calls to distinct jobs (`round` indexes
-    /// `writes`). `Err` is for the whole transaction (nothing applied, or
-    /// the commit's outcome unknown where `Ok` would claim otherwise).
-    async fn write_round(
-        &self,
-        tx: &mut Tx,
-        writes: &[ScopedWrite],
-        round: &[usize],
-        policies: &QueuePolicies,
-    ) -> Body<Vec<WriteResult>> {
-        let open = self.open_round(tx, writes, round, policies, None).await?;
-        batch::write_images(tx, &open.changes()).await?;
-        if open.locked.is_empty() {
-            // Not one of the jobs exists.
-            tx.rollback().await?;
-            return Ok(open.answers(None));
-        }
-        self.pause_in(PausePoint::WriteBeforeCommit, tx).await;
-        // Replays, unknown jobs and forbidden calls write nothing; every
-        // other call has its event, appended in the round trip of the
-        // COMMIT.
-        let new_events = open.events();
-        if new_events.is_empty() {
-            tx.rollback().await?;
-            drop(new_events);
-            return Ok(open.answers(None));
-        }
-        let commit_error =
-            match events::append_and_commit_with(tx, &new_events, &open.throttles).await {
-                Ok(()) => None,
-                Err(e @ CoordinatorError::CommitOutcomeUnknown(_)) => Some(e),
-                // A conflict, or refused before COMMIT ran: nothing applied.
-                Err(e) => return Err(e.into()),
-            };
-        drop(new_events);
-        Ok(open.answers(commit_error.as_ref()))
     }
 
     /// The first half of a round's transaction, in `tx`: locks the rows

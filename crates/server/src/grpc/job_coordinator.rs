@@ -231,40 +231,34 @@ impl JobCoordinator for JobCoordinatorService {
                 provider_reference: non_empty(r.provider_reference),
                 result: non_empty(r.result),
             };
-            let Some(next) = r.next else {
-                let out = self.coordinator.complete(call, &scope).await?;
-                span.record("operation_key", out.job.operation_key.as_str());
-                span.record("replayed", out.replayed);
-                return Ok(CompleteResponse {
-                    job: Some(convert::job(out.job)),
-                    replayed: out.replayed,
-                    next: None,
-                });
-            };
             let mut v = Violations::default();
-            let next = handoff::next_params(&mut v, next, deadline);
+            let next = r
+                .next
+                .map(|next| handoff::next_params(&mut v, next, deadline));
             handoff::with_write_checks(&mut v, coordinator::check_complete(&call));
             v.finish()?;
-            let handed = self
-                .coordinator
-                .complete_and_claim(call, next, &scope)
-                .await?;
-            span.record("claimed", handed.jobs.len());
-            Ok(match handed.write {
-                Ok(out) => {
-                    span.record("operation_key", out.job.operation_key.as_str());
-                    span.record("replayed", out.replayed);
-                    CompleteResponse {
-                        job: Some(convert::job(out.job)),
-                        replayed: out.replayed,
-                        next: Some(handoff::next_jobs(handed.jobs, None)),
-                    }
+            let with_next = next.is_some();
+            let handed = self.coordinator.complete(call, next, &scope).await?;
+            if with_next {
+                span.record("claimed", handed.jobs.len());
+            }
+            let out = match handed.write {
+                Ok(out) => out,
+                Err(e) if with_next => {
+                    return Ok(CompleteResponse {
+                        job: None,
+                        replayed: false,
+                        next: Some(handoff::next_jobs(handed.jobs, Some(&e))),
+                    })
                 }
-                Err(e) => CompleteResponse {
-                    job: None,
-                    replayed: false,
-                    next: Some(handoff::next_jobs(handed.jobs, Some(&e))),
-                },
+                Err(e) => return Err(e),
+            };
+            span.record("operation_key", out.job.operation_key.as_str());
+            span.record("replayed", out.replayed);
+            Ok(CompleteResponse {
+                job: Some(convert::job(out.job)),
+                replayed: out.replayed,
+                next: with_next.then(|| handoff::next_jobs(handed.jobs, None)),
             })
         })
         .await
@@ -314,18 +308,21 @@ impl JobCoordinator for JobCoordinatorService {
             };
             handoff::with_write_checks(&mut v, coordinator::check_fail(&call));
             v.finish()?;
-            let Some(next) = next else {
-                let out = self.coordinator.fail(call, &scope).await?;
-                return Ok(fail_response(out, None));
-            };
-            let handed = self.coordinator.fail_and_claim(call, next, &scope).await?;
-            span.record("claimed", handed.jobs.len());
+            let with_next = next.is_some();
+            let handed = self.coordinator.fail(call, next, &scope).await?;
+            if with_next {
+                span.record("claimed", handed.jobs.len());
+            }
             Ok(match handed.write {
-                Ok(out) => fail_response(out, Some(handoff::next_jobs(handed.jobs, None))),
-                Err(e) => FailResponse {
+                Ok(out) => fail_response(
+                    out,
+                    with_next.then(|| handoff::next_jobs(handed.jobs, None)),
+                ),
+                Err(e) if with_next => FailResponse {
                     next: Some(handoff::next_jobs(handed.jobs, Some(&e))),
                     ..Default::default()
                 },
+                Err(e) => return Err(e),
             })
         })
         .await

@@ -1,6 +1,8 @@
-//! A fenced write that claims its caller's next jobs in the same
-//! transaction (docs/design.md rule 16): Complete or Fail, then Claim, one
-//! COMMIT and one fsync per job for a worker taking one job at a time.
+//! The claim half of a write round (docs/design.md rule 16): a Complete
+//! or Fail that claims its caller's next jobs in the same transaction,
+//! one COMMIT and one fsync per job for a worker taking one job at a time.
+//! The round itself is `writeback/round.rs`; this is what it runs when its
+//! calls carry a claim half.
 //!
 //! The two halves are decided independently. The write is fenced exactly
 //! as on its own (`writeback`): a stale write is refused and logged, and
@@ -17,21 +19,18 @@
 use super::scan::{lock_and_scan, Reads};
 use super::write::{decided_changes, decided_events};
 use super::{hand_out, ClaimPhase, ClaimRows, Prescan};
-use crate::batch::Change;
+use crate::batch::{self, Change};
 use crate::events::NewEvent;
-use crate::pause::PausePoint;
 use crate::reads;
-use crate::run::{batch_transaction, Body};
 use crate::tx::Tx;
-use crate::writeback::{Prelocked, WriteResult};
+use crate::writeback::round::{finishing, ClaimHalf};
+use crate::writeback::{OpenRound, Prelocked, WriteResult};
 use crate::JobStore;
-use crate::{batch, events};
 use jobfence_domain::budget::BudgetReport;
 use jobfence_domain::{
-    ClaimSlot, ClaimedJob, CoordinatorError, FencedWrite, Job, JobState, Observation,
-    QueuePolicies, QueuePolicy, ScopedWrite,
+    ClaimSlot, ClaimedJob, CoordinatorError, FencedWrite, Job, Observation, ScopedWrite,
 };
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 /// One call's answer in a write-and-claim transaction that committed.
@@ -62,162 +61,10 @@ pub struct HandoffBatch {
     pub parked: Vec<Job>,
 }
 
-/// What every round of a batch shares.
-struct Calls<'c> {
-    queue: &'c str,
-    policy: QueuePolicy,
-    writes: &'c [ScopedWrite],
-    slots: &'c [ClaimSlot],
-    policies: &'c QueuePolicies,
-    want_next_due: bool,
-}
-
-/// One committed round: the answers of its calls, in round order.
-struct RoundDone {
-    answers: Vec<Handoff>,
-    budget: Option<BudgetReport>,
-    parked: Vec<Job>,
-}
-
-impl JobStore {
-    /// Applies each write of `writes` and claims its caller's next jobs of
-    /// `queue` into `slots[i]`, the calls to distinct jobs in one
-    /// transaction (a group commit, as for writes on their own; calls to
-    /// the same job one after the other, in order). `policy` is the
-    /// coordinator's default for the queue; `policies` decide Fail's
-    /// resends. Deadlocks and lock wait timeouts roll the transaction back
-    /// and run it again (up to 3 times, counted).
-    pub async fn write_and_claim(
-        &self,
-        queue: &str,
-        policy: QueuePolicy,
-        writes: &[ScopedWrite],
-        slots: &[ClaimSlot],
-        policies: &QueuePolicies,
-        want_next_due: bool,
-    ) -> HandoffBatch {
-        let calls = Calls {
-            queue,
-            policy,
-            writes,
-            slots,
-            policies,
-            want_next_due,
-        };
-        let mut answers: Vec<Option<Result<Handoff, CoordinatorError>>> =
-            (0..writes.len()).map(|_| None).collect();
-        let mut out = HandoffBatch::default();
-        let mut rest: Vec<usize> = (0..writes.len()).collect();
-        while !rest.is_empty() {
-            let mut jobs = HashSet::new();
-            let (round, later): (Vec<usize>, Vec<usize>) = rest
-                .iter()
-                .partition(|&&i| jobs.insert(writes[i].write.job_id()));
-            match batch_transaction!(self, |tx| self.handoff_round(tx, &calls, &round)) {
-                Ok(done) => {
-                    for (&i, answer) in round.iter().zip(done.answers) {
-                        answers[i] = Some(Ok(answer));
-                    }
-                    out.budgets.extend(done.budget);
-                    out.parked.extend(done.parked);
-                }
-                Err(e) => {
-                    for &i in &round {
-                        answers[i] = Some(Err(e.clone()));
-                    }
-                }
-            }
-            rest = later;
-        }
-        out.answers = answers
-            .into_iter()
-            .map(|a| a.unwrap_or(Err(CoordinatorError::Unanswered { what: "write" })))
-            .collect();
-        out
-    }
-
-    /// One transaction: the writes of `round` (fenced, their images
-    /// written), then one claim for the callers whose write is not a
-    /// replay, then every event and the budget's statements with the
-    /// COMMIT.
-    async fn handoff_round(
-        &self,
-        tx: &mut Tx,
-        calls: &Calls<'_>,
-        round: &[usize],
-    ) -> Body<RoundDone> {
-        let (prelocked, prescan) = self.lock_and_prescan(tx, calls, round).await?;
-        let open = self
-            .open_round(tx, calls.writes, round, calls.policies, prelocked)
-            .await?;
-        // The written jobs' images go with the hand-outs', in one UPDATE;
-        // until then the expired-lease scan must not see them as running.
-        let written = open.locked_ids();
-        // A Fail that reports the provider's Retry-After holds its
-        // hand-outs from now: the claim half must see the hold.
-        if !open.throttles.is_empty() {
-            batch::result_sets(tx, &open.throttles.join(";\n")).await?;
-        }
-        // A replay hands out nothing (see the module docs), nor a write
-        // refused for its job's queue: that refusal is the whole call's.
-        let claiming: Vec<usize> = (0..round.len())
-            .filter(|&k| !open.is_replay(k) && !open.is_forbidden(k))
-            .collect();
-        let slots: Vec<ClaimSlot> = claiming
-            .iter()
-            .map(|&k| calls.slots[round[k]].clone())
-            .collect();
-        let mut changes = open.changes();
-        // The jobs the writes take out of `running` no longer count under
-        // the provider's in-flight cap.
-        let finishing: Vec<&Job> = changes
-            .iter()
-            .filter(|c| c.after.state != JobState::Running)
-            .map(|c| c.before)
-            .collect();
-        let mut rows = ClaimRows::default();
-        let phase = self
-            .claim_half_phase(
-                tx,
-                &mut rows,
-                calls,
-                &slots,
-                (&written, prescan, &finishing),
-            )
-            .await?;
-        drop(finishing);
-        let mut new_events = open.events();
-        let (claim_events, observations) = claim_half(tx, phase.as_ref(), &mut changes).await?;
-        batch::write_images(tx, &changes).await?;
-        drop(changes);
-        new_events.extend(claim_events);
-        let after: Vec<String> = phase
-            .as_ref()
-            .map(|p| p.spend.after.clone())
-            .unwrap_or_default();
-        self.pause_in(PausePoint::HandoffBeforeCommit, tx).await;
-        if new_events.is_empty() && after.is_empty() {
-            tx.rollback().await?;
-        } else {
-            // Any error, an unknown outcome included, is both halves'.
-            events::append_and_commit_with(tx, &new_events, &after).await?;
-        }
-        drop(new_events);
-        let claimed = phase.map(|p| claimed(p, observations, slots.len()));
-        let (jobs, next_due, budget, parked) =
-            claimed.unwrap_or_else(|| (Vec::new(), None, None, Vec::new()));
-        Ok(RoundDone {
-            answers: answers(open.answers(None), &claiming, jobs, next_due),
-            budget,
-            parked,
-        })
-    }
-}
-
 /// Each call's answer of a committed round, in round order: its write's
 /// `writes[k]`, and the jobs of its slot when it claimed (`claiming`: the
 /// calls that claimed, in the order of the slots of `jobs`).
-fn answers(
+pub(crate) fn answers(
     writes: Vec<WriteResult>,
     claiming: &[usize],
     mut jobs: Vec<Vec<ClaimedJob>>,
@@ -246,10 +93,11 @@ impl JobStore {
     /// decide, then scan, as apart. If the write turns out a replay, which
     /// hands out nothing, the rows the scan locked are released with the
     /// transaction.
-    async fn lock_and_prescan(
+    pub(crate) async fn lock_and_prescan(
         &self,
         tx: &mut Tx,
-        calls: &Calls<'_>,
+        half: &ClaimHalf<'_>,
+        writes: &[ScopedWrite],
         round: &[usize],
     ) -> Result<(Option<Prelocked>, Prescan), CoordinatorError> {
         let &[only] = round else {
@@ -259,45 +107,57 @@ impl JobStore {
         // the claim scans (it may wait for it): the hand-outs' leases must
         // start after that wait, so it scans after, as apart.
         let throttles = matches!(
-            &calls.writes[only].write,
+            &writes[only].write,
             FencedWrite::Fail(f) if f.provider_retry_after.is_some()
         );
         if throttles {
             return Ok((None, Prescan::No));
         }
         let started = Instant::now();
-        let job_id = calls.writes[only].write.job_id();
-        let reads = Reads::for_queue(self, calls.queue);
-        let max_jobs = calls.slots[only].max_jobs;
-        let (locked, scan) = lock_and_scan(self, tx, job_id, calls.queue, max_jobs, reads).await?;
+        let job_id = writes[only].write.job_id();
+        let reads = Reads::for_queue(self, half.queue);
+        let max_jobs = half.slots[only].max_jobs;
+        let (locked, scan) = lock_and_scan(self, tx, job_id, half.queue, max_jobs, reads).await?;
         Ok((Some((locked, started)), Prescan::Sent(scan.map(Box::new))))
     }
 
     /// The claim half's decisions (see [`JobStore::claim_phase`]), when
-    /// any caller of the round wants a job; `written`: the round's own
-    /// jobs, left out of the expired-lease scan; `prescan`: the claim's
-    /// scan, when [`JobStore::lock_and_prescan`] sent it; `finishing`: the
-    /// round's jobs its writes take out of `running`.
-    async fn claim_half_phase<'a>(
+    /// any caller of the round wants a job (`slots`: theirs). First holds
+    /// the providers a Fail of the round reported a Retry-After for (the
+    /// claim must see the hold). The round's own jobs (`open`) are left
+    /// out of the expired-lease scan: their images are written with the
+    /// hand-outs', in one UPDATE, and until then they still read as
+    /// running; those its writes take out of `running` (`changes`) no
+    /// longer count under the provider's in-flight cap. `prescan`: the
+    /// claim's scan, when [`JobStore::lock_and_prescan`] sent it.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) async fn claim_half_phase<'a>(
         &self,
         tx: &mut Tx,
         rows: &'a mut ClaimRows,
-        calls: &Calls<'a>,
+        half: &ClaimHalf<'a>,
         slots: &'a [ClaimSlot],
-        (written, prescan, finishing): (&[u64], Prescan, &[&Job]),
+        open: &OpenRound<'_>,
+        changes: &[Change<'_>],
+        prescan: Prescan,
     ) -> Result<Option<ClaimPhase<'a>>, CoordinatorError> {
+        if !open.throttles.is_empty() {
+            batch::result_sets(tx, &open.throttles.join(";\n")).await?;
+        }
         if slots.is_empty() {
             return Ok(None);
         }
+        let written = open.locked_ids();
+        let finishing = finishing(changes);
         let phase = self
             .claim_phase(
                 tx,
                 rows,
-                calls.queue,
-                calls.policy,
+                half.queue,
+                half.policy,
                 slots,
-                calls.want_next_due,
-                (written, prescan, finishing),
+                half.want_next_due,
+                (&written, prescan, &finishing),
             )
             .await?;
         Ok(Some(phase))
@@ -308,7 +168,7 @@ impl JobStore {
 /// images added to `changes` (written with the write half's, in one
 /// UPDATE), their events to append with the COMMIT, and the observations
 /// of the jobs it hands out, by job.
-async fn claim_half<'p>(
+pub(crate) async fn claim_half<'p>(
     tx: &mut Tx,
     phase: Option<&'p ClaimPhase<'_>>,
     changes: &mut Vec<Change<'p>>,
@@ -340,7 +200,7 @@ type Claimed = (
     Vec<Job>,
 );
 
-fn claimed(
+pub(crate) fn claimed(
     phase: ClaimPhase<'_>,
     observations: HashMap<u64, Vec<Observation>>,
     slots: usize,

@@ -27,7 +27,7 @@ static SCAN_READY: LazyLock<String> = LazyLock::new(|| {
 });
 
 /// What a claim transaction's scans read.
-pub(super) struct Scan {
+pub(crate) struct Scan {
     pub(super) rules: Rules,
     /// Running jobs whose lease expired (inline takeovers), then due
     /// ready jobs.
