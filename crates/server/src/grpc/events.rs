@@ -16,6 +16,7 @@ use jobfence_api::v1::{
 use jobfence_auth::Action;
 use jobfence_core::Coordinator;
 use jobfence_domain::feed::FeedEvent;
+use jobfence_domain::validate::Violations;
 use jobfence_domain::{CoordinatorError, QueueScope};
 
 use std::pin::Pin;
@@ -85,10 +86,14 @@ impl JobEventsService {
 
 /// Refuses a feed of a queue outside the caller's scope; a feed of every
 /// queue (no `queue` filter) needs a grant on `*`.
-fn check_feed_queue(scope: &QueueScope, queue: &str) -> Result<(), CoordinatorError> {
+/// The feed's queue filter (`None`: every queue), if the caller may read it.
+fn feed_queue(scope: &QueueScope, queue: String) -> Result<Option<String>, CoordinatorError> {
+    let mut v = Violations::default();
+    let queue = v.optional("queue", queue);
+    v.finish()?;
     // `*` is in no scope but the unrestricted one.
-    let queue = if queue.is_empty() { "*" } else { queue };
-    scope.check(queue, None)
+    scope.check(queue.as_deref().unwrap_or("*"), None)?;
+    Ok(queue)
 }
 
 fn shutting_down() -> Status {
@@ -178,10 +183,9 @@ impl JobEvents for JobEventsService {
     ) -> Result<Response<ListEventsResponse>, Status> {
         let rpc = self.rpc("ListEvents");
         rpc.scoped(request, Action::ReadEvents, |r, scope| async move {
-            check_feed_queue(&scope, &r.queue)?;
+            let queue = feed_queue(&scope, r.queue)?;
             let span = Span::current();
             span.record("after_event_id", r.after_event_id);
-            let queue = super::convert::non_empty(r.queue);
             let feed_starts = self.coordinator.feed_starts();
             let page = self
                 .coordinator
@@ -211,13 +215,13 @@ impl JobEvents for JobEventsService {
     ) -> Result<Response<Self::WatchEventsStream>, Status> {
         let rpc = self.rpc("WatchEvents");
         let scope = rpc.scope(&request, Action::ReadEvents)?;
-        if let Err(e) = check_feed_queue(&scope, &request.get_ref().queue) {
-            return rpc.answer(Err(e));
-        }
         let r = request.into_inner();
+        let queue = match feed_queue(&scope, r.queue) {
+            Ok(queue) => queue,
+            Err(e) => return rpc.answer(Err(e)),
+        };
         let span = Span::current();
         span.record("after_event_id", r.after_event_id);
-        let queue = super::convert::non_empty(r.queue);
         // Refuse a bad request up front, not as the stream's first message.
         let checked = self
             .coordinator

@@ -3,7 +3,7 @@
 //! under the operator's name ([`Rpc::operator`]), the reads only record
 //! the caller ([`Rpc::read`]).
 
-use super::convert::{self, duration, non_empty};
+use super::convert::{self, duration};
 use super::events::event_to_proto;
 use super::providers as conv;
 use super::Rpc;
@@ -67,7 +67,7 @@ fn resolution(v: &mut Violations, r: &ResolveManualReviewRequest) -> Resolution 
     match proto::Resolution::try_from(r.resolution) {
         Ok(proto::Resolution::Succeeded) => Resolution::Succeeded {
             provider_reference: r.provider_reference.clone(),
-            result: non_empty(r.result.clone()),
+            result: v.optional("result", r.result.clone()),
         },
         Ok(proto::Resolution::Failed) => Resolution::Failed,
         Ok(proto::Resolution::RetryReconcile) => Resolution::RetryReconcile { delay: delay() },
@@ -326,11 +326,9 @@ impl JobAdmin for JobAdminService {
             .read(request, |r| async move {
                 let mut v = Violations::default();
                 let window = duration(&mut v, "window", r.window);
+                let queue = v.optional("queue", r.queue);
                 v.finish()?;
-                let (stats, window) = self
-                    .coordinator
-                    .queue_stats(non_empty(r.queue), window)
-                    .await?;
+                let (stats, window) = self.coordinator.queue_stats(queue, window).await?;
                 Ok(QueueStatsResponse {
                     queues: stats.into_iter().map(queue_stats).collect(),
                     window: Some(convert::duration_to_proto(window)),
@@ -535,7 +533,9 @@ impl JobAdmin for JobAdminService {
     ) -> Result<Response<ListPolicyChangesResponse>, Status> {
         self.rpc("ListPolicyChanges")
             .read(request, |r| async move {
-                let subject = non_empty(r.subject);
+                let mut v = Violations::default();
+                let subject = v.optional("subject", r.subject);
+                v.finish()?;
                 let before = (r.before_change_id > 0).then_some(r.before_change_id);
                 let all = self
                     .coordinator
@@ -563,17 +563,17 @@ fn list_filter(r: ListJobsRequest) -> Result<ListJobsFilter, CoordinatorError> {
         .map(|s| state_from(&mut v, "states", *s))
         .collect();
     let min_age = duration(&mut v, "min_age", r.min_age);
-    let after_id = if r.page_token.is_empty() {
-        0
-    } else {
-        r.page_token.parse().unwrap_or_else(|_| {
+    let after_id = match v.optional("page_token", r.page_token) {
+        None => 0,
+        Some(token) => token.parse().unwrap_or_else(|_| {
             v.add("page_token", "is not a token this service returned");
             0
-        })
+        }),
     };
+    let queue = v.optional("queue", r.queue);
     v.finish()?;
     Ok(ListJobsFilter {
-        queue: non_empty(r.queue),
+        queue,
         states,
         min_age,
         operation_key: None,

@@ -1,6 +1,6 @@
 //! `jobfence.v1.JobCoordinator`: the worker-facing service.
 
-use super::convert::{self, duration, non_empty};
+use super::convert::{self, duration};
 use super::handoff;
 use super::Rpc;
 use jobfence_api::v1::job_coordinator_server::JobCoordinator;
@@ -225,13 +225,15 @@ impl JobCoordinator for JobCoordinatorService {
                 super::workers::saw(&self.coordinator, &client, &n.worker_id, &n.queue);
             }
             let span = Span::current();
+            let mut v = Violations::default();
             let call = domain::Complete {
                 job_id: r.job_id,
                 attempt: r.attempt,
-                provider_reference: non_empty(r.provider_reference),
-                result: non_empty(r.result),
+                provider_reference: v.optional("provider_reference", r.provider_reference),
+                result: v.optional("result", r.result),
             };
             let Some(next) = r.next else {
+                v.finish()?;
                 let out = self.coordinator.complete(call, &scope).await?;
                 span.record("operation_key", out.job.operation_key.as_str());
                 span.record("replayed", out.replayed);
@@ -241,7 +243,6 @@ impl JobCoordinator for JobCoordinatorService {
                     next: None,
                 });
             };
-            let mut v = Violations::default();
             let next = handoff::next_params(&mut v, next, deadline);
             handoff::with_write_checks(&mut v, coordinator::check_complete(&call));
             v.finish()?;
@@ -350,6 +351,7 @@ impl JobCoordinator for JobCoordinatorService {
         let mut v = Violations::default();
         let source = convert::source(&mut v, r.source);
         let outcome = convert::outcome(&mut v, r.outcome);
+        let provider_reference = v.optional("provider_reference", r.provider_reference);
         if let Err(e) = v.finish() {
             return rpc.answer(Err(e));
         }
@@ -362,7 +364,7 @@ impl JobCoordinator for JobCoordinatorService {
             attempt: r.attempt,
             source,
             outcome,
-            provider_reference: non_empty(r.provider_reference),
+            provider_reference,
             body: r.body,
             dedup_key: r.dedup_key,
         };

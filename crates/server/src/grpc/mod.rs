@@ -23,6 +23,7 @@ pub use job_coordinator::JobCoordinatorService;
 
 use jobfence_api::v1 as proto;
 use jobfence_auth::{self as auth, Action, Caller, Refusal};
+use jobfence_domain::validate::Violations;
 use jobfence_domain::{CoordinatorError, QueueScope};
 use jobfence_metrics::Metrics;
 use std::future::Future;
@@ -87,9 +88,25 @@ impl<'a> Rpc<'a> {
     {
         record_job(request.get_ref());
         let caller = caller(&request);
-        let operator = Refusal::operator_for(caller.as_deref(), request.get_ref().operator())
-            .map_err(|r| self.refuse(request.extensions(), r))?;
+        let requested = request.get_ref().operator();
+        let operator = self.operator_for(caller.as_deref(), requested, request.extensions())?;
         self.answer(call(request.into_inner(), operator).await)
+    }
+
+    /// The operator an operator's write is recorded under (see
+    /// [`Refusal::operator_for`]): a blank `requested` name is refused as
+    /// any blank field is (docs/api.md, "Strings"), before it is compared
+    /// with the credential's.
+    pub(crate) fn operator_for(
+        &self,
+        caller: Option<&Caller>,
+        requested: &str,
+        extensions: &tonic::Extensions,
+    ) -> Result<String, Status> {
+        let mut v = Violations::default();
+        v.not_blank("operator", requested);
+        v.finish().map_err(|e| self.fail(e))?;
+        Refusal::operator_for(caller, requested).map_err(|r| self.refuse(extensions, r))
     }
 
     /// An operator's read: the caller is recorded on the span (the
@@ -150,16 +167,19 @@ impl<'a> Rpc<'a> {
                 Span::current().record("outcome", "ok");
                 Ok(Response::new(v))
             }
-            Err(e) => {
-                let (_, reason) = status::code_and_reason(&e);
-                Span::current().record("outcome", reason);
-                if let CoordinatorError::QueueNotAllowed { .. } = &e {
-                    self.metrics.auth_refusal(reason);
-                    tracing::warn!(reason, error = %e, "call refused");
-                }
-                Err(status::to_status(e))
-            }
+            Err(e) => Err(self.fail(e)),
         }
+    }
+
+    /// [`answer`](Self::answer) of an error.
+    pub(crate) fn fail(&self, e: CoordinatorError) -> Status {
+        let (_, reason) = status::code_and_reason(&e);
+        Span::current().record("outcome", reason);
+        if let CoordinatorError::QueueNotAllowed { .. } = &e {
+            self.metrics.auth_refusal(reason);
+            tracing::warn!(reason, error = %e, "call refused");
+        }
+        status::to_status(e)
     }
 }
 

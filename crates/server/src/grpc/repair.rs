@@ -7,6 +7,7 @@ use jobfence_api::v1 as proto;
 use jobfence_core::Coordinator;
 use jobfence_domain::admin::RetryJob;
 use jobfence_domain::providers::ChangeBy;
+use jobfence_domain::validate::Violations;
 use tonic::{Request, Response, Status};
 use tracing::Span;
 
@@ -20,9 +21,12 @@ pub(super) async fn retry(
     rpc.operator(request, |r, operator| async move {
         let span = Span::current();
         span.record("operator", operator.as_str());
+        let mut v = Violations::default();
+        let new_operation_key = v.optional("new_operation_key", r.new_operation_key);
+        v.finish()?;
         let call = RetryJob {
             job_id: r.job_id,
-            new_operation_key: Some(r.new_operation_key).filter(|k| !k.is_empty()),
+            new_operation_key,
             operator,
             reason: r.reason,
         };
