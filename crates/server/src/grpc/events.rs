@@ -184,15 +184,11 @@ impl JobEvents for JobEventsService {
         let rpc = self.rpc("ListEvents");
         rpc.scoped(request, Action::ReadEvents, |r, scope| async move {
             let queue = feed_queue(&scope, r.queue)?;
-            let span = Span::current();
-            span.record("after_event_id", r.after_event_id);
             let feed_starts = self.coordinator.feed_starts();
             let page = self
                 .coordinator
                 .list_events(r.after_event_id, r.limit, queue.as_deref())
                 .await?;
-            span.record("listed", page.events.len());
-            span.record("next_after_event_id", page.next_after);
             Ok(ListEventsResponse {
                 events: page.events.into_iter().map(event_to_proto).collect(),
                 next_after_event_id: page.next_after,
@@ -218,10 +214,8 @@ impl JobEvents for JobEventsService {
         let r = request.into_inner();
         let queue = match feed_queue(&scope, r.queue) {
             Ok(queue) => queue,
-            Err(e) => return rpc.answer(Err(e)),
+            Err(e) => return Err(rpc.fail(e)),
         };
-        let span = Span::current();
-        span.record("after_event_id", r.after_event_id);
         // Refuse a bad request up front, not as the stream's first message.
         let checked = self
             .coordinator
@@ -230,10 +224,9 @@ impl JobEvents for JobEventsService {
             .map(|_| ());
         if let Err(e) = checked {
             if !transient(&e) {
-                return rpc.answer(Err(e));
+                return Err(rpc.fail(e));
             }
         }
-        span.record("outcome", "streaming");
         let (tx, rx) = mpsc::channel(WATCH_BUFFER);
         tokio::spawn(
             follow(
@@ -244,8 +237,8 @@ impl JobEvents for JobEventsService {
                 self.shutdown.clone(),
                 tx,
             )
-            .instrument(span),
+            .instrument(Span::current()),
         );
-        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+        rpc.streaming(Box::pin(ReceiverStream::new(rx)))
     }
 }

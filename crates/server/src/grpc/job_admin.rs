@@ -26,7 +26,7 @@ use jobfence_domain::providers::{ChangeBy, PutProvider, PutQueuePolicy, SetPause
 use jobfence_domain::validate::Violations;
 use jobfence_domain::{CoordinatorError, JobState};
 use tonic::{Request, Response, Status};
-use tracing::{instrument, Span};
+use tracing::instrument;
 
 /// The tonic service over a [`Coordinator`].
 #[derive(Debug, Clone)]
@@ -62,7 +62,8 @@ fn state_from(v: &mut Violations, field: &str, raw: i32) -> JobState {
     }
 }
 
-fn resolution(v: &mut Violations, r: &ResolveManualReviewRequest) -> Resolution {
+/// The resolution a request asks for (its delay checked into `v`).
+pub(super) fn resolution(v: &mut Violations, r: &ResolveManualReviewRequest) -> Resolution {
     let mut delay = || duration(v, "delay", r.delay).unwrap_or_default();
     match proto::Resolution::try_from(r.resolution) {
         Ok(proto::Resolution::Succeeded) => Resolution::Succeeded {
@@ -171,10 +172,8 @@ impl JobAdmin for JobAdminService {
     ) -> Result<Response<ListJobsResponse>, Status> {
         self.rpc("ListJobs")
             .read(request, |r| async move {
-                let span = Span::current();
                 let filter = list_filter(r)?;
                 let (jobs, next) = self.coordinator.list_jobs(filter).await?;
-                span.record("listed", jobs.len());
                 Ok(ListJobsResponse {
                     jobs: jobs.into_iter().map(convert::job).collect(),
                     next_page_token: next.map(|id| id.to_string()).unwrap_or_default(),
@@ -194,11 +193,7 @@ impl JobAdmin for JobAdminService {
     ) -> Result<Response<GetJobDetailResponse>, Status> {
         self.rpc("GetJob")
             .read(request, |r| async move {
-                let span = Span::current();
                 let d = self.coordinator.job_detail(r.job_id).await?;
-                span.record("queue", d.job.queue.as_str());
-                span.record("operation_key", d.job.operation_key.as_str());
-                span.record("attempt", d.job.attempt);
                 Ok(GetJobDetailResponse {
                     job: Some(convert::job(d.job)),
                     observations: d
@@ -225,12 +220,9 @@ impl JobAdmin for JobAdminService {
     ) -> Result<Response<ResolveManualReviewResponse>, Status> {
         self.rpc("ResolveManualReview")
             .operator(request, |r, operator| async move {
-                let span = Span::current();
-                span.record("operator", operator.as_str());
                 let mut v = Violations::default();
                 let resolution = resolution(&mut v, &r);
                 v.finish()?;
-                span.record("resolution", resolution.as_str());
                 let call = jobfence_domain::admin::ResolveManualReview {
                     job_id: r.job_id,
                     attempt: r.attempt,
@@ -242,7 +234,6 @@ impl JobAdmin for JobAdminService {
                     .coordinator
                     .resolve_manual_review(call, r.authorize_resend)
                     .await?;
-                span.record("replayed", out.replayed);
                 Ok(ResolveManualReviewResponse {
                     job: Some(convert::job(out.job)),
                     replayed: out.replayed,
@@ -262,8 +253,6 @@ impl JobAdmin for JobAdminService {
     ) -> Result<Response<CancelJobResponse>, Status> {
         self.rpc("CancelJob")
             .operator(request, |r, operator| async move {
-                let span = Span::current();
-                span.record("operator", operator.as_str());
                 let call = jobfence_domain::admin::CancelJob {
                     job_id: r.job_id,
                     attempt: r.attempt,
@@ -271,8 +260,6 @@ impl JobAdmin for JobAdminService {
                     reason: r.reason,
                 };
                 let out = self.coordinator.cancel_job(call).await?;
-                span.record("queue", out.job.queue.as_str());
-                span.record("replayed", out.replayed);
                 Ok(CancelJobResponse {
                     job: Some(convert::job(out.job)),
                     replayed: out.replayed,
@@ -348,9 +335,6 @@ impl JobAdmin for JobAdminService {
     ) -> Result<Response<PutProviderResponse>, Status> {
         self.rpc("PutProvider")
             .operator(request, |r, operator| async move {
-                let span = Span::current();
-                span.record("provider", r.name.as_str());
-                span.record("operator", operator.as_str());
                 let mut v = Violations::default();
                 let budget = conv::budget(&mut v, r.budget);
                 v.finish()?;
@@ -361,7 +345,6 @@ impl JobAdmin for JobAdminService {
                     by: by(operator, r.reason),
                 };
                 let (provider, created) = self.coordinator.put_provider(call).await?;
-                span.record("created", created);
                 Ok(PutProviderResponse {
                     provider: Some(conv::provider(provider)),
                     created,
@@ -381,7 +364,6 @@ impl JobAdmin for JobAdminService {
     ) -> Result<Response<DeleteProviderResponse>, Status> {
         self.rpc("DeleteProvider")
             .operator(request, |r, operator| async move {
-                Span::current().record("provider", r.name.as_str());
                 let by = by(operator, r.reason);
                 let p = self.coordinator.delete_provider(&r.name, by).await?;
                 Ok(DeleteProviderResponse {
@@ -417,11 +399,9 @@ impl JobAdmin for JobAdminService {
     ) -> Result<Response<PauseProviderResponse>, Status> {
         self.rpc("PauseProvider")
             .operator(request, |r, operator| async move {
-                Span::current().record("provider", r.name.as_str());
                 let mut v = Violations::default();
                 let pause = conv::pause(&mut v, r.pause);
                 v.finish()?;
-                Span::current().record("pause", pause.as_str());
                 let call = SetPause {
                     name: r.name,
                     pause,
@@ -446,7 +426,6 @@ impl JobAdmin for JobAdminService {
     ) -> Result<Response<ResumeProviderResponse>, Status> {
         self.rpc("ResumeProvider")
             .operator(request, |r, operator| async move {
-                Span::current().record("provider", r.name.as_str());
                 let call = SetPause {
                     name: r.name,
                     pause: Pause::None,

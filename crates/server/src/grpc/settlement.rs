@@ -212,13 +212,13 @@ pub(super) async fn import(
             "the first message of an import is its header",
         )));
     };
+    super::record_request(&header);
     let operator = rpc.operator_for(caller.as_deref(), &header.operator, &extensions)?;
     let summary = async {
         let mut v = Violations::default();
         let start = db_time(&mut v, "period_start", header.period_start);
         let end = db_time(&mut v, "period_end", header.period_end);
         v.finish()?;
-        tracing::Span::current().record("provider", header.provider.as_str());
         let mut import = coordinator
             .start_import(ImportHeader {
                 provider: header.provider,
