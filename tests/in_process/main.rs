@@ -5,6 +5,7 @@
 
 mod admin;
 mod adversarial;
+mod blank_strings;
 mod budgets;
 mod bulk_repair;
 mod coalesced_claims;

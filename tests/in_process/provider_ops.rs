@@ -482,7 +482,7 @@ async fn bad_provider_input_names_each_flag_and_writes_nothing() {
         .await
         .unwrap_err();
     assert!(
-        blank.contains("\n  reason (--reason): must say why"),
+        blank.contains("\n  reason (--reason): must not be blank"),
         "{blank}"
     );
     let ghost = cli(

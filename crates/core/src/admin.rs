@@ -36,9 +36,7 @@ pub struct JobDetail {
 
 pub(crate) fn operator_fields(v: &mut Violations, operator: &str, reason: &str) {
     v.key("operator", operator);
-    if reason.trim().is_empty() {
-        v.add("reason", "must say why (it is recorded)");
-    }
+    v.required("reason", reason, "must say why (it is recorded)");
     v.max_bytes("reason", reason, MAX_ERROR_BYTES);
 }
 

@@ -21,9 +21,7 @@ pub const MAX_CHANGES_PAGE: u32 = 500;
 
 pub(crate) fn check_by(v: &mut Violations, by: &ChangeBy) {
     v.key("operator", &by.operator);
-    if by.reason.trim().is_empty() {
-        v.add("reason", "must say why (it is recorded)");
-    }
+    v.required("reason", &by.reason, "must say why (it is recorded)");
     v.max_bytes("reason", &by.reason, MAX_ERROR_BYTES);
 }
 

@@ -244,9 +244,7 @@ pub fn check_fail(req: &FailParams) -> Result<(), CoordinatorError> {
     let mut v = Violations::default();
     v.job_id(req.job_id);
     v.attempt(req.attempt);
-    if req.error.is_empty() {
-        v.add("error", "must say what went wrong");
-    }
+    v.required("error", &req.error, "must say what went wrong");
     v.max_bytes("error", &req.error, MAX_ERROR_BYTES);
     v.delay("retry_delay", req.retry_delay);
     if let Some(d) = req.provider_retry_after {

@@ -38,11 +38,42 @@ impl Violations {
         }
     }
 
+    /// An optional string field, by the API's one rule for strings
+    /// (docs/api.md, "Strings"): `""` is not given (`None`); a value made
+    /// only of whitespace is refused as blank; anything else is taken as
+    /// given, untrimmed.
+    pub fn optional(&mut self, field: &str, value: String) -> Option<String> {
+        (!value.is_empty() && self.not_blank(field, &value)).then_some(value)
+    }
+
+    /// A required string field, by the same rule: `""` is refused with
+    /// `missing` (what the field must say), a blank value as blank.
+    /// Whether it was given.
+    pub fn required(&mut self, field: &str, value: &str, missing: &str) -> bool {
+        if value.is_empty() {
+            self.add(field, missing);
+            false
+        } else {
+            self.not_blank(field, value)
+        }
+    }
+
+    /// Refuses a value made only of whitespace (`""` is not blank: it is
+    /// not given). Whether it was not blank.
+    pub fn not_blank(&mut self, field: &str, value: &str) -> bool {
+        let blank = !value.is_empty() && value.trim().is_empty();
+        if blank {
+            self.add(field, "must not be blank (only whitespace)");
+        }
+        !blank
+    }
+
     /// A queue name: 1 to [`MAX_QUEUE_BYTES`] bytes of `[A-Za-z0-9._-]`.
     pub fn queue(&mut self, field: &str, queue: &str) {
-        if queue.is_empty() {
-            self.add(field, "must not be empty");
-        } else if queue.len() > MAX_QUEUE_BYTES {
+        if !self.required(field, queue, "must not be empty") {
+            return;
+        }
+        if queue.len() > MAX_QUEUE_BYTES {
             self.add(field, format!("must be at most {MAX_QUEUE_BYTES} bytes"));
         } else if !queue
             .bytes()
@@ -55,9 +86,7 @@ impl Violations {
     /// A required key (worker_id, provider_reference, …): 1 to
     /// [`MAX_KEY_BYTES`] bytes.
     pub fn key(&mut self, field: &str, key: &str) {
-        if key.is_empty() {
-            self.add(field, "must not be empty");
-        } else {
+        if self.required(field, key, "must not be empty") {
             self.max_bytes(field, key, MAX_KEY_BYTES);
         }
     }
@@ -67,7 +96,7 @@ impl Violations {
     /// alike, so `"k "` equals `"k"` there while a provider's idempotency
     /// key tells them apart: a trailing space is refused, never merged.
     pub fn unique_key(&mut self, field: &str, key: &str) {
-        if key.ends_with(' ') {
+        if key.ends_with(' ') && !key.trim().is_empty() {
             self.add(
                 field,
                 "must not end with a space (the database compares keys ignoring trailing spaces)",
@@ -112,5 +141,49 @@ impl Violations {
                 format!("must be at most {}", humantime::format_duration(MAX_DELAY)),
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refused(check: impl FnOnce(&mut Violations)) -> Vec<(String, String)> {
+        let mut v = Violations::default();
+        check(&mut v);
+        v.0.into_iter().map(|f| (f.field, f.description)).collect()
+    }
+
+    #[test]
+    fn empty_is_not_given_and_blank_is_refused() {
+        let mut v = Violations::default();
+        assert_eq!(v.optional("provider", String::new()), None);
+        assert_eq!(
+            v.optional("provider", " stripe ".into()),
+            Some(" stripe ".into())
+        );
+        assert!(v.0.is_empty());
+        let blank = "must not be blank (only whitespace)".to_owned();
+        for value in [" ", "\t", " \n "] {
+            assert_eq!(
+                refused(|v| assert_eq!(v.optional("provider", value.into()), None)),
+                [("provider".to_owned(), blank.clone())]
+            );
+            for check in [Violations::key, Violations::unique_key, Violations::queue] {
+                assert_eq!(
+                    refused(|v| check(v, "worker_id", value)),
+                    [("worker_id".to_owned(), blank.clone())],
+                    "{value:?}"
+                );
+            }
+        }
+        assert_eq!(
+            refused(|v| v.key("worker_id", "")),
+            [("worker_id".to_owned(), "must not be empty".to_owned())]
+        );
+        assert_eq!(
+            refused(|v| assert!(!v.required("reason", "", "must say why"))),
+            [("reason".to_owned(), "must say why".to_owned())]
+        );
     }
 }

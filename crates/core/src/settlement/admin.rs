@@ -24,9 +24,7 @@ pub const MAX_EXCEPTIONS: u32 = 500;
 fn check_mapping(v: &mut Violations, m: &Mapping) {
     for (field, column) in m.columns() {
         let field = format!("columns.{field}");
-        if column.trim().is_empty() {
-            v.add(&field, "must name the report's column");
-        }
+        v.required(&field, column, "must name the report's column");
         v.max_bytes(&field, column, 255);
     }
 }
@@ -41,9 +39,7 @@ impl Coordinator {
     ) -> Result<SettlementSettings, CoordinatorError> {
         let mut v = Violations::default();
         v.key("operator", &req.by.operator);
-        if req.by.reason.trim().is_empty() {
-            v.add("reason", "must say why (it is recorded)");
-        }
+        v.required("reason", &req.by.reason, "must say why (it is recorded)");
         v.max_bytes("reason", &req.by.reason, MAX_ERROR_BYTES);
         let unknown_preset = req
             .preset
@@ -195,9 +191,7 @@ impl Coordinator {
     ) -> Result<SettlementException, CoordinatorError> {
         let mut v = Violations::default();
         v.key("operator", &act.operator);
-        if act.note.trim().is_empty() {
-            v.add("note", "must say what was done (it is recorded)");
-        }
+        v.required("note", &act.note, "must say what was done (it is recorded)");
         v.max_bytes("note", &act.note, MAX_ERROR_BYTES);
         let allowed = matches!(
             (act.seen, act.to),

@@ -99,9 +99,7 @@ impl Coordinator {
         if header.period.0 < earliest_period() {
             v.add("period_start", "must be 2000-01-01 or later");
         }
-        if header.provider.is_empty() {
-            v.add("provider", "must name a provider");
-        }
+        v.required("provider", &header.provider, "must name a provider");
         v.finish()?;
         let (store, settings) = self.settlement_home(&header.provider).await?;
         // The jobs' finished times are the database's: so is "ended".

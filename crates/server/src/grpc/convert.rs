@@ -1,6 +1,8 @@
 //! proto ⇄ domain conversions. Shapes only (enums, durations); limits are
 //! checked by the coordinator. Unknown or unset enum values and negative
-//! durations are field violations.
+//! durations are field violations. An optional string field is read with
+//! [`Violations::optional`], the API's one rule for strings (docs/api.md,
+//! "Strings").
 
 use jobfence_api::v1 as proto;
 use jobfence_domain::validate::Violations;
@@ -200,9 +202,4 @@ pub fn disposition_to_proto(d: FailDisposition) -> proto::FailDisposition {
         FailDisposition::Failed => proto::FailDisposition::Failed,
         FailDisposition::ManualReview => proto::FailDisposition::ManualReview,
     }
-}
-
-/// An empty string means "not given".
-pub fn non_empty(s: String) -> Option<String> {
-    (!s.is_empty()).then_some(s)
 }

@@ -16,6 +16,7 @@ use jobfence_api::v1::{
 use jobfence_auth::Action;
 use jobfence_core::Coordinator;
 use jobfence_domain::feed::FeedEvent;
+use jobfence_domain::validate::Violations;
 use jobfence_domain::{CoordinatorError, QueueScope};
 
 use std::pin::Pin;
@@ -85,10 +86,14 @@ impl JobEventsService {
 
 /// Refuses a feed of a queue outside the caller's scope; a feed of every
 /// queue (no `queue` filter) needs a grant on `*`.
-fn check_feed_queue(scope: &QueueScope, queue: &str) -> Result<(), CoordinatorError> {
+/// The feed's queue filter (`None`: every queue), if the caller may read it.
+fn feed_queue(scope: &QueueScope, queue: String) -> Result<Option<String>, CoordinatorError> {
+    let mut v = Violations::default();
+    let queue = v.optional("queue", queue);
+    v.finish()?;
     // `*` is in no scope but the unrestricted one.
-    let queue = if queue.is_empty() { "*" } else { queue };
-    scope.check(queue, None)
+    scope.check(queue.as_deref().unwrap_or("*"), None)?;
+    Ok(queue)
 }
 
 fn shutting_down() -> Status {
@@ -178,17 +183,12 @@ impl JobEvents for JobEventsService {
     ) -> Result<Response<ListEventsResponse>, Status> {
         let rpc = self.rpc("ListEvents");
         rpc.scoped(request, Action::ReadEvents, |r, scope| async move {
-            check_feed_queue(&scope, &r.queue)?;
-            let span = Span::current();
-            span.record("after_event_id", r.after_event_id);
-            let queue = super::convert::non_empty(r.queue);
+            let queue = feed_queue(&scope, r.queue)?;
             let feed_starts = self.coordinator.feed_starts();
             let page = self
                 .coordinator
                 .list_events(r.after_event_id, r.limit, queue.as_deref())
                 .await?;
-            span.record("listed", page.events.len());
-            span.record("next_after_event_id", page.next_after);
             Ok(ListEventsResponse {
                 events: page.events.into_iter().map(event_to_proto).collect(),
                 next_after_event_id: page.next_after,
@@ -211,13 +211,11 @@ impl JobEvents for JobEventsService {
     ) -> Result<Response<Self::WatchEventsStream>, Status> {
         let rpc = self.rpc("WatchEvents");
         let scope = rpc.scope(&request, Action::ReadEvents)?;
-        if let Err(e) = check_feed_queue(&scope, &request.get_ref().queue) {
-            return rpc.answer(Err(e));
-        }
         let r = request.into_inner();
-        let span = Span::current();
-        span.record("after_event_id", r.after_event_id);
-        let queue = super::convert::non_empty(r.queue);
+        let queue = match feed_queue(&scope, r.queue) {
+            Ok(queue) => queue,
+            Err(e) => return Err(rpc.fail(e)),
+        };
         // Refuse a bad request up front, not as the stream's first message.
         let checked = self
             .coordinator
@@ -226,10 +224,9 @@ impl JobEvents for JobEventsService {
             .map(|_| ());
         if let Err(e) = checked {
             if !transient(&e) {
-                return rpc.answer(Err(e));
+                return Err(rpc.fail(e));
             }
         }
-        span.record("outcome", "streaming");
         let (tx, rx) = mpsc::channel(WATCH_BUFFER);
         tokio::spawn(
             follow(
@@ -240,8 +237,8 @@ impl JobEvents for JobEventsService {
                 self.shutdown.clone(),
                 tx,
             )
-            .instrument(span),
+            .instrument(Span::current()),
         );
-        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+        rpc.streaming(Box::pin(ReceiverStream::new(rx)))
     }
 }

@@ -3,7 +3,7 @@
 //! under the operator's name ([`Rpc::operator`]), the reads only record
 //! the caller ([`Rpc::read`]).
 
-use super::convert::{self, duration, non_empty};
+use super::convert::{self, duration};
 use super::events::event_to_proto;
 use super::providers as conv;
 use super::Rpc;
@@ -26,7 +26,7 @@ use jobfence_domain::providers::{ChangeBy, PutProvider, PutQueuePolicy, SetPause
 use jobfence_domain::validate::Violations;
 use jobfence_domain::{CoordinatorError, JobState};
 use tonic::{Request, Response, Status};
-use tracing::{instrument, Span};
+use tracing::instrument;
 
 /// The tonic service over a [`Coordinator`].
 #[derive(Debug, Clone)]
@@ -62,12 +62,13 @@ fn state_from(v: &mut Violations, field: &str, raw: i32) -> JobState {
     }
 }
 
-fn resolution(v: &mut Violations, r: &ResolveManualReviewRequest) -> Resolution {
+/// The resolution a request asks for (its delay checked into `v`).
+pub(super) fn resolution(v: &mut Violations, r: &ResolveManualReviewRequest) -> Resolution {
     let mut delay = || duration(v, "delay", r.delay).unwrap_or_default();
     match proto::Resolution::try_from(r.resolution) {
         Ok(proto::Resolution::Succeeded) => Resolution::Succeeded {
             provider_reference: r.provider_reference.clone(),
-            result: non_empty(r.result.clone()),
+            result: v.optional("result", r.result.clone()),
         },
         Ok(proto::Resolution::Failed) => Resolution::Failed,
         Ok(proto::Resolution::RetryReconcile) => Resolution::RetryReconcile { delay: delay() },
@@ -171,10 +172,8 @@ impl JobAdmin for JobAdminService {
     ) -> Result<Response<ListJobsResponse>, Status> {
         self.rpc("ListJobs")
             .read(request, |r| async move {
-                let span = Span::current();
                 let filter = list_filter(r)?;
                 let (jobs, next) = self.coordinator.list_jobs(filter).await?;
-                span.record("listed", jobs.len());
                 Ok(ListJobsResponse {
                     jobs: jobs.into_iter().map(convert::job).collect(),
                     next_page_token: next.map(|id| id.to_string()).unwrap_or_default(),
@@ -194,11 +193,7 @@ impl JobAdmin for JobAdminService {
     ) -> Result<Response<GetJobDetailResponse>, Status> {
         self.rpc("GetJob")
             .read(request, |r| async move {
-                let span = Span::current();
                 let d = self.coordinator.job_detail(r.job_id).await?;
-                span.record("queue", d.job.queue.as_str());
-                span.record("operation_key", d.job.operation_key.as_str());
-                span.record("attempt", d.job.attempt);
                 Ok(GetJobDetailResponse {
                     job: Some(convert::job(d.job)),
                     observations: d
@@ -225,12 +220,9 @@ impl JobAdmin for JobAdminService {
     ) -> Result<Response<ResolveManualReviewResponse>, Status> {
         self.rpc("ResolveManualReview")
             .operator(request, |r, operator| async move {
-                let span = Span::current();
-                span.record("operator", operator.as_str());
                 let mut v = Violations::default();
                 let resolution = resolution(&mut v, &r);
                 v.finish()?;
-                span.record("resolution", resolution.as_str());
                 let call = jobfence_domain::admin::ResolveManualReview {
                     job_id: r.job_id,
                     attempt: r.attempt,
@@ -242,7 +234,6 @@ impl JobAdmin for JobAdminService {
                     .coordinator
                     .resolve_manual_review(call, r.authorize_resend)
                     .await?;
-                span.record("replayed", out.replayed);
                 Ok(ResolveManualReviewResponse {
                     job: Some(convert::job(out.job)),
                     replayed: out.replayed,
@@ -262,8 +253,6 @@ impl JobAdmin for JobAdminService {
     ) -> Result<Response<CancelJobResponse>, Status> {
         self.rpc("CancelJob")
             .operator(request, |r, operator| async move {
-                let span = Span::current();
-                span.record("operator", operator.as_str());
                 let call = jobfence_domain::admin::CancelJob {
                     job_id: r.job_id,
                     attempt: r.attempt,
@@ -271,8 +260,6 @@ impl JobAdmin for JobAdminService {
                     reason: r.reason,
                 };
                 let out = self.coordinator.cancel_job(call).await?;
-                span.record("queue", out.job.queue.as_str());
-                span.record("replayed", out.replayed);
                 Ok(CancelJobResponse {
                     job: Some(convert::job(out.job)),
                     replayed: out.replayed,
@@ -326,11 +313,9 @@ impl JobAdmin for JobAdminService {
             .read(request, |r| async move {
                 let mut v = Violations::default();
                 let window = duration(&mut v, "window", r.window);
+                let queue = v.optional("queue", r.queue);
                 v.finish()?;
-                let (stats, window) = self
-                    .coordinator
-                    .queue_stats(non_empty(r.queue), window)
-                    .await?;
+                let (stats, window) = self.coordinator.queue_stats(queue, window).await?;
                 Ok(QueueStatsResponse {
                     queues: stats.into_iter().map(queue_stats).collect(),
                     window: Some(convert::duration_to_proto(window)),
@@ -350,9 +335,6 @@ impl JobAdmin for JobAdminService {
     ) -> Result<Response<PutProviderResponse>, Status> {
         self.rpc("PutProvider")
             .operator(request, |r, operator| async move {
-                let span = Span::current();
-                span.record("provider", r.name.as_str());
-                span.record("operator", operator.as_str());
                 let mut v = Violations::default();
                 let budget = conv::budget(&mut v, r.budget);
                 v.finish()?;
@@ -363,7 +345,6 @@ impl JobAdmin for JobAdminService {
                     by: by(operator, r.reason),
                 };
                 let (provider, created) = self.coordinator.put_provider(call).await?;
-                span.record("created", created);
                 Ok(PutProviderResponse {
                     provider: Some(conv::provider(provider)),
                     created,
@@ -383,7 +364,6 @@ impl JobAdmin for JobAdminService {
     ) -> Result<Response<DeleteProviderResponse>, Status> {
         self.rpc("DeleteProvider")
             .operator(request, |r, operator| async move {
-                Span::current().record("provider", r.name.as_str());
                 let by = by(operator, r.reason);
                 let p = self.coordinator.delete_provider(&r.name, by).await?;
                 Ok(DeleteProviderResponse {
@@ -419,11 +399,9 @@ impl JobAdmin for JobAdminService {
     ) -> Result<Response<PauseProviderResponse>, Status> {
         self.rpc("PauseProvider")
             .operator(request, |r, operator| async move {
-                Span::current().record("provider", r.name.as_str());
                 let mut v = Violations::default();
                 let pause = conv::pause(&mut v, r.pause);
                 v.finish()?;
-                Span::current().record("pause", pause.as_str());
                 let call = SetPause {
                     name: r.name,
                     pause,
@@ -448,7 +426,6 @@ impl JobAdmin for JobAdminService {
     ) -> Result<Response<ResumeProviderResponse>, Status> {
         self.rpc("ResumeProvider")
             .operator(request, |r, operator| async move {
-                Span::current().record("provider", r.name.as_str());
                 let call = SetPause {
                     name: r.name,
                     pause: Pause::None,
@@ -535,7 +512,9 @@ impl JobAdmin for JobAdminService {
     ) -> Result<Response<ListPolicyChangesResponse>, Status> {
         self.rpc("ListPolicyChanges")
             .read(request, |r| async move {
-                let subject = non_empty(r.subject);
+                let mut v = Violations::default();
+                let subject = v.optional("subject", r.subject);
+                v.finish()?;
                 let before = (r.before_change_id > 0).then_some(r.before_change_id);
                 let all = self
                     .coordinator
@@ -563,17 +542,17 @@ fn list_filter(r: ListJobsRequest) -> Result<ListJobsFilter, CoordinatorError> {
         .map(|s| state_from(&mut v, "states", *s))
         .collect();
     let min_age = duration(&mut v, "min_age", r.min_age);
-    let after_id = if r.page_token.is_empty() {
-        0
-    } else {
-        r.page_token.parse().unwrap_or_else(|_| {
+    let after_id = match v.optional("page_token", r.page_token) {
+        None => 0,
+        Some(token) => token.parse().unwrap_or_else(|_| {
             v.add("page_token", "is not a token this service returned");
             0
-        })
+        }),
     };
+    let queue = v.optional("queue", r.queue);
     v.finish()?;
     Ok(ListJobsFilter {
-        queue: non_empty(r.queue),
+        queue,
         states,
         min_age,
         operation_key: None,

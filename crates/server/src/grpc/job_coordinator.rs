@@ -1,6 +1,6 @@
 //! `jobfence.v1.JobCoordinator`: the worker-facing service.
 
-use super::convert::{self, duration, non_empty};
+use super::convert::{self, duration};
 use super::handoff;
 use super::Rpc;
 use jobfence_api::v1::job_coordinator_server::JobCoordinator;
@@ -17,7 +17,7 @@ use jobfence_domain::validate::Violations;
 use jobfence_domain::{self as domain, CoordinatorError};
 use std::time::Duration;
 use tonic::{Request, Response, Status};
-use tracing::{instrument, Span};
+use tracing::instrument;
 
 /// The tonic service over a [`Coordinator`].
 #[derive(Debug, Clone)]
@@ -50,8 +50,6 @@ impl JobCoordinator for JobCoordinatorService {
     ) -> Result<Response<EnqueueResponse>, Status> {
         let rpc = self.rpc("Enqueue");
         rpc.scoped(request, Action::Enqueue, |r, scope| async move {
-            let span = Span::current();
-            span.record("operation_key", r.operation_key.as_str());
             let mut v = Violations::default();
             let delay = duration(&mut v, "delay", r.delay);
             v.finish()?;
@@ -62,7 +60,6 @@ impl JobCoordinator for JobCoordinatorService {
                 delay: delay.unwrap_or_default(),
             };
             let out = self.coordinator.enqueue(call, &scope).await?;
-            span.record("job_id", out.job.id);
             Ok(EnqueueResponse {
                 job: Some(convert::job(out.job)),
                 created: out.created,
@@ -82,14 +79,8 @@ impl JobCoordinator for JobCoordinatorService {
     ) -> Result<Response<EnqueueBatchResponse>, Status> {
         let rpc = self.rpc("EnqueueBatch");
         rpc.scoped(request, Action::Enqueue, |r, scope| async move {
-            let span = Span::current();
-            span.record("items", r.items.len());
             let items = self.enqueue_items(r.items)?;
             let answers = self.coordinator.enqueue_batch(items, &scope).await?;
-            let created = answers
-                .iter()
-                .filter(|a| a.as_ref().is_ok_and(|o| o.created));
-            span.record("created", created.count());
             Ok(EnqueueBatchResponse {
                 results: answers.into_iter().map(enqueue_batch_result).collect(),
             })
@@ -113,8 +104,6 @@ impl JobCoordinator for JobCoordinatorService {
             if scope.allows(&r.queue) {
                 super::workers::saw(&self.coordinator, &client, &r.worker_id, &r.queue);
             }
-            let span = Span::current();
-            span.record("worker_id", r.worker_id.as_str());
             let mut v = Violations::default();
             let lease = duration(&mut v, "lease", r.lease);
             let wait = duration(&mut v, "wait", r.wait).unwrap_or_default();
@@ -129,7 +118,6 @@ impl JobCoordinator for JobCoordinatorService {
                 wait,
             };
             let jobs = self.coordinator.claim(call, &scope).await?;
-            span.record("claimed", jobs.len());
             Ok(ClaimResponse {
                 jobs: jobs.into_iter().map(convert::claimed).collect(),
             })
@@ -149,8 +137,6 @@ impl JobCoordinator for JobCoordinatorService {
         let client = super::workers::client(request.metadata());
         let rpc = self.rpc("Takeover");
         rpc.scoped(request, Action::Work, |r, scope| async move {
-            let span = Span::current();
-            span.record("worker_id", r.worker_id.as_str());
             let mut v = Violations::default();
             let lease = duration(&mut v, "lease", r.lease);
             v.finish()?;
@@ -162,8 +148,6 @@ impl JobCoordinator for JobCoordinatorService {
             let worker_id = call.worker_id.clone();
             let claimed = self.coordinator.takeover(call, &scope).await?;
             super::workers::saw(&self.coordinator, &client, &worker_id, &claimed.job.queue);
-            span.record("attempt", claimed.job.attempt);
-            span.record("operation_key", claimed.job.operation_key.as_str());
             Ok(TakeoverResponse {
                 claimed: Some(convert::claimed(claimed)),
             })
@@ -224,14 +208,13 @@ impl JobCoordinator for JobCoordinatorService {
             if let Some(n) = r.next.as_ref().filter(|n| scope.allows(&n.queue)) {
                 super::workers::saw(&self.coordinator, &client, &n.worker_id, &n.queue);
             }
-            let span = Span::current();
+            let mut v = Violations::default();
             let call = domain::Complete {
                 job_id: r.job_id,
                 attempt: r.attempt,
-                provider_reference: non_empty(r.provider_reference),
-                result: non_empty(r.result),
+                provider_reference: v.optional("provider_reference", r.provider_reference),
+                result: v.optional("result", r.result),
             };
-            let mut v = Violations::default();
             let next = r
                 .next
                 .map(|next| handoff::next_params(&mut v, next, deadline));
@@ -239,9 +222,6 @@ impl JobCoordinator for JobCoordinatorService {
             v.finish()?;
             let with_next = next.is_some();
             let handed = self.coordinator.complete(call, next, &scope).await?;
-            if with_next {
-                span.record("claimed", handed.jobs.len());
-            }
             let out = match handed.write {
                 Ok(out) => out,
                 Err(e) if with_next => {
@@ -253,8 +233,6 @@ impl JobCoordinator for JobCoordinatorService {
                 }
                 Err(e) => return Err(e),
             };
-            span.record("operation_key", out.job.operation_key.as_str());
-            span.record("replayed", out.replayed);
             Ok(CompleteResponse {
                 job: Some(convert::job(out.job)),
                 replayed: out.replayed,
@@ -287,7 +265,6 @@ impl JobCoordinator for JobCoordinatorService {
             if let Some(n) = r.next.as_ref().filter(|n| scope.allows(&n.queue)) {
                 super::workers::saw(&self.coordinator, &client, &n.worker_id, &n.queue);
             }
-            let span = Span::current();
             let mut v = Violations::default();
             let disposition = convert::disposition(&mut v, r.disposition);
             let retry_delay = duration(&mut v, "retry_delay", r.retry_delay);
@@ -310,9 +287,6 @@ impl JobCoordinator for JobCoordinatorService {
             v.finish()?;
             let with_next = next.is_some();
             let handed = self.coordinator.fail(call, next, &scope).await?;
-            if with_next {
-                span.record("claimed", handed.jobs.len());
-            }
             Ok(match handed.write {
                 Ok(out) => fail_response(
                     out,
@@ -342,16 +316,14 @@ impl JobCoordinator for JobCoordinatorService {
         let rpc = self.rpc("RecordObservation");
         let caller = super::caller(&request);
         let (_, extensions, r) = request.into_parts();
-        super::record_job(&r);
-        let span = Span::current();
+        super::record_request(&r);
         let mut v = Violations::default();
         let source = convert::source(&mut v, r.source);
         let outcome = convert::outcome(&mut v, r.outcome);
+        let provider_reference = v.optional("provider_reference", r.provider_reference);
         if let Err(e) = v.finish() {
             return rpc.answer(Err(e));
         }
-        span.record("source", source.as_str());
-        span.record("observed", outcome.as_str());
         let scope = jobfence_auth::observation_scope(caller.as_deref(), source)
             .map_err(|r| rpc.refuse(&extensions, r))?;
         let call = domain::RecordObservation {
@@ -359,18 +331,17 @@ impl JobCoordinator for JobCoordinatorService {
             attempt: r.attempt,
             source,
             outcome,
-            provider_reference: non_empty(r.provider_reference),
+            provider_reference,
             body: r.body,
             dedup_key: r.dedup_key,
         };
         let result = self.coordinator.record_observation(call, &scope).await;
-        rpc.answer(result.map(|(observation, duplicate)| {
-            span.record("duplicate", duplicate);
-            RecordObservationResponse {
+        rpc.answer(
+            result.map(|(observation, duplicate)| RecordObservationResponse {
                 observation: Some(convert::observation(observation)),
                 duplicate,
-            }
-        }))
+            }),
+        )
     }
 
     #[instrument(
@@ -384,11 +355,7 @@ impl JobCoordinator for JobCoordinatorService {
     ) -> Result<Response<GetJobResponse>, Status> {
         let rpc = self.rpc("GetJob");
         rpc.scoped(request, Action::ReadJob, |r, scope| async move {
-            let span = Span::current();
             let (job, observations) = self.coordinator.get_job(r.job_id, &scope).await?;
-            span.record("queue", job.queue.as_str());
-            span.record("operation_key", job.operation_key.as_str());
-            span.record("attempt", job.attempt);
             Ok(GetJobResponse {
                 job: Some(convert::job(job)),
                 observations: observations.into_iter().map(convert::observation).collect(),
@@ -445,10 +412,6 @@ fn enqueue_batch_result(
 /// the call asked for it).
 fn fail_response(out: domain::FailOutcome, next: Option<NextJobs>) -> FailResponse {
     let applied = convert::disposition_to_proto(out.applied);
-    let span = Span::current();
-    span.record("operation_key", out.job.operation_key.as_str());
-    span.record("applied", applied.as_str_name());
-    span.record("replayed", out.replayed);
     FailResponse {
         job: Some(convert::job(out.job)),
         applied: applied as i32,

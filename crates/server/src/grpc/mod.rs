@@ -14,15 +14,18 @@ mod job_coordinator;
 mod providers;
 mod repair;
 mod settlement;
+mod span_fields;
 pub mod status;
 mod workers;
 
 pub use events::JobEventsService;
 pub use job_admin::JobAdminService;
 pub use job_coordinator::JobCoordinatorService;
+pub(crate) use span_fields::{record_request, RequestFields, ResponseFields};
 
 use jobfence_api::v1 as proto;
 use jobfence_auth::{self as auth, Action, Caller, Refusal};
+use jobfence_domain::validate::Violations;
 use jobfence_domain::{CoordinatorError, QueueScope};
 use jobfence_metrics::Metrics;
 use std::future::Future;
@@ -32,11 +35,13 @@ use tonic::{Request, Response, Status};
 use tracing::Span;
 
 /// The one shape of a gRPC handler, shared by every unary RPC: record the
-/// job the request names on the RPC's span ([`JobFields`]), authorise
+/// request's fields on the RPC's span ([`RequestFields`]), authorise
 /// the caller, hand the message to the call (which converts it to the
-/// domain's types, awaits the coordinator and records its span fields),
-/// then answer: the outcome on the RPC's span, a `QUEUE_NOT_ALLOWED`
-/// refusal counted and logged, the error mapped by [`status`]. The RPC's
+/// domain's types and awaits the coordinator), then answer: the answer's
+/// fields ([`ResponseFields`]) and the outcome on the RPC's span, a
+/// `QUEUE_NOT_ALLOWED` refusal counted and logged, the error mapped by
+/// [`status`]. Handlers record nothing on the span themselves
+/// (`span_fields.rs`). The RPC's
 /// latency and status code are recorded by the layer around every service
 /// (`crate::rpc_metrics`), and its span by the handler's `#[instrument]`.
 ///
@@ -65,7 +70,8 @@ impl<'a> Rpc<'a> {
         call: impl FnOnce(Req, QueueScope) -> Fut,
     ) -> Result<Response<Resp>, Status>
     where
-        Req: JobFields,
+        Req: RequestFields,
+        Resp: ResponseFields,
         Fut: Future<Output = Result<Resp, CoordinatorError>>,
     {
         let scope = self.scope(&request, action)?;
@@ -82,14 +88,32 @@ impl<'a> Rpc<'a> {
         call: impl FnOnce(Req, String) -> Fut,
     ) -> Result<Response<Resp>, Status>
     where
-        Req: NamesOperator + JobFields,
+        Req: NamesOperator + RequestFields,
+        Resp: ResponseFields,
         Fut: Future<Output = Result<Resp, CoordinatorError>>,
     {
-        record_job(request.get_ref());
+        record_request(request.get_ref());
         let caller = caller(&request);
-        let operator = Refusal::operator_for(caller.as_deref(), request.get_ref().operator())
-            .map_err(|r| self.refuse(request.extensions(), r))?;
+        let requested = request.get_ref().operator();
+        let operator = self.operator_for(caller.as_deref(), requested, request.extensions())?;
+        Span::current().record("operator", operator.as_str());
         self.answer(call(request.into_inner(), operator).await)
+    }
+
+    /// The operator an operator's write is recorded under (see
+    /// [`Refusal::operator_for`]): a blank `requested` name is refused as
+    /// any blank field is (docs/api.md, "Strings"), before it is compared
+    /// with the credential's.
+    pub(crate) fn operator_for(
+        &self,
+        caller: Option<&Caller>,
+        requested: &str,
+        extensions: &tonic::Extensions,
+    ) -> Result<String, Status> {
+        let mut v = Violations::default();
+        v.not_blank("operator", requested);
+        v.finish().map_err(|e| self.fail(e))?;
+        Refusal::operator_for(caller, requested).map_err(|r| self.refuse(extensions, r))
     }
 
     /// An operator's read: the caller is recorded on the span (the
@@ -100,23 +124,24 @@ impl<'a> Rpc<'a> {
         call: impl FnOnce(Req) -> Fut,
     ) -> Result<Response<Resp>, Status>
     where
-        Req: JobFields,
+        Req: RequestFields,
+        Resp: ResponseFields,
         Fut: Future<Output = Result<Resp, CoordinatorError>>,
     {
-        record_job(request.get_ref());
+        record_request(request.get_ref());
         caller(&request);
         self.answer(call(request.into_inner()).await)
     }
 
     /// The queues the caller may act on for `action` (see [`scope`]); a
-    /// caller without the role is refused. The request's job fields are
-    /// on the span first, refused or not.
-    pub(crate) fn scope<T: JobFields>(
+    /// caller without the role is refused. The request's fields are on
+    /// the span first, refused or not.
+    pub(crate) fn scope<T: RequestFields>(
         &self,
         request: &Request<T>,
         action: Action,
     ) -> Result<QueueScope, Status> {
-        record_job(request.get_ref());
+        record_request(request.get_ref());
         let caller = caller(request);
         scope(caller.as_deref(), action, self.method)
             .map_err(|r| self.refuse(request.extensions(), r))
@@ -141,25 +166,37 @@ impl<'a> Rpc<'a> {
     /// ErrorInfo reason) on the RPC's span and converts the error. A
     /// `QUEUE_NOT_ALLOWED` refusal is also counted and logged, like every
     /// refusal for who the caller is.
-    pub(crate) fn answer<T>(
+    pub(crate) fn answer<T: ResponseFields>(
         &self,
         result: Result<T, CoordinatorError>,
     ) -> Result<Response<T>, Status> {
         match result {
             Ok(v) => {
-                Span::current().record("outcome", "ok");
+                let span = Span::current();
+                v.record(&span);
+                span.record("outcome", "ok");
                 Ok(Response::new(v))
             }
-            Err(e) => {
-                let (_, reason) = status::code_and_reason(&e);
-                Span::current().record("outcome", reason);
-                if let CoordinatorError::QueueNotAllowed { .. } = &e {
-                    self.metrics.auth_refusal(reason);
-                    tracing::warn!(reason, error = %e, "call refused");
-                }
-                Err(status::to_status(e))
-            }
+            Err(e) => Err(self.fail(e)),
         }
+    }
+
+    /// The answer of a call that streams its answers: the outcome on the
+    /// RPC's span is `streaming`.
+    pub(crate) fn streaming<T>(&self, stream: T) -> Result<Response<T>, Status> {
+        Span::current().record("outcome", "streaming");
+        Ok(Response::new(stream))
+    }
+
+    /// [`answer`](Self::answer) of an error.
+    pub(crate) fn fail(&self, e: CoordinatorError) -> Status {
+        let (_, reason) = status::code_and_reason(&e);
+        Span::current().record("outcome", reason);
+        if let CoordinatorError::QueueNotAllowed { .. } = &e {
+            self.metrics.auth_refusal(reason);
+            tracing::warn!(reason, error = %e, "call refused");
+        }
+        status::to_status(e)
     }
 }
 
@@ -191,103 +228,6 @@ names_operator!(
     proto::ResumeProviderRequest,
     proto::PutQueuePolicyRequest,
     proto::DeleteQueuePolicyRequest,
-);
-
-/// The job a request names, as [`Rpc`] records it on the RPC's span
-/// (`job_id`, `queue`, `attempt`) before anything else, so a refused or
-/// failed call carries it too, in the logs and in an exported trace. A
-/// field the span does not declare is not recorded.
-pub(crate) trait JobFields {
-    /// The request's job.
-    fn job_id(&self) -> Option<u64> {
-        None
-    }
-    /// The request's queue (an empty one, "every queue", is not recorded).
-    fn queue(&self) -> Option<&str> {
-        None
-    }
-    /// The attempt the request presents.
-    fn attempt(&self) -> Option<u64> {
-        None
-    }
-}
-
-/// `request`'s job fields on the current span.
-pub(crate) fn record_job(request: &impl JobFields) {
-    let span = Span::current();
-    if let Some(id) = request.job_id() {
-        span.record("job_id", id);
-    }
-    if let Some(queue) = request.queue().filter(|q| !q.is_empty()) {
-        span.record("queue", queue);
-    }
-    if let Some(attempt) = request.attempt() {
-        span.record("attempt", attempt);
-    }
-}
-
-/// One accessor of [`JobFields`], reading the message's field of that name.
-macro_rules! job_field {
-    (job_id) => {
-        fn job_id(&self) -> Option<u64> {
-            Some(self.job_id)
-        }
-    };
-    (queue) => {
-        fn queue(&self) -> Option<&str> {
-            Some(&self.queue)
-        }
-    };
-    (attempt) => {
-        fn attempt(&self) -> Option<u64> {
-            Some(self.attempt)
-        }
-    };
-}
-
-/// [`JobFields`] for each request, with the fields it carries.
-macro_rules! job_fields {
-    ($($request:ty => [$($field:ident),*]),+ $(,)?) => {
-        $(impl JobFields for $request {
-            $(job_field!($field);)*
-        })+
-    };
-}
-
-job_fields!(
-    proto::EnqueueRequest => [queue],
-    proto::EnqueueBatchRequest => [],
-    proto::ClaimRequest => [queue],
-    proto::TakeoverRequest => [job_id],
-    proto::RenewLeaseRequest => [job_id, attempt],
-    proto::CompleteRequest => [job_id, attempt],
-    proto::FailRequest => [job_id, attempt],
-    proto::RecordObservationRequest => [job_id, attempt],
-    proto::GetJobRequest => [job_id],
-    proto::GetJobDetailRequest => [job_id],
-    proto::ListJobsRequest => [queue],
-    proto::ResolveManualReviewRequest => [job_id, attempt],
-    proto::CancelJobRequest => [job_id, attempt],
-    proto::RetryAsNewOperationRequest => [job_id],
-    proto::PauseQueueRequest => [queue],
-    proto::ResumeQueueRequest => [queue],
-    proto::QueueStatsRequest => [queue],
-    proto::PutQueuePolicyRequest => [queue],
-    proto::DeleteQueuePolicyRequest => [queue],
-    proto::ListEventsRequest => [queue],
-    proto::WatchEventsRequest => [queue],
-    proto::ListWorkersRequest => [],
-    proto::PutProviderRequest => [],
-    proto::DeleteProviderRequest => [],
-    proto::ListProvidersRequest => [],
-    proto::PauseProviderRequest => [],
-    proto::ResumeProviderRequest => [],
-    proto::ListQueuePoliciesRequest => [],
-    proto::ListPolicyChangesRequest => [],
-    proto::PutSettlementSettingsRequest => [],
-    proto::GetSettlementRequest => [],
-    proto::ListSettlementExceptionsRequest => [],
-    proto::ActOnSettlementExceptionRequest => [],
 );
 
 /// The request's caller, recorded as the span's `caller`; `None` when the

@@ -7,8 +7,8 @@ use jobfence_api::v1 as proto;
 use jobfence_core::Coordinator;
 use jobfence_domain::admin::RetryJob;
 use jobfence_domain::providers::ChangeBy;
+use jobfence_domain::validate::Violations;
 use tonic::{Request, Response, Status};
-use tracing::Span;
 
 /// RetryAsNewOperation: the operator's name as every operator write takes
 /// it; an empty `new_operation_key` is the derived one.
@@ -18,17 +18,16 @@ pub(super) async fn retry(
     request: Request<proto::RetryAsNewOperationRequest>,
 ) -> Result<Response<proto::RetryAsNewOperationResponse>, Status> {
     rpc.operator(request, |r, operator| async move {
-        let span = Span::current();
-        span.record("operator", operator.as_str());
+        let mut v = Violations::default();
+        let new_operation_key = v.optional("new_operation_key", r.new_operation_key);
+        v.finish()?;
         let call = RetryJob {
             job_id: r.job_id,
-            new_operation_key: Some(r.new_operation_key).filter(|k| !k.is_empty()),
+            new_operation_key,
             operator,
             reason: r.reason,
         };
         let out = coordinator.retry_as_new_operation(call).await?;
-        span.record("new_job_id", out.new.id);
-        span.record("created", out.created);
         Ok(proto::RetryAsNewOperationResponse {
             old_job: Some(convert::job(out.old)),
             new_job: Some(convert::job(out.new)),

@@ -9,7 +9,6 @@ use super::convert::{duration, duration_to_proto, timestamp};
 use super::{NamesOperator, Rpc};
 use jobfence_api::v1 as proto;
 use jobfence_api::v1::import_settlement_request::Part;
-use jobfence_auth::Refusal;
 use jobfence_core::settlement::{ImportHeader, ImportSummary};
 use jobfence_core::Coordinator;
 use jobfence_domain::providers::ChangeBy;
@@ -35,10 +34,6 @@ impl NamesOperator for proto::ActOnSettlementExceptionRequest {
     }
 }
 
-fn opt(s: String) -> Option<String> {
-    (!s.trim().is_empty()).then_some(s)
-}
-
 /// The mapping of a PutSettlementSettings: the preset's, with every column
 /// given over it; without a preset every column is required (checked by
 /// the coordinator).
@@ -58,25 +53,29 @@ fn mapping(
         created_format: TimeFormat::UnixSeconds,
     });
     let c = c.unwrap_or_default();
-    for (slot, given) in [
-        (&mut m.provider_reference, c.provider_reference),
-        (&mut m.operation_key, c.operation_key),
-        (&mut m.amount, c.amount),
-        (&mut m.currency, c.currency),
-        (&mut m.status, c.status),
-        (&mut m.created, c.created),
+    for (field, slot, given) in [
+        (
+            "provider_reference",
+            &mut m.provider_reference,
+            c.provider_reference,
+        ),
+        ("operation_key", &mut m.operation_key, c.operation_key),
+        ("amount", &mut m.amount, c.amount),
+        ("currency", &mut m.currency, c.currency),
+        ("status", &mut m.status, c.status),
+        ("created", &mut m.created, c.created),
     ] {
-        if let Some(g) = opt(given) {
+        if let Some(g) = v.optional(&format!("columns.{field}"), given) {
             *slot = g;
         }
     }
-    if let Some(u) = opt(c.amount_unit) {
+    if let Some(u) = v.optional("columns.amount_unit", c.amount_unit) {
         match u.parse() {
             Ok(u) => m.amount_unit = u,
             Err(_) => v.add("columns.amount_unit", "must be minor or major"),
         }
     }
-    if let Some(f) = opt(c.created_format) {
+    if let Some(f) = v.optional("columns.created_format", c.created_format) {
         match f.parse() {
             Ok(f) => m.created_format = f,
             Err(_) => v.add("columns.created_format", "must be unix or rfc3339"),
@@ -121,19 +120,22 @@ pub(super) async fn put_settings(
 ) -> Result<Response<proto::PutSettlementSettingsResponse>, Status> {
     rpc.operator(request, |r, operator| async move {
         let mut v = Violations::default();
-        let preset = opt(r.preset);
+        let preset = v.optional("preset", r.preset);
         let mapping = mapping(&mut v, preset.as_deref(), r.columns);
         let lag = duration(&mut v, "lag", r.lag).unwrap_or(DEFAULT_LAG);
-        v.finish()?;
         let queues = r
             .queues
             .into_iter()
-            .map(|q| QueueAmounts {
+            .enumerate()
+            .map(|(i, q)| QueueAmounts {
                 queue: q.queue,
-                amount_pointer: opt(q.amount_pointer),
-                currency_pointer: opt(q.currency_pointer),
+                amount_pointer: v
+                    .optional(&format!("queues[{i}].amount_pointer"), q.amount_pointer),
+                currency_pointer: v
+                    .optional(&format!("queues[{i}].currency_pointer"), q.currency_pointer),
             })
             .collect();
+        v.finish()?;
         let stored = coordinator
             .put_settlement_settings(PutSettlementSettings {
                 provider: r.provider,
@@ -210,14 +212,13 @@ pub(super) async fn import(
             "the first message of an import is its header",
         )));
     };
-    let operator = Refusal::operator_for(caller.as_deref(), &header.operator)
-        .map_err(|r| rpc.refuse(&extensions, r))?;
+    super::record_request(&header);
+    let operator = rpc.operator_for(caller.as_deref(), &header.operator, &extensions)?;
     let summary = async {
         let mut v = Violations::default();
         let start = db_time(&mut v, "period_start", header.period_start);
         let end = db_time(&mut v, "period_end", header.period_end);
         v.finish()?;
-        tracing::Span::current().record("provider", header.provider.as_str());
         let mut import = coordinator
             .start_import(ImportHeader {
                 provider: header.provider,
@@ -345,7 +346,9 @@ pub(super) async fn get(
     request: Request<proto::GetSettlementRequest>,
 ) -> Result<Response<proto::GetSettlementResponse>, Status> {
     rpc.read(request, |r| async move {
-        let provider = opt(r.provider);
+        let mut v = Violations::default();
+        let provider = v.optional("provider", r.provider);
+        v.finish()?;
         let all = coordinator.settlement_reports(provider.as_deref()).await?;
         Ok(proto::GetSettlementResponse {
             providers: all.into_iter().map(report_to_proto).collect(),
@@ -381,6 +384,9 @@ pub fn exception_to_proto(e: SettlementException) -> proto::SettlementException 
 }
 
 fn exception_state(v: &mut Violations, field: &str, s: &str) -> ExceptionState {
+    if !v.not_blank(field, s) {
+        return ExceptionState::Open;
+    }
     s.parse().unwrap_or_else(|_| {
         v.add(
             field,
@@ -401,6 +407,7 @@ pub(super) async fn list(
             vec![coordinator.settlement_exception(r.id).await?]
         } else {
             let mut v = Violations::default();
+            let provider = v.optional("provider", r.provider);
             let states: Vec<ExceptionState> = r
                 .states
                 .iter()
@@ -408,7 +415,6 @@ pub(super) async fn list(
                 .map(|(i, s)| exception_state(&mut v, &format!("states[{i}]"), s))
                 .collect();
             v.finish()?;
-            let provider = opt(r.provider);
             let job = (r.job_id != 0).then_some(r.job_id);
             coordinator
                 .settlement_exceptions(provider.as_deref(), &states, job, r.limit)
