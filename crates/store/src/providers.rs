@@ -515,15 +515,10 @@ impl JobStore {
     /// Every queue row of this database (a stored policy or a provider),
     /// by queue.
     pub async fn list_queue_policies(&self) -> Result<Vec<QueuePolicyRecord>, CoordinatorError> {
-        let found = sqlx::query(include_str!("queries/queue_policies/list.sql"))
-            .fetch_all(&self.pool())
-            .await
-            .map_err(convert_sqlx_err);
-        self.outage_named(found)
-            .await?
-            .iter()
-            .map(policy_row)
-            .collect()
+        let found = self
+            .fetch_rows(sqlx::query(include_str!("queries/queue_policies/list.sql")))
+            .await;
+        found?.iter().map(policy_row).collect()
     }
 
     /// Recorded changes, newest first: of `subject` only when given, with
@@ -534,17 +529,17 @@ impl JobStore {
         before: Option<u64>,
         limit: u32,
     ) -> Result<Vec<PolicyChange>, CoordinatorError> {
-        let found = sqlx::query(include_str!("queries/policy_changes/list.sql"))
-            .bind(subject)
-            .bind(subject)
-            .bind(before)
-            .bind(before)
-            .bind(limit)
-            .fetch_all(&self.pool())
-            .await
-            .map_err(convert_sqlx_err);
-        self.outage_named(found)
-            .await?
+        let found = self
+            .fetch_rows(
+                sqlx::query(include_str!("queries/policy_changes/list.sql"))
+                    .bind(subject)
+                    .bind(subject)
+                    .bind(before)
+                    .bind(before)
+                    .bind(limit),
+            )
+            .await;
+        found?
             .iter()
             .map(|r| {
                 Ok(PolicyChange {

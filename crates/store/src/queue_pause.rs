@@ -5,7 +5,7 @@
 //! recorded with the provider and policy changes.
 
 use super::providers::{record, tidy};
-use super::{convert_sqlx_err, rows, JobStore};
+use super::{rows, JobStore};
 use crate::run::{transaction, Failure};
 use jobfence_domain::providers::{queue_subject, ChangeBy, PolicyAction};
 use jobfence_domain::{CoordinatorError, DbTime};
@@ -76,12 +76,10 @@ impl JobStore {
 
     /// The paused queues, by name.
     pub async fn paused_queues(&self) -> Result<Vec<QueuePause>, CoordinatorError> {
-        let found = sqlx::query(include_str!("queries/queue_pause/list.sql"))
-            .fetch_all(&self.pool())
-            .await
-            .map_err(convert_sqlx_err);
-        self.outage_named(found)
-            .await?
+        let found = self
+            .fetch_rows(sqlx::query(include_str!("queries/queue_pause/list.sql")))
+            .await;
+        found?
             .iter()
             .map(|r| {
                 Ok(QueuePause {

@@ -21,6 +21,7 @@ use super::errors::convert_sqlx_err;
 use super::tx::Tx;
 use super::{commit, JobStore, CONFLICT_RETRIES};
 use jobfence_domain::CoordinatorError;
+use sqlx::mysql::{MySqlArguments, MySqlRow};
 use sqlx::{MySql, Transaction};
 use std::ops::ControlFlow;
 
@@ -142,6 +143,20 @@ macro_rules! read {
 pub(crate) use read;
 
 impl JobStore {
+    /// The rows of one statement run on the main pool, its own
+    /// transaction: [`read!`] for a read of one statement. A conflict on a
+    /// Galera node outside the primary component is `DatabaseUnavailable`.
+    pub(crate) async fn fetch_rows(
+        &self,
+        query: sqlx::query::Query<'_, MySql, MySqlArguments>,
+    ) -> Result<Vec<MySqlRow>, CoordinatorError> {
+        let found = query
+            .fetch_all(&self.pool())
+            .await
+            .map_err(convert_sqlx_err);
+        self.outage_named(found).await
+    }
+
     /// Ends a transaction of the main pool as [`transaction!`] says.
     pub(crate) async fn end_transaction<T>(
         &self,

@@ -2,7 +2,7 @@
 //! the console's trend lines are rebuilt from, so they are the same on
 //! every coordinator and survive a restart (no table of their own).
 
-use super::{convert_sqlx_err, micros, rows, JobStore};
+use super::{micros, rows, JobStore};
 use jobfence_domain::admin::StateChange;
 use jobfence_domain::{CoordinatorError, JobState};
 use std::time::Duration;
@@ -13,14 +13,13 @@ impl JobStore {
         &self,
         window: Duration,
     ) -> Result<Vec<StateChange>, CoordinatorError> {
-        let found = sqlx::query(include_str!("queries/admin/state_changes.sql"))
-            .bind(micros(window))
-            .fetch_all(&self.pool())
-            .await
-            .map_err(convert_sqlx_err);
+        let found = self
+            .fetch_rows(
+                sqlx::query(include_str!("queries/admin/state_changes.sql")).bind(micros(window)),
+            )
+            .await;
         let state = |s: Option<String>| s.and_then(|s| s.parse::<JobState>().ok());
-        self.outage_named(found)
-            .await?
+        found?
             .iter()
             .map(|r| {
                 Ok(StateChange {

@@ -4,7 +4,7 @@
 //! per write), and reads every coordinator's rows back with the running
 //! jobs each worker holds. Nothing here is on a worker call's path.
 
-use super::{convert_sqlx_err, micros, rows, JobStore};
+use super::{micros, rows, JobStore};
 use crate::run::{transaction, Failure};
 use jobfence_domain::CoordinatorError;
 use std::time::Duration;
@@ -82,12 +82,9 @@ impl JobStore {
     /// Every coordinator's sightings whose last call is at most `within`
     /// old, by worker_id then latest call first.
     pub async fn sightings(&self, within: Duration) -> Result<Vec<Sighting>, CoordinatorError> {
-        let found = sqlx::query(include_str!("queries/workers/list.sql"))
-            .bind(micros(within))
-            .fetch_all(&self.pool())
-            .await
-            .map_err(convert_sqlx_err);
-        let found = self.outage_named(found).await?;
+        let found = self
+            .fetch_rows(sqlx::query(include_str!("queries/workers/list.sql")).bind(micros(within)))
+            .await?;
         let ago = |us: i64| Duration::from_micros(u64::try_from(us).unwrap_or(0));
         found
             .iter()
@@ -108,8 +105,7 @@ impl JobStore {
     /// The running jobs of this database (every queue), by lease owner.
     pub async fn held_jobs(&self) -> Result<Vec<HeldJob>, CoordinatorError> {
         let q = sqlx::query(include_str!("queries/workers/held.sql"));
-        let found = q.fetch_all(&self.pool()).await.map_err(convert_sqlx_err);
-        let found = self.outage_named(found).await?;
+        let found = self.fetch_rows(q).await?;
         found
             .iter()
             .map(|r| {

@@ -286,22 +286,20 @@ impl JobStore {
                 .collect::<Vec<_>>()
                 .join(", ")
         };
-        let found = sqlx::query(
-            &include_str!("../queries/settlement/exceptions_list.sql").replace("{states}", &list),
-        )
-        .bind(provider)
-        .bind(provider)
-        .bind(job_id)
-        .bind(job_id)
-        .bind(limit)
-        .fetch_all(&self.pool())
-        .await
-        .map_err(convert_sqlx_err);
-        self.outage_named(found)
-            .await?
-            .iter()
-            .map(exception_row)
-            .collect()
+        let found = self
+            .fetch_rows(
+                sqlx::query(
+                    &include_str!("../queries/settlement/exceptions_list.sql")
+                        .replace("{states}", &list),
+                )
+                .bind(provider)
+                .bind(provider)
+                .bind(job_id)
+                .bind(job_id)
+                .bind(limit),
+            )
+            .await;
+        found?.iter().map(exception_row).collect()
     }
 }
 

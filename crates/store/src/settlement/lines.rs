@@ -270,14 +270,14 @@ impl JobStore {
         queue: &str,
         operation_key: &str,
     ) -> Result<Vec<(String, SettlementLine)>, CoordinatorError> {
-        let rows = sqlx::query(include_str!("../queries/settlement/lines_of_job.sql"))
-            .bind(queue)
-            .bind(operation_key)
-            .fetch_all(&self.pool())
-            .await
-            .map_err(convert_sqlx_err);
-        self.outage_named(rows)
-            .await?
+        let rows = self
+            .fetch_rows(
+                sqlx::query(include_str!("../queries/settlement/lines_of_job.sql"))
+                    .bind(queue)
+                    .bind(operation_key),
+            )
+            .await;
+        rows?
             .iter()
             .map(|r| Ok((text(r, "provider")?, line_row(r)?.1)))
             .collect()

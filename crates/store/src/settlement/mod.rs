@@ -15,7 +15,7 @@ pub use lines::KeyLines;
 pub use report::{Missing, MissingCursor, SettlementGauges};
 
 use super::rows::{get, opt_text, text};
-use super::{convert_sqlx_err, literal, micros, JobStore};
+use super::{literal, micros, JobStore};
 use crate::run::{transaction, Body};
 use jobfence_domain::settlement::mapping::Mapping;
 use jobfence_domain::settlement::records::{
@@ -78,12 +78,12 @@ impl JobStore {
         &self,
         provider: &str,
     ) -> Result<Option<SettlementSettings>, CoordinatorError> {
-        let found = sqlx::query(include_str!("../queries/settlement/settings_get.sql"))
-            .bind(provider)
-            .fetch_all(&self.pool())
-            .await
-            .map_err(convert_sqlx_err);
-        let rows = self.outage_named(found).await?;
+        let found = self
+            .fetch_rows(
+                sqlx::query(include_str!("../queries/settlement/settings_get.sql")).bind(provider),
+            )
+            .await;
+        let rows = found?;
         let Some(first) = rows.first() else {
             return Ok(None);
         };

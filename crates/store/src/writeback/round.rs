@@ -15,7 +15,7 @@
 
 use super::super::claim::handoff::{answers, claimed, Handoff, HandoffBatch};
 use super::super::claim::{ClaimRows, Prescan};
-use super::WriteResult;
+use super::{OpenRound, WriteResult};
 use crate::events;
 use crate::pause::PausePoint;
 use crate::run::{batch_transaction, Body};
@@ -145,22 +145,7 @@ impl JobStore {
             .await?;
         let mut changes = open.changes();
         let mut rows = ClaimRows::default();
-        // The callers that claim: those whose write is not a replay (which
-        // hands out nothing), nor refused for its job's queue (that
-        // refusal is the whole call's).
-        let claiming: Vec<usize> = match &calls.claim {
-            Some(_) => (0..round.len())
-                .filter(|&k| !open.is_replay(k) && !open.is_forbidden(k))
-                .collect(),
-            None => Vec::new(),
-        };
-        let slots: Vec<ClaimSlot> = match &calls.claim {
-            Some(half) => claiming
-                .iter()
-                .map(|&k| half.slots[round[k]].clone())
-                .collect(),
-            None => Vec::new(),
-        };
+        let (claiming, slots) = claimers(calls, &open, round);
         let phase = match &calls.claim {
             Some(half) => {
                 self.claim_half_phase(tx, &mut rows, half, &slots, &open, &changes, prescan)
@@ -216,6 +201,28 @@ impl JobStore {
             parked,
         })
     }
+}
+
+/// The calls of a round that claim (in round order) and their slots: with
+/// a claim half, those whose write is not a replay (which hands out
+/// nothing), nor refused for its job's queue (that refusal is the whole
+/// call's); none without one.
+fn claimers(
+    calls: &Calls<'_>,
+    open: &OpenRound<'_>,
+    round: &[usize],
+) -> (Vec<usize>, Vec<ClaimSlot>) {
+    let Some(half) = &calls.claim else {
+        return (Vec::new(), Vec::new());
+    };
+    let claiming: Vec<usize> = (0..round.len())
+        .filter(|&k| !open.is_replay(k) && !open.is_forbidden(k))
+        .collect();
+    let slots = claiming
+        .iter()
+        .map(|&k| half.slots[round[k]].clone())
+        .collect();
+    (claiming, slots)
 }
 
 /// The jobs a round's writes take out of `running`: no longer in flight
