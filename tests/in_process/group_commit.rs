@@ -219,16 +219,22 @@ async fn a_replay_inside_a_batch_is_answered_as_one_and_writes_nothing() {
     h.finish().await;
 }
 
+/// A batch whose COMMIT is lost: every write it would have applied is
+/// COMMIT_OUTCOME_UNKNOWN, while a stale write refused in the same round
+/// keeps its refusal (nothing of it was to be written: docs/design.md
+/// rules 4 and 8). With a claim half the whole round is unknown instead
+/// (`commit_unknown.rs`).
 #[tokio::test]
 async fn a_lost_commit_of_a_batch_is_unknown_for_every_write_and_replays_answer_true() {
     let h = Harness::start().await;
     let mut jobs = Vec::new();
-    for i in 0..3 {
+    for i in 0..4 {
         h.enqueue(Q, &format!("refund-{i}"), "{}").await;
     }
-    for _ in 0..3 {
+    for _ in 0..4 {
         jobs.push(h.claim_one(Q, "worker-a").await);
     }
+    let current = take_over(&h, jobs[3].job_id).await;
     let store = JobStore::with_pause_points(h.pool.clone(), h.pauses.clone());
     let batch: Vec<FencedWrite> = jobs
         .iter()
@@ -244,23 +250,29 @@ async fn a_lost_commit_of_a_batch_is_unknown_for_every_write_and_replays_answer_
     kit::kill_the_paused_session(&h, &gate).await;
     gate.release();
     let answers = writer.await.unwrap();
-    for a in &answers {
+    for a in &answers[..3] {
         assert!(
             matches!(a, Err(CoordinatorError::CommitOutcomeUnknown(_))),
             "{a:?}"
         );
     }
+    assert!(
+        matches!(&answers[3], Err(CoordinatorError::AttemptSuperseded { current: c, .. }) if *c == current),
+        "the stale write keeps its refusal: {:?}",
+        answers[3]
+    );
     // The server rolled back: each replay applies now, once; the next
     // replay says so.
-    for job in &jobs {
+    let (jobs, batch) = (&jobs[..3], &batch[..3]);
+    for job in jobs {
         assert_eq!(h.row(job.job_id).await.state, JobState::Running);
     }
-    let again = store.write_batch(&batch, &QueuePolicies::default()).await;
+    let again = store.write_batch(batch, &QueuePolicies::default()).await;
     for a in &again {
         assert!(!a.as_ref().unwrap().replayed);
     }
-    let once_more = store.write_batch(&batch, &QueuePolicies::default()).await;
-    for (a, job) in once_more.iter().zip(&jobs) {
+    let once_more = store.write_batch(batch, &QueuePolicies::default()).await;
+    for (a, job) in once_more.iter().zip(jobs) {
         assert!(a.as_ref().unwrap().replayed);
         assert_eq!(h.count_events(job.job_id, "completed").await, 1);
     }
