@@ -201,11 +201,13 @@ async fn worker_and_admin_calls_refuse_a_blank_string_and_write_nothing() {
 
     // An optional string: blank refused (the job stays running), empty
     // taken as "no reference".
+    // The result is content, kept as the provider answered it, blank
+    // or not.
     let complete = |provider_reference: &str| CompleteRequest {
         job_id: job.job_id,
         attempt,
         provider_reference: provider_reference.into(),
-        result: String::new(),
+        result: "\n".into(),
         next: None,
     };
     let refused = c.complete(complete(" ")).await.unwrap_err();
@@ -222,6 +224,7 @@ async fn worker_and_admin_calls_refuse_a_blank_string_and_write_nothing() {
     let done = done.job.unwrap();
     assert_eq!(done.state, JobState::Succeeded as i32);
     assert_eq!(done.provider_reference, "");
+    assert_eq!(done.result, "\n", "a result of whitespace is kept as sent");
 
     // An admin filter: blank refused, empty = every queue.
     let refused = admin

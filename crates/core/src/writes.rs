@@ -244,7 +244,11 @@ pub fn check_fail(req: &FailParams) -> Result<(), CoordinatorError> {
     let mut v = Violations::default();
     v.job_id(req.job_id);
     v.attempt(req.attempt);
-    v.required("error", &req.error, "must say what went wrong");
+    // Content, like a provider's result: whitespace is kept, only an
+    // empty message is refused (a worker must not be stuck on its error).
+    if req.error.is_empty() {
+        v.add("error", "must say what went wrong");
+    }
     v.max_bytes("error", &req.error, MAX_ERROR_BYTES);
     v.delay("retry_delay", req.retry_delay);
     if let Some(d) = req.provider_retry_after {
@@ -315,6 +319,7 @@ pub(crate) async fn run_writes(
     let calls = Arc::new(calls);
     let policies = Arc::new(policies);
     let mut runs = tokio::task::JoinSet::new();
+    let mut tasks = HashMap::new();
     for (k, group) in groups.iter().enumerate() {
         let (store, calls, policies, group) = (
             store.clone(),
@@ -322,7 +327,7 @@ pub(crate) async fn run_writes(
             policies.clone(),
             group.clone(),
         );
-        runs.spawn(async move {
+        let task = runs.spawn(async move {
             let writes: Vec<ScopedWrite> = group.iter().map(|&i| calls[i].write.clone()).collect();
             let slots: Vec<ClaimSlot> = group
                 .iter()
@@ -338,13 +343,24 @@ pub(crate) async fn run_writes(
             });
             (k, store.write_calls(&writes, claim, &policies).await)
         });
+        tasks.insert(task.id(), k);
     }
     let mut answers: Vec<Option<WriteResult>> = (0..calls.len()).map(|_| None).collect();
     while let Some(joined) = runs.join_next().await {
-        let Ok((k, batch)) = joined else {
-            // Panicked or cancelled: its calls stay `Unanswered`.
-            tracing::error!("a write transaction's task ended without an answer");
-            continue;
+        let (k, batch) = match joined {
+            Ok(done) => done,
+            Err(e) => {
+                // Panicked or cancelled, perhaps after its COMMIT: its
+                // writes may be applied, so they are answered as a COMMIT
+                // whose outcome is unknown (send the same call again).
+                tracing::error!(error = %e, "a write transaction's task ended without an answer");
+                for &i in tasks.get(&e.id()).map_or(&[][..], |&k| &groups[k][..]) {
+                    answers[i] = Some(Err(CoordinatorError::CommitOutcomeUnknown(
+                        "the write batch was lost".into(),
+                    )));
+                }
+                continue;
+            }
         };
         for report in &batch.budgets {
             metrics.provider_claim(report);

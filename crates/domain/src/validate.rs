@@ -46,6 +46,12 @@ impl Violations {
         (!value.is_empty() && self.not_blank(field, &value)).then_some(value)
     }
 
+    /// An optional field of content stored as sent (a provider's result):
+    /// `""` is not given, anything else is kept, whitespace included.
+    pub fn content(value: String) -> Option<String> {
+        (!value.is_empty()).then_some(value)
+    }
+
     /// A required string field, by the same rule: `""` is refused with
     /// `missing` (what the field must say), a blank value as blank.
     /// Whether it was given.

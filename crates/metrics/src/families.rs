@@ -178,7 +178,7 @@ impl ServingMetrics {
             batch_size: registered(r, HistogramVec::new(
                 HistogramOpts::new(
                     "jobfence_batch_size",
-                    "Calls per database transaction of the coordinator's batching pipelines, by pipeline (write: Complete/Fail/RenewLease group commits; handoff: Complete/Fail that claim the next job in the same transaction; claim: coalesced Claims; enqueue: coalesced Enqueues).",
+                    "Calls per database transaction of the coordinator's batching pipelines, by pipeline (write: RenewLease/Complete/Fail group commits, with or without a claim of the next job in the same transaction; a batch runs one transaction per claimed queue and one for the writes that claim nothing; claim: coalesced Claims; enqueue: coalesced Enqueues).",
                 )
                 .buckets(BATCH_BUCKETS.to_vec()),
                 &["pipeline"],

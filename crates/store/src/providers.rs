@@ -346,7 +346,17 @@ impl JobStore {
         name: &str,
         by: &ChangeBy,
     ) -> Result<ProviderRecord, CoordinatorError> {
-        transaction!(self, |tx| self.delete_provider_in(tx, name, by))
+        // As it was, read before the transaction (its own connection).
+        let before = self
+            .get_provider(name)
+            .await?
+            .ok_or_else(|| unknown_provider(name))?;
+        transaction!(self, |tx| self.delete_provider_in(
+            tx,
+            name,
+            by,
+            before.clone()
+        ))
     }
 
     async fn delete_provider_in(
@@ -354,11 +364,8 @@ impl JobStore {
         tx: &mut MySqlConnection,
         name: &str,
         by: &ChangeBy,
+        before: ProviderRecord,
     ) -> Body<ProviderRecord> {
-        let before = self
-            .get_provider(name)
-            .await?
-            .ok_or_else(|| unknown_provider(name))?;
         if lock_provider(tx, name).await?.is_none() {
             return Err(unknown_provider(name).into());
         }

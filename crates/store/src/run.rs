@@ -192,6 +192,8 @@ impl JobStore {
                 }
                 Ok(answer)
             }
+            // A transaction a failed COMMIT ended has nothing to commit.
+            Err(Failure::Refused(refusal)) if !tx.is_open() => Err(refusal),
             Err(Failure::Refused(refusal)) => {
                 if let Err(e) = tx.commit().await {
                     tracing::warn!(error = %e, refusal = %refusal, "could not log a refused write");

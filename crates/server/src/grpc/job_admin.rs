@@ -68,7 +68,7 @@ pub(super) fn resolution(v: &mut Violations, r: &ResolveManualReviewRequest) -> 
     match proto::Resolution::try_from(r.resolution) {
         Ok(proto::Resolution::Succeeded) => Resolution::Succeeded {
             provider_reference: r.provider_reference.clone(),
-            result: v.optional("result", r.result.clone()),
+            result: Violations::content(r.result.clone()),
         },
         Ok(proto::Resolution::Failed) => Resolution::Failed,
         Ok(proto::Resolution::RetryReconcile) => Resolution::RetryReconcile { delay: delay() },

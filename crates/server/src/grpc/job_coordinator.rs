@@ -213,7 +213,7 @@ impl JobCoordinator for JobCoordinatorService {
                 job_id: r.job_id,
                 attempt: r.attempt,
                 provider_reference: v.optional("provider_reference", r.provider_reference),
-                result: v.optional("result", r.result),
+                result: Violations::content(r.result),
             };
             let next = r
                 .next

@@ -213,30 +213,30 @@ impl JobStore {
         &self,
         act: &ActOnException,
     ) -> Result<SettlementException, CoordinatorError> {
-        transaction!(self, |tx| self.act_in(tx, act))?;
-        self.settlement_exception(act.id)
-            .await?
-            .ok_or_else(|| CoordinatorError::Internal("an exception vanished".into()))
+        let moved = transaction!(self, |tx| self.act_in(tx, act))?;
+        // Read after the transaction ended, on a connection of its own.
+        let now = self.settlement_exception(act.id).await?;
+        match now {
+            Some(e) if moved => Ok(e),
+            None if moved => Err(CoordinatorError::Internal("an exception vanished".into())),
+            None => Err(CoordinatorError::SettlementExceptionNotFound { id: act.id }),
+            Some(e) => Err(CoordinatorError::SettlementExceptionMoved {
+                id: act.id,
+                seen: act.seen,
+                current: e.state,
+            }),
+        }
     }
 
-    /// The action's writes: the state moved if it is still the one seen,
-    /// and the action recorded.
-    async fn act_in(&self, tx: &mut MySqlConnection, act: &ActOnException) -> Body<()> {
+    /// The action's writes: the state moved if it is still the one seen
+    /// (else `false`, nothing written), and the action recorded.
+    async fn act_in(&self, tx: &mut MySqlConnection, act: &ActOnException) -> Body<bool> {
         let moved = set_state(tx, act.id, act.seen.as_str(), act.to).await?;
         if !moved {
-            let now = self.settlement_exception(act.id).await?;
-            return Err(match now {
-                None => CoordinatorError::SettlementExceptionNotFound { id: act.id },
-                Some(e) => CoordinatorError::SettlementExceptionMoved {
-                    id: act.id,
-                    seen: act.seen,
-                    current: e.state,
-                },
-            }
-            .into());
+            return Ok(false);
         }
         action(tx, act.id, act.to.as_str(), &act.operator, &act.note).await?;
-        Ok(())
+        Ok(true)
     }
 
     /// One exception with its whole life.

@@ -68,7 +68,15 @@ impl JobStore {
         if lines.is_empty() {
             return Ok(Default::default());
         }
-        transaction!(self, |tx| self.put_lines_in(tx, provider, queues, lines))
+        // The last of two lines with one reference in a batch wins, as a
+        // later report's would. A line is copied only if its key is filled
+        // in (`fill_keys`: a read of its own, before the transaction).
+        let mut batch: BTreeMap<&str, Cow<'_, SettlementLine>> = BTreeMap::new();
+        for l in lines {
+            batch.insert(l.provider_reference.as_str(), Cow::Borrowed(l));
+        }
+        self.fill_keys(queues, &mut batch).await?;
+        transaction!(self, |tx| self.put_lines_in(tx, provider, queues, &batch))
     }
 
     async fn put_lines_in(
@@ -76,16 +84,8 @@ impl JobStore {
         tx: &mut MySqlConnection,
         provider: &str,
         queues: &[QueueAmounts],
-        lines: &[SettlementLine],
+        batch: &BTreeMap<&str, Cow<'_, SettlementLine>>,
     ) -> Body<(LineCounts, Vec<Outcome>)> {
-        // The last of two lines with one reference in a batch wins, as a
-        // later report's would. A line is copied only if its key is filled
-        // in (`fill_keys`).
-        let mut batch: BTreeMap<&str, Cow<'_, SettlementLine>> = BTreeMap::new();
-        for l in lines {
-            batch.insert(l.provider_reference.as_str(), Cow::Borrowed(l));
-        }
-        self.fill_keys(queues, &mut batch).await?;
         // The provider's name is bound, never written into the text: it
         // needs no check of its characters here (it comes from the stored
         // settings, which checked it).
@@ -116,7 +116,7 @@ impl JobStore {
         let mut counts = LineCounts::default();
         let mut rows = Vec::new();
         let mut outcomes = Vec::new();
-        for (reference, line) in &batch {
+        for (reference, line) in batch {
             match held.get(*reference) {
                 None => {
                     counts.new += 1;

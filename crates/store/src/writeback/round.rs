@@ -178,7 +178,11 @@ impl JobStore {
         } else {
             match events::append_and_commit_with(tx, &new_events, &after).await {
                 Ok(()) => None,
-                Err(e @ CoordinatorError::CommitOutcomeUnknown(_)) if calls.claim.is_none() => {
+                // Answered call by call: the failed COMMIT closed the
+                // connection, so the runner commits nothing more.
+                Err(e @ CoordinatorError::CommitOutcomeUnknown(_))
+                    if calls.claim.is_none() && !tx.is_open() =>
+                {
                     Some(e)
                 }
                 // A conflict, refused before COMMIT ran (nothing applied),
