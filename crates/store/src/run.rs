@@ -65,23 +65,20 @@ impl From<Failure> for CoordinatorError {
 /// What a transaction's body answers.
 pub(crate) type Body<T> = Result<T, Failure>;
 
-/// `transaction!(store, |tx| body)`: runs `body`, a future answering
-/// [`Body<T>`] with `tx: &mut MySqlConnection` in scope, in a transaction
-/// of `store`'s main pool; answers `Result<T, CoordinatorError>`. Commits
-/// when the body answers `Ok` (a failed COMMIT is `CommitOutcomeUnknown`,
-/// or a conflict when the server says it rolled back), rolls back on
-/// [`Failure::Sql`] or [`Failure::Error`], commits and answers the refusal
-/// on [`Failure::Refused`]; runs again on a conflict.
-macro_rules! transaction {
-    ($store:expr, |$tx:ident| $body:expr) => {{
+/// The loop behind [`transaction!`] and [`batch_transaction!`]: begins
+/// with `store.$begin()`, binds the body's `$tx` (of type `$ty`) to it,
+/// ends it with `store.$end(…)` and asks [`JobStore::after_try`] whether
+/// to run it again.
+macro_rules! run_transaction {
+    ($store:expr, $begin:ident, $end:ident, |$tx:ident: $ty:ty| $body:expr) => {{
         let store: &$crate::JobStore = $store;
         let mut tries = 0;
         loop {
-            let done = match store.begin().await {
+            let done = match store.$begin().await {
                 Ok(mut owned) => {
-                    let $tx: &mut sqlx::MySqlConnection = &mut *owned;
+                    let $tx: $ty = &mut owned;
                     let answer: $crate::run::Body<_> = $body.await;
-                    store.end_transaction(owned, answer).await
+                    store.$end(owned, answer).await
                 }
                 Err(e) => Err(e),
             };
@@ -90,6 +87,25 @@ macro_rules! transaction {
             }
         }
     }};
+}
+pub(crate) use run_transaction;
+
+/// `transaction!(store, |tx| body)`: runs `body`, a future answering
+/// [`Body<T>`] with `tx: &mut MySqlConnection` in scope, in a transaction
+/// of `store`'s main pool; answers `Result<T, CoordinatorError>`. Commits
+/// when the body answers `Ok` (a failed COMMIT is `CommitOutcomeUnknown`,
+/// or a conflict when the server says it rolled back), rolls back on
+/// [`Failure::Sql`] or [`Failure::Error`], commits and answers the refusal
+/// on [`Failure::Refused`]; runs again on a conflict.
+macro_rules! transaction {
+    ($store:expr, |$tx:ident| $body:expr) => {
+        $crate::run::run_transaction!(
+            $store,
+            begin,
+            end_transaction,
+            |$tx: &mut sqlx::MySqlConnection| $body
+        )
+    };
 }
 pub(crate) use transaction;
 
@@ -100,23 +116,14 @@ pub(crate) use transaction;
 /// is committed when the body answers `Ok`. A body that fails leaves it to
 /// be dropped: its connection is closed and the server rolls it back.
 macro_rules! batch_transaction {
-    ($store:expr, |$tx:ident| $body:expr) => {{
-        let store: &$crate::JobStore = $store;
-        let mut tries = 0;
-        loop {
-            let done = match store.begin_batch().await {
-                Ok(mut owned) => {
-                    let $tx: &mut $crate::tx::Tx = &mut owned;
-                    let answer: $crate::run::Body<_> = $body.await;
-                    store.end_batch(owned, answer).await
-                }
-                Err(e) => Err(e),
-            };
-            if let std::ops::ControlFlow::Break(answer) = store.after_try(done, &mut tries).await {
-                break answer;
-            }
-        }
-    }};
+    ($store:expr, |$tx:ident| $body:expr) => {
+        $crate::run::run_transaction!(
+            $store,
+            begin_batch,
+            end_batch,
+            |$tx: &mut $crate::tx::Tx| $body
+        )
+    };
 }
 pub(crate) use batch_transaction;
 
