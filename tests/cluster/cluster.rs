@@ -318,6 +318,8 @@ async fn two_coordinators_behind_haproxy_balance_drain_and_follow_the_database()
                     operation_key: format!("refund-{i}"),
                     payload: "{}".into(),
                     delay: None,
+                    fairness_key: String::new(),
+                    priority: 0,
                 })
                 .collect(),
         })
@@ -555,6 +557,8 @@ async fn haproxy_reencrypts_tls_and_still_answers_when_no_coordinator_is_up() {
             operation_key: "refund-tls-1".into(),
             payload: "{}".into(),
             delay: None,
+            fairness_key: String::new(),
+            priority: 0,
         })
         .await
         .unwrap()

@@ -261,6 +261,8 @@ impl Coord {
                 operation_key: key.into(),
                 payload: "{}".into(),
                 delay: None,
+                fairness_key: String::new(),
+                priority: 0,
             })
             .await
             .expect("enqueue")

@@ -194,6 +194,8 @@ async fn a_flood_is_refused_quickly_while_memory_stays_flat_and_work_goes_on() {
                             seconds: due.as_secs() as i64,
                             nanos: due.subsec_nanos() as i32,
                         }),
+                        fairness_key: String::new(),
+                        priority: 0,
                     }
                 })
                 .collect(),

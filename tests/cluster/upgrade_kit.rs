@@ -379,6 +379,8 @@ pub async fn enqueue_load(lb: u16, stop: Arc<Notify>) -> usize {
                     100 + i
                 ),
                 delay: None,
+                fairness_key: String::new(),
+                priority: 0,
             })
             .collect();
         let mut tries = 0;
@@ -420,6 +422,8 @@ pub async fn observe_old(grpc: u16) -> Vec<u64> {
                 operation_key: format!("observed-{i}"),
                 payload: "{}".into(),
                 delay: None,
+                fairness_key: String::new(),
+                priority: 0,
             })
             .await
             .unwrap()
@@ -469,6 +473,8 @@ pub async fn one_job_through(grpc: u16) -> String {
         operation_key: "after-rollback-1".into(),
         payload: "{}".into(),
         delay: None,
+        fairness_key: String::new(),
+        priority: 0,
     })
     .await
     .unwrap();

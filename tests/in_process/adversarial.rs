@@ -97,6 +97,8 @@ fn enqueue(key: &str, payload: &str) -> EnqueueRequest {
         operation_key: key.into(),
         payload: payload.into(),
         delay: None,
+        fairness_key: String::new(),
+        priority: 0,
     }
 }
 

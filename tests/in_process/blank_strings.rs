@@ -154,6 +154,8 @@ async fn worker_and_admin_calls_refuse_a_blank_string_and_write_nothing() {
             operation_key: " \t".into(),
             payload: "{}".into(),
             delay: None,
+            fairness_key: String::new(),
+            priority: 0,
         })
         .await
         .unwrap_err();
@@ -167,6 +169,8 @@ async fn worker_and_admin_calls_refuse_a_blank_string_and_write_nothing() {
             operation_key: "refund-1".into(),
             payload: "  ".into(),
             delay: None,
+            fairness_key: String::new(),
+            priority: 0,
         })
         .await
         .unwrap()

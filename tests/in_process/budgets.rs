@@ -67,6 +67,8 @@ async fn enqueue_n(h: &Harness, queue: &str, n: usize) {
                     operation_key: format!("{queue}-{i}"),
                     payload: "{}".into(),
                     delay: None,
+                    fairness_key: String::new(),
+                    priority: 0,
                 })
                 .collect(),
         })

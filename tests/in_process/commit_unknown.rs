@@ -299,6 +299,8 @@ async fn enqueue_case(lost: Lost) {
         operation_key: "refund-1".into(),
         payload: "{\"amount\":100}".into(),
         delay: None,
+        fairness_key: String::new(),
+        priority: 0,
     };
     let landed = "SELECT COUNT(*) FROM jobs WHERE operation_key = 'refund-1'";
     let r = req.clone();

@@ -19,6 +19,8 @@ fn item(key: &str, payload: &str) -> EnqueueRequest {
         operation_key: key.into(),
         payload: payload.into(),
         delay: None,
+        fairness_key: String::new(),
+        priority: 0,
     }
 }
 

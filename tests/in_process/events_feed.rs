@@ -30,6 +30,8 @@ async fn complete_one(c: &Coord, key: &str) -> u64 {
             operation_key: key.into(),
             payload: "{}".into(),
             delay: None,
+            fairness_key: String::new(),
+            priority: 0,
         })
         .await
         .unwrap()
@@ -259,6 +261,8 @@ async fn list_events_filters_by_queue_and_the_cursor_moves_past_other_queues() {
         operation_key: "p1".into(),
         payload: "{}".into(),
         delay: None,
+        fairness_key: String::new(),
+        priority: 0,
     })
     .await
     .unwrap();

@@ -43,6 +43,8 @@ async fn enqueue(s: &Secure, who: &str, queue: &str, key: &str) {
             operation_key: key.into(),
             payload: "{}".into(),
             delay: None,
+            fairness_key: String::new(),
+            priority: 0,
         })
         .await
         .unwrap();

@@ -37,6 +37,8 @@ fn enqueue(key: &str) -> EnqueueRequest {
         operation_key: key.into(),
         payload: "{}".into(),
         delay: None,
+        fairness_key: String::new(),
+        priority: 0,
     }
 }
 

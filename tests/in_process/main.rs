@@ -14,6 +14,7 @@ mod conflicts;
 mod connections;
 mod enqueue_batch;
 mod events_feed;
+mod fairness;
 mod group_commit;
 mod held_work;
 mod jobs_cli;

@@ -212,6 +212,8 @@ async fn enqueue_n(h: &Harness, n: usize) {
                     operation_key: format!("{Q}-{i}"),
                     payload: "{}".into(),
                     delay: None,
+                    fairness_key: String::new(),
+                    priority: 0,
                 })
                 .collect(),
         })

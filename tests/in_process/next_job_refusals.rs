@@ -141,6 +141,8 @@ async fn a_write_on_a_job_outside_the_callers_scope_refuses_its_next_job_too() {
             operation_key: "payout-1".into(),
             payload: "{}".into(),
             delay: None,
+            fairness_key: String::new(),
+            priority: 0,
         })
         .await
         .unwrap();

@@ -127,6 +127,8 @@ async fn operators_set_pause_resume_and_delete_a_provider_with_the_cli() {
             operation_key: key.into(),
             payload: "{}".into(),
             delay: None,
+            fairness_key: String::new(),
+            priority: 0,
         })
         .await
         .unwrap();

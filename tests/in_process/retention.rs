@@ -38,6 +38,8 @@ fn req(key: &str, payload: &str) -> EnqueueRequest {
         operation_key: key.into(),
         payload: payload.into(),
         delay: None,
+        fairness_key: String::new(),
+        priority: 0,
     }
 }
 

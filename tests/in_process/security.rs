@@ -28,6 +28,8 @@ fn enqueue(queue: &str, key: &str) -> EnqueueRequest {
         operation_key: key.into(),
         payload: "{}".into(),
         delay: None,
+        fairness_key: String::new(),
+        priority: 0,
     }
 }
 

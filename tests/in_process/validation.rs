@@ -51,6 +51,8 @@ fn enqueue(queue: &str, key: &str, payload: &str) -> EnqueueRequest {
         operation_key: key.into(),
         payload: payload.into(),
         delay: None,
+        fairness_key: String::new(),
+        priority: 0,
     }
 }
 

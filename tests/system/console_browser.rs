@@ -71,6 +71,8 @@ impl Worker {
                 operation_key: key.into(),
                 payload: payload.into(),
                 delay: None,
+                fairness_key: String::new(),
+                priority: 0,
             })
             .await
             .expect("enqueue")

@@ -154,6 +154,8 @@ async fn a_ready_job_is_cancelled_from_its_page_and_a_claimed_one_is_refused() {
                 operation_key: key.into(),
                 payload: "{}".into(),
                 delay: None,
+                fairness_key: String::new(),
+                priority: 0,
             })
             .await
             .unwrap()

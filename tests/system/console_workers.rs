@@ -31,6 +31,8 @@ pub async fn scene(addr: std::net::SocketAddr, pool: &MySqlPool, coordinator: &C
             operation_key: "chargeback-cb_1".into(),
             payload: r#"{"chargeback":"cb_1","amount":700}"#.into(),
             delay: None,
+            fairness_key: String::new(),
+            priority: 0,
         })
         .await
         .unwrap();

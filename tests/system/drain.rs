@@ -149,6 +149,8 @@ async fn a_call_is_served(grpc: SocketAddr) {
             operation_key: "sent-during-the-drain".into(),
             payload: "{}".into(),
             delay: None,
+            fairness_key: String::new(),
+            priority: 0,
         })
         .await
         .expect("a call during the drain is served");

@@ -250,6 +250,8 @@ async fn traffic(addr: &str, db: &TestDb) {
             operation_key: key.into(),
             payload: "{}".into(),
             delay: None,
+            fairness_key: String::new(),
+            priority: 0,
         })
         .await
         .unwrap();

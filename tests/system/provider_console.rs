@@ -221,6 +221,8 @@ async fn the_console_shows_providers_and_pauses_one_as_its_operator() {
             operation_key: "refund-held-1".into(),
             payload: "{}".into(),
             delay: None,
+            fairness_key: String::new(),
+            priority: 0,
         })
         .await
         .unwrap();

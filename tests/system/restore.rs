@@ -170,6 +170,8 @@ async fn enqueue(c: &mut Client, queue: &str, key: &str) -> u64 {
         operation_key: key.into(),
         payload: "{}".into(),
         delay: None,
+        fairness_key: String::new(),
+        priority: 0,
     };
     c.enqueue(req)
         .await

@@ -321,6 +321,8 @@ async fn a_token_issued_with_the_cli_works_after_sighup_and_not_after_revocation
                     operation_key: format!("refund-{n}"),
                     payload: "{}".into(),
                     delay: None,
+                    fairness_key: String::new(),
+                    priority: 0,
                 })
                 .await
         }

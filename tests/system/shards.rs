@@ -69,6 +69,8 @@ async fn enqueue_alone(c: &Coordinator, key: &str) -> jobfence_domain::EnqueueOu
             operation_key: key.into(),
             payload: "{}".into(),
             delay: Duration::ZERO,
+            fairness_key: None,
+            priority: Default::default(),
         },
         &jobfence_domain::scope::ANY_QUEUE,
     )
@@ -88,6 +90,8 @@ impl TwoShards {
                 operation_key: key.into(),
                 payload: "{}".into(),
                 delay: None,
+                fairness_key: String::new(),
+                priority: 0,
             })
             .await
             .expect("enqueue")
@@ -163,6 +167,8 @@ async fn each_queue_lives_on_its_database_and_ids_route_the_writes() {
             operation_key: "e-1".into(),
             payload: "{}".into(),
             delay: None,
+            fairness_key: String::new(),
+            priority: 0,
         })
         .await
         .unwrap_err();
@@ -272,6 +278,8 @@ async fn an_enqueue_batch_over_both_databases_answers_every_item() {
             operation_key: format!("k-{i}"),
             payload: "{}".into(),
             delay: None,
+            fairness_key: String::new(),
+            priority: 0,
         })
         .collect();
     let results = s

@@ -75,6 +75,9 @@ impl Coordinator {
                     operation_key: new_key,
                     payload: reserved.old.payload.clone(),
                     delay: Duration::ZERO,
+                    // The same merchant's, as urgent (rule 18).
+                    fairness_key: reserved.old.fairness_key.clone(),
+                    priority: reserved.old.priority,
                 },
                 &ANY_QUEUE,
             )

@@ -19,6 +19,11 @@ pub struct Enqueue {
     pub payload: String,
     /// How long until the job is due (DB clock).
     pub delay: Duration,
+    /// Among whose jobs claims go round-robin (docs/design.md rule 18);
+    /// `None`: the queue's jobs without one, which share one key.
+    pub fairness_key: Option<String>,
+    /// How urgent it is (rule 18).
+    pub priority: crate::fairness::Priority,
 }
 
 /// The job an Enqueue refers to, and whether this call created it.

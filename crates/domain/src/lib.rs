@@ -46,6 +46,7 @@ pub mod calls;
 pub mod durability;
 pub mod error;
 pub mod event;
+pub mod fairness;
 pub mod feed;
 pub mod fence;
 pub mod policy;
@@ -257,6 +258,10 @@ pub struct Job {
     pub created_at: DbTime,
     pub updated_at: DbTime,
     pub finished_at: Option<DbTime>,
+    /// Its priority (docs/design.md rule 18).
+    pub priority: fairness::Priority,
+    /// Its fairness key (a merchant, a tenant), if it was given one.
+    pub fairness_key: Option<String>,
 }
 
 /// One row of `job_observations`: evidence, never a write to the job.

@@ -60,6 +60,9 @@ impl KeyRecord {
             created_at: self.created_at,
             updated_at: self.finished_at,
             finished_at: Some(self.finished_at),
+            // The request's own: a key record keeps neither.
+            priority: req.priority,
+            fairness_key: req.fairness_key.clone(),
         }
     }
 }

@@ -217,6 +217,8 @@ mod tests {
             created_at: t("2026-01-01 00:00:00"),
             updated_at: t("2026-01-01 00:00:00"),
             finished_at: None,
+            priority: Default::default(),
+            fairness_key: None,
         }
     }
 

@@ -150,6 +150,8 @@ mod tests {
             created_at: t(0),
             updated_at: t(0),
             finished_at: None,
+            priority: Default::default(),
+            fairness_key: None,
         }
     }
 

@@ -40,10 +40,19 @@ pub struct EnqueueArgs {
     /// Due this long from now (e.g. 30s) instead of at once.
     #[arg(long, value_parser = humantime::parse_duration)]
     pub delay: Option<Duration>,
+    /// The fairness key (a merchant, a tenant): claims go round-robin
+    /// across a queue's keys (docs/design.md rule 18).
+    #[arg(long)]
+    pub fairness_key: Option<String>,
+    /// 1 (lowest) to 9 (most urgent); 5 when not given.
+    #[arg(long)]
+    pub priority: Option<u32>,
     /// A file of jobs, one JSON object a line: `{"queue": "refunds",
-    /// "key": "refund-42", "payload": {…}, "delay": "30s"}` (queue and
-    /// delay optional; payload any JSON, or a string taken as it is);
-    /// `-` for standard input.
+    /// "key": "refund-42", "payload": {…}, "delay": "30s",
+    /// "fairness_key": "merchant-7", "priority": 7}` (all but key and
+    /// payload optional; payload any JSON, or a string taken as it is;
+    /// --fairness-key and --priority are the defaults of a line that
+    /// names none); `-` for standard input.
     #[arg(long)]
     pub from: Option<PathBuf>,
 }
@@ -53,6 +62,8 @@ const FLAGS: &FlagNames = &[
     ("operation_key", "--key"),
     ("payload", "--payload"),
     ("delay", "--delay"),
+    ("fairness_key", "--fairness-key"),
+    ("priority", "--priority"),
 ];
 
 /// Runs `jobs enqueue`, printing to `out`.
@@ -80,6 +91,8 @@ pub(crate) async fn run(
             operation_key: key.clone(),
             payload: payload.clone(),
             delay: args.delay.map(duration),
+            fairness_key: args.fairness_key.clone().unwrap_or_default(),
+            priority: args.priority.unwrap_or_default(),
         })
         .await
         .map_err(|s| refused_with_flags(s, FLAGS))?
@@ -134,7 +147,8 @@ impl Tally {
 }
 
 /// One line of a `--from` file as a request, or why it is refused.
-fn item(line: &str, queue: Option<&str>) -> Result<proto::EnqueueRequest, String> {
+fn item(line: &str, args: &EnqueueArgs) -> Result<proto::EnqueueRequest, String> {
+    let queue = args.queue.as_deref();
     let v: Value = serde_json::from_str(line).map_err(|e| format!("not JSON: {e}"))?;
     let text = |name: &str| v.get(name).and_then(Value::as_str).map(str::to_owned);
     let queue = text("queue")
@@ -154,11 +168,22 @@ fn item(line: &str, queue: Option<&str>) -> Result<proto::EnqueueRequest, String
             humantime::parse_duration(&d).map_err(|e| format!("\"delay\": {e}"))?,
         )),
     };
+    let priority = match v.get("priority") {
+        None => args.priority.unwrap_or_default(),
+        Some(p) => p
+            .as_u64()
+            .and_then(|p| u32::try_from(p).ok())
+            .ok_or("\"priority\" must be a number from 1 to 9")?,
+    };
     Ok(proto::EnqueueRequest {
         queue,
         operation_key: key,
         payload,
         delay,
+        fairness_key: text("fairness_key")
+            .or_else(|| args.fairness_key.clone())
+            .unwrap_or_default(),
+        priority,
     })
 }
 
@@ -185,7 +210,7 @@ async fn from_file(
             continue;
         }
         tally.read += 1;
-        let req = match item(&line, args.queue.as_deref()) {
+        let req = match item(&line, args) {
             Ok(req) => req,
             Err(why) => {
                 tally.refuse(number, why);

@@ -116,7 +116,7 @@ async fn write_resolution(
         .bind(to_state.is_terminal())
         .bind(job.id)
         .bind(req.attempt)
-        .execute(conn)
+        .execute(&mut *conn)
         .await
         .map_err(convert_sqlx_err)?;
     if updated.rows_affected() != 1 {
@@ -124,6 +124,10 @@ async fn write_resolution(
             "job {} changed under its row lock",
             job.id
         )));
+    }
+    if to_state == JobState::Ready {
+        // Tried again: at the back of its line (rule 18).
+        super::fairness::back_in_line(conn, &[job]).await?;
     }
     Ok(())
 }

@@ -291,6 +291,8 @@ mod tests {
             created_at: t,
             updated_at: t,
             finished_at: None,
+            priority: Default::default(),
+            fairness_key: Default::default(),
         }
     }
 

@@ -51,6 +51,9 @@ struct NewRow<'a> {
     request_digest: String,
     payload: &'a str,
     delay_us: i64,
+    priority: u8,
+    /// `""` for none: such jobs share one key of their queue.
+    fairness_key: &'a str,
 }
 
 impl JobStore {
@@ -167,6 +170,7 @@ impl JobStore {
             return Ok(out);
         }
         insert(tx, items, digests, &new).await?;
+        last_rounds(tx, items, &new).await?;
         let inserted = by_keys(tx, items, &new).await?;
         if inserted.len() != new.len() {
             return Err(Failure::Error(CoordinatorError::Internal(format!(
@@ -308,6 +312,8 @@ impl<'a> Picked<'a> {
                 request_digest: hex(&digests[i]),
                 payload: &self.items[i].payload,
                 delay_us: micros(self.items[i].delay),
+                priority: self.items[i].priority.get(),
+                fairness_key: self.items[i].fairness_key.as_deref().unwrap_or(""),
             })
             .collect()
     }
@@ -328,6 +334,22 @@ impl<'a> Picked<'a> {
             })?;
         Ok((i, (job, digest)))
     }
+}
+
+/// Records the last start round of each fairness key of the `which`
+/// items, just inserted (docs/design.md rule 18).
+async fn last_rounds(
+    conn: &mut MySqlConnection,
+    items: &[Enqueue],
+    which: &[usize],
+) -> Result<(), CoordinatorError> {
+    let picked = Picked { items, which };
+    sqlx::query(include_str!("queries/enqueue/fairness_keys.sql"))
+        .bind(json(&picked.keys())?)
+        .execute(conn)
+        .await
+        .map_err(convert_sqlx_err)?;
+    Ok(())
 }
 
 /// The existing jobs among `which` items, by item index.
@@ -422,7 +444,7 @@ async fn insert_and_commit(
 /// (`unseen`: without a look-up first, skipping keys with a key record,
 /// and `Ok(None)` when a key some job holds fails it before anything was
 /// written; else a duplicate key is a `TransactionConflict`), their
-/// events, their rows read back, and COMMIT. The server refusing a
+/// fairness keys' last rounds (docs/design.md rule 18), their events, their rows read back, and COMMIT. The server refusing a
 /// statement before COMMIT is its own error; a failure of COMMIT, or of
 /// the connection with COMMIT sent, leaves the outcome unknown.
 async fn insert_rows_and_commit(
@@ -440,6 +462,10 @@ async fn insert_rows_and_commit(
     let text = [
         with_literal(include_str!("queries/enqueue/insert.sql"), &rows_json)
             .replace("{guard}", guard),
+        with_literal(
+            include_str!("queries/enqueue/fairness_keys.sql"),
+            &keys_json,
+        ),
         with_literal(include_str!("queries/enqueue/events.sql"), &keys_json),
         with_literal(&BY_KEYS, &keys_json),
         "COMMIT".to_owned(),
@@ -459,7 +485,7 @@ async fn insert_rows_and_commit(
                 return Err(CoordinatorError::TransactionConflict(e.to_string()))
             }
             // The server refused a statement before COMMIT: COMMIT never ran.
-            Err(e @ sqlx::Error::Database(_)) if statements_done < 3 => {
+            Err(e @ sqlx::Error::Database(_)) if statements_done < 4 => {
                 return Err(convert_sqlx_err(e))
             }
             Err(e @ sqlx::Error::Database(_)) => return Err(convert_commit_err(e)),
@@ -468,7 +494,7 @@ async fn insert_rows_and_commit(
         }
     }
     drop(results);
-    if statements_done < 4 {
+    if statements_done < 5 {
         return Err(CoordinatorError::CommitOutcomeUnknown(
             "the enqueue batch ended before its COMMIT answered".into(),
         ));
@@ -504,10 +530,10 @@ async fn insert(
         bytes += row.payload.len() + row.operation_key.len();
         chunk.push(row);
         if bytes >= INSERT_CHUNK_BYTES || n + 1 == rows.len() {
-            let done = sqlx::query(&INSERT_LOOKED_UP)
-                .bind(json(&chunk)?)
-                .execute(&mut *conn)
-                .await;
+            // As text: MariaDB does not resolve the frontier's correlated
+            // subqueries (insert.sql) in a prepared statement.
+            let text = with_literal(&INSERT_LOOKED_UP, &json_literal(json(&chunk)?));
+            let done = super::batch::result_sets_raw(&mut *conn, &text).await;
             match done {
                 Ok(_) => {}
                 // Taken by a concurrent Enqueue since we looked: run again.

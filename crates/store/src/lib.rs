@@ -36,6 +36,7 @@ mod enqueue;
 mod errors;
 mod events;
 mod events_feed;
+mod fairness;
 pub mod fleet;
 mod health;
 mod literal;

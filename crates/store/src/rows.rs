@@ -4,6 +4,7 @@
 //! byte; MySQL flags such columns BINARY, which sqlx will not decode as
 //! `String`, so they are read as bytes and checked as UTF-8 here.
 
+use jobfence_domain::fairness::Priority;
 use jobfence_domain::{CoordinatorError, DbTime, Job, Observation};
 use sqlx::mysql::MySqlRow;
 use sqlx::Row;
@@ -11,7 +12,8 @@ use sqlx::Row;
 /// The columns [`job`] reads, in a SELECT list.
 pub(crate) const JOB_COLUMNS: &str = "id, queue, operation_key, payload, state, attempt, \
     next_action, run_at, lease_until, lease_owner, first_dispatched_at, dispatch_count, \
-    provider_reference, result, last_error, state_reason, created_at, updated_at, finished_at";
+    provider_reference, result, last_error, state_reason, created_at, updated_at, finished_at, \
+    priority, fairness_key";
 
 /// The columns [`observation`] reads, in a SELECT list.
 pub(crate) const OBSERVATION_COLUMNS: &str =
@@ -124,6 +126,8 @@ pub(crate) fn job(row: &MySqlRow) -> Result<Job, CoordinatorError> {
         created_at: time(row, "created_at")?,
         updated_at: time(row, "updated_at")?,
         finished_at: opt_time(row, "finished_at")?,
+        priority: Priority::stored(get(row, "priority")?),
+        fairness_key: Some(text(row, "fairness_key")?).filter(|k| !k.is_empty()),
     })
 }
 

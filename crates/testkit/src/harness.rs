@@ -275,6 +275,8 @@ impl Harness {
                 operation_key: key.into(),
                 payload: payload.into(),
                 delay: None,
+                fairness_key: String::new(),
+                priority: 0,
             })
             .await
             .expect("enqueue")

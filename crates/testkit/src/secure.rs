@@ -200,6 +200,8 @@ impl Secure {
             operation_key: key.into(),
             payload: "{}".into(),
             delay: None,
+            fairness_key: String::new(),
+            priority: 0,
         })
         .await
         .unwrap();

@@ -129,6 +129,8 @@ async fn enqueue_many(c: &Coord, n: usize, prefix: &str) {
                 operation_key: format!("{prefix}-{i}"),
                 payload: "{}".into(),
                 delay: None,
+                fairness_key: String::new(),
+                priority: 0,
             })
             .collect();
         c.client

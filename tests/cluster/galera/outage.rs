@@ -74,6 +74,8 @@ async fn the_only_node_outside_the_primary_component_is_an_outage_not_a_conflict
                     operation_key: format!("refund-during-{round}"),
                     payload: "{}".into(),
                     delay: None,
+                    fairness_key: String::new(),
+                    priority: 0,
                 })
                 .await
                 .map(|_| ()),

@@ -89,6 +89,8 @@ pub fn job(j: Job) -> proto::Job {
         created_at: Some(timestamp(j.created_at)),
         updated_at: Some(timestamp(j.updated_at)),
         finished_at: j.finished_at.map(timestamp),
+        priority: u32::from(j.priority.get()),
+        fairness_key: j.fairness_key.unwrap_or_default(),
     }
 }
 

@@ -13,6 +13,7 @@ use jobfence_api::v1::{
 };
 use jobfence_auth::Action;
 use jobfence_core::{self as coordinator, Coordinator};
+use jobfence_domain::fairness::{self, Priority};
 use jobfence_domain::validate::Violations;
 use jobfence_domain::{self as domain, CoordinatorError};
 use std::time::Duration;
@@ -52,12 +53,16 @@ impl JobCoordinator for JobCoordinatorService {
         rpc.scoped(request, Action::Enqueue, |r, scope| async move {
             let mut v = Violations::default();
             let delay = duration(&mut v, "delay", r.delay);
+            let fairness_key = fairness::key_field(&mut v, "fairness_key", r.fairness_key);
+            let priority = Priority::field(&mut v, "priority", r.priority);
             v.finish()?;
             let call = domain::Enqueue {
                 queue: r.queue,
                 operation_key: r.operation_key,
                 payload: r.payload,
                 delay: delay.unwrap_or_default(),
+                fairness_key,
+                priority,
             };
             let out = self.coordinator.enqueue(call, &scope).await?;
             Ok(EnqueueResponse {
@@ -380,6 +385,12 @@ impl JobCoordinatorService {
             .map(|(i, item)| domain::Enqueue {
                 delay: duration(&mut v, &format!("items[{i}].delay"), item.delay)
                     .unwrap_or_default(),
+                fairness_key: fairness::key_field(
+                    &mut v,
+                    &format!("items[{i}].fairness_key"),
+                    item.fairness_key,
+                ),
+                priority: Priority::field(&mut v, &format!("items[{i}].priority"), item.priority),
                 queue: item.queue,
                 operation_key: item.operation_key,
                 payload: item.payload,

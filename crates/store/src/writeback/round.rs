@@ -157,6 +157,8 @@ impl JobStore {
         let (claim_events, observations) =
             super::super::claim::handoff::claim_half(tx, phase.as_ref(), &mut changes).await?;
         batch::write_images(tx, &changes).await?;
+        // Retried jobs go to the back of their lines (rule 18).
+        crate::fairness::back_in_line(tx, &crate::fairness::requeued(&changes)).await?;
         drop(changes);
         new_events.extend(claim_events);
         // Without a claim half, a Fail's Retry-After holds its provider

@@ -170,6 +170,8 @@ pub(super) async fn fill(pool: &MySqlPool, jobs: u64) -> Result<()> {
                 operation_key: format!("job-{k}"),
                 payload: format!("{{\"amount\":{k}}}"),
                 delay: Duration::ZERO,
+                fairness_key: None,
+                priority: Default::default(),
             })
             .collect();
         for r in store.enqueue_batch(&items).await? {

@@ -288,6 +288,8 @@ pub async fn enqueue(
                         operation_key: format!("op-{i}"),
                         payload: format!("{{\"amount\":{i}}}"),
                         delay: None,
+                        fairness_key: String::new(),
+                        priority: 0,
                     })
                     .collect();
                 let t = Instant::now();

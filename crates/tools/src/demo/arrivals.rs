@@ -148,6 +148,10 @@ pub(super) fn refund(i: u32, queue: &str) -> EnqueueRequest {
         operation_key: format!("refund-{payment}-{amount}-TWD"),
         payload: format!(r#"{{"payment_id":"{payment}","amount":{amount},"currency":"TWD"}}"#),
         delay: None,
+        // Ten merchants share the queue; claims go round-robin across
+        // them (docs/design.md rule 18).
+        fairness_key: format!("merchant-{:02}", i % 10),
+        priority: 0,
     }
 }
 

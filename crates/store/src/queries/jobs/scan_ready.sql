@@ -3,11 +3,15 @@
 -- all scans again with the full rules, the provider's row locked after the
 -- rows this scan locked (as a Takeover's is; see store/budget.rs, lock
 -- order), and hands out only what the budget allows of them.
--- Claim scan 2: due ready jobs of a queue, oldest run_at first. Locks what
--- it returns; rows another claim holds are skipped.
--- FORCE INDEX: read in run_at order and stop at LIMIT. A table scan plus
--- filesort (which the optimizer may pick on a small or fresh table) would
--- lock every due row it sorted, and concurrent claims would find nothing.
+-- Claim scan 2: due ready jobs of a queue in the fair order
+-- (docs/design.md rule 18): lowest start round first, then oldest run_at
+-- (jobs of one round, and every job written before rounds, at round 0).
+-- Locks what it returns; rows another claim holds are skipped.
+-- FORCE INDEX: read in (fair_round, run_at) order and stop at LIMIT. A
+-- table scan plus filesort (which the optimizer may pick on a small or
+-- fresh table) would lock every due row it sorted, and concurrent claims
+-- would find nothing. Jobs not yet due are passed over on the index
+-- (run_at is in it), without reading their rows.
 -- Sent in one round trip with the queue's rules, prepared once per session
 -- with the queue and the limit as parameters (store/claim/scan.rs), so a
 -- lone worker's claims are not parsed each time; {only} is empty then. The
@@ -21,8 +25,8 @@ SELECT {job_columns},
        CAST(lease_until <= UTC_TIMESTAMP(6) AS SIGNED) AS lease_expired,
        has_observations,
        UTC_TIMESTAMP(6) AS now
-FROM jobs FORCE INDEX (ix_jobs_claim_ready)
+FROM jobs FORCE INDEX (ix_jobs_fair)
 WHERE queue = {queue} AND state = 'ready' AND run_at <= UTC_TIMESTAMP(6) {only}
-ORDER BY run_at
+ORDER BY fair_round, run_at
 LIMIT {limit}
 FOR UPDATE SKIP LOCKED
