@@ -361,3 +361,42 @@ async fn until_conflicts(store: &jobfence_store::JobStore, n: u64) {
     )
     .await;
 }
+
+/// QueueStats names the keys with the most due jobs (at most 10, most
+/// first) and sums the rest, with their oldest due ages.
+#[tokio::test]
+async fn stats_show_the_top_keys_and_sum_the_others() {
+    let h = Harness::start().await;
+    enqueue(&h, Some("merchant-a"), "a", 30, 0).await;
+    enqueue(&h, Some("merchant-b"), "b", 5, 0).await;
+    for m in 0..12 {
+        enqueue(&h, Some(&format!("small-{m:02}")), &format!("s{m}"), 1, 0).await;
+    }
+    enqueue(&h, None, "nokey", 2, 0).await;
+    let stats =
+        jobfence_api::v1::job_admin_client::JobAdminClient::connect(format!("http://{}", h.addr))
+            .await
+            .unwrap()
+            .queue_stats(jobfence_api::v1::QueueStatsRequest {
+                queue: Q.into(),
+                window: None,
+            })
+            .await
+            .unwrap()
+            .into_inner();
+    let q = &stats.queues[0];
+    let top: Vec<(&str, u64)> = q
+        .due_keys
+        .iter()
+        .map(|k| (k.fairness_key.as_str(), k.due))
+        .collect();
+    assert_eq!(top.len(), 10, "{top:?}");
+    assert_eq!(&top[..3], [("merchant-a", 30), ("merchant-b", 5), ("", 2)]);
+    assert!(top[3..]
+        .iter()
+        .all(|&(k, n)| k.starts_with("small-") && n == 1));
+    let others = q.other_keys.as_ref().expect("the rest summed");
+    assert_eq!((others.keys, others.due), (5, 5));
+    assert!(q.due_keys.iter().all(|k| k.oldest_due_age.is_some()));
+    h.finish().await;
+}

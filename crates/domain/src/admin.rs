@@ -175,6 +175,35 @@ pub struct QueueStats {
     /// What holds its ready jobs now, when its provider does (filled by
     /// the coordinator from the provider's record; `None` otherwise).
     pub held: Option<crate::providers::QueueHold>,
+    /// Its due jobs by fairness key (docs/design.md rule 18): the keys
+    /// with the most, and the rest summed.
+    pub due_keys: DueKeys,
+}
+
+/// How many fairness keys [`DueKeys::top`] names at most.
+pub const TOP_DUE_KEYS: usize = 10;
+
+/// A queue's due ready jobs by fairness key: the [`TOP_DUE_KEYS`] keys
+/// with the most, most first, and every other key summed in `others`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DueKeys {
+    pub top: Vec<KeyBacklog>,
+    /// The other keys together (`keys`: how many); `None` when there are
+    /// no others.
+    pub others: Option<KeyBacklog>,
+}
+
+/// Due ready jobs of one fairness key, or of several summed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct KeyBacklog {
+    /// The key; `None` for the jobs without one, or for a sum of keys.
+    pub fairness_key: Option<String>,
+    /// How many keys this counts (1 for one key).
+    pub keys: u64,
+    /// Due ready jobs.
+    pub due: u64,
+    /// How long the oldest of them has been due.
+    pub oldest_due: Duration,
 }
 
 /// How wide one bucket of a [`StateChange`] is (the console's trends).

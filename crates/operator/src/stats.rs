@@ -84,10 +84,48 @@ fn stats_json(s: &proto::QueueStatsResponse) -> Value {
                     "since": time(&h.since),
                     "by": h.by,
                 })),
+                "due_keys": q.due_keys.iter().map(backlog_json).collect::<Vec<_>>(),
+                "other_keys": q.other_keys.as_ref().map(backlog_json),
             })
         })
         .collect();
     json!({"window_seconds": secs(&s.window), "queues": queues})
+}
+
+fn backlog_json(k: &proto::KeyBacklog) -> Value {
+    json!({
+        "fairness_key": k.fairness_key,
+        "keys": k.keys,
+        "due": k.due,
+        "oldest_due_age_seconds": secs(&k.oldest_due_age),
+    })
+}
+
+/// The due jobs of a queue by fairness key (docs/design.md rule 18),
+/// when it has more than one key: the keys with the most, then the rest.
+fn due_keys(out: &mut dyn Write, q: &proto::QueueStats) -> anyhow::Result<()> {
+    if q.due_keys.len() < 2 && q.other_keys.is_none() {
+        return Ok(());
+    }
+    let name = |k: &proto::KeyBacklog| match k.fairness_key.as_str() {
+        "" => "(no key)".to_owned(),
+        key => key.escape_debug().to_string(),
+    };
+    let mut line: Vec<String> = q
+        .due_keys
+        .iter()
+        .map(|k| format!("{} {} (oldest {})", name(k), k.due, age(&k.oldest_due_age)))
+        .collect();
+    if let Some(o) = &q.other_keys {
+        line.push(format!(
+            "{} other keys {} (oldest {})",
+            o.keys,
+            o.due,
+            age(&o.oldest_due_age)
+        ));
+    }
+    writeln!(out, "{}: due by fairness key: {}", q.queue, line.join(", "))?;
+    Ok(())
 }
 
 /// `stats`: one row per queue, then the window the counts cover.
@@ -144,6 +182,9 @@ fn stats_table(out: &mut dyn Write, s: &proto::QueueStatsResponse) -> anyhow::Re
         "takeovers and stale rejections over the last {}",
         age(&s.window)
     )?;
+    for q in &s.queues {
+        due_keys(out, q)?;
+    }
     for q in &s.queues {
         let Some(h) = &q.held else { continue };
         let by = match (&h.since, h.by.as_str()) {

@@ -103,10 +103,42 @@ fn card(s: &QueueStats, window: Duration, changes: &[StateChange], unattended: b
                 (tile(&format!("Takeovers, last {w}"), html! { (s.takeovers) }, s.takeovers > 0))
                 (tile(&format!("Stale writes refused, last {w}"), html! { (s.stale_write_rejections) }, s.stale_write_rejections > 0))
             }
+            (due_keys(s))
             div.trends {
                 div.trend { span.label { "Backlog (ready + running) " strong { (last(&series.backlog)) } } (sparkline(&series.backlog, 220.0, 36.0, "backlog")) }
                 div.trend { span.label { "Parked " strong { (last(&series.parked)) } } (sparkline(&series.parked, 220.0, 36.0, "parked")) }
                 div.trend { span.label { "Finished per minute " strong { (last(&series.finished_per_min)) } } (sparkline(&series.finished_per_min, 220.0, 36.0, "done")) }
+            }
+        }
+    }
+}
+
+/// Due jobs by fairness key (docs/design.md rule 18), when the queue has
+/// more than one key: the keys with the most, and the rest summed.
+fn due_keys(s: &QueueStats) -> Markup {
+    let d = &s.due_keys;
+    if d.top.len() < 2 && d.others.is_none() {
+        return html! {};
+    }
+    html! {
+        div.due-keys {
+            span.label { "Due by fairness key (round-robin) " }
+            ul.legend {
+                @for k in &d.top {
+                    li {
+                        @match &k.fairness_key {
+                            Some(key) => code { (key) },
+                            None => span.muted { "no key" },
+                        }
+                        " " strong { (k.due) } " " span.small.muted { "oldest " (age(k.oldest_due)) }
+                    }
+                }
+                @if let Some(o) = &d.others {
+                    li {
+                        (o.keys) " other keys " strong { (o.due) } " "
+                        span.small.muted { "oldest " (age(o.oldest_due)) }
+                    }
+                }
             }
         }
     }

@@ -116,6 +116,17 @@ fn queue_stats(s: jobfence_domain::admin::QueueStats) -> proto::QueueStats {
             since: h.since.map(convert::timestamp),
             by: h.by.unwrap_or_default(),
         }),
+        due_keys: s.due_keys.top.into_iter().map(key_backlog).collect(),
+        other_keys: s.due_keys.others.map(key_backlog),
+    }
+}
+
+fn key_backlog(k: jobfence_domain::admin::KeyBacklog) -> proto::KeyBacklog {
+    proto::KeyBacklog {
+        fairness_key: k.fairness_key.unwrap_or_default(),
+        keys: k.keys,
+        due: k.due,
+        oldest_due_age: Some(convert::duration_to_proto(k.oldest_due)),
     }
 }
 

@@ -7,7 +7,9 @@ use super::super::reads::{elapsed, placeholders};
 use super::super::rows::{self, get, text};
 use super::super::{convert_sqlx_err, micros, JobStore};
 use crate::run::{read, Body};
-use jobfence_domain::admin::{ListJobsFilter, OldestJob, PendingAges, QueueStats, PENDING};
+use jobfence_domain::admin::{
+    DueKeys, KeyBacklog, ListJobsFilter, OldestJob, PendingAges, QueueStats, PENDING, TOP_DUE_KEYS,
+};
 use jobfence_domain::{CoordinatorError, EventKind, Job, JobState};
 use sqlx::MySqlConnection;
 use std::collections::BTreeMap;
@@ -224,8 +226,67 @@ impl JobStore {
                 _ => stats.stale_write_rejections = n.max(0) as u64,
             }
         }
+        for stats in by_queue.values_mut() {
+            if stats
+                .counts
+                .iter()
+                .any(|&(s, n)| s == JobState::Ready && n > 0)
+            {
+                stats.due_keys = due_keys(conn, &stats.queue).await?;
+            }
+        }
         Ok(by_queue.into_values().collect())
     }
+}
+
+/// A queue's due ready jobs by fairness key: the top [`TOP_DUE_KEYS`] and
+/// the rest summed (docs/design.md rule 18).
+async fn due_keys(conn: &mut MySqlConnection, queue: &str) -> Result<DueKeys, CoordinatorError> {
+    let found = sqlx::query(include_str!("../queries/admin/due_keys.sql"))
+        .bind(queue)
+        .bind(TOP_DUE_KEYS as u64)
+        .fetch_all(&mut *conn)
+        .await
+        .map_err(convert_sqlx_err)?;
+    let mut out = DueKeys::default();
+    let (mut keys_total, mut jobs_total) = (0, 0);
+    for row in &found {
+        let key = text(row, "fairness_key")?;
+        keys_total = get::<i64>(row, "keys_total")?.max(0) as u64;
+        jobs_total = get::<i64>(row, "jobs_total")?.max(0) as u64;
+        out.top.push(KeyBacklog {
+            fairness_key: (!key.is_empty()).then_some(key),
+            keys: 1,
+            due: get::<i64>(row, "n")?.max(0) as u64,
+            oldest_due: age(get(row, "age_us")?),
+        });
+    }
+    let shown: u64 = out.top.iter().map(|k| k.due).sum();
+    if keys_total > out.top.len() as u64 {
+        let top: Vec<&str> = out
+            .top
+            .iter()
+            .map(|k| k.fairness_key.as_deref().unwrap_or(""))
+            .collect();
+        let age_us: Option<i64> =
+            sqlx::query_scalar(include_str!("../queries/admin/due_others.sql"))
+                .bind(queue)
+                .bind(super::super::batch::json(&top)?)
+                .fetch_one(&mut *conn)
+                .await
+                .map_err(convert_sqlx_err)?;
+        out.others = Some(KeyBacklog {
+            fairness_key: None,
+            keys: keys_total - out.top.len() as u64,
+            due: jobs_total.saturating_sub(shown),
+            oldest_due: age(age_us.unwrap_or(0)),
+        });
+    }
+    Ok(out)
+}
+
+fn age(us: i64) -> Duration {
+    Duration::from_micros(us.max(0) as u64)
 }
 
 impl JobStore {
