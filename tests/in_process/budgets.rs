@@ -37,6 +37,8 @@ fn budget(rate: f64, burst: u32) -> ProviderBudget {
         max_in_flight: None,
         execute_cost: None,
         reconcile_cost: None,
+        key_share: None,
+        max_in_flight_per_key: None,
     }
 }
 

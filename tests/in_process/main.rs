@@ -15,6 +15,7 @@ mod connections;
 mod enqueue_batch;
 mod events_feed;
 mod fairness;
+mod fairness_caps;
 mod group_commit;
 mod held_work;
 mod jobs_cli;

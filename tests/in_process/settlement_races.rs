@@ -286,6 +286,7 @@ async fn an_import_for_a_provider_of_two_queues_locks_only_its_keys_jobs() {
                 max_in_flight: None,
                 execute_cost: 1,
                 reconcile_cost: 1,
+                per_key: Default::default(),
             },
             queues: vec![Q.into(), Q2.into()],
             by: kit::settlement::by(),

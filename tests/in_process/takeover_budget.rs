@@ -50,6 +50,8 @@ fn costs(burst: u32) -> ProviderBudget {
         max_in_flight: None,
         execute_cost: Some(1),
         reconcile_cost: Some(2),
+        key_share: None,
+        max_in_flight_per_key: None,
     }
 }
 

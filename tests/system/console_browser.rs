@@ -438,6 +438,7 @@ async fn the_console_in_a_browser() {
                     max_in_flight: Some(50),
                     execute_cost: 1,
                     reconcile_cost: 2,
+                    per_key: Default::default(),
                 },
                 queues,
                 by: ChangeBy {

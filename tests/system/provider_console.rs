@@ -94,6 +94,8 @@ async fn the_console_shows_providers_and_pauses_one_as_its_operator() {
                 max_in_flight: Some(50),
                 execute_cost: None,
                 reconcile_cost: Some(2),
+                key_share: None,
+                max_in_flight_per_key: None,
             }),
             queues: vec!["refunds".into()],
             operator: String::new(),

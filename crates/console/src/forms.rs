@@ -276,6 +276,7 @@ pub fn budget(pairs: &Pairs) -> Result<(Budget, Vec<String>), Vec<FieldViolation
         max_in_flight: count(&mut v, pairs, "max_in_flight"),
         execute_cost: count(&mut v, pairs, "execute_cost").unwrap_or(1),
         reconcile_cost: count(&mut v, pairs, "reconcile_cost").unwrap_or(1),
+        per_key: Default::default(),
     };
     let queues = value(pairs, "queues")
         .unwrap_or("")
@@ -446,6 +447,7 @@ mod tests {
                 max_in_flight: None,
                 execute_cost: 1,
                 reconcile_cost: 2,
+                per_key: Default::default(),
             }
         );
         assert_eq!(queues, ["refunds", "payouts", "chargebacks"]);

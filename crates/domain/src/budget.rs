@@ -46,6 +46,8 @@ pub struct Budget {
     /// Units a hand-out with `reconcile` costs (a lookup; a provider may
     /// need two).
     pub reconcile_cost: u32,
+    /// Caps per fairness key (docs/design.md rule 18).
+    pub per_key: crate::fairness::KeyCaps,
 }
 
 impl Budget {
@@ -123,6 +125,7 @@ impl Budget {
                 "must be at least 1 when set (to stop hand-outs, pause the provider)".into(),
             );
         }
+        v.extend(self.per_key.violations(prefix));
         v
     }
 }
@@ -192,6 +195,9 @@ pub enum Holdback {
     Throttled,
     /// Another queue of the same provider waited longer for the units left.
     FairShare,
+    /// The job's fairness key is at its cap (its share of the rate, or its
+    /// jobs in flight; docs/design.md rule 18): the claim skips the key.
+    KeyCap,
 }
 
 impl Holdback {
@@ -203,6 +209,7 @@ impl Holdback {
             Holdback::Paused => "paused",
             Holdback::Throttled => "throttled",
             Holdback::FairShare => "fair_share",
+            Holdback::KeyCap => "key_cap",
         }
     }
 }
@@ -350,6 +357,8 @@ pub struct Allowance {
     pub shared: bool,
     /// Units spent so far.
     pub spent: u32,
+    /// The caps per fairness key, when the provider has any.
+    pub per_key: Option<crate::fairness::KeyAllowance>,
 }
 
 impl Allowance {
@@ -362,7 +371,22 @@ impl Allowance {
             throttled: false,
             shared: false,
             spent: 0,
+            per_key: None,
         }
+    }
+
+    /// Takes one hand-out of a job of fairness key `key` (`""`: none)
+    /// costing `cost` units with `action`, or says why it must wait: as
+    /// [`take`](Self::take), and first the key's caps.
+    pub fn take_for(&mut self, key: &str, action: NextAction, cost: u32) -> Result<(), Holdback> {
+        if let Some(k) = &self.per_key {
+            k.check(key, cost)?;
+        }
+        self.take(action, cost)?;
+        if let Some(k) = self.per_key.as_mut() {
+            k.record(key, cost);
+        }
+        Ok(())
     }
 
     /// Takes one hand-out costing `cost` units with `action`, or says why

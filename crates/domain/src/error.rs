@@ -205,6 +205,7 @@ fn holdback(
         InFlight => "has as many jobs in flight as its cap allows",
         Paused => "is paused by an operator",
         Throttled => "asked to wait (a worker reported its Retry-After)",
+        KeyCap => "has as many jobs of this fairness key as its caps allow",
     };
     match retry_after {
         Some(d) => format!(

@@ -87,6 +87,14 @@ pub struct SetProviderArgs {
     /// two lookups at the provider).
     #[arg(long)]
     pub reconcile_cost: Option<u32>,
+    /// The most of the rate one fairness key (a merchant) may spend while
+    /// other keys' jobs are due, a fraction in (0, 1]: 0.3 is 30 %
+    /// (docs/design.md rule 18; no cap when left out).
+    #[arg(long)]
+    pub key_share: Option<f64>,
+    /// The most jobs of one fairness key in flight (no cap when left out).
+    #[arg(long)]
+    pub max_in_flight_per_key: Option<u32>,
     /// A queue that dispatches to it (repeat for each). Replaces the
     /// provider's list: name every queue it keeps.
     #[arg(long = "queue", required = true)]
@@ -103,6 +111,8 @@ const PROVIDER_FLAGS: &FlagNames = &[
     ("budget.max_in_flight", "--max-in-flight"),
     ("budget.execute_cost", "--execute-cost"),
     ("budget.reconcile_cost", "--reconcile-cost"),
+    ("budget.key_share", "--key-share"),
+    ("budget.max_in_flight_per_key", "--max-in-flight-per-key"),
     ("queues[", "--queue"),
     ("queues", "--queue"),
     ("operator", "--operator"),
@@ -123,6 +133,8 @@ fn put_request(s: SetProviderArgs) -> proto::PutProviderRequest {
             max_in_flight: s.max_in_flight,
             execute_cost: s.execute_cost,
             reconcile_cost: s.reconcile_cost,
+            key_share: s.key_share,
+            max_in_flight_per_key: s.max_in_flight_per_key,
         }),
         queues: s.queues,
         operator: s.change.operator,
@@ -233,6 +245,8 @@ fn provider_json(p: &proto::Provider) -> Value {
         "max_in_flight": b.max_in_flight,
         "execute_cost": b.execute_cost.unwrap_or(1),
         "reconcile_cost": b.reconcile_cost.unwrap_or(1),
+        "key_share": b.key_share,
+        "max_in_flight_per_key": b.max_in_flight_per_key,
         "queues": p.queues,
         "pause": pause_name(p.pause),
         "pause_reason": p.pause_reason,

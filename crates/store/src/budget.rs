@@ -93,6 +93,9 @@ pub(crate) fn rules_templates() -> [(String, usize); RULES_RESULTS] {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct ProviderSeen {
     pub capped: bool,
+    /// It had caps per fairness key: its claims scan more rows
+    /// (`claim/key_caps.rs`).
+    pub key_capped: bool,
 }
 
 /// The queues a store's last claims found a provider for: their claims
@@ -330,6 +333,10 @@ pub(crate) fn budget(row: &MySqlRow) -> Result<Budget, CoordinatorError> {
         max_in_flight: rows::get(row, "max_in_flight")?,
         execute_cost: rows::get(row, "execute_cost")?,
         reconcile_cost: rows::get(row, "reconcile_cost")?,
+        per_key: jobfence_domain::fairness::KeyCaps {
+            share: rows::get(row, "key_share")?,
+            max_in_flight: rows::get(row, "max_in_flight_per_key")?,
+        },
     })
 }
 
@@ -360,6 +367,7 @@ impl LockedProvider {
             throttled: self.throttled(),
             shared: units < available,
             spent: 0,
+            per_key: None,
         }
     }
 
@@ -401,7 +409,7 @@ impl LockedProvider {
                     jobfence_domain::budget::micros_between(self.now, t).max(0) as u64
                 )
             }),
-            Holdback::Paused | Holdback::InFlight => None,
+            Holdback::Paused | Holdback::InFlight | Holdback::KeyCap => None,
         }
     }
 

@@ -12,6 +12,7 @@
 //! row) and one event insert for the whole batch.
 
 mod decide;
+mod key_caps;
 mod scan;
 use scan::{scan, scan_reconciles, Reads, Scan};
 pub mod handoff;
@@ -72,6 +73,17 @@ pub struct ClaimBatchOutcome {
 }
 
 impl JobStore {
+    /// How many rows a claim of `queue` that wants `wanted` jobs scans:
+    /// more when its provider had caps per fairness key at the store's
+    /// last claim of it ([`key_caps::scan_limit`]).
+    pub(crate) fn scan_limit(&self, queue: &str, wanted: u32) -> u32 {
+        let capped = self
+            .provider_queues
+            .get(queue)
+            .is_some_and(|s| s.key_capped);
+        key_caps::scan_limit(wanted, capped)
+    }
+
     /// One claim transaction for several callers of one queue: first
     /// running jobs whose lease expired (inline takeover, next_action
     /// `reconcile`), then due ready jobs, oldest first, handed out to the
@@ -195,7 +207,16 @@ impl JobStore {
             });
         }
         *candidates = scanned.expired;
-        let room = (wanted as usize).saturating_sub(candidates.len());
+        // Caps per key: every row scanned (more than wanted), so a capped
+        // key's jobs leave room for the next keys'.
+        let room = match rules
+            .provider
+            .as_ref()
+            .is_some_and(|p| p.budget.per_key.any())
+        {
+            true => usize::MAX,
+            false => (wanted as usize).saturating_sub(candidates.len()),
+        };
         candidates.extend(scanned.ready.into_iter().take(room));
         self.pause(PausePoint::ClaimAfterScan).await;
         let mut run = ClaimRun::new(queue, slots, want_next_due, rules, default_policy);
@@ -224,6 +245,7 @@ impl JobStore {
         exclude: &[u64],
         prescan: Prescan,
     ) -> Result<Scan, CoordinatorError> {
+        let wanted = self.scan_limit(queue, wanted);
         let first = match prescan {
             Prescan::Sent(Some(scanned)) => Some(*scanned),
             Prescan::Sent(None) => None,
@@ -258,6 +280,7 @@ impl JobStore {
                 .as_ref()
                 .map(|p| budget::ProviderSeen {
                     capped: p.budget.max_in_flight.is_some(),
+                    key_capped: p.budget.per_key.any(),
                 }),
         );
         Ok(scanned)
@@ -485,6 +508,9 @@ impl<'s> ClaimRun<'s> {
             provider: self.provider,
             now,
         };
+        if let Some(p) = self.provider.filter(|p| p.budget.per_key.any()) {
+            self.allowance.per_key = Some(key_caps::allowance(tx, p, candidates).await?);
+        }
         let (allowance, held) = (&mut self.allowance, &mut self.held);
         let mut decided = decide(candidates, &claiming, allowance, held, &[]);
         if held.count(Holdback::Paused) > 0 && room_left(&decided, self.slots) > 0 {
@@ -524,10 +550,13 @@ impl<'s> ClaimRun<'s> {
             (true, _) => next_due(tx, self.queue).await?,
         };
         let budget_held = self.held.budget_total() > 0;
-        let after = match self.provider {
+        let mut after = match self.provider {
             Some(p) => p.after_claim(self.queue, self.allowance.spent, budget_held)?,
             None => Vec::new(),
         };
+        if let (Some(p), Some(k)) = (self.provider, &self.allowance.per_key) {
+            after.extend(key_caps::spend(p, &k.spent())?);
+        }
         Ok(BudgetSpend {
             report,
             next_due,

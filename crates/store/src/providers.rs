@@ -33,6 +33,8 @@ fn provider_detail(b: &Budget, queues: &[String], pause: Pause) -> String {
         "max_in_flight": b.max_in_flight,
         "execute_cost": b.execute_cost,
         "reconcile_cost": b.reconcile_cost,
+        "key_share": b.per_key.share,
+        "max_in_flight_per_key": b.per_key.max_in_flight,
         "queues": queues,
         "pause": pause.as_str(),
     })
@@ -158,6 +160,8 @@ async fn write_budget(
             .bind(b.max_in_flight)
             .bind(b.execute_cost)
             .bind(b.reconcile_cost)
+            .bind(b.per_key.share)
+            .bind(b.per_key.max_in_flight)
             .bind(&req.by.operator)
     } else {
         sqlx::query(include_str!("queries/providers/update.sql"))
@@ -166,6 +170,8 @@ async fn write_budget(
             .bind(b.max_in_flight)
             .bind(b.execute_cost)
             .bind(b.reconcile_cost)
+            .bind(b.per_key.share)
+            .bind(b.per_key.max_in_flight)
             .bind(b.tolerance_us().ceil() as i64)
             .bind(&req.by.operator)
             .bind(&req.name)

@@ -362,6 +362,8 @@ impl Harness {
                 max_in_flight,
                 execute_cost: None,
                 reconcile_cost: None,
+                key_share: None,
+                max_in_flight_per_key: None,
             }),
             queues: vec![queue.into()],
             operator: "alice".into(),

@@ -32,6 +32,7 @@ pub async fn provider_on(store: &jobfence_store::JobStore, amounts: bool) {
                 max_in_flight: None,
                 execute_cost: 1,
                 reconcile_cost: 1,
+                per_key: Default::default(),
             },
             queues: vec![Q.into()],
             by: by(),

@@ -13,6 +13,7 @@ fn budget(rate: f64, burst: u32) -> Budget {
         max_in_flight: None,
         execute_cost: 1,
         reconcile_cost: 1,
+        per_key: Default::default(),
     }
 }
 
@@ -156,6 +157,7 @@ fn the_allowance_says_why_a_job_waits() {
         throttled: false,
         shared: false,
         spent: 0,
+        per_key: None,
     };
     assert_eq!(a.take(NextAction::Execute, 1), Err(Holdback::Paused));
     assert_eq!(a.take(NextAction::Reconcile, 2), Ok(()));

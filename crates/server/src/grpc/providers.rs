@@ -20,6 +20,7 @@ pub fn budget(v: &mut Violations, b: Option<proto::ProviderBudget>) -> Budget {
             max_in_flight: None,
             execute_cost: 1,
             reconcile_cost: 1,
+            per_key: Default::default(),
         };
     };
     Budget {
@@ -28,6 +29,10 @@ pub fn budget(v: &mut Violations, b: Option<proto::ProviderBudget>) -> Budget {
         max_in_flight: b.max_in_flight,
         execute_cost: b.execute_cost.unwrap_or(1),
         reconcile_cost: b.reconcile_cost.unwrap_or(1),
+        per_key: jobfence_domain::fairness::KeyCaps {
+            share: b.key_share,
+            max_in_flight: b.max_in_flight_per_key,
+        },
     }
 }
 
@@ -67,6 +72,8 @@ pub fn provider(p: ProviderRecord) -> proto::Provider {
             max_in_flight: p.budget.max_in_flight,
             execute_cost: Some(p.budget.execute_cost),
             reconcile_cost: Some(p.budget.reconcile_cost),
+            key_share: p.budget.per_key.share,
+            max_in_flight_per_key: p.budget.per_key.max_in_flight,
         }),
         queues: p.queues,
         pause: pause_to_proto(p.pause) as i32,

@@ -55,7 +55,9 @@ pub fn reason_of(err: &CoordinatorError) -> ErrorReason {
         ProviderHoldback { why, .. } => match why {
             Holdback::Paused => R::ProviderPaused,
             Holdback::Throttled => R::ProviderThrottled,
-            Holdback::Rate | Holdback::FairShare | Holdback::InFlight => R::ProviderBudgetExhausted,
+            Holdback::Rate | Holdback::FairShare | Holdback::InFlight | Holdback::KeyCap => {
+                R::ProviderBudgetExhausted
+            }
         },
         Internal(_) | Unanswered { .. } => R::Internal,
     }

@@ -32,12 +32,13 @@ pub(super) struct Holds {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 struct HoldKey(u8);
 
-const HOLDBACKS: [Holdback; 5] = [
+const HOLDBACKS: [Holdback; 6] = [
     Holdback::Rate,
     Holdback::FairShare,
     Holdback::InFlight,
     Holdback::Throttled,
     Holdback::Paused,
+    Holdback::KeyCap,
 ];
 
 impl Holds {
@@ -152,7 +153,8 @@ pub(super) fn decide<'a>(
             }),
             ClaimDecision::HandOut { action, dispatch } => {
                 let cost = provider.map_or(0, |p| p.cost(action));
-                match allowance.take(action, cost) {
+                let key = c.job.fairness_key.as_deref().unwrap_or("");
+                match allowance.take_for(key, action, cost) {
                     Ok(()) => {
                         filled[slot] += 1;
                         out.push(Decided {

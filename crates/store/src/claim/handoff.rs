@@ -116,7 +116,7 @@ impl JobStore {
         let started = Instant::now();
         let job_id = writes[only].write.job_id();
         let reads = Reads::for_queue(self, half.queue);
-        let max_jobs = half.slots[only].max_jobs;
+        let max_jobs = self.scan_limit(half.queue, half.slots[only].max_jobs);
         let (locked, scan) = lock_and_scan(self, tx, job_id, half.queue, max_jobs, reads).await?;
         Ok((Some((locked, started)), Prescan::Sent(scan.map(Box::new))))
     }

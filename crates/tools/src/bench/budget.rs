@@ -58,6 +58,7 @@ impl Bench {
                     max_in_flight: None,
                     execute_cost: 1,
                     reconcile_cost: 1,
+                    per_key: Default::default(),
                 },
                 queues: vec![QUEUE.into()],
                 by: ChangeBy {

@@ -197,6 +197,8 @@ impl Plan {
                         max_in_flight: None,
                         execute_cost: Some(EXECUTE_COST),
                         reconcile_cost: Some(RECONCILE_COST),
+                        key_share: None,
+                        max_in_flight_per_key: None,
                     }),
                     queues: vec![queue.clone()],
                     operator: operator.to_owned(),

@@ -14,6 +14,9 @@
 
 use crate::validate::Violations;
 
+mod caps;
+pub use caps::{KeyAllowance, KeyCaps, KeyState};
+
 /// Longest fairness key, in bytes.
 pub const MAX_FAIRNESS_KEY_BYTES: usize = 128;
 
