@@ -205,14 +205,38 @@ func (c *Client) GetJob(ctx context.Context, jobID uint64) (*pb.Job, []*pb.Obser
 	return resp.GetJob(), resp.GetObservations(), nil
 }
 
+// EnqueueOption sets an optional field of an Enqueue: WithFairnessKey,
+// WithPriority.
+type EnqueueOption func(*pb.EnqueueRequest)
+
+// WithFairnessKey names among whose jobs claims go round-robin within the
+// queue and the priority (a merchant, a tenant; at most 128 bytes, not
+// blank): docs/design.md rule 18. Jobs without one share one key.
+func WithFairnessKey(key string) EnqueueOption {
+	return func(r *pb.EnqueueRequest) { r.FairnessKey = key }
+}
+
+// WithPriority sets the job's priority, 1 (lowest) to 9 (most urgent); 0
+// asks for the default, 5. Each step moves the job 100 rounds of the fair
+// order ahead or back (rule 18). Above 9 the coordinator refuses it
+// (ReasonInvalidRequest, field priority).
+func WithPriority(priority uint32) EnqueueOption {
+	return func(r *pb.EnqueueRequest) { r.Priority = priority }
+}
+
 // Enqueue adds a job, idempotent on (queue, operation_key): the same
 // request again returns the existing job with created false; the same key
-// with another payload is ReasonOperationKeyConflict.
+// with another payload is ReasonOperationKeyConflict. The job returned
+// carries the priority and fairness key it was given (GetPriority,
+// GetFairnessKey).
 func (c *Client) Enqueue(ctx context.Context, queue, operationKey, payload string,
-	delay time.Duration) (*pb.Job, bool, error) {
+	delay time.Duration, opts ...EnqueueOption) (*pb.Job, bool, error) {
 	req := &pb.EnqueueRequest{Queue: queue, OperationKey: operationKey, Payload: payload}
 	if delay > 0 {
 		req.Delay = dur(delay)
+	}
+	for _, opt := range opts {
+		opt(req)
 	}
 	var resp *pb.EnqueueResponse
 	err := c.call(ctx, 0, retryWrite, func(ctx context.Context) (err error) {

@@ -83,6 +83,14 @@ func (j *ClaimedJob) Attempt() uint64 { return j.attempt }
 // Payload is the job's payload as enqueued.
 func (j *ClaimedJob) Payload() string { return j.Job.GetPayload() }
 
+// Priority is the job's priority, 1 (lowest) to 9 (most urgent); 5 unless
+// its enqueue asked for another (docs/design.md rule 18).
+func (j *ClaimedJob) Priority() uint32 { return j.Job.GetPriority() }
+
+// FairnessKey is the fairness key the job was enqueued with (a merchant,
+// a tenant); empty when it was given none (rule 18).
+func (j *ClaimedJob) FairnessKey() string { return j.Job.GetFairnessKey() }
+
 // Reconcile is true when the next action is RECONCILE (always after a
 // takeover): ask the provider what happened before sending anything.
 func (j *ClaimedJob) Reconcile() bool {

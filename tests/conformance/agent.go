@@ -139,6 +139,11 @@ func main() {
 				state := strings.ToLower(strings.TrimPrefix(job.GetState().String(), "JOB_STATE_"))
 				reply = fmt.Sprintf("job %s %d", state, job.GetAttempt())
 			}
+		case "enqueue":
+			reply = enqueue(ctx, client, os.Args[3], words[1:])
+		case "fair":
+			job := handles[arg(1)]
+			reply = fmt.Sprintf("fair priority=%d fairness_key=%s", job.Priority(), job.FairnessKey())
 		case "claim":
 			jobs, err := client.Claim(ctx, 1, 0)
 			switch {
@@ -191,6 +196,23 @@ func main() {
 		}
 		fmt.Println(reply)
 	}
+}
+
+// enqueue runs `enqueue KEY FAIRNESS_KEY|- PRIORITY` on the agent's queue
+// and answers with what the returned job says.
+func enqueue(ctx context.Context, client *jobfence.Client, queue string, args []string) string {
+	var opts []jobfence.EnqueueOption
+	if args[1] != "-" {
+		opts = append(opts, jobfence.WithFairnessKey(args[1]))
+	}
+	priority, _ := strconv.ParseUint(args[2], 10, 32)
+	opts = append(opts, jobfence.WithPriority(uint32(priority)))
+	job, created, err := client.Enqueue(ctx, queue, args[0], "{}", 0, opts...)
+	if err != nil {
+		return errorLine(err)
+	}
+	return fmt.Sprintf("enqueued %d created=%d priority=%d fairness_key=%s", job.GetJobId(), b(created),
+		job.GetPriority(), job.GetFairnessKey())
 }
 
 func b(v bool) int {

@@ -37,6 +37,16 @@ async function main() {
       const { job } = await client.getJob(Number(id));
       return `job ${job.state.replace('JOB_STATE_', '').toLowerCase()} ${job.attempt}`;
     },
+    enqueue: async (key, fairnessKey, priority) => {
+      const options = { priority: Number(priority) };
+      if (fairnessKey !== '-') options.fairnessKey = fairnessKey;
+      const { job, created } = await client.enqueue(queue, key, '{}', options);
+      return `enqueued ${job.jobId} created=${created ? 1 : 0} priority=${job.priority} fairness_key=${job.fairnessKey}`;
+    },
+    fair: async (i) => {
+      const job = handles[Number(i)];
+      return `fair priority=${job.priority} fairness_key=${job.fairnessKey}`;
+    },
     claim: async () => {
       const jobs = await client.claim(1);
       return jobs.length ? claimed(jobs[0]) : 'empty';

@@ -65,6 +65,16 @@ async def main():
                 job, _ = await done(client.get_job(int(args[0])))
                 state = client.pb.JobState.Name(job.state).replace("JOB_STATE_", "").lower()
                 reply = "job %s %d" % (state, job.attempt)
+            elif cmd == "enqueue":
+                key, fairness_key, priority = args
+                job, created = await done(client.enqueue(
+                    queue, key, "{}", fairness_key=None if fairness_key == "-" else fairness_key,
+                    priority=int(priority)))
+                reply = "enqueued %d created=%d priority=%d fairness_key=%s" % (
+                    job.job_id, int(created), job.priority, job.fairness_key)
+            elif cmd == "fair":
+                job = handles[int(args[0])]
+                reply = "fair priority=%d fairness_key=%s" % (job.priority, job.fairness_key)
             elif cmd == "claim":
                 jobs = await done(client.claim(1))
                 reply = claimed(jobs[0]) if jobs else "empty"

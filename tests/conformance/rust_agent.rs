@@ -4,7 +4,7 @@
 
 use jobfence_worker::proto::NextAction;
 use jobfence_worker::{
-    reason, ClaimError, ClaimedJob, Credentials, Disposition, RetryPolicy, WorkerClient,
+    reason, ClaimError, ClaimedJob, Credentials, Disposition, Enqueue, RetryPolicy, WorkerClient,
     WorkerConfig, WriteError,
 };
 use std::time::Duration;
@@ -55,6 +55,17 @@ pub fn spawn(
                     ),
                     Err(e) => write_error(&e),
                 },
+                ["enqueue", key, fairness_key, priority] => {
+                    enqueue(&client, &client.config().queue, key, fairness_key, priority).await
+                }
+                ["fair", i] => {
+                    let job = &handles[i.parse::<usize>().unwrap()];
+                    format!(
+                        "fair priority={} fairness_key={}",
+                        job.priority(),
+                        job.fairness_key()
+                    )
+                }
                 ["claim"] => match client.claim(1).await {
                     Ok(mut jobs) if !jobs.is_empty() => claimed(&mut handles, jobs.remove(0)),
                     Ok(_) => "empty".to_owned(),
@@ -125,6 +136,31 @@ pub fn spawn(
         }
     });
     (cmd_tx, reply_rx)
+}
+
+/// `enqueue KEY FAIRNESS_KEY|- PRIORITY` on the agent's queue, answered
+/// with what the returned job says.
+async fn enqueue(
+    client: &WorkerClient,
+    queue: &str,
+    key: &str,
+    fairness_key: &str,
+    priority: &str,
+) -> String {
+    let mut job = Enqueue::new(queue, key, "{}").priority(priority.parse().unwrap());
+    if fairness_key != "-" {
+        job = job.fairness_key(fairness_key);
+    }
+    match client.enqueue(job).await {
+        Ok(done) => format!(
+            "enqueued {} created={} priority={} fairness_key={}",
+            done.job.job_id,
+            u8::from(done.created),
+            done.job.priority,
+            done.job.fairness_key
+        ),
+        Err(e) => write_error(&e),
+    }
 }
 
 /// The handler of the `run` command: its runner never gets a job.

@@ -140,3 +140,97 @@ async fn bad_input_is_refused_before_anything_is_written() {
     assert!(jobs_of_queue(&s).await.is_empty());
     s.stop().await;
 }
+
+/// `jobs show` and `jobs list` print each job's priority and fairness key
+/// (docs/design.md rule 18), as text and as JSON; a job given none shows
+/// the default priority and no key (`-` in the table).
+#[tokio::test]
+async fn show_and_list_print_the_priority_and_the_fairness_key() {
+    let s = Secure::start(false).await;
+    let enqueue = |key: &'static str, extra: &'static [&'static str]| {
+        let mut args = vec!["enqueue", "--queue", "refunds", "--key", key];
+        args.extend_from_slice(&["--payload", "{}", "--json"]);
+        args.extend_from_slice(extra);
+        let s = &s;
+        async move {
+            let out = jobs(s, "shop", &args).await.unwrap();
+            let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+            v["job_id"].as_u64().unwrap().to_string()
+        }
+    };
+    let fair = enqueue(
+        "refund-f1",
+        &["--fairness-key", "merchant-7", "--priority", "8"],
+    )
+    .await;
+    let plain = enqueue("refund-f2", &[]).await;
+
+    let shown = jobs(&s, "alice", &["show", &fair, "--json"]).await.unwrap();
+    let shown: serde_json::Value = serde_json::from_str(&shown).unwrap();
+    assert_eq!(shown["job"]["priority"], 8, "{shown}");
+    assert_eq!(shown["job"]["fairness_key"], "merchant-7", "{shown}");
+    let text = jobs(&s, "alice", &["show", &fair]).await.unwrap();
+    let field = |name: &str| {
+        let line = text
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some(name));
+        line.unwrap_or_else(|| panic!("no {name}: {text}"))
+            .split_whitespace()
+            .nth(1)
+            .map(str::to_owned)
+    };
+    assert_eq!(field("priority").as_deref(), Some("8"), "{text}");
+    assert_eq!(
+        field("fairness_key").as_deref(),
+        Some("merchant-7"),
+        "{text}"
+    );
+
+    let table = jobs(&s, "alice", &["list", "--queue", "refunds"])
+        .await
+        .unwrap();
+    let header: Vec<&str> = table.lines().next().unwrap().split_whitespace().collect();
+    let at = |name: &str| header.iter().position(|h| *h == name).unwrap();
+    let (priority, key) = (at("PRIORITY"), at("FAIRNESS_KEY"));
+    let row = |id: &str| -> Vec<String> {
+        let line = table
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some(id));
+        line.unwrap_or_else(|| panic!("no job {id}: {table}"))
+            .split_whitespace()
+            .map(str::to_owned)
+            .collect()
+    };
+    assert_eq!(
+        (&*row(&fair)[priority], &*row(&fair)[key]),
+        ("8", "merchant-7"),
+        "{table}"
+    );
+    assert_eq!(
+        (&*row(&plain)[priority], &*row(&plain)[key]),
+        ("5", "-"),
+        "{table}"
+    );
+
+    let listed = jobs(&s, "alice", &["list", "--queue", "refunds", "--json"])
+        .await
+        .unwrap();
+    let listed: serde_json::Value = serde_json::from_str(&listed).unwrap();
+    let fields: Vec<(u64, String)> = listed["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| {
+            (
+                j["priority"].as_u64().unwrap(),
+                j["fairness_key"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        fields,
+        vec![(8, "merchant-7".to_owned()), (5, String::new())],
+        "{listed}"
+    );
+    s.stop().await;
+}

@@ -8,8 +8,8 @@ use jobfence_testkit as kit;
 use jobfence_domain::{JobState, NextAction as DomainAction};
 use jobfence_worker::proto::{self, NextAction, ObservationOutcome, ObservationSource};
 use jobfence_worker::{
-    observation_dedup_key, ClaimError, ClaimedJob, Disposition, Handler, HandlerError, Worker,
-    WorkerClient, WriteError,
+    observation_dedup_key, ClaimError, ClaimedJob, Disposition, Enqueue, Handler, HandlerError,
+    Worker, WorkerClient, WriteError,
 };
 use kit::sdk::{config, observations, sdk, Proxy};
 use kit::Harness;
@@ -430,4 +430,62 @@ fn the_sdk_reason_names_are_the_coordinators() {
     all.sort_unstable();
     assert_eq!(all, declared, "jobfence_worker::reason::ALL");
     assert_eq!(pairs.len(), declared.len());
+}
+
+/// `enqueue_batch` sends each job with its own fairness key and priority
+/// (docs/design.md rule 18); a bad one refuses the batch with the item's
+/// field named, and adds nothing.
+#[tokio::test]
+async fn a_batch_carries_each_jobs_fairness_key_and_priority() {
+    let h = Harness::start().await;
+    let a = sdk(&h, config("producer", Q)).await;
+    let results = a
+        .enqueue_batch([
+            Enqueue::new(Q, "refund-b1", "{}")
+                .fairness_key("merchant-7")
+                .priority(9),
+            Enqueue::new(Q, "refund-b2", "{}"),
+        ])
+        .await
+        .expect("the batch is applied");
+    let jobs: Vec<(String, u32, String)> = results
+        .into_iter()
+        .map(|r| match r.result {
+            Some(proto::enqueue_batch_result::Result::Enqueued(e)) => {
+                let j = e.job.unwrap();
+                (j.operation_key, j.priority, j.fairness_key)
+            }
+            other => panic!("unexpected {other:?}"),
+        })
+        .collect();
+    assert_eq!(
+        jobs,
+        [
+            ("refund-b1".to_owned(), 9, "merchant-7".to_owned()),
+            ("refund-b2".to_owned(), 5, String::new()),
+        ]
+    );
+    let refused = a
+        .enqueue_batch([
+            Enqueue::new(Q, "refund-b3", "{}"),
+            Enqueue::new(Q, "refund-b4", "{}").priority(10),
+        ])
+        .await;
+    match refused {
+        Err(WriteError::Invalid(bad)) => assert!(
+            bad.field_violations
+                .iter()
+                .any(|v| v.field == "items[1].priority"),
+            "{bad:?}"
+        ),
+        other => panic!("unexpected {other:?}"),
+    }
+    let added: i64 = sqlx::query_scalar(
+        "SELECT COUNT(*) FROM jobs WHERE operation_key IN ('refund-b3', 'refund-b4')",
+    )
+    .fetch_one(&h.pool)
+    .await
+    .unwrap();
+    assert_eq!(added, 0);
+    h.finish().await;
 }

@@ -72,6 +72,11 @@ enum Step {
     EnqueueNext,
     /// The second job's row: state and attempt.
     NextRow(JobState, u64),
+    /// Send an `enqueue` command: the reply must be `enqueued ID` and then
+    /// exactly this; `{next}` stands for ID from now on.
+    AskEnqueue(&'static str, &'static str),
+    /// The second job's row: its priority and fairness key ("": none).
+    NextFair(u8, &'static str),
 }
 
 use Step::*;
@@ -211,6 +216,31 @@ const CASES: &[(&str, &[Step])] = &[
             Ask("held", "held 1"),
             NextRow(JobState::Running, 1),
             Events("completed", 1),
+        ],
+    ),
+    // The fair hand-out's fields (docs/design.md rule 18): sent with an
+    // enqueue, read back from the job it returns and from the handle of
+    // its claim, which the more urgent job wins over the case's job.
+    (
+        "an-enqueue-carries-its-fairness-key-and-priority",
+        &[
+            AskEnqueue(
+                "enqueue fair-1 merchant-7 8",
+                "created=1 priority=8 fairness_key=merchant-7",
+            ),
+            NextFair(8, "merchant-7"),
+            Ask(
+                "enqueue fair-1 merchant-7 8",
+                "enqueued {next} created=0 priority=8 fairness_key=merchant-7",
+            ),
+            Ask("claim", "claimed 0 {next} 1 execute 0 0"),
+            Ask("fair 0", "fair priority=8 fairness_key=merchant-7"),
+            AskEnqueue("enqueue fair-2 - 0", "created=1 priority=5 fairness_key="),
+            NextFair(5, ""),
+            Ask(
+                "enqueue fair-3 merchant-7 10",
+                "error invalid recorded=0 current_attempt=0",
+            ),
         ],
     ),
 ];
@@ -494,6 +524,21 @@ async fn conforms(client: Client) {
                 NextRow(state, attempt) => {
                     let row = h.row(next_job).await;
                     assert_eq!((row.state, row.attempt), (state, attempt), "{context}");
+                }
+                AskEnqueue(cmd, want) => {
+                    agent.send(cmd);
+                    let reply = agent.reply(&context).await;
+                    let (id, rest) = reply
+                        .strip_prefix("enqueued ")
+                        .and_then(|r| r.split_once(' '))
+                        .unwrap_or_else(|| panic!("{context}: {reply:?}"));
+                    assert_eq!(rest, want, "{context}");
+                    next_job = id.parse().unwrap();
+                }
+                NextFair(priority, key) => {
+                    let row = h.row(next_job).await;
+                    assert_eq!(row.priority.get(), priority, "{context}");
+                    assert_eq!(row.fairness_key.unwrap_or_default(), key, "{context}");
                 }
             }
         }

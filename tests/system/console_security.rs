@@ -218,3 +218,65 @@ async fn a_ready_job_is_cancelled_from_its_page_and_a_claimed_one_is_refused() {
     assert_eq!(state, "running");
     s.stop().await;
 }
+
+/// The jobs list and the job page show each job's priority and fairness
+/// key (docs/design.md rule 18); the key is a caller's text, shown as text
+/// (escaped), never as markup.
+#[tokio::test]
+async fn the_jobs_list_and_the_job_page_show_the_priority_and_the_fairness_key_as_text() {
+    let s = with_console().await;
+    let console = format!("http://{}", s.console.unwrap());
+    let w = s.worker(Some("shop")).await;
+    let key = r#"<b id="m7">merchant & 7</b>"#;
+    let enqueue = |operation_key: &'static str, fairness_key: &str, priority: u32| {
+        let request = jobfence_api::v1::EnqueueRequest {
+            queue: "refunds".into(),
+            operation_key: operation_key.into(),
+            payload: "{}".into(),
+            delay: None,
+            fairness_key: fairness_key.into(),
+            priority,
+        };
+        let mut w = w.clone();
+        async move { w.enqueue(request).await.unwrap().into_inner().job.unwrap() }
+    };
+    let fair = enqueue("refund-f1", key, 8).await;
+    let plain = enqueue("refund-f2", "", 0).await;
+    let get = |path: String| {
+        let url = format!("{console}{path}");
+        async move { reqwest::get(url).await.unwrap().text().await.unwrap() }
+    };
+    let escaped = "&lt;b id=&quot;m7&quot;&gt;merchant &amp; 7&lt;/b&gt;";
+    let list = get("/jobs?queue=refunds".into()).await;
+    assert!(
+        list.contains("Fairness key") && list.contains("Priority"),
+        "{list}"
+    );
+    let row = |id: u64| {
+        let start = list.find(&format!(r#"data-job-id="{id}""#)).unwrap();
+        list[start..start + list[start..].find("</tr>").unwrap()].to_owned()
+    };
+    let fair_row = row(fair.job_id);
+    assert!(fair_row.contains(escaped), "{fair_row}");
+    assert!(fair_row.contains(r#"<td class="num">8</td>"#), "{fair_row}");
+    assert!(!list.contains(key), "the key as markup: {list}");
+    let plain_row = row(plain.job_id);
+    assert!(
+        plain_row.contains(r#"<td class="num">5</td>"#),
+        "{plain_row}"
+    );
+    let page = get(format!("/jobs/{}", fair.job_id)).await;
+    assert!(
+        page.contains(&format!("Fairness key</dt><dd class=\"key\">{escaped}")),
+        "{page}"
+    );
+    assert!(page.contains("Priority</dt><dd>8"), "{page}");
+    assert!(!page.contains(key), "the key as markup: {page}");
+    let page = get(format!("/jobs/{}", plain.job_id)).await;
+    assert!(page.contains("Priority</dt><dd>5"), "{page}");
+    assert!(
+        page.contains(r#"Fairness key</dt><dd class="key"><span class="muted">none"#),
+        "{page}"
+    );
+    s.stop().await;
+}

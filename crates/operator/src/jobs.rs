@@ -337,7 +337,19 @@ fn job_json(j: &proto::Job) -> Value {
         "created_at": time(&j.created_at),
         "updated_at": time(&j.updated_at),
         "finished_at": time(&j.finished_at),
+        "priority": j.priority,
+        "fairness_key": j.fairness_key,
     })
+}
+
+/// A fairness key as the table prints it: `-` for none, so the columns
+/// still split on blanks.
+fn key_cell(key: &str) -> String {
+    if key.is_empty() {
+        "-".to_owned()
+    } else {
+        key.to_owned()
+    }
 }
 
 fn observation_json(o: &proto::Observation) -> Value {
@@ -380,6 +392,8 @@ fn job_list(out: &mut dyn Write, page: &proto::ListJobsResponse, json: bool) -> 
                 state_name(j.state),
                 j.attempt.to_string(),
                 action_name(j.next_action),
+                j.priority.to_string(),
+                key_cell(&j.fairness_key),
                 time(&j.created_at),
                 time(&j.updated_at),
                 j.operation_key.clone(),
@@ -399,6 +413,8 @@ fn job_list(out: &mut dyn Write, page: &proto::ListJobsResponse, json: bool) -> 
             "STATE",
             "ATTEMPT",
             "NEXT",
+            "PRIORITY",
+            "FAIRNESS_KEY",
             "CREATED (UTC)",
             "UPDATED (UTC)",
             "OPERATION_KEY",

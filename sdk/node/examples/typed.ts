@@ -13,6 +13,7 @@ import {
   credentialsFromEnv,
   Denied,
   Disposition,
+  EnqueueItem,
   FailWritten,
   Handler,
   JobNotRunning,
@@ -40,6 +41,8 @@ const client = new WorkerClient({
 
 async function handle(job: ClaimedJob): Promise<void> {
   const key: string = job.operationKey;
+  const fair: string = `${job.fairnessKey}@${job.priority}`;
+  console.log(fair);
   if (job.nextAction === 'RECONCILE') {
     const seen = await job.recordObservation('SUCCEEDED', `re_${job.jobId}`, '{}',
       observationDedupKey(client.workerId, `re_${job.jobId}`));
@@ -71,6 +74,12 @@ async function main(): Promise<void> {
   process.on('SIGINT', () => stop.abort());
   const { job, observations } = await client.getJob(1);
   console.log(job.attempt, observations.length, Object.keys(REASONS).length);
+  // A merchant's refund, ahead of the default priority (5).
+  const added = await client.enqueue('refunds', 'refund-pay_1-500-TWD', '{}',
+    { fairnessKey: 'merchant-7', priority: 7, delaySeconds: 0 });
+  console.log(added.created, added.job.priority, added.job.fairnessKey);
+  const items: EnqueueItem[] = [{ queue: 'refunds', operationKey: 'refund-2', payload: '{}', fairnessKey: 'merchant-8' }];
+  console.log((await client.enqueueBatch(items)).length);
   const claimed: ClaimedJob[] = await client.claim(4, { waitSeconds: 10, signal: stop.signal });
   await Promise.all(claimed.map(handle));
   await client.run(handle, {

@@ -229,17 +229,30 @@ class WorkerClient {
     return { job: response.job, observations: response.observations };
   }
 
-  /** Adds a job, idempotent on (queue, operationKey): { job, created }. */
-  async enqueue(queue, operationKey, payload, { delaySeconds = 0 } = {}) {
-    const request = { queue, operationKey, payload };
-    if (delaySeconds > 0) request.delay = duration(delaySeconds);
+  /**
+   * Adds a job, idempotent on (queue, operationKey): { job, created }.
+   * `fairnessKey` (a merchant, a tenant; at most 128 bytes, not blank):
+   * within a queue and a priority, claims go round-robin across the keys.
+   * `priority`: 1 (lowest) to 9 (most urgent); unset or 0 is the default,
+   * 5 (docs/design.md rule 18). The job returned says what it was given
+   * (job.priority, job.fairnessKey); a bad value is refused with
+   * InvalidRequest naming the field.
+   */
+  async enqueue(queue, operationKey, payload, { delaySeconds = 0, fairnessKey, priority } = {}) {
+    const request = enqueueRequest({
+      queue, operationKey, payload, delaySeconds, fairnessKey, priority,
+    });
     const response = await this.call('Enqueue', request, errors.retryableWrite);
     return { job: response.job, created: response.created };
   }
 
-  /** Enqueues [{queue, operationKey, payload}] in one transaction; one result per item. */
+  /**
+   * Enqueues [{queue, operationKey, payload, delaySeconds?, fairnessKey?,
+   * priority?}] in one transaction; one result per item, in order (each
+   * `enqueued` or an `error` for that item alone).
+   */
   async enqueueBatch(items) {
-    const response = await this.call('EnqueueBatch', { items }, errors.retryableWrite);
+    const response = await this.call('EnqueueBatch', { items: items.map(enqueueRequest) }, errors.retryableWrite);
     return response.results;
   }
 
@@ -327,6 +340,17 @@ async function handleOne(handler, job) {
   }
 }
 
+/** The EnqueueRequest of one job: its options are sent when given. */
+function enqueueRequest({
+  queue, operationKey, payload, delaySeconds = 0, fairnessKey, priority,
+}) {
+  const request = { queue, operationKey, payload };
+  if (delaySeconds > 0) request.delay = duration(delaySeconds);
+  if (fairnessKey !== undefined && fairnessKey !== null) request.fairnessKey = fairnessKey;
+  if (priority !== undefined && priority !== null) request.priority = priority;
+  return request;
+}
+
 class ClaimedJob {
   constructor(client, claimed) {
     this.client = client;
@@ -384,6 +408,12 @@ class ClaimedJob {
   get attempt() { return this.attemptIssued; }
 
   get payload() { return this.job.payload; }
+
+  /** 1 (lowest) to 9 (most urgent); 5 unless the job's enqueue asked for another (docs/design.md rule 18). */
+  get priority() { return this.job.priority; }
+
+  /** The fairness key the job was enqueued with (a merchant, a tenant); '' when it was given none. */
+  get fairnessKey() { return this.job.fairnessKey; }
 
   /** 'EXECUTE' or 'RECONCILE' (always RECONCILE after a takeover). */
   get nextAction() { return this.job.nextAction.replace(/^NEXT_ACTION_/, ''); }

@@ -15,7 +15,28 @@ export interface Job {
   result: string;
   lastError: string;
   stateReason: string;
+  /** 1 (lowest) to 9 (most urgent); docs/design.md rule 18. */
+  priority: number;
+  /** Among whose jobs claims go round-robin (a merchant, a tenant); '' when the job was given none. */
+  fairnessKey: string;
   [field: string]: unknown;
+}
+
+/** The options of `enqueue`, and of each item of `enqueueBatch`. */
+export interface EnqueueOptions {
+  /** Due this many seconds from now instead of at once. */
+  delaySeconds?: number;
+  /** A merchant, a tenant (at most 128 bytes, not blank): within a queue and a priority, claims go round-robin across the keys (docs/design.md rule 18). */
+  fairnessKey?: string;
+  /** 1 (lowest) to 9 (most urgent); unset or 0: the default, 5. */
+  priority?: number;
+}
+
+/** One job of `enqueueBatch`. */
+export interface EnqueueItem extends EnqueueOptions {
+  queue: string;
+  operationKey: string;
+  payload: string;
 }
 
 /** Evidence about a job (proto jobfence.v1.Observation). */
@@ -113,8 +134,10 @@ export declare class WorkerClient {
   /** One job whose lease expired; it starts with RECONCILE. */
   takeover(jobId: number): Promise<ClaimedJob>;
   getJob(jobId: number): Promise<{ job: Job; observations: Observation[] }>;
-  enqueue(queue: string, operationKey: string, payload: string, options?: { delaySeconds?: number }): Promise<{ job: Job; created: boolean }>;
-  enqueueBatch(items: Array<{ queue: string; operationKey: string; payload: string }>): Promise<unknown[]>;
+  /** Adds a job, idempotent on (queue, operationKey); the job returned carries its priority and fairness key. */
+  enqueue(queue: string, operationKey: string, payload: string, options?: EnqueueOptions): Promise<{ job: Job; created: boolean }>;
+  /** Adds the items in one transaction; one result per item, in order. */
+  enqueueBatch(items: EnqueueItem[]): Promise<unknown[]>;
   /** Claims and handles jobs until `signal` aborts; a claim that failed after the retries goes to `onClaimError` (default: a line on stderr), then it claims again. Rejects with the error when a claim is refused for who the caller is (Denied) or as an InvalidRequest: asking again cannot succeed. */
   run(handler: Handler, options?: RunOptions): Promise<void>;
 }
@@ -143,6 +166,10 @@ export declare class ClaimedJob {
   /** The fencing token; for logs only. */
   readonly attempt: number;
   readonly payload: string;
+  /** 1 (lowest) to 9 (most urgent). */
+  readonly priority: number;
+  /** The fairness key the job was enqueued with; '' when none. */
+  readonly fairnessKey: string;
   readonly nextAction: 'EXECUTE' | 'RECONCILE';
   readonly takeover: boolean;
   readonly observations: Observation[];

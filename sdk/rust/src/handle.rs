@@ -174,6 +174,18 @@ impl ClaimedJob {
         &self.job.payload
     }
 
+    /// The job's priority: 1 (lowest) to 9 (most urgent), 5 unless its
+    /// enqueue asked for another (docs/design.md rule 18).
+    pub fn priority(&self) -> u32 {
+        self.job.priority
+    }
+
+    /// The fairness key the job was enqueued with (a merchant, a tenant),
+    /// empty when it was given none (rule 18).
+    pub fn fairness_key(&self) -> &str {
+        &self.job.fairness_key
+    }
+
     /// What to do first: `Execute` (send the operation) or `Reconcile` (ask
     /// the provider what happened; "not found" is not proof that nothing
     /// happened, rule 5).

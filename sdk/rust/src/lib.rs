@@ -14,6 +14,11 @@
 //!   (rule 3).
 //! - [`ClaimedJob::operation_key`] is the one key to send to the provider;
 //!   the attempt is readable for logs only.
+//! - [`WorkerClient::enqueue`] adds an [`Enqueue`]: a job with, when
+//!   asked, a delay, a fairness key (claims go round-robin across a
+//!   queue's keys) and a priority (docs/design.md rule 18); the job it
+//!   returns, like [`ClaimedJob::priority`] and
+//!   [`ClaimedJob::fairness_key`], says what it was given.
 //! - A provider success that can no longer be written back (superseded) is
 //!   kept as an observation instead of being dropped (rule 7).
 //! - [`WorkerClient::run`] (the same loop as [`Worker::run`]) runs a
@@ -72,6 +77,7 @@
 
 mod client;
 pub mod credentials;
+mod enqueue;
 mod error;
 mod handle;
 mod next;
@@ -83,14 +89,14 @@ mod version;
 
 /// The generated protobuf messages and clients of `jobfence.v1` (the crate
 /// `jobfence-api`), for the types the handles return ([`proto::Job`],
-/// [`proto::Observation`], …) and for calls the SDK does not wrap
-/// (Enqueue, EnqueueBatch).
+/// [`proto::Observation`], …) and for calls the SDK does not wrap.
 pub mod proto {
     pub use jobfence_api::v1::*;
 }
 
 pub use client::{WorkerClient, WorkerConfig, MAX_IN_FLIGHT};
 pub use credentials::{Authorization, BearerToken, Credentials};
+pub use enqueue::{Enqueue, Enqueued};
 pub use error::{ClaimError, ConnectError, WriteError};
 pub use handle::{observation_dedup_key, ClaimedJob, Disposition, FailWritten, Recorded, Written};
 pub use retry::RetryPolicy;

@@ -25,6 +25,10 @@ fn fields(j: &Job) -> Markup {
         dl.fields {
             dt { "Queue" } dd { (j.queue) }
             dt { "operation_key" } dd.key { (j.operation_key) }
+            dt { "Fairness key" } dd.key {
+                @if let Some(k) = &j.fairness_key { (k) } @else { span.muted { "none" } }
+            }
+            dt { "Priority" } dd { (j.priority.get()) span.muted { " (1 lowest to 9 most urgent)" } }
             dt { "State" } dd { (view::state(j.state)) @if let Some(r) = &j.state_reason { " " span.reason { (r) } } }
             dt { "Attempt" } dd { strong { (j.attempt) } span.muted { " (the fencing token; only this attempt may write)" } }
             @if !j.state.is_terminal() {

@@ -40,7 +40,7 @@ fn table(jobs: &[Job]) -> Markup {
     html! {
         table.jobs {
             thead { tr {
-                th { "Job" } th { "Queue" } th { "operation_key" } th { "State" }
+                th { "Job" } th { "Queue" } th { "operation_key" } th { "Fairness key" } th.num { "Priority" } th { "State" }
                 th.num { "Attempt" } th { "Next" } th.num { "Sent" } th { "Created" } th { "Reason / last error" }
             } }
             tbody {
@@ -49,6 +49,8 @@ fn table(jobs: &[Job]) -> Markup {
                         td { (job_link(j.id)) }
                         td { (j.queue) }
                         td.key { a href={ "/jobs/" (j.id) } { (j.operation_key) } }
+                        td.key { (j.fairness_key.as_deref().unwrap_or_default()) }
+                        td.num { (j.priority.get()) }
                         td { (view::state(j.state)) }
                         td.num { (j.attempt) }
                         td { @if matches!(j.state, JobState::Ready | JobState::Running) { (j.next_action.as_str()) } }

@@ -7,7 +7,7 @@ import enum
 import hashlib
 import random
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Union
 
 from google.protobuf import duration_pb2
 
@@ -150,6 +150,37 @@ def claim_request(queue: str, worker_id: str, max_jobs: int, lease_seconds: floa
     return request
 
 
+def enqueue_request(queue: str, operation_key: str, payload: str, delay_seconds: float = 0.0,
+                    fairness_key: Optional[str] = None,
+                    priority: Optional[int] = None) -> pb.EnqueueRequest:
+    """An Enqueue as both clients send it: ``fairness_key`` (a merchant, a
+    tenant; claims go round-robin across a queue's keys) and ``priority``
+    (1 lowest to 9 most urgent, 0 the default 5) are sent when given
+    (docs/design.md rule 18)."""
+    request = pb.EnqueueRequest(queue=queue, operation_key=operation_key, payload=payload)
+    if delay_seconds > 0:
+        request.delay.CopyFrom(duration(delay_seconds))
+    if fairness_key is not None:
+        request.fairness_key = fairness_key
+    if priority is not None:
+        request.priority = priority
+    return request
+
+
+#: One job of ``enqueue_batch``: a ``(queue, operation_key, payload)``
+#: tuple, or a mapping with the keyword names of ``enqueue`` (``queue``,
+#: ``operation_key``, ``payload``, ``delay_seconds``, ``fairness_key``,
+#: ``priority``).
+BatchItem = Union[Tuple[str, str, str], Mapping[str, Any]]
+
+
+def enqueue_batch_request(items: List[BatchItem]) -> pb.EnqueueBatchRequest:
+    """The EnqueueBatch of ``items`` (see ``BatchItem``), in order."""
+    return pb.EnqueueBatchRequest(items=[
+        enqueue_request(**item) if isinstance(item, Mapping) else enqueue_request(*item)
+        for item in items])
+
+
 def takeover_request(job_id: int, worker_id: str, lease_seconds: float) -> pb.TakeoverRequest:
     return pb.TakeoverRequest(job_id=job_id, worker_id=worker_id, lease=duration(lease_seconds))
 
@@ -248,6 +279,18 @@ class HandleBase:
     @property
     def payload(self) -> str:
         return self.job.payload
+
+    @property
+    def priority(self) -> int:
+        """1 (lowest) to 9 (most urgent); 5 unless the job's enqueue asked
+        for another (docs/design.md rule 18)."""
+        return self.job.priority
+
+    @property
+    def fairness_key(self) -> str:
+        """The fairness key the job was enqueued with (a merchant, a
+        tenant); ``""`` when it was given none (rule 18)."""
+        return self.job.fairness_key
 
     @property
     def next_action(self) -> str:

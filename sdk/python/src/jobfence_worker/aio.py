@@ -150,18 +150,17 @@ class AsyncWorkerClient:
         return response.job, list(response.observations)
 
     async def enqueue(self, queue: str, operation_key: str, payload: str,
-                      delay_seconds: float = 0.0) -> Tuple[pb.Job, bool]:
-        """Adds a job, idempotent on (queue, operation_key): ``(job, created)``."""
-        request = pb.EnqueueRequest(queue=queue, operation_key=operation_key, payload=payload)
-        if delay_seconds > 0:
-            request.delay.CopyFrom(_wire.duration(delay_seconds))
+                      delay_seconds: float = 0.0, *, fairness_key: Optional[str] = None,
+                      priority: Optional[int] = None) -> Tuple[pb.Job, bool]:
+        """As ``WorkerClient.enqueue``."""
+        request = _wire.enqueue_request(queue, operation_key, payload, delay_seconds,
+                                        fairness_key, priority)
         response = await self._call("Enqueue", request, retryable_write)
         return response.job, response.created
 
-    async def enqueue_batch(self, items: List[Tuple[str, str, str]]) -> List[Any]:
+    async def enqueue_batch(self, items: List[_wire.BatchItem]) -> List[Any]:
         """As ``WorkerClient.enqueue_batch``."""
-        request = pb.EnqueueBatchRequest(items=[
-            pb.EnqueueRequest(queue=q, operation_key=k, payload=p) for q, k, p in items])
+        request = _wire.enqueue_batch_request(items)
         return list((await self._call("EnqueueBatch", request, retryable_write)).results)
 
 

@@ -196,20 +196,29 @@ class WorkerClient:
         return response.job, list(response.observations)
 
     def enqueue(self, queue: str, operation_key: str, payload: str,
-                delay_seconds: float = 0.0) -> Tuple[pb.Job, bool]:
-        """Adds a job, idempotent on (queue, operation_key): ``(job, created)``."""
-        request = pb.EnqueueRequest(queue=queue, operation_key=operation_key, payload=payload)
-        if delay_seconds > 0:
-            request.delay.CopyFrom(_wire.duration(delay_seconds))
+                delay_seconds: float = 0.0, *, fairness_key: Optional[str] = None,
+                priority: Optional[int] = None) -> Tuple[pb.Job, bool]:
+        """Adds a job, idempotent on (queue, operation_key): ``(job, created)``.
+
+        ``fairness_key`` (a merchant, a tenant; at most 128 bytes, not
+        blank): within a queue and a priority, claims go round-robin across
+        the keys. ``priority``: 1 (lowest) to 9 (most urgent); ``None`` or 0
+        is the default, 5 (docs/design.md rule 18). The job returned says
+        what it was given (``job.priority``, ``job.fairness_key``); a bad
+        value is refused with ``InvalidRequest`` naming the field."""
+        request = _wire.enqueue_request(queue, operation_key, payload, delay_seconds,
+                                        fairness_key, priority)
         response = self._call("Enqueue", request, retryable_write)
         return response.job, response.created
 
-    def enqueue_batch(self, items: List[Tuple[str, str, str]]) -> List[Any]:
-        """Enqueues ``(queue, operation_key, payload)`` items in one
-        transaction; one ``EnqueueBatchResult`` per item, in order (each an
-        ``enqueued`` response or an ``error`` for that item alone)."""
-        request = pb.EnqueueBatchRequest(items=[
-            pb.EnqueueRequest(queue=q, operation_key=k, payload=p) for q, k, p in items])
+    def enqueue_batch(self, items: List[_wire.BatchItem]) -> List[Any]:
+        """Enqueues ``items`` in one transaction, each a ``(queue,
+        operation_key, payload)`` tuple or a mapping with the keyword names
+        of ``enqueue`` (``{"queue": ..., "operation_key": ..., "payload":
+        ..., "fairness_key": ..., "priority": ...}``); one
+        ``EnqueueBatchResult`` per item, in order (each an ``enqueued``
+        response or an ``error`` for that item alone)."""
+        request = _wire.enqueue_batch_request(items)
         return list(self._call("EnqueueBatch", request, retryable_write).results)
 
 

@@ -81,7 +81,7 @@ FAIL_DISPOSITION_FAILED: FailDisposition
 FAIL_DISPOSITION_MANUAL_REVIEW: FailDisposition
 
 class Job(_message.Message):
-    __slots__ = ("job_id", "queue", "operation_key", "payload", "state", "attempt", "next_action", "run_at", "lease_until", "lease_owner", "first_dispatched_at", "dispatch_count", "provider_reference", "result", "last_error", "state_reason", "created_at", "updated_at", "finished_at")
+    __slots__ = ("job_id", "queue", "operation_key", "payload", "state", "attempt", "next_action", "run_at", "lease_until", "lease_owner", "first_dispatched_at", "dispatch_count", "provider_reference", "result", "last_error", "state_reason", "created_at", "updated_at", "finished_at", "priority", "fairness_key")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     QUEUE_FIELD_NUMBER: _ClassVar[int]
     OPERATION_KEY_FIELD_NUMBER: _ClassVar[int]
@@ -101,6 +101,8 @@ class Job(_message.Message):
     CREATED_AT_FIELD_NUMBER: _ClassVar[int]
     UPDATED_AT_FIELD_NUMBER: _ClassVar[int]
     FINISHED_AT_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    FAIRNESS_KEY_FIELD_NUMBER: _ClassVar[int]
     job_id: int
     queue: str
     operation_key: str
@@ -120,7 +122,9 @@ class Job(_message.Message):
     created_at: _timestamp_pb2.Timestamp
     updated_at: _timestamp_pb2.Timestamp
     finished_at: _timestamp_pb2.Timestamp
-    def __init__(self, job_id: _Optional[int] = ..., queue: _Optional[str] = ..., operation_key: _Optional[str] = ..., payload: _Optional[str] = ..., state: _Optional[_Union[JobState, str]] = ..., attempt: _Optional[int] = ..., next_action: _Optional[_Union[NextAction, str]] = ..., run_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., lease_until: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., lease_owner: _Optional[str] = ..., first_dispatched_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., dispatch_count: _Optional[int] = ..., provider_reference: _Optional[str] = ..., result: _Optional[str] = ..., last_error: _Optional[str] = ..., state_reason: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    priority: int
+    fairness_key: str
+    def __init__(self, job_id: _Optional[int] = ..., queue: _Optional[str] = ..., operation_key: _Optional[str] = ..., payload: _Optional[str] = ..., state: _Optional[_Union[JobState, str]] = ..., attempt: _Optional[int] = ..., next_action: _Optional[_Union[NextAction, str]] = ..., run_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., lease_until: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., lease_owner: _Optional[str] = ..., first_dispatched_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., dispatch_count: _Optional[int] = ..., provider_reference: _Optional[str] = ..., result: _Optional[str] = ..., last_error: _Optional[str] = ..., state_reason: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., priority: _Optional[int] = ..., fairness_key: _Optional[str] = ...) -> None: ...
 
 class Observation(_message.Message):
     __slots__ = ("observation_id", "job_id", "attempt", "source", "outcome", "provider_reference", "body", "dedup_key", "recorded_at")
@@ -145,16 +149,20 @@ class Observation(_message.Message):
     def __init__(self, observation_id: _Optional[int] = ..., job_id: _Optional[int] = ..., attempt: _Optional[int] = ..., source: _Optional[_Union[ObservationSource, str]] = ..., outcome: _Optional[_Union[ObservationOutcome, str]] = ..., provider_reference: _Optional[str] = ..., body: _Optional[str] = ..., dedup_key: _Optional[str] = ..., recorded_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class EnqueueRequest(_message.Message):
-    __slots__ = ("queue", "operation_key", "payload", "delay")
+    __slots__ = ("queue", "operation_key", "payload", "delay", "fairness_key", "priority")
     QUEUE_FIELD_NUMBER: _ClassVar[int]
     OPERATION_KEY_FIELD_NUMBER: _ClassVar[int]
     PAYLOAD_FIELD_NUMBER: _ClassVar[int]
     DELAY_FIELD_NUMBER: _ClassVar[int]
+    FAIRNESS_KEY_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_FIELD_NUMBER: _ClassVar[int]
     queue: str
     operation_key: str
     payload: str
     delay: _duration_pb2.Duration
-    def __init__(self, queue: _Optional[str] = ..., operation_key: _Optional[str] = ..., payload: _Optional[str] = ..., delay: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+    fairness_key: str
+    priority: int
+    def __init__(self, queue: _Optional[str] = ..., operation_key: _Optional[str] = ..., payload: _Optional[str] = ..., delay: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., fairness_key: _Optional[str] = ..., priority: _Optional[int] = ...) -> None: ...
 
 class EnqueueResponse(_message.Message):
     __slots__ = ("job", "created")
