@@ -400,3 +400,39 @@ async fn stats_show_the_top_keys_and_sum_the_others() {
     assert!(q.due_keys.iter().all(|k| k.oldest_due_age.is_some()));
     h.finish().await;
 }
+
+/// The claim half of a Complete (docs/design.md rule 16) reads the same
+/// fair order: a worker finishing merchant A's job is handed B's next.
+#[tokio::test]
+async fn the_next_job_of_a_complete_is_handed_out_fairly_too() {
+    let h = Harness::start().await;
+    enqueue(&h, Some("merchant-a"), "a", 10, 0).await;
+    enqueue(&h, Some("merchant-b"), "b", 10, 0).await;
+    let mut job = h.claim_one(Q, "worker-a").await;
+    let mut order = vec![job.operation_key.clone()];
+    for _ in 0..5 {
+        let done = h
+            .client
+            .clone()
+            .complete(CompleteRequest {
+                job_id: job.job_id,
+                attempt: job.attempt,
+                provider_reference: "re".into(),
+                result: String::new(),
+                next: Some(jobfence_api::v1::NextJobsRequest {
+                    queue: Q.into(),
+                    worker_id: "worker-a".into(),
+                    max_jobs: 1,
+                    lease: None,
+                    wait: None,
+                }),
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        job = done.next.unwrap().jobs.remove(0).job.unwrap();
+        order.push(job.operation_key.clone());
+    }
+    assert_eq!(order, ["a-0", "b-0", "a-1", "b-1", "a-2", "b-2"]);
+    h.finish().await;
+}

@@ -66,7 +66,7 @@ impl ProviderMetrics {
             deferred: counter(
                 r,
                 "jobfence_provider_deferred_total",
-                "Due jobs a claim found but did not hand out because of the provider's budget, by cause: rate (no units left), fair_share (units left for another queue of the provider), in_flight (the cap on jobs in flight), paused (an operator's pause), throttled (the provider's Retry-After). They stay ready and are handed out later.",
+                "Due jobs a claim found but did not hand out because of the provider's budget, by cause: rate (no units left), fair_share (units left for another queue of the provider), in_flight (the cap on jobs in flight), paused (an operator's pause), throttled (the provider's Retry-After), key_cap (the job's fairness key is at its cap, docs/design.md rule 18). They stay ready and are handed out later.",
                 &["provider", "cause"],
             ),
             throttle_reports: counter(
