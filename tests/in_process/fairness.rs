@@ -436,3 +436,47 @@ async fn the_next_job_of_a_complete_is_handed_out_fairly_too() {
     assert_eq!(order, ["a-0", "b-0", "a-1", "b-1", "a-2", "b-2"]);
     h.finish().await;
 }
+
+/// A blank or too long fairness key and a priority above 9 are refused,
+/// each named by its field, and nothing of the batch is written.
+#[tokio::test]
+async fn bad_fairness_fields_are_refused_by_field_and_nothing_is_written() {
+    let h = Harness::start().await;
+    let item = |key: &str, fairness_key: String, priority: u32| EnqueueRequest {
+        queue: Q.into(),
+        operation_key: key.into(),
+        payload: "{}".into(),
+        delay: None,
+        fairness_key,
+        priority,
+    };
+    let refused = h
+        .client
+        .clone()
+        .enqueue_batch(EnqueueBatchRequest {
+            items: vec![
+                item("ok", "merchant-a".into(), 9),
+                item("blank", "  ".into(), 0),
+                item("long", "m".repeat(129), 0),
+                item("urgent", String::new(), 10),
+            ],
+        })
+        .await
+        .expect_err("refused whole");
+    assert_eq!(refused.code(), tonic::Code::InvalidArgument);
+    let text = format!("{refused:?}");
+    for field in [
+        "items[1].fairness_key",
+        "items[2].fairness_key",
+        "items[3].priority",
+    ] {
+        assert!(text.contains(field), "{field} named: {text}");
+    }
+    assert!(!text.contains("items[0]"), "{text}");
+    let jobs: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM jobs")
+        .fetch_one(&h.pool)
+        .await
+        .unwrap();
+    assert_eq!(jobs, 0, "nothing written");
+    h.finish().await;
+}
