@@ -38,6 +38,8 @@ fn a_short_benchmark_run_checks_every_phase_and_writes_its_report() {
             "1",
             "--settle-lines",
             "3000",
+            "--fairness-keys",
+            "50",
             "--budget-rate",
             "40",
             "--budget-seconds",
@@ -59,14 +61,15 @@ fn a_short_benchmark_run_checks_every_phase_and_writes_its_report() {
     assert!(out.status.success(), "bench failed\n{stdout}\n{stderr}");
     // Every lifecycle phase was checked: 2 worker counts × 7 (direct,
     // Claim(1), the next job on Complete, the direct SQL and both loops
-    // under the budget far above the load, Claim(8)), the ceiling, and the
-    // finished-rows phase;
+    // under the budget far above the load, Claim(8)), the next job on
+    // Complete over jobs with fairness keys at 4 workers, the ceiling, and
+    // the finished-rows phase;
     // and the paced phase handed out nothing twice.
     let checked = stderr
         .lines()
         .filter(|l| l.contains("checked: 200 jobs succeeded once"))
         .count();
-    assert_eq!(checked, 16, "{stderr}");
+    assert_eq!(checked, 17, "{stderr}");
     assert_eq!(
         stderr
             .matches("against a budget of 40/s (burst 4; checked: none twice)")
@@ -89,6 +92,7 @@ fn a_short_benchmark_run_checks_every_phase_and_writes_its_report() {
         "| coordinator, Claim(1), budget far above the load | 4 |",
         "| coordinator, Complete hands the next job | 1 |",
         "| coordinator, Complete hands the next job, budget far above | 4 |",
+        "| coordinator, Complete hands the next job, 50 fairness keys | 4 |",
         "budget 40/s (burst 4) below the load",
         "innodb_flush_log_at_trx_commit: 1",
         "## Targets",
@@ -103,6 +107,10 @@ fn a_short_benchmark_run_checks_every_phase_and_writes_its_report() {
     }
     assert!(stdout.contains("coordinator ≥ 3× direct"), "{stdout}");
     assert!(stdout.contains("within 10% of no budget"), "{stdout}");
+    assert!(
+        stdout.contains("jobs across 50 fairness keys: ≥ 90% of the same without keys"),
+        "{stdout}"
+    );
     assert!(
         stdout.contains("next job on Complete, 1 worker: ≥ 0.8× direct"),
         "{stdout}"

@@ -42,6 +42,7 @@ impl Report<'_> {
         out.extend(self.enqueue_targets());
         out.extend(self.cost_targets(n_max));
         out.extend(self.next_job_targets(n_max));
+        out.extend(self.fairness_targets(n_max));
         out.push(self.paced_target());
         out.push(self.workers_view_target(n_max));
         out
@@ -253,6 +254,51 @@ impl Report<'_> {
                 |r| r >= 90.0,
             ),
         ]
+    }
+
+    /// Fair hand-out (docs/design.md rule 18): the next-job loop over jobs
+    /// with fairness keys against the same without.
+    fn fairness_targets(&self, n_max: usize) -> Vec<Target> {
+        let keys = self.args.fairness_keys;
+        vec![
+            target(
+                format!(
+                    "next job on Complete, {n_max} workers, jobs across {keys} fairness keys: ≥ 90% of the same without keys"
+                ),
+                ratio(
+                    self.find(Phase::CoordinatorNextKeyed(keys), n_max),
+                    self.find(Phase::CoordinatorNext, n_max),
+                )
+                .map(|r| r * 100.0),
+                " %",
+                |r| r >= 90.0,
+            ),
+        ]
+    }
+
+    /// The keyed next-job loop's rate over the same loop's without keys,
+    /// round by round (they ran seconds apart), as a sentence; `None` when
+    /// the keyed phase did not run.
+    pub(super) fn keyed_rounds(&self) -> Option<String> {
+        let n = self.args.workers.iter().copied().max()?;
+        let keys = self.args.fairness_keys;
+        let runs = |phase: Phase| {
+            self.measured
+                .iter()
+                .filter(move |m| m.phase == phase && m.workers == n)
+                .map(Measured::rate)
+        };
+        let pairs: Vec<String> = runs(Phase::CoordinatorNextKeyed(keys))
+            .zip(runs(Phase::CoordinatorNext))
+            .map(|(a, b)| format!("{:.2}", a / b))
+            .collect();
+        (!pairs.is_empty()).then(|| {
+            format!(
+                "Next job on Complete, {n} workers, jobs across {keys} fairness keys × the same \
+                 without keys, round by round: {}",
+                pairs.join(", ")
+            )
+        })
     }
 
     /// The database CPU per job of phase `a` against phase `b`: per N, the
