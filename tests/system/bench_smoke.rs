@@ -1,7 +1,8 @@
 //! The benchmark keeps working: a short run of `jobfence bench` (a few
-//! hundred jobs, every phase, the finished-rows and pruning phases included) against the
-//! test database must check every phase and write its report. It asserts
-//! nothing about the figures: that is the benchmark's job, not a test's.
+//! hundred jobs, every phase, the finished-rows, pruning and backlog
+//! phases included) against the test database must check every phase and
+//! write its report. It asserts nothing about the figures: that is the
+//! benchmark's job, not a test's.
 
 use jobfence_testkit as kit;
 
@@ -40,6 +41,8 @@ fn a_short_benchmark_run_checks_every_phase_and_writes_its_report() {
             "3000",
             "--fairness-keys",
             "50",
+            "--key-backlog",
+            "3000",
             "--budget-rate",
             "40",
             "--budget-seconds",
@@ -70,6 +73,14 @@ fn a_short_benchmark_run_checks_every_phase_and_writes_its_report() {
         .filter(|l| l.contains("checked: 200 jobs succeeded once"))
         .count();
     assert_eq!(checked, 17, "{stderr}");
+    // Each claim of the backlog phase took the key's oldest job.
+    assert_eq!(
+        stderr
+            .matches("checked: each claim took the key's oldest job")
+            .count(),
+        2,
+        "{stderr}"
+    );
     assert_eq!(
         stderr
             .matches("against a budget of 40/s (burst 4; checked: none twice)")
@@ -93,6 +104,9 @@ fn a_short_benchmark_run_checks_every_phase_and_writes_its_report() {
         "| coordinator, Complete hands the next job | 1 |",
         "| coordinator, Complete hands the next job, budget far above | 4 |",
         "| coordinator, Complete hands the next job, 50 fairness keys | 4 |",
+        "## One claim against one key's backlog",
+        "| 1000 | ",
+        "| 3000 | ",
         "budget 40/s (burst 4) below the load",
         "innodb_flush_log_at_trx_commit: 1",
         "## Targets",

@@ -16,7 +16,9 @@
 //! claim, the direct workers keeping it in their own SQL), and once 2c. a **budget below the load** (the hand-out rate the
 //! database recorded against the configured one);
 //! then once: 4. the **batched direct ceiling** (32 jobs per transaction),
-//! 5. **enqueue**: single-row inserts, Enqueue and EnqueueBatch, and
+//! 5. **enqueue**: single-row inserts, Enqueue and EnqueueBatch, 5b. the
+//! database work of one claim with 1,000 and with `--key-backlog` ready
+//! jobs of one fairness key, and
 //! optionally 6. the coordinator phase again with a million finished jobs
 //! in the table. After every lifecycle phase it checks that every job
 //! succeeded exactly once with exactly one completion event, and fails
@@ -26,6 +28,7 @@
 //! test.
 
 mod args;
+mod backlog;
 mod budget;
 mod db;
 mod direct;
@@ -80,6 +83,7 @@ pub async fn run(args: BenchArgs) -> Result<()> {
         db_pid,
         metrics_url: Some(format!("http://{metrics_addr}/metrics")),
         measured: Vec::new(),
+        backlog: None,
         pruning: None,
         settlement: None,
     };
@@ -98,6 +102,7 @@ pub async fn run(args: BenchArgs) -> Result<()> {
         settings,
         args: &args,
         measured: bench.measured,
+        backlog: bench.backlog,
         pruning: bench.pruning,
         settlement: bench.settlement,
         elapsed,
@@ -223,6 +228,8 @@ struct Bench {
     /// The coordinator's `/metrics`.
     metrics_url: Option<String>,
     measured: Vec<Measured>,
+    /// The backlog phase, when it ran (`--key-backlog`).
+    backlog: Option<backlog::BacklogFigures>,
     /// The pruning phase, when it ran (`--prune-rows`).
     pruning: Option<prune::PruneFigures>,
     /// The settlement phase, when it ran (`--settle-lines`).
@@ -239,6 +246,10 @@ impl Bench {
         }
         self.ceiling(args).await?;
         self.enqueues(args, addr).await?;
+        if args.key_backlog > 0 {
+            self.reset().await?;
+            self.backlog = Some(backlog::run(&self.pool, args).await?);
+        }
         if args.finished_rows > 0 {
             self.finished_rows(args, addr, max_workers).await?;
         }

@@ -154,6 +154,8 @@ pub struct Report<'a> {
     pub settings: Vec<Setting>,
     pub args: &'a BenchArgs,
     pub measured: Vec<Measured>,
+    /// The backlog phase, when it ran.
+    pub backlog: Option<super::backlog::BacklogFigures>,
     /// The pruning phase, when it ran.
     pub pruning: Option<super::prune::PruneFigures>,
     /// The settlement phase, when it ran.
@@ -376,6 +378,10 @@ impl Report<'_> {
             };
             let _ = writeln!(out, "{verdict} {}: {}", t.what, t.measured);
         }
+        if let Some(b) = &self.backlog {
+            out.push('\n');
+            out.push_str(&b.markdown());
+        }
         if let Some(p) = &self.pruning {
             out.push('\n');
             out.push_str(&p.markdown());
@@ -413,6 +419,10 @@ impl Report<'_> {
              *× ceiling* with the batched direct ceiling.\n"
         );
         self.markdown_targets(&mut out);
+        if let Some(b) = &self.backlog {
+            out.push('\n');
+            out.push_str(&b.markdown());
+        }
         if let Some(p) = &self.pruning {
             out.push('\n');
             out.push_str(&p.markdown());

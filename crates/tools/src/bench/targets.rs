@@ -257,9 +257,11 @@ impl Report<'_> {
     }
 
     /// Fair hand-out (docs/design.md rule 18): the next-job loop over jobs
-    /// with fairness keys against the same without.
+    /// with fairness keys against the same without, and one claim's
+    /// database work against one key's backlog.
     fn fairness_targets(&self, n_max: usize) -> Vec<Target> {
         let keys = self.args.fairness_keys;
+        let backlog = self.backlog.as_ref();
         vec![
             target(
                 format!(
@@ -272,6 +274,18 @@ impl Report<'_> {
                 .map(|r| r * 100.0),
                 " %",
                 |r| r >= 90.0,
+            ),
+            target(
+                format!(
+                    "one claim's handler reads with {} ready jobs of one key ≤ with {}",
+                    backlog.map_or(self.args.key_backlog, |b| b.large.ready),
+                    backlog.map_or(1_000, |b| b.small.ready)
+                ),
+                backlog.map(|b| {
+                    b.large.handler_reads() as f64 / b.small.handler_reads().max(1) as f64
+                }),
+                "×",
+                |r| r <= 1.0,
             ),
         ]
     }
