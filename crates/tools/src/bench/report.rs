@@ -64,7 +64,7 @@ impl Phase {
                 "coordinator, Complete hands the next job, budget far above".into()
             }
             Phase::CoordinatorNextKeyed(k) => {
-                format!("coordinator, Complete hands the next job, {k} fairness keys")
+                format!("coordinator, Complete hands the next job, {}", keys(*k))
             }
             Phase::DirectBudget => "direct SQL lifecycle, budget far above the load".into(),
             Phase::BudgetPaced { rate_milli, burst } => format!(
@@ -126,6 +126,14 @@ impl Measured {
 
     pub(super) fn per_job_us(&self, d: Option<Duration>) -> Option<f64> {
         d.map(|d| d.as_secs_f64() * 1e6 / self.run.jobs.max(1) as f64)
+    }
+}
+
+/// `k` fairness keys, in words.
+pub(super) fn keys(k: u64) -> String {
+    match k {
+        1 => "1 fairness key".into(),
+        k => format!("{k} fairness keys"),
     }
 }
 

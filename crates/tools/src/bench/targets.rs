@@ -265,7 +265,8 @@ impl Report<'_> {
         vec![
             target(
                 format!(
-                    "next job on Complete, {n_max} workers, jobs across {keys} fairness keys: ≥ 90% of the same without keys"
+                    "next job on Complete, {n_max} workers, jobs across {}: ≥ 90% of the same without keys",
+                    super::report::keys(keys)
                 ),
                 ratio(
                     self.find(Phase::CoordinatorNextKeyed(keys), n_max),
@@ -308,8 +309,9 @@ impl Report<'_> {
             .collect();
         (!pairs.is_empty()).then(|| {
             format!(
-                "Next job on Complete, {n} workers, jobs across {keys} fairness keys × the same \
+                "Next job on Complete, {n} workers, jobs across {} × the same \
                  without keys, round by round: {}",
+                super::report::keys(keys),
                 pairs.join(", ")
             )
         })
