@@ -1,7 +1,8 @@
 //! The benchmark keeps working: a short run of `jobfence bench` (a few
-//! hundred jobs, every phase, the finished-rows and pruning phases included) against the
-//! test database must check every phase and write its report. It asserts
-//! nothing about the figures: that is the benchmark's job, not a test's.
+//! hundred jobs, every phase, the finished-rows, pruning and backlog
+//! phases included) against the test database must check every phase and
+//! write its report. It asserts nothing about the figures: that is the
+//! benchmark's job, not a test's.
 
 use jobfence_testkit as kit;
 
@@ -38,6 +39,10 @@ fn a_short_benchmark_run_checks_every_phase_and_writes_its_report() {
             "1",
             "--settle-lines",
             "3000",
+            "--fairness-keys",
+            "50",
+            "--key-backlog",
+            "3000",
             "--budget-rate",
             "40",
             "--budget-seconds",
@@ -59,14 +64,23 @@ fn a_short_benchmark_run_checks_every_phase_and_writes_its_report() {
     assert!(out.status.success(), "bench failed\n{stdout}\n{stderr}");
     // Every lifecycle phase was checked: 2 worker counts × 7 (direct,
     // Claim(1), the next job on Complete, the direct SQL and both loops
-    // under the budget far above the load, Claim(8)), the ceiling, and the
-    // finished-rows phase;
+    // under the budget far above the load, Claim(8)), the next job on
+    // Complete over jobs with fairness keys at 4 workers, the ceiling, and
+    // the finished-rows phase;
     // and the paced phase handed out nothing twice.
     let checked = stderr
         .lines()
         .filter(|l| l.contains("checked: 200 jobs succeeded once"))
         .count();
-    assert_eq!(checked, 16, "{stderr}");
+    assert_eq!(checked, 17, "{stderr}");
+    // Each claim of the backlog phase took the key's oldest job.
+    assert_eq!(
+        stderr
+            .matches("checked: each claim took the key's oldest job")
+            .count(),
+        2,
+        "{stderr}"
+    );
     assert_eq!(
         stderr
             .matches("against a budget of 40/s (burst 4; checked: none twice)")
@@ -89,6 +103,10 @@ fn a_short_benchmark_run_checks_every_phase_and_writes_its_report() {
         "| coordinator, Claim(1), budget far above the load | 4 |",
         "| coordinator, Complete hands the next job | 1 |",
         "| coordinator, Complete hands the next job, budget far above | 4 |",
+        "| coordinator, Complete hands the next job, 50 fairness keys | 4 |",
+        "## One claim against one key's backlog",
+        "| 1000 | ",
+        "| 3000 | ",
         "budget 40/s (burst 4) below the load",
         "innodb_flush_log_at_trx_commit: 1",
         "## Targets",
@@ -103,6 +121,10 @@ fn a_short_benchmark_run_checks_every_phase_and_writes_its_report() {
     }
     assert!(stdout.contains("coordinator ≥ 3× direct"), "{stdout}");
     assert!(stdout.contains("within 10% of no budget"), "{stdout}");
+    assert!(
+        stdout.contains("jobs across 50 fairness keys: ≥ 90% of the same without keys"),
+        "{stdout}"
+    );
     assert!(
         stdout.contains("next job on Complete, 1 worker: ≥ 0.8× direct"),
         "{stdout}"

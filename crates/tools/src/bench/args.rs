@@ -38,6 +38,16 @@ pub struct BenchArgs {
     /// Items per EnqueueBatch call.
     #[arg(long, default_value_t = 500)]
     pub enqueue_batch: u64,
+    /// Fairness keys of the keyed next-job phase: at the largest worker
+    /// count, the next-job loop again over jobs enqueued round-robin across
+    /// this many keys, beside the same loop over jobs with none (0: skip).
+    #[arg(long, default_value_t = 1000)]
+    pub fairness_keys: u64,
+    /// Ready jobs of one fairness key in the backlog phase: the database
+    /// work of one claim with 1,000 of them ready, then with this many
+    /// (enqueued at about 5,000 a second; 0: skip).
+    #[arg(long, default_value_t = 0)]
+    pub key_backlog: u64,
     /// Load this many finished (succeeded) jobs and run the coordinator
     /// phase at the largest worker count again, to see whether claims slow
     /// down as finished rows pile up (0: skip).

@@ -159,18 +159,30 @@ pub(super) async fn handed_out(pool: &MySqlPool) -> Result<(u64, Duration)> {
     ))
 }
 
-/// Enqueues `jobs` ready jobs (not timed).
+/// Enqueues `jobs` ready jobs without a fairness key (not timed).
 pub(super) async fn fill(pool: &MySqlPool, jobs: u64) -> Result<()> {
+    fill_keyed(pool, QUEUE, 0..jobs, |_| None).await
+}
+
+/// Enqueues ready jobs `range` (their numbers, which name their keys) on
+/// `queue`, job `k` with fairness key `key(k)` (not timed), a thousand to
+/// an EnqueueBatch as the coordinator's pipeline would write them.
+pub(super) async fn fill_keyed(
+    pool: &MySqlPool,
+    queue: &str,
+    range: std::ops::Range<u64>,
+    key: impl Fn(u64) -> Option<String>,
+) -> Result<()> {
     let store = JobStore::new(pool.clone());
-    let mut i = 0;
-    while i < jobs {
-        let items: Vec<Enqueue> = (i..(i + 1000).min(jobs))
+    let mut i = range.start;
+    while i < range.end {
+        let items: Vec<Enqueue> = (i..(i + 1000).min(range.end))
             .map(|k| Enqueue {
-                queue: QUEUE.into(),
+                queue: queue.into(),
                 operation_key: format!("job-{k}"),
                 payload: format!("{{\"amount\":{k}}}"),
                 delay: Duration::ZERO,
-                fairness_key: None,
+                fairness_key: key(k),
                 priority: Default::default(),
             })
             .collect();

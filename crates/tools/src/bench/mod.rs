@@ -8,13 +8,17 @@
 //!    doing Claim(max_jobs=1) then Complete;
 //! 3. **coordinator, batching clients**: the same with Claim(max_jobs=K);
 //!
-//! at every N also 2b. the direct lifecycle and the coordinator phases
+//! at the largest N also 2a. the next job on Complete over jobs enqueued
+//! across `--fairness-keys` fairness keys (beside the same loop without
+//! keys); at every N also 2b. the direct lifecycle and the coordinator phases
 //! (Claim(1), and the next job on Complete) with the queue under a
 //! **provider budget far above the load** (what the budget row costs a
 //! claim, the direct workers keeping it in their own SQL), and once 2c. a **budget below the load** (the hand-out rate the
 //! database recorded against the configured one);
 //! then once: 4. the **batched direct ceiling** (32 jobs per transaction),
-//! 5. **enqueue**: single-row inserts, Enqueue and EnqueueBatch, and
+//! 5. **enqueue**: single-row inserts, Enqueue and EnqueueBatch, 5b. the
+//! database work of one claim with 1,000 and with `--key-backlog` ready
+//! jobs of one fairness key, and
 //! optionally 6. the coordinator phase again with a million finished jobs
 //! in the table. After every lifecycle phase it checks that every job
 //! succeeded exactly once with exactly one completion event, and fails
@@ -24,6 +28,7 @@
 //! test.
 
 mod args;
+mod backlog;
 mod budget;
 mod db;
 mod direct;
@@ -78,6 +83,7 @@ pub async fn run(args: BenchArgs) -> Result<()> {
         db_pid,
         metrics_url: Some(format!("http://{metrics_addr}/metrics")),
         measured: Vec::new(),
+        backlog: None,
         pruning: None,
         settlement: None,
     };
@@ -96,6 +102,7 @@ pub async fn run(args: BenchArgs) -> Result<()> {
         settings,
         args: &args,
         measured: bench.measured,
+        backlog: bench.backlog,
         pruning: bench.pruning,
         settlement: bench.settlement,
         elapsed,
@@ -221,6 +228,8 @@ struct Bench {
     /// The coordinator's `/metrics`.
     metrics_url: Option<String>,
     measured: Vec<Measured>,
+    /// The backlog phase, when it ran (`--key-backlog`).
+    backlog: Option<backlog::BacklogFigures>,
     /// The pruning phase, when it ran (`--prune-rows`).
     pruning: Option<prune::PruneFigures>,
     /// The settlement phase, when it ran (`--settle-lines`).
@@ -237,6 +246,10 @@ impl Bench {
         }
         self.ceiling(args).await?;
         self.enqueues(args, addr).await?;
+        if args.key_backlog > 0 {
+            self.reset().await?;
+            self.backlog = Some(backlog::run(&self.pool, args).await?);
+        }
         if args.finished_rows > 0 {
             self.finished_rows(args, addr, max_workers).await?;
         }
@@ -267,12 +280,14 @@ impl Bench {
     }
 
     /// The phases being compared, for each worker count: direct, the
-    /// coordinator (also under a budget far above the load), and the
-    /// coordinator with batching clients. They run one
+    /// coordinator (also under a budget far above the load; at the most
+    /// workers the next-job loop also over jobs with fairness keys), and
+    /// the coordinator with batching clients. They run one
     /// after the other, `--repeat` times round: drift of a shared machine
     /// hits them alike.
     async fn compared(&mut self, args: &BenchArgs, addr: &str) -> Result<()> {
         let pool = self.pool.clone();
+        let max_workers = args.workers.iter().copied().max().unwrap_or(1);
         for &n in &args.workers {
             for _ in 0..args.repeat.max(1) {
                 self.lifecycle(Phase::Direct, n, args.jobs, || {
@@ -287,6 +302,13 @@ impl Bench {
                     grpc::lifecycle_next(addr, QUEUE, n, args.jobs)
                 })
                 .await?;
+                let keys = args.fairness_keys;
+                if keys > 0 && n == max_workers {
+                    self.lifecycle(Phase::CoordinatorNextKeyed(keys), n, args.jobs, || {
+                        grpc::lifecycle_next(addr, QUEUE, n, args.jobs)
+                    })
+                    .await?;
+                }
                 if args.budget_rate > 0.0 {
                     self.far_budget(args, addr, n).await?;
                 }
@@ -378,7 +400,7 @@ impl Bench {
         sqlx::query("SET FOREIGN_KEY_CHECKS = 0")
             .execute(&mut *conn)
             .await?;
-        for t in ["job_observations", "job_events", "jobs"] {
+        for t in ["job_observations", "job_events", "jobs", "fairness_keys"] {
             sqlx::query(&format!("TRUNCATE TABLE {t}"))
                 .execute(&mut *conn)
                 .await?;
@@ -405,7 +427,8 @@ impl Bench {
     }
 
     /// A lifecycle phase over what the table holds now plus `jobs` fresh
-    /// ready jobs, checked afterwards.
+    /// ready jobs (with a keyed phase's fairness keys, round-robin),
+    /// checked afterwards.
     async fn lifecycle_kept<F, Fut>(
         &mut self,
         phase: Phase,
@@ -417,7 +440,12 @@ impl Bench {
         F: FnOnce() -> Fut,
         Fut: std::future::Future<Output = Result<PhaseRun>>,
     {
-        fill(&self.pool, jobs).await?;
+        match phase {
+            Phase::CoordinatorNextKeyed(keys) => {
+                fill_keyed(&self.pool, QUEUE, 0..jobs, |k| Some(fairness_key(k % keys))).await?
+            }
+            _ => fill(&self.pool, jobs).await?,
+        }
         let label = format!("{} N={workers}", phase.name());
         eprint!("bench: {label:<44} ");
         let measured = self.measure(phase, workers, run).await?;
@@ -526,3 +554,8 @@ const QUEUE: &str = "bench";
 
 /// The provider of the budget phases.
 const PROVIDER: &str = "bench-provider";
+
+/// The `k`-th fairness key of the keyed phases.
+fn fairness_key(k: u64) -> String {
+    format!("merchant-{k:05}")
+}

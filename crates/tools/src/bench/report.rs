@@ -38,6 +38,9 @@ pub enum Phase {
     /// [`CoordinatorNext`](Phase::CoordinatorNext) under a provider budget
     /// far above the load.
     CoordinatorNextBudget,
+    /// [`CoordinatorNext`](Phase::CoordinatorNext) over jobs enqueued
+    /// round-robin across this many fairness keys (docs/design.md rule 18).
+    CoordinatorNextKeyed(u64),
     /// [`Direct`](Phase::Direct) under the same budget, kept by the
     /// workers' own SQL (the provider's row locked and spent in each claim
     /// transaction).
@@ -60,6 +63,9 @@ impl Phase {
             Phase::CoordinatorNextBudget => {
                 "coordinator, Complete hands the next job, budget far above".into()
             }
+            Phase::CoordinatorNextKeyed(k) => {
+                format!("coordinator, Complete hands the next job, {}", keys(*k))
+            }
             Phase::DirectBudget => "direct SQL lifecycle, budget far above the load".into(),
             Phase::BudgetPaced { rate_milli, burst } => format!(
                 "budget {}/s (burst {burst}) below the load: hand-outs/s",
@@ -80,6 +86,7 @@ impl Phase {
                 | Phase::BudgetPaced { .. }
                 | Phase::CoordinatorNext
                 | Phase::CoordinatorNextBudget
+                | Phase::CoordinatorNextKeyed(_)
         )
     }
 
@@ -122,6 +129,14 @@ impl Measured {
     }
 }
 
+/// `k` fairness keys, in words.
+pub(super) fn keys(k: u64) -> String {
+    match k {
+        1 => "1 fairness key".into(),
+        k => format!("{k} fairness keys"),
+    }
+}
+
 pub(super) fn percentile(samples: &[Duration], p: f64) -> Option<Duration> {
     if samples.is_empty() {
         return None;
@@ -147,6 +162,8 @@ pub struct Report<'a> {
     pub settings: Vec<Setting>,
     pub args: &'a BenchArgs,
     pub measured: Vec<Measured>,
+    /// The backlog phase, when it ran.
+    pub backlog: Option<super::backlog::BacklogFigures>,
     /// The pruning phase, when it ran.
     pub pruning: Option<super::prune::PruneFigures>,
     /// The settlement phase, when it ran.
@@ -246,28 +263,36 @@ impl Report<'_> {
             .collect()
     }
 
+    /// The rate the *× direct* column compares `m` with, if any.
+    fn direct_rate(&self, m: &Measured) -> Option<f64> {
+        match m.phase {
+            Phase::Coordinator
+            | Phase::CoordinatorBatching(_)
+            | Phase::CoordinatorNext
+            | Phase::CoordinatorNextKeyed(_) => {
+                self.find(Phase::Direct, m.workers).map(Measured::rate)
+            }
+            // Under the budget: against the direct SQL keeping the same
+            // budget.
+            Phase::CoordinatorBudget | Phase::CoordinatorNextBudget => self
+                .find(Phase::DirectBudget, m.workers)
+                .or_else(|| self.find(Phase::Direct, m.workers))
+                .map(Measured::rate),
+            Phase::Enqueue | Phase::EnqueueBatch(_) => self
+                .medians()
+                .into_iter()
+                .find(|x| x.phase == Phase::Inserts)
+                .map(Measured::rate),
+            _ => None,
+        }
+    }
+
     fn rows(&self) -> Vec<Row> {
         let ceiling = self.ceiling().map(Measured::rate);
         self.medians()
             .into_iter()
             .map(|m| {
-                let direct = match m.phase {
-                    Phase::Coordinator | Phase::CoordinatorBatching(_) | Phase::CoordinatorNext => {
-                        self.find(Phase::Direct, m.workers).map(Measured::rate)
-                    }
-                    // Under the budget: against the direct SQL keeping the
-                    // same budget.
-                    Phase::CoordinatorBudget | Phase::CoordinatorNextBudget => self
-                        .find(Phase::DirectBudget, m.workers)
-                        .or_else(|| self.find(Phase::Direct, m.workers))
-                        .map(Measured::rate),
-                    Phase::Enqueue | Phase::EnqueueBatch(_) => self
-                        .medians()
-                        .into_iter()
-                        .find(|x| x.phase == Phase::Inserts)
-                        .map(Measured::rate),
-                    _ => None,
-                };
+                let direct = self.direct_rate(m);
                 let lat = &m.run.latencies;
                 Row {
                     cells: vec![
@@ -361,6 +386,10 @@ impl Report<'_> {
             };
             let _ = writeln!(out, "{verdict} {}: {}", t.what, t.measured);
         }
+        if let Some(b) = &self.backlog {
+            out.push('\n');
+            out.push_str(&b.markdown());
+        }
         if let Some(p) = &self.pruning {
             out.push('\n');
             out.push_str(&p.markdown());
@@ -398,6 +427,10 @@ impl Report<'_> {
              *× ceiling* with the batched direct ceiling.\n"
         );
         self.markdown_targets(&mut out);
+        if let Some(b) = &self.backlog {
+            out.push('\n');
+            out.push_str(&b.markdown());
+        }
         if let Some(p) = &self.pruning {
             out.push('\n');
             out.push_str(&p.markdown());
@@ -483,6 +516,9 @@ impl Report<'_> {
                     );
                 }
             }
+        }
+        if let Some(keyed) = self.keyed_rounds() {
+            let _ = writeln!(out, "\n{keyed}");
         }
         let _ = writeln!(
             out,

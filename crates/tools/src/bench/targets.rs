@@ -42,6 +42,7 @@ impl Report<'_> {
         out.extend(self.enqueue_targets());
         out.extend(self.cost_targets(n_max));
         out.extend(self.next_job_targets(n_max));
+        out.extend(self.fairness_targets(n_max));
         out.push(self.paced_target());
         out.push(self.workers_view_target(n_max));
         out
@@ -253,6 +254,67 @@ impl Report<'_> {
                 |r| r >= 90.0,
             ),
         ]
+    }
+
+    /// Fair hand-out (docs/design.md rule 18): the next-job loop over jobs
+    /// with fairness keys against the same without, and one claim's
+    /// database work against one key's backlog.
+    fn fairness_targets(&self, n_max: usize) -> Vec<Target> {
+        let keys = self.args.fairness_keys;
+        let backlog = self.backlog.as_ref();
+        vec![
+            target(
+                format!(
+                    "next job on Complete, {n_max} workers, jobs across {}: ≥ 90% of the same without keys",
+                    super::report::keys(keys)
+                ),
+                ratio(
+                    self.find(Phase::CoordinatorNextKeyed(keys), n_max),
+                    self.find(Phase::CoordinatorNext, n_max),
+                )
+                .map(|r| r * 100.0),
+                " %",
+                |r| r >= 90.0,
+            ),
+            target(
+                format!(
+                    "one claim's handler reads with {} ready jobs of one key ≤ with {}",
+                    backlog.map_or(self.args.key_backlog, |b| b.large.ready),
+                    backlog.map_or(1_000, |b| b.small.ready)
+                ),
+                backlog.map(|b| {
+                    b.large.handler_reads() as f64 / b.small.handler_reads().max(1) as f64
+                }),
+                "×",
+                |r| r <= 1.0,
+            ),
+        ]
+    }
+
+    /// The keyed next-job loop's rate over the same loop's without keys,
+    /// round by round (they ran seconds apart), as a sentence; `None` when
+    /// the keyed phase did not run.
+    pub(super) fn keyed_rounds(&self) -> Option<String> {
+        let n = self.args.workers.iter().copied().max()?;
+        let keys = self.args.fairness_keys;
+        let runs = |phase: Phase| {
+            self.measured
+                .iter()
+                .filter(move |m| m.phase == phase && m.workers == n)
+                .map(Measured::rate)
+        };
+        let pairs: Vec<String> = runs(Phase::CoordinatorNextKeyed(keys))
+            .zip(runs(Phase::CoordinatorNext))
+            .map(|(a, b)| format!("{:.2}", a / b))
+            .collect();
+        (!pairs.is_empty()).then(|| {
+            format!(
+                "Next job on Complete, {n} workers, jobs across {} × the same \
+                 without keys, round by round: {}",
+                super::report::keys(keys),
+                pairs.join(", ")
+            )
+        })
     }
 
     /// The database CPU per job of phase `a` against phase `b`: per N, the

@@ -23,6 +23,8 @@ pub(super) struct Archived {
     /// The archived succeeded jobs: job id → the worker that completed
     /// it (its lease owner).
     pub(super) completed: BTreeMap<u64, String>,
+    /// The archived jobs' first hand-outs (see `fairness.rs`).
+    pub(super) waits: super::fairness::Waits,
 }
 
 /// Reads every archive file of `dir`.
@@ -54,6 +56,9 @@ pub(super) fn read(dir: &Path) -> Result<Archived> {
                 .as_u64()
                 .with_context(|| format!("a line without job.id in {}", path.display()))?;
             *archived.jobs.entry(id).or_default() += 1;
+            if let Some((job, wait)) = super::fairness::archived(&v) {
+                archived.waits.insert(job, wait);
+            }
             if v["job"]["state"] == "succeeded" {
                 if let Some(worker) = v["job"]["lease_owner"].as_str() {
                     archived.completed.insert(id, worker.to_owned());

@@ -23,6 +23,13 @@ pub struct DemoArgs {
     /// arrive, at a pace (about 67/s) the budget carries with room to spare.
     #[arg(long, value_parser = humantime::parse_duration, default_value = "30s")]
     pub arrival: Duration,
+    /// One merchant's bulk refund, mid-run: this many refunds of
+    /// `bulk-merchant` enqueued at once (EnqueueBatch calls of 500, back
+    /// to back) halfway through --arrival; the report sets the other
+    /// merchants' wait for a first hand-out against the bulk merchant's
+    /// (docs/design.md rule 18). Default: as many as --jobs; 0: none.
+    #[arg(long)]
+    pub bulk_refunds: Option<u32>,
     /// Rust refund workers.
     #[arg(long, default_value_t = 3)]
     pub workers: u32,

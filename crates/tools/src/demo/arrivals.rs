@@ -3,7 +3,9 @@
 //! producer calls the same address as the workers (HAProxy, when several
 //! coordinators run), and retries an Enqueue that found no coordinator
 //! able to take it: Enqueue is idempotent on (queue, operation_key), so a
-//! repeat of an applied one returns the job it made.
+//! repeat of an applied one returns the job it made. Halfway through, one
+//! merchant sends a bulk refund: thousands of refunds at once, in
+//! EnqueueBatch calls back to back (see `fairness.rs`).
 //!
 //! Between batches it also sends again the refunds whose jobs the
 //! coordinators already pruned (read from `operation_keys`), as a producer
@@ -47,11 +49,34 @@ pub struct PrunedRetries {
     pub wrong: Mutex<Vec<String>>,
 }
 
+/// One merchant's bulk refund (docs/design.md rule 18): `count` refunds
+/// of [`BULK_MERCHANT`] enqueued at once, in EnqueueBatch calls back to
+/// back, `at` after the refunds began to arrive.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Bulk {
+    pub count: u32,
+    pub at: Duration,
+}
+
+/// The bulk refund, once it is in: when its first call went (since the
+/// refunds began to arrive) and how many calls it took.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct BulkSent {
+    pub at: Duration,
+    pub calls: u32,
+}
+
+/// The fairness key of the bulk refund's jobs.
+pub(super) const BULK_MERCHANT: &str = "bulk-merchant";
+
 /// The producer, running in the background.
 pub(super) struct Arrivals {
+    /// Refunds to send, the bulk refund's included.
     pub total: u32,
     arrived: Arc<AtomicU32>,
     retried: Arc<AtomicU32>,
+    bulk: Arc<Mutex<Option<BulkSent>>>,
+    bulk_count: u32,
     /// Its retries of pruned keys.
     pub pruned: Arc<PrunedRetries>,
     task: Option<JoinHandle<Result<Duration>>>,
@@ -61,42 +86,39 @@ pub(super) struct Arrivals {
 
 impl Arrivals {
     /// Starts sending `total` refunds to `addr`, evenly over `over` (all
-    /// at once when zero).
-    /// Refund `i` goes to `queues[i % queues.len()]`.
+    /// at once when zero), and `bulk` on top of them.
+    /// Refund `i` goes to `queues[i % queues.len()]`, as does bulk refund `i`.
     pub fn start(
         addr: &str,
         credentials: &jobfence_worker::Credentials,
-        total: u32,
-        over: Duration,
+        (total, over): (u32, Duration),
+        bulk: Bulk,
         queues: Vec<String>,
         pools: Vec<MySqlPool>,
     ) -> Result<Arrivals> {
         let channel = credentials
             .endpoint(format!("http://{addr}"))?
             .connect_lazy();
-        let client = JobCoordinatorClient::with_interceptor(channel, credentials.authorization());
-        let arrived = Arc::new(AtomicU32::new(0));
-        let retried = Arc::new(AtomicU32::new(0));
-        let pruned = Arc::new(PrunedRetries::default());
-        let task = tokio::spawn(produce(
-            client,
-            total,
-            over,
-            queues,
-            arrived.clone(),
-            retried.clone(),
-            Pruned {
+        let producer = Producer {
+            client: JobCoordinatorClient::with_interceptor(channel, credentials.authorization()),
+            arrived: Arc::default(),
+            retried: Arc::default(),
+            bulk: Arc::default(),
+            pruned: Pruned {
                 pools,
-                counts: pruned.clone(),
+                counts: Arc::default(),
                 done: HashSet::new(),
             },
-        ));
+            queues,
+        };
         Ok(Arrivals {
-            total,
-            arrived,
-            retried,
-            pruned,
-            task: Some(task),
+            total: total + bulk.count,
+            arrived: producer.arrived.clone(),
+            retried: producer.retried.clone(),
+            bulk: producer.bulk.clone(),
+            bulk_count: bulk.count,
+            pruned: producer.pruned.counts.clone(),
+            task: Some(tokio::spawn(producer.run(total, over, bulk))),
             took: None,
         })
     }
@@ -110,6 +132,16 @@ impl Arrivals {
     /// take them.
     pub fn retried(&self) -> u32 {
         self.retried.load(Ordering::Relaxed)
+    }
+
+    /// Refunds of the bulk refund.
+    pub fn bulk_count(&self) -> u32 {
+        self.bulk_count
+    }
+
+    /// The bulk refund, once it is in.
+    pub fn bulk_sent(&self) -> Option<BulkSent> {
+        *self.bulk.lock().expect("bulk refund")
     }
 
     /// True once every refund is enqueued; an error if the producer gave up.
@@ -142,15 +174,25 @@ pub(super) fn refund(i: u32, queue: &str) -> EnqueueRequest {
     } else {
         format!("pay_{i:06}")
     };
+    // Ten merchants share the queue; claims go round-robin across them
+    // (docs/design.md rule 18).
+    refund_of(i, queue, payment, format!("merchant-{:02}", i % 10))
+}
+
+/// The bulk refund's refund number `i`, of [`BULK_MERCHANT`], on payments
+/// the provider refunds.
+pub(super) fn bulk_refund(i: u32, queue: &str) -> EnqueueRequest {
+    refund_of(i, queue, format!("pay_bulk_{i:06}"), BULK_MERCHANT.into())
+}
+
+fn refund_of(i: u32, queue: &str, payment: String, merchant: String) -> EnqueueRequest {
     let amount = 100 + (i as i64 * 37) % 9_900;
     EnqueueRequest {
         queue: queue.into(),
         operation_key: format!("refund-{payment}-{amount}-TWD"),
         payload: format!(r#"{{"payment_id":"{payment}","amount":{amount},"currency":"TWD"}}"#),
         delay: None,
-        // Ten merchants share the queue; claims go round-robin across
-        // them (docs/design.md rule 18).
-        fairness_key: format!("merchant-{:02}", i % 10),
+        fairness_key: merchant,
         priority: 0,
     }
 }
@@ -170,62 +212,93 @@ fn worth_retrying(status: &tonic::Status) -> bool {
     )
 }
 
-async fn produce(
-    mut client: JobCoordinatorClient<Authed>,
-    total: u32,
-    over: Duration,
+/// The producer's task and what it shares with [`Arrivals`].
+struct Producer {
+    client: JobCoordinatorClient<Authed>,
     queues: Vec<String>,
     arrived: Arc<AtomicU32>,
     retried: Arc<AtomicU32>,
-    mut pruned: Pruned,
-) -> Result<Duration> {
-    let start = Instant::now();
-    // Which refund each operation key is.
-    let by_key: HashMap<String, u32> = (0..total)
-        .map(|i| {
-            (
-                refund(i, &queues[i as usize % queues.len()]).operation_key,
-                i,
-            )
-        })
-        .collect();
-    let mut sent = 0u32;
-    while sent < total {
-        let due = if over.is_zero() {
-            total
-        } else {
-            let share = start.elapsed().as_secs_f64() / over.as_secs_f64();
-            ((total as f64 * share).ceil() as u32).clamp(sent, total)
-        };
-        while sent < due {
-            let upto = due.min(sent + BATCH);
-            let request = EnqueueBatchRequest {
-                items: (sent..upto)
-                    .map(|i| refund(i, &queues[i as usize % queues.len()]))
-                    .collect(),
+    bulk: Arc<Mutex<Option<BulkSent>>>,
+    pruned: Pruned,
+}
+
+impl Producer {
+    /// Sends the `total` refunds evenly over `over`, and `bulk` when it
+    /// is due; returns how long it took.
+    async fn run(mut self, total: u32, over: Duration, bulk: Bulk) -> Result<Duration> {
+        let start = Instant::now();
+        let queues = self.queues.clone();
+        let queue = |i: u32| queues[i as usize % queues.len()].clone();
+        // Every refund by its operation key, for the retries of pruned ones.
+        let by_key: HashMap<String, EnqueueRequest> = (0..total)
+            .map(|i| refund(i, &queue(i)))
+            .chain((0..bulk.count).map(|i| bulk_refund(i, &queue(i))))
+            .map(|r| (r.operation_key.clone(), r))
+            .collect();
+        let (mut sent, mut bulk_due) = (0u32, bulk.count > 0);
+        while sent < total || bulk_due {
+            let due = if over.is_zero() {
+                total
+            } else {
+                let share = start.elapsed().as_secs_f64() / over.as_secs_f64();
+                ((total as f64 * share).ceil() as u32).clamp(sent, total)
             };
-            let since = Instant::now();
-            let mut backoff = Duration::from_millis(50);
-            loop {
-                match client.enqueue_batch(request.clone()).await {
-                    Ok(_) => break,
-                    Err(s) if worth_retrying(&s) && since.elapsed() < PATIENCE => {
-                        retried.fetch_add(1, Ordering::Relaxed);
-                        tokio::time::sleep(backoff).await;
-                        backoff = (backoff * 2).min(Duration::from_secs(1));
-                    }
-                    Err(s) => bail!("enqueueing refunds {sent}..{upto} failed: {s:?}"),
-                }
+            while sent < due {
+                let upto = due.min(sent + BATCH);
+                let items = (sent..upto).map(|i| refund(i, &queue(i))).collect();
+                self.send(items, &format!("refunds {sent}..{upto}")).await?;
+                sent = upto;
             }
-            sent = upto;
-            arrived.store(sent, Ordering::Relaxed);
+            if bulk_due && start.elapsed() >= bulk.at {
+                self.send_bulk(bulk.count, start.elapsed()).await?;
+                bulk_due = false;
+            }
+            self.pruned.retry(&mut self.client, &by_key).await;
+            if sent < total || bulk_due {
+                tokio::time::sleep(TICK).await;
+            }
         }
-        pruned.retry(&mut client, &by_key, &queues).await;
-        if sent < total {
-            tokio::time::sleep(TICK).await;
-        }
+        Ok(start.elapsed())
     }
-    Ok(start.elapsed())
+
+    /// The bulk refund's `count` refunds, [`BATCH`] to a call, back to back.
+    async fn send_bulk(&mut self, count: u32, at: Duration) -> Result<()> {
+        let mut calls = 0;
+        for first in (0..count).step_by(BATCH as usize) {
+            let upto = count.min(first + BATCH);
+            let items = (first..upto)
+                .map(|i| bulk_refund(i, &self.queues[i as usize % self.queues.len()]))
+                .collect();
+            self.send(items, &format!("bulk refunds {first}..{upto}"))
+                .await?;
+            calls += 1;
+        }
+        *self.bulk.lock().expect("bulk refund") = Some(BulkSent { at, calls });
+        Ok(())
+    }
+
+    /// One EnqueueBatch of `items` (`what`, for its error), sent again
+    /// with a backoff while no coordinator can take it, for up to
+    /// [`PATIENCE`]; counted as arrived once in.
+    async fn send(&mut self, items: Vec<EnqueueRequest>, what: &str) -> Result<()> {
+        let n = items.len() as u32;
+        let request = EnqueueBatchRequest { items };
+        let since = Instant::now();
+        let mut backoff = Duration::from_millis(50);
+        loop {
+            match self.client.enqueue_batch(request.clone()).await {
+                Ok(_) => break,
+                Err(s) if worth_retrying(&s) && since.elapsed() < PATIENCE => {
+                    self.retried.fetch_add(1, Ordering::Relaxed);
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(1));
+                }
+                Err(s) => bail!("enqueueing {what} failed: {s:?}"),
+            }
+        }
+        self.arrived.fetch_add(n, Ordering::Relaxed);
+        Ok(())
+    }
 }
 
 /// The producer's side of pruning: which pruned keys it sent again.
@@ -242,8 +315,7 @@ impl Pruned {
     async fn retry(
         &mut self,
         client: &mut JobCoordinatorClient<Authed>,
-        by_key: &HashMap<String, u32>,
-        queues: &[String],
+        by_key: &HashMap<String, EnqueueRequest>,
     ) {
         let mut records = Vec::new();
         for pool in &self.pools {
@@ -257,20 +329,17 @@ impl Pruned {
             };
             records.extend(rows);
         }
-        let picked: Vec<(String, u64, u32)> = records
+        let picked: Vec<(String, u64, &EnqueueRequest)> = records
             .into_iter()
             .filter(|(k, _)| !self.done.contains(k))
-            .filter_map(|(k, id)| by_key.get(&k).map(|&i| (k, id, i)))
+            .filter_map(|(k, id)| by_key.get(&k).map(|r| (k, id, r)))
             .take(100)
             .collect();
         if picked.is_empty() {
             return;
         }
         let request = EnqueueBatchRequest {
-            items: picked
-                .iter()
-                .map(|&(_, _, i)| refund(i, &queues[i as usize % queues.len()]))
-                .collect(),
+            items: picked.iter().map(|&(_, _, r)| r.clone()).collect(),
         };
         let Ok(answer) = client.enqueue_batch(request).await else {
             return;

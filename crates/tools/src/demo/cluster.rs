@@ -5,6 +5,7 @@
 
 use super::coordinators::{self, Coordinators};
 use super::credentials::{self, DemoCredentials};
+use super::fairness::FairHandOut;
 use super::report::{self, Report};
 use super::{budget, chaos, databases, say, worker_logs, DemoArgs};
 use crate::procs::{self, Proc};
@@ -304,6 +305,7 @@ impl Cluster {
         args: &DemoArgs,
         plan: &budget::Plan,
         happened: &[chaos::Happened],
+        bulk: Option<super::arrivals::BulkSent>,
     ) -> Result<Report> {
         // What each fault cost the workers: calls that still failed after
         // the clients' own retries, from their logs (now complete).
@@ -344,7 +346,11 @@ impl Cluster {
             let _ = restart.wait().await;
         }
         let mut report = Report::gather_all(&setup.pools, &ledger?).await?;
-        report.check_archive(&super::archive::read(&setup.archive)?);
+        let mut archived = super::archive::read(&setup.archive)?;
+        report.check_archive(&archived);
+        super::fairness::read_tables(&setup.pools, &mut archived.waits).await?;
+        let bulk_refunds = args.bulk_refunds.unwrap_or(args.jobs);
+        report.fair = Some(FairHandOut::of(&archived.waits, bulk_refunds, bulk));
         report.injected = injected;
         report.database_durable = setup.database_durable.clone();
         report.storm = storm;

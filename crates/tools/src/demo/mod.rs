@@ -6,7 +6,9 @@
 //! responses cut after the refund was made, read-after-write lag, 503s, a
 //! coordinator restart, and with --galera the database node the
 //! coordinators write through killed, and a takeover storm: every
-//! coordinator stopped for longer than the lease. The provider has a rate
+//! coordinator stopped for longer than the lease; and halfway through the
+//! arrivals one merchant's bulk refund, thousands at once, whose wait the
+//! report sets against the other merchants'. The provider has a rate
 //! limit, and the queue a provider budget under it (`budget.rs`), so the
 //! storm's flood reaches the provider at the budget's pace (`--no-budget`:
 //! as fast as the workers go, and the provider answers 429). It ends with a
@@ -24,6 +26,7 @@ mod cluster;
 pub mod coordinators;
 pub mod credentials;
 mod databases;
+mod fairness;
 pub mod report;
 mod seen;
 mod settle;
@@ -109,7 +112,7 @@ pub async fn run(args: DemoArgs, interrupted: impl Future<Output = ()>) -> Resul
     for w in &mut cluster.workers {
         let _ = w.stop(Duration::from_secs(5)).await;
     }
-    let (happened, pruned) = match outcome {
+    let (happened, pruned, bulk) = match outcome {
         Ok(done) => done,
         Err(e) => {
             cluster.coordinators.stop().await;
@@ -117,7 +120,9 @@ pub async fn run(args: DemoArgs, interrupted: impl Future<Output = ()>) -> Resul
             return Err(e);
         }
     };
-    let mut report = cluster.report(&setup, &args, &plan, &happened).await?;
+    let mut report = cluster
+        .report(&setup, &args, &plan, &happened, bulk)
+        .await?;
     report.add_pruned_retries(&pruned);
     println!("{}", report.render());
     if let Some(console) = &cluster.console {
@@ -142,27 +147,35 @@ async fn run_workload(
 ) -> Result<(
     Vec<chaos::Happened>,
     std::sync::Arc<arrivals::PrunedRetries>,
+    Option<arrivals::BulkSent>,
 )> {
     // Every worker starts first and says so, then the refunds arrive: the
     // workers that boot fastest (or long-poll) would otherwise take them all
     // before the slower ones (Python and Node load their stubs) are up.
     start_workers(cluster, args, python_cmd).await?;
     wait_workers_started(&mut cluster.workers).await?;
+    let bulk = arrivals::Bulk {
+        count: args.bulk_refunds.unwrap_or(args.jobs),
+        at: args.arrival / 2,
+    };
     let mut arrivals = Arrivals::start(
         &cluster.coordinators.addr,
         &cluster.client(credentials::PRODUCER)?,
-        args.jobs,
-        args.arrival,
+        (args.jobs, args.arrival),
+        bulk,
         cluster.queues.clone(),
         pool.to_vec(),
     )?;
     say(&format!(
-        "{} refunds arriving over {}",
+        "{} refunds arriving over {}, and {} of {} at once after {}",
         args.jobs,
-        humantime::format_duration(args.arrival)
+        humantime::format_duration(args.arrival),
+        bulk.count,
+        arrivals::BULK_MERCHANT,
+        humantime::format_duration(bulk.at)
     ));
     let happened = drive(cluster, pool, args, started, &mut arrivals).await?;
-    Ok((happened, arrivals.pruned.clone()))
+    Ok((happened, arrivals.pruned.clone(), arrivals.bulk_sent()))
 }
 
 /// Starts the Rust, Python, Node and Go workers, in that order. Spread
@@ -357,6 +370,7 @@ async fn drive(
         note: String::new(),
         injected: Vec::new(),
         arrived: false,
+        bulk_noted: false,
     };
     loop {
         run.check_processes(cluster)?;
@@ -417,6 +431,8 @@ struct Drive {
     injected: Vec<chaos::Happened>,
     /// Every refund has been enqueued.
     arrived: bool,
+    /// The bulk refund's arrival was said.
+    bulk_noted: bool,
 }
 
 impl Drive {
@@ -471,8 +487,25 @@ impl Drive {
         Ok(())
     }
 
-    /// Says once when every refund has been enqueued.
+    /// Says once when the bulk refund is in, and once when every refund
+    /// has been enqueued.
     async fn check_arrivals(&mut self, arrivals: &mut Arrivals) -> Result<()> {
+        if arrivals.bulk_sent().is_some() && !self.bulk_noted {
+            self.bulk_noted = true;
+            if self.tty {
+                eprintln!();
+            }
+            self.note = format!(
+                "{} sent {} refunds at once",
+                arrivals::BULK_MERCHANT,
+                arrivals.bulk_count()
+            );
+            say(&format!(
+                "[{:>4}s] {}",
+                self.started.elapsed().as_secs(),
+                self.note
+            ));
+        }
         if !self.arrived && arrivals.done().await? {
             self.arrived = true;
             if self.tty {

@@ -178,6 +178,9 @@ pub struct Report {
     pub calls: super::calls::WorkerCalls,
     /// The workers the coordinators saw, with their clients.
     pub workers_seen: super::seen::WorkersSeen,
+    /// The bulk refund and the waits for a first hand-out; not printed
+    /// when unknown.
+    pub fair: Option<super::fairness::FairHandOut>,
 }
 
 impl Report {
@@ -406,6 +409,9 @@ impl Report {
         self.render_pruning(&mut s);
         self.render_fencing(&mut s);
         self.render_provider(&mut s);
+        if let Some(fair) = &self.fair {
+            fair.render(&mut s);
+        }
         if let Some(settled) = &self.settlement {
             settled.render(&mut s);
         }
