@@ -480,3 +480,69 @@ async fn bad_fairness_fields_are_refused_by_field_and_nothing_is_written() {
     assert_eq!(jobs, 0, "nothing written");
     h.finish().await;
 }
+
+/// A delayed batch waits unplaced, out of the claim scan's range, and
+/// when it comes due it joins the back of its line: it neither makes every
+/// claim read past it nor jumps the merchants served meanwhile.
+#[tokio::test]
+async fn a_delayed_batch_comes_due_at_the_back_of_its_line() {
+    let h = Harness::start().await;
+    let items = (0..10)
+        .map(|i| EnqueueRequest {
+            queue: Q.into(),
+            operation_key: format!("a-{i}"),
+            payload: "{}".into(),
+            delay: Some(prost_types::Duration {
+                seconds: 0,
+                nanos: 300_000_000,
+            }),
+            fairness_key: "merchant-a".into(),
+            priority: 0,
+        })
+        .collect();
+    h.client
+        .clone()
+        .enqueue_batch(EnqueueBatchRequest { items })
+        .await
+        .unwrap();
+    let unplaced: i64 = sqlx::query_scalar(
+        "SELECT COUNT(*) FROM jobs WHERE fair_round = ? AND fairness_key = 'merchant-a'",
+    )
+    .bind(jobfence_domain::fairness::UNPLACED)
+    .fetch_one(&h.pool)
+    .await
+    .unwrap();
+    assert_eq!(unplaced, 10, "delayed jobs wait unplaced");
+    enqueue(&h, Some("merchant-b"), "b", 10, 0).await;
+    enqueue(&h, Some("merchant-c"), "c", 10, 0).await;
+    assert_eq!(claim_keys(&h, 6).await.len(), 6);
+    let due = || async {
+        sqlx::query_scalar::<_, i64>(
+            "SELECT COUNT(*) FROM jobs WHERE fairness_key = 'merchant-a' AND run_at <= UTC_TIMESTAMP(6)",
+        )
+        .fetch_one(&h.pool)
+        .await
+        .unwrap()
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while due().await < 10 {
+        assert!(Instant::now() < deadline, "A's jobs never came due");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    enqueue(&h, Some("merchant-d"), "d", 2, 0).await;
+    let mut order = Vec::new();
+    while order.len() < 20 {
+        let got = claim_keys(&h, 4).await;
+        assert!(!got.is_empty());
+        order.extend(got);
+    }
+    let last_d = order
+        .iter()
+        .rposition(|k| k.starts_with("d-"))
+        .expect("D out");
+    // Four keys due: D's second job within two rounds of them, give or
+    // take the round the claim that placed A's jobs was in.
+    assert!(last_d < 12, "D waited behind A's batch: {order:?}");
+    assert!(order.iter().any(|k| k.starts_with("a-")), "{order:?}");
+    h.finish().await;
+}

@@ -125,10 +125,6 @@ async fn write_resolution(
             job.id
         )));
     }
-    if to_state == JobState::Ready {
-        // Tried again: at the back of its line (rule 18).
-        super::fairness::back_in_line(conn, &[job]).await?;
-    }
     Ok(())
 }
 
@@ -257,6 +253,11 @@ impl JobStore {
         let after = reads::job(tx, job.id)
             .await?
             .ok_or(CoordinatorError::JobNotFound { job_id: job.id })?;
+        if after.state == JobState::Ready {
+            // Tried again: at the back of its line (rule 18).
+            let due = after.run_at <= after.updated_at;
+            super::fairness::back_in_line(tx, &[(&after, due)]).await?;
+        }
         Ok(WriteOutcome {
             job: after,
             replayed: false,

@@ -207,6 +207,11 @@ impl JobStore {
             });
         }
         *candidates = scanned.expired;
+        // Delayed jobs come due: at the back of their lines (rule 18),
+        // and handed out after the others when there is room.
+        let unplaced: Vec<(&Job, bool)> = scanned.unplaced.iter().map(|c| (&c.job, true)).collect();
+        crate::fairness::back_in_line(tx, &unplaced).await?;
+        drop(unplaced);
         // Caps per key: every row scanned (more than wanted), so a capped
         // key's jobs leave room for the next keys'.
         let room = match rules
@@ -217,9 +222,10 @@ impl JobStore {
             true => usize::MAX,
             false => (wanted as usize).saturating_sub(candidates.len()),
         };
-        candidates.extend(scanned.ready.into_iter().take(room));
+        candidates.extend(scanned.ready.into_iter().chain(scanned.unplaced).take(room));
         self.pause(PausePoint::ClaimAfterScan).await;
         let mut run = ClaimRun::new(queue, slots, want_next_due, rules, default_policy);
+        run.finishing = key_caps::finishing(finishing);
         let candidates: &'a Vec<LockedJob> = candidates;
         run.clock(candidates);
         let decided = run.decide(tx, candidates, extra).await?;
@@ -445,6 +451,9 @@ struct ClaimRun<'s> {
     now: Option<DbTime>,
     allowance: Allowance,
     held: Holds,
+    /// Jobs of each fairness key the transaction takes out of `running`
+    /// (a handoff's writes), not in flight under the caps per key.
+    finishing: HashMap<String, u64>,
 }
 
 /// What a claim spends of its provider's budget and says about it.
@@ -477,6 +486,7 @@ impl<'s> ClaimRun<'s> {
             now: None,
             allowance: provider.map_or_else(Allowance::unlimited, |p| p.allowance(queue)),
             held: Holds::default(),
+            finishing: HashMap::new(),
         }
     }
 
@@ -509,7 +519,8 @@ impl<'s> ClaimRun<'s> {
             now,
         };
         if let Some(p) = self.provider.filter(|p| p.budget.per_key.any()) {
-            self.allowance.per_key = Some(key_caps::allowance(tx, p, candidates).await?);
+            let keys = key_caps::allowance(tx, p, candidates, &self.finishing).await?;
+            self.allowance.per_key = Some(keys);
         }
         let (allowance, held) = (&mut self.allowance, &mut self.held);
         let mut decided = decide(candidates, &claiming, allowance, held, &[]);

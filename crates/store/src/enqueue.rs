@@ -170,7 +170,6 @@ impl JobStore {
             return Ok(out);
         }
         insert(tx, items, digests, &new).await?;
-        last_rounds(tx, items, &new).await?;
         let inserted = by_keys(tx, items, &new).await?;
         if inserted.len() != new.len() {
             return Err(Failure::Error(CoordinatorError::Internal(format!(
@@ -336,22 +335,6 @@ impl<'a> Picked<'a> {
     }
 }
 
-/// Records the last start round of each fairness key of the `which`
-/// items, just inserted (docs/design.md rule 18).
-async fn last_rounds(
-    conn: &mut MySqlConnection,
-    items: &[Enqueue],
-    which: &[usize],
-) -> Result<(), CoordinatorError> {
-    let picked = Picked { items, which };
-    sqlx::query(include_str!("queries/enqueue/fairness_keys.sql"))
-        .bind(json(&picked.keys())?)
-        .execute(conn)
-        .await
-        .map_err(convert_sqlx_err)?;
-    Ok(())
-}
-
 /// The existing jobs among `which` items, by item index.
 async fn by_keys(
     conn: &mut MySqlConnection,
@@ -440,7 +423,8 @@ async fn insert_and_commit(
     Ok(found)
 }
 
-/// The one round trip of an insert: the INSERT of the `which` items
+/// The one round trip of an insert: the queues' frontiers, the INSERT of
+/// the `which` items
 /// (`unseen`: without a look-up first, skipping keys with a key record,
 /// and `Ok(None)` when a key some job holds fails it before anything was
 /// written; else a duplicate key is a `TransactionConflict`), their
@@ -460,6 +444,7 @@ async fn insert_rows_and_commit(
     let keys_json = json_literal(json(&picked.keys())?);
     let guard = if unseen { KEY_RECORD_GUARD } else { "" };
     let text = [
+        with_literal(include_str!("queries/enqueue/frontiers.sql"), &rows_json),
         with_literal(include_str!("queries/enqueue/insert.sql"), &rows_json)
             .replace("{guard}", guard),
         with_literal(
@@ -479,13 +464,13 @@ async fn insert_rows_and_commit(
             Ok(sqlx::Either::Left(_)) => statements_done += 1,
             Ok(sqlx::Either::Right(row)) => found.push(picked.found(&row)?),
             // A key some job holds: nothing was written.
-            Err(e) if is_unique_violation(&e) && unseen && statements_done == 0 => return Ok(None),
+            Err(e) if is_unique_violation(&e) && unseen && statements_done == 1 => return Ok(None),
             // Taken by a concurrent Enqueue since we looked: run again.
             Err(e) if is_unique_violation(&e) => {
                 return Err(CoordinatorError::TransactionConflict(e.to_string()))
             }
             // The server refused a statement before COMMIT: COMMIT never ran.
-            Err(e @ sqlx::Error::Database(_)) if statements_done < 4 => {
+            Err(e @ sqlx::Error::Database(_)) if statements_done < 5 => {
                 return Err(convert_sqlx_err(e))
             }
             Err(e @ sqlx::Error::Database(_)) => return Err(convert_commit_err(e)),
@@ -494,7 +479,7 @@ async fn insert_rows_and_commit(
         }
     }
     drop(results);
-    if statements_done < 5 {
+    if statements_done < 6 {
         return Err(CoordinatorError::CommitOutcomeUnknown(
             "the enqueue batch ended before its COMMIT answered".into(),
         ));
@@ -530,9 +515,26 @@ async fn insert(
         bytes += row.payload.len() + row.operation_key.len();
         chunk.push(row);
         if bytes >= INSERT_CHUNK_BYTES || n + 1 == rows.len() {
-            // As text: MariaDB does not resolve the frontier's correlated
-            // subqueries (insert.sql) in a prepared statement.
-            let text = with_literal(&INSERT_LOOKED_UP, &json_literal(json(&chunk)?));
+            // As text: MariaDB does not resolve the frontiers' correlated
+            // subqueries in a prepared statement. Each chunk records its
+            // lines' last rounds before the next chunk starts from them.
+            let rows = json_literal(json(&chunk)?);
+            let keys: Vec<Key> = chunk
+                .iter()
+                .map(|r| Key {
+                    queue: r.queue,
+                    operation_key: r.operation_key,
+                })
+                .collect();
+            let text = [
+                with_literal(include_str!("queries/enqueue/frontiers.sql"), &rows),
+                with_literal(&INSERT_LOOKED_UP, &rows),
+                with_literal(
+                    include_str!("queries/enqueue/fairness_keys.sql"),
+                    &json_literal(json(&keys)?),
+                ),
+            ]
+            .join(";\n");
             let done = super::batch::result_sets_raw(&mut *conn, &text).await;
             match done {
                 Ok(_) => {}

@@ -17,7 +17,7 @@
 use super::batch::{self, json, Change};
 use super::literal;
 use super::rows;
-use jobfence_domain::fairness::{start_rounds, Priority};
+use jobfence_domain::fairness::{start_rounds, Priority, UNPLACED};
 use jobfence_domain::{CoordinatorError, Job, JobState};
 use serde::Serialize;
 use sqlx::MySqlConnection;
@@ -45,29 +45,39 @@ struct Last<'a> {
     last_round: i64,
 }
 
-/// The jobs of `changes` that go back to `ready` from another state.
-pub(crate) fn requeued<'a>(changes: &[Change<'a>]) -> Vec<&'a Job> {
+/// The jobs of `changes` that go back to `ready` from another state, and
+/// whether each is due at once (no retry delay).
+pub(crate) fn requeued<'a>(changes: &[Change<'a>]) -> Vec<(&'a Job, bool)> {
     changes
         .iter()
         .filter(|c| c.after.state == JobState::Ready && c.before.state != JobState::Ready)
-        .map(|c| c.after)
+        .map(|c| (c.after, c.after.run_at <= c.after.updated_at))
         .collect()
 }
 
-/// Puts `jobs` (going back to `ready` in this transaction, their rows
-/// locked) at the back of their lines: reads each queue's frontier,
-/// locks the lines' rows, and writes the jobs' new rounds and the lines'
-/// last rounds. Nothing when `jobs` is empty (the common case: one
-/// check, no statement).
+/// Puts `jobs` (going back to `ready` in this transaction, or coming due
+/// unplaced; their rows locked) at the back of their lines: reads each
+/// queue's frontier, locks the lines' rows, and writes the jobs' new
+/// rounds and the lines' last rounds. A job that is not due yet (`false`)
+/// is left [`UNPLACED`] instead, to be placed when it comes due. Nothing
+/// when `jobs` is empty (the common case: one check, no statement).
 pub(crate) async fn back_in_line(
     conn: &mut MySqlConnection,
-    jobs: &[&Job],
+    jobs: &[(&Job, bool)],
 ) -> Result<(), CoordinatorError> {
     if jobs.is_empty() {
         return Ok(());
     }
+    let mut placed: Vec<Placed> = jobs
+        .iter()
+        .filter(|(_, due)| !due)
+        .map(|(job, _)| Placed {
+            id: job.id,
+            round: UNPLACED,
+        })
+        .collect();
     let mut lines: BTreeMap<Line, Vec<&Job>> = BTreeMap::new();
-    for job in jobs {
+    for (job, _) in jobs.iter().filter(|(_, due)| *due) {
         lines.entry(line(job)).or_default().push(job);
     }
     let mut frontiers = HashMap::new();
@@ -76,8 +86,11 @@ pub(crate) async fn back_in_line(
             frontiers.insert(l.queue, frontier(conn, l.queue).await?);
         }
     }
-    let last = lock_lines(conn, lines.keys().cloned().collect()).await?;
-    let (mut placed, mut lasts) = (Vec::new(), Vec::new());
+    let last = match lines.is_empty() {
+        true => HashMap::new(),
+        false => lock_lines(conn, lines.keys().cloned().collect()).await?,
+    };
+    let mut lasts = Vec::new();
     for (l, members) in &lines {
         let rounds = start_rounds(last.get(l).copied(), frontiers[l.queue], members.len());
         let mut newest = 0;
@@ -94,6 +107,15 @@ pub(crate) async fn back_in_line(
             priority: l.priority,
             last_round: newest,
         });
+    }
+    if lasts.is_empty() {
+        let sql = include_str!("queries/fairness/place.sql")
+            .split(';')
+            .next()
+            .unwrap_or_default()
+            .replacen('?', &literal_json(json(&placed)?), 1);
+        batch::result_sets(conn, &sql).await?;
+        return Ok(());
     }
     let sql = include_str!("queries/fairness/place.sql")
         .replacen('?', &literal_json(json(&placed)?), 1)

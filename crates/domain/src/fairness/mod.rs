@@ -20,6 +20,13 @@ pub use caps::{KeyAllowance, KeyCaps, KeyState};
 /// Longest fairness key, in bytes.
 pub const MAX_FAIRNESS_KEY_BYTES: usize = 128;
 
+/// The place of a ready job not due yet (a delayed Enqueue, a retry after
+/// a delay): below every round, out of the claim scan's range, so claims
+/// never read past it. A claim places it when it comes due, at the back
+/// of its line (store `claim/scan.rs`, `fairness.rs`), so a merchant's
+/// scheduled batch does not jump every line when it comes due.
+pub const UNPLACED: i64 = -(1 << 62);
+
 /// How many rounds one step of priority moves a job.
 pub const ROUNDS_PER_STEP: i64 = 100;
 

@@ -11,7 +11,7 @@ use super::super::literal::{self, Literal};
 use super::super::reads::LockedJob;
 use super::super::{batch, rows};
 use jobfence_domain::fairness::{KeyAllowance, KeyState};
-use jobfence_domain::{CoordinatorError, DbTime};
+use jobfence_domain::{CoordinatorError, DbTime, Job, JobState};
 use sqlx::MySqlConnection;
 use std::collections::{BTreeSet, HashMap};
 
@@ -39,6 +39,7 @@ pub(crate) async fn allowance(
     conn: &mut MySqlConnection,
     p: &LockedProvider,
     candidates: &[LockedJob],
+    finishing: &HashMap<String, u64>,
 ) -> Result<KeyAllowance, CoordinatorError> {
     let keys: BTreeSet<&str> = candidates.iter().map(key_of).collect();
     let contested = keys.len() > 1;
@@ -74,12 +75,30 @@ pub(crate) async fn allowance(
             }
         }
         for row in sets.get(1).into_iter().flatten() {
-            if let Some(s) = state.get_mut(&rows::text(row, "fairness_key")?) {
-                s.in_flight = rows::get::<i64>(row, "in_flight")?.max(0) as u64;
+            let key = rows::text(row, "fairness_key")?;
+            if let Some(s) = state.get_mut(&key) {
+                let counted = rows::get::<i64>(row, "in_flight")?.max(0) as u64;
+                let leaving = finishing.get(&key).copied().unwrap_or(0);
+                s.in_flight = counted.saturating_sub(leaving);
             }
         }
     }
     Ok(KeyAllowance::new(caps, &p.budget, p.now, contested, state))
+}
+
+/// The jobs of each fairness key among `finishing` (a handoff's writes,
+/// as locked before the claim: running with a live lease, so counted in
+/// flight): they leave `running` in the same transaction, as a Complete
+/// and then a Claim would (docs/design.md rule 16).
+pub(crate) fn finishing(finishing: &[&Job]) -> HashMap<String, u64> {
+    let mut out = HashMap::new();
+    for j in finishing {
+        if j.state == JobState::Running {
+            *out.entry(j.fairness_key.clone().unwrap_or_default())
+                .or_default() += 1;
+        }
+    }
+    out
 }
 
 /// The statement that records the keys' shares spent (`spent`: each key

@@ -20,6 +20,11 @@ static SCAN_EXPIRED: LazyLock<String> = LazyLock::new(|| {
         "../queries/jobs/scan_expired.sql"
     )))
 });
+static SCAN_UNPLACED: LazyLock<String> = LazyLock::new(|| {
+    literal::bare(&with_job_columns(include_str!(
+        "../queries/jobs/scan_unplaced.sql"
+    )))
+});
 static SCAN_READY: LazyLock<String> = LazyLock::new(|| {
     literal::bare(&with_job_columns(include_str!(
         "../queries/jobs/scan_ready.sql"
@@ -33,6 +38,9 @@ pub(crate) struct Scan {
     /// ready jobs.
     pub(super) expired: Vec<LockedJob>,
     pub(super) ready: Vec<LockedJob>,
+    /// Due ready jobs not yet placed in the fair order (delayed; rule
+    /// 18), for the claim to place.
+    pub(super) unplaced: Vec<LockedJob>,
 }
 
 /// How a claim reads its queue's rules in its first round trip, as the
@@ -93,7 +101,7 @@ pub(super) async fn scan(
     exclude: &[u64],
 ) -> Result<Option<Scan>, CoordinatorError> {
     let text = reads_text(queue, limit, None, reads)?;
-    let sets = reads_sets(prepared_reads(conn, &text).await?, 1 + rules_sets(reads))?;
+    let sets = reads_sets(prepared_reads(conn, &text).await?, 2 + rules_sets(reads))?;
     let scan_expired = fill(&SCAN_EXPIRED, queue, limit, false, exclude)?;
     finish(store, conn, sets, queue, reads, scan_expired).await
 }
@@ -148,6 +156,8 @@ const QUEUE_ROW_STMT: &str = "jf_claim_queue_row";
 const RULES_STMTS: [&str; 2] = ["jf_claim_provider_queues", "jf_claim_in_flight"];
 /// The name of the session's prepared ready scan (any queue, any limit).
 const SCAN_READY_STMT: &str = "jf_claim_scan_ready";
+/// The name of the session's prepared scan of due jobs not yet placed.
+const SCAN_UNPLACED_STMT: &str = "jf_claim_scan_unplaced";
 /// The name of the session's prepared lock of one job (a handoff's write,
 /// see [`lock_and_scan`]).
 const LOCK_JOB_STMT: &str = "jf_handoff_lock_job";
@@ -168,10 +178,14 @@ fn prepare_text() -> &'static str {
             .replace("{only}", "");
         let lock =
             with_job_columns(include_str!("../queries/batch/lock_jobs.sql")).replace("{ids}", "?");
+        let unplaced = SCAN_UNPLACED
+            .replace("{queue}", "?")
+            .replace("{limit}", "?");
         let rules = budget::rules_templates();
         let mut statements = vec![
             (QUEUE_ROW_STMT, budget::queue_row_template()),
             (SCAN_READY_STMT, ready),
+            (SCAN_UNPLACED_STMT, unplaced),
             (LOCK_JOB_STMT, literal::bare(&lock)),
         ];
         statements.extend(RULES_STMTS.into_iter().zip(rules.map(|(sql, _)| sql)));
@@ -252,6 +266,9 @@ fn reads_text(
     out.push(format!(
         "EXECUTE {SCAN_READY_STMT} USING @jf_queue, @jf_limit"
     ));
+    out.push(format!(
+        "EXECUTE {SCAN_UNPLACED_STMT} USING @jf_queue, @jf_limit"
+    ));
     Ok(out.join(";\n"))
 }
 
@@ -297,6 +314,7 @@ async fn finish(
     reads: Reads,
     scan_expired: String,
 ) -> Result<Option<Scan>, CoordinatorError> {
+    let unplaced = locked_jobs(&sets.pop().unwrap_or_default())?;
     let ready = locked_jobs(&sets.pop().unwrap_or_default())?;
     let mut second = Vec::new();
     let mut own_row = false;
@@ -351,6 +369,7 @@ async fn finish(
         rules,
         expired,
         ready,
+        unplaced,
     }))
 }
 
@@ -372,7 +391,7 @@ pub(super) async fn lock_and_scan(
     reads: Reads,
 ) -> Result<(HashMap<u64, LockedJob>, Option<Scan>), CoordinatorError> {
     let text = reads_text(queue, limit, Some(job_id), reads)?;
-    let mut sets = reads_sets(prepared_reads(conn, &text).await?, 2 + rules_sets(reads))?;
+    let mut sets = reads_sets(prepared_reads(conn, &text).await?, 3 + rules_sets(reads))?;
     let locked = sets
         .remove(0)
         .iter()

@@ -10,13 +10,13 @@
 --
 -- Each job's start round (rule 18): one round after the last its
 -- (queue, fairness key, priority) was given (`fairness_keys`), or the
--- queue's frontier when that is later (a key with nothing pending), then
--- one more per earlier item of the same key in the batch; moved by the
--- priority's head start (100 rounds a step from 5). The frontier is the
--- highest round of the queue's jobs handed out (running or finished but
--- cancelled), each one seek from the end of its range of ix_jobs_fair.
--- Concurrent batches of one key may give two jobs the same round: they
--- then go in due-time order, as any tie.
+-- queue's frontier (@jf_frontiers, set by frontiers.sql just before) when
+-- that is later (a key with nothing pending), then one more per earlier
+-- due item of the same line in the batch; moved by the priority's head
+-- start (100 rounds a step from 5). A delayed job is UNPLACED
+-- (-2^62, below the claim scan's range) until a claim places it when it
+-- comes due. Concurrent batches of one key may give two jobs the same
+-- round: they then go in due-time order, as any tie.
 INSERT INTO jobs (
     queue, operation_key, request_digest, payload, state, attempt, next_action,
     run_at, dispatch_count, created_at, updated_at, priority, fairness_key, fair_round
@@ -31,28 +31,17 @@ WITH t AS (
          delay_us       BIGINT PATH '$.delay_us',
          priority       TINYINT UNSIGNED PATH '$.priority',
          fairness_key   VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$.fairness_key')) AS items
-),
-frontier AS (
-    SELECT q.queue, GREATEST(
-        COALESCE((SELECT j.fair_round FROM jobs j FORCE INDEX (ix_jobs_fair)
-                  WHERE j.queue = q.queue AND j.state = 'running' ORDER BY j.fair_round DESC LIMIT 1), 0),
-        COALESCE((SELECT j.fair_round FROM jobs j FORCE INDEX (ix_jobs_fair)
-                  WHERE j.queue = q.queue AND j.state = 'succeeded' ORDER BY j.fair_round DESC LIMIT 1), 0),
-        COALESCE((SELECT j.fair_round FROM jobs j FORCE INDEX (ix_jobs_fair)
-                  WHERE j.queue = q.queue AND j.state = 'failed' ORDER BY j.fair_round DESC LIMIT 1), 0),
-        COALESCE((SELECT j.fair_round FROM jobs j FORCE INDEX (ix_jobs_fair)
-                  WHERE j.queue = q.queue AND j.state = 'manual_review' ORDER BY j.fair_round DESC LIMIT 1), 0)
-    ) AS round_now
-    FROM (SELECT DISTINCT queue FROM t) AS q
 )
 SELECT t.queue, t.operation_key, UNHEX(t.request_digest), t.payload, 'ready', 0, 'execute',
        DATE_ADD(UTC_TIMESTAMP(6), INTERVAL t.delay_us MICROSECOND), 0, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6),
        t.priority, t.fairness_key,
-       GREATEST(COALESCE(fk.last_round, 0), f.round_now - 1)
-         + CAST(ROW_NUMBER() OVER (PARTITION BY t.queue, t.fairness_key, t.priority ORDER BY t.n) AS SIGNED)
-         - (CAST(t.priority AS SIGNED) - 5) * 100
+       IF(t.delay_us > 0, -4611686018427387904,
+          GREATEST(COALESCE(fk.last_round, 0),
+                   CAST(JSON_EXTRACT(@jf_frontiers, CONCAT('$."', t.queue, '"')) AS SIGNED) - 1)
+            + CAST(ROW_NUMBER() OVER (PARTITION BY t.queue, t.fairness_key, t.priority, t.delay_us > 0
+                                      ORDER BY t.n) AS SIGNED)
+            - (CAST(t.priority AS SIGNED) - 5) * 100)
 FROM t
-JOIN frontier f ON f.queue = t.queue
 LEFT JOIN fairness_keys fk FORCE INDEX (PRIMARY)
   ON fk.queue = t.queue AND fk.fairness_key = t.fairness_key AND fk.priority = t.priority
 {guard}

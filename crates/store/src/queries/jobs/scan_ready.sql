@@ -26,7 +26,8 @@ SELECT {job_columns},
        has_observations,
        UTC_TIMESTAMP(6) AS now
 FROM jobs FORCE INDEX (ix_jobs_fair)
-WHERE queue = {queue} AND state = 'ready' AND run_at <= UTC_TIMESTAMP(6) {only}
+WHERE queue = {queue} AND state = 'ready' AND fair_round > -4611686018427387904
+  AND run_at <= UTC_TIMESTAMP(6) {only}
 ORDER BY fair_round, run_at
 LIMIT {limit}
 FOR UPDATE SKIP LOCKED
