@@ -11,8 +11,11 @@
 //!
 //! Lock order: the lines' rows (`fairness_keys`) are locked after the
 //! jobs' own rows, in primary-key order, and whoever holds one waits for
-//! no job row (an Enqueue upserts them last, after its inserts); so no
-//! wait cycle runs through them.
+//! no job row (an Enqueue upserts them last, after its inserts). Two
+//! transactions that both create a line's row may still deadlock on its
+//! insert intention (an Enqueue beside a round placing a job of a line
+//! with no row yet): the database refuses one, and it is run again and
+//! counted as any conflict.
 
 use super::batch::{self, json, Change};
 use super::literal;
