@@ -85,13 +85,28 @@ async fn a_file_of_json_lines_goes_through_enqueue_batch_and_a_bad_line_is_named
     // Line 1201: no key. Line 1202: another queue, which `shop` may not use.
     text.push_str("{\"payload\": {}}\n");
     text.push_str("{\"queue\": \"payouts\", \"key\": \"p-1\", \"payload\": {}}\n");
+    // Lines 1203 and 1204: a priority and a fairness key the coordinator
+    // refuses, each refused alone; line 1205 goes, with both.
+    text.push_str("{\"key\": \"bad-1\", \"payload\": {}, \"priority\": 12}\n");
+    text.push_str("{\"key\": \"bad-2\", \"payload\": {}, \"fairness_key\": \"  \"}\n");
+    text.push_str(
+        "{\"key\": \"fair-1\", \"payload\": {}, \"fairness_key\": \"m-1\", \"priority\": 7}\n",
+    );
     std::fs::write(&file, text).unwrap();
     let path = file.display().to_string();
     let args = ["enqueue", "--queue", "refunds", "--from", path.as_str()];
     let refused = jobs(&s, "shop", &args).await.unwrap_err();
-    assert!(refused.contains("2 line(s) refused"), "{refused}");
+    assert!(refused.contains("4 line(s) refused"), "{refused}");
     assert!(
-        refused.contains("1202 lines read: 1200 enqueued, 0 already there, 2 refused"),
+        refused.contains("1205 lines read: 1201 enqueued, 0 already there, 4 refused"),
+        "{refused}"
+    );
+    assert!(
+        refused.contains("line 1203: \"priority\" must be 1"),
+        "{refused}"
+    );
+    assert!(
+        refused.contains("line 1204: \"fairness_key\" must not be blank"),
         "{refused}"
     );
     assert!(refused.contains("line 1201: no \"key\""), "{refused}");
@@ -99,14 +114,14 @@ async fn a_file_of_json_lines_goes_through_enqueue_batch_and_a_bad_line_is_named
         refused.contains("line 1202: PermissionDenied QUEUE_NOT_ALLOWED"),
         "{refused}"
     );
-    assert_eq!(jobs_of_queue(&s).await.len(), 1200);
-    // Again, as JSON: nothing twice, the same two lines refused.
+    assert_eq!(jobs_of_queue(&s).await.len(), 1201);
+    // Again, as JSON: nothing twice, the same four lines refused.
     let again = jobs(&s, "shop", &[&args[..], &["--json"]].concat())
         .await
         .unwrap_err();
-    assert!(again.contains("2 line(s) refused"), "{again}");
-    assert!(again.contains("\"already_there\": 1200"), "{again}");
-    assert_eq!(jobs_of_queue(&s).await.len(), 1200);
+    assert!(again.contains("4 line(s) refused"), "{again}");
+    assert!(again.contains("\"already_there\": 1201"), "{again}");
+    assert_eq!(jobs_of_queue(&s).await.len(), 1201);
     let _ = std::fs::remove_dir_all(&dir);
     s.stop().await;
 }

@@ -13,6 +13,7 @@ use anyhow::Context;
 use clap::Args;
 use jobfence_api::v1::job_coordinator_client::JobCoordinatorClient;
 use jobfence_api::v1::{self as proto, enqueue_batch_result::Result as Item};
+use jobfence_domain::fairness::{self, Priority};
 use serde_json::{json, Value};
 use std::io::{BufRead, Write};
 use std::path::PathBuf;
@@ -44,7 +45,7 @@ pub struct EnqueueArgs {
     /// across a queue's keys (docs/design.md rule 18).
     #[arg(long)]
     pub fairness_key: Option<String>,
-    /// 1 (lowest) to 9 (most urgent); 5 when not given.
+    /// 1 (lowest) to 9 (most urgent); 5 when left out (or 0).
     #[arg(long)]
     pub priority: Option<u32>,
     /// A file of jobs, one JSON object a line: `{"queue": "refunds",
@@ -175,14 +176,24 @@ fn item(line: &str, args: &EnqueueArgs) -> Result<proto::EnqueueRequest, String>
             .and_then(|p| u32::try_from(p).ok())
             .ok_or("\"priority\" must be a number from 1 to 9")?,
     };
+    // Checked here by the coordinator's own rules (docs/api.md, "Fair
+    // hand-out"), so that a bad line is refused alone, by its number, and
+    // the batch it would have spoiled goes.
+    let mut v = jobfence_domain::validate::Violations::default();
+    let raw_key = text("fairness_key")
+        .or_else(|| args.fairness_key.clone())
+        .unwrap_or_default();
+    let fairness_key = fairness::key_field(&mut v, "fairness_key", raw_key).unwrap_or_default();
+    Priority::field(&mut v, "priority", priority);
+    if let Some(f) = v.0.first() {
+        return Err(format!("\"{}\" {}", f.field, f.description));
+    }
     Ok(proto::EnqueueRequest {
         queue,
         operation_key: key,
         payload,
         delay,
-        fairness_key: text("fairness_key")
-            .or_else(|| args.fairness_key.clone())
-            .unwrap_or_default(),
+        fairness_key,
         priority,
     })
 }

@@ -365,7 +365,20 @@ fn provider_changed(
         ("resumed", _) => "hand-outs go on within the budget".to_owned(),
         _ => {
             let b = p.budget.unwrap_or_default();
-            format!("{}/s, burst {}, for {queues}", b.rate_per_second, b.burst)
+            let mut caps = String::new();
+            if let Some(share) = b.key_share {
+                caps.push_str(&format!(
+                    ", at most {}% a fairness key while others wait",
+                    share * 100.0
+                ));
+            }
+            if let Some(n) = b.max_in_flight_per_key {
+                caps.push_str(&format!(", at most {n} in flight a fairness key"));
+            }
+            format!(
+                "{}/s, burst {}{caps}, for {queues}",
+                b.rate_per_second, b.burst
+            )
         }
     };
     writeln!(out, "provider {} {verb}: {what}", p.name)?;
