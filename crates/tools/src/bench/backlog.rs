@@ -65,7 +65,9 @@ impl ClaimWork {
 /// What the phase measured.
 #[derive(Debug)]
 pub struct BacklogFigures {
+    /// With 1,000 ready jobs of the key.
     pub small: ClaimWork,
+    /// With `--key-backlog` of them.
     pub large: ClaimWork,
     /// How long enqueueing the larger backlog took.
     pub fill: Duration,

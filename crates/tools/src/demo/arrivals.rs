@@ -54,7 +54,9 @@ pub struct PrunedRetries {
 /// back, `at` after the refunds began to arrive.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Bulk {
+    /// Refunds of the bulk merchant (0: none).
     pub count: u32,
+    /// When they go in, from the first refund's arrival.
     pub at: Duration,
 }
 
@@ -62,7 +64,9 @@ pub(super) struct Bulk {
 /// refunds began to arrive) and how many calls it took.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct BulkSent {
+    /// When its first call went, from the first refund's arrival.
     pub at: Duration,
+    /// Its EnqueueBatch calls.
     pub calls: u32,
 }
 
