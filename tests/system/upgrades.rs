@@ -492,8 +492,14 @@ async fn a_database_migrated_at_c138aaf_upgrades_with_its_checksums_repaired() {
 
     let ran = jobfence(&["migrate", "--database-url", &db.url]).await;
     assert!(ran.ok, "{}{}", ran.stdout, ran.stderr);
+    // Every migration from the one c138aaf lacked on.
+    let newer = migration_files()
+        .iter()
+        .filter(|p| file_name(p).as_str() >= "20261213000001")
+        .count();
     assert!(
-        ran.stdout.contains("applied 1 migration(s)"),
+        ran.stdout
+            .contains(&format!("applied {newer} migration(s)")),
         "{}",
         ran.stdout
     );
