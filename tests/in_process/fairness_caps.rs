@@ -140,17 +140,15 @@ async fn a_key_at_its_jobs_in_flight_is_skipped_until_one_finishes() {
 }
 
 /// Under a 30 % share of 20 a second (burst 4), merchant A's hand-outs in
-/// any 10 s window stay within 0.3 · 20 · 10 + its burst (2) while ten
-/// other merchants' jobs wait; counted on the database clock of the
-/// `claimed` events.
+/// any 10 s window stay within 0.3 · 20 · 10 + its burst (2) while
+/// merchant B's jobs wait (round-robin alone would give A half, about 100
+/// in 10 s); counted on the database clock of the `claimed` events.
 #[tokio::test]
 async fn a_share_holds_in_every_ten_second_window() {
     let h = Harness::start().await;
     put_caps(&h, (20.0, 4), Some(0.3), None).await;
     enqueue(&h, "a", 1000).await;
-    for m in ["b", "c", "d", "e", "f", "g", "h", "i", "j", "k"] {
-        enqueue(&h, m, 50).await;
-    }
+    enqueue(&h, "b", 1000).await;
     let stop = Arc::new(AtomicBool::new(false));
     for w in 0..4 {
         let (mut client, stop) = (h.another_client().await, stop.clone());
@@ -229,9 +227,7 @@ async fn a_share_holds_in_every_ten_second_window() {
         rows.len()
     );
     assert!(most <= 62, "A took {most} in a 10 s window");
-    assert!(
-        others > 0 && others < 500,
-        "the others still waited: {others}"
-    );
+    assert!(a.len() >= 30, "A still moved: {}", a.len());
+    assert!(others > 0 && others < 1000, "B still waited: {others}");
     h.finish().await;
 }

@@ -409,7 +409,13 @@ impl LockedProvider {
                     jobfence_domain::budget::micros_between(self.now, t).max(0) as u64
                 )
             }),
-            Holdback::Paused | Holdback::InFlight | Holdback::KeyCap => None,
+            // A key at its share: about when its next unit is due (the
+            // key's interval); at its jobs in flight, a finished job.
+            Holdback::KeyCap => self.budget.per_key.share.map(|share| {
+                let rate = share * self.budget.rate_per_second;
+                Duration::from_secs_f64(f64::from(cost.max(1)) / rate.max(1e-6))
+            }),
+            Holdback::Paused | Holdback::InFlight => None,
         }
     }
 
