@@ -183,17 +183,12 @@ async fn a_flood_of_one_merchant_does_not_starve_the_others() {
         .filter(|k| !is_small(k))
         .count();
     assert!(a_meanwhile >= 10, "A got {a_meanwhile} meanwhile");
-    // The same bound in time under the budget, with room for a shared
-    // test machine's scheduling.
+    // The bound is checked in hand-outs; the time it takes under the
+    // budget is reported, not asserted (a shared machine's scheduling).
     let promised = Duration::from_secs_f64((bound + slack) as f64 / RATE);
     eprintln!(
-        "fair: all 200 B–K jobs out by hand-out {} of {bound} promised, in {:?} ({promised:?} promised); A got {a_meanwhile} meanwhile",
+        "fair: all 200 B–K jobs out by hand-out {} of {bound} promised, in {:?} ({promised:?} at the budget's rate); A got {a_meanwhile} meanwhile",
         last_small + 1,
-        run.took
-    );
-    assert!(
-        run.took < promised + Duration::from_secs(5),
-        "{:?}",
         run.took
     );
 }
