@@ -12,16 +12,18 @@
 use super::convert_sqlx_err;
 use super::literal;
 use super::reads::{elapsed, LockedJob};
-use super::rows::{self, JOB_COLUMNS};
+use super::rows::{self, JOB_COLUMNS, LOCKED_JOB_COLUMNS};
 use jobfence_domain::policy::DispatchFacts;
 use jobfence_domain::{CoordinatorError, DbTime, Job};
 use sqlx::MySqlConnection;
 use std::collections::HashMap;
 use std::sync::LazyLock;
 
-/// `sql` with `{job_columns}` replaced by [`JOB_COLUMNS`].
+/// `sql` with `{locked_job_columns}` replaced by [`LOCKED_JOB_COLUMNS`]
+/// and `{job_columns}` by [`JOB_COLUMNS`].
 pub(crate) fn with_job_columns(sql: &str) -> String {
-    sql.replace("{job_columns}", JOB_COLUMNS)
+    sql.replace("{locked_job_columns}", LOCKED_JOB_COLUMNS)
+        .replace("{job_columns}", JOB_COLUMNS)
 }
 
 /// The padded size of a batch of `n` rows: `n` up to 8, then the next

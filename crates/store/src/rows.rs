@@ -9,11 +9,28 @@ use jobfence_domain::{CoordinatorError, DbTime, Job, Observation};
 use sqlx::mysql::MySqlRow;
 use sqlx::Row;
 
+/// The column list of [`JOB_COLUMNS`], as a literal for `concat!`.
+macro_rules! job_columns {
+    () => {
+        "id, queue, operation_key, payload, state, attempt, next_action, run_at, lease_until, \
+         lease_owner, first_dispatched_at, dispatch_count, provider_reference, result, \
+         last_error, state_reason, created_at, updated_at, finished_at, priority, fairness_key"
+    };
+}
+
 /// The columns [`job`] reads, in a SELECT list.
-pub(crate) const JOB_COLUMNS: &str = "id, queue, operation_key, payload, state, attempt, \
-    next_action, run_at, lease_until, lease_owner, first_dispatched_at, dispatch_count, \
-    provider_reference, result, last_error, state_reason, created_at, updated_at, finished_at, \
-    priority, fairness_key";
+pub(crate) const JOB_COLUMNS: &str = job_columns!();
+
+/// The columns `batch::locked_job` reads of a row its caller locked: the
+/// job's, and the DB-clock facts its decisions need (`{locked_job_columns}`
+/// in a query file).
+pub(crate) const LOCKED_JOB_COLUMNS: &str = concat!(
+    job_columns!(),
+    ", CAST(TIMESTAMPDIFF(MICROSECOND, first_dispatched_at, UTC_TIMESTAMP(6)) AS SIGNED) \
+     AS since_first_dispatch_us, \
+     CAST(lease_until <= UTC_TIMESTAMP(6) AS SIGNED) AS lease_expired, \
+     has_observations, UTC_TIMESTAMP(6) AS now"
+);
 
 /// The columns [`observation`] reads, in a SELECT list.
 pub(crate) const OBSERVATION_COLUMNS: &str =

@@ -13,11 +13,7 @@
 -- window); whether the lease has expired (takeover); and whether the job
 -- has observations (a column of the row: a takeover, which hands the job
 -- out, reads them only when there are some).
-SELECT {job_columns},
-       CAST(TIMESTAMPDIFF(MICROSECOND, first_dispatched_at, UTC_TIMESTAMP(6)) AS SIGNED) AS since_first_dispatch_us,
-       CAST(lease_until <= UTC_TIMESTAMP(6) AS SIGNED) AS lease_expired,
-       has_observations,
-       UTC_TIMESTAMP(6) AS now
+SELECT {locked_job_columns}
 FROM jobs FORCE INDEX (PRIMARY)
 WHERE id IN ({ids})
 FOR UPDATE

@@ -14,11 +14,7 @@
 -- Returns the whole row (the claim's answer is built from it and the
 -- change, without reading the job again) and the DB-clock facts the claim
 -- decides on.
-SELECT {job_columns},
-       CAST(TIMESTAMPDIFF(MICROSECOND, first_dispatched_at, UTC_TIMESTAMP(6)) AS SIGNED) AS since_first_dispatch_us,
-       CAST(lease_until <= UTC_TIMESTAMP(6) AS SIGNED) AS lease_expired,
-       has_observations,
-       UTC_TIMESTAMP(6) AS now
+SELECT {locked_job_columns}
 FROM jobs FORCE INDEX (ix_jobs_claim_expired)
 WHERE queue = {queue} AND state = 'running' AND lease_until <= UTC_TIMESTAMP(6) {exclude}
 ORDER BY lease_until

@@ -20,11 +20,7 @@
 -- {only} limiting it to reconciles.
 -- Finished jobs are under other `state` values of the index, so however
 -- many pile up, this range never reads them.
-SELECT {job_columns},
-       CAST(TIMESTAMPDIFF(MICROSECOND, first_dispatched_at, UTC_TIMESTAMP(6)) AS SIGNED) AS since_first_dispatch_us,
-       CAST(lease_until <= UTC_TIMESTAMP(6) AS SIGNED) AS lease_expired,
-       has_observations,
-       UTC_TIMESTAMP(6) AS now
+SELECT {locked_job_columns}
 FROM jobs FORCE INDEX (ix_jobs_fair)
 WHERE queue = {queue} AND state = 'ready' AND fair_round > -4611686018427387904
   AND run_at <= UTC_TIMESTAMP(6) {only}

@@ -4,11 +4,7 @@
 -- The claim places them at the back of their lines (store/fairness.rs)
 -- and may hand them out at once. One range of ix_jobs_fair: only such
 -- jobs already due are read. Prepared with scan 2, the same parameters.
-SELECT {job_columns},
-       CAST(TIMESTAMPDIFF(MICROSECOND, first_dispatched_at, UTC_TIMESTAMP(6)) AS SIGNED) AS since_first_dispatch_us,
-       CAST(lease_until <= UTC_TIMESTAMP(6) AS SIGNED) AS lease_expired,
-       has_observations,
-       UTC_TIMESTAMP(6) AS now
+SELECT {locked_job_columns}
 FROM jobs FORCE INDEX (ix_jobs_fair)
 WHERE queue = {queue} AND state = 'ready' AND fair_round = -4611686018427387904
   AND run_at <= UTC_TIMESTAMP(6)
