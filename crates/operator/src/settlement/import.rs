@@ -17,7 +17,9 @@ use jobfence_api::v1::job_admin_client::JobAdminClient;
 use serde_json::json;
 use std::io::Write;
 use std::path::PathBuf;
-use tokio::sync::mpsc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use tokio::sync::{mpsc, watch};
 
 /// Lines per streamed message: the most the coordinator takes in one
 /// (`MAX_BATCH_LINES`), each message one short transaction there. Fewer
@@ -64,10 +66,10 @@ pub struct ImportArgs {
     /// authenticates records your credential's name).
     #[arg(long, env = "JOBFENCE_OPERATOR", default_value = "")]
     pub operator: String,
-    /// At most this many lines a second (0: as fast as the coordinator
-    /// takes them). Flat out, an import takes database time the workers'
-    /// claims would have had; a paced one leaves them more of it
-    /// (docs/settlement.md, "Import every report", says how much).
+    /// At most this many lines a second (0: no limit). The coordinator
+    /// paces the import itself, resting while the workers' jobs run more
+    /// than 15 % slower beside it, and going flat out when nothing else
+    /// runs (docs/settlement.md, "Import every report"); this only caps it.
     #[arg(long, default_value_t = 0)]
     pub max_rate: u32,
     /// The report (gzip'd or not); `-` for standard input (with --format).
@@ -150,6 +152,7 @@ pub(crate) async fn run(
         operator: args.operator.clone(),
         check_only: false,
         allow_empty: args.allow_empty,
+        import_id: super::progress::import_id(),
     };
     if args.file.as_os_str() != "-" {
         std::fs::File::open(&args.file)
@@ -211,6 +214,17 @@ async fn stream(
     let mut client = JobAdminClient::new(channel(conn).await?);
     let (tx, rx) = mpsc::channel::<proto::ImportSettlementRequest>(4);
     let path_owned = path.to_path_buf();
+    let sent = Arc::new(AtomicU64::new(0));
+    let (stop, stopped) = watch::channel(false);
+    let progress = tokio::spawn(super::progress::show(
+        client.clone(),
+        header.provider.clone(),
+        header.import_id.clone(),
+        sent.clone(),
+        stopped,
+    ));
+    // Ends the progress line, on every way out of this function.
+    let mut end_line = EndLine(Some((stop, progress)));
     tx.send(proto::ImportSettlementRequest {
         part: Some(Part::Header(header)),
     })
@@ -224,7 +238,7 @@ async fn stream(
     // File reading and parsing on a thread of its own; the channel's bound
     // keeps at most a few batches in memory.
     let mut reader =
-        tokio::task::spawn_blocking(move || read_and_send(&path_owned, format, pace, tx));
+        tokio::task::spawn_blocking(move || read_and_send(&path_owned, format, pace, tx, &sent));
     let call = client.import_settlement(tokio_stream::wrappers::ReceiverStream::new(rx));
     tokio::pin!(call);
     let (answer, local) = tokio::select! {
@@ -252,7 +266,7 @@ async fn stream(
                     let _ = keep_open.send(abort).await;
                     drop(keep_open);
                     let _ = call.await;
-                    eprintln!();
+                    end_line.end().await;
                     if e.is::<super::read::NotAReport>() {
                         return Err(e.context("nothing was imported, and no period is recorded"));
                     }
@@ -263,7 +277,7 @@ async fn stream(
             (call.await, local)
         }
     };
-    eprintln!();
+    end_line.end().await;
     let answer = match answer {
         Ok(answer) => answer,
         Err(status) => {
@@ -281,20 +295,44 @@ async fn stream(
     Ok((answer.into_inner(), local))
 }
 
+/// Stops the progress line's task and waits for it to end the line.
+struct EndLine(Option<(watch::Sender<bool>, tokio::task::JoinHandle<()>)>);
+
+impl EndLine {
+    /// Waits for the line to be ended, so that what is printed next starts
+    /// on a line of its own.
+    async fn end(&mut self) {
+        if let Some((stop, task)) = self.0.take() {
+            let _ = stop.send(true);
+            let _ = tokio::time::timeout(std::time::Duration::from_secs(2), task).await;
+        }
+    }
+}
+
+impl Drop for EndLine {
+    fn drop(&mut self) {
+        if let Some((stop, _)) = self.0.take() {
+            let _ = stop.send(true);
+        }
+    }
+}
+
 /// Reads the file, sending batches; returns the lines refused here.
+/// `counted`: the lines sent so far, for the progress line.
 fn read_and_send(
     path: &std::path::Path,
     format: Format,
     pace: Pace,
     tx: mpsc::Sender<proto::ImportSettlementRequest>,
+    counted: &AtomicU64,
 ) -> anyhow::Result<Vec<proto::RefusedLine>> {
     let mut batch = Vec::with_capacity(BATCH);
     let mut refused = Vec::new();
     let mut sent = 0u64;
     let started = std::time::Instant::now();
-    let mut last = started;
     let send = |batch: &mut Vec<proto::SettlementReportLine>, sent: &mut u64| -> bool {
         *sent += batch.len() as u64;
+        counted.store(*sent, Ordering::Relaxed);
         let lines = std::mem::take(batch);
         tx.blocking_send(proto::ImportSettlementRequest {
             part: Some(Part::Lines(proto::SettlementLineBatch { lines })),
@@ -334,17 +372,12 @@ fn read_and_send(
                 return false; // the call ended (refused): stop reading
             }
             pace.wait(sent, started);
-            if last.elapsed().as_secs() >= 1 {
-                eprint!("\rsettlement: {} sent", lines(sent));
-                last = std::time::Instant::now();
-            }
         }
         true
     })?;
     if !batch.is_empty() {
         send(&mut batch, &mut sent);
     }
-    eprint!("\rsettlement: {} sent", lines(sent));
     Ok(refused)
 }
 
@@ -396,6 +429,9 @@ fn summary(
     )?;
     if !checked_only {
         decided(out, answer)?;
+        if let Some(p) = &answer.pace {
+            writeln!(out, "  pace           {}", pace_line(p))?;
+        }
     }
     for r in refused.iter().take(100) {
         writeln!(
@@ -439,8 +475,31 @@ fn summary_json(
             "exceptions_opened": answer.exceptions_opened,
             "exceptions_resolved": answer.exceptions_resolved,
             "missing": answer.missing,
+            "pace": answer.pace.as_ref().map(|p| json!({
+                "state": p.state().as_str_name(),
+                "slower": p.slower,
+                "busy": p.busy,
+                "yielded_seconds": seconds(p.yielded.as_ref()),
+                "probed_seconds": seconds(p.probed.as_ref()),
+                "summary": p.summary,
+            })),
         }),
     )
+}
+
+/// A protobuf duration in seconds (0 when unset).
+fn seconds(d: Option<&prost_types::Duration>) -> f64 {
+    d.map_or(0.0, |d| d.seconds as f64 + f64::from(d.nanos) / 1e9)
+}
+
+/// How the coordinator paced the import: how long it yielded, and what
+/// it found last.
+fn pace_line(p: &proto::BackgroundPace) -> String {
+    let yielded = seconds(p.yielded.as_ref());
+    if yielded <= 0.0 {
+        return format!("{}; never yielded", p.summary);
+    }
+    format!("yielded {yielded:.1} s in all; at the end {}", p.summary)
 }
 
 /// The summary's lines of what the imported lines decided.
@@ -481,8 +540,4 @@ fn decided(
 /// `n` with its noun, singular or plural.
 fn counted(n: u64, one: &str, many: &str) -> String {
     format!("{n} {}", if n == 1 { one } else { many })
-}
-
-fn lines(n: u64) -> String {
-    counted(n, "line", "lines")
 }
