@@ -19,7 +19,7 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::mpsc;
 
 /// Lines per streamed message: the most the coordinator takes in one
 /// (`MAX_BATCH_LINES`), each message one short transaction there. Fewer
@@ -145,15 +145,7 @@ pub(crate) async fn run(
             args.file.display()
         ),
     };
-    let header = proto::ImportSettlementHeader {
-        provider: args.provider.clone(),
-        period_start: Some(timestamp(from)),
-        period_end: Some(timestamp(to)),
-        operator: args.operator.clone(),
-        check_only: false,
-        allow_empty: args.allow_empty,
-        import_id: super::progress::import_id(),
-    };
+    let header = header(&args, from, to);
     if args.file.as_os_str() != "-" {
         std::fs::File::open(&args.file)
             .with_context(|| format!("cannot open the report {}", args.file.display()))?;
@@ -199,6 +191,24 @@ pub(crate) async fn run(
     Ok(())
 }
 
+/// The import's header: what the flags say, and a name to find it by
+/// while it runs.
+fn header(
+    args: &ImportArgs,
+    from: NaiveDateTime,
+    to: NaiveDateTime,
+) -> proto::ImportSettlementHeader {
+    proto::ImportSettlementHeader {
+        provider: args.provider.clone(),
+        period_start: Some(timestamp(from)),
+        period_end: Some(timestamp(to)),
+        operator: args.operator.clone(),
+        check_only: false,
+        allow_empty: args.allow_empty,
+        import_id: super::progress::import_id(),
+    }
+}
+
 /// Streams the file; the coordinator's answer and the lines refused here.
 /// A file that cannot be read to its end (a cut gzip, bytes that are not
 /// UTF-8) cancels the call instead of ending it, so the coordinator
@@ -215,16 +225,8 @@ async fn stream(
     let (tx, rx) = mpsc::channel::<proto::ImportSettlementRequest>(4);
     let path_owned = path.to_path_buf();
     let sent = Arc::new(AtomicU64::new(0));
-    let (stop, stopped) = watch::channel(false);
-    let progress = tokio::spawn(super::progress::show(
-        client.clone(),
-        header.provider.clone(),
-        header.import_id.clone(),
-        sent.clone(),
-        stopped,
-    ));
-    // Ends the progress line, on every way out of this function.
-    let mut end_line = EndLine(Some((stop, progress)));
+    // Ended on every way out of this function.
+    let mut line = super::progress::Line::start(client.clone(), &header, sent.clone());
     tx.send(proto::ImportSettlementRequest {
         part: Some(Part::Header(header)),
     })
@@ -266,7 +268,7 @@ async fn stream(
                     let _ = keep_open.send(abort).await;
                     drop(keep_open);
                     let _ = call.await;
-                    end_line.end().await;
+                    line.end().await;
                     if e.is::<super::read::NotAReport>() {
                         return Err(e.context("nothing was imported, and no period is recorded"));
                     }
@@ -277,43 +279,25 @@ async fn stream(
             (call.await, local)
         }
     };
-    end_line.end().await;
-    let answer = match answer {
-        Ok(answer) => answer,
+    line.end().await;
+    match answer {
+        Ok(answer) => Ok((answer.into_inner(), local)),
         Err(status) => {
             // The coordinator never saw the lines refused here: a refusal
             // of the whole report ("no line") would otherwise hide why.
-            for r in local.iter().take(10) {
-                eprintln!("refused here: line {}: {}: {}", r.line, r.field, r.reason);
-            }
-            if local.len() > 10 {
-                eprintln!("refused here: {} more lines", local.len() - 10);
-            }
-            return Err(refused_with_flags(status, flags));
-        }
-    };
-    Ok((answer.into_inner(), local))
-}
-
-/// Stops the progress line's task and waits for it to end the line.
-struct EndLine(Option<(watch::Sender<bool>, tokio::task::JoinHandle<()>)>);
-
-impl EndLine {
-    /// Waits for the line to be ended, so that what is printed next starts
-    /// on a line of its own.
-    async fn end(&mut self) {
-        if let Some((stop, task)) = self.0.take() {
-            let _ = stop.send(true);
-            let _ = tokio::time::timeout(std::time::Duration::from_secs(2), task).await;
+            print_refused_here(&local);
+            Err(refused_with_flags(status, flags))
         }
     }
 }
 
-impl Drop for EndLine {
-    fn drop(&mut self) {
-        if let Some((stop, _)) = self.0.take() {
-            let _ = stop.send(true);
-        }
+/// The first lines this command refused itself, on standard error.
+fn print_refused_here(local: &[proto::RefusedLine]) {
+    for r in local.iter().take(10) {
+        eprintln!("refused here: line {}: {}: {}", r.line, r.field, r.reason);
+    }
+    if local.len() > 10 {
+        eprintln!("refused here: {} more lines", local.len() - 10);
     }
 }
 

@@ -34,11 +34,51 @@ pub(super) fn line(sent: u64, pace: Option<&str>) -> String {
     }
 }
 
+/// The progress line of one import, written by a task of its own.
+pub(super) struct Line(Option<(watch::Sender<bool>, tokio::task::JoinHandle<()>)>);
+
+impl Line {
+    /// Starts writing the line of the import `header` names; `sent`: the
+    /// lines sent so far.
+    pub(super) fn start(
+        client: JobAdminClient<Authed>,
+        header: &proto::ImportSettlementHeader,
+        sent: Arc<AtomicU64>,
+    ) -> Line {
+        let (stop, stopped) = watch::channel(false);
+        let task = tokio::spawn(show(
+            client,
+            header.provider.clone(),
+            header.import_id.clone(),
+            sent,
+            stopped,
+        ));
+        Line(Some((stop, task)))
+    }
+
+    /// Writes the line a last time and ends it, so that what is printed
+    /// next starts on a line of its own.
+    pub(super) async fn end(&mut self) {
+        if let Some((stop, task)) = self.0.take() {
+            let _ = stop.send(true);
+            let _ = tokio::time::timeout(Duration::from_secs(2), task).await;
+        }
+    }
+}
+
+impl Drop for Line {
+    fn drop(&mut self) {
+        if let Some((stop, _)) = self.0.take() {
+            let _ = stop.send(true);
+        }
+    }
+}
+
 /// Writes the progress line once a second (over itself) until `stop`
 /// says the import ended, then once more and ends the line. A coordinator
 /// that does not know ListSettlementImports (older) or cannot answer
 /// leaves the pace out.
-pub(super) async fn show(
+async fn show(
     mut client: JobAdminClient<Authed>,
     provider: String,
     import_id: String,
