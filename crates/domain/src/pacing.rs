@@ -1,7 +1,10 @@
-//! Pacing background work (the settlement import, the pruner) by what it
-//! costs the workers: the decision, as arithmetic over what the store
-//! measured. No clock and no database here; the store measures, this
-//! decides how long to rest.
+//! Pacing background work by what it costs the workers: the decision, as
+//! arithmetic over what the store measured. No clock and no database
+//! here; the store measures (`jobfence_store::pacing`), this decides how
+//! long to rest. The settlement import runs on it; any work done in
+//! batches can (the pruner rests a fixed multiple of each batch instead,
+//! `--prune-rest`, which keeps the workers above 85 % already:
+//! docs/benchmarks.md, "Pruning").
 //!
 //! Background work runs in batches. While a batch runs, the workers' jobs
 //! move at one rate; while the work rests between batches, at another.
@@ -21,7 +24,7 @@
 use std::fmt;
 
 /// The share of their rate alone that the workers keep while background
-/// work runs (docs/operating.md, "Settlement import" and "Retention").
+/// work runs (docs/operating.md, "Settlement").
 pub const KEEP: f64 = 0.85;
 
 /// What the others did in one stretch of time: job events committed, and

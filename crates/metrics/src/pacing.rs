@@ -1,12 +1,14 @@
 //! Paced background work's metrics (`jobfence_domain::pacing`;
-//! docs/operating.md, "Settlement import" and "Retention"): how long each
-//! kind of work rested, and why, and what it last found of the workers.
+//! docs/operating.md, "Settlement"): how long each kind of work rested,
+//! and why, and what it last found of the workers.
 
 use jobfence_domain::pacing::{Pace, Rest, RestKind};
 use prometheus::{CounterVec, GaugeVec, IntGaugeVec, Opts, Registry};
 
-/// The `work` label values: the kinds of paced background work.
-pub const PACED_WORK: [&str; 2] = ["settlement_import", "pruner"];
+/// The `work` label values: the kinds of paced background work (the
+/// pruner rests a fixed multiple of each batch instead, `--prune-rest`,
+/// which keeps the workers above 85 % already: docs/benchmarks.md).
+pub const PACED_WORK: [&str; 1] = ["settlement_import"];
 
 pub(super) struct PacingMetrics {
     rest: CounterVec,
@@ -19,7 +21,7 @@ impl PacingMetrics {
         let rest = CounterVec::new(
             Opts::new(
                 "jobfence_background_rest_seconds_total",
-                "Seconds this coordinator's background work (work: settlement_import, pruner) rested between its batches, by why: yield (leaving the database to the workers, whose jobs a batch slowed by more than the 15 % allowed) or probe (measuring the workers' rate without the work).",
+                "Seconds this coordinator's paced background work (work: settlement_import) rested between its batches, by why: yield (leaving the database to the workers, whose jobs a batch slowed by more than the 15 % allowed) or probe (measuring the workers' rate without the work).",
             ),
             &["work", "why"],
         )
