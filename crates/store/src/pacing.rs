@@ -145,6 +145,11 @@ impl Paced {
             return;
         }
         if let Some(w) = self.count().await {
+            tracing::debug!(
+                events = w.events,
+                seconds = w.seconds,
+                "pacing: between two batches"
+            );
             self.pacer.rested(w);
         }
         self.rested = false;
@@ -160,7 +165,17 @@ impl Paced {
             kind: RestKind::None,
         };
         let rest = match self.count().await {
-            Some(w) => self.pacer.worked(w),
+            Some(w) => {
+                let rest = self.pacer.worked(w);
+                tracing::debug!(
+                    events = w.events,
+                    seconds = w.seconds,
+                    rest = rest.seconds,
+                    pace = %self.pacer.pace(),
+                    "pacing: a batch"
+                );
+                rest
+            }
             None => none,
         };
         if !rest.seconds.is_finite() || rest.seconds <= 0.0 {
