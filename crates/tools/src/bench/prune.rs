@@ -47,6 +47,15 @@ impl Side {
         self.latencies.complete.extend(run.latencies.complete);
     }
 
+    /// Adds the rounds of `other`.
+    pub(super) fn merge(&mut self, other: Side) {
+        self.jobs += other.jobs;
+        self.elapsed += other.elapsed;
+        self.rounds += other.rounds;
+        self.latencies.claim.extend(other.latencies.claim);
+        self.latencies.complete.extend(other.latencies.complete);
+    }
+
     /// Jobs claimed and completed per second.
     pub fn rate(&self) -> f64 {
         self.jobs as f64 / self.elapsed.as_secs_f64().max(1e-9)

@@ -3,10 +3,11 @@
 //! as many refunds (one per job, CSV), imported with `jobfence settlement
 //! import` through the coordinator while N gRPC workers run the lifecycle
 //! on another queue (every client's loop: each Complete asks for the next
-//! job); against the same lifecycle rounds with nothing
-//! imported. Reported: lines imported per second, claim throughput and
-//! p50/p99 of both sides, and the coordinator's peak memory during the
-//! import (its VmHWM, reset just before). Then the same import once more
+//! job); against the same lifecycle rounds with nothing imported (half
+//! of them before the import, half after it). Reported: lines imported
+//! per second, claim throughput and p50/p99 of both sides, and the
+//! coordinator's peak memory during the import (its VmHWM, reset just
+//! before). Then the same import once more
 //! with no workers, its lines deleted first: its rate alone, and the CPU
 //! each process spends per line (the database server, the coordinator,
 //! the command), which says where a line's cost is. The import paces
@@ -118,15 +119,11 @@ pub async fn run(pool: &MySqlPool, addr: &str, load: Load) -> Result<SettleFigur
     configure(addr).await?;
     let report = load.log_dir.join("settlement-report.csv");
     write_report(&report, load.lines)?;
-    let mut without = Side::default();
-    for _ in 0..load.rounds.max(1) {
-        without.add(round_on_queue(pool, addr, load.workers, load.jobs, Loop::NextJob).await?);
-    }
-    eprintln!(
-        "bench: {:<44} {:>8.0} jobs/s",
-        format!("lifecycle, nothing imported N={}", load.workers),
-        without.rate()
-    );
+    // Half the rounds with nothing imported before the import, half after
+    // it (once InnoDB has written back what it left): a machine whose
+    // other load drifts meanwhile weighs on both sides alike.
+    let before = load.rounds.max(2) / 2;
+    let mut without = nothing_imported(pool, addr, &load, before, "before").await?;
     let rss_before = procstat::peak_rss(load.coordinator_pid);
     procstat::reset_peak_rss(load.coordinator_pid);
     let started = Instant::now();
@@ -135,6 +132,7 @@ pub async fn run(pool: &MySqlPool, addr: &str, load: Load) -> Result<SettleFigur
         addr.to_owned(),
         report.clone(),
         load.max_rate,
+        Some(load.log_dir.join("settlement-import.log")),
     ));
     let mut during = Side::default();
     while !importing.is_finished() || during.rounds == 0 {
@@ -148,6 +146,10 @@ pub async fn run(pool: &MySqlPool, addr: &str, load: Load) -> Result<SettleFigur
             && summary["matched"].as_u64() == Some(load.lines),
         "the import did not match every line: {summary}"
     );
+    settle(pool, load.settle).await?;
+    let after = load.rounds.max(2) - before;
+    let later = nothing_imported(pool, addr, &load, after, "after").await?;
+    without.merge(later);
     let alone = import_alone(pool, addr, &load, &report).await?;
     let (yielded, pace) = paced(&summary);
     let figures = SettleFigures {
@@ -176,6 +178,27 @@ pub async fn run(pool: &MySqlPool, addr: &str, load: Load) -> Result<SettleFigur
         figures.pace,
     );
     Ok(figures)
+}
+
+/// `rounds` lifecycle rounds with nothing imported (`when`: before or
+/// after the import, for the terminal).
+async fn nothing_imported(
+    pool: &MySqlPool,
+    addr: &str,
+    load: &Load,
+    rounds: usize,
+    when: &str,
+) -> Result<Side> {
+    let mut side = Side::default();
+    for _ in 0..rounds {
+        side.add(round_on_queue(pool, addr, load.workers, load.jobs, Loop::NextJob).await?);
+    }
+    eprintln!(
+        "bench: {:<44} {:>8.0} jobs/s",
+        format!("lifecycle, nothing imported ({when}) N={}", load.workers),
+        side.rate()
+    );
+    Ok(side)
 }
 
 /// How an import was paced, from its summary: seconds yielded, and what
@@ -220,7 +243,14 @@ async fn import_alone(pool: &MySqlPool, addr: &str, load: &Load, report: &Path) 
         children(),
     );
     let started = Instant::now();
-    let summary = import(load.bin.clone(), addr.to_owned(), report.to_owned(), 0).await?;
+    let summary = import(
+        load.bin.clone(),
+        addr.to_owned(),
+        report.to_owned(),
+        0,
+        None,
+    )
+    .await?;
     let took = started.elapsed();
     let after = (
         load.db_pid.and_then(procstat::cpu_time),
@@ -308,12 +338,15 @@ fn write_report(path: &Path, lines: u64) -> Result<()> {
     Ok(())
 }
 
-/// `jobfence settlement import` of the report; its JSON summary.
+/// `jobfence settlement import` of the report; its JSON summary. Its
+/// progress lines (one a second: lines sent, and the pace) go to
+/// `progress` when given.
 async fn import(
     bin: PathBuf,
     addr: String,
     report: PathBuf,
     max_rate: u32,
+    progress: Option<PathBuf>,
 ) -> Result<serde_json::Value> {
     let out = tokio::process::Command::new(bin)
         .args([
@@ -342,6 +375,12 @@ async fn import(
         .output()
         .await
         .context("running jobfence settlement import")?;
+    if let Some(path) = progress {
+        std::fs::write(
+            path,
+            String::from_utf8_lossy(&out.stderr).replace('\r', "\n"),
+        )?;
+    }
     ensure!(
         out.status.success(),
         "jobfence settlement import failed: {}{}",
@@ -385,9 +424,9 @@ impl SettleFigures {
              transaction for the lines and the reads and locks of their keys; the import paces \
              itself by the workers' job events) while {} gRPC workers run every client's loop \
              (each Complete asks for the next job) on another queue; against the same rounds \
-             with nothing imported, and the same import afterwards with no workers (its lines \
-             deleted first). Every line matched. The coordinator's peak memory during the \
-             import: {} (before it: {}).\n",
+             with nothing imported (half before the import, half after it), and the same \
+             import afterwards with no workers (its lines deleted first). Every line matched. \
+             The coordinator's peak memory during the import: {} (before it: {}).\n",
             self.lines,
             match self.max_rate {
                 0 => "no option set".to_string(),
