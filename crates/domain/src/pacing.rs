@@ -40,12 +40,15 @@ pub struct Window {
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct PacerSettings {
     /// The share of their rate alone the pacer leaves the workers (0 to
-    /// 1): a little above [`KEEP`], since what it measures between two
-    /// batches is the workers' rate while the database still writes back
-    /// the batch before, below their rate truly alone.
+    /// 1): above [`KEEP`], since what it measures between two batches is
+    /// the workers' rate while the database still writes back the batches
+    /// before (its page flushing runs through the rests too), below their
+    /// rate truly alone (0.90 kept them at 81 to 83 % in the benchmark).
     pub aim: f64,
     /// Seconds after which a measurement of the workers' rates counts
-    /// half as much as a new one.
+    /// half as much as a new one: long enough to span their own pauses
+    /// (a fleet that stops for a second now and then must not look like
+    /// one the work does not slow).
     pub half_life: f64,
     /// The same for whether anything else runs at all: shorter, so that
     /// the work is flat out again soon after the workers stop.
@@ -58,16 +61,16 @@ pub struct PacerSettings {
     /// The shortest and longest probe, in seconds (a probe rests as long
     /// as the batch before it took, within these).
     pub probe: (f64, f64),
-    /// Seconds of work between two probes: the first interval, and the
-    /// longest it doubles to while the work is not yielding.
+    /// Seconds of work between two probes: the interval while others run,
+    /// and the longest it doubles to while nothing else does.
     pub probe_every: (f64, f64),
 }
 
 impl Default for PacerSettings {
     fn default() -> Self {
         PacerSettings {
-            aim: 0.9,
-            half_life: 5.0,
+            aim: 0.92,
+            half_life: 15.0,
             presence_half_life: 0.5,
             min_events: 10.0,
             min_rate: 20.0,
@@ -314,17 +317,21 @@ impl Pacer {
             1.0
         };
         let slower = 1.0 - kept;
+        // While others run, the measure of their rate without the work
+        // is kept fresh: a probe every first interval, however long the
+        // work has run flat out (one taken while they paused would
+        // otherwise leave it flat out until the next).
+        self.probe_every = s.probe_every.0;
         if kept >= s.aim {
             self.pace = Pace::Unhindered { slower };
             return if due {
-                self.probe(w.seconds, true)
+                self.probe(w.seconds, false)
             } else {
                 Rest::NONE
             };
         }
         let busy = ((1.0 - s.aim) / slower).min(1.0);
         self.pace = Pace::Yielding { slower, busy };
-        self.probe_every = s.probe_every.0;
         Rest {
             seconds: w.seconds.max(0.0) * (1.0 / busy - 1.0),
             kind: RestKind::Yield,
@@ -335,7 +342,13 @@ impl Pacer {
     /// while the others made `w.events`.
     pub fn rested(&mut self, w: Window) {
         self.age(w.seconds);
-        self.idle.add(w);
+        // A rest in which nothing moved at all says the others paused
+        // (between two runs of theirs), not how fast they go without the
+        // work: it is left out of that measure. (A batch in which nothing
+        // moved is kept: a batch may stop them outright.)
+        if w.events > 0 {
+            self.idle.add(w);
+        }
         self.recent.add(w);
         self.since_rest = 0.0;
         self.rested_once = true;
@@ -417,21 +430,21 @@ mod tests {
 
     #[test]
     fn workers_slowed_by_a_batch_make_it_yield_so_they_keep_85_percent() {
-        // 40 % slower while a batch runs: the work may run a quarter of
-        // the time (aiming at 90 %), resting three batches' time.
+        // 40 % slower while a batch runs: the work may run a fifth of the
+        // time (aiming at 92 %), resting four batches' time.
         let mut p = Pacer::default();
         p.worked(w(600, 0.1));
         p.rested(w(1000, 0.1));
         let rest = p.worked(w(600, 0.1));
         assert_eq!(rest.kind, RestKind::Yield);
-        assert!((rest.seconds - 0.3).abs() < 1e-9, "{rest:?}");
+        assert!((rest.seconds - 0.4).abs() < 1e-9, "{rest:?}");
         let Pace::Yielding { slower, busy } = p.pace() else {
             panic!("{:?}", p.pace())
         };
-        assert!((slower - 0.4).abs() < 1e-9 && (busy - 0.25).abs() < 1e-9);
+        assert!((slower - 0.4).abs() < 1e-9 && (busy - 0.2).abs() < 1e-9);
         assert_eq!(
             p.pace().to_string(),
-            "yielding: the workers' jobs 40 % slower than alone, working 25 % of the time"
+            "yielding: the workers' jobs 40 % slower than alone, working 20 % of the time"
         );
     }
 
@@ -444,20 +457,58 @@ mod tests {
                 "a batch keeping {kept}: the workers kept {share} (worked {worked}, {:?})",
                 p.pace()
             );
-            // And it works no less than that allows (a probe's worth).
-            let most = if kept >= 0.9 { 1.0 } else { 0.1 / (1.0 - kept) };
+            // And it works no less than that allows (a probe a second's
+            // worth).
+            let most = if kept >= 0.92 { 1.0 } else { 0.08 / (1.0 - kept) };
             assert!(
-                worked >= most * 0.93,
+                worked >= most * 0.9,
                 "a batch keeping {kept}: worked {worked} of the time, could {most}"
             );
         }
     }
 
     #[test]
+    fn workers_who_pause_between_their_runs_still_keep_their_share() {
+        // Workers that run 2.5 s, then stop for 0.7 s (a fleet between two
+        // batches of work), slowed by 40 % while a batch runs.
+        let active = |t: f64| t % 3.2 < 2.5;
+        // Events in [t, t + d) at `rate` while active, in 10 ms steps.
+        let made = |t: f64, d: f64, rate: f64| {
+            let steps = (d / 0.01).round().max(1.0) as usize;
+            (0..steps)
+                .filter(|i| active(t + *i as f64 * 0.01))
+                .map(|_| rate * d / steps as f64)
+                .sum::<f64>()
+        };
+        let mut p = Pacer::default();
+        let (mut t, mut total, mut alone) = (0.0, 0.0, 0.0);
+        let mut flat_out = 0;
+        for _ in 0..3000 {
+            let during = made(t, 0.1, 1800.0);
+            alone += made(t, 0.1, 3000.0);
+            let rest = p.worked(w(during.round() as u64, 0.1));
+            total += during;
+            t += 0.1;
+            if rest.seconds > 0.0 {
+                let between = made(t, rest.seconds, 3000.0);
+                alone += between;
+                total += between;
+                p.rested(w(between.round() as u64, rest.seconds));
+                t += rest.seconds;
+            } else {
+                flat_out += 1;
+            }
+        }
+        let share = total / alone;
+        assert!(share >= KEEP, "the workers kept {share}");
+        assert!(flat_out < 300, "{flat_out} of 3000 batches flat out");
+    }
+
+    #[test]
     fn workers_a_batch_does_not_slow_leave_it_flat_out() {
         let (share, worked, p) = simulate(5000.0, 0.95, 0.05, 1000);
         assert!(share > 0.94);
-        assert!(worked > 0.97, "{worked}");
+        assert!(worked > 0.94, "{worked}");
         assert_eq!(p.pace().as_str(), "unhindered");
         assert_eq!(
             p.pace().to_string(),
@@ -466,13 +517,13 @@ mod tests {
     }
 
     #[test]
-    fn workers_stopped_by_a_batch_still_leave_it_a_tenth_of_the_time() {
+    fn workers_stopped_by_a_batch_still_leave_it_8_percent_of_the_time() {
         let mut p = Pacer::default();
         p.worked(w(0, 0.1));
         p.rested(w(500, 0.1));
         let rest = p.worked(w(0, 0.1));
         assert_eq!(rest.kind, RestKind::Yield);
-        assert!((rest.seconds - 0.9).abs() < 1e-9, "{rest:?}");
+        assert!((rest.seconds - 1.15).abs() < 1e-9, "{rest:?}");
         assert_eq!(p.kept_while_working(), 0.0);
     }
 
