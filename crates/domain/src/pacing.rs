@@ -459,7 +459,11 @@ mod tests {
             );
             // And it works no less than that allows (a probe a second's
             // worth).
-            let most = if kept >= 0.92 { 1.0 } else { 0.08 / (1.0 - kept) };
+            let most = if kept >= 0.92 {
+                1.0
+            } else {
+                0.08 / (1.0 - kept)
+            };
             assert!(
                 worked >= most * 0.9,
                 "a batch keeping {kept}: worked {worked} of the time, could {most}"
