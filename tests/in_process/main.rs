@@ -6,6 +6,7 @@
 mod admin;
 mod adversarial;
 mod blank_strings;
+mod budget_waiters;
 mod budgets;
 mod bulk_repair;
 mod coalesced_claims;
