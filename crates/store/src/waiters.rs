@@ -89,13 +89,21 @@ pub(crate) fn statements(
     let mut out = Vec::new();
     let mut leaving = Vec::new();
     let mut latest: Option<DbTime> = None;
+    let mut newcomer = false;
     for (slot, got) in slots.iter().zip(handed) {
         let Some(WaiterTicket { id, ttl }) = slot.waiter else {
             continue;
         };
-        let registered = p.waiters.iter().any(|w| w.id == id);
+        let live = p.waiters.iter().find(|w| w.id == id);
         if *got == 0 && held_for_units {
-            let expires = p.now + chrono::TimeDelta::microseconds(ttl.as_micros() as i64);
+            // A live registration with more than half its life left is
+            // kept as it is: a look that changes nothing writes nothing.
+            let half = chrono::TimeDelta::microseconds(ttl.as_micros() as i64 / 2);
+            if live.is_some_and(|w| w.expires_at >= p.now + half) {
+                continue;
+            }
+            newcomer |= live.is_none();
+            let expires = p.now + half + half;
             latest = latest.max(Some(expires));
             out.push(
                 include_str!("queries/waiters/register.sql")
@@ -105,19 +113,20 @@ pub(crate) fn statements(
                     .replace("{now}", &now)
                     .replace("{expires}", &literal::time(expires)),
             );
-        } else if registered {
+        } else if live.is_some() {
             leaving.push(id.to_string());
         }
     }
-    if let Some(expires) = latest {
+    if let Some(expires) = latest.filter(|e| p.waiters_until.is_none_or(|u| u < *e)) {
         out.push(
             include_str!("queries/waiters/until.sql")
                 .replace("{provider}", &provider)
                 .replace("{expires}", &literal::time(expires)),
         );
     }
-    // Lapsed waiters (a crashed coordinator's) go with any change.
-    if !leaving.is_empty() || latest.is_some() {
+    // Lapsed waiters (a crashed coordinator's) go when a waiter leaves or
+    // a new one is written down.
+    if !leaving.is_empty() || newcomer {
         if leaving.is_empty() {
             leaving.push("0".into());
         }
