@@ -186,3 +186,153 @@ async fn matching_by_reference_reads_the_rows_it_finds_not_every_job_of_the_queu
     drop(conn);
     h.finish().await;
 }
+
+/// The provider's second queue.
+const EU: &str = "refunds-eu";
+
+/// `psp` for the queues `refunds` and `refunds-eu`, amounts compared in
+/// both.
+async fn two_queues(h: &Harness) {
+    use jobfence_domain::budget::Budget;
+    use jobfence_domain::providers::PutProvider;
+    use jobfence_domain::settlement::mapping::Mapping;
+    use jobfence_domain::settlement::records::PutSettlementSettings;
+    let store = h.coordinator.store();
+    store
+        .put_provider(&PutProvider {
+            name: kit::settlement::P.into(),
+            budget: Budget {
+                rate_per_second: 1000.0,
+                burst: 1000,
+                max_in_flight: None,
+                execute_cost: 1,
+                reconcile_cost: 1,
+                per_key: Default::default(),
+            },
+            queues: vec![Q.into(), EU.into()],
+            by: kit::settlement::by(),
+        })
+        .await
+        .unwrap();
+    let amounts = |queue: &str| QueueAmounts {
+        queue: queue.into(),
+        amount_pointer: Some("/amount".into()),
+        currency_pointer: Some("/currency".into()),
+    };
+    store
+        .put_settlement_settings(&PutSettlementSettings {
+            provider: kit::settlement::P.into(),
+            preset: Some("fake".into()),
+            mapping: Mapping::fake(),
+            lag: std::time::Duration::ZERO,
+            queues: vec![amounts(Q), amounts(EU)],
+            by: kit::settlement::by(),
+        })
+        .await
+        .unwrap();
+}
+
+/// A job of `key` on `queue`, parked for a person (manual_review) with no
+/// provider reference.
+async fn parked(h: &Harness, queue: &str, key: &str) -> u64 {
+    use jobfence_api::v1::{FailDisposition, FailRequest};
+    let job = h
+        .enqueue(queue, key, &crate::settlement::payload(500))
+        .await;
+    let claimed = h.claim_one(queue, "w").await;
+    h.client
+        .clone()
+        .fail(FailRequest {
+            job_id: claimed.job_id,
+            attempt: claimed.attempt,
+            disposition: FailDisposition::ManualReview as i32,
+            error: "the provider said nothing clear".into(),
+            retry_delay: None,
+            provider_retry_after: None,
+            next: None,
+        })
+        .await
+        .unwrap();
+    job.job_id
+}
+
+/// A job of `key` on `queue`, completed with `reference`.
+async fn completed(h: &Harness, queue: &str, key: &str, reference: &str) -> u64 {
+    use jobfence_api::v1::CompleteRequest;
+    let job = h
+        .enqueue(queue, key, &crate::settlement::payload(500))
+        .await;
+    let claimed = h.claim_one(queue, "w").await;
+    h.client
+        .clone()
+        .complete(CompleteRequest {
+            job_id: claimed.job_id,
+            attempt: claimed.attempt,
+            provider_reference: reference.into(),
+            result: String::new(),
+            next: None,
+        })
+        .await
+        .unwrap();
+    job.job_id
+}
+
+async fn state_of(h: &Harness, job_id: u64) -> String {
+    sqlx::query_scalar("SELECT CAST(state AS CHAR) FROM jobs WHERE id = ?")
+        .bind(job_id)
+        .fetch_one(&h.pool)
+        .await
+        .unwrap()
+}
+
+/// An operation key both of the provider's queues used: its refund is the
+/// job's whose recorded provider reference it is (decided as the line is
+/// inserted), not the oldest job's, whose manual review it leaves alone.
+#[tokio::test]
+async fn a_key_in_two_queues_goes_to_the_job_that_recorded_its_refund() {
+    let h = Harness::start().await;
+    two_queues(&h).await;
+    let older = parked(&h, Q, "k-both").await;
+    let newer = completed(&h, EU, "k-both", "re_k-both").await;
+    assert!(older < newer);
+    let summary = import(&h, &[line(2, "re_k-both", "k-both", 500, "succeeded")]).await;
+    assert_eq!(summary.decided.matched, 1, "{summary:?}");
+    assert!(summary.decided.resolved.is_empty(), "{summary:?}");
+    assert_eq!(unresolved(&h).await, vec![]);
+    assert_eq!(state_of(&h, older).await, "manual_review");
+    h.finish().await;
+}
+
+/// When no single job of the key recorded the refund's reference and the
+/// jobs would be decided differently, the refund is an AMBIGUOUS_KEY that
+/// names each queue and job, and neither manual review is resolved.
+#[tokio::test]
+async fn a_key_in_two_queues_no_job_recorded_is_an_exception_naming_each_queue() {
+    let h = Harness::start().await;
+    two_queues(&h).await;
+    let first = parked(&h, Q, "k-unsure").await;
+    let second = parked(&h, EU, "k-unsure").await;
+    let summary = import(&h, &[line(2, "re_k-unsure", "k-unsure", 500, "succeeded")]).await;
+    assert!(summary.decided.resolved.is_empty(), "{summary:?}");
+    assert_eq!(summary.decided.exceptions_opened, 1, "{summary:?}");
+    assert_eq!(
+        unresolved(&h).await,
+        vec![(ExceptionKind::AmbiguousKey, "k-unsure".into())]
+    );
+    let listed = h
+        .coordinator
+        .settlement_exceptions(None, &[], None, 10)
+        .await
+        .unwrap();
+    let detail = &listed[0].detail;
+    for named in [
+        format!("job {first} of queue {Q} (manual_review)"),
+        format!("job {second} of queue {EU} (manual_review)"),
+    ] {
+        assert!(detail.contains(&named), "{detail}");
+    }
+    assert_eq!(listed[0].job_id, Some(first));
+    assert_eq!(state_of(&h, first).await, "manual_review");
+    assert_eq!(state_of(&h, second).await, "manual_review");
+    h.finish().await;
+}

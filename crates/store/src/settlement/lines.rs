@@ -243,14 +243,15 @@ impl JobStore {
         Ok(out)
     }
 
-    /// Who holds each of `keys` among the provider's `queues`: a job (with
-    /// its payload), else a pruned job's key record; absent keys are held
-    /// by nobody.
+    /// Who holds each of `keys` among the provider's `queues`: every job
+    /// that does (with its payload and recorded provider reference; more
+    /// than one when two of the queues used the key), oldest first, else
+    /// every key record of a pruned one; absent keys are held by nobody.
     pub async fn settlement_holders(
         &self,
         queues: &[QueueAmounts],
         keys: &[&str],
-    ) -> Result<HashMap<String, Held>, CoordinatorError> {
+    ) -> Result<HashMap<String, Vec<Held>>, CoordinatorError> {
         let mut conn = self.pool().acquire().await.map_err(convert_sqlx_err)?;
         let out = holders_on(&mut conn, queues, keys, false).await?;
         self.pause(crate::pause::PausePoint::SettlementAfterHolders)

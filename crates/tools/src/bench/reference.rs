@@ -79,7 +79,7 @@ impl Report<'_> {
     /// sentences; `None` when the comparison did not run.
     pub(super) fn reference_index_rounds(&self) -> Option<String> {
         let mut out = Vec::new();
-        let mut pairs = |with: Phase, without: Phase, n: usize, what: &str| {
+        let mut pairs = |with: Phase, without: Phase, n: usize, what: String| {
             let ratios = self.paired_db_cpu(with, without, n);
             let rates: Vec<String> = self
                 .measured
@@ -95,7 +95,7 @@ impl Report<'_> {
             if !rates.is_empty() {
                 let cpu: Vec<String> = ratios.iter().map(|r| format!("{r:.2}")).collect();
                 out.push(format!(
-                    "{what}, {n}: with the provider reference's index × without it, round by \
+                    "{what}: with the provider reference's index × without it, round by \
                      round: database CPU per job {}; jobs/s {}",
                     if cpu.is_empty() {
                         "not read".to_owned()
@@ -111,14 +111,14 @@ impl Report<'_> {
                 Phase::CoordinatorNext,
                 Phase::CoordinatorNextNoReferenceIndex,
                 n,
-                "Next job on Complete, workers",
+                format!("Next job on Complete, {n} workers"),
             );
         }
         pairs(
             Phase::Enqueue,
             Phase::EnqueueNoReferenceIndex,
             self.args.enqueue_callers,
-            "Enqueue RPC, callers",
+            format!("Enqueue RPC, {} callers", self.args.enqueue_callers),
         );
         (!out.is_empty()).then(|| out.join("\n\n"))
     }
