@@ -381,9 +381,12 @@ async fn report_from(s: &Secure, endpoint: &str) -> (anyhow::Result<()>, String)
 }
 
 /// A report with no line covers nothing unless `--allow-empty` says the
-/// provider refunded nothing in the period: an empty file has no header
-/// row at all, a header row without a column the provider's settings read
-/// is refused by that column, and a header row alone is an empty report.
+/// provider refunded nothing in the period and its header row names every
+/// column of the provider's settings: an empty file has no header row at
+/// all (nor has an empty file of JSON lines), a header row without a
+/// column the settings read is refused by that column, and a header row
+/// alone is an empty report. A file whose lines were all refused is not
+/// one.
 #[tokio::test]
 async fn an_empty_report_or_a_header_row_short_of_a_column_covers_nothing() {
     let s = Secure::start(false).await;
@@ -423,6 +426,36 @@ async fn an_empty_report_or_a_header_row_short_of_a_column_covers_nothing() {
     let refused = import(short, &["--allow-empty"]).await.unwrap_err();
     assert!(refused.contains("columns.amount"), "{refused}");
     assert!(refused.contains("\"amount\""), "{refused}");
+    // A header row alone must name the operation key's column too: it is
+    // all that shows the file is the provider's export.
+    let keyless = path(&dir, "keyless.csv", b"id,amount,currency,status,created\n");
+    let refused = import(keyless, &["--allow-empty"]).await.unwrap_err();
+    assert!(refused.contains("columns.operation_key"), "{refused}");
+    assert!(refused.contains("\"merchant_reference\""), "{refused}");
+    // JSON lines have no header row: an empty file is refused, and says
+    // which header row would cover the day.
+    let empty_json = path(&dir, "nothing.jsonl", b"\n\n");
+    let refused = import(empty_json, &["--allow-empty"]).await.unwrap_err();
+    assert!(refused.contains("no header row"), "{refused}");
+    assert!(
+        refused.contains("id,merchant_reference,amount,currency,status,created"),
+        "{refused}"
+    );
+    // Lines every one of which is refused, here or by the coordinator, are
+    // no empty report.
+    let not_json = path(&dir, "broken.jsonl", b"not json\n[1]\n");
+    let refused = import(not_json, &["--allow-empty"]).await.unwrap_err();
+    assert!(
+        refused.contains("every one of the report's 2 lines was refused (line 1: line: not JSON"),
+        "{refused}"
+    );
+    let all_bad = path(
+        &dir,
+        "all-bad.csv",
+        b"id,merchant_reference,amount,currency,status,created\nre_1,k1,12a,usd,succeeded,1764547200\n",
+    );
+    let refused = import(all_bad, &["--allow-empty"]).await.unwrap_err();
+    assert!(refused.contains("lines were all refused"), "{refused}");
     let header_only = path(
         &dir,
         "header-only.csv",

@@ -134,15 +134,6 @@ impl Mapping {
         }
     }
 
-    /// The columns every line must have (all but the operation key's, which
-    /// a refund made by hand lacks), named as the fields of a stored
-    /// mapping: a report's header row must name each of them.
-    pub fn required_columns(&self) -> impl Iterator<Item = (&'static str, &str)> {
-        self.columns()
-            .into_iter()
-            .filter(|(field, _)| *field != "operation_key")
-    }
-
     /// The mapping's columns, named as the fields of a stored mapping.
     pub fn columns(&self) -> [(&'static str, &str); 6] {
         [

@@ -78,6 +78,27 @@ impl std::fmt::Display for NotAReport {
 
 impl std::error::Error for NotAReport {}
 
+/// When lines were read and every one of them was refused here (`refused`
+/// holds them all, and none was sent), why the file is no report: the
+/// coordinator would otherwise see a report with no line, which
+/// `--allow-empty` takes. `None` when nothing was refused (an empty file).
+pub fn all_refused(refused: &[RefusedLine]) -> Option<NotAReport> {
+    let first = refused.first()?;
+    let more = match refused.len() {
+        1 => String::new(),
+        n => format!(", and {} more", n - 1),
+    };
+    Some(NotAReport(format!(
+        "every one of the report's {} lines was refused (line {}: {}: {}{more}): a report whose \
+         lines are all refused is no report with no line, and covers nothing, --allow-empty or \
+         not",
+        refused.len(),
+        first.line,
+        first.field,
+        first.reason
+    )))
+}
+
 /// One line as read: sent, or refused here; or, first, the columns a CSV
 /// report's header row names.
 pub enum Read1 {

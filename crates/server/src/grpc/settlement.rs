@@ -281,7 +281,7 @@ fn read_ahead(
                 })) => Err(CoordinatorError::invalid(
                     "lines",
                     format!(
-                        "the importer could not read its report to the end ({}): no period is \
+                        "the importer gave up on its report ({}): no period is \
                          recorded, the lines sent are kept; import the whole report again",
                         abort.reason
                     ),
