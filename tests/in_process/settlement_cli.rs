@@ -550,3 +550,98 @@ async fn an_unknown_preset_is_refused_alone() {
     assert!(!refused.contains("columns."), "{refused}");
     s.stop().await;
 }
+
+/// A JSON line that gives a column of the provider's settings no single
+/// value is refused by its number and the field, never read with one of
+/// its values picked: an array, an object, a dotted key and a nested one
+/// for the same name (`{"metadata.operation_key": …, "metadata":
+/// {"operation_key": …}}`), one key twice. An array or a name given twice
+/// that the settings do not read is no matter.
+#[tokio::test]
+async fn a_json_line_giving_a_column_no_single_value_is_refused_by_its_number() {
+    use jobfence_domain::settlement::mapping::Mapping;
+    use jobfence_domain::settlement::records::PutSettlementSettings;
+    let s = Secure::start(false).await;
+    configure(&s).await;
+    s.coordinator
+        .store()
+        .put_settlement_settings(&PutSettlementSettings {
+            provider: P.into(),
+            preset: Some("stripe".into()),
+            mapping: Mapping::stripe(),
+            lag: std::time::Duration::ZERO,
+            queues: vec![],
+            by: jobfence_testkit::settlement::by(),
+        })
+        .await
+        .unwrap();
+    let rest = r#""currency":"usd","status":"succeeded","created":1764547200"#;
+    let lines = [
+        format!(r#"{{"id":"re_ok","metadata":{{"operation_key":"k-ok"}},"amount":500,{rest}}}"#),
+        format!(
+            r#"{{"id":"re_arr","metadata":{{"operation_key":["k1","k2"]}},"amount":500,{rest}}}"#
+        ),
+        format!(
+            r#"{{"id":"re_two","metadata.operation_key":"k1","metadata":{{"operation_key":"k2"}},"amount":500,{rest}}}"#
+        ),
+        format!(
+            r#"{{"id":"re_dup","metadata":{{"operation_key":"k3"}},"amount":500,"amount":700,{rest}}}"#
+        ),
+        format!(
+            r#"{{"id":"re_obj","metadata":{{"operation_key":{{"k":"v"}}}},"amount":500,{rest}}}"#
+        ),
+        format!(
+            r#"{{"id":"re_tags","tags":[1,2],"x.y":1,"x":{{"y":2}},"metadata":{{"operation_key":"k-tags"}},"amount":500,{rest}}}"#
+        ),
+    ];
+    let dir = scratch("json-values");
+    let file = path(&dir, "refunds.jsonl", lines.join("\n").as_bytes());
+    let args = [
+        "import",
+        "--provider",
+        P,
+        "--period",
+        "2025-12-01",
+        "--json",
+    ];
+    let (done, ended) = settlement_output(&s, &[&args[..], &[file.as_str()]].concat()).await;
+    let ended = ended.expect_err("refused lines end the command with status 1");
+    assert!(ended.starts_with("4 line(s) refused"), "{ended}");
+    let summary: serde_json::Value = serde_json::from_str(&done).unwrap();
+    assert_eq!(summary["lines_new"], 2, "{summary}");
+    let refused: Vec<(u64, String, String)> = summary["refused"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["line"].as_u64().unwrap(),
+                r["field"].as_str().unwrap().to_owned(),
+                r["reason"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    let fields: Vec<(u64, &str)> = refused.iter().map(|(n, f, _)| (*n, f.as_str())).collect();
+    assert_eq!(
+        fields,
+        [
+            (2, "operation_key"),
+            (3, "operation_key"),
+            (4, "amount"),
+            (5, "operation_key")
+        ],
+        "{summary}"
+    );
+    assert!(refused[0].2.contains("array"), "{refused:?}");
+    assert!(refused[1].2.contains("more than once"), "{refused:?}");
+    assert!(refused[2].2.contains("more than once"), "{refused:?}");
+    assert!(refused[3].2.contains("object"), "{refused:?}");
+    let stored: Vec<String> = sqlx::query_scalar(
+        "SELECT CAST(provider_reference AS CHAR) FROM settlement_lines ORDER BY provider_reference",
+    )
+    .fetch_all(&s.pool)
+    .await
+    .unwrap();
+    assert_eq!(stored, ["re_ok", "re_tags"]);
+    s.stop().await;
+}

@@ -99,7 +99,7 @@ async fn fill(h: &Harness) {
     sqlx::query(&format!(
         "INSERT INTO jobs (queue, operation_key, request_digest, payload, state, attempt, \
          run_at, provider_reference, created_at, updated_at, finished_at) \
-         SELECT ?, CONCAT('bulk-', i), UNHEX(SHA2(i, 256)), '{}', 'succeeded', 1, \
+         SELECT ?, CONCAT('bulk-', i), UNHEX(SHA2(i, 256)), '{{}}', 'succeeded', 1, \
          UTC_TIMESTAMP(6), CONCAT('re_bulk_', i), UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), \
          UTC_TIMESTAMP(6) FROM {numbers}",
         numbers = numbers()

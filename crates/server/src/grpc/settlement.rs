@@ -270,6 +270,7 @@ fn read_ahead(
                         .map(|l| RawLine {
                             line: l.line,
                             fields: l.fields.into_iter().collect(),
+                            unreadable: l.unreadable.into_iter().collect(),
                         })
                         .collect(),
                 )),
