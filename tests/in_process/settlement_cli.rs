@@ -231,6 +231,13 @@ async fn exceptions_are_listed_acknowledged_and_resolved_from_the_command_line()
         .unwrap();
     let listed = settlement(&s, &["exceptions", "--json"]).await.unwrap();
     let listed: serde_json::Value = serde_json::from_str(&listed).unwrap();
+    assert_eq!(
+        (&listed["shown"], &listed["total"]),
+        (&2.into(), &2.into()),
+        "{listed}"
+    );
+    assert!(listed["cut"].is_null(), "{listed}");
+    let listed = &listed["exceptions"];
     assert_eq!(listed.as_array().unwrap().len(), 2, "{listed}");
     assert_eq!(listed[0]["kind"], "UNKNOWN_REFERENCE");
     let id = listed[0]["id"].as_u64().unwrap().to_string();
@@ -284,8 +291,7 @@ async fn exceptions_are_listed_acknowledged_and_resolved_from_the_command_line()
     assert!(again.contains("is resolved already"), "{again}");
     let left = settlement(&s, &["exceptions", "--json"]).await.unwrap();
     assert_eq!(
-        serde_json::from_str::<serde_json::Value>(&left)
-            .unwrap()
+        serde_json::from_str::<serde_json::Value>(&left).unwrap()["exceptions"]
             .as_array()
             .unwrap()
             .len(),
@@ -338,6 +344,7 @@ async fn the_report_exits_1_while_a_critical_exception_is_open_and_2_when_it_can
 
     let listed = settlement(&s, &["exceptions", "--json"]).await.unwrap();
     let listed: serde_json::Value = serde_json::from_str(&listed).unwrap();
+    let listed = &listed["exceptions"];
     assert_eq!(listed[0]["kind"], "REFUND_NOT_RECORDED", "{listed}");
     let id = listed[0]["id"].as_u64().unwrap().to_string();
     let resolve = ["exceptions", "resolve", id.as_str()];
@@ -643,5 +650,57 @@ async fn a_json_line_giving_a_column_no_single_value_is_refused_by_its_number() 
     .await
     .unwrap();
     assert_eq!(stored, ["re_ok", "re_tags"]);
+    s.stop().await;
+}
+
+/// A list of exceptions cut at its limit says so, in text and in JSON:
+/// how many it shows of how many match, and how to see more. `--limit 0`
+/// asks for as many as one list shows (500), and says when that cut it
+/// too; above 500 is refused before anything is sent.
+#[tokio::test]
+async fn a_list_cut_at_its_limit_says_how_many_match() {
+    let s = Secure::start(false).await;
+    configure(&s).await;
+    let dir = scratch("cut-list");
+    // 503 refunds nobody enqueued: an UNKNOWN_REFERENCE each.
+    let file = path(&dir, "many.csv", &report(503, 0));
+    let args = ["import", "--provider", P, "--period", "2025-12-01"];
+    settlement(&s, &[&args[..], &[file.as_str()]].concat())
+        .await
+        .unwrap();
+    let text = settlement(&s, &["exceptions"]).await.unwrap();
+    let rows = text
+        .lines()
+        .filter(|l| l.contains("UNKNOWN_REFERENCE"))
+        .count();
+    assert_eq!(rows, 100, "the default limit");
+    let last = text.lines().last().unwrap();
+    assert!(
+        last.starts_with("showing 100 of 503; --limit 500 (or 0) shows up to 500"),
+        "{last}"
+    );
+    let json = settlement(&s, &["exceptions", "--limit", "0", "--json"])
+        .await
+        .unwrap();
+    let json: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(json["exceptions"].as_array().unwrap().len(), 500);
+    assert_eq!((&json["shown"], &json["total"]), (&500.into(), &503.into()));
+    let cut = json["cut"].as_str().unwrap();
+    assert!(
+        cut.starts_with("showing 500 of 503; 500 is the most one list shows"),
+        "{cut}"
+    );
+    let narrow = settlement(&s, &["exceptions", "--limit", "3", "--state", "resolved"])
+        .await
+        .unwrap();
+    assert_eq!(
+        narrow.trim(),
+        "no settlement exceptions",
+        "nothing cut, nothing said"
+    );
+    let refused = settlement(&s, &["exceptions", "--limit", "501"])
+        .await
+        .unwrap_err();
+    assert!(refused.contains("0..=500"), "{refused}");
     s.stop().await;
 }

@@ -323,7 +323,8 @@ async fn a_key_in_two_queues_no_job_recorded_is_an_exception_naming_each_queue()
         .coordinator
         .settlement_exceptions(None, &[], None, 10)
         .await
-        .unwrap();
+        .unwrap()
+        .exceptions;
     let detail = &listed[0].detail;
     for named in [
         format!("job {first} of queue {Q} (manual_review)"),
