@@ -37,6 +37,7 @@ mod settlement;
 mod settlement_cli;
 mod settlement_exceptions;
 mod settlement_input;
+mod settlement_matching;
 mod settlement_races;
 mod state_machine_model;
 mod state_machine_races;

@@ -55,9 +55,12 @@ pub struct ImportArgs {
     #[arg(long)]
     pub strict: bool,
     /// Take a report with no line (the provider refunded nothing in the
-    /// period). Without it such a report is refused and covers nothing: a
+    /// period) whose header row names every column of the provider's
+    /// settings. Without it such a report is refused and covers nothing: a
     /// failed download leaves an empty file, and a covered period with no
     /// refund would make every succeeded job of it missing at the provider.
+    /// A report with no header row (an empty file; JSON lines) or whose
+    /// every line is refused is refused all the same.
     #[arg(long)]
     pub allow_empty: bool,
     /// Your name, recorded with the covered period (a coordinator that
@@ -345,6 +348,13 @@ fn read_and_send(
         send(&mut batch, &mut sent);
     }
     eprint!("\rsettlement: {} sent", lines(sent));
+    if sent == 0 {
+        // Lines every one of which was refused here are no empty report
+        // (which --allow-empty would take).
+        if let Some(none_taken) = super::read::all_refused(&refused) {
+            return Err(none_taken.into());
+        }
+    }
     Ok(refused)
 }
 
