@@ -38,6 +38,7 @@ mod settlement_cli;
 mod settlement_exceptions;
 mod settlement_input;
 mod settlement_matching;
+mod settlement_pacing;
 mod settlement_races;
 mod state_machine_model;
 mod state_machine_races;

@@ -460,6 +460,7 @@ async fn a_settlement_import_is_for_operators_only() {
             operator: "x".into(),
             check_only: false,
             allow_empty: false,
+            import_id: String::new(),
         };
         let line = proto::SettlementReportLine {
             line: 2,

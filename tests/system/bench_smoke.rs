@@ -121,6 +121,8 @@ fn a_short_benchmark_run_checks_every_phase_and_writes_its_report() {
         "| operation_keys | 0 |",
         "## Settlement import",
         "| while importing |",
+        "| the import beside them |",
+        "| the import alone |",
     ] {
         assert!(md.contains(needle), "no {needle:?} in\n{md}");
     }

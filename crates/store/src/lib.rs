@@ -42,6 +42,7 @@ mod health;
 mod literal;
 mod nodes;
 mod observations;
+pub mod pacing;
 pub mod pause;
 mod providers;
 pub mod queue_pause;

@@ -10,21 +10,39 @@
 //! [`Import::finish`] records the period, matches what an earlier import
 //! cut off midway left undecided, and looks for succeeded jobs with no
 //! refund. The file is never held whole: a batch at a time.
+//!
+//! An import paces itself by what it costs the workers
+//! (`jobfence_domain::pacing`, measured by `jobfence_store::pacing`):
+//! after each batch it rests as long as needed for the workers' jobs to
+//! keep 85 % of their rate without it, and not at all when nothing else
+//! runs. How it is paced is in its listing while it runs
+//! ([`Coordinator::settlement_imports`]), in the metrics
+//! (`jobfence_background_*{work="settlement_import"}`), in the log when it
+//! starts or stops yielding, and in its summary.
 
 mod admin;
 mod decide;
 pub mod gauges;
+pub mod running;
 
 use super::Coordinator;
+use jobfence_domain::pacing::{Pace, Rest};
 use jobfence_domain::settlement::mapping::{LineRefusal, RawLine};
 use jobfence_domain::settlement::records::{LineCounts, SettlementSettings};
 use jobfence_domain::settlement::{ExceptionKind, SettlementLine};
 use jobfence_domain::validate::Violations;
 use jobfence_domain::{CoordinatorError, DbTime};
+use jobfence_store::pacing::Paced;
 use jobfence_store::settlement::report::MissingCursor;
 use jobfence_store::JobStore;
+use running::Listed;
+use std::time::Duration;
 
 pub use jobfence_domain::settlement::records::Tally;
+pub use running::ImportProgress;
+
+/// The `work` label of an import's pacing metrics.
+const WORK: &str = "settlement_import";
 
 /// Most lines one streamed batch may carry.
 pub const MAX_BATCH_LINES: usize = 2000;
@@ -55,8 +73,29 @@ fn earliest_period() -> DbTime {
         .expect("a valid date")
 }
 
+/// How an import was paced, for its summary.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ImportPacing {
+    /// What the pacing last found.
+    pub pace: Pace,
+    /// How long the import rested to leave the database to the workers,
+    /// and to measure their rate without it.
+    pub yielded: Duration,
+    pub probed: Duration,
+}
+
+impl Default for ImportPacing {
+    fn default() -> Self {
+        ImportPacing {
+            pace: Pace::Alone,
+            yielded: Duration::ZERO,
+            probed: Duration::ZERO,
+        }
+    }
+}
+
 /// What an import did, for its summary.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct ImportSummary {
     pub lines_read: u64,
     pub lines_refused: u64,
@@ -67,6 +106,7 @@ pub struct ImportSummary {
     /// The succeeded jobs found with no refund in the covered periods
     /// (exceptions raised or kept).
     pub missing: u64,
+    pub pacing: ImportPacing,
 }
 
 /// An import in progress (see the module docs).
@@ -85,6 +125,10 @@ pub struct Import {
     /// operation key's: a report with lines matches those by reference),
     /// `(field, column)`: an empty report is then refused.
     header_lacks: Option<(&'static str, String)>,
+    /// Its pacing (`None` when it only checks: it writes nothing).
+    paced: Option<Paced>,
+    /// Its place among the coordinator's running imports.
+    listed: Listed,
 }
 
 impl Coordinator {
@@ -121,8 +165,21 @@ impl Coordinator {
                 ),
             ));
         }
+        let listed = self.pipelines.imports.add(
+            ImportProgress {
+                import_id: String::new(),
+                provider: header.provider.clone(),
+                operator: header.operator.clone(),
+                running: Duration::ZERO,
+                lines_read: 0,
+                pace: Pace::Alone,
+                yielded: Duration::ZERO,
+            },
+            &self.metrics,
+        );
         Ok(Import {
             coordinator: self.clone(),
+            paced: (!header.check_only).then(|| store.paced()),
             store,
             settings,
             header,
@@ -130,6 +187,7 @@ impl Coordinator {
             accepted_any: false,
             columns_checked: false,
             header_lacks: None,
+            listed,
         })
     }
 
@@ -154,6 +212,12 @@ impl Coordinator {
 }
 
 impl Import {
+    /// Names the import among the coordinator's running ones, as its
+    /// importer will look for it ([`Coordinator::settlement_imports`]).
+    pub fn named(&mut self, import_id: &str) {
+        self.listed.update(|p| p.import_id = import_id.to_owned());
+    }
+
     /// The provider's settings the import reads its lines with.
     pub fn settings(&self) -> &SettlementSettings {
         &self.settings
@@ -251,13 +315,23 @@ impl Import {
                 self.summary.refusals.push(refused);
             }
         }
+        let read = self.summary.lines_read;
+        self.listed.update(|p| p.lines_read = read);
         if self.header.check_only || good.is_empty() {
             return Ok(());
         }
+        self.batch_starts().await;
+        self.write(&good).await?;
+        self.batch_ended().await;
+        Ok(())
+    }
+
+    /// Writes a batch's good lines and decides their keys.
+    async fn write(&mut self, good: &[SettlementLine]) -> Result<(), CoordinatorError> {
         let settings = &self.settings;
         let (counts, decided) = self
             .store
-            .put_settlement_lines(&settings.provider, &settings.queues, &good)
+            .put_settlement_lines(&settings.provider, &settings.queues, good)
             .await?;
         self.summary.lines.add(counts);
         self.summary.decided.add(&Tally::counted(&decided));
@@ -290,6 +364,47 @@ impl Import {
                 .metrics
                 .settlement_resolved(&self.settings.provider, decided.resolved.len() as u64);
             self.summary.decided.add(&decided);
+        }
+    }
+
+    /// A paced step of the import (a batch of lines, a page of the final
+    /// search) starts.
+    async fn batch_starts(&mut self) {
+        if let Some(p) = &mut self.paced {
+            p.batch_starts().await;
+        }
+    }
+
+    /// The step ended: the import rests as its pacing says; the metrics,
+    /// the listing and, when it starts or stops yielding, the log say so.
+    async fn batch_ended(&mut self) {
+        let Some(p) = &mut self.paced else { return };
+        let before = p.pace();
+        let rest: Rest = p.batch_ended().await;
+        let pace = p.pace();
+        let (yielded, probed) = (p.yielded(), p.probed());
+        self.coordinator.metrics.paced(WORK, &rest, &pace);
+        self.listed.update(|l| {
+            l.pace = pace;
+            l.yielded = yielded;
+        });
+        self.summary.pacing = ImportPacing {
+            pace,
+            yielded,
+            probed,
+        };
+        if pace.yielding() != before.yielding() {
+            tracing::info!(
+                provider = %self.settings.provider,
+                operator = %self.header.operator,
+                lines_read = self.summary.lines_read,
+                yielded_seconds = yielded.as_secs_f64(),
+                pace = %pace,
+                "settlement import pace"
+            );
+        }
+        if let Some(p) = &mut self.paced {
+            p.rest(&rest).await;
         }
     }
 
@@ -381,6 +496,7 @@ impl Import {
         self.decide_undecided(500).await?;
         let mut cursor = MissingCursor::Start;
         while cursor != MissingCursor::Done {
+            self.batch_starts().await;
             let (page, next) = self
                 .store
                 .missing_at_provider(&self.settings, cursor, 500)
@@ -403,6 +519,7 @@ impl Import {
             }
             self.summary.missing += page.len() as u64;
             cursor = next;
+            self.batch_ended().await;
         }
         self.coordinator.refresh_settlement_gauges().await;
         tracing::info!(
@@ -415,6 +532,8 @@ impl Import {
             matched = self.summary.decided.matched,
             resolved = self.summary.decided.resolved.len(),
             exceptions_opened = self.summary.decided.exceptions_opened,
+            yielded_seconds = self.summary.pacing.yielded.as_secs_f64(),
+            pace = %self.summary.pacing.pace,
             "settlement report imported"
         );
         Ok(self.summary)

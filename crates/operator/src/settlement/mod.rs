@@ -6,6 +6,7 @@
 //! a person's action on one.
 
 mod import;
+mod progress;
 mod read;
 mod report;
 

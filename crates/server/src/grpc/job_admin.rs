@@ -150,6 +150,19 @@ impl JobAdmin for JobAdminService {
         super::settlement::import(rpc, &self.coordinator, request).await
     }
 
+    #[instrument(
+        name = "ListSettlementImports",
+        skip_all,
+        fields(caller, provider, outcome)
+    )]
+    async fn list_settlement_imports(
+        &self,
+        request: Request<proto::ListSettlementImportsRequest>,
+    ) -> Result<Response<proto::ListSettlementImportsResponse>, Status> {
+        let rpc = self.rpc("ListSettlementImports");
+        super::settlement::imports(rpc, &self.coordinator, request).await
+    }
+
     #[instrument(name = "GetSettlement", skip_all, fields(caller, outcome))]
     async fn get_settlement(
         &self,
