@@ -1,12 +1,13 @@
 //! Repair in bulk from the console, as `jobfence jobs bulk` does it: pick
 //! the action and the jobs (queue, operation-key prefix, age, parked
 //! reason), see how many and which first (nothing changed), then confirm.
-//! Each job goes through the same fenced write as the single action, on
-//! the attempt the selection saw: cancel (CancelJob: ready jobs never
-//! sent), fail or requeue (ResolveManualReview to failed or to a
-//! reconcile: parked jobs). A job that moved meanwhile is refused by its
-//! fence, skipped and counted, never overwritten; each applied one is
-//! recorded with the operator's name and reason.
+//! The jobs counted go to the coordinator's BulkRepair in batches of
+//! [`BULK_BATCH`], each job checked as its single action would be, on the
+//! attempt the selection saw: cancel (CancelJob: ready jobs never sent),
+//! fail or requeue (ResolveManualReview to failed or to a reconcile:
+//! parked jobs). A job that moved meanwhile is refused by its fence,
+//! skipped and counted, never overwritten; each applied one is recorded
+//! with the operator's name and reason.
 
 use super::{bad_input, refusal};
 use crate::forms::{self, query_string, Pairs};
@@ -17,7 +18,9 @@ use axum::extract::{Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 use axum::Form;
-use jobfence_domain::admin::{CancelJob, ListJobsFilter, Resolution, ResolveManualReview};
+use jobfence_domain::admin::{
+    fence, BulkAction, BulkRepair, CountedJob, ListJobsFilter, BULK_BATCH,
+};
 use jobfence_domain::{CoordinatorError, FieldViolation, Job, JobState};
 use maud::{html, Markup};
 use std::time::Duration;
@@ -303,11 +306,29 @@ pub async fn post(
     };
     let reason = forms::value(&pairs, "reason").unwrap_or("").to_owned();
     let (mut applied, mut skipped) = (0, 0);
-    for &(job_id, attempt) in &jobs {
-        match apply(&console, sel.action, job_id, attempt, &who.name, &reason).await {
-            Ok(()) => applied += 1,
-            Err(e) if moved(&e) => skipped += 1,
-            Err(CoordinatorError::InvalidArgument(v)) => {
+    for batch in jobs.chunks(BULK_BATCH) {
+        let call = BulkRepair {
+            action: action(sel.action),
+            jobs: batch
+                .iter()
+                .map(|&(job_id, attempt)| CountedJob { job_id, attempt })
+                .collect(),
+            operator: who.name.clone(),
+            reason: reason.clone(),
+        };
+        let failure = match console.coordinator.bulk_repair(call).await {
+            Ok(out) => {
+                applied += out.applied();
+                skipped += out.skipped();
+                out.results
+                    .into_iter()
+                    .find_map(|(_, r)| r.err().filter(|e| !fence::moved(e)))
+            }
+            Err(e) => Some(e),
+        };
+        match failure {
+            None => {}
+            Some(CoordinatorError::InvalidArgument(v)) => {
                 return respond(
                     StatusCode::BAD_REQUEST,
                     &[bad_input(&v)],
@@ -315,10 +336,10 @@ pub async fn post(
                     None,
                 );
             }
-            Err(e) => {
+            Some(e) => {
                 let n = Notice::new(
                     Level::Error,
-                    format!("Stopped after {applied} applied: {e}."),
+                    format!("Stopped after {applied} applied, {skipped} skipped: {e}."),
                 );
                 return respond(StatusCode::CONFLICT, &[n], chooser(&pairs), None);
             }
@@ -365,52 +386,13 @@ fn counted(pairs: &Pairs) -> Result<Vec<(u64, u64)>, Vec<FieldViolation>> {
     }
 }
 
-/// The fence refused it: the job is not where the selection saw it.
-fn moved(e: &CoordinatorError) -> bool {
-    matches!(
-        e,
-        CoordinatorError::AttemptSuperseded { .. }
-            | CoordinatorError::JobNotInManualReview { .. }
-            | CoordinatorError::JobNotCancellable { .. }
-    )
-}
-
-async fn apply(
-    console: &Console,
-    action: &str,
-    job_id: u64,
-    attempt: u64,
-    operator: &str,
-    reason: &str,
-) -> Result<(), CoordinatorError> {
-    let (operator, reason) = (operator.to_owned(), reason.to_owned());
-    let resolution = match action {
-        "cancel" => {
-            let call = CancelJob {
-                job_id,
-                attempt,
-                operator,
-                reason,
-            };
-            return console.coordinator.cancel_job(call).await.map(|_| ());
-        }
-        "fail" => Resolution::Failed,
-        _ => Resolution::RetryReconcile {
-            delay: Duration::ZERO,
-        },
-    };
-    let call = ResolveManualReview {
-        job_id,
-        attempt,
-        resolution,
-        operator,
-        reason,
-    };
-    console
-        .coordinator
-        .resolve_manual_review(call, false)
-        .await
-        .map(|_| ())
+/// The action a form names (parsed by [`Selection::parse`]).
+fn action(name: &str) -> BulkAction {
+    match name {
+        "cancel" => BulkAction::Cancel,
+        "fail" => BulkAction::Fail,
+        _ => BulkAction::Requeue,
+    }
 }
 
 #[cfg(test)]
