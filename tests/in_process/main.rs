@@ -7,6 +7,7 @@ mod admin;
 mod adversarial;
 mod blank_strings;
 mod budgets;
+mod bulk_batches;
 mod bulk_repair;
 mod coalesced_claims;
 mod commit_unknown;
