@@ -5,7 +5,8 @@
 //! is rolled back by its lock wait timeout, run again, counted, and
 //! applied once; jobs that moved between the count and their batch are
 //! skipped with their reason and never overwritten; bad input is refused
-//! as a whole, naming the field, with nothing written.
+//! as a whole, naming the field, with nothing written; only an operator
+//! may call it, and each job's event names the credential's operator.
 
 use jobfence_testkit as kit;
 
@@ -570,4 +571,59 @@ async fn bad_input_is_refused_whole_naming_the_field_and_writes_nothing() {
         assert_eq!(h.count_events(id, "cancel_rejected").await, 0);
     }
     h.finish().await;
+}
+
+#[tokio::test]
+async fn only_an_operator_repairs_in_bulk_and_each_job_records_the_credentials_name() {
+    let s = kit::secure::Secure::start(false).await;
+    let mut w = s.worker(Some("refunds-worker")).await;
+    let mut ids = Vec::new();
+    for key in ["refund-1", "refund-2"] {
+        let made = w
+            .enqueue(proto::EnqueueRequest {
+                queue: "refunds".into(),
+                operation_key: key.into(),
+                payload: "{}".into(),
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        ids.push(made.job.unwrap().job_id);
+    }
+    let request = |operator: &str| BulkRepairRequest {
+        action: proto::BulkAction::Cancel as i32,
+        jobs: ids
+            .iter()
+            .map(|&job_id| CountedJob { job_id, attempt: 0 })
+            .collect(),
+        operator: operator.into(),
+        reason: "incident 12".into(),
+    };
+    let before = s.counts().await;
+    let mut as_worker = s.admin(Some("refunds-worker")).await;
+    let status = as_worker
+        .bulk_repair(request("refunds-worker"))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        (status.code(), reason(&status)),
+        (Code::PermissionDenied, "ROLE_NOT_ALLOWED".into())
+    );
+    assert_eq!(kit::meta(&status, "required_role"), "operator");
+    let mut alice = s.admin(Some("alice")).await;
+    let status = alice.bulk_repair(request("bob")).await.unwrap_err();
+    assert_eq!(reason(&status), "OPERATOR_MISMATCH");
+    assert_eq!(s.counts().await, before, "nothing written");
+    let done = alice.bulk_repair(request("")).await.unwrap().into_inner();
+    assert_eq!(done.applied, 2);
+    let operators: Vec<String> = sqlx::query_scalar(
+        "SELECT CAST(JSON_VALUE(detail, '$.operator') AS CHAR) FROM job_events \
+         WHERE kind = 'cancelled' ORDER BY job_id",
+    )
+    .fetch_all(&s.pool)
+    .await
+    .unwrap();
+    assert_eq!(operators, ["alice", "alice"]);
+    s.stop().await;
 }
