@@ -304,47 +304,29 @@ pub async fn post(
             )
         }
     };
-    let reason = forms::value(&pairs, "reason").unwrap_or("").to_owned();
-    let (mut applied, mut skipped) = (0, 0);
-    for batch in jobs.chunks(BULK_BATCH) {
-        let call = BulkRepair {
-            action: action(sel.action),
-            jobs: batch
-                .iter()
-                .map(|&(job_id, attempt)| CountedJob { job_id, attempt })
-                .collect(),
-            operator: who.name.clone(),
-            reason: reason.clone(),
-        };
-        let failure = match console.coordinator.bulk_repair(call).await {
-            Ok(out) => {
-                applied += out.applied();
-                skipped += out.skipped();
-                out.results
-                    .into_iter()
-                    .find_map(|(_, r)| r.err().filter(|e| !fence::moved(e)))
-            }
-            Err(e) => Some(e),
-        };
-        match failure {
-            None => {}
-            Some(CoordinatorError::InvalidArgument(v)) => {
-                return respond(
-                    StatusCode::BAD_REQUEST,
-                    &[bad_input(&v)],
-                    chooser(&pairs),
-                    None,
-                );
-            }
-            Some(e) => {
-                let n = Notice::new(
-                    Level::Error,
-                    format!("Stopped after {applied} applied, {skipped} skipped: {e}."),
-                );
-                return respond(StatusCode::CONFLICT, &[n], chooser(&pairs), None);
-            }
+    let reason = forms::value(&pairs, "reason").unwrap_or("");
+    let (applied, skipped) = match send(&console, sel.action, &jobs, &who.name, reason).await {
+        Sent::Done { applied, skipped } => (applied, skipped),
+        Sent::Refused(v) => {
+            return respond(
+                StatusCode::BAD_REQUEST,
+                &[bad_input(&v)],
+                chooser(&pairs),
+                None,
+            )
         }
-    }
+        Sent::Stopped {
+            applied,
+            skipped,
+            error,
+        } => {
+            let n = Notice::new(
+                Level::Error,
+                format!("Stopped after {applied} applied, {skipped} skipped: {error}."),
+            );
+            return respond(StatusCode::CONFLICT, &[n], chooser(&pairs), None);
+        }
+    };
     let n = Notice::new(
         Level::Ok,
         format!(
@@ -384,6 +366,65 @@ fn counted(pairs: &Pairs) -> Result<Vec<(u64, u64)>, Vec<FieldViolation>> {
         ))),
         Some(j) => Ok(j),
     }
+}
+
+/// What the batches of a confirmation did.
+enum Sent {
+    /// Every batch answered: jobs applied, and skipped (moved meanwhile).
+    Done { applied: usize, skipped: usize },
+    /// The first batch was refused as a whole, nothing written.
+    Refused(Vec<FieldViolation>),
+    /// A job failed for another reason than its fence (not found, the
+    /// database unavailable): no further batch was sent.
+    Stopped {
+        applied: usize,
+        skipped: usize,
+        error: CoordinatorError,
+    },
+}
+
+/// Sends `jobs` to BulkRepair in batches of [`BULK_BATCH`], in order.
+async fn send(
+    console: &Console,
+    action_name: &str,
+    jobs: &[(u64, u64)],
+    operator: &str,
+    reason: &str,
+) -> Sent {
+    let (mut applied, mut skipped) = (0, 0);
+    for batch in jobs.chunks(BULK_BATCH) {
+        let call = BulkRepair {
+            action: action(action_name),
+            jobs: batch
+                .iter()
+                .map(|&(job_id, attempt)| CountedJob { job_id, attempt })
+                .collect(),
+            operator: operator.to_owned(),
+            reason: reason.to_owned(),
+        };
+        let failure = match console.coordinator.bulk_repair(call).await {
+            Ok(out) => {
+                applied += out.applied();
+                skipped += out.skipped();
+                out.results
+                    .into_iter()
+                    .find_map(|(_, r)| r.err().filter(|e| !fence::moved(e)))
+            }
+            Err(e) => Some(e),
+        };
+        match failure {
+            None => {}
+            Some(CoordinatorError::InvalidArgument(v)) => return Sent::Refused(v),
+            Some(error) => {
+                return Sent::Stopped {
+                    applied,
+                    skipped,
+                    error,
+                }
+            }
+        }
+    }
+    Sent::Done { applied, skipped }
 }
 
 /// The action a form names (parsed by [`Selection::parse`]).
