@@ -20,7 +20,8 @@
 //! database work of one claim with 1,000 and with `--key-backlog` ready
 //! jobs of one fairness key, and
 //! optionally 6. the coordinator phase again with a million finished jobs
-//! in the table. After every lifecycle phase it checks that every job
+//! in the table, and 7. a bulk cancel of `--bulk-jobs` jobs beside
+//! `--bulk-workers` workers (`bulk.rs`). After every lifecycle phase it checks that every job
 //! succeeded exactly once with exactly one completion event, and fails
 //! loudly otherwise. It prints the table and, with `--write`, writes it to
 //! a Markdown file with the machine, the database settings and the command
@@ -30,6 +31,7 @@
 mod args;
 mod backlog;
 mod budget;
+mod bulk;
 mod db;
 mod direct;
 mod grpc;
@@ -86,6 +88,7 @@ pub async fn run(args: BenchArgs) -> Result<()> {
         backlog: None,
         pruning: None,
         settlement: None,
+        bulk: None,
     };
     let result = bench.all(&args, &addr).await;
     let _ = coordinator.stop(Duration::from_secs(5)).await;
@@ -105,6 +108,7 @@ pub async fn run(args: BenchArgs) -> Result<()> {
         backlog: bench.backlog,
         pruning: bench.pruning,
         settlement: bench.settlement,
+        bulk: bench.bulk,
         elapsed,
         round_trips: (grpc_rtt, db_rtt),
         sightings_ns,
@@ -234,6 +238,8 @@ struct Bench {
     pruning: Option<prune::PruneFigures>,
     /// The settlement phase, when it ran (`--settle-lines`).
     settlement: Option<settle::SettleFigures>,
+    /// The bulk repair phase, when it ran (`--bulk-jobs`).
+    bulk: Option<bulk::BulkFigures>,
 }
 
 impl Bench {
@@ -275,6 +281,10 @@ impl Bench {
             self.reset().await?;
             let load = settle::Load::of(args, max_workers, self.coordinator_pid, self.db_pid)?;
             self.settlement = Some(settle::run(&self.pool, addr, load).await?);
+        }
+        if args.bulk_jobs > 0 {
+            self.reset().await?;
+            self.bulk = Some(bulk::run(&self.pool, addr, bulk::Load::of(args)?).await?);
         }
         Ok(())
     }
