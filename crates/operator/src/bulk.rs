@@ -17,6 +17,7 @@
 
 use crate::connection::{channel, Authed, Connection};
 use crate::duration;
+use crate::pace::Pace;
 use crate::refusal::refused;
 use crate::render::print_json;
 use anyhow::Context;
@@ -34,6 +35,11 @@ const REASON_CODES: [&str; 3] = [
     "MAX_DISPATCHES_REACHED",
     jobfence_domain::MANUAL_REVIEW_REQUESTED,
 ];
+
+/// `--max-rate` unless said otherwise, jobs a second: the pace at which
+/// a bulk leaves the workers of its database most of their rate
+/// (docs/benchmarks.md, "Repair in bulk").
+pub const DEFAULT_MAX_RATE: u32 = 2500;
 
 /// What `jobs bulk` does to each selected job.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -89,6 +95,12 @@ pub struct BulkArgs {
     #[arg(long, default_value_t = jobfence_domain::admin::BULK_BATCH as u16,
           value_parser = clap::value_parser!(u16).range(1..=1000))]
     pub batch_size: u16,
+    /// At most this many jobs a second, the count apart (0: as fast as
+    /// the coordinator takes them). Flat out, a bulk takes the database
+    /// time the workers' claims would have had; at the default pace it
+    /// leaves them most of it (docs/operating.md, "Repair in bulk").
+    #[arg(long, default_value_t = DEFAULT_MAX_RATE)]
+    pub max_rate: u32,
 }
 
 /// One selected job: its id and the attempt the listing saw (the fence).
@@ -213,7 +225,8 @@ impl Bulk {
             selected: jobs.len() as u64,
             ..Default::default()
         };
-        let mut last = std::time::Instant::now();
+        let started = std::time::Instant::now();
+        let mut last = started;
         let mut progress_shown = false;
         let mut done = 0;
         for batch in jobs.chunks(usize::from(self.args.batch_size.max(1))) {
@@ -228,6 +241,9 @@ impl Bulk {
                         break;
                     }
                 }
+            }
+            if let Some(ahead) = Pace(self.args.max_rate).ahead(done as u64, started) {
+                tokio::time::sleep(ahead).await;
             }
             if last.elapsed().as_secs() >= 1 {
                 eprint!(
