@@ -91,6 +91,10 @@ pub struct BenchArgs {
     /// (comma-separated).
     #[arg(long, value_delimiter = ',', default_value = "500")]
     pub bulk_batch: Vec<u16>,
+    /// The bulk's `--max-rate` (jobs a second; 0: flat out): one run for
+    /// each, at each --bulk-batch (comma-separated).
+    #[arg(long, value_delimiter = ',', default_value = "0")]
+    pub bulk_max_rate: Vec<u32>,
     /// Workers running the lifecycle beside the bulk.
     #[arg(long, default_value_t = 20)]
     pub bulk_workers: usize,

@@ -9,9 +9,13 @@
 //! (the count and the batches, as the operator waits for them), and the
 //! workers' jobs per second during it as a share of their rate without.
 //! After each run it checks that every loaded job was cancelled once,
-//! under the bench's operator name.
+//! under the bench's operator name. Then the bulk once more at the first
+//! batch size with no workers: its rate alone, and the CPU each process
+//! spends per job (the database server, the coordinator, the command),
+//! which says where a job's cost is.
 
 use super::db::settle;
+use super::procstat;
 use super::prune::{round, Loop, Side};
 use anyhow::{ensure, Context, Result};
 use sqlx::mysql::MySqlPool;
@@ -28,6 +32,8 @@ pub struct Load {
     pub jobs: u64,
     /// `--batch-size` of each run.
     pub batches: Vec<u16>,
+    /// `--max-rate` of each run (at each batch size).
+    pub rates: Vec<u32>,
     pub workers: usize,
     /// Jobs per lifecycle round.
     pub round_jobs: u64,
@@ -37,31 +43,42 @@ pub struct Load {
     pub bin: PathBuf,
     /// The longest wait for InnoDB to write back what each load left.
     pub settle: Duration,
+    pub coordinator_pid: u32,
+    /// The database server's process, when it runs on this machine.
+    pub db_pid: Option<u32>,
 }
 
 impl Load {
     /// The phase as the flags say.
-    pub fn of(args: &super::BenchArgs) -> Result<Load> {
+    pub fn of(args: &super::BenchArgs, coordinator_pid: u32, db_pid: Option<u32>) -> Result<Load> {
         Ok(Load {
             jobs: args.bulk_jobs,
             batches: args.bulk_batch.clone(),
+            rates: args.bulk_max_rate.clone(),
             workers: args.bulk_workers,
             round_jobs: args.jobs,
             rounds: args.prune_rounds,
             bin: std::env::current_exe()?,
             settle: Duration::from_secs(args.settle_seconds),
+            coordinator_pid,
+            db_pid,
         })
     }
 }
 
-/// One bulk cancel and the rounds that ran beside it.
+/// One bulk cancel, the rounds that ran beside it, and the same number of
+/// rounds just before it with no bulk (the pair shares the machine's
+/// moment: a busy neighbour slows both).
 #[derive(Debug)]
 pub struct BulkRun {
     pub batch: u16,
+    /// Its `--max-rate` (0: flat out).
+    pub max_rate: u32,
     /// From the command's start to its end: the count and every batch.
     pub took: Duration,
     /// Batches the coordinator ran again after a conflict.
     pub conflicts_retried: u64,
+    pub without: Side,
     pub during: Side,
 }
 
@@ -70,63 +87,156 @@ pub struct BulkRun {
 pub struct BulkFigures {
     pub jobs: u64,
     pub workers: usize,
-    pub without: Side,
     pub runs: Vec<BulkRun>,
+    /// The bulk with no workers, afterwards.
+    pub alone: Alone,
+}
+
+/// A bulk cancel with nothing else running, at the first batch size and
+/// flat out: how long it took, and the CPU per job of each process
+/// (`None` where it could not be read: a database on another machine).
+#[derive(Debug)]
+pub struct Alone {
+    pub batch: u16,
+    pub took: Duration,
+    pub db: Option<Duration>,
+    pub coordinator: Option<Duration>,
+    pub command: Option<Duration>,
 }
 
 /// Runs the phase.
 pub async fn run(pool: &MySqlPool, addr: &str, load: Load) -> Result<BulkFigures> {
+    let mut runs = Vec::new();
+    let each: Vec<(u16, u32)> = load
+        .batches
+        .iter()
+        .flat_map(|&b| load.rates.iter().map(move |&r| (b, r)))
+        .collect();
+    for (batch, max_rate) in each {
+        let run = one_run(pool, addr, &load, batch, max_rate).await?;
+        eprintln!(
+            "bench: {:<44} {:>8.0} jobs/s ({} jobs cancelled in {:.1} s: {:.0} jobs/s; \
+             without the bulk {:.0} jobs/s: claims {:.0} %)",
+            format!(
+                "lifecycle beside a bulk ({}) N={}",
+                run.setting(),
+                load.workers
+            ),
+            run.during.rate(),
+            load.jobs,
+            run.took.as_secs_f64(),
+            run.jobs_per_second(load.jobs),
+            run.without.rate(),
+            run.ratio() * 100.0
+        );
+        runs.push(run);
+    }
+    let alone = alone(pool, addr, &load).await?;
+    Ok(BulkFigures {
+        jobs: load.jobs,
+        workers: load.workers,
+        runs,
+        alone,
+    })
+}
+
+/// Loads the jobs, runs the rounds without a bulk (the jobs held), then
+/// the bulk cancel with rounds beside it until it ends; checks it.
+async fn one_run(
+    pool: &MySqlPool,
+    addr: &str,
+    load: &Load,
+    batch: u16,
+    max_rate: u32,
+) -> Result<BulkRun> {
+    load_ready(pool, load.jobs).await?;
+    settle(pool, load.settle).await?;
     let mut without = Side::default();
     for _ in 0..load.rounds.max(1) {
         without.add(round(pool, addr, load.workers, load.round_jobs, Loop::NextJob).await?);
     }
-    eprintln!(
-        "bench: {:<44} {:>8.0} jobs/s",
-        format!("lifecycle, no bulk N={}", load.workers),
-        without.rate()
-    );
-    let mut runs = Vec::new();
-    for &batch in &load.batches {
-        load_ready(pool, load.jobs).await?;
-        settle(pool, load.settle).await?;
-        let started = Instant::now();
-        let cancelling = tokio::spawn(bulk_cancel(load.bin.clone(), addr.to_owned(), batch));
-        let mut during = Side::default();
-        while !cancelling.is_finished() || during.rounds == 0 {
-            during.add(round(pool, addr, load.workers, load.round_jobs, Loop::NextJob).await?);
-        }
-        let summary = cancelling.await??;
-        let took = started.elapsed();
-        ensure!(
-            summary["selected"].as_u64() == Some(load.jobs)
-                && summary["applied"].as_u64() == Some(load.jobs),
-            "the bulk did not cancel every job: {summary}"
-        );
-        verify(pool, load.jobs).await?;
-        let run = BulkRun {
-            batch,
-            took,
-            conflicts_retried: summary["conflicts_retried"].as_u64().unwrap_or(0),
-            during,
-        };
-        eprintln!(
-            "bench: {:<44} {:>8.0} jobs/s ({} jobs cancelled in {:.1} s: {:.0} jobs/s, claims {:.0} %)",
-            format!("lifecycle beside a bulk of {batch} N={}", load.workers),
-            run.during.rate(),
-            load.jobs,
-            took.as_secs_f64(),
-            run.jobs_per_second(load.jobs),
-            run.during.rate() / without.rate().max(1e-9) * 100.0
-        );
-        clear(pool).await?;
-        runs.push(run);
+    let started = Instant::now();
+    let cancelling = tokio::spawn(bulk_cancel(
+        load.bin.clone(),
+        addr.to_owned(),
+        batch,
+        max_rate,
+    ));
+    // Rounds that start while the bulk runs count; the last one may end
+    // after it.
+    let mut during = Side::default();
+    while !cancelling.is_finished() || during.rounds == 0 {
+        during.add(round(pool, addr, load.workers, load.round_jobs, Loop::NextJob).await?);
     }
-    Ok(BulkFigures {
-        jobs: load.jobs,
-        workers: load.workers,
+    let summary = cancelling.await??;
+    let took = started.elapsed();
+    ensure!(
+        summary["selected"].as_u64() == Some(load.jobs)
+            && summary["applied"].as_u64() == Some(load.jobs),
+        "the bulk did not cancel every job: {summary}"
+    );
+    verify(pool, load.jobs).await?;
+    clear(pool).await?;
+    Ok(BulkRun {
+        batch,
+        max_rate,
+        took,
+        conflicts_retried: summary["conflicts_retried"].as_u64().unwrap_or(0),
         without,
-        runs,
+        during,
     })
+}
+
+/// The bulk cancel once more, at the first batch size, flat out, with nothing else
+/// running: its duration, and the CPU per job of the database server, the
+/// coordinator and the command (the command's from the CPU of this
+/// process's waited-for children, which it alone adds to meanwhile).
+async fn alone(pool: &MySqlPool, addr: &str, load: &Load) -> Result<Alone> {
+    let batch = load.batches.first().copied().unwrap_or(500);
+    load_ready(pool, load.jobs).await?;
+    settle(pool, load.settle).await?;
+    let cpu = || {
+        (
+            load.db_pid.and_then(procstat::cpu_time),
+            procstat::cpu_time(load.coordinator_pid),
+            procstat::children_cpu(),
+        )
+    };
+    let before = cpu();
+    let started = Instant::now();
+    let summary = bulk_cancel(load.bin.clone(), addr.to_owned(), batch, 0).await?;
+    let took = started.elapsed();
+    let after = cpu();
+    ensure!(
+        summary["applied"].as_u64() == Some(load.jobs),
+        "the bulk alone did not cancel every job: {summary}"
+    );
+    verify(pool, load.jobs).await?;
+    clear(pool).await?;
+    let per_job = |b: Option<Duration>, a: Option<Duration>| {
+        Some(a?.checked_sub(b?)? / u32::try_from(load.jobs.max(1)).unwrap_or(u32::MAX))
+    };
+    let alone = Alone {
+        batch,
+        took,
+        db: per_job(before.0, after.0),
+        coordinator: per_job(before.1, after.1),
+        command: per_job(before.2, after.2),
+    };
+    eprintln!(
+        "bench: {:<44} {:>8.0} jobs/s; per job: database {}, coordinator {}, command {}",
+        format!("bulk of {batch} alone"),
+        load.jobs as f64 / took.as_secs_f64().max(1e-9),
+        micros(alone.db),
+        micros(alone.coordinator),
+        micros(alone.command),
+    );
+    Ok(alone)
+}
+
+/// A per-job CPU time in µs, or `?`.
+fn micros(d: Option<Duration>) -> String {
+    d.map_or("?".into(), |d| format!("{:.1} µs", d.as_secs_f64() * 1e6))
 }
 
 /// Loads `jobs` ready jobs of the held queue, as an Enqueue of each would
@@ -163,11 +273,17 @@ async fn load_ready(pool: &MySqlPool, jobs: u64) -> Result<()> {
 }
 
 /// `jobfence jobs bulk cancel` of the held queue; its JSON summary.
-async fn bulk_cancel(bin: PathBuf, addr: String, batch: u16) -> Result<serde_json::Value> {
+async fn bulk_cancel(
+    bin: PathBuf,
+    addr: String,
+    batch: u16,
+    max_rate: u32,
+) -> Result<serde_json::Value> {
     let out = tokio::process::Command::new(bin)
         .args(["jobs", "bulk", "cancel", "--queue", HELD, "--yes", "--json"])
         .args(["--operator", "bench", "--reason", "the bulk phase"])
         .args(["--batch-size", &batch.to_string(), "--endpoint", &addr])
+        .args(["--max-rate", &max_rate.to_string()])
         .env_remove("JOBFENCE_TOKEN_FILE")
         .env_remove("JOBFENCE_TLS_CA")
         .stdin(std::process::Stdio::null())
@@ -219,6 +335,19 @@ async fn clear(pool: &MySqlPool) -> Result<()> {
 }
 
 impl BulkRun {
+    /// Its batch size and pace, as a table names them.
+    pub fn setting(&self) -> String {
+        match self.max_rate {
+            0 => format!("batch {}, flat out", self.batch),
+            r => format!("batch {}, --max-rate {r}", self.batch),
+        }
+    }
+
+    /// The workers' rate beside the bulk over their rate just before it.
+    pub fn ratio(&self) -> f64 {
+        self.during.rate() / self.without.rate().max(1e-9)
+    }
+
     /// Jobs counted and cancelled per second, the count included.
     pub fn jobs_per_second(&self, jobs: u64) -> f64 {
         jobs as f64 / self.took.as_secs_f64().max(1e-9)
@@ -235,44 +364,52 @@ impl BulkFigures {
             "{} ready jobs of a queue of their own cancelled with `jobfence jobs bulk cancel \
              --yes` (the count with ListJobs, then BulkRepair in batches, one transaction \
              each) while {} gRPC workers run every client's loop (each Complete asks for the \
-             next job) on another queue; against the same rounds of {} jobs with no bulk. \
-             Each batch size is a run of its own over freshly loaded jobs; every job was \
-             cancelled once, under the bench's name. Targets: the bulk at 2,000 jobs/s or \
-             more, the claims at 85 % or more of their rate without.\n",
+             next job) on another queue, in rounds of {} jobs; against as many rounds just \
+             before it, the jobs loaded and nobody cancelling. Each batch size and pace \
+             (`--max-rate`) is a run of its own over freshly loaded jobs; every job was \
+             cancelled once, under the bench's name. Rounds count from the moment the bulk \
+             starts until it ends (the last may end after it). Targets: the bulk at 2,000 \
+             jobs/s or more, the claims at 85 % or more of their rate without.\n",
             self.jobs,
             self.workers,
-            self.without.jobs / self.without.rounds.max(1) as u64,
+            self.runs
+                .first()
+                .map_or(0, |r| r.without.jobs / r.without.rounds.max(1) as u64),
         );
         let _ = writeln!(
             out,
-            "| batch | bulk s | bulk jobs/s | conflicts run again | rounds | claims jobs/s | claims × without | claim p50/p99 ms |"
+            "| bulk | bulk s | bulk jobs/s | conflicts run again | claims without | claims beside it | kept | claim p50/p99 ms without / beside |"
         );
         let _ = writeln!(out, "|---|---|---|---|---|---|---|---|");
-        let w = &self.without;
-        let _ = writeln!(
-            out,
-            "| no bulk | – | – | – | {} | {:.0} | – | {}/{} |",
-            w.rounds,
-            w.rate(),
-            w.claim(0.5),
-            w.claim(0.99)
-        );
         for r in &self.runs {
-            let d = &r.during;
+            let (w, d) = (&r.without, &r.during);
             let _ = writeln!(
                 out,
-                "| {} | {:.1} | **{:.0}** | {} | {} | {:.0} | **{:.0} %** | {}/{} |",
-                r.batch,
+                "| {} | {:.1} | **{:.0}** | {} | {:.0} jobs/s | {:.0} jobs/s | **{:.0} %** | {}/{} / {}/{} |",
+                r.setting(),
                 r.took.as_secs_f64(),
                 r.jobs_per_second(self.jobs),
                 r.conflicts_retried,
-                d.rounds,
+                w.rate(),
                 d.rate(),
-                d.rate() / w.rate().max(1e-9) * 100.0,
+                r.ratio() * 100.0,
+                w.claim(0.5),
+                w.claim(0.99),
                 d.claim(0.5),
                 d.claim(0.99)
             );
         }
+        let a = &self.alone;
+        let _ = writeln!(
+            out,
+            "\nThe same cancel afterwards with no workers, batches of {}, flat out: {:.0} jobs/s; CPU \
+             per job: the database server {}, the coordinator {}, the command {}.",
+            a.batch,
+            self.jobs as f64 / a.took.as_secs_f64().max(1e-9),
+            micros(a.db),
+            micros(a.coordinator),
+            micros(a.command),
+        );
         out
     }
 }

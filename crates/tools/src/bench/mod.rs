@@ -284,7 +284,8 @@ impl Bench {
         }
         if args.bulk_jobs > 0 {
             self.reset().await?;
-            self.bulk = Some(bulk::run(&self.pool, addr, bulk::Load::of(args)?).await?);
+            let load = bulk::Load::of(args, self.coordinator_pid, self.db_pid)?;
+            self.bulk = Some(bulk::run(&self.pool, addr, load).await?);
         }
         Ok(())
     }
