@@ -34,7 +34,7 @@ pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 pub const MAJOR: &str = env!("CARGO_PKG_VERSION_MAJOR");
 
 /// The response header (gRPC initial metadata) in which a coordinator names
-/// the API version it speaks, e.g. `jobfence-api-version: 1.1.0`. A
+/// the API version it speaks, e.g. `jobfence-api-version: 1.2.0`. A
 /// coordinator without it is older than the header: clients accept it, so
 /// that a rolling upgrade never refuses a coordinator for its age.
 pub const VERSION_HEADER: &str = "jobfence-api-version";

@@ -8,6 +8,7 @@ mod adversarial;
 mod blank_strings;
 mod budget_waiters;
 mod budgets;
+mod bulk_batches;
 mod bulk_repair;
 mod coalesced_claims;
 mod commit_unknown;

@@ -1,6 +1,6 @@
 //! The benchmark keeps working: a short run of `jobfence bench` (a few
-//! hundred jobs, every phase, the finished-rows, pruning and backlog
-//! phases included) against the test database must check every phase and
+//! hundred jobs, every phase, the finished-rows, pruning, backlog and
+//! bulk repair phases included) against the test database must check every phase and
 //! write its report. It asserts nothing about the figures: that is the
 //! benchmark's job, not a test's.
 
@@ -39,6 +39,12 @@ fn a_short_benchmark_run_checks_every_phase_and_writes_its_report() {
             "1",
             "--settle-lines",
             "3000",
+            "--bulk-jobs",
+            "2000",
+            "--bulk-batch",
+            "100,500",
+            "--bulk-workers",
+            "4",
             "--fairness-keys",
             "50",
             "--key-backlog",
@@ -123,6 +129,11 @@ fn a_short_benchmark_run_checks_every_phase_and_writes_its_report() {
         "| while importing |",
         "| the import beside them |",
         "| the import alone |",
+        "## Repair in bulk",
+        "2000 ready jobs of a queue of their own",
+        "| bulk | bulk s | bulk jobs/s |",
+        "| batch 100, flat out | ",
+        "| batch 500, flat out | ",
     ] {
         assert!(md.contains(needle), "no {needle:?} in\n{md}");
     }

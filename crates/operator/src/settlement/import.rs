@@ -6,6 +6,7 @@
 
 use super::read::{read, Format, Read1};
 use crate::connection::{channel, Connection};
+use crate::pace::Pace;
 use crate::refusal::refused_with_flags;
 use crate::render::print_json;
 use anyhow::Context;
@@ -358,7 +359,9 @@ fn read_and_send(
             if !send(&mut batch, &mut sent) {
                 return false; // the call ended (refused): stop reading
             }
-            pace.wait(sent, started);
+            if let Some(ahead) = pace.ahead(sent, started) {
+                std::thread::sleep(ahead);
+            }
         }
         true
     })?;
@@ -373,23 +376,6 @@ fn read_and_send(
         }
     }
     Ok(refused)
-}
-
-/// `--max-rate`: lines a second, 0 for no limit.
-#[derive(Clone, Copy)]
-struct Pace(u32);
-
-impl Pace {
-    /// Sleeps until `sent` lines are due at the rate since `started`.
-    fn wait(self, sent: u64, started: std::time::Instant) {
-        if self.0 == 0 {
-            return;
-        }
-        let due = std::time::Duration::from_secs_f64(sent as f64 / f64::from(self.0));
-        if let Some(ahead) = due.checked_sub(started.elapsed()) {
-            std::thread::sleep(ahead);
-        }
-    }
 }
 
 /// Prints the import's summary.

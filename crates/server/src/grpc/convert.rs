@@ -205,3 +205,15 @@ pub fn disposition_to_proto(d: FailDisposition) -> proto::FailDisposition {
         FailDisposition::ManualReview => proto::FailDisposition::ManualReview,
     }
 }
+
+/// One item's refusal in a batch's answer (an EnqueueBatch item, a
+/// BulkRepair job), as the status of the item's single call would say it.
+pub fn item_error(e: &jobfence_domain::CoordinatorError) -> proto::ItemError {
+    let (code, reason) = super::status::code_and_reason(e);
+    proto::ItemError {
+        code: code as i32,
+        reason: reason.to_owned(),
+        message: e.to_string(),
+        metadata: super::status::metadata(e),
+    }
+}

@@ -293,6 +293,27 @@ impl JobAdmin for JobAdminService {
     }
 
     #[instrument(
+        name = "BulkRepair",
+        skip_all,
+        fields(
+            caller,
+            action,
+            jobs,
+            operator,
+            applied,
+            skipped,
+            conflicts_retried,
+            outcome
+        )
+    )]
+    async fn bulk_repair(
+        &self,
+        request: Request<proto::BulkRepairRequest>,
+    ) -> Result<Response<proto::BulkRepairResponse>, Status> {
+        super::repair::bulk_repair(self.rpc("BulkRepair"), &self.coordinator, request).await
+    }
+
+    #[instrument(
         name = "RetryAsNewOperation",
         skip_all,
         fields(caller, job_id, operator, new_job_id, created, outcome)

@@ -22,7 +22,8 @@
 //! next-job loop and Enqueue each also run without the provider
 //! reference's index, right after their ordinary phase), and
 //! optionally 6. the coordinator phase again with a million finished jobs
-//! in the table. After every lifecycle phase it checks that every job
+//! in the table, and 7. a bulk cancel of `--bulk-jobs` jobs beside
+//! `--bulk-workers` workers (`bulk.rs`). After every lifecycle phase it checks that every job
 //! succeeded exactly once with exactly one completion event, and fails
 //! loudly otherwise. It prints the table and, with `--write`, writes it to
 //! a Markdown file with the machine, the database settings and the command
@@ -32,6 +33,7 @@
 mod args;
 mod backlog;
 mod budget;
+mod bulk;
 mod db;
 mod direct;
 mod grpc;
@@ -89,6 +91,7 @@ pub async fn run(args: BenchArgs) -> Result<()> {
         backlog: None,
         pruning: None,
         settlement: None,
+        bulk: None,
     };
     let result = bench.all(&args, &addr).await;
     let _ = coordinator.stop(Duration::from_secs(5)).await;
@@ -108,6 +111,7 @@ pub async fn run(args: BenchArgs) -> Result<()> {
         backlog: bench.backlog,
         pruning: bench.pruning,
         settlement: bench.settlement,
+        bulk: bench.bulk,
         elapsed,
         round_trips: (grpc_rtt, db_rtt),
         sightings_ns,
@@ -237,6 +241,8 @@ struct Bench {
     pruning: Option<prune::PruneFigures>,
     /// The settlement phase, when it ran (`--settle-lines`).
     settlement: Option<settle::SettleFigures>,
+    /// The bulk repair phase, when it ran (`--bulk-jobs`).
+    bulk: Option<bulk::BulkFigures>,
 }
 
 impl Bench {
@@ -278,6 +284,11 @@ impl Bench {
             self.reset().await?;
             let load = settle::Load::of(args, max_workers, self.coordinator_pid, self.db_pid)?;
             self.settlement = Some(settle::run(&self.pool, addr, load).await?);
+        }
+        if args.bulk_jobs > 0 {
+            self.reset().await?;
+            let load = bulk::Load::of(args, self.coordinator_pid, self.db_pid)?;
+            self.bulk = Some(bulk::run(&self.pool, addr, load).await?);
         }
         Ok(())
     }

@@ -184,6 +184,8 @@ pub struct Report<'a> {
     pub pruning: Option<super::prune::PruneFigures>,
     /// The settlement phase, when it ran.
     pub settlement: Option<super::settle::SettleFigures>,
+    /// The bulk repair phase, when it ran.
+    pub bulk: Option<super::bulk::BulkFigures>,
     pub elapsed: Duration,
     /// Median round trips on loopback: a gRPC call that does no database
     /// work, and `SELECT 1`.
@@ -418,6 +420,10 @@ impl Report<'_> {
             out.push('\n');
             out.push_str(&s.markdown());
         }
+        if let Some(b) = &self.bulk {
+            out.push('\n');
+            out.push_str(&b.markdown());
+        }
         out
     }
 
@@ -458,6 +464,10 @@ impl Report<'_> {
         if let Some(s) = &self.settlement {
             out.push('\n');
             out.push_str(&s.markdown());
+        }
+        if let Some(b) = &self.bulk {
+            out.push('\n');
+            out.push_str(&b.markdown());
         }
         out
     }
