@@ -6,7 +6,9 @@
 mod admin;
 mod adversarial;
 mod blank_strings;
+mod budget_waiters;
 mod budgets;
+mod bulk_batches;
 mod bulk_repair;
 mod coalesced_claims;
 mod commit_unknown;
@@ -36,6 +38,7 @@ mod settlement;
 mod settlement_cli;
 mod settlement_exceptions;
 mod settlement_input;
+mod settlement_matching;
 mod settlement_pacing;
 mod settlement_races;
 mod state_machine_model;

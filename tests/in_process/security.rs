@@ -468,6 +468,7 @@ async fn a_settlement_import_is_for_operators_only() {
                 .into_iter()
                 .map(|(k, v)| (k.to_owned(), v.to_owned()))
                 .collect(),
+            unreadable: Default::default(),
         };
         tokio_stream::iter([
             proto::ImportSettlementRequest {

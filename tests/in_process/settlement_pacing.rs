@@ -78,6 +78,7 @@ impl Streamed {
                 proto::SettlementReportLine {
                     line: l.line,
                     fields: l.fields.into_iter().collect(),
+                    unreadable: Default::default(),
                 }
             })
             .collect();

@@ -9,7 +9,8 @@
 //!   fenced writes, coalesced Claims per queue, coalesced Enqueues).
 //! - [`long_poll`]: Claims that wait for work instead of polling.
 //! - `writes.rs`: RenewLease, Complete and Fail.
-//! - [`admin`]: the operator calls and the events feed.
+//! - [`admin`]: the operator calls and the events feed; `bulk.rs`, an
+//!   operator's action on many counted jobs (BulkRepair).
 //! - [`providers`]: provider budgets and stored queue policies.
 //! - [`gauges`]: the gauges read from the databases (pending ages, pools).
 //! - [`retention`]: the pruner (docs/design.md rule 14).
@@ -17,6 +18,7 @@
 pub mod admin;
 pub mod archive;
 pub mod batcher;
+mod bulk;
 mod claims;
 mod enqueue;
 pub mod gauges;

@@ -1,7 +1,16 @@
 //! The operator's calls and reads, as the coordinator, the gRPC adapter
-//! and the console all see them: resolving or cancelling a job, listing
+//! and the console all see them: resolving or cancelling a job (one, or
+//! many at once: [`bulk`]), the fence both check ([`fence`]), listing
 //! jobs, per-queue statistics and the pending ages behind the gauges. The
 //! store executes them; nothing here knows SQL.
+
+mod bulk;
+pub mod fence;
+
+pub use bulk::{
+    BulkAction, BulkApplied, BulkJobResult, BulkRepair, BulkRepairOutcome, CountedJob, BULK_BATCH,
+    MAX_BULK_JOBS,
+};
 
 use crate::JobState;
 use std::collections::BTreeMap;

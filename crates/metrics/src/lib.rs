@@ -61,7 +61,7 @@ struct Inner {
 }
 
 /// The RPCs whose commit can be lost (`jobfence_commit_outcome_unknown_total{rpc}`).
-const COMMIT_RPCS: [&str; 10] = [
+const COMMIT_RPCS: [&str; 11] = [
     "Claim",
     "Takeover",
     "Complete",
@@ -72,6 +72,7 @@ const COMMIT_RPCS: [&str; 10] = [
     "EnqueueBatch",
     "ResolveManualReview",
     "CancelJob",
+    "BulkRepair",
 ];
 
 /// The reasons of `jobfence_auth_refusals_total`, present from the start:

@@ -1,9 +1,12 @@
-//! `jobfence jobs bulk cancel|fail|requeue`: repair in bulk, each job
-//! through the same fenced write as the single action (CancelJob,
-//! ResolveManualReview), on the attempt the listing saw. A job that moved
-//! meanwhile (claimed, completed, resolved by someone else) is refused by
-//! its fence, skipped and counted, never overwritten; every applied one is
-//! recorded in its events with the operator's name and reason.
+//! `jobfence jobs bulk cancel|fail|requeue`: repair in bulk. The jobs
+//! the listing counted go to the coordinator in batches (BulkRepair,
+//! `--batch-size` jobs a call, oldest first), each batch one transaction
+//! in which every job is checked as its single action would be
+//! (CancelJob, ResolveManualReview), on the attempt the listing saw. A job
+//! that moved meanwhile (claimed, completed, resolved by someone else) is
+//! refused by its fence, skipped and counted, never overwritten; every
+//! applied one is recorded in its events with the operator's name and
+//! reason.
 //!
 //! Selecting: a queue (or `--all` for every queue), the age, the state
 //! reason (manual review's `RESEND_WINDOW_CLOSED`, `MAX_DISPATCHES_REACHED`
@@ -14,12 +17,13 @@
 
 use crate::connection::{channel, Authed, Connection};
 use crate::duration;
+use crate::pace::Pace;
 use crate::refusal::refused;
 use crate::render::print_json;
 use anyhow::Context;
 use clap::{Args, ValueEnum};
 use jobfence_api::v1::job_admin_client::JobAdminClient;
-use jobfence_api::v1::{self as proto, JobState, Resolution};
+use jobfence_api::v1::{self as proto, JobState};
 use serde_json::json;
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -31,6 +35,11 @@ const REASON_CODES: [&str; 3] = [
     "MAX_DISPATCHES_REACHED",
     jobfence_domain::MANUAL_REVIEW_REQUESTED,
 ];
+
+/// `--max-rate` unless said otherwise, jobs a second: the pace at which
+/// a bulk leaves the workers of its database most of their rate
+/// (docs/benchmarks.md, "Repair in bulk").
+pub const DEFAULT_MAX_RATE: u32 = 2500;
 
 /// What `jobs bulk` does to each selected job.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -81,6 +90,17 @@ pub struct BulkArgs {
     /// Why; recorded in every job's events.
     #[arg(long)]
     pub reason: String,
+    /// Jobs per call to the coordinator (1 to 1000), each call one
+    /// transaction holding the row locks of its jobs until it commits.
+    #[arg(long, default_value_t = jobfence_domain::admin::BULK_BATCH as u16,
+          value_parser = clap::value_parser!(u16).range(1..=1000))]
+    pub batch_size: u16,
+    /// At most this many jobs a second, the count apart (0: as fast as
+    /// the coordinator takes them). Flat out, a bulk takes the database
+    /// time the workers' claims would have had; at the default pace it
+    /// leaves them most of it (docs/operating.md, "Repair in bulk").
+    #[arg(long, default_value_t = DEFAULT_MAX_RATE)]
+    pub max_rate: u32,
 }
 
 /// One selected job: its id and the attempt the listing saw (the fence).
@@ -97,6 +117,9 @@ pub struct BulkTally {
     pub errors: BTreeMap<String, u64>,
     /// The first of them, as printed.
     pub first_error: Option<String>,
+    /// Batches the coordinator ran again after a conflict (a deadlock, a
+    /// lock wait timeout); nothing of a rolled-back try was applied.
+    pub conflicts_retried: u64,
 }
 
 /// A bulk action against one coordinator.
@@ -194,44 +217,37 @@ impl Bulk {
         code && key && never_sent
     }
 
-    /// Applies the action to each of `jobs`, fenced on its attempt, with a
-    /// progress line on standard error.
+    /// Applies the action to each of `jobs`, fenced on its attempt, in
+    /// batches of `--batch-size` in the order given, with a progress line
+    /// on standard error.
     pub async fn apply(&mut self, jobs: &[Selected]) -> BulkTally {
         let mut tally = BulkTally {
             selected: jobs.len() as u64,
             ..Default::default()
         };
-        let mut last = std::time::Instant::now();
+        let started = std::time::Instant::now();
+        let mut last = started;
         let mut progress_shown = false;
-        for (i, &(job_id, attempt)) in jobs.iter().enumerate() {
-            match self.one(job_id, attempt).await {
-                Ok(()) => tally.applied += 1,
+        let mut done = 0;
+        for batch in jobs.chunks(usize::from(self.args.batch_size.max(1))) {
+            done += batch.len();
+            match self.batch(batch).await {
+                Ok(answer) => tally.count(answer),
                 Err(s) => {
-                    let reason = crate::refusal::reason_of(&s);
-                    let moved = matches!(
-                        reason.as_str(),
-                        "JOB_NOT_CANCELLABLE" | "ATTEMPT_SUPERSEDED" | "JOB_NOT_IN_MANUAL_REVIEW"
-                    );
-                    let into = if moved {
-                        &mut tally.skipped
-                    } else {
-                        &mut tally.errors
-                    };
-                    *into.entry(reason).or_default() += 1;
-                    if !moved && tally.first_error.is_none() {
-                        tally.first_error = Some(crate::describe_status(&s));
-                    }
+                    tally.failed(&s, batch.len() as u64);
                     // The request itself is refused (the operator's name,
-                    // the reason): every job would be, so stop here.
+                    // the reason): every batch would be, so stop here.
                     if s.code() == tonic::Code::InvalidArgument {
                         break;
                     }
                 }
             }
+            if let Some(ahead) = Pace(self.args.max_rate).ahead(done as u64, started) {
+                tokio::time::sleep(ahead).await;
+            }
             if last.elapsed().as_secs() >= 1 {
                 eprint!(
-                    "\rjobs: {}/{} done, {} applied",
-                    i + 1,
+                    "\rjobs: {done}/{} done, {} applied",
                     jobs.len(),
                     tally.applied
                 );
@@ -246,30 +262,71 @@ impl Bulk {
         tally
     }
 
-    async fn one(&mut self, job_id: u64, attempt: u64) -> Result<(), tonic::Status> {
-        let (operator, reason) = (self.args.operator.clone(), self.args.reason.clone());
-        let resolution = match self.args.action {
-            BulkAction::Cancel => {
-                let req = proto::CancelJobRequest {
-                    job_id,
-                    attempt,
-                    operator,
-                    reason,
-                };
-                return self.client.cancel_job(req).await.map(|_| ());
+    /// One BulkRepair of `jobs`.
+    async fn batch(
+        &mut self,
+        jobs: &[Selected],
+    ) -> Result<proto::BulkRepairResponse, tonic::Status> {
+        let action = match self.args.action {
+            BulkAction::Cancel => proto::BulkAction::Cancel,
+            BulkAction::Fail => proto::BulkAction::Fail,
+            BulkAction::Requeue => proto::BulkAction::Requeue,
+        };
+        let req = proto::BulkRepairRequest {
+            action: action as i32,
+            jobs: jobs
+                .iter()
+                .map(|&(job_id, attempt)| proto::CountedJob { job_id, attempt })
+                .collect(),
+            operator: self.args.operator.clone(),
+            reason: self.args.reason.clone(),
+        };
+        self.client.bulk_repair(req).await.map(|r| r.into_inner())
+    }
+}
+
+/// The reasons of a job that moved since the listing: its fence refused
+/// it (skipped, never overwritten).
+const MOVED: [&str; 3] = [
+    "JOB_NOT_CANCELLABLE",
+    "ATTEMPT_SUPERSEDED",
+    "JOB_NOT_IN_MANUAL_REVIEW",
+];
+
+impl BulkTally {
+    /// Counts a batch's answer, job by job.
+    fn count(&mut self, answer: proto::BulkRepairResponse) {
+        use proto::bulk_repair_result::Result as R;
+        self.conflicts_retried += u64::from(answer.conflicts_retried);
+        for r in answer.results {
+            match r.result {
+                Some(R::Applied(_)) => self.applied += 1,
+                Some(R::Error(e)) if MOVED.contains(&e.reason.as_str()) => {
+                    *self.skipped.entry(e.reason).or_default() += 1;
+                }
+                Some(R::Error(e)) => {
+                    if self.first_error.is_none() {
+                        let mut said = format!("{} (job {}): {}", e.reason, r.job_id, e.message);
+                        let mut meta: Vec<_> = e.metadata.into_iter().collect();
+                        meta.sort();
+                        for (k, v) in meta {
+                            said.push_str(&format!(" {k}={v}"));
+                        }
+                        self.first_error = Some(said);
+                    }
+                    *self.errors.entry(e.reason).or_default() += 1;
+                }
+                None => *self.errors.entry("NO_ANSWER".into()).or_default() += 1,
             }
-            BulkAction::Fail => Resolution::Failed,
-            BulkAction::Requeue => Resolution::RetryReconcile,
-        };
-        let req = proto::ResolveManualReviewRequest {
-            job_id,
-            attempt,
-            resolution: resolution as i32,
-            operator,
-            reason,
-            ..Default::default()
-        };
-        self.client.resolve_manual_review(req).await.map(|_| ())
+        }
+    }
+
+    /// Counts a batch refused or failed as a whole: none of its `jobs` done.
+    fn failed(&mut self, s: &tonic::Status, jobs: u64) {
+        *self.errors.entry(crate::refusal::reason_of(s)).or_default() += jobs;
+        if self.first_error.is_none() {
+            self.first_error = Some(crate::describe_status(s));
+        }
     }
 }
 
@@ -326,6 +383,7 @@ fn summary(out: &mut (dyn Write + Send), json: bool, t: &BulkTally) -> anyhow::R
                 "applied": t.applied,
                 "skipped": t.skipped,
                 "errors": t.errors,
+                "conflicts_retried": t.conflicts_retried,
             }),
         );
     }
@@ -337,6 +395,13 @@ fn summary(out: &mut (dyn Write + Send), json: bool, t: &BulkTally) -> anyhow::R
     )?;
     for (reason, n) in t.skipped.iter().chain(&t.errors) {
         writeln!(out, "  {reason}: {n}")?;
+    }
+    if t.conflicts_retried > 0 {
+        writeln!(
+            out,
+            "  batches run again after a conflict: {}",
+            t.conflicts_retried
+        )?;
     }
     Ok(())
 }

@@ -25,6 +25,7 @@ mod connection;
 mod enqueue;
 mod events;
 mod jobs;
+mod pace;
 mod providers;
 mod queue_policies;
 mod refusal;

@@ -4,7 +4,6 @@
 
 use super::batch::{db_time, expand, hex, json};
 use super::literal;
-use super::run::{Body, Failure};
 use super::tx::Tx;
 use super::{convert_sqlx_err, rows};
 use jobfence_domain::{CoordinatorError, DbTime, EventKind, Job, JobState};
@@ -213,18 +212,6 @@ pub(crate) async fn find_applied_all(
     Ok(out)
 }
 
-/// The applied event of an earlier identical call, if there was one:
-/// `(kind, detail)`.
-pub(crate) async fn find_applied(
-    conn: &mut MySqlConnection,
-    job_id: u64,
-    attempt: u64,
-    digest: &[u8; 32],
-) -> Result<Option<(String, Option<String>)>, CoordinatorError> {
-    let mut found = find_applied_all(conn, &[CallKey::new(job_id, attempt, digest)]).await?;
-    Ok(found.remove(&job_id))
-}
-
 /// The entry of a refused write: the presented attempt, and the job's
 /// state and attempt as locked.
 pub(crate) fn refusal<'a>(
@@ -246,23 +233,6 @@ pub(crate) fn refusal<'a>(
         detail: Some(detail),
         created_at: now,
     }
-}
-
-/// Logs a refused write (see [`refusal`]) in `tx` and answers
-/// [`Failure::Refused`]: the runner commits that entry alone, then answers
-/// the refusal. Nothing of the job changed; the refusal stands even if its
-/// audit entry cannot be committed.
-pub(crate) async fn refuse<T>(
-    tx: &mut MySqlConnection,
-    job: &Job,
-    presented: u64,
-    kind: EventKind,
-    detail: String,
-    now: DbTime,
-    refused: CoordinatorError,
-) -> Body<T> {
-    append(tx, refusal(job, presented, kind, detail, now)).await?;
-    Err(Failure::Refused(refused))
 }
 
 /// SHA-256 over length-prefixed parts: the identity of a fenced call.

@@ -57,6 +57,7 @@ pub mod settlement;
 pub mod shards;
 pub mod trends;
 mod tx;
+mod waiters;
 pub mod workers;
 mod writeback;
 

@@ -49,9 +49,10 @@ pub enum PausePoint {
     /// COMMIT go next, in one round trip (inside the transaction).
     EnqueueBeforeCommit,
     /// A ResolveManualReview holds the row lock and has read the state it
-    /// decides on, nothing is updated yet.
+    /// decides on, nothing is updated yet; a BulkRepair's fail or requeue
+    /// holds the row locks of every job of its batch there.
     ResolveAfterLock,
-    /// The same for CancelJob.
+    /// The same for CancelJob, and a BulkRepair's cancel.
     CancelAfterLock,
     /// A RetryAsNewOperation holds the old job's row lock and has read
     /// whether it was tried again already; nothing is written yet.

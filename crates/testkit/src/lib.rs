@@ -24,6 +24,7 @@
 
 pub mod demo;
 pub mod harness;
+pub mod load;
 pub mod locks;
 pub mod ops;
 pub mod otlp;

@@ -1,12 +1,13 @@
 //! Repair in bulk from the console, as `jobfence jobs bulk` does it: pick
 //! the action and the jobs (queue, operation-key prefix, age, parked
 //! reason), see how many and which first (nothing changed), then confirm.
-//! Each job goes through the same fenced write as the single action, on
-//! the attempt the selection saw: cancel (CancelJob: ready jobs never
-//! sent), fail or requeue (ResolveManualReview to failed or to a
-//! reconcile: parked jobs). A job that moved meanwhile is refused by its
-//! fence, skipped and counted, never overwritten; each applied one is
-//! recorded with the operator's name and reason.
+//! The jobs counted go to the coordinator's BulkRepair in batches of
+//! [`BULK_BATCH`], each job checked as its single action would be, on the
+//! attempt the selection saw: cancel (CancelJob: ready jobs never sent),
+//! fail or requeue (ResolveManualReview to failed or to a reconcile:
+//! parked jobs). A job that moved meanwhile is refused by its fence,
+//! skipped and counted, never overwritten; each applied one is recorded
+//! with the operator's name and reason.
 
 use super::{bad_input, refusal};
 use crate::forms::{self, query_string, Pairs};
@@ -17,7 +18,9 @@ use axum::extract::{Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 use axum::Form;
-use jobfence_domain::admin::{CancelJob, ListJobsFilter, Resolution, ResolveManualReview};
+use jobfence_domain::admin::{
+    fence, BulkAction, BulkRepair, CountedJob, ListJobsFilter, BULK_BATCH,
+};
 use jobfence_domain::{CoordinatorError, FieldViolation, Job, JobState};
 use maud::{html, Markup};
 use std::time::Duration;
@@ -301,29 +304,29 @@ pub async fn post(
             )
         }
     };
-    let reason = forms::value(&pairs, "reason").unwrap_or("").to_owned();
-    let (mut applied, mut skipped) = (0, 0);
-    for &(job_id, attempt) in &jobs {
-        match apply(&console, sel.action, job_id, attempt, &who.name, &reason).await {
-            Ok(()) => applied += 1,
-            Err(e) if moved(&e) => skipped += 1,
-            Err(CoordinatorError::InvalidArgument(v)) => {
-                return respond(
-                    StatusCode::BAD_REQUEST,
-                    &[bad_input(&v)],
-                    chooser(&pairs),
-                    None,
-                );
-            }
-            Err(e) => {
-                let n = Notice::new(
-                    Level::Error,
-                    format!("Stopped after {applied} applied: {e}."),
-                );
-                return respond(StatusCode::CONFLICT, &[n], chooser(&pairs), None);
-            }
+    let reason = forms::value(&pairs, "reason").unwrap_or("");
+    let (applied, skipped) = match send(&console, sel.action, &jobs, &who.name, reason).await {
+        Sent::Done { applied, skipped } => (applied, skipped),
+        Sent::Refused(v) => {
+            return respond(
+                StatusCode::BAD_REQUEST,
+                &[bad_input(&v)],
+                chooser(&pairs),
+                None,
+            )
         }
-    }
+        Sent::Stopped {
+            applied,
+            skipped,
+            error,
+        } => {
+            let n = Notice::new(
+                Level::Error,
+                format!("Stopped after {applied} applied, {skipped} skipped: {error}."),
+            );
+            return respond(StatusCode::CONFLICT, &[n], chooser(&pairs), None);
+        }
+    };
     let n = Notice::new(
         Level::Ok,
         format!(
@@ -365,52 +368,72 @@ fn counted(pairs: &Pairs) -> Result<Vec<(u64, u64)>, Vec<FieldViolation>> {
     }
 }
 
-/// The fence refused it: the job is not where the selection saw it.
-fn moved(e: &CoordinatorError) -> bool {
-    matches!(
-        e,
-        CoordinatorError::AttemptSuperseded { .. }
-            | CoordinatorError::JobNotInManualReview { .. }
-            | CoordinatorError::JobNotCancellable { .. }
-    )
+/// What the batches of a confirmation did.
+enum Sent {
+    /// Every batch answered: jobs applied, and skipped (moved meanwhile).
+    Done { applied: usize, skipped: usize },
+    /// The first batch was refused as a whole, nothing written.
+    Refused(Vec<FieldViolation>),
+    /// A job failed for another reason than its fence (not found, the
+    /// database unavailable): no further batch was sent.
+    Stopped {
+        applied: usize,
+        skipped: usize,
+        error: CoordinatorError,
+    },
 }
 
-async fn apply(
+/// Sends `jobs` to BulkRepair in batches of [`BULK_BATCH`], in order.
+async fn send(
     console: &Console,
-    action: &str,
-    job_id: u64,
-    attempt: u64,
+    action_name: &str,
+    jobs: &[(u64, u64)],
     operator: &str,
     reason: &str,
-) -> Result<(), CoordinatorError> {
-    let (operator, reason) = (operator.to_owned(), reason.to_owned());
-    let resolution = match action {
-        "cancel" => {
-            let call = CancelJob {
-                job_id,
-                attempt,
-                operator,
-                reason,
-            };
-            return console.coordinator.cancel_job(call).await.map(|_| ());
+) -> Sent {
+    let (mut applied, mut skipped) = (0, 0);
+    for batch in jobs.chunks(BULK_BATCH) {
+        let call = BulkRepair {
+            action: action(action_name),
+            jobs: batch
+                .iter()
+                .map(|&(job_id, attempt)| CountedJob { job_id, attempt })
+                .collect(),
+            operator: operator.to_owned(),
+            reason: reason.to_owned(),
+        };
+        let failure = match console.coordinator.bulk_repair(call).await {
+            Ok(out) => {
+                applied += out.applied();
+                skipped += out.skipped();
+                out.results
+                    .into_iter()
+                    .find_map(|(_, r)| r.err().filter(|e| !fence::moved(e)))
+            }
+            Err(e) => Some(e),
+        };
+        match failure {
+            None => {}
+            Some(CoordinatorError::InvalidArgument(v)) => return Sent::Refused(v),
+            Some(error) => {
+                return Sent::Stopped {
+                    applied,
+                    skipped,
+                    error,
+                }
+            }
         }
-        "fail" => Resolution::Failed,
-        _ => Resolution::RetryReconcile {
-            delay: Duration::ZERO,
-        },
-    };
-    let call = ResolveManualReview {
-        job_id,
-        attempt,
-        resolution,
-        operator,
-        reason,
-    };
-    console
-        .coordinator
-        .resolve_manual_review(call, false)
-        .await
-        .map(|_| ())
+    }
+    Sent::Done { applied, skipped }
+}
+
+/// The action a form names (parsed by [`Selection::parse`]).
+fn action(name: &str) -> BulkAction {
+    match name {
+        "cancel" => BulkAction::Cancel,
+        "fail" => BulkAction::Fail,
+        _ => BulkAction::Requeue,
+    }
 }
 
 #[cfg(test)]

@@ -59,8 +59,10 @@ pub struct ImportHeader {
     pub operator: String,
     /// Read and check every line, write nothing (`--strict`'s first pass).
     pub check_only: bool,
-    /// A report with no line is taken (the provider refunded nothing in
-    /// the period); otherwise it is refused and covers nothing.
+    /// A report with no line at all is taken (the provider refunded
+    /// nothing in the period), if its header row names every column of
+    /// the provider's settings; otherwise it is refused and covers
+    /// nothing. A report whose lines were all refused is never taken.
     pub allow_empty: bool,
 }
 
@@ -119,6 +121,10 @@ pub struct Import {
     /// The report's header row was checked against the mapping
     /// ([`Import::columns`]): a line missing a column is its own fault.
     columns_checked: bool,
+    /// The mapping's column the header row lacks though it was taken (the
+    /// operation key's: a report with lines matches those by reference),
+    /// `(field, column)`: an empty report is then refused.
+    header_lacks: Option<(&'static str, String)>,
     /// Its pacing (`None` when it only checks: it writes nothing).
     paced: Option<Paced>,
     /// Its place among the coordinator's running imports.
@@ -180,6 +186,7 @@ impl Coordinator {
             summary: ImportSummary::default(),
             accepted_any: false,
             columns_checked: false,
+            header_lacks: None,
             listed,
         })
     }
@@ -218,8 +225,12 @@ impl Import {
 
     /// The columns the report's header row names (CSV), before any line:
     /// `InvalidArgument` on `columns.<field>` for a column the provider's
-    /// settings name that is not among them (nothing written, no period
-    /// recorded). After it, a line missing a column is refused alone.
+    /// settings name that is not among them, or that the row names twice
+    /// (which of the two holds the field cannot be told); nothing written,
+    /// no period recorded. The operation key's column may be absent (each
+    /// line is then matched by its provider reference), unless the report
+    /// turns out to have no line ([`Import::finish`]). After it, a line
+    /// missing a column is refused alone.
     pub fn columns(&mut self, names: &[String]) -> Result<(), CoordinatorError> {
         if self.summary.lines_read > 0 || self.columns_checked {
             return Err(CoordinatorError::invalid(
@@ -228,14 +239,26 @@ impl Import {
             ));
         }
         let mut v = Violations::default();
-        for (field, column) in self.settings.mapping.required_columns() {
-            if !names.iter().any(|n| n == column) {
+        let settings_say = "the provider's settings name it (`jobfence settlement configure` \
+                            changes them)";
+        for (field, column) in self.settings.mapping.columns() {
+            let times = names.iter().filter(|n| *n == column).count();
+            if times > 1 {
+                v.add(
+                    &format!("columns.{field}"),
+                    format!(
+                        "the report's header row names column {column:?} {times} times, so \
+                         which one holds the {field} cannot be told"
+                    ),
+                );
+            } else if times == 0 && field == "operation_key" {
+                self.header_lacks = Some((field, column.to_owned()));
+            } else if times == 0 {
                 v.add(
                     &format!("columns.{field}"),
                     format!(
                         "the report's header row has no column {column:?} (it names {}); \
-                         the provider's settings name it (`jobfence settlement configure` \
-                         changes them)",
+                         {settings_say}",
                         names.join(", ")
                     ),
                 );
@@ -393,30 +416,63 @@ impl Import {
         }
     }
 
-    /// Refuses a report with no line taken, unless `allow_empty`: refused
-    /// lines are no evidence either, and a report whose every line was
-    /// refused lists no refund that can be trusted.
+    /// Refuses a report with no line taken. Refused lines are no evidence:
+    /// a report whose every line was refused lists no refund that can be
+    /// trusted, `allow_empty` or not. A report with no line at all covers
+    /// its period only with `allow_empty` and a header row that named
+    /// every column of the provider's settings: without one, nothing tells
+    /// an export of a day with no refund from a failed download.
     fn taken_any(&self) -> Result<(), CoordinatorError> {
-        if self.accepted_any || self.header.allow_empty {
+        if self.accepted_any {
             return Ok(());
         }
-        let what = if self.summary.lines_read == 0 {
-            "the report has no line".to_owned()
-        } else {
-            format!(
-                "every one of the report's {} lines was refused",
-                self.summary.lines_read
-            )
-        };
-        Err(CoordinatorError::invalid(
-            "lines",
-            format!(
-                "{what}, so it covers nothing (a failed download leaves an empty or \
-                 broken file, and a covered period with no refund makes every succeeded \
-                 job of it missing at the provider); if the provider refunded nothing in \
-                 the period, import it with allow_empty (--allow-empty)"
-            ),
-        ))
+        let covers_nothing = "so it covers nothing (a failed download leaves an empty or broken \
+                              file, and a covered period with no refund makes every succeeded \
+                              job of it missing at the provider)";
+        if self.summary.lines_read > 0 {
+            return Err(CoordinatorError::invalid(
+                "lines",
+                format!(
+                    "every one of the report's {} lines was refused, {covers_nothing}; \
+                     allow_empty (--allow-empty) takes a report with no line, never one whose \
+                     lines were all refused",
+                    self.summary.lines_read
+                ),
+            ));
+        }
+        if !self.header.allow_empty {
+            return Err(CoordinatorError::invalid(
+                "lines",
+                format!(
+                    "the report has no line, {covers_nothing}; if the provider refunded nothing \
+                     in the period, import it with allow_empty (--allow-empty)"
+                ),
+            ));
+        }
+        let header = self.settings.mapping.columns().map(|(_, c)| c).join(",");
+        if !self.columns_checked {
+            return Err(CoordinatorError::invalid(
+                "lines",
+                format!(
+                    "the report has no line and no header row, so nothing shows it is the \
+                     provider's export rather than a failed download: an empty report covers \
+                     its period only with allow_empty and a header row naming the provider's \
+                     columns (JSON lines have none; for a period with no refund, import a CSV \
+                     file of that header row alone: {header})"
+                ),
+            ));
+        }
+        if let Some((field, column)) = &self.header_lacks {
+            return Err(CoordinatorError::invalid(
+                format!("columns.{field}"),
+                format!(
+                    "the report has no line, and its header row has no column {column:?}: an \
+                     empty report covers its period only when its header row names every \
+                     column of the provider's settings ({header})"
+                ),
+            ));
+        }
+        Ok(())
     }
 
     /// Ends the import: records the period, decides what is left

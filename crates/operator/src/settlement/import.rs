@@ -6,6 +6,7 @@
 
 use super::read::{read, Format, Read1};
 use crate::connection::{channel, Connection};
+use crate::pace::Pace;
 use crate::refusal::refused_with_flags;
 use crate::render::print_json;
 use anyhow::Context;
@@ -57,9 +58,12 @@ pub struct ImportArgs {
     #[arg(long)]
     pub strict: bool,
     /// Take a report with no line (the provider refunded nothing in the
-    /// period). Without it such a report is refused and covers nothing: a
+    /// period) whose header row names every column of the provider's
+    /// settings. Without it such a report is refused and covers nothing: a
     /// failed download leaves an empty file, and a covered period with no
     /// refund would make every succeeded job of it missing at the provider.
+    /// A report with no header row (an empty file; JSON lines) or whose
+    /// every line is refused is refused all the same.
     #[arg(long)]
     pub allow_empty: bool,
     /// Your name, recorded with the covered period (a coordinator that
@@ -355,31 +359,23 @@ fn read_and_send(
             if !send(&mut batch, &mut sent) {
                 return false; // the call ended (refused): stop reading
             }
-            pace.wait(sent, started);
+            if let Some(ahead) = pace.ahead(sent, started) {
+                std::thread::sleep(ahead);
+            }
         }
         true
     })?;
     if !batch.is_empty() {
         send(&mut batch, &mut sent);
     }
-    Ok(refused)
-}
-
-/// `--max-rate`: lines a second, 0 for no limit.
-#[derive(Clone, Copy)]
-struct Pace(u32);
-
-impl Pace {
-    /// Sleeps until `sent` lines are due at the rate since `started`.
-    fn wait(self, sent: u64, started: std::time::Instant) {
-        if self.0 == 0 {
-            return;
-        }
-        let due = std::time::Duration::from_secs_f64(sent as f64 / f64::from(self.0));
-        if let Some(ahead) = due.checked_sub(started.elapsed()) {
-            std::thread::sleep(ahead);
+    if sent == 0 {
+        // Lines every one of which was refused here are no empty report
+        // (which --allow-empty would take).
+        if let Some(none_taken) = super::read::all_refused(&refused) {
+            return Err(none_taken.into());
         }
     }
+    Ok(refused)
 }
 
 /// Prints the import's summary.

@@ -7,9 +7,9 @@ use jobfence_api::v1::job_coordinator_server::JobCoordinator;
 use jobfence_api::v1::{
     enqueue_batch_result, ClaimRequest, ClaimResponse, CompleteRequest, CompleteResponse,
     EnqueueBatchRequest, EnqueueBatchResponse, EnqueueBatchResult, EnqueueRequest, EnqueueResponse,
-    FailRequest, FailResponse, GetJobRequest, GetJobResponse, ItemError, NextJobs,
-    RecordObservationRequest, RecordObservationResponse, RenewLeaseRequest, RenewLeaseResponse,
-    TakeoverRequest, TakeoverResponse,
+    FailRequest, FailResponse, GetJobRequest, GetJobResponse, NextJobs, RecordObservationRequest,
+    RecordObservationResponse, RenewLeaseRequest, RenewLeaseResponse, TakeoverRequest,
+    TakeoverResponse,
 };
 use jobfence_auth::Action;
 use jobfence_core::{self as coordinator, Coordinator};
@@ -414,7 +414,7 @@ fn enqueue_batch_result(
                 job: Some(convert::job(out.job)),
                 created: out.created,
             }),
-            Err(e) => enqueue_batch_result::Result::Error(item_error(&e)),
+            Err(e) => enqueue_batch_result::Result::Error(convert::item_error(&e)),
         }),
     }
 }
@@ -440,17 +440,6 @@ fn fail_response(out: domain::FailOutcome, next: Option<NextJobs>) -> FailRespon
 fn call_deadline(metadata: &tonic::metadata::MetadataMap) -> Option<Duration> {
     let value = metadata.get("grpc-timeout")?.to_str().ok()?;
     super::parse_grpc_timeout(value)
-}
-
-/// One item's refusal, as the status of an Enqueue of it alone would say.
-fn item_error(e: &domain::CoordinatorError) -> ItemError {
-    let (code, reason) = super::status::code_and_reason(e);
-    ItemError {
-        code: code as i32,
-        reason: reason.to_owned(),
-        message: e.to_string(),
-        metadata: super::status::metadata(e),
-    }
 }
 
 #[cfg(test)]

@@ -219,6 +219,7 @@ macro_rules! names_operator {
 names_operator!(
     proto::ResolveManualReviewRequest,
     proto::CancelJobRequest,
+    proto::BulkRepairRequest,
     proto::RetryAsNewOperationRequest,
     proto::PauseQueueRequest,
     proto::ResumeQueueRequest,

@@ -15,8 +15,8 @@ use jobfence_domain::pacing::Pace;
 use jobfence_domain::providers::ChangeBy;
 use jobfence_domain::settlement::mapping::{AmountUnit, Mapping, RawLine, TimeFormat};
 use jobfence_domain::settlement::records::{
-    ActOnException, ProviderSettlement, PutSettlementSettings, QueueAmounts, SettlementException,
-    SettlementSettings, DEFAULT_LAG,
+    ActOnException, ExceptionList, ProviderSettlement, PutSettlementSettings, QueueAmounts,
+    SettlementException, SettlementSettings, DEFAULT_LAG,
 };
 use jobfence_domain::settlement::ExceptionState;
 use jobfence_domain::validate::Violations;
@@ -332,6 +332,7 @@ fn read_ahead(
                         .map(|l| RawLine {
                             line: l.line,
                             fields: l.fields.into_iter().collect(),
+                            unreadable: l.unreadable.into_iter().collect(),
                         })
                         .collect(),
                 )),
@@ -343,7 +344,7 @@ fn read_ahead(
                 })) => Err(CoordinatorError::invalid(
                     "lines",
                     format!(
-                        "the importer could not read its report to the end ({}): no period is \
+                        "the importer gave up on its report ({}): no period is \
                          recorded, the lines sent are kept; import the whole report again",
                         abort.reason
                     ),
@@ -466,7 +467,10 @@ pub(super) async fn list(
 ) -> Result<Response<proto::ListSettlementExceptionsResponse>, Status> {
     rpc.read(request, |r| async move {
         let found = if r.id != 0 {
-            vec![coordinator.settlement_exception(r.id).await?]
+            ExceptionList {
+                exceptions: vec![coordinator.settlement_exception(r.id).await?],
+                total: 1,
+            }
         } else {
             let mut v = Violations::default();
             let provider = v.optional("provider", r.provider);
@@ -483,7 +487,12 @@ pub(super) async fn list(
                 .await?
         };
         Ok(proto::ListSettlementExceptionsResponse {
-            exceptions: found.into_iter().map(exception_to_proto).collect(),
+            exceptions: found
+                .exceptions
+                .into_iter()
+                .map(exception_to_proto)
+                .collect(),
+            total: found.total,
         })
     })
     .await

@@ -110,6 +110,18 @@ impl RequestFields for proto::RecordObservationRequest {
     }
 }
 
+/// The action, once it is one the call takes, and how many jobs.
+impl RequestFields for proto::BulkRepairRequest {
+    fn record(&self, span: &Span) {
+        span.record("jobs", self.jobs.len());
+        let mut v = Violations::default();
+        let action = super::repair::bulk_action(&mut v, self.action);
+        if v.0.is_empty() {
+            span.record("action", action.as_str());
+        }
+    }
+}
+
 /// The resolution, once it is one the call takes.
 impl RequestFields for proto::ResolveManualReviewRequest {
     fn record(&self, span: &Span) {
@@ -248,6 +260,14 @@ impl ResponseFields for proto::CancelJobResponse {
     fn record(&self, span: &Span) {
         job(span, self.job.as_ref(), &["queue"]);
         span.record("replayed", self.replayed);
+    }
+}
+
+impl ResponseFields for proto::BulkRepairResponse {
+    fn record(&self, span: &Span) {
+        span.record("applied", self.applied);
+        span.record("skipped", self.skipped);
+        span.record("conflicts_retried", self.conflicts_retried);
     }
 }
 

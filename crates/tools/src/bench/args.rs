@@ -48,6 +48,12 @@ pub struct BenchArgs {
     /// (enqueued at about 5,000 a second; 0: skip).
     #[arg(long, default_value_t = 0)]
     pub key_backlog: u64,
+    /// Also run the next-job loop (at every worker count) and the Enqueue
+    /// RPC with the provider reference's index dropped (migration
+    /// 20261215000001), each right after the same phase with it: what the
+    /// index costs the write that records a reference, and an insert.
+    #[arg(long)]
+    pub compare_reference_index: bool,
     /// Load this many finished (succeeded) jobs and run the coordinator
     /// phase at the largest worker count again, to see whether claims slow
     /// down as finished rows pile up (0: skip).
@@ -82,6 +88,22 @@ pub struct BenchArgs {
     /// The settlement import's `--max-rate` (lines a second; 0: flat out).
     #[arg(long, default_value_t = 0)]
     pub settle_max_rate: u32,
+    /// Ready jobs of the bulk repair phase, cancelled with `jobfence jobs
+    /// bulk cancel` while --bulk-workers workers run the lifecycle on
+    /// another queue, beside the same rounds with no bulk (0: skip).
+    #[arg(long, default_value_t = 0)]
+    pub bulk_jobs: u64,
+    /// The bulk's `--batch-size`: one run of the bulk phase for each
+    /// (comma-separated).
+    #[arg(long, value_delimiter = ',', default_value = "500")]
+    pub bulk_batch: Vec<u16>,
+    /// The bulk's `--max-rate` (jobs a second; 0: flat out): one run for
+    /// each, at each --bulk-batch (comma-separated).
+    #[arg(long, value_delimiter = ',', default_value = "0")]
+    pub bulk_max_rate: Vec<u32>,
+    /// Workers running the lifecycle beside the bulk.
+    #[arg(long, default_value_t = 20)]
+    pub bulk_workers: usize,
     /// Wait at most this long, in seconds, before the large-table phases
     /// for InnoDB to write back and purge what their bulk load left (the
     /// server's dirty pages and purge history, server-wide figures); 0

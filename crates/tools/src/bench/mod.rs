@@ -18,9 +18,12 @@
 //! then once: 4. the **batched direct ceiling** (32 jobs per transaction),
 //! 5. **enqueue**: single-row inserts, Enqueue and EnqueueBatch, 5b. the
 //! database work of one claim with 1,000 and with `--key-backlog` ready
-//! jobs of one fairness key, and
+//! jobs of one fairness key (with `--compare-reference-index`, the
+//! next-job loop and Enqueue each also run without the provider
+//! reference's index, right after their ordinary phase), and
 //! optionally 6. the coordinator phase again with a million finished jobs
-//! in the table. After every lifecycle phase it checks that every job
+//! in the table, and 7. a bulk cancel of `--bulk-jobs` jobs beside
+//! `--bulk-workers` workers (`bulk.rs`). After every lifecycle phase it checks that every job
 //! succeeded exactly once with exactly one completion event, and fails
 //! loudly otherwise. It prints the table and, with `--write`, writes it to
 //! a Markdown file with the machine, the database settings and the command
@@ -30,11 +33,13 @@
 mod args;
 mod backlog;
 mod budget;
+mod bulk;
 mod db;
 mod direct;
 mod grpc;
 pub mod procstat;
 mod prune;
+mod reference;
 mod report;
 mod settle;
 mod sightings;
@@ -86,6 +91,7 @@ pub async fn run(args: BenchArgs) -> Result<()> {
         backlog: None,
         pruning: None,
         settlement: None,
+        bulk: None,
     };
     let result = bench.all(&args, &addr).await;
     let _ = coordinator.stop(Duration::from_secs(5)).await;
@@ -105,6 +111,7 @@ pub async fn run(args: BenchArgs) -> Result<()> {
         backlog: bench.backlog,
         pruning: bench.pruning,
         settlement: bench.settlement,
+        bulk: bench.bulk,
         elapsed,
         round_trips: (grpc_rtt, db_rtt),
         sightings_ns,
@@ -234,6 +241,8 @@ struct Bench {
     pruning: Option<prune::PruneFigures>,
     /// The settlement phase, when it ran (`--settle-lines`).
     settlement: Option<settle::SettleFigures>,
+    /// The bulk repair phase, when it ran (`--bulk-jobs`).
+    bulk: Option<bulk::BulkFigures>,
 }
 
 impl Bench {
@@ -276,6 +285,11 @@ impl Bench {
             let load = settle::Load::of(args, max_workers, self.coordinator_pid, self.db_pid)?;
             self.settlement = Some(settle::run(&self.pool, addr, load).await?);
         }
+        if args.bulk_jobs > 0 {
+            self.reset().await?;
+            let load = bulk::Load::of(args, self.coordinator_pid, self.db_pid)?;
+            self.bulk = Some(bulk::run(&self.pool, addr, load).await?);
+        }
         Ok(())
     }
 
@@ -302,6 +316,7 @@ impl Bench {
                     grpc::lifecycle_next(addr, QUEUE, n, args.jobs)
                 })
                 .await?;
+                self.next_without_reference_index(args, addr, n).await?;
                 let keys = args.fairness_keys;
                 if keys > 0 && n == max_workers {
                     self.lifecycle(Phase::CoordinatorNextKeyed(keys), n, args.jobs, || {
@@ -350,6 +365,7 @@ impl Bench {
                 grpc::enqueue(addr, QUEUE, jobs, callers, 1)
             })
             .await?;
+            self.enqueue_without_reference_index(args, addr).await?;
             self.enqueue(
                 Phase::EnqueueBatch(args.enqueue_batch),
                 batch_callers,

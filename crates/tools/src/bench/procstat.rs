@@ -36,6 +36,18 @@ pub fn cpu_time(pid: u32) -> Option<Duration> {
     Some(Duration::from_nanos(total.max(ticks * 10_000_000)))
 }
 
+/// CPU time (user + system) of this process's children that ended and
+/// were waited for (a command the benchmark ran, e.g. `jobfence settlement
+/// import`): read before and after one, the difference is its CPU.
+pub fn children_cpu() -> Option<Duration> {
+    use nix::sys::resource::{getrusage, UsageWho};
+    let u = getrusage(UsageWho::RUSAGE_CHILDREN).ok()?;
+    let t = |v: nix::sys::time::TimeVal| {
+        Duration::new(v.tv_sec().max(0) as u64, v.tv_usec().max(0) as u32 * 1000)
+    };
+    Some(t(u.user_time()) + t(u.system_time()))
+}
+
 /// Resets the process's peak resident set size (`VmHWM`) to its current
 /// one, so the next [`peak_rss`] covers only what follows. Best effort.
 pub fn reset_peak_rss(pid: u32) {

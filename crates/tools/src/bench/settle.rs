@@ -227,16 +227,7 @@ async fn import_alone(pool: &MySqlPool, addr: &str, load: &Load, report: &Path) 
     // Nothing else's background writes in the database's CPU per line:
     // the first import's, the workers' and the deletes'.
     settle(pool, load.settle).await?;
-    let children = || {
-        nix::sys::resource::getrusage(nix::sys::resource::UsageWho::RUSAGE_CHILDREN)
-            .ok()
-            .map(|u| {
-                let t = |v: nix::sys::time::TimeVal| {
-                    Duration::new(v.tv_sec().max(0) as u64, v.tv_usec().max(0) as u32 * 1000)
-                };
-                t(u.user_time()) + t(u.system_time())
-            })
-    };
+    let children = procstat::children_cpu;
     let before = (
         load.db_pid.and_then(procstat::cpu_time),
         procstat::cpu_time(load.coordinator_pid),
