@@ -371,9 +371,11 @@ impl BulkFigures {
             if of.len() < 2 {
                 continue;
             }
+            // The middle run's, or the mean of the two middle ones.
             let median = |mut v: Vec<f64>| {
                 v.sort_by(f64::total_cmp);
-                (v[v.len() / 2], v[0], v[v.len() - 1])
+                let n = v.len();
+                ((v[(n - 1) / 2] + v[n / 2]) / 2.0, v[0], v[n - 1])
             };
             let kept = median(of.iter().map(|r| r.ratio() * 100.0).collect());
             let rate = median(of.iter().map(|r| r.jobs_per_second(self.jobs)).collect());
