@@ -18,6 +18,7 @@ fn slot(worker: &str, max_jobs: u32) -> ClaimSlot {
         worker_id: worker.into(),
         max_jobs,
         lease: Duration::from_secs(30),
+        waiter: None,
     }
 }
 

@@ -6,6 +6,7 @@
 mod admin;
 mod adversarial;
 mod blank_strings;
+mod budget_waiters;
 mod budgets;
 mod bulk_batches;
 mod bulk_repair;
@@ -37,6 +38,8 @@ mod settlement;
 mod settlement_cli;
 mod settlement_exceptions;
 mod settlement_input;
+mod settlement_matching;
+mod settlement_pacing;
 mod settlement_races;
 mod state_machine_model;
 mod state_machine_races;

@@ -460,6 +460,7 @@ async fn a_settlement_import_is_for_operators_only() {
             operator: "x".into(),
             check_only: false,
             allow_empty: false,
+            import_id: String::new(),
         };
         let line = proto::SettlementReportLine {
             line: 2,
@@ -467,6 +468,7 @@ async fn a_settlement_import_is_for_operators_only() {
                 .into_iter()
                 .map(|(k, v)| (k.to_owned(), v.to_owned()))
                 .collect(),
+            unreadable: Default::default(),
         };
         tokio_stream::iter([
             proto::ImportSettlementRequest {

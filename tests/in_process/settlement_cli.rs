@@ -231,6 +231,13 @@ async fn exceptions_are_listed_acknowledged_and_resolved_from_the_command_line()
         .unwrap();
     let listed = settlement(&s, &["exceptions", "--json"]).await.unwrap();
     let listed: serde_json::Value = serde_json::from_str(&listed).unwrap();
+    assert_eq!(
+        (&listed["shown"], &listed["total"]),
+        (&2.into(), &2.into()),
+        "{listed}"
+    );
+    assert!(listed["cut"].is_null(), "{listed}");
+    let listed = &listed["exceptions"];
     assert_eq!(listed.as_array().unwrap().len(), 2, "{listed}");
     assert_eq!(listed[0]["kind"], "UNKNOWN_REFERENCE");
     let id = listed[0]["id"].as_u64().unwrap().to_string();
@@ -284,8 +291,7 @@ async fn exceptions_are_listed_acknowledged_and_resolved_from_the_command_line()
     assert!(again.contains("is resolved already"), "{again}");
     let left = settlement(&s, &["exceptions", "--json"]).await.unwrap();
     assert_eq!(
-        serde_json::from_str::<serde_json::Value>(&left)
-            .unwrap()
+        serde_json::from_str::<serde_json::Value>(&left).unwrap()["exceptions"]
             .as_array()
             .unwrap()
             .len(),
@@ -338,6 +344,7 @@ async fn the_report_exits_1_while_a_critical_exception_is_open_and_2_when_it_can
 
     let listed = settlement(&s, &["exceptions", "--json"]).await.unwrap();
     let listed: serde_json::Value = serde_json::from_str(&listed).unwrap();
+    let listed = &listed["exceptions"];
     assert_eq!(listed[0]["kind"], "REFUND_NOT_RECORDED", "{listed}");
     let id = listed[0]["id"].as_u64().unwrap().to_string();
     let resolve = ["exceptions", "resolve", id.as_str()];
@@ -381,9 +388,12 @@ async fn report_from(s: &Secure, endpoint: &str) -> (anyhow::Result<()>, String)
 }
 
 /// A report with no line covers nothing unless `--allow-empty` says the
-/// provider refunded nothing in the period: an empty file has no header
-/// row at all, a header row without a column the provider's settings read
-/// is refused by that column, and a header row alone is an empty report.
+/// provider refunded nothing in the period and its header row names every
+/// column of the provider's settings: an empty file has no header row at
+/// all (nor has an empty file of JSON lines), a header row without a
+/// column the settings read is refused by that column, and a header row
+/// alone is an empty report. A file whose lines were all refused is not
+/// one.
 #[tokio::test]
 async fn an_empty_report_or_a_header_row_short_of_a_column_covers_nothing() {
     let s = Secure::start(false).await;
@@ -423,6 +433,36 @@ async fn an_empty_report_or_a_header_row_short_of_a_column_covers_nothing() {
     let refused = import(short, &["--allow-empty"]).await.unwrap_err();
     assert!(refused.contains("columns.amount"), "{refused}");
     assert!(refused.contains("\"amount\""), "{refused}");
+    // A header row alone must name the operation key's column too: it is
+    // all that shows the file is the provider's export.
+    let keyless = path(&dir, "keyless.csv", b"id,amount,currency,status,created\n");
+    let refused = import(keyless, &["--allow-empty"]).await.unwrap_err();
+    assert!(refused.contains("columns.operation_key"), "{refused}");
+    assert!(refused.contains("\"merchant_reference\""), "{refused}");
+    // JSON lines have no header row: an empty file is refused, and says
+    // which header row would cover the day.
+    let empty_json = path(&dir, "nothing.jsonl", b"\n\n");
+    let refused = import(empty_json, &["--allow-empty"]).await.unwrap_err();
+    assert!(refused.contains("no header row"), "{refused}");
+    assert!(
+        refused.contains("id,merchant_reference,amount,currency,status,created"),
+        "{refused}"
+    );
+    // Lines every one of which is refused, here or by the coordinator, are
+    // no empty report.
+    let not_json = path(&dir, "broken.jsonl", b"not json\n[1]\n");
+    let refused = import(not_json, &["--allow-empty"]).await.unwrap_err();
+    assert!(
+        refused.contains("every one of the report's 2 lines was refused (line 1: line: not JSON"),
+        "{refused}"
+    );
+    let all_bad = path(
+        &dir,
+        "all-bad.csv",
+        b"id,merchant_reference,amount,currency,status,created\nre_1,k1,12a,usd,succeeded,1764547200\n",
+    );
+    let refused = import(all_bad, &["--allow-empty"]).await.unwrap_err();
+    assert!(refused.contains("lines were all refused"), "{refused}");
     let header_only = path(
         &dir,
         "header-only.csv",
@@ -515,5 +555,152 @@ async fn an_unknown_preset_is_refused_alone() {
     .unwrap_err();
     assert!(refused.contains("preset (--preset)"), "{refused}");
     assert!(!refused.contains("columns."), "{refused}");
+    s.stop().await;
+}
+
+/// A JSON line that gives a column of the provider's settings no single
+/// value is refused by its number and the field, never read with one of
+/// its values picked: an array, an object, a dotted key and a nested one
+/// for the same name (`{"metadata.operation_key": …, "metadata":
+/// {"operation_key": …}}`), one key twice. An array or a name given twice
+/// that the settings do not read is no matter.
+#[tokio::test]
+async fn a_json_line_giving_a_column_no_single_value_is_refused_by_its_number() {
+    use jobfence_domain::settlement::mapping::Mapping;
+    use jobfence_domain::settlement::records::PutSettlementSettings;
+    let s = Secure::start(false).await;
+    configure(&s).await;
+    s.coordinator
+        .store()
+        .put_settlement_settings(&PutSettlementSettings {
+            provider: P.into(),
+            preset: Some("stripe".into()),
+            mapping: Mapping::stripe(),
+            lag: std::time::Duration::ZERO,
+            queues: vec![],
+            by: jobfence_testkit::settlement::by(),
+        })
+        .await
+        .unwrap();
+    let rest = r#""currency":"usd","status":"succeeded","created":1764547200"#;
+    let lines = [
+        format!(r#"{{"id":"re_ok","metadata":{{"operation_key":"k-ok"}},"amount":500,{rest}}}"#),
+        format!(
+            r#"{{"id":"re_arr","metadata":{{"operation_key":["k1","k2"]}},"amount":500,{rest}}}"#
+        ),
+        format!(
+            r#"{{"id":"re_two","metadata.operation_key":"k1","metadata":{{"operation_key":"k2"}},"amount":500,{rest}}}"#
+        ),
+        format!(
+            r#"{{"id":"re_dup","metadata":{{"operation_key":"k3"}},"amount":500,"amount":700,{rest}}}"#
+        ),
+        format!(
+            r#"{{"id":"re_obj","metadata":{{"operation_key":{{"k":"v"}}}},"amount":500,{rest}}}"#
+        ),
+        format!(
+            r#"{{"id":"re_tags","tags":[1,2],"x.y":1,"x":{{"y":2}},"metadata":{{"operation_key":"k-tags"}},"amount":500,{rest}}}"#
+        ),
+    ];
+    let dir = scratch("json-values");
+    let file = path(&dir, "refunds.jsonl", lines.join("\n").as_bytes());
+    let args = [
+        "import",
+        "--provider",
+        P,
+        "--period",
+        "2025-12-01",
+        "--json",
+    ];
+    let (done, ended) = settlement_output(&s, &[&args[..], &[file.as_str()]].concat()).await;
+    let ended = ended.expect_err("refused lines end the command with status 1");
+    assert!(ended.starts_with("4 line(s) refused"), "{ended}");
+    let summary: serde_json::Value = serde_json::from_str(&done).unwrap();
+    assert_eq!(summary["lines_new"], 2, "{summary}");
+    let refused: Vec<(u64, String, String)> = summary["refused"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["line"].as_u64().unwrap(),
+                r["field"].as_str().unwrap().to_owned(),
+                r["reason"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    let fields: Vec<(u64, &str)> = refused.iter().map(|(n, f, _)| (*n, f.as_str())).collect();
+    assert_eq!(
+        fields,
+        [
+            (2, "operation_key"),
+            (3, "operation_key"),
+            (4, "amount"),
+            (5, "operation_key")
+        ],
+        "{summary}"
+    );
+    assert!(refused[0].2.contains("array"), "{refused:?}");
+    assert!(refused[1].2.contains("more than once"), "{refused:?}");
+    assert!(refused[2].2.contains("more than once"), "{refused:?}");
+    assert!(refused[3].2.contains("object"), "{refused:?}");
+    let stored: Vec<String> = sqlx::query_scalar(
+        "SELECT CAST(provider_reference AS CHAR) FROM settlement_lines ORDER BY provider_reference",
+    )
+    .fetch_all(&s.pool)
+    .await
+    .unwrap();
+    assert_eq!(stored, ["re_ok", "re_tags"]);
+    s.stop().await;
+}
+
+/// A list of exceptions cut at its limit says so, in text and in JSON:
+/// how many it shows of how many match, and how to see more. `--limit 0`
+/// asks for as many as one list shows (500), and says when that cut it
+/// too; above 500 is refused before anything is sent.
+#[tokio::test]
+async fn a_list_cut_at_its_limit_says_how_many_match() {
+    let s = Secure::start(false).await;
+    configure(&s).await;
+    let dir = scratch("cut-list");
+    // 503 refunds nobody enqueued: an UNKNOWN_REFERENCE each.
+    let file = path(&dir, "many.csv", &report(503, 0));
+    let args = ["import", "--provider", P, "--period", "2025-12-01"];
+    settlement(&s, &[&args[..], &[file.as_str()]].concat())
+        .await
+        .unwrap();
+    let text = settlement(&s, &["exceptions"]).await.unwrap();
+    let rows = text
+        .lines()
+        .filter(|l| l.contains("UNKNOWN_REFERENCE"))
+        .count();
+    assert_eq!(rows, 100, "the default limit");
+    let last = text.lines().last().unwrap();
+    assert!(
+        last.starts_with("showing 100 of 503; --limit 500 (or 0) shows up to 500"),
+        "{last}"
+    );
+    let json = settlement(&s, &["exceptions", "--limit", "0", "--json"])
+        .await
+        .unwrap();
+    let json: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(json["exceptions"].as_array().unwrap().len(), 500);
+    assert_eq!((&json["shown"], &json["total"]), (&500.into(), &503.into()));
+    let cut = json["cut"].as_str().unwrap();
+    assert!(
+        cut.starts_with("showing 500 of 503; 500 is the most one list shows"),
+        "{cut}"
+    );
+    let narrow = settlement(&s, &["exceptions", "--limit", "3", "--state", "resolved"])
+        .await
+        .unwrap();
+    assert_eq!(
+        narrow.trim(),
+        "no settlement exceptions",
+        "nothing cut, nothing said"
+    );
+    let refused = settlement(&s, &["exceptions", "--limit", "501"])
+        .await
+        .unwrap_err();
+    assert!(refused.contains("0..=500"), "{refused}");
     s.stop().await;
 }

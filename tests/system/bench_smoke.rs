@@ -53,6 +53,7 @@ fn a_short_benchmark_run_checks_every_phase_and_writes_its_report() {
             "40",
             "--budget-seconds",
             "2",
+            "--compare-reference-index",
             // The real benchmark waits for InnoDB to settle; on the shared
             // test server the other tests keep it busy, so the wait would
             // only run out its two minutes.
@@ -68,17 +69,18 @@ fn a_short_benchmark_run_checks_every_phase_and_writes_its_report() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "bench failed\n{stdout}\n{stderr}");
-    // Every lifecycle phase was checked: 2 worker counts × 7 (direct,
-    // Claim(1), the next job on Complete, the direct SQL and both loops
-    // under the budget far above the load, Claim(8)), the next job on
-    // Complete over jobs with fairness keys at 4 workers, the ceiling, and
-    // the finished-rows phase;
+    // Every lifecycle phase was checked: 2 worker counts × 8 (direct,
+    // Claim(1), the next job on Complete with and without the provider
+    // reference's index, the direct SQL and both loops under the budget
+    // far above the load, Claim(8)), the next job on Complete over jobs
+    // with fairness keys at 4 workers, the ceiling, and the finished-rows
+    // phase;
     // and the paced phase handed out nothing twice.
     let checked = stderr
         .lines()
         .filter(|l| l.contains("checked: 200 jobs succeeded once"))
         .count();
-    assert_eq!(checked, 17, "{stderr}");
+    assert_eq!(checked, 19, "{stderr}");
     // Each claim of the backlog phase took the key's oldest job.
     assert_eq!(
         stderr
@@ -96,7 +98,7 @@ fn a_short_benchmark_run_checks_every_phase_and_writes_its_report() {
     );
     assert_eq!(
         stderr.matches("checked: 400 jobs in the table").count(),
-        3,
+        4,
         "{stderr}"
     );
     let md = std::fs::read_to_string(&report).unwrap();
@@ -110,6 +112,9 @@ fn a_short_benchmark_run_checks_every_phase_and_writes_its_report() {
         "| coordinator, Complete hands the next job | 1 |",
         "| coordinator, Complete hands the next job, budget far above | 4 |",
         "| coordinator, Complete hands the next job, 50 fairness keys | 4 |",
+        "| coordinator, Complete hands the next job, no reference index | 4 |",
+        "| enqueue: Enqueue RPC, no reference index | 16 |",
+        "Next job on Complete, 4 workers: with the provider reference's index × without it",
         "## One claim against one key's backlog",
         "| 1000 | ",
         "| 3000 | ",
@@ -122,6 +127,8 @@ fn a_short_benchmark_run_checks_every_phase_and_writes_its_report() {
         "| operation_keys | 0 |",
         "## Settlement import",
         "| while importing |",
+        "| the import beside them |",
+        "| the import alone |",
         "## Repair in bulk",
         "2000 ready jobs of a queue of their own",
         "| bulk | bulk s | bulk jobs/s |",

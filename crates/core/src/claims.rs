@@ -109,10 +109,11 @@ impl Coordinator {
     ) -> Result<Vec<ClaimedJob>, CoordinatorError> {
         let policy = self.config.policies.get(&req.queue);
         let claims = &self.for_queue(&req.queue)?.claims;
+        let mut asked = tokio::time::Instant::now();
         loop {
             if let Some(next_due) = tried {
                 let again = match waiting.as_mut() {
-                    Some(w) => w.wait(next_due).await == Wake::Claim,
+                    Some(w) => w.wait_from(next_due, asked).await == Wake::Claim,
                     None => false,
                 };
                 if !again {
@@ -120,6 +121,7 @@ impl Coordinator {
                     return Ok(Vec::new());
                 }
             }
+            asked = tokio::time::Instant::now();
             let (claimed, next_due) = claims
                 .submit(QueuedClaim {
                     queue: req.queue.clone(),
@@ -128,6 +130,7 @@ impl Coordinator {
                         worker_id: req.worker_id.clone(),
                         max_jobs: req.max_jobs,
                         lease,
+                        waiter: waiting.as_ref().map(|w| w.ticket()),
                     },
                     want_next_due: waiting.is_some(),
                 })
@@ -254,9 +257,14 @@ pub(crate) async fn run_claims(
 ) -> Vec<ClaimResult> {
     // Group by queue, keeping arrival order inside each group, and split a
     // group that would take too many jobs in one transaction.
+    // Long-polling Claims first, in the order they came: a waiter's turn
+    // at the provider's budget is filled before a claim that does not wait
+    // (docs/design.md rule 11, "Waiters take turns").
+    let mut order: Vec<usize> = (0..calls.len()).collect();
+    order.sort_by_key(|&i| calls[i].slot.waiter.is_none());
     let mut chunks: Vec<(Vec<usize>, u32)> = Vec::new();
     let mut open: std::collections::HashMap<&str, usize> = Default::default();
-    for (i, c) in calls.iter().enumerate() {
+    for (i, c) in order.into_iter().map(|i| (i, &calls[i])) {
         let n = c.slot.max_jobs;
         match open.get(c.queue.as_str()) {
             Some(&k) if chunks[k].1 + n <= MAX_CLAIM_TRANSACTION_JOBS => {

@@ -120,6 +120,7 @@ impl Coordinator {
                     worker_id: next.worker_id.clone(),
                     max_jobs: next.max_jobs,
                     lease,
+                    waiter: waiting.as_ref().map(|w| w.ticket()),
                 },
                 want_next_due: waiting.is_some(),
             };

@@ -129,6 +129,8 @@ struct Pipelines {
     waiters: Waiters,
     /// The workers that called this coordinator.
     sightings: workers::Sightings,
+    /// The settlement imports it is running.
+    imports: settlement::running::Running,
 }
 
 impl DatabasePipelines {
@@ -228,6 +230,7 @@ impl Coordinator {
                 databases,
                 waiters,
                 sightings,
+                imports: Default::default(),
             }),
         }
     }

@@ -17,6 +17,7 @@
 //! All of this only decides *when to ask*; whether a job is claimable is
 //! decided by the claim transaction, by the database clock, as always.
 
+use jobfence_domain::budget::waiters::{WaiterTicket, WAITER_TTL_POLLS};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -86,6 +87,8 @@ pub struct Waiting<'a> {
     work: watch::Receiver<u64>,
     due: watch::Receiver<Option<Instant>>,
     deadline: Instant,
+    /// Its ticket's id among its provider's waiters (never 0).
+    ticket: u64,
 }
 
 impl Drop for Waiting<'_> {
@@ -156,6 +159,7 @@ impl Waiters {
             due,
             signal,
             deadline: Instant::now() + wait.min(self.settings.max_wait),
+            ticket: fastrand::u64(1..),
         })
     }
 
@@ -191,18 +195,51 @@ impl Waiters {
 }
 
 impl Waiting<'_> {
+    /// The ticket its next look carries: held back by its provider's
+    /// budget, the Claim waits its turn among every coordinator's waiters
+    /// (docs/design.md rule 11), its registration living for the rest of
+    /// its wait, at most [`WAITER_TTL_POLLS`] poll intervals (it looks
+    /// again at least once a poll interval).
+    pub fn ticket(&self) -> WaiterTicket {
+        let left = self.deadline.saturating_duration_since(Instant::now());
+        let most = self.waiters.settings.poll_interval * WAITER_TTL_POLLS;
+        WaiterTicket {
+            id: self.ticket,
+            ttl: left.min(most).max(Duration::from_millis(1)),
+        }
+    }
+
     /// After an empty claim: `next_due` is what that claim read from the
     /// database (how long until the next job of the queue is claimable;
     /// `None` if nothing is pending). Waits until it is time to claim
     /// again, or gives up.
     pub async fn wait(&mut self, next_due: Option<Duration>) -> Wake {
+        self.wait_from(next_due, Instant::now()).await
+    }
+
+    /// [`wait`](Self::wait), `next_due` counted from `asked`: when the
+    /// claim that read it was sent (its database clock was read then, not
+    /// when its COMMIT came back), so that a turn at the budget is looked
+    /// at when its units are due, not a commit's latency later.
+    pub async fn wait_from(&mut self, next_due: Option<Duration>, asked: Instant) -> Wake {
         let now = Instant::now();
-        // The database's answer replaces what was known: it saw every
+        // The database's answer is this Claim's own time to look again (a
+        // waiter's turn at its provider's budget is its own: rule 11). It
+        // also replaces a shared hint already past: it saw every
         // coordinator's jobs. Already due but not ours (a concurrent claim
-        // held the row): look again shortly, not in a tight loop.
-        self.signal
-            .due
-            .send_replace(next_due.map(|d| now + d.max(BUSY_RETRY)));
+        // held the row): look again shortly, not in a tight loop; due
+        // later (a turn at the budget, a delay): exactly then.
+        let mine = next_due.map(|d| match d.is_zero() {
+            true => now + BUSY_RETRY,
+            false => (asked + d).max(now),
+        });
+        self.signal.due.send_if_modified(|due| match *due {
+            Some(t) if t > now => false,
+            _ => {
+                *due = mine;
+                true
+            }
+        });
         self.due.mark_unchanged();
         let mut draining = self.waiters.draining.subscribe();
         loop {
@@ -212,7 +249,7 @@ impl Waiting<'_> {
             }
             let due = *self.due.borrow_and_update();
             let poll = now + self.waiters.settings.poll_interval;
-            let until = [Some(self.deadline), Some(poll), due]
+            let until = [Some(self.deadline), Some(poll), due, mine]
                 .into_iter()
                 .flatten()
                 .min()

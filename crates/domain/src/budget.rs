@@ -21,6 +21,8 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
 
+pub mod waiters;
+
 /// Largest rate, burst and cost a budget accepts.
 pub const MAX_RATE_PER_SECOND: f64 = 1_000_000.0;
 /// Largest burst a budget accepts, in units.
@@ -193,7 +195,9 @@ pub enum Holdback {
     Paused,
     /// A worker reported the provider's 429; its Retry-After runs.
     Throttled,
-    /// Another queue of the same provider waited longer for the units left.
+    /// Another queue of the same provider waited longer for the units
+    /// left, or a long-polling Claim (of any coordinator) is owed them
+    /// first ([`waiters`]).
     FairShare,
     /// The job's fairness key is at its cap (its share of the rate, or its
     /// jobs in flight; docs/design.md rule 18): the claim skips the key.

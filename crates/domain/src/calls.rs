@@ -43,6 +43,11 @@ pub struct ClaimSlot {
     pub max_jobs: u32,
     /// Lease length from the claim (DB clock).
     pub lease: Duration,
+    /// The Claim's ticket when it long-polls: held back by its provider's
+    /// budget, it waits its turn among the provider's waiters
+    /// (docs/design.md rule 11, "Waiters take turns"). `None`: a claim that
+    /// does not wait gets only the units no waiter is owed.
+    pub waiter: Option<crate::budget::waiters::WaiterTicket>,
 }
 
 /// A validated Takeover of one named job.

@@ -49,6 +49,7 @@ pub mod event;
 pub mod fairness;
 pub mod feed;
 pub mod fence;
+pub mod pacing;
 pub mod policy;
 pub mod providers;
 pub mod retention;

@@ -11,6 +11,7 @@
 //! `docs/operating.md` says what each one means and the alert to set on it.
 
 mod families;
+mod pacing;
 mod providers;
 mod retention;
 mod settlement;
@@ -18,6 +19,7 @@ mod upgrades;
 mod workers;
 
 use families::{DatabaseGauges, JobCounters, ServingMetrics};
+pub use pacing::PACED_WORK;
 pub use retention::PRUNED_TABLES;
 pub use settlement::SettlementReading;
 
@@ -48,6 +50,7 @@ struct Inner {
     serving: ServingMetrics,
     database: DatabaseGauges,
     providers: providers::ProviderMetrics,
+    pacing: pacing::PacingMetrics,
     retention: retention::RetentionMetrics,
     settlement: settlement::SettlementMetrics,
     workers: workers::WorkerMetrics,
@@ -100,6 +103,7 @@ impl Metrics {
             serving: ServingMetrics::register(&r),
             database: DatabaseGauges::register(&r),
             providers: providers::ProviderMetrics::new(&r),
+            pacing: pacing::PacingMetrics::new(&r),
             retention: retention::RetentionMetrics::new(&r),
             settlement: settlement::SettlementMetrics::new(&r),
             workers: workers::WorkerMetrics::new(&r),

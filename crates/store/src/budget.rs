@@ -24,7 +24,9 @@
 
 use super::literal;
 use super::rows;
-use jobfence_domain::budget::{fair_share, Allowance, Budget, Gcra, Holdback, Pause, QueueShare};
+use jobfence_domain::budget::{
+    fair_share, waiters, Allowance, Budget, Gcra, Holdback, Pause, QueueShare,
+};
 use jobfence_domain::{CoordinatorError, DbTime, Job, JobState, NextAction, QueuePolicy};
 use sqlx::mysql::MySqlRow;
 use std::sync::LazyLock;
@@ -156,6 +158,12 @@ pub(crate) struct LockedProvider {
     pub counted_at: Option<DbTime>,
     /// Its queues, for sharing the units between them.
     pub shares: Vec<QueueShare>,
+    /// Until when a waiter's registration may be live (`None`: none ever
+    /// waited): its waiters are read only before then.
+    pub waiters_until: Option<DbTime>,
+    /// Its live waiters in turn order, when read
+    /// ([`LockedProvider::load_waiters`]).
+    pub waiters: Vec<crate::waiters::LiveWaiter>,
 }
 
 impl Rules {
@@ -187,6 +195,8 @@ impl Rules {
             in_flight: None,
             counted_at: None,
             shares: Vec::new(),
+            waiters_until: rows::opt_time(own, "waiters_until")?,
+            waiters: Vec::new(),
         };
         if p.budget.max_in_flight.is_some() {
             // The count always answers one row: none means it was not
@@ -351,12 +361,16 @@ impl LockedProvider {
         self.throttled_until.is_some_and(|t| t > self.now)
     }
 
-    /// What a claim of `queue` may hand out now: its fair share of the
-    /// units available, the room under the in-flight cap, the pause and
-    /// the throttle.
-    pub fn allowance(&self, queue: &str) -> Allowance {
+    /// What a claim of `queue` whose slots carry the waiters `mine` may
+    /// hand out now: its fair share of the units available less those
+    /// owed to other waiters first (docs/design.md rule 11, "Waiters take
+    /// turns"), the room under the in-flight cap, the pause and the
+    /// throttle.
+    pub fn allowance(&self, queue: &str, mine: &[u64]) -> Allowance {
         let available = self.gcra().available();
-        let units = fair_share(queue, available, &self.shares, &self.budget, self.now);
+        let shared = fair_share(queue, available, &self.shares, &self.budget, self.now);
+        let turns = waiters::turns(&self.waiter_ids(), mine, shared, self.budget.max_cost());
+        let units = turns.units;
         Allowance {
             units,
             in_flight_room: self

@@ -14,7 +14,9 @@
 mod decide;
 mod key_caps;
 mod scan;
+mod spend;
 use scan::{scan, scan_reconciles, Reads, Scan};
+use spend::BudgetSpend;
 pub mod handoff;
 mod write;
 
@@ -26,7 +28,8 @@ use super::pause::PausePoint;
 use super::reads::{self, LockedJob};
 use super::run::{batch_transaction, transaction, Body, Failure};
 use super::tx::Tx;
-use super::{convert_sqlx_err, JobStore};
+
+use super::JobStore;
 use decide::{decide, room_left, Claiming, Decided, Holds};
 use jobfence_domain::budget::{Allowance, BudgetReport, Holdback};
 use jobfence_domain::{
@@ -191,6 +194,7 @@ impl JobStore {
             .await?;
         if let Some(p) = scanned.rules.provider.as_mut() {
             p.not_in_flight(finishing);
+            p.load_waiters(tx).await?;
         }
         let ClaimRows {
             rules,
@@ -359,7 +363,7 @@ impl JobStore {
             let mut allowance = Allowance {
                 units: p.gcra().available(),
                 shared: false,
-                ..p.allowance(&job.queue)
+                ..p.allowance(&job.queue, &[])
             };
             if let Err(why) = allowance.take(NextAction::Reconcile, cost) {
                 return Err(Failure::Error(CoordinatorError::ProviderHoldback {
@@ -456,17 +460,6 @@ struct ClaimRun<'s> {
     finishing: HashMap<String, u64>,
 }
 
-/// What a claim spends of its provider's budget and says about it.
-#[derive(Default)]
-pub(crate) struct BudgetSpend {
-    /// What the claim did against the budget, when the queue has a provider.
-    report: Option<BudgetReport>,
-    /// When a slot left short may look again (asked for only).
-    next_due: Option<Duration>,
-    /// The statements that spend the units, sent with the COMMIT.
-    pub(crate) after: Vec<String>,
-}
-
 impl<'s> ClaimRun<'s> {
     fn new(
         queue: &'s str,
@@ -484,7 +477,14 @@ impl<'s> ClaimRun<'s> {
             policy: rules.policy.unwrap_or(default_policy),
             provider,
             now: None,
-            allowance: provider.map_or_else(Allowance::unlimited, |p| p.allowance(queue)),
+            allowance: provider.map_or_else(Allowance::unlimited, |p| {
+                let mine: Vec<u64> = slots
+                    .iter()
+                    .filter_map(|s| s.waiter)
+                    .map(|t| t.id)
+                    .collect();
+                p.allowance(queue, &mine)
+            }),
             held: Holds::default(),
             finishing: HashMap::new(),
         }
@@ -537,62 +537,4 @@ impl<'s> ClaimRun<'s> {
         decided.extend(more);
         Ok(decided)
     }
-
-    /// What the decisions spend of the budget (docs/design.md rule 11),
-    /// the report of it, and, when asked for and a slot was left short,
-    /// when to look again: when the held jobs' next unit is due, or else
-    /// when the queue's next job becomes claimable.
-    async fn spend_budget(
-        &self,
-        tx: &mut Tx,
-        decided: &[Decided<'_>],
-    ) -> Result<BudgetSpend, CoordinatorError> {
-        let handed = decided.iter().filter(|d| d.slot.is_some()).count();
-        let short = (handed as u32) < self.wanted;
-        let report = self.provider.map(|p| BudgetReport {
-            provider: p.name.clone(),
-            deferred: self.held.counts(),
-            units_left: self.allowance.units.min(p.gcra().available()),
-            in_flight: p.in_flight.map(|n| n + handed as u64),
-        });
-        let next_due = match (short && self.want_next_due, self.provider) {
-            (false, _) => None,
-            (true, Some(p)) if !self.held.is_empty() => self.held.due_in(p, self.allowance.spent),
-            (true, _) => next_due(tx, self.queue).await?,
-        };
-        let budget_held = self.held.budget_total() > 0;
-        let mut after = match self.provider {
-            Some(p) => p.after_claim(self.queue, self.allowance.spent, budget_held)?,
-            None => Vec::new(),
-        };
-        if let (Some(p), Some(k)) = (self.provider, &self.allowance.per_key) {
-            after.extend(key_caps::spend(p, &k.spent())?);
-        }
-        Ok(BudgetSpend {
-            report,
-            next_due,
-            after,
-        })
-    }
-}
-
-/// How long until the next job of `queue` becomes claimable (see
-/// `queries/jobs/next_due.sql`).
-async fn next_due(
-    conn: &mut MySqlConnection,
-    queue: &str,
-) -> Result<Option<Duration>, CoordinatorError> {
-    /// Anything further than this is "nothing pending" (the SQL's sentinel
-    /// is the year 9999).
-    const NOTHING: i64 = 100 * 365 * 24 * 3600 * 1_000_000;
-    let row = sqlx::query(include_str!("queries/jobs/next_due.sql"))
-        .bind(queue)
-        .bind(queue)
-        .fetch_one(conn)
-        .await
-        .map_err(convert_sqlx_err)?;
-    let us: Option<i64> = super::rows::get(&row, "due_in_us")?;
-    Ok(us
-        .filter(|us| *us < NOTHING)
-        .map(|us| Duration::from_micros(us.max(0) as u64)))
 }

@@ -42,6 +42,7 @@ mod health;
 mod literal;
 mod nodes;
 mod observations;
+pub mod pacing;
 pub mod pause;
 mod providers;
 pub mod queue_pause;
@@ -56,6 +57,7 @@ pub mod settlement;
 pub mod shards;
 pub mod trends;
 mod tx;
+mod waiters;
 pub mod workers;
 mod writeback;
 

@@ -86,6 +86,12 @@ pub enum PausePoint {
     /// A pruning batch holds its jobs' row locks and has deleted nothing
     /// yet (inside the transaction).
     PruneAfterLock,
+    /// A paced run of background work (the settlement import:
+    /// `crate::pacing`) has slept through a rest between two batches; the
+    /// rest lasts until the test releases it, and the job events committed
+    /// meanwhile count as the workers' progress without the work (outside
+    /// any transaction).
+    PacedRest,
     /// A schema transition's backfill holds the transition's row lock and
     /// has changed nothing yet (inside the transaction).
     BackfillBeforeWrite,

@@ -75,6 +75,7 @@ pub fn line(n: u64, reference: &str, key: &str, amount: i64, status: &str) -> Ra
         .into_iter()
         .map(|(k, v)| (k.to_owned(), v))
         .collect(),
+        unreadable: Default::default(),
     }
 }
 

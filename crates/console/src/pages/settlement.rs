@@ -141,7 +141,8 @@ pub async fn show(
         .coordinator
         .settlement_exceptions(None, &[], None, 500)
         .await
-        .unwrap_or_default();
+        .unwrap_or_default()
+        .exceptions;
     let body = html! {
         div.page-head {
             h1 { "Settlement" }

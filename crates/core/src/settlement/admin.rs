@@ -5,7 +5,7 @@
 use crate::Coordinator;
 use jobfence_domain::settlement::mapping::{Mapping, PRESETS};
 use jobfence_domain::settlement::records::{
-    ActOnException, ProviderSettlement, PutSettlementSettings, SettlementException,
+    ActOnException, ExceptionList, ProviderSettlement, PutSettlementSettings, SettlementException,
     SettlementSettings,
 };
 use jobfence_domain::settlement::{ExceptionState, SettlementLine};
@@ -113,18 +113,20 @@ impl Coordinator {
     }
 
     /// Exceptions of every database, newest first: of `provider`, in
-    /// `states` (open and acknowledged when empty), of `job_id`.
+    /// `states` (open and acknowledged when empty), of `job_id`; at most
+    /// `limit` (1 to [`MAX_EXCEPTIONS`]; 0 means 100), with how many
+    /// match in all (`total`), so that a list cut at its limit can say so.
     pub async fn settlement_exceptions(
         &self,
         provider: Option<&str>,
         states: &[ExceptionState],
         job_id: Option<u64>,
         limit: u32,
-    ) -> Result<Vec<SettlementException>, CoordinatorError> {
+    ) -> Result<ExceptionList, CoordinatorError> {
         if limit > MAX_EXCEPTIONS {
             return Err(CoordinatorError::invalid(
                 "limit",
-                format!("must be at most {MAX_EXCEPTIONS}"),
+                format!("must be at most {MAX_EXCEPTIONS} (0 means 100)"),
             ));
         }
         let limit = if limit == 0 { 100 } else { limit };
@@ -133,16 +135,23 @@ impl Coordinator {
         } else {
             states.to_vec()
         };
-        let mut out = Vec::new();
+        let mut out = ExceptionList::default();
         for (_, store) in self.shards().all() {
-            out.extend(
+            out.exceptions.extend(
                 store
                     .list_settlement_exceptions(provider, &states, job_id, limit)
                     .await?,
             );
+            out.total += store
+                .count_settlement_exceptions(provider, &states, job_id)
+                .await?;
         }
-        out.sort_by(|a, b| b.updated_at.cmp(&a.updated_at).then(b.id.cmp(&a.id)));
-        out.truncate(limit as usize);
+        out.exceptions
+            .sort_by(|a, b| b.updated_at.cmp(&a.updated_at).then(b.id.cmp(&a.id)));
+        out.exceptions.truncate(limit as usize);
+        // Counted apart from the list: an exception raised between the
+        // two reads is in the count only; never fewer than shown.
+        out.total = out.total.max(out.exceptions.len() as u64);
         Ok(out)
     }
 

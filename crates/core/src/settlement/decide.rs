@@ -5,9 +5,9 @@
 
 use crate::Coordinator;
 use jobfence_domain::admin::{Resolution, ResolveManualReview};
-use jobfence_domain::settlement::held::holder;
+use jobfence_domain::settlement::held::decide_held;
 use jobfence_domain::settlement::records::{SettlementSettings, Tally};
-use jobfence_domain::settlement::{clearable, decide, Holder, Outcome, SettlementLine, OPERATOR};
+use jobfence_domain::settlement::{clearable, Holder, Outcome, SettlementLine, OPERATOR};
 use jobfence_domain::{CoordinatorError, ObservationOutcome, ObservationSource, RecordObservation};
 use jobfence_store::settlement::{KeyLines, Raised};
 use jobfence_store::JobStore;
@@ -39,11 +39,12 @@ pub(super) async fn apply(
     for (kl, subject) in batch.iter().zip(&subjects) {
         let lines: Vec<SettlementLine> = kl.lines.iter().map(|(_, l)| l.clone()).collect();
         for round in 0..=REDECIDE {
-            let h = holder(
-                &settings.queues,
-                kl.key.as_ref().and_then(|k| holders.get(k)),
-            );
-            let d = decide(&h, &lines);
+            let held = kl
+                .key
+                .as_ref()
+                .and_then(|k| holders.get(k))
+                .map_or(&[][..], Vec::as_slice);
+            let (h, d) = decide_held(&settings.queues, held, &lines);
             match apply_one(coordinator, store, settings, &h, &d.outcome, &lines).await? {
                 Applied::Done => {}
                 // The job moved under the decision: read it again.

@@ -10,21 +10,39 @@
 //! [`Import::finish`] records the period, matches what an earlier import
 //! cut off midway left undecided, and looks for succeeded jobs with no
 //! refund. The file is never held whole: a batch at a time.
+//!
+//! An import paces itself by what it costs the workers
+//! (`jobfence_domain::pacing`, measured by `jobfence_store::pacing`):
+//! after each batch it rests as long as needed for the workers' jobs to
+//! keep 85 % of their rate without it, and not at all when nothing else
+//! runs. How it is paced is in its listing while it runs
+//! ([`Coordinator::settlement_imports`]), in the metrics
+//! (`jobfence_background_*{work="settlement_import"}`), in the log when it
+//! starts or stops yielding, and in its summary.
 
 mod admin;
 mod decide;
 pub mod gauges;
+pub mod running;
 
 use super::Coordinator;
+use jobfence_domain::pacing::{Pace, Rest};
 use jobfence_domain::settlement::mapping::{LineRefusal, RawLine};
 use jobfence_domain::settlement::records::{LineCounts, SettlementSettings};
 use jobfence_domain::settlement::{ExceptionKind, SettlementLine};
 use jobfence_domain::validate::Violations;
 use jobfence_domain::{CoordinatorError, DbTime};
+use jobfence_store::pacing::Paced;
 use jobfence_store::settlement::report::MissingCursor;
 use jobfence_store::JobStore;
+use running::Listed;
+use std::time::Duration;
 
 pub use jobfence_domain::settlement::records::Tally;
+pub use running::ImportProgress;
+
+/// The `work` label of an import's pacing metrics.
+const WORK: &str = "settlement_import";
 
 /// Most lines one streamed batch may carry.
 pub const MAX_BATCH_LINES: usize = 2000;
@@ -41,8 +59,10 @@ pub struct ImportHeader {
     pub operator: String,
     /// Read and check every line, write nothing (`--strict`'s first pass).
     pub check_only: bool,
-    /// A report with no line is taken (the provider refunded nothing in
-    /// the period); otherwise it is refused and covers nothing.
+    /// A report with no line at all is taken (the provider refunded
+    /// nothing in the period), if its header row names every column of
+    /// the provider's settings; otherwise it is refused and covers
+    /// nothing. A report whose lines were all refused is never taken.
     pub allow_empty: bool,
 }
 
@@ -53,8 +73,29 @@ fn earliest_period() -> DbTime {
         .expect("a valid date")
 }
 
+/// How an import was paced, for its summary.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ImportPacing {
+    /// What the pacing last found.
+    pub pace: Pace,
+    /// How long the import rested to leave the database to the workers,
+    /// and to measure their rate without it.
+    pub yielded: Duration,
+    pub probed: Duration,
+}
+
+impl Default for ImportPacing {
+    fn default() -> Self {
+        ImportPacing {
+            pace: Pace::Alone,
+            yielded: Duration::ZERO,
+            probed: Duration::ZERO,
+        }
+    }
+}
+
 /// What an import did, for its summary.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct ImportSummary {
     pub lines_read: u64,
     pub lines_refused: u64,
@@ -65,6 +106,7 @@ pub struct ImportSummary {
     /// The succeeded jobs found with no refund in the covered periods
     /// (exceptions raised or kept).
     pub missing: u64,
+    pub pacing: ImportPacing,
 }
 
 /// An import in progress (see the module docs).
@@ -79,6 +121,14 @@ pub struct Import {
     /// The report's header row was checked against the mapping
     /// ([`Import::columns`]): a line missing a column is its own fault.
     columns_checked: bool,
+    /// The mapping's column the header row lacks though it was taken (the
+    /// operation key's: a report with lines matches those by reference),
+    /// `(field, column)`: an empty report is then refused.
+    header_lacks: Option<(&'static str, String)>,
+    /// Its pacing (`None` when it only checks: it writes nothing).
+    paced: Option<Paced>,
+    /// Its place among the coordinator's running imports.
+    listed: Listed,
 }
 
 impl Coordinator {
@@ -115,14 +165,29 @@ impl Coordinator {
                 ),
             ));
         }
+        let listed = self.pipelines.imports.add(
+            ImportProgress {
+                import_id: String::new(),
+                provider: header.provider.clone(),
+                operator: header.operator.clone(),
+                running: Duration::ZERO,
+                lines_read: 0,
+                pace: Pace::Alone,
+                yielded: Duration::ZERO,
+            },
+            &self.metrics,
+        );
         Ok(Import {
             coordinator: self.clone(),
+            paced: (!header.check_only).then(|| store.paced()),
             store,
             settings,
             header,
             summary: ImportSummary::default(),
             accepted_any: false,
             columns_checked: false,
+            header_lacks: None,
+            listed,
         })
     }
 
@@ -147,6 +212,12 @@ impl Coordinator {
 }
 
 impl Import {
+    /// Names the import among the coordinator's running ones, as its
+    /// importer will look for it ([`Coordinator::settlement_imports`]).
+    pub fn named(&mut self, import_id: &str) {
+        self.listed.update(|p| p.import_id = import_id.to_owned());
+    }
+
     /// The provider's settings the import reads its lines with.
     pub fn settings(&self) -> &SettlementSettings {
         &self.settings
@@ -154,8 +225,12 @@ impl Import {
 
     /// The columns the report's header row names (CSV), before any line:
     /// `InvalidArgument` on `columns.<field>` for a column the provider's
-    /// settings name that is not among them (nothing written, no period
-    /// recorded). After it, a line missing a column is refused alone.
+    /// settings name that is not among them, or that the row names twice
+    /// (which of the two holds the field cannot be told); nothing written,
+    /// no period recorded. The operation key's column may be absent (each
+    /// line is then matched by its provider reference), unless the report
+    /// turns out to have no line ([`Import::finish`]). After it, a line
+    /// missing a column is refused alone.
     pub fn columns(&mut self, names: &[String]) -> Result<(), CoordinatorError> {
         if self.summary.lines_read > 0 || self.columns_checked {
             return Err(CoordinatorError::invalid(
@@ -164,14 +239,26 @@ impl Import {
             ));
         }
         let mut v = Violations::default();
-        for (field, column) in self.settings.mapping.required_columns() {
-            if !names.iter().any(|n| n == column) {
+        let settings_say = "the provider's settings name it (`jobfence settlement configure` \
+                            changes them)";
+        for (field, column) in self.settings.mapping.columns() {
+            let times = names.iter().filter(|n| *n == column).count();
+            if times > 1 {
+                v.add(
+                    &format!("columns.{field}"),
+                    format!(
+                        "the report's header row names column {column:?} {times} times, so \
+                         which one holds the {field} cannot be told"
+                    ),
+                );
+            } else if times == 0 && field == "operation_key" {
+                self.header_lacks = Some((field, column.to_owned()));
+            } else if times == 0 {
                 v.add(
                     &format!("columns.{field}"),
                     format!(
                         "the report's header row has no column {column:?} (it names {}); \
-                         the provider's settings name it (`jobfence settlement configure` \
-                         changes them)",
+                         {settings_say}",
                         names.join(", ")
                     ),
                 );
@@ -228,13 +315,23 @@ impl Import {
                 self.summary.refusals.push(refused);
             }
         }
+        let read = self.summary.lines_read;
+        self.listed.update(|p| p.lines_read = read);
         if self.header.check_only || good.is_empty() {
             return Ok(());
         }
+        self.batch_starts().await;
+        self.write(&good).await?;
+        self.batch_ended().await;
+        Ok(())
+    }
+
+    /// Writes a batch's good lines and decides their keys.
+    async fn write(&mut self, good: &[SettlementLine]) -> Result<(), CoordinatorError> {
         let settings = &self.settings;
         let (counts, decided) = self
             .store
-            .put_settlement_lines(&settings.provider, &settings.queues, &good)
+            .put_settlement_lines(&settings.provider, &settings.queues, good)
             .await?;
         self.summary.lines.add(counts);
         self.summary.decided.add(&Tally::counted(&decided));
@@ -270,30 +367,104 @@ impl Import {
         }
     }
 
-    /// Refuses a report with no line taken, unless `allow_empty`: refused
-    /// lines are no evidence either, and a report whose every line was
-    /// refused lists no refund that can be trusted.
+    /// A paced step of the import (a batch of lines, a page of the final
+    /// search) starts.
+    async fn batch_starts(&mut self) {
+        if let Some(p) = &mut self.paced {
+            p.batch_starts().await;
+        }
+    }
+
+    /// The step ended: the import rests as its pacing says; the metrics,
+    /// the listing and, when it starts or stops yielding, the log say so.
+    async fn batch_ended(&mut self) {
+        let Some(p) = &mut self.paced else { return };
+        let before = p.pace();
+        let rest: Rest = p.batch_ended().await;
+        let pace = p.pace();
+        let (yielded, probed) = (p.yielded(), p.probed());
+        self.coordinator.metrics.paced(WORK, &rest, &pace);
+        self.listed.update(|l| {
+            l.pace = pace;
+            l.yielded = yielded;
+        });
+        self.summary.pacing = ImportPacing {
+            pace,
+            yielded,
+            probed,
+        };
+        if pace.yielding() != before.yielding() {
+            tracing::info!(
+                provider = %self.settings.provider,
+                operator = %self.header.operator,
+                lines_read = self.summary.lines_read,
+                yielded_seconds = yielded.as_secs_f64(),
+                pace = %pace,
+                "settlement import pace"
+            );
+        }
+        if let Some(p) = &mut self.paced {
+            p.rest(&rest).await;
+        }
+    }
+
+    /// Refuses a report with no line taken. Refused lines are no evidence:
+    /// a report whose every line was refused lists no refund that can be
+    /// trusted, `allow_empty` or not. A report with no line at all covers
+    /// its period only with `allow_empty` and a header row that named
+    /// every column of the provider's settings: without one, nothing tells
+    /// an export of a day with no refund from a failed download.
     fn taken_any(&self) -> Result<(), CoordinatorError> {
-        if self.accepted_any || self.header.allow_empty {
+        if self.accepted_any {
             return Ok(());
         }
-        let what = if self.summary.lines_read == 0 {
-            "the report has no line".to_owned()
-        } else {
-            format!(
-                "every one of the report's {} lines was refused",
-                self.summary.lines_read
-            )
-        };
-        Err(CoordinatorError::invalid(
-            "lines",
-            format!(
-                "{what}, so it covers nothing (a failed download leaves an empty or \
-                 broken file, and a covered period with no refund makes every succeeded \
-                 job of it missing at the provider); if the provider refunded nothing in \
-                 the period, import it with allow_empty (--allow-empty)"
-            ),
-        ))
+        let covers_nothing = "so it covers nothing (a failed download leaves an empty or broken \
+                              file, and a covered period with no refund makes every succeeded \
+                              job of it missing at the provider)";
+        if self.summary.lines_read > 0 {
+            return Err(CoordinatorError::invalid(
+                "lines",
+                format!(
+                    "every one of the report's {} lines was refused, {covers_nothing}; \
+                     allow_empty (--allow-empty) takes a report with no line, never one whose \
+                     lines were all refused",
+                    self.summary.lines_read
+                ),
+            ));
+        }
+        if !self.header.allow_empty {
+            return Err(CoordinatorError::invalid(
+                "lines",
+                format!(
+                    "the report has no line, {covers_nothing}; if the provider refunded nothing \
+                     in the period, import it with allow_empty (--allow-empty)"
+                ),
+            ));
+        }
+        let header = self.settings.mapping.columns().map(|(_, c)| c).join(",");
+        if !self.columns_checked {
+            return Err(CoordinatorError::invalid(
+                "lines",
+                format!(
+                    "the report has no line and no header row, so nothing shows it is the \
+                     provider's export rather than a failed download: an empty report covers \
+                     its period only with allow_empty and a header row naming the provider's \
+                     columns (JSON lines have none; for a period with no refund, import a CSV \
+                     file of that header row alone: {header})"
+                ),
+            ));
+        }
+        if let Some((field, column)) = &self.header_lacks {
+            return Err(CoordinatorError::invalid(
+                format!("columns.{field}"),
+                format!(
+                    "the report has no line, and its header row has no column {column:?}: an \
+                     empty report covers its period only when its header row names every \
+                     column of the provider's settings ({header})"
+                ),
+            ));
+        }
+        Ok(())
     }
 
     /// Ends the import: records the period, decides what is left
@@ -325,6 +496,7 @@ impl Import {
         self.decide_undecided(500).await?;
         let mut cursor = MissingCursor::Start;
         while cursor != MissingCursor::Done {
+            self.batch_starts().await;
             let (page, next) = self
                 .store
                 .missing_at_provider(&self.settings, cursor, 500)
@@ -347,6 +519,7 @@ impl Import {
             }
             self.summary.missing += page.len() as u64;
             cursor = next;
+            self.batch_ended().await;
         }
         self.coordinator.refresh_settlement_gauges().await;
         tracing::info!(
@@ -359,6 +532,8 @@ impl Import {
             matched = self.summary.decided.matched,
             resolved = self.summary.decided.resolved.len(),
             exceptions_opened = self.summary.decided.exceptions_opened,
+            yielded_seconds = self.summary.pacing.yielded.as_secs_f64(),
+            pace = %self.summary.pacing.pace,
             "settlement report imported"
         );
         Ok(self.summary)

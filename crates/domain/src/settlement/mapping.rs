@@ -134,15 +134,6 @@ impl Mapping {
         }
     }
 
-    /// The columns every line must have (all but the operation key's, which
-    /// a refund made by hand lacks), named as the fields of a stored
-    /// mapping: a report's header row must name each of them.
-    pub fn required_columns(&self) -> impl Iterator<Item = (&'static str, &str)> {
-        self.columns()
-            .into_iter()
-            .filter(|(field, _)| *field != "operation_key")
-    }
-
     /// The mapping's columns, named as the fields of a stored mapping.
     pub fn columns(&self) -> [(&'static str, &str); 6] {
         [
@@ -162,6 +153,11 @@ impl Mapping {
 pub struct RawLine {
     pub line: u64,
     pub fields: BTreeMap<String, String>,
+    /// The names the line gives no single value for, with why, as the
+    /// reader found them (a JSON array, an object, a name given twice);
+    /// none of them is in `fields`. A line is refused when a column the
+    /// mapping reads is among them: never read with one value picked.
+    pub unreadable: BTreeMap<String, String>,
 }
 
 /// Why a line was refused; nothing of it is written.
@@ -204,6 +200,11 @@ impl Mapping {
                 }),
             }
         };
+        for (field, column) in self.columns() {
+            if let Some(why) = raw.unreadable.get(column) {
+                return Err(refuse(field, format!("column {column:?} {}", bounded(why))));
+            }
+        }
         let provider_reference = get("provider_reference", &self.provider_reference)?;
         if provider_reference.len() > 255 {
             return Err(refuse("provider_reference", "longer than 255 bytes".into()));
@@ -236,6 +237,15 @@ impl Mapping {
             created_at,
         })
     }
+}
+
+/// At most 200 bytes of a reader's reason (it came with the line).
+fn bounded(why: &str) -> &str {
+    let mut end = why.len().min(200);
+    while !why.is_char_boundary(end) {
+        end -= 1;
+    }
+    &why[..end]
 }
 
 /// Three ASCII letters, upper-cased (Stripe writes `usd`).
@@ -345,6 +355,7 @@ mod tests {
                 .iter()
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
+            unreadable: Default::default(),
         }
     }
 
@@ -429,6 +440,30 @@ mod tests {
                 "{mangled:?} was read as an amount"
             );
         }
+    }
+
+    /// A column the reader could give no single value for refuses the
+    /// line by its field; an unreadable name the mapping does not read is
+    /// no matter.
+    #[test]
+    fn a_column_with_no_single_value_refuses_its_line() {
+        let mut line = stripe("100", "usd", "succeeded");
+        line.fields.remove("metadata.operation_key");
+        line.unreadable.insert(
+            "metadata.operation_key".into(),
+            "holds a JSON array, not one value".into(),
+        );
+        line.unreadable
+            .insert("tags".into(), "holds a JSON array, not one value".into());
+        let refused = Mapping::stripe().read(&line).unwrap_err();
+        assert_eq!((refused.line, refused.field), (7, "operation_key"));
+        assert_eq!(
+            refused.why,
+            "column \"metadata.operation_key\" holds a JSON array, not one value"
+        );
+        assert!(!refused.column_missing);
+        line.unreadable.remove("metadata.operation_key");
+        assert_eq!(Mapping::stripe().read(&line).unwrap().operation_key, None);
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! refunds it made has the last word on whether money moved. This module
 //! is the pure part: a report's line ([`SettlementLine`], read through a
 //! provider's [`mapping::Mapping`]), and what the lines of one operation
-//! key say about the job that holds it ([`held::holder`], [`decide`]),
+//! key say about the job that holds it ([`held::decide_held`], [`decide`]),
 //! and whether a key's first line is decided as it is inserted
 //! ([`on_insert`]). The store keeps the lines and the exceptions, and
 //! decides a line on insert by [`on_insert`]; the coordinator applies the
@@ -113,6 +113,11 @@ pub enum ExceptionKind {
     /// A refund whose reference jobfence never enqueued (one made by hand
     /// in the provider's dashboard).
     UnknownReference,
+    /// The refund's operation key is held by jobs of two or more of the
+    /// provider's queues, no single one of them recorded the refund's
+    /// provider reference, and what the refund says differs by job: the
+    /// report changes none of them and names each queue and job.
+    AmbiguousKey,
 }
 
 /// How urgent an exception is.
@@ -143,6 +148,7 @@ impl ExceptionKind {
             ExceptionKind::MissingAtProvider => "MISSING_AT_PROVIDER",
             ExceptionKind::AmountMismatch => "AMOUNT_MISMATCH",
             ExceptionKind::UnknownReference => "UNKNOWN_REFERENCE",
+            ExceptionKind::AmbiguousKey => "AMBIGUOUS_KEY",
         }
     }
 
@@ -152,17 +158,20 @@ impl ExceptionKind {
             ExceptionKind::DoubleRefund
             | ExceptionKind::RefundNotRecorded
             | ExceptionKind::MissingAtProvider => Severity::Critical,
-            ExceptionKind::AmountMismatch | ExceptionKind::UnknownReference => Severity::Warning,
+            ExceptionKind::AmountMismatch
+            | ExceptionKind::UnknownReference
+            | ExceptionKind::AmbiguousKey => Severity::Warning,
         }
     }
 
     /// Every kind, in a stable order.
-    pub const ALL: [ExceptionKind; 5] = [
+    pub const ALL: [ExceptionKind; 6] = [
         ExceptionKind::DoubleRefund,
         ExceptionKind::RefundNotRecorded,
         ExceptionKind::MissingAtProvider,
         ExceptionKind::AmountMismatch,
         ExceptionKind::UnknownReference,
+        ExceptionKind::AmbiguousKey,
     ];
 }
 
@@ -174,7 +183,8 @@ impl_str_enum!(
         ExceptionKind::RefundNotRecorded,
         ExceptionKind::MissingAtProvider,
         ExceptionKind::AmountMismatch,
-        ExceptionKind::UnknownReference
+        ExceptionKind::UnknownReference,
+        ExceptionKind::AmbiguousKey
     ]
 );
 
@@ -385,7 +395,8 @@ fn amount_mismatch(
 }
 
 /// The decision of a key's first and only line, made as the line is
-/// inserted: `holder` is who holds the key (see [`held::holder`]).
+/// inserted: `held` is every job (or else key record) of the provider's
+/// `queues` that holds the key (see [`held::decide_held`]).
 /// `Some(outcome)` only when the outcome writes nothing beyond the line
 /// ([`Outcome::Matched`] with no exception, so the amounts agree or are
 /// not compared, or [`Outcome::Undecided`]): the line is then inserted
@@ -393,8 +404,12 @@ fn amount_mismatch(
 /// line of its key ([`decide()`]) and what it writes (a resolution, an
 /// observation, an exception). The store calls it for a new line whose key
 /// has no other line and no exception not resolved.
-pub fn on_insert(holder: &Holder, line: &SettlementLine) -> Option<Outcome> {
-    let d = decide(holder, std::slice::from_ref(line));
+pub fn on_insert(
+    queues: &[records::QueueAmounts],
+    held: &[held::Held],
+    line: &SettlementLine,
+) -> Option<Outcome> {
+    let (_, d) = held::decide_held(queues, held, std::slice::from_ref(line));
     let writes_nothing = matches!(d.outcome, Outcome::Matched | Outcome::Undecided);
     (writes_nothing && d.exceptions.is_empty()).then_some(d.outcome)
 }
@@ -410,6 +425,7 @@ pub fn clearable(lines: &[SettlementLine]) -> Vec<ExceptionKind> {
         ExceptionKind::RefundNotRecorded,
         ExceptionKind::AmountMismatch,
         ExceptionKind::UnknownReference,
+        ExceptionKind::AmbiguousKey,
     ];
     if lines.iter().any(|l| l.status.moved_money()) {
         kinds.push(ExceptionKind::MissingAtProvider);

@@ -144,6 +144,17 @@ pub struct SettlementException {
     pub actions: Vec<ExceptionAction>,
 }
 
+/// Exceptions as one list shows them: cut at its limit, and how many
+/// matched.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ExceptionList {
+    /// Newest first, at most the limit asked for.
+    pub exceptions: Vec<SettlementException>,
+    /// How many match the list's filters, in every database (more than
+    /// `exceptions` holds when the limit cut it).
+    pub total: u64,
+}
+
 /// One step of an exception's life.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ExceptionAction {

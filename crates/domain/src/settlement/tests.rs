@@ -20,6 +20,33 @@ fn job(state: JobState, amount: Option<i64>) -> Holder {
     }
 }
 
+/// The provider's one queue, its amounts at `/amount` and `/currency`.
+fn queues() -> Vec<records::QueueAmounts> {
+    vec![records::QueueAmounts {
+        queue: "refunds".into(),
+        amount_pointer: Some("/amount".into()),
+        currency_pointer: Some("/currency".into()),
+    }]
+}
+
+/// `h` as the store reads it, of queue `refunds`: a job's amount in its
+/// payload.
+fn held_of(h: &Holder) -> held::Held {
+    let payload = match h {
+        Holder::Job {
+            amount: Some((a, c)),
+            ..
+        } => Some(format!("{{\"amount\": {a}, \"currency\": \"{c}\"}}")),
+        _ => None,
+    };
+    held::Held {
+        holder: h.clone(),
+        queue: Some("refunds".into()),
+        payload,
+        provider_reference: None,
+    }
+}
+
 fn kinds(d: &Decision) -> Vec<ExceptionKind> {
     d.exceptions.iter().map(|(k, _)| *k).collect()
 }
@@ -130,7 +157,10 @@ fn a_settled_refund_nobody_enqueued_is_an_unknown_reference() {
 #[test]
 fn a_first_line_is_decided_on_insert_only_when_it_writes_nothing_more() {
     let settled = line("re_1", LineStatus::Succeeded, 500);
-    let on = |h: &Holder, l: &SettlementLine| on_insert(h, l);
+    let on = |h: &Holder, l: &SettlementLine| match h {
+        Holder::Nobody => on_insert(&queues(), &[], l),
+        h => on_insert(&queues(), &[held_of(h)], l),
+    };
     assert_eq!(
         on(&job(JobState::Succeeded, Some(500)), &settled),
         Some(Outcome::Matched)
@@ -188,6 +218,7 @@ fn missing_at_provider_is_cleared_only_once_a_refund_settled() {
     let cleared = clearable(&pending);
     assert!(!cleared.contains(&ExceptionKind::MissingAtProvider));
     assert_eq!(cleared.len(), ExceptionKind::ALL.len() - 1);
+    assert!(cleared.contains(&ExceptionKind::AmbiguousKey));
     let settled = [pending[0].clone(), line("re_2", LineStatus::Succeeded, 500)];
     let mut cleared = clearable(&settled);
     cleared.sort();
@@ -230,4 +261,132 @@ fn a_tally_counts_each_outcome_and_adds_up() {
     assert_eq!(t.matched, 3);
     assert_eq!(t.resolved, [(7, "re_1".into()), (9, "re_9".into())]);
     assert_eq!((t.exceptions_opened, t.exceptions_resolved), (2, 1));
+}
+
+/// A job of queue `queue`, id `id`, in `state`, that recorded `reference`.
+fn job_in(queue: &str, id: u64, state: JobState, reference: Option<&str>) -> held::Held {
+    held::Held {
+        holder: Holder::Job {
+            id,
+            state,
+            attempt: 1,
+            amount: None,
+        },
+        queue: Some(queue.into()),
+        payload: None,
+        provider_reference: reference.map(str::to_owned),
+    }
+}
+
+fn decided(held: &[held::Held], lines: &[SettlementLine]) -> (Option<u64>, Decision) {
+    let (h, d) = held::decide_held(&queues(), held, lines);
+    (h.job_id(), d)
+}
+
+/// A key in two of the provider's queues is decided against the job that
+/// recorded the settled refund's reference, though an older job holds it
+/// too: the manual review of the other is not resolved by its refund.
+#[test]
+fn of_two_queues_the_job_that_recorded_the_reference_holds_the_key() {
+    let settled = [line("re_1", LineStatus::Succeeded, 500)];
+    let held = [
+        job_in("refunds", 3, JobState::ManualReview, None),
+        job_in("refunds-eu", 7, JobState::Succeeded, Some("re_1")),
+    ];
+    let (job, d) = decided(&held, &settled);
+    assert_eq!((job, &d.outcome), (Some(7), &Outcome::Matched));
+    assert!(d.exceptions.is_empty());
+    // Its exceptions name both queues.
+    let held = [
+        job_in("refunds", 3, JobState::Succeeded, None),
+        job_in("refunds-eu", 7, JobState::Failed, Some("re_1")),
+    ];
+    let (job, d) = decided(&held, &settled);
+    assert_eq!(
+        (job, kinds(&d)),
+        (Some(7), vec![ExceptionKind::RefundNotRecorded])
+    );
+    let detail = &d.exceptions[0].1;
+    for named in [
+        "job 3 of queue refunds (succeeded)",
+        "job 7 of queue refunds-eu (failed)",
+    ] {
+        assert!(detail.contains(named), "{detail}");
+    }
+}
+
+/// When no single job recorded the reference, the decision stands only
+/// where every holder gives the same; otherwise the key is ambiguous,
+/// named by queue, and nothing is resolved or observed.
+#[test]
+fn a_key_no_single_job_recorded_is_decided_only_where_its_jobs_agree() {
+    let settled = [line("re_1", LineStatus::Succeeded, 500)];
+    let both_parked = [
+        job_in("refunds", 3, JobState::ManualReview, None),
+        job_in("refunds-eu", 7, JobState::ManualReview, None),
+    ];
+    let (job, d) = decided(&both_parked, &settled);
+    assert_eq!((job, &d.outcome), (Some(3), &Outcome::Exception));
+    assert_eq!(kinds(&d), [ExceptionKind::AmbiguousKey]);
+    assert_eq!(ExceptionKind::AmbiguousKey.severity(), Severity::Warning);
+    let detail = &d.exceptions[0].1;
+    assert!(detail.contains("re_1"), "{detail}");
+    for named in [
+        "queue refunds (manual_review)",
+        "queue refunds-eu (manual_review)",
+    ] {
+        assert!(detail.contains(named), "{detail}");
+    }
+    // Both recorded it (the provider answered both sends with one refund)
+    // and both succeeded: matched.
+    let both_done = [
+        job_in("refunds", 3, JobState::Succeeded, Some("re_1")),
+        job_in("refunds-eu", 7, JobState::Succeeded, Some("re_1")),
+    ];
+    let (_, d) = decided(&both_done, &settled);
+    assert_eq!((d.outcome, d.exceptions.len()), (Outcome::Matched, 0));
+    // Both failed: money moved that jobfence says did not, whichever.
+    let both_failed = [
+        job_in("refunds", 3, JobState::Failed, None),
+        job_in("refunds-eu", 7, JobState::Cancelled, None),
+    ];
+    let (_, d) = decided(&both_failed, &settled);
+    assert_eq!(kinds(&d), [ExceptionKind::RefundNotRecorded]);
+    // One succeeded, one failed: which is it?
+    let split = [
+        job_in("refunds", 3, JobState::Succeeded, None),
+        job_in("refunds-eu", 7, JobState::Failed, None),
+    ];
+    assert_eq!(
+        kinds(&decided(&split, &settled).1),
+        [ExceptionKind::AmbiguousKey]
+    );
+    // Nothing settled decides nothing, however many hold the key.
+    let pending = [line("re_1", LineStatus::Pending, 500)];
+    assert_eq!(decided(&split, &pending).1.outcome, Outcome::Undecided);
+    // Not decided on insert unless it writes nothing.
+    assert_eq!(on_insert(&queues(), &both_parked, &settled[0]), None);
+    assert_eq!(
+        on_insert(&queues(), &both_done, &settled[0]),
+        Some(Outcome::Matched)
+    );
+}
+
+#[test]
+fn a_key_one_job_holds_is_decided_against_it_and_nobody_is_unknown() {
+    let settled = [line("re_1", LineStatus::Succeeded, 500)];
+    let (job, d) = decided(
+        &[job_in("refunds", 3, JobState::ManualReview, None)],
+        &settled,
+    );
+    assert_eq!(job, Some(3));
+    assert!(
+        matches!(d.outcome, Outcome::Resolve { job_id: 3, .. }),
+        "{d:?}"
+    );
+    let (job, d) = decided(&[], &settled);
+    assert_eq!(
+        (job, kinds(&d)),
+        (None, vec![ExceptionKind::UnknownReference])
+    );
 }

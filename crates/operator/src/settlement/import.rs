@@ -18,6 +18,8 @@ use jobfence_api::v1::job_admin_client::JobAdminClient;
 use serde_json::json;
 use std::io::Write;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use tokio::sync::mpsc;
 
 /// Lines per streamed message: the most the coordinator takes in one
@@ -56,19 +58,22 @@ pub struct ImportArgs {
     #[arg(long)]
     pub strict: bool,
     /// Take a report with no line (the provider refunded nothing in the
-    /// period). Without it such a report is refused and covers nothing: a
+    /// period) whose header row names every column of the provider's
+    /// settings. Without it such a report is refused and covers nothing: a
     /// failed download leaves an empty file, and a covered period with no
     /// refund would make every succeeded job of it missing at the provider.
+    /// A report with no header row (an empty file; JSON lines) or whose
+    /// every line is refused is refused all the same.
     #[arg(long)]
     pub allow_empty: bool,
     /// Your name, recorded with the covered period (a coordinator that
     /// authenticates records your credential's name).
     #[arg(long, env = "JOBFENCE_OPERATOR", default_value = "")]
     pub operator: String,
-    /// At most this many lines a second (0: as fast as the coordinator
-    /// takes them). Flat out, an import takes database time the workers'
-    /// claims would have had; a paced one leaves them more of it
-    /// (docs/settlement.md, "Import every report", says how much).
+    /// At most this many lines a second (0: no limit). The coordinator
+    /// paces the import itself, resting while the workers' jobs run more
+    /// than 15 % slower beside it, and going flat out when nothing else
+    /// runs (docs/settlement.md, "Import every report"); this only caps it.
     #[arg(long, default_value_t = 0)]
     pub max_rate: u32,
     /// The report (gzip'd or not); `-` for standard input (with --format).
@@ -144,14 +149,7 @@ pub(crate) async fn run(
             args.file.display()
         ),
     };
-    let header = proto::ImportSettlementHeader {
-        provider: args.provider.clone(),
-        period_start: Some(timestamp(from)),
-        period_end: Some(timestamp(to)),
-        operator: args.operator.clone(),
-        check_only: false,
-        allow_empty: args.allow_empty,
-    };
+    let header = header(&args, from, to);
     if args.file.as_os_str() != "-" {
         std::fs::File::open(&args.file)
             .with_context(|| format!("cannot open the report {}", args.file.display()))?;
@@ -197,6 +195,24 @@ pub(crate) async fn run(
     Ok(())
 }
 
+/// The import's header: what the flags say, and a name to find it by
+/// while it runs.
+fn header(
+    args: &ImportArgs,
+    from: NaiveDateTime,
+    to: NaiveDateTime,
+) -> proto::ImportSettlementHeader {
+    proto::ImportSettlementHeader {
+        provider: args.provider.clone(),
+        period_start: Some(timestamp(from)),
+        period_end: Some(timestamp(to)),
+        operator: args.operator.clone(),
+        check_only: false,
+        allow_empty: args.allow_empty,
+        import_id: super::progress::import_id(),
+    }
+}
+
 /// Streams the file; the coordinator's answer and the lines refused here.
 /// A file that cannot be read to its end (a cut gzip, bytes that are not
 /// UTF-8) cancels the call instead of ending it, so the coordinator
@@ -212,6 +228,9 @@ async fn stream(
     let mut client = JobAdminClient::new(channel(conn).await?);
     let (tx, rx) = mpsc::channel::<proto::ImportSettlementRequest>(4);
     let path_owned = path.to_path_buf();
+    let sent = Arc::new(AtomicU64::new(0));
+    // Ended on every way out of this function.
+    let mut line = super::progress::Line::start(client.clone(), &header, sent.clone());
     tx.send(proto::ImportSettlementRequest {
         part: Some(Part::Header(header)),
     })
@@ -225,7 +244,7 @@ async fn stream(
     // File reading and parsing on a thread of its own; the channel's bound
     // keeps at most a few batches in memory.
     let mut reader =
-        tokio::task::spawn_blocking(move || read_and_send(&path_owned, format, pace, tx));
+        tokio::task::spawn_blocking(move || read_and_send(&path_owned, format, pace, tx, &sent));
     let call = client.import_settlement(tokio_stream::wrappers::ReceiverStream::new(rx));
     tokio::pin!(call);
     let (answer, local) = tokio::select! {
@@ -253,7 +272,7 @@ async fn stream(
                     let _ = keep_open.send(abort).await;
                     drop(keep_open);
                     let _ = call.await;
-                    eprintln!();
+                    line.end().await;
                     if e.is::<super::read::NotAReport>() {
                         return Err(e.context("nothing was imported, and no period is recorded"));
                     }
@@ -264,38 +283,44 @@ async fn stream(
             (call.await, local)
         }
     };
-    eprintln!();
-    let answer = match answer {
-        Ok(answer) => answer,
+    line.end().await;
+    match answer {
+        Ok(answer) => Ok((answer.into_inner(), local)),
         Err(status) => {
             // The coordinator never saw the lines refused here: a refusal
             // of the whole report ("no line") would otherwise hide why.
-            for r in local.iter().take(10) {
-                eprintln!("refused here: line {}: {}: {}", r.line, r.field, r.reason);
-            }
-            if local.len() > 10 {
-                eprintln!("refused here: {} more lines", local.len() - 10);
-            }
-            return Err(refused_with_flags(status, flags));
+            print_refused_here(&local);
+            Err(refused_with_flags(status, flags))
         }
-    };
-    Ok((answer.into_inner(), local))
+    }
+}
+
+/// The first lines this command refused itself, on standard error.
+fn print_refused_here(local: &[proto::RefusedLine]) {
+    for r in local.iter().take(10) {
+        eprintln!("refused here: line {}: {}: {}", r.line, r.field, r.reason);
+    }
+    if local.len() > 10 {
+        eprintln!("refused here: {} more lines", local.len() - 10);
+    }
 }
 
 /// Reads the file, sending batches; returns the lines refused here.
+/// `counted`: the lines sent so far, for the progress line.
 fn read_and_send(
     path: &std::path::Path,
     format: Format,
     pace: Pace,
     tx: mpsc::Sender<proto::ImportSettlementRequest>,
+    counted: &AtomicU64,
 ) -> anyhow::Result<Vec<proto::RefusedLine>> {
     let mut batch = Vec::with_capacity(BATCH);
     let mut refused = Vec::new();
     let mut sent = 0u64;
     let started = std::time::Instant::now();
-    let mut last = started;
     let send = |batch: &mut Vec<proto::SettlementReportLine>, sent: &mut u64| -> bool {
         *sent += batch.len() as u64;
+        counted.store(*sent, Ordering::Relaxed);
         let lines = std::mem::take(batch);
         tx.blocking_send(proto::ImportSettlementRequest {
             part: Some(Part::Lines(proto::SettlementLineBatch { lines })),
@@ -337,17 +362,19 @@ fn read_and_send(
             if let Some(ahead) = pace.ahead(sent, started) {
                 std::thread::sleep(ahead);
             }
-            if last.elapsed().as_secs() >= 1 {
-                eprint!("\rsettlement: {} sent", lines(sent));
-                last = std::time::Instant::now();
-            }
         }
         true
     })?;
     if !batch.is_empty() {
         send(&mut batch, &mut sent);
     }
-    eprint!("\rsettlement: {} sent", lines(sent));
+    if sent == 0 {
+        // Lines every one of which was refused here are no empty report
+        // (which --allow-empty would take).
+        if let Some(none_taken) = super::read::all_refused(&refused) {
+            return Err(none_taken.into());
+        }
+    }
     Ok(refused)
 }
 
@@ -382,6 +409,9 @@ fn summary(
     )?;
     if !checked_only {
         decided(out, answer)?;
+        if let Some(p) = &answer.pace {
+            writeln!(out, "  pace           {}", pace_line(p))?;
+        }
     }
     for r in refused.iter().take(100) {
         writeln!(
@@ -425,8 +455,31 @@ fn summary_json(
             "exceptions_opened": answer.exceptions_opened,
             "exceptions_resolved": answer.exceptions_resolved,
             "missing": answer.missing,
+            "pace": answer.pace.as_ref().map(|p| json!({
+                "state": p.state().as_str_name(),
+                "slower": p.slower,
+                "busy": p.busy,
+                "yielded_seconds": seconds(p.yielded.as_ref()),
+                "probed_seconds": seconds(p.probed.as_ref()),
+                "summary": p.summary,
+            })),
         }),
     )
+}
+
+/// A protobuf duration in seconds (0 when unset).
+fn seconds(d: Option<&prost_types::Duration>) -> f64 {
+    d.map_or(0.0, |d| d.seconds as f64 + f64::from(d.nanos) / 1e9)
+}
+
+/// How the coordinator paced the import: how long it yielded, and what
+/// it found last.
+fn pace_line(p: &proto::BackgroundPace) -> String {
+    let yielded = seconds(p.yielded.as_ref());
+    if yielded <= 0.0 {
+        return format!("{}; never yielded", p.summary);
+    }
+    format!("yielded {yielded:.1} s in all; at the end {}", p.summary)
 }
 
 /// The summary's lines of what the imported lines decided.
@@ -467,8 +520,4 @@ fn decided(
 /// `n` with its noun, singular or plural.
 fn counted(n: u64, one: &str, many: &str) -> String {
     format!("{n} {}", if n == 1 { one } else { many })
-}
-
-fn lines(n: u64) -> String {
-    counted(n, "line", "lines")
 }

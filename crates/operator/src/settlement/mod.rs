@@ -6,6 +6,7 @@
 //! a person's action on one.
 
 mod import;
+mod progress;
 mod read;
 mod report;
 
@@ -102,8 +103,10 @@ pub struct ExceptionsArgs {
     /// Only this job's.
     #[arg(long)]
     pub job: Option<u64>,
-    /// At most this many (1..=500); the list says when more may match.
-    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=500))]
+    /// At most this many, 1 to 500; 0 for as many as one list shows
+    /// (500). A list the limit cut says so: how many it shows of how many
+    /// match.
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(0..=500))]
     pub limit: u32,
 }
 

@@ -1,7 +1,7 @@
 //! A provider's report file read line by line, never whole: CSV (a header
 //! row, then one refund per row) or JSON lines (one object per line, nested
-//! objects flattened with dots: `metadata.operation_key`), plain or
-//! gzip'd. What the coordinator receives is each line's number and its
+//! objects flattened with dots: `metadata.operation_key`; a name given no
+//! single value is sent as unreadable, see `jsonl.rs`), plain or gzip'd. What the coordinator receives is each line's number and its
 //! columns as text; the coordinator reads them through the provider's
 //! stored mapping. A line that cannot even be split into columns (a quote
 //! not closed on its line, a JSON line that is not an object) is refused
@@ -10,12 +10,12 @@
 
 use flate2::read::MultiGzDecoder;
 use jobfence_api::v1::{RefusedLine, SettlementReportLine};
-use std::collections::HashMap;
 use std::fs::File;
 use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
 
 mod csv;
+mod jsonl;
 
 /// How a report file is written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -78,6 +78,27 @@ impl std::fmt::Display for NotAReport {
 
 impl std::error::Error for NotAReport {}
 
+/// When lines were read and every one of them was refused here (`refused`
+/// holds them all, and none was sent), why the file is no report: the
+/// coordinator would otherwise see a report with no line, which
+/// `--allow-empty` takes. `None` when nothing was refused (an empty file).
+pub fn all_refused(refused: &[RefusedLine]) -> Option<NotAReport> {
+    let first = refused.first()?;
+    let more = match refused.len() {
+        1 => String::new(),
+        n => format!(", and {} more", n - 1),
+    };
+    Some(NotAReport(format!(
+        "every one of the report's {} lines was refused (line {}: {}: {}{more}): a report whose \
+         lines are all refused is no report with no line, and covers nothing, --allow-empty or \
+         not",
+        refused.len(),
+        first.line,
+        first.field,
+        first.reason
+    )))
+}
+
 /// One line as read: sent, or refused here; or, first, the columns a CSV
 /// report's header row names.
 pub enum Read1 {
@@ -96,88 +117,14 @@ pub fn read(
     let input = open(path)?;
     match format {
         Format::Csv => csv::read_csv(input, &mut each),
-        Format::Jsonl => read_jsonl(input, &mut each),
-    }
-}
-
-fn read_jsonl(
-    input: Box<dyn BufRead + Send>,
-    each: &mut dyn FnMut(Read1) -> bool,
-) -> anyhow::Result<()> {
-    for (i, line) in input.split(b'\n').enumerate() {
-        let number = i as u64 + 1;
-        let line = line.map_err(|e| {
-            anyhow::Error::new(e).context(format!("reading the report after line {}", number - 1))
-        })?;
-        let Ok(line) = String::from_utf8(line) else {
-            if !each(Read1::Refused(RefusedLine {
-                line: number,
-                field: "line".into(),
-                reason: "not UTF-8 text".into(),
-            })) {
-                break;
-            }
-            continue;
-        };
-        let text = line.trim_start_matches('\u{feff}').trim();
-        if text.is_empty() {
-            continue;
-        }
-        let next = match serde_json::from_str::<serde_json::Value>(text) {
-            Ok(serde_json::Value::Object(map)) => {
-                let mut fields = HashMap::new();
-                flatten("", &serde_json::Value::Object(map), &mut fields);
-                Read1::Line(SettlementReportLine {
-                    line: number,
-                    fields,
-                })
-            }
-            Ok(_) => Read1::Refused(RefusedLine {
-                line: number,
-                field: "line".into(),
-                reason: "not a JSON object".into(),
-            }),
-            Err(e) => Read1::Refused(RefusedLine {
-                line: number,
-                field: "line".into(),
-                reason: format!("not JSON: {e}"),
-            }),
-        };
-        if !each(next) {
-            break;
-        }
-    }
-    Ok(())
-}
-
-/// A JSON value's scalars, named by their dotted paths; nulls left out.
-fn flatten(prefix: &str, v: &serde_json::Value, out: &mut HashMap<String, String>) {
-    let name = |k: &str| {
-        if prefix.is_empty() {
-            k.to_owned()
-        } else {
-            format!("{prefix}.{k}")
-        }
-    };
-    match v {
-        serde_json::Value::Object(map) => {
-            for (k, v) in map {
-                flatten(&name(k), v, out);
-            }
-        }
-        serde_json::Value::Null => {}
-        serde_json::Value::String(s) => {
-            out.insert(prefix.to_owned(), s.clone());
-        }
-        other => {
-            out.insert(prefix.to_owned(), other.to_string());
-        }
+        Format::Jsonl => jsonl::read_jsonl(input, &mut each),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::HashMap;
     use std::io::Write;
 
     /// A line read: its number and columns, or its number and why refused.

@@ -273,32 +273,70 @@ fn exception_json(e: &proto::SettlementException) -> Value {
     })
 }
 
-/// `settlement exceptions` with no subcommand: the list, and a line when
-/// more may match than were shown.
+/// The most exceptions one list shows (`ListSettlementExceptions`'s
+/// limit): what `--limit 0` asks for.
+const MOST_LISTED: u32 = 500;
+
+/// `settlement exceptions` with no subcommand: the list, and, when the
+/// limit cut it, how many it shows of how many match.
 async fn list(
     client: &mut JobAdminClient<crate::connection::Authed>,
     a: ExceptionsArgs,
     out: &mut (dyn Write + Send),
     json: bool,
 ) -> anyhow::Result<()> {
+    let limit = if a.limit == 0 { MOST_LISTED } else { a.limit };
     let list = client
         .list_settlement_exceptions(proto::ListSettlementExceptionsRequest {
             provider: a.provider.unwrap_or_default(),
             states: a.state,
             job_id: a.job.unwrap_or(0),
             id: 0,
-            limit: a.limit,
+            limit,
         })
         .await
         .map_err(|s| refused_read_with_flags(s, READ_FLAGS))?
         .into_inner();
-    if list.exceptions.len() == a.limit as usize {
-        eprintln!(
-            "settlement: the first {} shown; more may match (--limit, up to 500, or narrow with --provider, --state, --job)",
-            a.limit
+    let shown = list.exceptions.len() as u64;
+    // A coordinator older than `total` answers 0: then only a full list
+    // says that more may match.
+    let total = (list.total >= shown).then_some(list.total);
+    let cut = match total {
+        Some(total) => total > shown,
+        None => shown == u64::from(limit),
+    };
+    let note = cut.then(|| cut_note(shown, total, limit));
+    if json {
+        return print_json(
+            out,
+            &json!({
+                "exceptions": list.exceptions.iter().map(exception_json).collect::<Vec<_>>(),
+                "shown": shown,
+                "total": total,
+                "cut": note,
+            }),
         );
     }
-    list_text(out, &list.exceptions, json)
+    list_text(out, &list.exceptions)?;
+    if let Some(note) = note {
+        writeln!(out, "{note}")?;
+    }
+    Ok(())
+}
+
+/// What a list cut at `limit` says: how many it shows of how many match
+/// (`None`: not told), and how to see more.
+fn cut_note(shown: u64, total: Option<u64>, limit: u32) -> String {
+    let of = total.map_or_else(
+        || format!("showing {shown}; more may match"),
+        |t| format!("showing {shown} of {t}"),
+    );
+    let more = if limit < MOST_LISTED {
+        format!("--limit {MOST_LISTED} (or 0) shows up to {MOST_LISTED}, or narrow")
+    } else {
+        format!("{MOST_LISTED} is the most one list shows: narrow")
+    };
+    format!("{of}; {more} with --provider, --state or --job")
 }
 
 /// `settlement exceptions ack|resolve ID`: moves the exception from the
@@ -334,6 +372,7 @@ async fn act(
     Ok(tonic::Response::new(
         proto::ListSettlementExceptionsResponse {
             exceptions: done.exception.into_iter().collect(),
+            total: 1,
         },
     ))
 }
@@ -394,14 +433,7 @@ pub(super) async fn exceptions(
 fn list_text(
     out: &mut (dyn Write + Send),
     list: &[proto::SettlementException],
-    as_json: bool,
 ) -> anyhow::Result<()> {
-    if as_json {
-        return print_json(
-            out,
-            &json!(list.iter().map(exception_json).collect::<Vec<_>>()),
-        );
-    }
     if list.is_empty() {
         writeln!(out, "no settlement exceptions")?;
         return Ok(());

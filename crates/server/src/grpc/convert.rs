@@ -217,3 +217,49 @@ pub fn item_error(e: &jobfence_domain::CoordinatorError) -> proto::ItemError {
         metadata: super::status::metadata(e),
     }
 }
+
+/// A job state named in a request (unset or unknown is a violation).
+pub(super) fn state_from(v: &mut Violations, field: &str, raw: i32) -> JobState {
+    match proto::JobState::try_from(raw) {
+        Ok(proto::JobState::Ready) => JobState::Ready,
+        Ok(proto::JobState::Running) => JobState::Running,
+        Ok(proto::JobState::Succeeded) => JobState::Succeeded,
+        Ok(proto::JobState::Failed) => JobState::Failed,
+        Ok(proto::JobState::ManualReview) => JobState::ManualReview,
+        Ok(proto::JobState::Cancelled) => JobState::Cancelled,
+        _ => {
+            v.add(field, format!("unknown or unset job state {raw}"));
+            JobState::Ready
+        }
+    }
+}
+
+/// The filter of a ListJobs request.
+pub(super) fn list_filter(
+    r: proto::ListJobsRequest,
+) -> Result<jobfence_domain::admin::ListJobsFilter, jobfence_domain::CoordinatorError> {
+    let mut v = Violations::default();
+    let states = r
+        .states
+        .iter()
+        .map(|s| state_from(&mut v, "states", *s))
+        .collect();
+    let min_age = duration(&mut v, "min_age", r.min_age);
+    let after_id = match v.optional("page_token", r.page_token) {
+        None => 0,
+        Some(token) => token.parse().unwrap_or_else(|_| {
+            v.add("page_token", "is not a token this service returned");
+            0
+        }),
+    };
+    let queue = v.optional("queue", r.queue);
+    v.finish()?;
+    Ok(jobfence_domain::admin::ListJobsFilter {
+        queue,
+        states,
+        min_age,
+        operation_key: None,
+        after_id,
+        limit: r.page_size,
+    })
+}

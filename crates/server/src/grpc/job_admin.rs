@@ -20,11 +20,10 @@ use jobfence_api::v1::{
     ResumeProviderResponse,
 };
 use jobfence_core::Coordinator;
-use jobfence_domain::admin::{ListJobsFilter, Resolution};
+use jobfence_domain::admin::Resolution;
 use jobfence_domain::budget::Pause;
 use jobfence_domain::providers::{ChangeBy, PutProvider, PutQueuePolicy, SetPause};
 use jobfence_domain::validate::Violations;
-use jobfence_domain::{CoordinatorError, JobState};
 use tonic::{Request, Response, Status};
 use tracing::instrument;
 
@@ -43,22 +42,6 @@ impl JobAdminService {
     /// The handler skeleton of `method` (see [`Rpc`]).
     fn rpc(&self, method: &'static str) -> Rpc<'_> {
         Rpc::new(self.coordinator.metrics(), method)
-    }
-}
-
-/// A job state named in a request (unset or unknown is a violation).
-fn state_from(v: &mut Violations, field: &str, raw: i32) -> JobState {
-    match proto::JobState::try_from(raw) {
-        Ok(proto::JobState::Ready) => JobState::Ready,
-        Ok(proto::JobState::Running) => JobState::Running,
-        Ok(proto::JobState::Succeeded) => JobState::Succeeded,
-        Ok(proto::JobState::Failed) => JobState::Failed,
-        Ok(proto::JobState::ManualReview) => JobState::ManualReview,
-        Ok(proto::JobState::Cancelled) => JobState::Cancelled,
-        _ => {
-            v.add(field, format!("unknown or unset job state {raw}"));
-            JobState::Ready
-        }
     }
 }
 
@@ -150,6 +133,19 @@ impl JobAdmin for JobAdminService {
         super::settlement::import(rpc, &self.coordinator, request).await
     }
 
+    #[instrument(
+        name = "ListSettlementImports",
+        skip_all,
+        fields(caller, provider, outcome)
+    )]
+    async fn list_settlement_imports(
+        &self,
+        request: Request<proto::ListSettlementImportsRequest>,
+    ) -> Result<Response<proto::ListSettlementImportsResponse>, Status> {
+        let rpc = self.rpc("ListSettlementImports");
+        super::settlement::imports(rpc, &self.coordinator, request).await
+    }
+
     #[instrument(name = "GetSettlement", skip_all, fields(caller, outcome))]
     async fn get_settlement(
         &self,
@@ -183,7 +179,7 @@ impl JobAdmin for JobAdminService {
     ) -> Result<Response<ListJobsResponse>, Status> {
         self.rpc("ListJobs")
             .read(request, |r| async move {
-                let filter = list_filter(r)?;
+                let filter = convert::list_filter(r)?;
                 let (jobs, next) = self.coordinator.list_jobs(filter).await?;
                 Ok(ListJobsResponse {
                     jobs: jobs.into_iter().map(convert::job).collect(),
@@ -563,32 +559,4 @@ impl JobAdmin for JobAdminService {
 /// Who makes an operator's change, and why.
 fn by(operator: String, reason: String) -> ChangeBy {
     ChangeBy { operator, reason }
-}
-
-/// The filter of a ListJobs request.
-fn list_filter(r: ListJobsRequest) -> Result<ListJobsFilter, CoordinatorError> {
-    let mut v = Violations::default();
-    let states = r
-        .states
-        .iter()
-        .map(|s| state_from(&mut v, "states", *s))
-        .collect();
-    let min_age = duration(&mut v, "min_age", r.min_age);
-    let after_id = match v.optional("page_token", r.page_token) {
-        None => 0,
-        Some(token) => token.parse().unwrap_or_else(|_| {
-            v.add("page_token", "is not a token this service returned");
-            0
-        }),
-    };
-    let queue = v.optional("queue", r.queue);
-    v.finish()?;
-    Ok(ListJobsFilter {
-        queue,
-        states,
-        min_age,
-        operation_key: None,
-        after_id,
-        limit: r.page_size,
-    })
 }

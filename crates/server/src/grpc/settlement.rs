@@ -9,13 +9,14 @@ use super::convert::{duration, duration_to_proto, timestamp};
 use super::{NamesOperator, Rpc};
 use jobfence_api::v1 as proto;
 use jobfence_api::v1::import_settlement_request::Part;
-use jobfence_core::settlement::{ImportHeader, ImportSummary};
+use jobfence_core::settlement::{ImportHeader, ImportPacing, ImportProgress, ImportSummary};
 use jobfence_core::Coordinator;
+use jobfence_domain::pacing::Pace;
 use jobfence_domain::providers::ChangeBy;
 use jobfence_domain::settlement::mapping::{AmountUnit, Mapping, RawLine, TimeFormat};
 use jobfence_domain::settlement::records::{
-    ActOnException, ProviderSettlement, PutSettlementSettings, QueueAmounts, SettlementException,
-    SettlementSettings, DEFAULT_LAG,
+    ActOnException, ExceptionList, ProviderSettlement, PutSettlementSettings, QueueAmounts,
+    SettlementException, SettlementSettings, DEFAULT_LAG,
 };
 use jobfence_domain::settlement::ExceptionState;
 use jobfence_domain::validate::Violations;
@@ -191,7 +192,66 @@ fn summary_to_proto(s: ImportSummary) -> proto::ImportSettlementResponse {
         exceptions_opened: s.decided.exceptions_opened,
         exceptions_resolved: s.decided.exceptions_resolved,
         missing: s.missing,
+        pace: Some(pace_to_proto(&s.pacing)),
     }
+}
+
+/// How a paced import went, as answered.
+fn pace_to_proto(p: &ImportPacing) -> proto::BackgroundPace {
+    let (state, busy) = match p.pace {
+        Pace::Alone => (proto::PaceState::Alone, 1.0),
+        Pace::Unhindered { .. } => (proto::PaceState::Unhindered, 1.0),
+        Pace::Yielding { busy, .. } => (proto::PaceState::Yielding, busy),
+    };
+    proto::BackgroundPace {
+        state: state.into(),
+        slower: p.pace.slower(),
+        busy,
+        yielded: Some(duration_to_proto(p.yielded)),
+        probed: Some(duration_to_proto(p.probed)),
+        summary: p.pace.to_string(),
+    }
+}
+
+/// A running import as listed.
+fn progress_to_proto(p: ImportProgress) -> proto::SettlementImportProgress {
+    let pacing = ImportPacing {
+        pace: p.pace,
+        yielded: p.yielded,
+        probed: std::time::Duration::ZERO,
+    };
+    let mut pace = pace_to_proto(&pacing);
+    pace.probed = None;
+    proto::SettlementImportProgress {
+        import_id: p.import_id,
+        provider: p.provider,
+        operator: p.operator,
+        running: Some(duration_to_proto(p.running)),
+        lines_read: p.lines_read,
+        pace: Some(pace),
+    }
+}
+
+/// ListSettlementImports: this coordinator's running imports.
+pub(super) async fn imports(
+    rpc: Rpc<'_>,
+    coordinator: &Coordinator,
+    request: Request<proto::ListSettlementImportsRequest>,
+) -> Result<Response<proto::ListSettlementImportsResponse>, Status> {
+    rpc.read(request, |r| async move {
+        let mut v = Violations::default();
+        let provider = v.optional("provider", r.provider);
+        let import_id = v.optional("import_id", r.import_id);
+        v.finish()?;
+        let running = coordinator.settlement_imports(
+            provider.as_deref().unwrap_or(""),
+            import_id.as_deref().unwrap_or(""),
+        );
+        Ok(proto::ListSettlementImportsResponse {
+            imports: running.into_iter().map(progress_to_proto).collect(),
+        })
+    })
+    .await
 }
 
 /// ImportSettlement: the header, then each batch as it arrives.
@@ -214,6 +274,7 @@ pub(super) async fn import(
     };
     super::record_request(&header);
     let operator = rpc.operator_for(caller.as_deref(), &header.operator, &extensions)?;
+    let import_id = header.import_id.clone();
     let summary = async {
         let mut v = Violations::default();
         let start = db_time(&mut v, "period_start", header.period_start);
@@ -228,6 +289,7 @@ pub(super) async fn import(
                 allow_empty: header.allow_empty,
             })
             .await?;
+        import.named(&import_id);
         let mut batches = read_ahead(stream);
         while let Some(part) = batches.recv().await {
             match part? {
@@ -270,6 +332,7 @@ fn read_ahead(
                         .map(|l| RawLine {
                             line: l.line,
                             fields: l.fields.into_iter().collect(),
+                            unreadable: l.unreadable.into_iter().collect(),
                         })
                         .collect(),
                 )),
@@ -281,7 +344,7 @@ fn read_ahead(
                 })) => Err(CoordinatorError::invalid(
                     "lines",
                     format!(
-                        "the importer could not read its report to the end ({}): no period is \
+                        "the importer gave up on its report ({}): no period is \
                          recorded, the lines sent are kept; import the whole report again",
                         abort.reason
                     ),
@@ -404,7 +467,10 @@ pub(super) async fn list(
 ) -> Result<Response<proto::ListSettlementExceptionsResponse>, Status> {
     rpc.read(request, |r| async move {
         let found = if r.id != 0 {
-            vec![coordinator.settlement_exception(r.id).await?]
+            ExceptionList {
+                exceptions: vec![coordinator.settlement_exception(r.id).await?],
+                total: 1,
+            }
         } else {
             let mut v = Violations::default();
             let provider = v.optional("provider", r.provider);
@@ -421,7 +487,12 @@ pub(super) async fn list(
                 .await?
         };
         Ok(proto::ListSettlementExceptionsResponse {
-            exceptions: found.into_iter().map(exception_to_proto).collect(),
+            exceptions: found
+                .exceptions
+                .into_iter()
+                .map(exception_to_proto)
+                .collect(),
+            total: found.total,
         })
     })
     .await

@@ -277,20 +277,11 @@ impl JobStore {
         job_id: Option<u64>,
         limit: u32,
     ) -> Result<Vec<SettlementException>, CoordinatorError> {
-        let list = if states.is_empty() {
-            "'open', 'acknowledged', 'resolved'".to_owned()
-        } else {
-            states
-                .iter()
-                .map(|s| format!("'{}'", s.as_str()))
-                .collect::<Vec<_>>()
-                .join(", ")
-        };
         let found = self
             .fetch_rows(
                 sqlx::query(
                     &include_str!("../queries/settlement/exceptions_list.sql")
-                        .replace("{states}", &list),
+                        .replace("{states}", &state_list(states)),
                 )
                 .bind(provider)
                 .bind(provider)
@@ -300,6 +291,46 @@ impl JobStore {
             )
             .await;
         found?.iter().map(exception_row).collect()
+    }
+
+    /// How many exceptions [`list_settlement_exceptions`]
+    /// (Self::list_settlement_exceptions) would list with no limit.
+    pub async fn count_settlement_exceptions(
+        &self,
+        provider: Option<&str>,
+        states: &[ExceptionState],
+        job_id: Option<u64>,
+    ) -> Result<u64, CoordinatorError> {
+        let rows = self
+            .fetch_rows(
+                sqlx::query(
+                    &include_str!("../queries/settlement/exceptions_count.sql")
+                        .replace("{states}", &state_list(states)),
+                )
+                .bind(provider)
+                .bind(provider)
+                .bind(job_id)
+                .bind(job_id),
+            )
+            .await?;
+        let matched: i64 = match rows.first() {
+            Some(row) => get(row, "matched")?,
+            None => 0,
+        };
+        Ok(matched.max(0) as u64)
+    }
+}
+
+/// `states` as a list of literals (every state when empty).
+fn state_list(states: &[ExceptionState]) -> String {
+    if states.is_empty() {
+        "'open', 'acknowledged', 'resolved'".to_owned()
+    } else {
+        states
+            .iter()
+            .map(|s| format!("'{}'", s.as_str()))
+            .collect::<Vec<_>>()
+            .join(", ")
     }
 }
 

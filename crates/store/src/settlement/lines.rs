@@ -2,7 +2,8 @@
 //! holds their operation keys.
 
 use super::on_insert::{decide_on_insert, holders_on};
-use super::{json_list, queue_list, string_list};
+use super::references::keys_by_reference;
+use super::{json_list, string_list};
 use super::{FastMap, FastSet};
 use crate::rows::{get, opt_text, text};
 use crate::run::{transaction, Body};
@@ -156,17 +157,11 @@ impl JobStore {
         if keyless.is_empty() || queues.is_empty() {
             return Ok(());
         }
-        let sql = include_str!("../queries/settlement/keys_by_reference.sql")
-            .replace("{queues}", &queue_list(queues)?)
-            .replace("{refs}", &string_list(keyless));
-        let found = (&self.pool())
-            .fetch_all(sqlx::raw_sql(&sql))
-            .await
-            .map_err(convert_sqlx_err)?;
-        for row in &found {
-            let reference = text(row, "provider_reference")?;
+        let mut conn = self.pool().acquire().await.map_err(convert_sqlx_err)?;
+        let found = keys_by_reference(&mut conn, queues, &keyless).await?;
+        for (reference, by) in found {
             if let Some(line) = batch.get_mut(reference.as_str()) {
-                line.to_mut().operation_key = Some(text(row, "operation_key")?);
+                line.to_mut().operation_key = Some(by.operation_key);
             }
         }
         Ok(())
@@ -248,14 +243,15 @@ impl JobStore {
         Ok(out)
     }
 
-    /// Who holds each of `keys` among the provider's `queues`: a job (with
-    /// its payload), else a pruned job's key record; absent keys are held
-    /// by nobody.
+    /// Who holds each of `keys` among the provider's `queues`: every job
+    /// that does (with its payload and recorded provider reference; more
+    /// than one when two of the queues used the key), oldest first, else
+    /// every key record of a pruned one; absent keys are held by nobody.
     pub async fn settlement_holders(
         &self,
         queues: &[QueueAmounts],
         keys: &[&str],
-    ) -> Result<HashMap<String, Held>, CoordinatorError> {
+    ) -> Result<HashMap<String, Vec<Held>>, CoordinatorError> {
         let mut conn = self.pool().acquire().await.map_err(convert_sqlx_err)?;
         let out = holders_on(&mut conn, queues, keys, false).await?;
         self.pause(crate::pause::PausePoint::SettlementAfterHolders)

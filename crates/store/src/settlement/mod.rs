@@ -8,10 +8,12 @@
 mod exceptions;
 mod lines;
 mod on_insert;
+mod references;
 pub mod report;
 
 pub use exceptions::{Raised, Raising};
 pub use lines::KeyLines;
+pub use references::{keys_by_reference, ByReference};
 pub use report::{Missing, MissingCursor, SettlementGauges};
 
 use super::rows::{get, opt_text, text};

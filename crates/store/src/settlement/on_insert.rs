@@ -9,12 +9,11 @@
 use super::{json_list, FastMap, FastSet};
 use crate::convert_sqlx_err;
 use crate::rows::{get, opt_text, text};
-use jobfence_domain::settlement::held::{holder, Held};
+use jobfence_domain::settlement::held::Held;
 use jobfence_domain::settlement::records::QueueAmounts;
 use jobfence_domain::settlement::{on_insert, Holder, Outcome, SettlementLine};
 use jobfence_domain::{CoordinatorError, JobState};
 use sqlx::MySqlConnection;
-use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, HashSet};
 
 /// The outcomes the domain's `on_insert` gave the batch's `new` lines
@@ -67,7 +66,8 @@ pub(super) async fn decide_on_insert(
         if taken.contains(key) || with_exceptions.contains(key) {
             continue;
         }
-        if let Some(outcome) = on_insert(&holder(queues, holders.get(key)), l) {
+        let held = holders.get(key).map_or(&[][..], Vec::as_slice);
+        if let Some(outcome) = on_insert(queues, held, l) {
             out.insert(l.provider_reference.clone(), outcome);
         }
     }
@@ -117,16 +117,17 @@ fn first_column(
         .collect()
 }
 
-/// Who holds each of `keys` among `queues`: a job (with its payload),
-/// else a pruned job's key record; absent keys are held by nobody. With
-/// `lock`, the jobs and key records read are locked for the caller's
-/// transaction (see holders_jobs.sql).
+/// Who holds each of `keys` among `queues`: every job that does (with its
+/// payload and provider reference; more than one when two of the queues
+/// used the key), oldest first, else every key record of a pruned one;
+/// absent keys are held by nobody. With `lock`, the jobs and key records
+/// read are locked for the caller's transaction (see holders_jobs.sql).
 pub(super) async fn holders_on(
     conn: &mut MySqlConnection,
     queues: &[QueueAmounts],
     keys: &[&str],
     lock: bool,
-) -> Result<FastMap<String, Held>, CoordinatorError> {
+) -> Result<FastMap<String, Vec<Held>>, CoordinatorError> {
     let mut out = FastMap::default();
     if keys.is_empty() || queues.is_empty() {
         return Ok(out);
@@ -157,21 +158,17 @@ pub(super) async fn holders_on(
             .fetch_all(&mut *conn)
             .await
             .map_err(convert_sqlx_err)?;
-        let mut found: FastMap<String, Held> =
+        let mut found: FastMap<String, Vec<Held>> =
             FastMap::with_capacity_and_hasher(rows.len(), Default::default());
         for row in &rows {
-            // Of a key two of the provider's queues used, the oldest job
-            // (the lowest id) holds it, whatever order the rows come in.
-            let held = held_row(row, kind)?;
-            match found.entry(text(row, "operation_key")?) {
-                Entry::Vacant(e) => {
-                    e.insert(held);
-                }
-                Entry::Occupied(mut e) if held.holder.job_id() < e.get().holder.job_id() => {
-                    e.insert(held);
-                }
-                Entry::Occupied(_) => {}
-            }
+            found
+                .entry(text(row, "operation_key")?)
+                .or_default()
+                .push(held_row(row, kind)?);
+        }
+        // Oldest first, whatever order the rows come in.
+        for held in found.values_mut() {
+            held.sort_by_key(|h| h.holder.job_id());
         }
         // A job wins over a key record of its key (a key whose record
         // expired and was enqueued again): records are read only for the
@@ -204,6 +201,7 @@ fn held_row(row: &sqlx::mysql::MySqlRow, kind: HolderKind) -> Result<Held, Coord
             },
             queue,
             payload: opt_text(row, "payload")?,
+            provider_reference: opt_text(row, "provider_reference")?,
         }
     } else {
         Held {
@@ -213,6 +211,7 @@ fn held_row(row: &sqlx::mysql::MySqlRow, kind: HolderKind) -> Result<Held, Coord
             },
             queue,
             payload: None,
+            provider_reference: opt_text(row, "provider_reference")?,
         }
     })
 }

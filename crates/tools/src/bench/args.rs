@@ -48,6 +48,12 @@ pub struct BenchArgs {
     /// (enqueued at about 5,000 a second; 0: skip).
     #[arg(long, default_value_t = 0)]
     pub key_backlog: u64,
+    /// Also run the next-job loop (at every worker count) and the Enqueue
+    /// RPC with the provider reference's index dropped (migration
+    /// 20261215000001), each right after the same phase with it: what the
+    /// index costs the write that records a reference, and an insert.
+    #[arg(long)]
+    pub compare_reference_index: bool,
     /// Load this many finished (succeeded) jobs and run the coordinator
     /// phase at the largest worker count again, to see whether claims slow
     /// down as finished rows pile up (0: skip).

@@ -168,6 +168,7 @@ async fn claim(store: &JobStore, last: u64) -> Result<u64> {
         worker_id: "bench-backlog".into(),
         max_jobs: 1,
         lease: Duration::from_secs(600),
+        waiter: None,
     };
     let out = store
         .claim_batch(QUEUE, QueuePolicy::default(), &[slot], false)

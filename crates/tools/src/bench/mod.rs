@@ -18,7 +18,9 @@
 //! then once: 4. the **batched direct ceiling** (32 jobs per transaction),
 //! 5. **enqueue**: single-row inserts, Enqueue and EnqueueBatch, 5b. the
 //! database work of one claim with 1,000 and with `--key-backlog` ready
-//! jobs of one fairness key, and
+//! jobs of one fairness key (with `--compare-reference-index`, the
+//! next-job loop and Enqueue each also run without the provider
+//! reference's index, right after their ordinary phase), and
 //! optionally 6. the coordinator phase again with a million finished jobs
 //! in the table, and 7. a bulk cancel of `--bulk-jobs` jobs beside
 //! `--bulk-workers` workers (`bulk.rs`). After every lifecycle phase it checks that every job
@@ -37,6 +39,7 @@ mod direct;
 mod grpc;
 pub mod procstat;
 mod prune;
+mod reference;
 mod report;
 mod settle;
 mod sightings;
@@ -313,6 +316,7 @@ impl Bench {
                     grpc::lifecycle_next(addr, QUEUE, n, args.jobs)
                 })
                 .await?;
+                self.next_without_reference_index(args, addr, n).await?;
                 let keys = args.fairness_keys;
                 if keys > 0 && n == max_workers {
                     self.lifecycle(Phase::CoordinatorNextKeyed(keys), n, args.jobs, || {
@@ -361,6 +365,7 @@ impl Bench {
                 grpc::enqueue(addr, QUEUE, jobs, callers, 1)
             })
             .await?;
+            self.enqueue_without_reference_index(args, addr).await?;
             self.enqueue(
                 Phase::EnqueueBatch(args.enqueue_batch),
                 batch_callers,

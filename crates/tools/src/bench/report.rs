@@ -41,6 +41,12 @@ pub enum Phase {
     /// [`CoordinatorNext`](Phase::CoordinatorNext) over jobs enqueued
     /// round-robin across this many fairness keys (docs/design.md rule 18).
     CoordinatorNextKeyed(u64),
+    /// [`CoordinatorNext`](Phase::CoordinatorNext) with the provider
+    /// reference's index dropped (`--compare-reference-index`).
+    CoordinatorNextNoReferenceIndex,
+    /// [`Enqueue`](Phase::Enqueue) with the provider reference's index
+    /// dropped (`--compare-reference-index`).
+    EnqueueNoReferenceIndex,
     /// [`Direct`](Phase::Direct) under the same budget, kept by the
     /// workers' own SQL (the provider's row locked and spent in each claim
     /// transaction).
@@ -66,6 +72,10 @@ impl Phase {
             Phase::CoordinatorNextKeyed(k) => {
                 format!("coordinator, Complete hands the next job, {}", keys(*k))
             }
+            Phase::CoordinatorNextNoReferenceIndex => {
+                "coordinator, Complete hands the next job, no reference index".into()
+            }
+            Phase::EnqueueNoReferenceIndex => "enqueue: Enqueue RPC, no reference index".into(),
             Phase::DirectBudget => "direct SQL lifecycle, budget far above the load".into(),
             Phase::BudgetPaced { rate_milli, burst } => format!(
                 "budget {}/s (burst {burst}) below the load: hand-outs/s",
@@ -87,13 +97,19 @@ impl Phase {
                 | Phase::CoordinatorNext
                 | Phase::CoordinatorNextBudget
                 | Phase::CoordinatorNextKeyed(_)
+                | Phase::CoordinatorNextNoReferenceIndex
+                | Phase::EnqueueNoReferenceIndex
         )
     }
 
     fn is_lifecycle(&self) -> bool {
         !matches!(
             self,
-            Phase::Inserts | Phase::Enqueue | Phase::EnqueueBatch(_) | Phase::BudgetPaced { .. }
+            Phase::Inserts
+                | Phase::Enqueue
+                | Phase::EnqueueNoReferenceIndex
+                | Phase::EnqueueBatch(_)
+                | Phase::BudgetPaced { .. }
         )
     }
 }
@@ -271,6 +287,7 @@ impl Report<'_> {
             Phase::Coordinator
             | Phase::CoordinatorBatching(_)
             | Phase::CoordinatorNext
+            | Phase::CoordinatorNextNoReferenceIndex
             | Phase::CoordinatorNextKeyed(_) => {
                 self.find(Phase::Direct, m.workers).map(Measured::rate)
             }
@@ -280,7 +297,7 @@ impl Report<'_> {
                 .find(Phase::DirectBudget, m.workers)
                 .or_else(|| self.find(Phase::Direct, m.workers))
                 .map(Measured::rate),
-            Phase::Enqueue | Phase::EnqueueBatch(_) => self
+            Phase::Enqueue | Phase::EnqueueNoReferenceIndex | Phase::EnqueueBatch(_) => self
                 .medians()
                 .into_iter()
                 .find(|x| x.phase == Phase::Inserts)
@@ -387,6 +404,9 @@ impl Report<'_> {
                 None => "–     ",
             };
             let _ = writeln!(out, "{verdict} {}: {}", t.what, t.measured);
+        }
+        if let Some(r) = self.reference_index_rounds() {
+            let _ = writeln!(out, "\n{r}");
         }
         if let Some(b) = &self.backlog {
             out.push('\n');
@@ -529,6 +549,9 @@ impl Report<'_> {
         }
         if let Some(keyed) = self.keyed_rounds() {
             let _ = writeln!(out, "\n{keyed}");
+        }
+        if let Some(r) = self.reference_index_rounds() {
+            let _ = writeln!(out, "\n{r}");
         }
         let _ = writeln!(
             out,

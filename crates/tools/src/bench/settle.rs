@@ -9,7 +9,11 @@
 //! import (its VmHWM, reset just before). Then the same import once more
 //! with no workers, its lines deleted first: its rate alone, and the CPU
 //! each process spends per line (the database server, the coordinator,
-//! the command), which says where a line's cost is.
+//! the command), which says where a line's cost is. The import paces
+//! itself (`jobfence_domain::pacing`); with no `--settle-max-rate` nothing
+//! is set, and the report shows side by side the workers alone, the import
+//! beside them (how long it took, how long it yielded, what the workers
+//! kept) and the import alone.
 
 use super::db::{load_finished, settle};
 use super::procstat;
@@ -88,6 +92,10 @@ pub struct SettleFigures {
     pub rss_before: Option<u64>,
     /// The same import with no workers, afterwards.
     pub alone: Alone,
+    /// How the import beside the workers was paced: how long it rested to
+    /// yield to them (seconds), and what its pacing found last.
+    pub yielded: f64,
+    pub pace: String,
 }
 
 /// An import with nothing else running: how long it took, and the CPU
@@ -96,6 +104,8 @@ pub struct SettleFigures {
 #[derive(Debug)]
 pub struct Alone {
     pub import: Duration,
+    /// How long it rested to yield (seconds): nothing else ran, so 0.
+    pub yielded: f64,
     pub db: Option<Duration>,
     pub coordinator: Option<Duration>,
     pub command: Option<Duration>,
@@ -139,6 +149,7 @@ pub async fn run(pool: &MySqlPool, addr: &str, load: Load) -> Result<SettleFigur
         "the import did not match every line: {summary}"
     );
     let alone = import_alone(pool, addr, &load, &report).await?;
+    let (yielded, pace) = paced(&summary);
     let figures = SettleFigures {
         lines: load.lines,
         max_rate: load.max_rate,
@@ -149,16 +160,32 @@ pub async fn run(pool: &MySqlPool, addr: &str, load: Load) -> Result<SettleFigur
         peak_rss,
         rss_before,
         alone,
+        yielded,
+        pace,
     };
     eprintln!(
-        "bench: {:<44} {:>8.0} jobs/s ({} lines imported in {:.1} s: {:.0} lines/s)",
+        "bench: {:<44} {:>8.0} jobs/s, {:.0} % ({} lines imported in {:.1} s: {:.0} lines/s; \
+         yielded {:.1} s; at the end {})",
         format!("lifecycle while importing N={}", load.workers),
         figures.during.rate(),
+        figures.ratio() * 100.0,
         load.lines,
         import.as_secs_f64(),
-        figures.lines_per_second()
+        figures.lines_per_second(),
+        figures.yielded,
+        figures.pace,
     );
     Ok(figures)
+}
+
+/// How an import was paced, from its summary: seconds yielded, and what
+/// its pacing found last.
+fn paced(summary: &serde_json::Value) -> (f64, String) {
+    let pace = &summary["pace"];
+    (
+        pace["yielded_seconds"].as_f64().unwrap_or(0.0),
+        pace["summary"].as_str().unwrap_or("?").to_owned(),
+    )
 }
 
 /// The import once more with no workers running, after the lines (and
@@ -201,14 +228,16 @@ async fn import_alone(pool: &MySqlPool, addr: &str, load: &Load, report: &Path) 
     };
     let alone = Alone {
         import: took,
+        yielded: paced(&summary).0,
         db: per_line(before.0, after.0),
         coordinator: per_line(before.1, after.1),
         command: per_line(before.2, after.2),
     };
     eprintln!(
-        "bench: {:<44} {:>8.0} lines/s; per line: database {}, coordinator {}, command {}",
+        "bench: {:<44} {:>8.0} lines/s (yielded {:.1} s); per line: database {}, coordinator {}, command {}",
         "settlement import alone",
         load.lines as f64 / took.as_secs_f64().max(1e-9),
+        alone.yielded,
         micros(alone.db),
         micros(alone.coordinator),
         micros(alone.command),
@@ -330,6 +359,11 @@ impl SettleFigures {
         self.during.rate() / self.without.rate().max(1e-9)
     }
 
+    /// The import alone's lines a second.
+    pub fn alone_lines_per_second(&self) -> f64 {
+        self.lines as f64 / self.alone.import.as_secs_f64().max(1e-9)
+    }
+
     /// The section, as Markdown.
     pub fn markdown(&self) -> String {
         let mut out = String::new();
@@ -339,22 +373,53 @@ impl SettleFigures {
             "{} finished jobs of a provider's queue, and the provider's report of as many \
              settled refunds (CSV, the fake provider's columns), imported with `jobfence \
              settlement import` ({}; streamed in batches of 2000 lines, each batch one short \
-             transaction for the lines and the reads and locks of their keys) while {} gRPC \
-             workers run every client's loop (each Complete asks for the next job) on another \
-             queue; against the same rounds with \
-             nothing imported. The import took {:.1} s: **{:.0} lines/s** (target 20,000), \
-             every line matched. The coordinator's peak memory during the import: {} (before \
-             it: {}).\n",
+             transaction for the lines and the reads and locks of their keys; the import paces \
+             itself by the workers' job events) while {} gRPC workers run every client's loop \
+             (each Complete asks for the next job) on another queue; against the same rounds \
+             with nothing imported, and the same import afterwards with no workers (its lines \
+             deleted first). Every line matched. The coordinator's peak memory during the \
+             import: {} (before it: {}).\n",
             self.lines,
             match self.max_rate {
-                0 => "flat out".to_string(),
+                0 => "no option set".to_string(),
                 r => format!("`--max-rate {r}`"),
             },
             self.workers,
-            self.import.as_secs_f64(),
-            self.lines_per_second(),
             mib(self.peak_rss),
             mib(self.rss_before),
+        );
+        let _ = writeln!(
+            out,
+            "| | import took | lines/s | yielded | claims (jobs/s) | claims kept |"
+        );
+        let _ = writeln!(out, "|---|---|---|---|---|---|");
+        let _ = writeln!(
+            out,
+            "| the workers alone | – | – | – | {:.0} | 100 % |",
+            self.without.rate()
+        );
+        let _ = writeln!(
+            out,
+            "| the import beside them | {:.1} s | **{:.0}** | {:.1} s | {:.0} | **{:.0} %** |",
+            self.import.as_secs_f64(),
+            self.lines_per_second(),
+            self.yielded,
+            self.during.rate(),
+            self.ratio() * 100.0
+        );
+        let _ = writeln!(
+            out,
+            "| the import alone | {:.1} s | **{:.0}** | {:.1} s | – | – |",
+            self.alone.import.as_secs_f64(),
+            self.alone_lines_per_second(),
+            self.alone.yielded,
+        );
+        let _ = writeln!(
+            out,
+            "\nClaims while importing: **{:.0} %** of their rate without (target 85 %); the \
+             import's pacing at its end: {}.\n",
+            self.ratio() * 100.0,
+            self.pace
         );
         Side::table(
             &mut out,
@@ -363,18 +428,11 @@ impl SettleFigures {
                 ("while importing", &self.during),
             ],
         );
-        let _ = writeln!(
-            out,
-            "\nClaims while importing: **{:.0} %** of their rate without (target 85 %).\n",
-            self.ratio() * 100.0
-        );
         let a = &self.alone;
         let _ = writeln!(
             out,
-            "The same import afterwards with no workers (its lines deleted first): {:.0} \
-             lines/s; CPU per line: the database server {}, the coordinator {}, the \
+            "\nThe import alone, CPU per line: the database server {}, the coordinator {}, the \
              command {}.\n",
-            self.lines as f64 / a.import.as_secs_f64().max(1e-9),
             micros(a.db),
             micros(a.coordinator),
             micros(a.command),

@@ -304,6 +304,9 @@ pub(super) fn read_csv(
             Ok(fields) => Read1::Line(SettlementReportLine {
                 line: number,
                 fields: headers.iter().cloned().zip(fields).collect(),
+                // A header row naming a column twice is refused whole by
+                // the coordinator (`columns.<field>`).
+                unreadable: Default::default(),
             }),
             Err(why) => Read1::Refused(RefusedLine {
                 line: number,

@@ -26,7 +26,7 @@
 --    then (store/claim/scan.rs).
 SELECT p.name, p.rate_per_second, p.burst, p.max_in_flight, p.execute_cost, p.reconcile_cost,
        p.key_share, p.max_in_flight_per_key,
-       p.tat, p.pause, p.throttled_until, UTC_TIMESTAMP(6) AS now,
+       p.tat, p.pause, p.throttled_until, p.waiters_until, UTC_TIMESTAMP(6) AS now,
        qp.queue, qp.provider, qp.resend_window_us, qp.max_dispatches, qp.last_granted_at,
        qp.last_short_at, qp.paused_at,
        COALESCE((SELECT MIN(j.lease_until) FROM jobs j FORCE INDEX (ix_jobs_claim_expired)

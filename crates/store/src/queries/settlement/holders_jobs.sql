@@ -10,7 +10,9 @@
 -- "Settlement import"); STRAIGHT_JOIN keeps the two small tables first.
 -- A key is unique per queue; the provider's queues are distinct
 -- queues, so a key names at most one job among them unless two of its
--- queues used it (the caller then takes the oldest job). {lock} is FOR
+-- queues used it (every such job is read, with the provider reference it
+-- recorded: the decision takes the one that recorded the refund's, see
+-- crates/domain/src/settlement/held.rs). {lock} is FOR
 -- UPDATE when an import reads them in the
 -- transaction that writes its lines: every import writing a line of one
 -- of these keys then waits here for the others, so a line decided with its
@@ -20,7 +22,7 @@
 -- Claim skips it (SKIP LOCKED), a Complete waits for it.
 SELECT STRAIGHT_JOIN j.id AS job_id, CAST(j.queue AS CHAR) AS queue,
        CAST(j.operation_key AS CHAR) AS operation_key, CAST(j.state AS CHAR) AS state,
-       j.attempt, j.payload
+       j.attempt, j.payload, CAST(j.provider_reference AS CHAR) AS provider_reference
 FROM JSON_TABLE(?, '$[*]' COLUMNS (
          q VARCHAR(128) CHARACTER SET ascii COLLATE ascii_bin PATH '$')) AS qs
 JOIN JSON_TABLE(?, '$[*]' COLUMNS (

@@ -5,7 +5,8 @@
 -- {lock} for the same reason as jobs are.
 SELECT STRAIGHT_JOIN k.job_id, CAST(k.queue AS CHAR) AS queue,
        CAST(k.operation_key AS CHAR) AS operation_key,
-       CAST(k.final_state AS CHAR) AS state, k.attempt
+       CAST(k.final_state AS CHAR) AS state, k.attempt,
+       CAST(k.provider_reference AS CHAR) AS provider_reference
 FROM JSON_TABLE(?, '$[*]' COLUMNS (
          q VARCHAR(128) CHARACTER SET ascii COLLATE ascii_bin PATH '$')) AS qs
 JOIN JSON_TABLE(?, '$[*]' COLUMNS (

@@ -9,10 +9,11 @@
 -- by comparing when the line was decided with when the job finished: the
 -- decision reads the job unlocked, and a worker's Fail between that read
 -- and the mark would leave the line decided after the job's end.
--- A key two of the provider's queues used, one job succeeded and one
--- failed with an observation, is decided for the first job found (see
--- holders_jobs.sql): matched, with no exception, so its line is decided
--- again at every import; the outcome stays the same.
+-- A key two of the provider's queues used, one job succeeded with the
+-- refund's reference and one failed with an observation, is decided for
+-- the first (see crates/domain/src/settlement/held.rs): matched, with no
+-- exception, so its line is decided again at every import; the outcome
+-- stays the same.
 -- From the jobs side, through ix_jobs_finished (failed and cancelled jobs
 -- only, with an observation), then ix_settlement_lines_key per job, then
 -- uq_settlement_exceptions per line.

@@ -1,0 +1,93 @@
+//! Paced background work's metrics (`jobfence_domain::pacing`;
+//! docs/operating.md, "Settlement"): how long each kind of work rested,
+//! and why, and what it last found of the workers.
+
+use jobfence_domain::pacing::{Pace, Rest, RestKind};
+use prometheus::{CounterVec, GaugeVec, IntGaugeVec, Opts, Registry};
+
+/// The `work` label values: the kinds of paced background work (the
+/// pruner rests a fixed multiple of each batch instead, `--prune-rest`,
+/// which keeps the workers above 85 % already: docs/benchmarks.md).
+pub const PACED_WORK: [&str; 1] = ["settlement_import"];
+
+pub(super) struct PacingMetrics {
+    rest: CounterVec,
+    slower: GaugeVec,
+    yielding: IntGaugeVec,
+}
+
+impl PacingMetrics {
+    pub(super) fn new(r: &Registry) -> Self {
+        let rest = CounterVec::new(
+            Opts::new(
+                "jobfence_background_rest_seconds_total",
+                "Seconds this coordinator's paced background work (work: settlement_import) rested between its batches, by why: yield (leaving the database to the workers, whose jobs a batch slowed by more than the 15 % allowed) or probe (measuring the workers' rate without the work).",
+            ),
+            &["work", "why"],
+        )
+        .expect("valid counter");
+        let slower = GaugeVec::new(
+            Opts::new(
+                "jobfence_background_workers_slower_ratio",
+                "How much slower the workers' jobs (job events, any coordinator of the database) ran while a batch of this work ran than while it rested, as last measured (0 to 1; 0 when nothing else runs or the work is not running).",
+            ),
+            &["work"],
+        )
+        .expect("valid gauge");
+        let yielding = IntGaugeVec::new(
+            Opts::new(
+                "jobfence_background_yielding",
+                "1 while this background work rests after each batch to leave the database to the workers, 0 while it runs flat out or not at all.",
+            ),
+            &["work"],
+        )
+        .expect("valid gauge");
+        r.register(Box::new(rest.clone()))
+            .expect("unique metric name");
+        r.register(Box::new(slower.clone()))
+            .expect("unique metric name");
+        r.register(Box::new(yielding.clone()))
+            .expect("unique metric name");
+        for work in PACED_WORK {
+            for why in ["yield", "probe"] {
+                rest.with_label_values(&[work, why]);
+            }
+            slower.with_label_values(&[work]);
+            yielding.with_label_values(&[work]);
+        }
+        PacingMetrics {
+            rest,
+            slower,
+            yielding,
+        }
+    }
+}
+
+impl super::Metrics {
+    /// Records one paced batch of `work` (one of [`PACED_WORK`]): the
+    /// rest it took, and the pace found.
+    pub fn paced(&self, work: &str, rest: &Rest, pace: &Pace) {
+        let m = &self.inner.pacing;
+        let why = match rest.kind {
+            RestKind::None => None,
+            RestKind::Probe => Some("probe"),
+            RestKind::Yield => Some("yield"),
+        };
+        if let Some(why) = why {
+            m.rest
+                .with_label_values(&[work, why])
+                .inc_by(rest.seconds.max(0.0));
+        }
+        m.slower.with_label_values(&[work]).set(pace.slower());
+        m.yielding
+            .with_label_values(&[work])
+            .set(i64::from(pace.yielding()));
+    }
+
+    /// `work` ended its run: neither yielding nor measuring.
+    pub fn paced_run_ended(&self, work: &str) {
+        let m = &self.inner.pacing;
+        m.slower.with_label_values(&[work]).set(0.0);
+        m.yielding.with_label_values(&[work]).set(0);
+    }
+}
