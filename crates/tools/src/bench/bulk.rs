@@ -355,6 +355,45 @@ impl BulkRun {
 }
 
 impl BulkFigures {
+    /// For each setting run more than once, the median of its runs' claims
+    /// kept and bulk rates, with their ranges (a shared machine's
+    /// neighbours move a single pair by tens of per cent).
+    fn medians(&self, out: &mut String) {
+        let mut settings: Vec<String> = self.runs.iter().map(BulkRun::setting).collect();
+        settings.sort();
+        settings.dedup();
+        for setting in settings {
+            let of: Vec<&BulkRun> = self
+                .runs
+                .iter()
+                .filter(|r| r.setting() == setting)
+                .collect();
+            if of.len() < 2 {
+                continue;
+            }
+            // The middle run's, or the mean of the two middle ones.
+            let median = |mut v: Vec<f64>| {
+                v.sort_by(f64::total_cmp);
+                let n = v.len();
+                ((v[(n - 1) / 2] + v[n / 2]) / 2.0, v[0], v[n - 1])
+            };
+            let kept = median(of.iter().map(|r| r.ratio() * 100.0).collect());
+            let rate = median(of.iter().map(|r| r.jobs_per_second(self.jobs)).collect());
+            let _ = writeln!(
+                out,
+                "\n{setting}, {} runs: the bulk {:.0} jobs/s ({:.0}–{:.0}), the claims kept \
+                 **{:.0} %** ({:.0}–{:.0} %), medians.",
+                of.len(),
+                rate.0,
+                rate.1,
+                rate.2,
+                kept.0,
+                kept.1,
+                kept.2
+            );
+        }
+    }
+
     /// The section, as Markdown (also printed to the terminal).
     pub fn markdown(&self) -> String {
         let mut out = String::new();
@@ -399,6 +438,7 @@ impl BulkFigures {
                 d.claim(0.99)
             );
         }
+        self.medians(&mut out);
         let a = &self.alone;
         let _ = writeln!(
             out,
