@@ -107,6 +107,38 @@ async fn an_exception_is_acknowledged_from_its_row_and_a_stale_form_is_refused()
     s.stop().await;
 }
 
+/// A provider with more open exceptions than its card lists: the card
+/// shows the newest 500 and says how many there are, never cutting the
+/// list silently.
+#[tokio::test]
+async fn a_card_cut_at_its_limit_says_how_many_there_are() {
+    let s = with_console().await;
+    provider_on(s.coordinator.store(), false).await;
+    let lines: Vec<_> = (1..=503)
+        .map(|n| {
+            line(
+                n,
+                &format!("re_hand_{n}"),
+                &format!("by-hand-{n}"),
+                500,
+                "succeeded",
+            )
+        })
+        .collect();
+    import(&s.coordinator, P, &lines).await;
+    let console = format!("http://{}", s.console.unwrap());
+    let page = reqwest::get(format!("{console}/settlement"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(page.contains("Showing the newest 500 of 503"), "{page}");
+    let rows = page.matches(r#"action="/settlement/exceptions/"#).count();
+    assert_eq!(rows, 500, "the card lists the newest 500");
+    s.stop().await;
+}
+
 /// The settlement scene of the console's browser test (console_browser.rs):
 /// stripe's report read with the fake provider's preset (a lag of a day,
 /// so the traffic's fresh successes are not yet missing), and a report of

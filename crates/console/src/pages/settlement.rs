@@ -9,7 +9,7 @@ use super::{refusal, view};
 use crate::view::{job_link, when, Nav, Notice};
 use crate::Console;
 use jobfence_domain::settlement::records::{
-    ProviderSettlement, SettlementException, SettlementSettings,
+    ExceptionList, ProviderSettlement, SettlementException, SettlementSettings,
 };
 use jobfence_domain::settlement::{ExceptionState, SettlementLine, Severity};
 
@@ -56,12 +56,17 @@ pub fn exceptions_table(list: &[SettlementException], acting: Option<&Acting<'_>
     }
 }
 
+/// The most exceptions a provider's card lists: the most one list
+/// answers (`jobfence_core::settlement::MAX_EXCEPTIONS`).
+pub const CARD_EXCEPTIONS: u32 = 500;
+
 fn provider_card(
     settings: &SettlementSettings,
     report: &ProviderSettlement,
-    open: &[SettlementException],
+    open: &ExceptionList,
     acting: &Acting<'_>,
 ) -> Markup {
+    let shown = open.exceptions.len() as u64;
     let preset = settings.preset.as_deref().unwrap_or("columns of its own");
     html! {
         section.card.settlement data-provider=(settings.provider) {
@@ -92,7 +97,14 @@ fn provider_card(
                 }
             }
             h3 { "Exceptions not resolved" }
-            (exceptions_table(open, Some(acting)))
+            @if open.total > shown {
+                p.notice.warn.cut {
+                    "Showing the newest " (shown) " of " (open.total) "; narrow the list with "
+                    code { "jobfence settlement exceptions --provider " (settings.provider) " --state … --job …" }
+                    "."
+                }
+            }
+            (exceptions_table(&open.exceptions, Some(acting)))
         }
     }
 }
@@ -137,12 +149,15 @@ pub async fn show(
             vec![]
         }
     };
-    let open = console
-        .coordinator
-        .settlement_exceptions(None, &[], None, 500)
-        .await
-        .unwrap_or_default()
-        .exceptions;
+    let mut open = Vec::with_capacity(reports.len());
+    for (settings, _) in &reports {
+        let list = console
+            .coordinator
+            .settlement_exceptions(Some(&settings.provider), &[], None, CARD_EXCEPTIONS)
+            .await
+            .unwrap_or_default();
+        open.push(list);
+    }
     let body = html! {
         div.page-head {
             h1 { "Settlement" }
@@ -151,9 +166,8 @@ pub async fn show(
         @if reports.is_empty() && status.is_success() {
             p.empty { "No provider has settlement settings: " code { "jobfence settlement configure" } "." }
         }
-        @for (settings, report) in &reports {
-            @let mine: Vec<SettlementException> = open.iter().filter(|e| e.provider == settings.provider).cloned().collect();
-            (provider_card(settings, report, &mine, &acting))
+        @for ((settings, report), mine) in reports.iter().zip(&open) {
+            (provider_card(settings, report, mine, &acting))
         }
     };
     view::respond(
