@@ -6,6 +6,7 @@
 mod admin;
 mod adversarial;
 mod blank_strings;
+mod break_50;
 mod budget_waiters;
 mod budgets;
 mod bulk_batches;

@@ -1,0 +1,207 @@
+//! Attacks on the newest features: BulkRepair, the paced settlement
+//! import, waiters taking turns at a provider's budget. Each test says
+//! what docs/api.md, docs/operating.md or docs/design.md promise; those
+//! that fail on the current code show a defect, the others guard a case
+//! nothing else tests.
+
+use jobfence_testkit as kit;
+
+use jobfence_api::v1::job_admin_client::JobAdminClient;
+use jobfence_api::v1::{self as proto, bulk_repair_result, BulkRepairRequest, CountedJob};
+use jobfence_domain::Enqueue;
+use jobfence_store::PausePoint;
+use kit::Harness;
+use std::time::Duration;
+use tonic::transport::Channel;
+
+const Q: &str = "refunds";
+
+async fn admin(h: &Harness) -> JobAdminClient<Channel> {
+    JobAdminClient::connect(format!("http://{}", h.addr))
+        .await
+        .unwrap()
+}
+
+/// `n` ready jobs of `Q` (EnqueueBatch through the store); their ids.
+async fn seed(h: &Harness, n: u64) -> Vec<u64> {
+    let store = h.coordinator.store();
+    let mut ids = Vec::new();
+    for start in (0..n).step_by(1000) {
+        let items: Vec<Enqueue> = (start..(start + 1000).min(n))
+            .map(|k| Enqueue {
+                queue: Q.into(),
+                operation_key: format!("refund-{k}"),
+                payload: "{}".into(),
+                delay: Duration::ZERO,
+                fairness_key: None,
+                priority: Default::default(),
+            })
+            .collect();
+        for r in store.enqueue_batch(&items).await.unwrap() {
+            ids.push(r.unwrap().job.id);
+        }
+    }
+    ids
+}
+
+fn cancel_of(ids: &[u64], operator: &str, reason: &str) -> BulkRepairRequest {
+    BulkRepairRequest {
+        action: proto::BulkAction::Cancel as i32,
+        jobs: ids
+            .iter()
+            .map(|&job_id| CountedJob { job_id, attempt: 0 })
+            .collect(),
+        operator: operator.into(),
+        reason: reason.into(),
+    }
+}
+
+async fn count(h: &Harness, sql: &str) -> i64 {
+    sqlx::query_scalar(sql).fetch_one(&h.pool).await.unwrap()
+}
+
+/// docs/api.md and admin.proto: a BulkRepair names 1..=1000 jobs and a
+/// reason of 1..=4096 bytes, "recorded in every job's event". The same
+/// reason on one CancelJob is taken. So 1000 jobs with a 4096-byte reason
+/// are a valid call and must be applied.
+///
+/// Actually: the events of a batch above 8 jobs go to MariaDB as ONE JSON
+/// array parameter (crates/store/src/events.rs `append_all`, queries/batch/
+/// insert_events_json.sql), and each job's `detail` carries the whole
+/// reason JSON-escaped twice (once in `detail`, once in the array). A
+/// reason of control characters (`\u0001` → 7 bytes each) makes that one
+/// parameter ~28 MiB, over the server's default `max_allowed_packet` (16
+/// MiB): the whole batch fails and no job is cancelled, answered with an
+/// error that is no refusal of the input.
+#[tokio::test]
+async fn a_bulk_of_1000_jobs_with_a_4096_byte_reason_is_applied() {
+    let h = Harness::start().await;
+    let ids = seed(&h, 1000).await;
+    let reason = "\u{1}".repeat(4096);
+    let mut a = admin(&h).await;
+    let answer = a.bulk_repair(cancel_of(&ids, "alice", &reason)).await;
+    let answer = match answer {
+        Ok(r) => r.into_inner(),
+        Err(s) => panic!("a valid BulkRepair refused as a whole: {s:?}"),
+    };
+    let first_error = answer.results.iter().find_map(|r| match &r.result {
+        Some(bulk_repair_result::Result::Error(e)) => Some(e.clone()),
+        _ => None,
+    });
+    assert_eq!(answer.applied, 1000, "first error: {first_error:?}");
+    let cancelled = count(&h, "SELECT COUNT(*) FROM jobs WHERE state = 'cancelled'").await;
+    assert_eq!(cancelled, 1000);
+    h.finish().await;
+}
+
+/// Guard: a batch of more than 8 jobs writes its events through a JSON
+/// array read by JSON_TABLE, a single call through plain VALUES. The
+/// operator's name and reason must come out byte for byte the same on
+/// both paths (quotes, backslashes, newlines, tabs, control characters,
+/// non-ASCII and a character outside the BMP), in each job's event and
+/// in its state_reason.
+#[tokio::test]
+async fn a_bulk_records_any_operator_and_reason_byte_for_byte_as_a_single_call() {
+    let h = Harness::start().await;
+    let ids = seed(&h, 21).await;
+    let operator = "O'Brien \"ops\" \\ ü";
+    let reason = "incident \"12\"\n\tC:\\path \u{1} é 🦀 '; DROP TABLE jobs; --";
+    let mut a = admin(&h).await;
+    let done = a
+        .bulk_repair(cancel_of(&ids[..20], operator, reason))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(done.applied, 20);
+    a.cancel_job(proto::CancelJobRequest {
+        job_id: ids[20],
+        attempt: 0,
+        operator: operator.into(),
+        reason: reason.into(),
+    })
+    .await
+    .unwrap();
+    let rows: Vec<(u64, String, String)> = sqlx::query_as(
+        "SELECT job_id, CAST(JSON_VALUE(detail, '$.operator') AS CHAR), \
+         CAST(JSON_VALUE(detail, '$.reason') AS CHAR) FROM job_events \
+         WHERE kind = 'cancelled' ORDER BY job_id",
+    )
+    .fetch_all(&h.pool)
+    .await
+    .unwrap();
+    assert_eq!(rows.len(), 21);
+    for (job, op, why) in &rows {
+        assert_eq!((op.as_str(), why.as_str()), (operator, reason), "job {job}");
+    }
+    let reasons: Vec<String> = sqlx::query_scalar(
+        "SELECT DISTINCT CAST(state_reason AS CHAR) FROM jobs WHERE state = 'cancelled'",
+    )
+    .fetch_all(&h.pool)
+    .await
+    .unwrap();
+    assert_eq!(reasons, [format!("cancelled by {operator}: {reason}")]);
+    h.finish().await;
+}
+
+/// Guard: two operators' bulk cancels over overlapping jobs at once. Alice's
+/// batch holds the row locks of jobs 1–6 (paused after locking); Bob's,
+/// over jobs 4–9, waits for them. Once Alice commits, Bob's batch cancels
+/// 7–9 and skips 4–6 as moved (JOB_NOT_CANCELLABLE): no job cancelled
+/// twice, each cancel under the name of the operator who applied it, each
+/// of Bob's refusals recorded under his name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_bulk_cancels_over_the_same_jobs_at_once_cancel_each_job_once() {
+    let h = Harness::start().await;
+    let ids = seed(&h, 9).await;
+    let mut held = h.pauses.arm(PausePoint::CancelAfterLock);
+    let mut a = admin(&h).await;
+    let alices = ids[..6].to_vec();
+    let alice = tokio::spawn(async move {
+        a.bulk_repair(cancel_of(&alices, "alice", "incident 12"))
+            .await
+            .unwrap()
+            .into_inner()
+    });
+    held.reached().await;
+    let mut b = admin(&h).await;
+    let bobs = ids[3..].to_vec();
+    let bob = tokio::spawn(async move {
+        b.bulk_repair(cancel_of(&bobs, "bob", "incident 13"))
+            .await
+            .unwrap()
+            .into_inner()
+    });
+    kit::locks::until_lock_wait(&h.pool, &h.db.name).await;
+    held.release();
+    let alice = alice.await.unwrap();
+    let bob = bob.await.unwrap();
+    assert_eq!((alice.applied, alice.skipped), (6, 0));
+    assert_eq!((bob.applied, bob.skipped), (3, 3), "{bob:?}");
+    for r in &bob.results[..3] {
+        let Some(bulk_repair_result::Result::Error(e)) = &r.result else {
+            panic!("{r:?}");
+        };
+        assert_eq!(e.reason, "JOB_NOT_CANCELLABLE", "{r:?}");
+    }
+    let by: Vec<(u64, String)> = sqlx::query_as(
+        "SELECT job_id, CAST(JSON_VALUE(detail, '$.operator') AS CHAR) FROM job_events \
+         WHERE kind = 'cancelled' ORDER BY job_id",
+    )
+    .fetch_all(&h.pool)
+    .await
+    .unwrap();
+    let expected: Vec<(u64, String)> = ids
+        .iter()
+        .enumerate()
+        .map(|(i, &id)| (id, if i < 6 { "alice" } else { "bob" }.to_string()))
+        .collect();
+    assert_eq!(by, expected);
+    let bob_refused = count(
+        &h,
+        "SELECT COUNT(*) FROM job_events WHERE kind = 'cancel_rejected' \
+         AND JSON_VALUE(detail, '$.operator') = 'bob'",
+    )
+    .await;
+    assert_eq!(bob_refused, 3);
+    h.finish().await;
+}
