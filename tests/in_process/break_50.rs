@@ -205,3 +205,158 @@ async fn two_bulk_cancels_over_the_same_jobs_at_once_cancel_each_job_once() {
     assert_eq!(bob_refused, 3);
     h.finish().await;
 }
+
+/// One streamed settlement import of provider `P`, driven by the test.
+struct Streamed {
+    tx: tokio::sync::mpsc::Sender<proto::ImportSettlementRequest>,
+    call: tokio::task::JoinHandle<Result<proto::ImportSettlementResponse, tonic::Status>>,
+    prefix: &'static str,
+    next_line: u64,
+}
+
+impl Streamed {
+    async fn start(h: &Harness, import_id: &str, prefix: &'static str) -> Streamed {
+        use proto::import_settlement_request::Part;
+        let (tx, rx) = tokio::sync::mpsc::channel(1);
+        let mut a = admin(h).await;
+        let call = tokio::spawn(async move {
+            a.import_settlement(tokio_stream::wrappers::ReceiverStream::new(rx))
+                .await
+                .map(|r| r.into_inner())
+        });
+        tx.send(proto::ImportSettlementRequest {
+            part: Some(Part::Header(proto::ImportSettlementHeader {
+                provider: crate::settlement::P.into(),
+                period_start: Some(prost_types::Timestamp {
+                    seconds: 946_684_800,
+                    nanos: 0,
+                }),
+                period_end: Some(prost_types::Timestamp {
+                    seconds: chrono::Utc::now().timestamp(),
+                    nanos: 0,
+                }),
+                operator: "alice".into(),
+                check_only: false,
+                allow_empty: false,
+                import_id: import_id.into(),
+            })),
+        })
+        .await
+        .unwrap();
+        Streamed {
+            tx,
+            call,
+            prefix,
+            next_line: 2,
+        }
+    }
+
+    /// Five refunds nobody enqueued.
+    async fn batch(&mut self) {
+        use proto::import_settlement_request::Part;
+        let lines = (0..5)
+            .map(|_| {
+                let n = self.next_line;
+                self.next_line += 1;
+                let l = crate::settlement::line(
+                    n,
+                    &format!("re_{}_{n}", self.prefix),
+                    &format!("{}-{n}", self.prefix),
+                    500,
+                    "succeeded",
+                );
+                proto::SettlementReportLine {
+                    line: l.line,
+                    fields: l.fields.into_iter().collect(),
+                    unreadable: Default::default(),
+                }
+            })
+            .collect();
+        self.tx
+            .send(proto::ImportSettlementRequest {
+                part: Some(Part::Lines(proto::SettlementLineBatch { lines })),
+            })
+            .await
+            .unwrap();
+    }
+
+    async fn finish(self) -> proto::ImportSettlementResponse {
+        drop(self.tx);
+        self.call.await.unwrap().unwrap()
+    }
+}
+
+/// 1,000 job events made through another coordinator of the database.
+async fn workers_move(replica: &kit::Replica) {
+    let items = (0..1000)
+        .map(|i| proto::EnqueueRequest {
+            queue: "busy".into(),
+            operation_key: format!("busy-{i}"),
+            payload: "{}".into(),
+            ..Default::default()
+        })
+        .collect();
+    replica
+        .client
+        .clone()
+        .enqueue_batch(proto::EnqueueBatchRequest { items })
+        .await
+        .unwrap();
+}
+
+fn yielding_gauge(h: &Harness) -> f64 {
+    let series = "jobfence_background_yielding{work=\"settlement_import\"}";
+    let text = h.coordinator.metrics().render();
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {series} in\n{text}"))
+}
+
+/// docs/operating.md, Metrics: `jobfence_background_yielding` is "1 while
+/// this coordinator's background work rests after each batch to leave the
+/// database to the workers, 0 while it runs flat out or not at all".
+///
+/// Import A is made to yield (the schedule of settlement_pacing.rs: the
+/// workers move only while it rests) and is held inside its yield rest.
+/// Import B starts beside it, on the same coordinator, and runs its first
+/// batch with nothing moving (flat out). A is still resting to leave the
+/// database to the workers, so the gauge must stay 1; it reads 0: each
+/// import sets the one gauge of the work after each of its batches
+/// (crates/core/src/settlement/mod.rs `batch_ended` →
+/// crates/metrics/src/pacing.rs `paced`), the last import to finish a batch
+/// wins, and a yielding import is hidden by any flat-out one beside it.
+#[tokio::test]
+async fn the_yielding_gauge_stays_1_while_one_of_two_imports_yields() {
+    let h = Harness::start().await;
+    crate::settlement::provider(&h).await;
+    let replica = h.replica(kit::test_config()).await;
+    let mut first_rest = h.pauses.arm(PausePoint::PacedRest);
+    let mut a = Streamed::start(&h, "import-a", "a").await;
+    a.batch().await;
+    first_rest.reached().await;
+    workers_move(&replica).await;
+    let mut yield_rest = h.pauses.arm(PausePoint::PacedRest);
+    first_rest.release();
+    a.batch().await;
+    yield_rest.reached().await;
+    assert_eq!(yielding_gauge(&h), 1.0, "import A yields");
+    // B's first batch, with nothing moving: it probes once, flat out.
+    let mut b_probe = h.pauses.arm(PausePoint::PacedRest);
+    let mut b = Streamed::start(&h, "import-b", "b").await;
+    b.batch().await;
+    b_probe.reached().await;
+    let during = yielding_gauge(&h);
+    b_probe.release();
+    yield_rest.release();
+    let (a, b) = (a.finish().await, b.finish().await);
+    assert_eq!(
+        a.pace.unwrap().state(),
+        proto::PaceState::Yielding,
+        "A yielded"
+    );
+    assert_eq!(b.lines_new, 5);
+    assert_eq!(
+        during, 1.0,
+        "import A was resting to leave the database to the workers"
+    );
+}
