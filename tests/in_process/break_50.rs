@@ -360,3 +360,91 @@ async fn the_yielding_gauge_stays_1_while_one_of_two_imports_yields() {
         "import A was resting to leave the database to the workers"
     );
 }
+
+/// Live rows of `budget_waiters` that are not the test's 256 stand-ins
+/// (ids 1..=256): the real long-polling Claim's registration.
+async fn real_waiters(h: &Harness) -> i64 {
+    count(
+        h,
+        "SELECT COUNT(*) FROM budget_waiters WHERE provider = 'stripe' AND waiter > 256 \
+         AND expires_at > UTC_TIMESTAMP(6)",
+    )
+    .await
+}
+
+/// docs/design.md rule 11 ("Waiters take turns") and
+/// crates/store/src/waiters.rs: a waiter's registration is "taken off once
+/// it no longer waits for the budget"; only a crashed coordinator's
+/// waiters are left to lapse (they "hold their turn for at most" their
+/// TTL).
+///
+/// 256 live waiters of another coordinator stand ahead (rows written as a
+/// claim writes them), so a new long-polling Claim is the 257th: past the
+/// `MAX_WAITERS_READ` (256) a claim reads. Once the budget is raised the
+/// Claim is handed its job and returns; its registration must be gone.
+/// It stays: `statements` (crates/store/src/waiters.rs) takes a slot's
+/// ticket off only when it is among the waiters read (`else if
+/// live.is_some()`), and a waiter past the 256th never is. The handed
+/// Claim's row keeps its place in the turn order for the rest of its
+/// life, and once it comes among the first ones a job's worth of units is
+/// left for a Claim that is gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_past_the_256_read_is_taken_off_once_handed_its_job() {
+    let h = Harness::start().await;
+    h.put_budget("stripe", Q, 0.01, 1).await;
+    h.enqueue(Q, "refund-1", "{}").await;
+    h.enqueue(Q, "refund-2", "{}").await;
+    // The burst's one unit goes to the first job.
+    h.claim_one(Q, "worker-a").await;
+    let stand_ins: Vec<String> = (1..=256)
+        .map(|i| {
+            format!(
+                "('stripe', {i}, '{Q}', UTC_TIMESTAMP(6) - INTERVAL 1 HOUR, \
+                 UTC_TIMESTAMP(6) + INTERVAL 1 HOUR)"
+            )
+        })
+        .collect();
+    sqlx::query(&format!(
+        "INSERT INTO budget_waiters (provider, waiter, queue, since, expires_at) VALUES {}",
+        stand_ins.join(", ")
+    ))
+    .execute(&h.pool)
+    .await
+    .unwrap();
+    sqlx::query(
+        "UPDATE providers SET waiters_until = UTC_TIMESTAMP(6) + INTERVAL 1 HOUR \
+         WHERE name = 'stripe'",
+    )
+    .execute(&h.pool)
+    .await
+    .unwrap();
+    let mut w = h.another_client().await;
+    let waiter = tokio::spawn(async move {
+        w.claim(proto::ClaimRequest {
+            queue: Q.into(),
+            worker_id: "worker-w".into(),
+            max_jobs: 1,
+            lease: kit::secs(60),
+            wait: kit::secs(30),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+    });
+    // Held back by the budget: written down as the 257th waiter.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while real_waiters(&h).await == 0 {
+        assert!(std::time::Instant::now() < deadline, "never registered");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    // Enough units for every waiter ahead and this one.
+    h.put_budget("stripe", Q, 1000.0, 1000).await;
+    let claimed = waiter.await.unwrap();
+    assert_eq!(claimed.jobs.len(), 1, "handed its job");
+    assert_eq!(
+        real_waiters(&h).await,
+        0,
+        "the Claim that was handed its job no longer waits: its registration is taken off"
+    );
+    h.finish().await;
+}
