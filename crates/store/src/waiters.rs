@@ -75,8 +75,10 @@ impl LockedProvider {
 /// What the claim of `queue` writes of its waiters, with its COMMIT: the
 /// slots it left short that carry a ticket are written down (or refreshed)
 /// when the budget held jobs back (`held_for_units`); every other
-/// registered ticket of its slots is taken off, with the lapsed waiters of
-/// the provider. `handed[i]`: the jobs slot `i` got.
+/// registered ticket of its slots is taken off (every other ticket when
+/// the read of the waiters was cut at [`MAX_WAITERS_READ`], since one past
+/// it is not seen), with the lapsed waiters of the provider. `handed[i]`:
+/// the jobs slot `i` got.
 pub(crate) fn statements(
     p: &LockedProvider,
     queue: &str,
@@ -90,6 +92,7 @@ pub(crate) fn statements(
     let mut leaving = Vec::new();
     let mut latest: Option<DbTime> = None;
     let mut newcomer = false;
+    let read_cut = p.waiters.len() >= MAX_WAITERS_READ;
     for (slot, got) in slots.iter().zip(handed) {
         let Some(WaiterTicket { id, ttl }) = slot.waiter else {
             continue;
@@ -113,7 +116,9 @@ pub(crate) fn statements(
                     .replace("{now}", &now)
                     .replace("{expires}", &literal::time(expires)),
             );
-        } else if live.is_some() {
+        } else if live.is_some() || read_cut {
+            // Past a cut read a registration may be there unseen: taken
+            // off all the same, or it would hold a turn for a Claim gone.
             leaving.push(id.to_string());
         }
     }
