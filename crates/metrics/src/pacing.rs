@@ -29,7 +29,7 @@ impl PacingMetrics {
         let slower = GaugeVec::new(
             Opts::new(
                 "jobfence_background_workers_slower_ratio",
-                "How much slower the workers' jobs (job events, any coordinator of the database) ran while a batch of this work ran than while it rested, as last measured (0 to 1; 0 when nothing else runs or the work is not running).",
+                "How much slower the workers' jobs (job events, any coordinator of the database) ran while a batch of this work ran than while it rested, as last measured, the most of any run going (0 to 1; 0 when nothing else runs or the work is not running).",
             ),
             &["work"],
         )
@@ -37,7 +37,7 @@ impl PacingMetrics {
         let yielding = IntGaugeVec::new(
             Opts::new(
                 "jobfence_background_yielding",
-                "1 while this background work rests after each batch to leave the database to the workers, 0 while it runs flat out or not at all.",
+                "1 while this background work (any run of it) rests after each batch to leave the database to the workers, 0 while it runs flat out or not at all.",
             ),
             &["work"],
         )
@@ -64,30 +64,35 @@ impl PacingMetrics {
 }
 
 impl super::Metrics {
-    /// Records one paced batch of `work` (one of [`PACED_WORK`]): the
-    /// rest it took, and the pace found.
-    pub fn paced(&self, work: &str, rest: &Rest, pace: &Pace) {
-        let m = &self.inner.pacing;
+    /// Records one rest of paced `work` (one of [`PACED_WORK`]) after a
+    /// batch: its seconds, by why it rested.
+    pub fn rested(&self, work: &str, rest: &Rest) {
         let why = match rest.kind {
-            RestKind::None => None,
-            RestKind::Probe => Some("probe"),
-            RestKind::Yield => Some("yield"),
+            RestKind::None => return,
+            RestKind::Probe => "probe",
+            RestKind::Yield => "yield",
         };
-        if let Some(why) = why {
-            m.rest
-                .with_label_values(&[work, why])
-                .inc_by(rest.seconds.max(0.0));
-        }
-        m.slower.with_label_values(&[work]).set(pace.slower());
-        m.yielding
-            .with_label_values(&[work])
-            .set(i64::from(pace.yielding()));
+        self.inner
+            .pacing
+            .rest
+            .with_label_values(&[work, why])
+            .inc_by(rest.seconds.max(0.0));
     }
 
-    /// `work` ended its run: neither yielding nor measuring.
-    pub fn paced_run_ended(&self, work: &str) {
+    /// Sets `work`'s gauges from the paces of every run of it this
+    /// coordinator has going (two imports at once each have their own):
+    /// yielding while any one yields, and the most any one found the
+    /// workers slowed; both 0 with none.
+    pub fn paced<'a>(&self, work: &str, paces: impl IntoIterator<Item = &'a Pace>) {
+        let (mut yielding, mut slower) = (false, 0.0f64);
+        for pace in paces {
+            yielding |= pace.yielding();
+            slower = slower.max(pace.slower());
+        }
         let m = &self.inner.pacing;
-        m.slower.with_label_values(&[work]).set(0.0);
-        m.yielding.with_label_values(&[work]).set(0);
+        m.slower.with_label_values(&[work]).set(slower);
+        m.yielding
+            .with_label_values(&[work])
+            .set(i64::from(yielding));
     }
 }

@@ -391,7 +391,7 @@ impl Import {
         let rest: Rest = p.batch_ended().await;
         let pace = p.pace();
         let (yielded, probed) = (p.yielded(), p.probed());
-        self.coordinator.metrics.paced(WORK, &rest, &pace);
+        self.coordinator.metrics.rested(WORK, &rest);
         self.listed.update(|l| {
             l.pace = pace;
             l.yielded = yielded;

@@ -42,7 +42,8 @@ pub(crate) struct Running {
 }
 
 /// An import's place in [`Running`]: removed when dropped, however the
-/// import ends; the last one to end sets the pacing gauges back to 0.
+/// import ends, and the pacing gauges set from the imports still running
+/// (back to 0 after the last).
 #[derive(Debug)]
 pub(crate) struct Listed {
     running: Running,
@@ -81,22 +82,28 @@ impl Running {
 }
 
 impl Listed {
-    /// Changes what the listing shows of this import.
+    /// Changes what the listing shows of this import, and sets the
+    /// pacing gauges from every running import's pace.
     pub(crate) fn update(&self, f: impl FnOnce(&mut ImportProgress)) {
         let mut g = self.running.inner.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(e) = g.1.get_mut(&self.key) {
             f(&mut e.progress);
         }
+        gauges(&self.metrics, &g.1);
     }
+}
+
+/// The pacing gauges of every import in `running` (one import's pace
+/// never hides another's).
+fn gauges(metrics: &Metrics, running: &BTreeMap<u64, Entry>) {
+    metrics.paced(super::WORK, running.values().map(|e| &e.progress.pace));
 }
 
 impl Drop for Listed {
     fn drop(&mut self) {
         let mut g = self.running.inner.lock().unwrap_or_else(|p| p.into_inner());
         g.1.remove(&self.key);
-        if g.1.is_empty() {
-            self.metrics.paced_run_ended(super::WORK);
-        }
+        gauges(&self.metrics, &g.1);
     }
 }
 
