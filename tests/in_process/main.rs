@@ -6,7 +6,6 @@
 mod admin;
 mod adversarial;
 mod blank_strings;
-mod break_50;
 mod budget_waiters;
 mod budgets;
 mod bulk_batches;
@@ -30,6 +29,7 @@ mod observations;
 mod provider_ops;
 mod queue_pause;
 mod races;
+mod repair_pacing_edges;
 mod retention;
 mod retention_archive;
 mod retry_new_operation;

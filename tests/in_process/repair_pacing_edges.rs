@@ -1,8 +1,8 @@
-//! Attacks on the newest features: BulkRepair, the paced settlement
-//! import, waiters taking turns at a provider's budget. Each test says
-//! what docs/api.md, docs/operating.md or docs/design.md promise; those
-//! that fail on the current code show a defect, the others guard a case
-//! nothing else tests.
+//! Edge cases of BulkRepair, the paced settlement import and waiters
+//! taking turns at a provider's budget, each held to what docs/api.md,
+//! docs/operating.md or docs/design.md promise: three once failed (the
+//! regression each guards is named in its comment), the others guard a
+//! case nothing else tests.
 
 use jobfence_testkit as kit;
 
@@ -65,14 +65,13 @@ async fn count(h: &Harness, sql: &str) -> i64 {
 /// reason on one CancelJob is taken. So 1000 jobs with a 4096-byte reason
 /// are a valid call and must be applied.
 ///
-/// Actually: the events of a batch above 8 jobs go to MariaDB as ONE JSON
-/// array parameter (crates/store/src/events.rs `append_all`, queries/batch/
-/// insert_events_json.sql), and each job's `detail` carries the whole
-/// reason JSON-escaped twice (once in `detail`, once in the array). A
-/// reason of control characters (`\u0001` → 7 bytes each) makes that one
+/// Regression: the events of a batch above 8 jobs go to the database as a
+/// JSON array parameter (crates/store/src/events.rs `append_all`), and
+/// each job's `detail` carries the whole reason JSON-escaped twice. A
+/// reason of control characters (`\u0001` → 7 bytes each) made that one
 /// parameter ~28 MiB, over the server's default `max_allowed_packet` (16
-/// MiB): the whole batch fails and no job is cancelled, answered with an
-/// error that is no refusal of the input.
+/// MiB): the whole batch failed as DATABASE_UNAVAILABLE and no job was
+/// cancelled. The events now go in arrays of at most 4 MiB each.
 #[tokio::test]
 async fn a_bulk_of_1000_jobs_with_a_4096_byte_reason_is_applied() {
     let h = Harness::start().await;
@@ -320,11 +319,13 @@ fn yielding_gauge(h: &Harness) -> f64 {
 /// workers move only while it rests) and is held inside its yield rest.
 /// Import B starts beside it, on the same coordinator, and runs its first
 /// batch with nothing moving (flat out). A is still resting to leave the
-/// database to the workers, so the gauge must stay 1; it reads 0: each
-/// import sets the one gauge of the work after each of its batches
-/// (crates/core/src/settlement/mod.rs `batch_ended` →
-/// crates/metrics/src/pacing.rs `paced`), the last import to finish a batch
-/// wins, and a yielding import is hidden by any flat-out one beside it.
+/// database to the workers, so the gauge must stay 1.
+///
+/// Regression: each import once set the one gauge of the work after each
+/// of its batches, so the last import to finish a batch won and a
+/// yielding import was hidden by a flat-out one beside it. The gauges are
+/// now set from every running import's pace
+/// (crates/core/src/settlement/running.rs).
 #[tokio::test]
 async fn the_yielding_gauge_stays_1_while_one_of_two_imports_yields() {
     let h = Harness::start().await;
@@ -382,12 +383,13 @@ async fn real_waiters(h: &Harness) -> i64 {
 /// claim writes them), so a new long-polling Claim is the 257th: past the
 /// `MAX_WAITERS_READ` (256) a claim reads. Once the budget is raised the
 /// Claim is handed its job and returns; its registration must be gone.
-/// It stays: `statements` (crates/store/src/waiters.rs) takes a slot's
-/// ticket off only when it is among the waiters read (`else if
-/// live.is_some()`), and a waiter past the 256th never is. The handed
-/// Claim's row keeps its place in the turn order for the rest of its
-/// life, and once it comes among the first ones a job's worth of units is
-/// left for a Claim that is gone.
+///
+/// Regression: `statements` (crates/store/src/waiters.rs) once took a
+/// slot's ticket off only when it was among the waiters read, and a
+/// waiter past the 256th never is: the handed Claim's row kept its place
+/// in the turn order, and once among the first ones a job's worth of
+/// units was left for a Claim that was gone. A cut read now takes the
+/// ticket off all the same.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiter_past_the_256_read_is_taken_off_once_handed_its_job() {
     let h = Harness::start().await;
