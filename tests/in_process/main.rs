@@ -37,6 +37,7 @@ mod security;
 mod seed_scenarios;
 mod settlement;
 mod settlement_cli;
+mod settlement_edges;
 mod settlement_exceptions;
 mod settlement_input;
 mod settlement_matching;
