@@ -110,12 +110,17 @@ pub(crate) async fn append_all(
 /// MariaDB 10.11; 64 MiB on MySQL 8.4).
 const JSON_CHUNK_BYTES: usize = 4 << 20;
 
-/// `events` as JSON arrays of at most [`JSON_CHUNK_BYTES`] each (one
-/// array when they fit, as a batch's events nearly always do; an event
-/// larger than that alone in its array), in order. A bulk repair of 1,000
-/// jobs with a long reason, escaped twice in each event's detail, would
-/// otherwise be one statement past the server's packet limit.
+/// `events` as JSON arrays of at most [`JSON_CHUNK_BYTES`] each, in
+/// order: the one array of them all, serialized once, when it fits (as a
+/// batch's events nearly always do); else event by event, one larger than
+/// the limit alone in its array. A bulk repair of 1,000 jobs with a long
+/// reason, escaped twice in each event's detail, is past the server's
+/// packet limit as one array.
 fn json_chunks(events: &[NewEvent<'_>]) -> Result<Vec<String>, CoordinatorError> {
+    let whole = json(events)?;
+    if whole.len() <= JSON_CHUNK_BYTES {
+        return Ok(vec![whole]);
+    }
     let mut chunks = Vec::new();
     let mut current = String::from("[");
     for event in events {
