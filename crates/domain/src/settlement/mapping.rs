@@ -312,9 +312,13 @@ fn grouped_digits(whole: &str) -> Option<String> {
     Some(out)
 }
 
-/// A report's time, as the database stores it (UTC, no zone).
+/// A report's time, as the database stores it (UTC, no zone, whole
+/// microseconds: a finer time, such as .NET's seven digits, is cut to the
+/// microsecond the column keeps, or the same report imported again would
+/// read as changed).
 fn time(text: &str, format: TimeFormat) -> Result<DbTime, String> {
-    match format {
+    use chrono::SubsecRound;
+    let t = match format {
         TimeFormat::UnixSeconds => text
             .parse::<i64>()
             .ok()
@@ -325,7 +329,8 @@ fn time(text: &str, format: TimeFormat) -> Result<DbTime, String> {
             .map(|t| t.naive_utc())
             .or_else(|_| DbTime::parse_from_str(text, "%Y-%m-%d %H:%M:%S%.f"))
             .map_err(|_| format!("{text:?} is not an RFC 3339 time")),
-    }
+    }?;
+    Ok(t.trunc_subsecs(6))
 }
 
 /// A refund's time between 1970 and the end of 9999 (what the database
@@ -471,5 +476,13 @@ mod tests {
         let mut line = stripe("100", "usd", "succeeded");
         line.fields.remove("metadata.operation_key");
         assert_eq!(Mapping::stripe().read(&line).unwrap().operation_key, None);
+    }
+
+    #[test]
+    fn a_time_finer_than_a_microsecond_is_cut_to_the_microsecond() {
+        let t = time("2026-12-01T10:00:00.1234567Z", TimeFormat::Rfc3339).unwrap();
+        assert_eq!(t.and_utc().timestamp_subsec_nanos(), 123_456_000);
+        let t = time("2026-12-01 10:00:00.9999999", TimeFormat::Rfc3339).unwrap();
+        assert_eq!(t.and_utc().timestamp_subsec_nanos(), 999_999_000);
     }
 }
