@@ -7,7 +7,7 @@
 -- as one bound string, read as a table: a VALUES list of literals cost the
 -- server more to parse than the rows cost to insert (docs/benchmarks.md,
 -- "Settlement import"). A line another import inserted after this one's
--- locking read is left as that import wrote it.
+-- locking read is a duplicate key: the batch runs again and updates it.
 INSERT INTO settlement_lines (
     provider, provider_reference, operation_key, amount_minor, currency, status,
     refund_created_at, first_seen_at, updated_at, decided_at
@@ -22,4 +22,3 @@ FROM JSON_TABLE(?, '$[*]' COLUMNS (
          s VARCHAR(16) CHARACTER SET ascii COLLATE ascii_bin PATH '$.s',
          t DATETIME(6) PATH '$.t',
          d INT PATH '$.d')) AS t
-ON DUPLICATE KEY UPDATE settlement_lines.id = settlement_lines.id
