@@ -55,8 +55,9 @@ pub fn holder(queues: &[QueueAmounts], held: Option<&Held>) -> Holder {
 }
 
 /// What the `lines` of one key decide, and against whom, given `held`:
-/// every job of the provider's `queues` that holds the key, else every
-/// key record of it (oldest first; empty when nobody holds it).
+/// every job of the provider's `queues` that holds the key, and the key
+/// record of a pruned one in each queue where no job holds it (oldest
+/// first; empty when nobody holds it).
 ///
 /// One holder: the lines are decided against it. Two or more (the key
 /// used in two of the provider's queues): against the one whose recorded

@@ -119,64 +119,84 @@ fn first_column(
 
 /// Who holds each of `keys` among `queues`: every job that does (with its
 /// payload and provider reference; more than one when two of the queues
-/// used the key), oldest first, else every key record of a pruned one;
-/// absent keys are held by nobody. With `lock`, the jobs and key records
-/// read are locked for the caller's transaction (see holders_jobs.sql).
+/// used the key), and the key record of a pruned one in each queue where
+/// no job holds the key, oldest first; absent keys are held by nobody.
+/// With `lock`, the jobs and key records read are locked for the caller's
+/// transaction (see holders_jobs.sql).
 pub(super) async fn holders_on(
     conn: &mut MySqlConnection,
     queues: &[QueueAmounts],
     keys: &[&str],
     lock: bool,
 ) -> Result<FastMap<String, Vec<Held>>, CoordinatorError> {
-    let mut out = FastMap::default();
+    let mut out: FastMap<String, Vec<Held>> = FastMap::default();
     if keys.is_empty() || queues.is_empty() {
         return Ok(out);
     }
     let names: Vec<&str> = queues.iter().map(|q| q.queue.as_str()).collect();
-    let queues = json_list(&names)?;
     let lock = if lock { "FOR UPDATE" } else { "" };
-    let mut left: Vec<&str> = keys.to_vec();
-    for (sql, kind) in [
-        (
-            include_str!("../queries/settlement/holders_jobs.sql"),
-            HolderKind::Job,
-        ),
-        (
-            include_str!("../queries/settlement/holders_keys.sql"),
-            HolderKind::Record,
-        ),
-    ] {
-        if left.is_empty() {
-            break;
-        }
-        // The lock varies by caller, not by batch: two texts of each
-        // statement, each prepared once per connection.
-        let sql = sql.replace("{lock}", lock);
-        let rows = sqlx::query(&sql)
-            .bind(&queues)
-            .bind(json_list(&left)?)
-            .fetch_all(&mut *conn)
-            .await
-            .map_err(convert_sqlx_err)?;
-        let mut found: FastMap<String, Vec<Held>> =
-            FastMap::with_capacity_and_hasher(rows.len(), Default::default());
-        for row in &rows {
-            found
-                .entry(text(row, "operation_key")?)
-                .or_default()
-                .push(held_row(row, kind)?);
-        }
-        // Oldest first, whatever order the rows come in.
-        for held in found.values_mut() {
-            held.sort_by_key(|h| h.holder.job_id());
-        }
-        // A job wins over a key record of its key (a key whose record
-        // expired and was enqueued again): records are read only for the
-        // keys no job holds.
-        left.retain(|k| !found.contains_key(*k));
-        out.extend(found);
+    let jobs = include_str!("../queries/settlement/holders_jobs.sql");
+    for (key, held) in read_holders(conn, jobs, lock, &names, keys, HolderKind::Job).await? {
+        out.entry(key).or_default().extend(held);
     }
+    // A key record is read for a key some queue holds no job of (in one
+    // of a single queue's, only when no job holds it at all).
+    let left: Vec<&str> = keys
+        .iter()
+        .copied()
+        .filter(|k| out.get(*k).is_none_or(|h| h.len() < names.len()))
+        .collect();
+    if !left.is_empty() {
+        let records = include_str!("../queries/settlement/holders_keys.sql");
+        let read = read_holders(conn, records, lock, &names, &left, HolderKind::Record).await?;
+        for (key, records) in read {
+            let held = out.entry(key).or_default();
+            // A job wins over a key record of its key in its own queue (a
+            // key whose record expired and was enqueued again, or the
+            // record of the job itself): a record counts only in a queue
+            // where no job holds the key.
+            let kept: Vec<Held> = records
+                .into_iter()
+                .filter(|r| !held.iter().any(|j| j.queue == r.queue))
+                .collect();
+            held.extend(kept);
+        }
+    }
+    // Oldest first, whatever order the rows come in.
+    for held in out.values_mut() {
+        held.sort_by_key(|h| h.holder.job_id());
+    }
+    out.retain(|_, held| !held.is_empty());
     Ok(out)
+}
+
+/// The rows of one holders statement (`sql`, with `{lock}`), by key.
+async fn read_holders(
+    conn: &mut MySqlConnection,
+    sql: &str,
+    lock: &str,
+    queues: &[&str],
+    keys: &[&str],
+    kind: HolderKind,
+) -> Result<FastMap<String, Vec<Held>>, CoordinatorError> {
+    // The lock varies by caller, not by batch: two texts of each
+    // statement, each prepared once per connection.
+    let sql = sql.replace("{lock}", lock);
+    let rows = sqlx::query(&sql)
+        .bind(json_list(queues)?)
+        .bind(json_list(keys)?)
+        .fetch_all(&mut *conn)
+        .await
+        .map_err(convert_sqlx_err)?;
+    let mut found: FastMap<String, Vec<Held>> =
+        FastMap::with_capacity_and_hasher(rows.len(), Default::default());
+    for row in &rows {
+        found
+            .entry(text(row, "operation_key")?)
+            .or_default()
+            .push(held_row(row, kind)?);
+    }
+    Ok(found)
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
