@@ -7,7 +7,9 @@ use crate::Coordinator;
 use jobfence_domain::admin::{Resolution, ResolveManualReview};
 use jobfence_domain::settlement::held::decide_held;
 use jobfence_domain::settlement::records::{SettlementSettings, Tally};
-use jobfence_domain::settlement::{clearable, Holder, Outcome, SettlementLine, OPERATOR};
+use jobfence_domain::settlement::{
+    clearable, ExceptionKind, Holder, Outcome, SettlementLine, OPERATOR,
+};
 use jobfence_domain::{CoordinatorError, ObservationOutcome, ObservationSource, RecordObservation};
 use jobfence_store::settlement::{KeyLines, Raised};
 use jobfence_store::JobStore;
@@ -29,11 +31,13 @@ pub(super) async fn apply(
     let keys: Vec<&str> = batch.iter().filter_map(|k| k.key.as_deref()).collect();
     let mut holders = store.settlement_holders(&settings.queues, &keys).await?;
     let subjects: Vec<String> = batch.iter().map(subject_of).collect();
+    let asked: Vec<&str> = subjects
+        .iter()
+        .map(String::as_str)
+        .chain(batch.iter().flat_map(references_of))
+        .collect();
     let with_exceptions = store
-        .unresolved_subjects(
-            &settings.provider,
-            &subjects.iter().map(String::as_str).collect::<Vec<_>>(),
-        )
+        .unresolved_subjects(&settings.provider, &asked)
         .await?;
     let mut out = Tally::default();
     for (kl, subject) in batch.iter().zip(&subjects) {
@@ -82,6 +86,8 @@ pub(super) async fn apply(
             out.exceptions_resolved += done.resolved;
             break;
         }
+        out.exceptions_resolved +=
+            clear_unknown_references(store, &settings.provider, kl, &with_exceptions).await?;
     }
     mark_decided(store, batch).await?;
     Ok(out)
@@ -93,6 +99,43 @@ fn subject_of(kl: &KeyLines) -> String {
         Some(k) => k.clone(),
         None => kl.lines[0].1.provider_reference.clone(),
     }
+}
+
+/// The provider references of a key's lines, when it has a key: the
+/// subjects their refunds had while they had none.
+fn references_of(kl: &KeyLines) -> impl Iterator<Item = &str> {
+    kl.lines
+        .iter()
+        .filter(|_| kl.key.is_some())
+        .map(|(_, l)| l.provider_reference.as_str())
+}
+
+/// Resolves the UNKNOWN_REFERENCE a line of `kl` was filed under by its
+/// provider reference while it had no key: once the line has one (the
+/// report gives it, or a job recorded the reference since), the refund
+/// is known and decided under its key. The exceptions resolved.
+async fn clear_unknown_references(
+    store: &JobStore,
+    provider: &str,
+    kl: &KeyLines,
+    with_exceptions: &std::collections::HashSet<String>,
+) -> Result<u64, CoordinatorError> {
+    let mut resolved = 0;
+    for reference in references_of(kl).filter(|r| with_exceptions.contains(*r)) {
+        if kl.key.as_deref() == Some(reference) {
+            continue;
+        }
+        let done = store
+            .raise_settlement_exceptions(
+                provider,
+                reference,
+                &[],
+                &[ExceptionKind::UnknownReference],
+            )
+            .await?;
+        resolved += done.resolved;
+    }
+    Ok(resolved)
 }
 
 /// Marks the batch's lines decided, one statement per moment they were
