@@ -205,10 +205,10 @@ impl JobStore {
     }
 
     /// A person's action on an exception, recorded with their name and
-    /// note: fenced on the state they saw. Errors: `InvalidArgument` for an
-    /// unknown exception (field `id`), `InvalidArgument` on `state` when it
-    /// is no longer in the state seen (someone acted first), with the
-    /// state it is in.
+    /// note: fenced on the state they saw. Errors:
+    /// `SettlementExceptionNotFound` for an unknown exception,
+    /// `SettlementExceptionMoved` when it is no longer in the state seen
+    /// (someone acted first), with the state it is in.
     pub async fn act_on_settlement_exception(
         &self,
         act: &ActOnException,
