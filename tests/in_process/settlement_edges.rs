@@ -5,6 +5,7 @@
 //! job's key record); a refused line that leaves its refund as it was; the
 //! same report imported again, and over overlapping periods; two reports
 //! of one refund imported at once; the exceptions list cut at its limit.
+//! Four once failed; each says what was wrong.
 
 use jobfence_testkit as kit;
 
@@ -165,7 +166,7 @@ async fn details(h: &Harness) -> Vec<String> {
 /// of another provider that recorded the same id is not this provider's
 /// refund: the line is an UNKNOWN_REFERENCE under its reference, keeps no
 /// key, and the other provider's job gets no settlement observation.
-/// Guards an untested case; passes.
+/// Guards a case no other test covers.
 #[tokio::test]
 async fn a_keyless_line_is_not_matched_to_a_job_of_another_provider() {
     let h = Harness::start().await;
@@ -196,7 +197,7 @@ async fn a_keyless_line_is_not_matched_to_a_job_of_another_provider() {
 /// is left as it is; a line with no key takes the key of the job that
 /// recorded its reference. Keyless, the refund is matched to the EU job
 /// that recorded it and the other queue's manual review stays open.
-/// Guards an untested case (the existing test names the key); passes.
+/// Guards a case no other test covers (the existing test names the key).
 #[tokio::test]
 async fn a_keyless_refund_goes_to_the_queue_whose_job_recorded_it() {
     let h = Harness::start().await;
@@ -219,7 +220,7 @@ async fn a_keyless_refund_goes_to_the_queue_whose_job_recorded_it() {
 /// A key two of the provider's queues hold, which the refund decides
 /// alike (both jobs failed): docs/settlement.md's table says it is
 /// decided as for one job (one REFUND_NOT_RECORDED, no AMBIGUOUS_KEY) and
-/// "its exceptions name each queue". Guards an untested case; passes.
+/// "its exceptions name each queue". Guards a case no other test covers.
 #[tokio::test]
 async fn a_key_two_queues_decide_alike_raises_one_exception_naming_each_queue() {
     let h = Harness::start().await;
@@ -251,12 +252,11 @@ async fn a_key_two_queues_decide_alike_raises_one_exception_naming_each_queue() 
 /// succeeded and was pruned (its key record holds the reference); the
 /// same key waits in manual review in `refunds`.
 ///
-/// FAILS: the refund resolves the `refunds` job's manual review to
-/// succeeded with the EU job's reference. `holders_on`
-/// (crates/store/src/settlement/on_insert.rs) reads key records only for
-/// keys no job holds, in any queue (`left.retain(...)`), so the EU key
-/// record is never seen and `decide_held` has one holder: the other
-/// queue's review.
+/// Regression: `holders_on` (crates/store/src/settlement/on_insert.rs)
+/// once read key records only for keys no job held in any queue, so the
+/// EU key record was never seen and the refund resolved the `refunds`
+/// job's review with the EU job's reference. A record now holds its key
+/// in each queue where no job does.
 #[tokio::test]
 async fn a_pruned_job_that_recorded_the_refund_keeps_it_from_another_queues_review() {
     let h = Harness::start().await;
@@ -291,11 +291,11 @@ async fn a_pruned_job_that_recorded_the_refund_keeps_it_from_another_queues_revi
 /// completes with that reference, and the same report imported again
 /// matches the line to the job by its reference.
 ///
-/// FAILS: the line is matched (key filled in, `matched` 1), but the
-/// UNKNOWN_REFERENCE stays open for good. Its subject is the refund's
-/// reference (`subject_of` in crates/core/src/settlement/decide.rs); once
-/// the line has a key it is decided under the key, and
-/// `raise_settlement_exceptions` clears only that subject's exceptions.
+/// Regression: the line was matched, but the UNKNOWN_REFERENCE, filed
+/// under the refund's reference while it had no key, stayed open for
+/// good: once the line had a key it was decided under the key only. It
+/// is now resolved as the line is (`clear_unknown_references` in
+/// crates/core/src/settlement/decide.rs).
 #[tokio::test]
 async fn an_unknown_reference_is_resolved_once_a_job_recorded_it() {
     let h = Harness::start().await;
@@ -326,8 +326,8 @@ async fn an_unknown_reference_is_resolved_once_a_job_recorded_it() {
 /// a JSON array, a name given twice) is refused with its number and field
 /// and "nothing of it written". Here the refused line is a later status of
 /// a refund already stored as pending: the stored line stays pending. A
-/// name the settings do not read being unreadable is no matter. Guards an
-/// untested case (the update path); passes.
+/// name the settings do not read being unreadable is no matter. Guards a
+/// case no other test covers (the update path).
 #[tokio::test]
 async fn a_refused_line_leaves_a_stored_refund_as_it_was() {
     let h = Harness::start().await;
@@ -381,7 +381,7 @@ async fn import_period(h: &Harness, period: (DbTime, DbTime), lines: &[RawLine])
 /// twice, or overlapping periods, changes nothing". The same report over a
 /// period overlapping the first: its line unchanged, the succeeded job
 /// with no refund still one MISSING_AT_PROVIDER, opened once, not again.
-/// Guards an untested case; passes.
+/// Guards a case no other test covers.
 #[tokio::test]
 async fn an_overlapping_period_changes_nothing() {
     let h = Harness::start().await;
@@ -414,11 +414,11 @@ async fn an_overlapping_period_changes_nothing() {
 /// rfc3339` whose export writes seven digits of a second (.NET's
 /// round-trip format, `2025-12-01T10:00:00.1234567Z`).
 ///
-/// FAILS: the second import counts the refund "updated", rewrites it and
-/// leaves it undecided to be matched again, every time. The mapping
-/// (`time` in crates/domain/src/settlement/mapping.rs) keeps nanoseconds,
-/// the column keeps microseconds (`refund_created_at DATETIME(6)`), and
-/// `same()` in crates/store/src/settlement/lines.rs compares the two.
+/// Regression: the second import counted the refund "updated", rewrote
+/// it and matched it again, every time: the mapping kept nanoseconds, the
+/// column keeps microseconds. A report's time is now cut to the
+/// microsecond as it is read (`time` in
+/// crates/domain/src/settlement/mapping.rs).
 #[tokio::test]
 async fn the_same_report_with_sub_microsecond_times_imports_unchanged() {
     let h = Harness::start().await;
@@ -475,13 +475,13 @@ fn spawn_import(h: &Harness, lines: Vec<RawLine>) -> tokio::task::JoinHandle<Imp
 /// end must be that of the two in that order: the refund succeeded,
 /// matched, no exception.
 ///
-/// FAILS: today's batch read the lines before yesterday's committed
-/// (`lines_existing.sql`, a locking read that in READ COMMITTED locks no
-/// gap), so it counts the refund "new" and inserts it; the insert's `ON
-/// DUPLICATE KEY UPDATE id = id` (`lines_insert.sql`, from
-/// `put_lines_in` in crates/store/src/settlement/lines.rs) drops it. The
-/// refund stays pending, and a critical MISSING_AT_PROVIDER stays open for
-/// a job whose refund today's report says settled.
+/// Regression: today's batch read the lines before yesterday's committed
+/// (a locking read that in READ COMMITTED locks no gap), counted the
+/// refund new, and its insert (then `ON DUPLICATE KEY UPDATE id = id`)
+/// dropped it: the refund stayed pending, a critical MISSING_AT_PROVIDER
+/// open. The duplicate key is now a conflict: the batch runs again,
+/// counted, and updates the line (`put_lines_in` in
+/// crates/store/src/settlement/lines.rs).
 #[tokio::test]
 async fn two_reports_of_one_refund_imported_at_once_keep_the_later_status() {
     let h = Harness::start().await;
@@ -495,6 +495,8 @@ async fn two_reports_of_one_refund_imported_at_once_keep_the_later_status() {
     gate.release();
     let yesterday = yesterday.await.unwrap();
     let today = today.await.unwrap();
+    // Today's batch ran again once, counted.
+    assert_eq!(h.coordinator.store().conflicts(), (1, 0));
     assert_eq!(
         stored(&h, "re_k-race").await,
         (Some("k-race".into()), "succeeded".into()),
@@ -566,9 +568,8 @@ async fn listed(s: &kit::secure::Secure, args: &[&str]) -> (u64, u64, Option<Str
 /// docs/settlement.md ("Work the exceptions") and operating.md: a list
 /// shows 100; "a list the limit cut ends with what it left out", and
 /// `cut` is null "when nothing was left out"; `--limit 0` shows up to
-/// 500. At exactly 100 nothing is cut and nothing is said; at 101 the
-/// default list is cut and says so; `--limit 0` then shows all 101, uncut.
-/// Guards the boundary (the existing test has 503); passes.
+/// 500. At exactly 100 nothing is cut or said; at 101 the default list
+/// is cut and says so; `--limit 0` then shows all 101 (a boundary guard).
 #[tokio::test]
 async fn an_exceptions_list_is_cut_only_past_its_limit() {
     let s = kit::secure::Secure::start(false).await;
