@@ -278,3 +278,66 @@ async fn bad_input_and_dry_runs_change_nothing() {
     assert_eq!(refused, 0);
     h.finish().await;
 }
+
+/// A bulk the coordinator refuses as a request (here another operator's
+/// name than the credential's, OPERATOR_MISMATCH) stops after its first
+/// batch: the rest is not sent, the summary says so, and the error says
+/// to fix the cause rather than run it again as it is.
+#[tokio::test]
+async fn a_bulk_refused_as_a_request_stops_after_its_first_batch() {
+    let s = kit::secure::Secure::start(false).await;
+    let items: Vec<jobfence_domain::Enqueue> = (0..3)
+        .map(|k| jobfence_domain::Enqueue {
+            queue: Q.into(),
+            operation_key: format!("refund-{k}"),
+            payload: "{}".into(),
+            delay: std::time::Duration::ZERO,
+            fairness_key: None,
+            priority: Default::default(),
+        })
+        .collect();
+    s.coordinator.store().enqueue_batch(&items).await.unwrap();
+    let endpoint = format!("https://{}", s.addr);
+    let ca = s.files.ca.display().to_string();
+    let token = s.files.token("alice").display().to_string();
+    let argv = [
+        "jobfence",
+        "jobs",
+        "--endpoint",
+        &endpoint,
+        "--tls-ca",
+        &ca,
+        "--token-file",
+        &token,
+        "bulk",
+        "cancel",
+        "--queue",
+        Q,
+        "--operator",
+        "mallory",
+        "--reason",
+        "INC-7",
+        "--batch-size",
+        "1",
+        "--max-rate",
+        "0",
+    ];
+    let op = Cli::try_parse_from(argv).unwrap().command;
+    let mut out = Vec::new();
+    let err = jobfence_operator::run(op, &mut out).await.unwrap_err();
+    let printed = String::from_utf8(out).unwrap();
+    assert!(printed.contains("OPERATOR_MISMATCH: 1"), "{printed}");
+    assert!(
+        printed.contains("not sent (the request itself was refused): 2"),
+        "{printed}"
+    );
+    let err = format!("{err:#}");
+    assert!(err.contains("refused the request itself"), "{err}");
+    assert!(!err.contains("run it again for them"), "{err}");
+    let ready: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM jobs WHERE state = 'ready'")
+        .fetch_one(&s.pool)
+        .await
+        .unwrap();
+    assert_eq!(ready, 3, "nothing cancelled");
+    s.stop().await;
+}

@@ -120,6 +120,27 @@ pub struct BulkTally {
     /// Batches the coordinator ran again after a conflict (a deadlock, a
     /// lock wait timeout); nothing of a rolled-back try was applied.
     pub conflicts_retried: u64,
+    /// The coordinator refused the request itself (not one job, nor for a
+    /// moment): no batch was sent after it.
+    pub stopped: bool,
+}
+
+/// Whether a batch failed as a whole may go through sent again (the
+/// coordinator or its database away for a moment, a conflict, a lost
+/// answer); otherwise the request itself was refused and every batch
+/// would be.
+fn transient(code: tonic::Code) -> bool {
+    use tonic::Code::*;
+    matches!(
+        code,
+        Unavailable
+            | DeadlineExceeded
+            | Aborted
+            | ResourceExhausted
+            | Unknown
+            | Internal
+            | Cancelled
+    )
 }
 
 /// A bulk action against one coordinator.
@@ -236,8 +257,10 @@ impl Bulk {
                 Err(s) => {
                     tally.failed(&s, batch.len() as u64);
                     // The request itself is refused (the operator's name,
-                    // the reason): every batch would be, so stop here.
-                    if s.code() == tonic::Code::InvalidArgument {
+                    // the reason, the credential's role): every batch
+                    // would be, so stop here.
+                    if !transient(s.code()) {
+                        tally.stopped = true;
                         break;
                     }
                 }
@@ -321,6 +344,14 @@ impl BulkTally {
         }
     }
 
+    /// The selected jobs no batch carried, after the request itself was
+    /// refused.
+    pub fn not_sent(&self) -> u64 {
+        let counted =
+            self.applied + self.skipped.values().sum::<u64>() + self.errors.values().sum::<u64>();
+        self.selected.saturating_sub(counted)
+    }
+
     /// Counts a batch refused or failed as a whole: none of its `jobs` done.
     fn failed(&mut self, s: &tonic::Status, jobs: u64) {
         *self.errors.entry(crate::refusal::reason_of(s)).or_default() += jobs;
@@ -365,11 +396,16 @@ pub(crate) async fn run(
     let tally = bulk.apply(&jobs).await;
     summary(out, conn.json, &tally)?;
     let errors: u64 = tally.errors.values().sum();
+    let not_done = tally.selected - tally.applied - tally.skipped.values().sum::<u64>();
+    let first = tally.first_error.as_deref().unwrap_or("?");
+    anyhow::ensure!(
+        !tally.stopped,
+        "{not_done} job(s) not done: the coordinator refused the request itself with {first}; \
+         nothing more was sent (fix that, then run it again)"
+    );
     anyhow::ensure!(
         errors == 0,
-        "{} job(s) not done, the first refused with {}; run it again for them",
-        tally.selected - tally.applied - tally.skipped.values().sum::<u64>(),
-        tally.first_error.as_deref().unwrap_or("?")
+        "{not_done} job(s) not done, the first refused with {first}; run it again for them"
     );
     Ok(())
 }
@@ -384,6 +420,7 @@ fn summary(out: &mut (dyn Write + Send), json: bool, t: &BulkTally) -> anyhow::R
                 "skipped": t.skipped,
                 "errors": t.errors,
                 "conflicts_retried": t.conflicts_retried,
+                "not_sent": t.not_sent(),
             }),
         );
     }
@@ -395,6 +432,13 @@ fn summary(out: &mut (dyn Write + Send), json: bool, t: &BulkTally) -> anyhow::R
     )?;
     for (reason, n) in t.skipped.iter().chain(&t.errors) {
         writeln!(out, "  {reason}: {n}")?;
+    }
+    if t.not_sent() > 0 {
+        writeln!(
+            out,
+            "  not sent (the request itself was refused): {}",
+            t.not_sent()
+        )?;
     }
     if t.conflicts_retried > 0 {
         writeln!(
