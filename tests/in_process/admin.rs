@@ -391,6 +391,11 @@ async fn operator_cli_prints_tables_json_and_precise_refusals() {
         row.ends_with("the worker asked for an operator: provider says unknown"),
         "{row}"
     );
+    // The state as the table prints it is taken too.
+    let same = cli(&h, &["jobs", "list", "--state", "manual_review"])
+        .await
+        .unwrap();
+    assert_eq!(same, table);
 
     let json: Value =
         serde_json::from_str(&cli(&h, &["jobs", "--json", "show", &id]).await.unwrap()).unwrap();

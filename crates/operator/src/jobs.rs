@@ -71,13 +71,15 @@ pub struct ListArgs {
     pub page_token: Option<String>,
 }
 
-/// A job state on the command line (`manual-review` for manual_review).
+/// A job state on the command line (`manual-review`, or `manual_review`
+/// as every table prints it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum StateArg {
     Ready,
     Running,
     Succeeded,
     Failed,
+    #[value(alias = "manual_review")]
     ManualReview,
     Cancelled,
 }
