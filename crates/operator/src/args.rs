@@ -108,6 +108,13 @@ pub fn coordinator_env_alias() {
     }
 }
 
+/// A duration flag's value (`90s`, `15m`, `2h`, `7d`, `1h 30m`), with an
+/// example of the form in the error clap prints for another.
+pub fn duration_arg(text: &str) -> Result<std::time::Duration, String> {
+    humantime::parse_duration(text)
+        .map_err(|e| format!("{e}: give a duration such as 90s, 15m, 2h or 7d"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -148,5 +155,18 @@ mod tests {
         ] {
             assert_eq!(hoist(line), line);
         }
+    }
+
+    #[test]
+    fn a_bad_duration_says_what_a_good_one_looks_like() {
+        assert_eq!(
+            duration_arg("2h").unwrap(),
+            std::time::Duration::from_secs(7200)
+        );
+        let e = duration_arg("yesterday").unwrap_err();
+        assert!(
+            e.ends_with("give a duration such as 90s, 15m, 2h or 7d"),
+            "{e}"
+        );
     }
 }

@@ -66,7 +66,7 @@ pub struct BulkArgs {
     #[arg(long, conflicts_with = "queue")]
     pub all: bool,
     /// Only jobs created at least this long ago (e.g. 2h).
-    #[arg(long, value_parser = humantime::parse_duration)]
+    #[arg(long, value_parser = crate::args::duration_arg)]
     pub older_than: Option<Duration>,
     /// Only jobs parked for this reason (RESEND_WINDOW_CLOSED,
     /// MAX_DISPATCHES_REACHED, REQUESTED).

@@ -39,7 +39,7 @@ pub struct EnqueueArgs {
     #[arg(long, conflicts_with = "from", requires = "key")]
     pub payload: Option<String>,
     /// Due this long from now (e.g. 30s) instead of at once.
-    #[arg(long, value_parser = humantime::parse_duration)]
+    #[arg(long, value_parser = crate::args::duration_arg)]
     pub delay: Option<Duration>,
     /// The fairness key (a merchant, a tenant): claims go round-robin
     /// across a queue's keys (docs/design.md rule 18).

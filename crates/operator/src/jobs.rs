@@ -61,7 +61,7 @@ pub struct ListArgs {
     #[arg(long = "state", value_enum)]
     pub states: Vec<StateArg>,
     /// Only jobs created at least this long ago (e.g. 30m).
-    #[arg(long, value_parser = humantime::parse_duration)]
+    #[arg(long, value_parser = crate::args::duration_arg)]
     pub older_than: Option<Duration>,
     /// Jobs per page (1..=500).
     #[arg(long, default_value_t = 50)]
@@ -148,7 +148,7 @@ pub struct ResolveArgs {
     #[arg(long)]
     pub result: Option<String>,
     /// For the retries: delay before the job is due again (e.g. 5m).
-    #[arg(long, value_parser = humantime::parse_duration)]
+    #[arg(long, value_parser = crate::args::duration_arg)]
     pub delay: Option<Duration>,
     /// Required for --to retry-execute: you accept that the provider may no
     /// longer de-duplicate the resend.

@@ -39,7 +39,7 @@ pub enum QueuePoliciesCommand {
         queue: String,
         /// The provider's idempotency window, counted from a job's first
         /// dispatch (e.g. 24h for Stripe).
-        #[arg(long, value_parser = humantime::parse_duration)]
+        #[arg(long, value_parser = crate::args::duration_arg)]
         resend_window: Duration,
         /// The most times a job may be handed out to be sent (execute).
         #[arg(long)]
@@ -47,7 +47,7 @@ pub enum QueuePoliciesCommand {
         /// How long the queue's finished jobs are kept before they are
         /// pruned (e.g. 90d); unset: the coordinators' --retention-jobs.
         /// Their key records are kept at least as long.
-        #[arg(long, value_parser = humantime::parse_duration)]
+        #[arg(long, value_parser = crate::args::duration_arg)]
         retention: Option<Duration>,
         #[command(flatten)]
         change: ChangeArgs,

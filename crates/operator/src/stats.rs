@@ -23,7 +23,7 @@ pub struct StatsArgs {
     #[arg(long)]
     pub queue: Option<String>,
     /// Window of the takeover and rejection counts.
-    #[arg(long, value_parser = humantime::parse_duration, default_value = "1h")]
+    #[arg(long, value_parser = crate::args::duration_arg, default_value = "1h")]
     pub window: Duration,
 }
 

@@ -20,10 +20,10 @@ pub struct WorkersArgs {
     #[command(flatten)]
     pub conn: Connection,
     /// A worker silent this long, holding no lease, is stale.
-    #[arg(long, value_parser = humantime::parse_duration, default_value = "60s")]
+    #[arg(long, value_parser = crate::args::duration_arg, default_value = "60s")]
     pub stale_after: Duration,
     /// Only workers whose last call is at most this old.
-    #[arg(long, value_parser = humantime::parse_duration, default_value = "15m")]
+    #[arg(long, value_parser = crate::args::duration_arg, default_value = "15m")]
     pub within: Duration,
 }
 

@@ -77,7 +77,7 @@ pub struct ConfigureArgs {
     pub created_format: Option<String>,
     /// How long after a job succeeded its refund may still be missing
     /// from the reports (default 24h).
-    #[arg(long, value_parser = humantime::parse_duration)]
+    #[arg(long, value_parser = crate::args::duration_arg)]
     pub lag: Option<Duration>,
     /// Where a queue keeps a job's amount and currency in its payload, as
     /// QUEUE=/amount,/currency (JSON pointers); one per queue.
