@@ -142,6 +142,11 @@ pub(crate) async fn run(
     } else {
         IMPORT_FLAGS
     };
+    // A file that is not there is said first, whatever its name.
+    if args.file.as_os_str() != "-" {
+        std::fs::File::open(&args.file)
+            .with_context(|| format!("cannot open the report {}", args.file.display()))?;
+    }
     let format = match args.format.or_else(|| Format::of(&args.file)) {
         Some(f) => f,
         None => anyhow::bail!(
@@ -150,10 +155,6 @@ pub(crate) async fn run(
         ),
     };
     let header = header(&args, from, to);
-    if args.file.as_os_str() != "-" {
-        std::fs::File::open(&args.file)
-            .with_context(|| format!("cannot open the report {}", args.file.display()))?;
-    }
     if args.strict && args.file.as_os_str() == "-" {
         anyhow::bail!(
             "--strict reads the report twice (checked whole, then imported), and standard \
@@ -491,8 +492,9 @@ fn decided(
     writeln!(out, "  matched        {}", answer.matched)?;
     writeln!(
         out,
-        "  resolved       {} manual reviews{}",
+        "  resolved       {} manual review{}{}",
         ids.len(),
+        if ids.len() == 1 { "" } else { "s" },
         if ids.is_empty() {
             String::new()
         } else {

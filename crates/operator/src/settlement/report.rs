@@ -232,8 +232,9 @@ fn provider_text(
     )?;
     writeln!(
         out,
-        "  resolved       {} manual reviews by the report",
-        p.resolved_reviews
+        "  resolved       {} manual review{} by the report",
+        p.resolved_reviews,
+        if p.resolved_reviews == 1 { "" } else { "s" }
     )?;
     let rows: Vec<Vec<String>> = p
         .exceptions
