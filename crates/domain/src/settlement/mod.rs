@@ -308,10 +308,16 @@ pub fn decide(holder: &Holder, lines: &[SettlementLine]) -> Decision {
         };
     }
     if matches!(holder, Holder::Nobody) {
-        return exception(
-            ExceptionKind::UnknownReference,
-            format!("refund {} names no operation jobfence enqueued", refs()),
-        );
+        let detail = if lines.iter().all(|l| l.operation_key.is_none()) {
+            format!(
+                "refund {} gives no operation key, and no job of the provider's queues (nor a \
+                 pruned one's key record) recorded it as its provider reference",
+                refs()
+            )
+        } else {
+            format!("refund {} names no operation jobfence enqueued", refs())
+        };
+        return exception(ExceptionKind::UnknownReference, detail);
     }
     if settled.len() > 1 {
         return exception(

@@ -152,6 +152,23 @@ fn a_settled_refund_nobody_enqueued_is_an_unknown_reference() {
         Severity::Warning
     );
     assert_eq!(ExceptionKind::DoubleRefund.severity(), Severity::Critical);
+    assert!(d.exceptions[0].1.contains("names no operation"), "{d:?}");
+}
+
+#[test]
+fn a_keyless_refund_nobody_recorded_says_its_reference_was_looked_up_too() {
+    let keyless = SettlementLine {
+        operation_key: None,
+        ..line("re_9", LineStatus::Succeeded, 1)
+    };
+    let d = decide(&Holder::Nobody, &[keyless]);
+    assert_eq!(kinds(&d), [ExceptionKind::UnknownReference]);
+    assert!(
+        d.exceptions[0]
+            .1
+            .starts_with("refund re_9 gives no operation key, and no job"),
+        "{d:?}"
+    );
 }
 
 #[test]
