@@ -50,10 +50,25 @@ fn main() -> ExitCode {
         Err(e) => {
             // The error and its causes on one line; no backtrace for what
             // is an answer, not a crash.
-            eprintln!("jobfence: {e:#}");
+            eprintln!("jobfence: {}", one_line(&e));
             ExitCode::from(jobfence_operator::exit_status(&e))
         }
     }
+}
+
+/// `e` and its causes joined by `: `, each said once: a cause whose text
+/// the one before it already holds is left out (a transport error says
+/// "tcp connect error" in two layers of its chain).
+fn one_line(e: &anyhow::Error) -> String {
+    let mut said: Vec<String> = Vec::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if said.last().is_some_and(|last| last.contains(&text)) {
+            continue;
+        }
+        said.push(text);
+    }
+    said.join(": ")
 }
 
 /// Whether `e` is a write to standard output whose reader closed it.
@@ -69,3 +84,22 @@ fn broken_pipe(e: &anyhow::Error) -> bool {
 /// about a tenth of its CPU doing that (`jobfence bench`, perf).
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+#[cfg(test)]
+mod tests {
+    use super::one_line;
+
+    #[test]
+    fn a_cause_said_twice_in_a_chain_is_printed_once() {
+        let e = anyhow::anyhow!("Connection refused")
+            .context("tcp connect error")
+            .context("tcp connect error")
+            .context("transport error");
+        assert_eq!(
+            one_line(&e),
+            "transport error: tcp connect error: Connection refused"
+        );
+        let e = anyhow::anyhow!("b").context("a");
+        assert_eq!(one_line(&e), "a: b");
+    }
+}
