@@ -200,6 +200,10 @@ async fn bad_input_and_dry_runs_change_nothing() {
         .await
         .unwrap_err();
     assert!(unknown.contains("no job is in this queue"), "{unknown}");
+    assert!(
+        unknown.contains("`jobfence stats` lists the queues"),
+        "{unknown}"
+    );
     let code = run(
         &h,
         &[

@@ -192,7 +192,8 @@ impl Bulk {
                 .into_inner();
             anyhow::ensure!(
                 !known.queues.is_empty(),
-                "--queue {q:?}: no job is in this queue"
+                "--queue {q:?}: no job is in this queue (a misspelt name? `jobfence stats` \
+                 lists the queues that have jobs)"
             );
         }
         let state = match self.args.action {
