@@ -44,6 +44,19 @@ pub(crate) fn is_unique_violation(err: &sqlx::Error) -> bool {
     error_number(err) == Some(code::DUPLICATE_ENTRY) && !is_id_collision(err)
 }
 
+/// `err` as a statement's caller answers it when a unique-key violation
+/// means another transaction inserted the row since this one looked (a
+/// settlement line, an exception): a conflict, run again by the
+/// transaction runner and counted, which then finds the row; anything
+/// else as [`convert_sqlx_err`].
+pub(crate) fn conflict_if_unique(err: sqlx::Error) -> CoordinatorError {
+    if is_unique_violation(&err) {
+        CoordinatorError::TransactionConflict(err.to_string())
+    } else {
+        convert_sqlx_err(err)
+    }
+}
+
 /// True if `err` is a duplicate primary key. jobfence never writes an id
 /// itself (every id is AUTO_INCREMENT), so this is an id the server picked
 /// that another transaction took first: on Galera with several writer

@@ -157,15 +157,9 @@ impl JobStore {
                 .bind(&r.detail)
                 .execute(&mut *tx)
                 .await
-                .map_err(|e| {
-                    // Another import raised it since this one's locking
-                    // read found none: run again, and find it.
-                    if crate::errors::is_unique_violation(&e) {
-                        CoordinatorError::TransactionConflict(e.to_string())
-                    } else {
-                        convert_sqlx_err(e)
-                    }
-                })?
+                // Another import raised it since this one's locking read
+                // found none: run again, and find it.
+                .map_err(crate::errors::conflict_if_unique)?
                 .last_insert_id();
             action(tx, id, "opened", OPERATOR, &r.detail).await?;
             return Ok(true);

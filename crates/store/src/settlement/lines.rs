@@ -5,7 +5,6 @@ use super::on_insert::{decide_on_insert, holders_on};
 use super::references::keys_by_reference;
 use super::{json_list, string_list};
 use super::{FastMap, FastSet};
-use crate::errors::is_unique_violation;
 use crate::rows::{get, opt_text, text};
 use crate::run::{transaction, Body};
 use crate::{convert_sqlx_err, literal, JobStore};
@@ -134,22 +133,17 @@ impl JobStore {
             }
         }
         if !rows.is_empty() {
-            let inserted = sqlx::query(include_str!("../queries/settlement/lines_insert.sql"))
+            sqlx::query(include_str!("../queries/settlement/lines_insert.sql"))
                 .bind(provider)
                 .bind(crate::batch::json(&rows)?)
                 .execute(&mut *tx)
-                .await;
-            match inserted {
+                .await
                 // Another import inserted one of these refunds after this
                 // batch's read (and committed it: the insert waited for
                 // it). The batch runs again, counted as a conflict, and
                 // then sees that line: its own status is applied over it
                 // as an update, not dropped.
-                Err(e) if is_unique_violation(&e) => {
-                    return Err(CoordinatorError::TransactionConflict(e.to_string()).into())
-                }
-                other => other?,
-            };
+                .map_err(crate::errors::conflict_if_unique)?;
         }
         Ok((counts, outcomes))
     }
