@@ -301,18 +301,8 @@ async fn a_bulk_refused_as_a_request_stops_after_its_first_batch() {
         })
         .collect();
     s.coordinator.store().enqueue_batch(&items).await.unwrap();
-    let endpoint = format!("https://{}", s.addr);
-    let ca = s.files.ca.display().to_string();
-    let token = s.files.token("alice").display().to_string();
-    let argv = [
-        "jobfence",
+    let args = [
         "jobs",
-        "--endpoint",
-        &endpoint,
-        "--tls-ca",
-        &ca,
-        "--token-file",
-        &token,
         "bulk",
         "cancel",
         "--queue",
@@ -326,16 +316,13 @@ async fn a_bulk_refused_as_a_request_stops_after_its_first_batch() {
         "--max-rate",
         "0",
     ];
-    let op = Cli::try_parse_from(argv).unwrap().command;
-    let mut out = Vec::new();
-    let err = jobfence_operator::run(op, &mut out).await.unwrap_err();
-    let printed = String::from_utf8(out).unwrap();
+    let (printed, done) = crate::operator_cli::run_as(&s, "alice", &args).await;
     assert!(printed.contains("OPERATOR_MISMATCH: 1"), "{printed}");
     assert!(
         printed.contains("not sent (the request itself was refused): 2"),
         "{printed}"
     );
-    let err = format!("{err:#}");
+    let err = done.unwrap_err();
     assert!(err.contains("refused the request itself"), "{err}");
     assert!(!err.contains("run it again for them"), "{err}");
     let ready: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM jobs WHERE state = 'ready'")

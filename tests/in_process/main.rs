@@ -26,6 +26,7 @@ mod metrics;
 mod next_job;
 mod next_job_refusals;
 mod observations;
+mod operator_cli;
 mod provider_ops;
 mod queue_pause;
 mod races;

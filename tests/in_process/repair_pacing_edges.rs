@@ -6,6 +6,7 @@
 
 use jobfence_testkit as kit;
 
+use crate::settlement_pacing::{metric, workers_move, Streamed};
 use jobfence_api::v1::job_admin_client::JobAdminClient;
 use jobfence_api::v1::{self as proto, bulk_repair_result, BulkRepairRequest, CountedJob};
 use jobfence_domain::Enqueue;
@@ -205,110 +206,12 @@ async fn two_bulk_cancels_over_the_same_jobs_at_once_cancel_each_job_once() {
     h.finish().await;
 }
 
-/// One streamed settlement import of provider `P`, driven by the test.
-struct Streamed {
-    tx: tokio::sync::mpsc::Sender<proto::ImportSettlementRequest>,
-    call: tokio::task::JoinHandle<Result<proto::ImportSettlementResponse, tonic::Status>>,
-    prefix: &'static str,
-    next_line: u64,
-}
-
-impl Streamed {
-    async fn start(h: &Harness, import_id: &str, prefix: &'static str) -> Streamed {
-        use proto::import_settlement_request::Part;
-        let (tx, rx) = tokio::sync::mpsc::channel(1);
-        let mut a = admin(h).await;
-        let call = tokio::spawn(async move {
-            a.import_settlement(tokio_stream::wrappers::ReceiverStream::new(rx))
-                .await
-                .map(|r| r.into_inner())
-        });
-        tx.send(proto::ImportSettlementRequest {
-            part: Some(Part::Header(proto::ImportSettlementHeader {
-                provider: crate::settlement::P.into(),
-                period_start: Some(prost_types::Timestamp {
-                    seconds: 946_684_800,
-                    nanos: 0,
-                }),
-                period_end: Some(prost_types::Timestamp {
-                    seconds: chrono::Utc::now().timestamp(),
-                    nanos: 0,
-                }),
-                operator: "alice".into(),
-                check_only: false,
-                allow_empty: false,
-                import_id: import_id.into(),
-            })),
-        })
-        .await
-        .unwrap();
-        Streamed {
-            tx,
-            call,
-            prefix,
-            next_line: 2,
-        }
-    }
-
-    /// Five refunds nobody enqueued.
-    async fn batch(&mut self) {
-        use proto::import_settlement_request::Part;
-        let lines = (0..5)
-            .map(|_| {
-                let n = self.next_line;
-                self.next_line += 1;
-                let l = crate::settlement::line(
-                    n,
-                    &format!("re_{}_{n}", self.prefix),
-                    &format!("{}-{n}", self.prefix),
-                    500,
-                    "succeeded",
-                );
-                proto::SettlementReportLine {
-                    line: l.line,
-                    fields: l.fields.into_iter().collect(),
-                    unreadable: Default::default(),
-                }
-            })
-            .collect();
-        self.tx
-            .send(proto::ImportSettlementRequest {
-                part: Some(Part::Lines(proto::SettlementLineBatch { lines })),
-            })
-            .await
-            .unwrap();
-    }
-
-    async fn finish(self) -> proto::ImportSettlementResponse {
-        drop(self.tx);
-        self.call.await.unwrap().unwrap()
-    }
-}
-
-/// 1,000 job events made through another coordinator of the database.
-async fn workers_move(replica: &kit::Replica) {
-    let items = (0..1000)
-        .map(|i| proto::EnqueueRequest {
-            queue: "busy".into(),
-            operation_key: format!("busy-{i}"),
-            payload: "{}".into(),
-            ..Default::default()
-        })
-        .collect();
-    replica
-        .client
-        .clone()
-        .enqueue_batch(proto::EnqueueBatchRequest { items })
-        .await
-        .unwrap();
-}
-
+/// The yielding gauge of the settlement import.
 fn yielding_gauge(h: &Harness) -> f64 {
-    let series = "jobfence_background_yielding{work=\"settlement_import\"}";
-    let text = h.coordinator.metrics().render();
-    text.lines()
-        .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
-        .unwrap_or_else(|| panic!("no {series} in\n{text}"))
+    metric(
+        h,
+        "jobfence_background_yielding{work=\"settlement_import\"}",
+    )
 }
 
 /// docs/operating.md, Metrics: `jobfence_background_yielding` is "1 while
@@ -335,7 +238,7 @@ async fn the_yielding_gauge_stays_1_while_one_of_two_imports_yields() {
     let mut a = Streamed::start(&h, "import-a", "a").await;
     a.batch().await;
     first_rest.reached().await;
-    workers_move(&replica).await;
+    workers_move(&replica, 0).await;
     let mut yield_rest = h.pauses.arm(PausePoint::PacedRest);
     first_rest.release();
     a.batch().await;

@@ -11,7 +11,7 @@ use jobfence_testkit as kit;
 
 use crate::settlement::{import, line, payload, provider, succeeded, unresolved, until_now, P, Q};
 use jobfence_api::v1::{CompleteRequest, FailDisposition, FailRequest};
-use jobfence_core::settlement::{ImportHeader, ImportSummary};
+use jobfence_core::settlement::ImportSummary;
 use jobfence_domain::budget::Budget;
 use jobfence_domain::providers::PutProvider;
 use jobfence_domain::settlement::mapping::{Mapping, RawLine, TimeFormat};
@@ -362,19 +362,7 @@ async fn a_refused_line_leaves_a_stored_refund_as_it_was() {
 
 /// Imports `lines` as `P`'s report of `period`.
 async fn import_period(h: &Harness, period: (DbTime, DbTime), lines: &[RawLine]) -> ImportSummary {
-    let mut import = h
-        .coordinator
-        .start_import(ImportHeader {
-            provider: P.into(),
-            period,
-            operator: "alice".into(),
-            check_only: false,
-            allow_empty: false,
-        })
-        .await
-        .unwrap();
-    import.lines(lines).await.unwrap();
-    import.finish().await.unwrap()
+    kit::settlement::import_period(&h.coordinator, P, period, lines).await
 }
 
 /// docs/settlement.md ("Import every report"): "Importing the same file
@@ -450,20 +438,7 @@ async fn the_same_report_with_sub_microsecond_times_imports_unchanged() {
 /// be paused).
 fn spawn_import(h: &Harness, lines: Vec<RawLine>) -> tokio::task::JoinHandle<ImportSummary> {
     let c = h.coordinator.clone();
-    tokio::spawn(async move {
-        let mut import = c
-            .start_import(ImportHeader {
-                provider: P.into(),
-                period: until_now(),
-                operator: "alice".into(),
-                check_only: false,
-                allow_empty: false,
-            })
-            .await
-            .unwrap();
-        import.lines(&lines).await.unwrap();
-        import.finish().await.unwrap()
-    })
+    tokio::spawn(async move { kit::settlement::import(&c, P, &lines).await })
 }
 
 /// docs/settlement.md ("Import every report"): a refund seen again with a
@@ -508,20 +483,10 @@ async fn two_reports_of_one_refund_imported_at_once_keep_the_later_status() {
 
 /// `jobfence settlement ARGS…` as the operator `alice`: what it printed.
 async fn cli(s: &kit::secure::Secure, args: &[&str]) -> String {
-    use clap::Parser;
-    let endpoint = format!("https://{}", s.addr);
-    let ca = s.files.ca.display().to_string();
-    let token = s.files.token("alice").display().to_string();
-    let mut argv = vec!["jobfence", "settlement", args[0]];
-    argv.extend_from_slice(&["--endpoint", &endpoint, "--tls-ca", &ca]);
-    argv.extend_from_slice(&["--token-file", &token]);
-    argv.extend_from_slice(&args[1..]);
-    let op = jobfence_operator::Cli::try_parse_from(argv)
-        .unwrap()
-        .command;
-    let mut out = Vec::new();
-    jobfence_operator::run(op, &mut out).await.unwrap();
-    String::from_utf8(out).unwrap()
+    let argv: Vec<&str> = ["settlement"].iter().chain(args).copied().collect();
+    let (printed, done) = crate::operator_cli::run_as(s, "alice", &argv).await;
+    done.unwrap();
+    printed
 }
 
 /// Imports `n` refunds nobody enqueued (`re_<from>`…): an

@@ -16,15 +16,18 @@ use jobfence_store::PausePoint;
 use kit::Harness;
 use tokio::sync::mpsc;
 
-/// The import's stream, driven by the test, and its running call.
-struct Streamed {
+/// The import's stream, driven by the test, and its running call; its
+/// refunds' references and keys start with `prefix` (two imports at once
+/// write apart).
+pub(crate) struct Streamed {
     tx: mpsc::Sender<proto::ImportSettlementRequest>,
     call: tokio::task::JoinHandle<Result<proto::ImportSettlementResponse, tonic::Status>>,
+    prefix: &'static str,
     next_line: u64,
 }
 
 impl Streamed {
-    async fn start(h: &Harness, import_id: &str) -> Streamed {
+    pub(crate) async fn start(h: &Harness, import_id: &str, prefix: &'static str) -> Streamed {
         let (tx, rx) = mpsc::channel(1);
         let mut admin = JobAdminClient::connect(format!("http://{}", h.addr))
             .await
@@ -58,20 +61,21 @@ impl Streamed {
         Streamed {
             tx,
             call,
+            prefix,
             next_line: 2,
         }
     }
 
     /// Sends a batch of five refunds nobody enqueued.
-    async fn batch(&mut self) {
+    pub(crate) async fn batch(&mut self) {
         let lines = (0..5)
             .map(|_| {
                 let n = self.next_line;
                 self.next_line += 1;
                 let l = line(
                     n,
-                    &format!("re_{n}"),
-                    &format!("nobody-{n}"),
+                    &format!("re_{}_{n}", self.prefix),
+                    &format!("{}-{n}", self.prefix),
                     500,
                     "succeeded",
                 );
@@ -90,7 +94,7 @@ impl Streamed {
             .unwrap();
     }
 
-    async fn finish(self) -> proto::ImportSettlementResponse {
+    pub(crate) async fn finish(self) -> proto::ImportSettlementResponse {
         drop(self.tx);
         self.call.await.unwrap().unwrap()
     }
@@ -120,7 +124,7 @@ fn seconds(d: Option<prost_types::Duration>) -> f64 {
 }
 
 /// One series of the coordinator's metrics, by its whole name and labels.
-fn metric(h: &Harness, series: &str) -> f64 {
+pub(crate) fn metric(h: &Harness, series: &str) -> f64 {
     let text = h.coordinator.metrics().render();
     text.lines()
         .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
@@ -129,7 +133,7 @@ fn metric(h: &Harness, series: &str) -> f64 {
 
 /// 1,000 jobs enqueued through another coordinator of the database: 1,000
 /// job events, as many as a busy fleet makes in a moment.
-async fn workers_move(replica: &kit::Replica, round: u32) {
+pub(crate) async fn workers_move(replica: &kit::Replica, round: u32) {
     let items = (0..1000)
         .map(|i| proto::EnqueueRequest {
             queue: "busy".into(),
@@ -160,7 +164,7 @@ async fn an_import_that_stops_the_workers_yields_to_them_and_says_so() {
     provider(&h).await;
     let replica = h.replica(kit::test_config()).await;
     let mut first_rest = h.pauses.arm(PausePoint::PacedRest);
-    let mut import = Streamed::start(&h, "paced-1").await;
+    let mut import = Streamed::start(&h, "paced-1", "nobody").await;
     import.batch().await;
     first_rest.reached().await;
     let before = listed(&h, "paced-1").await;
@@ -231,7 +235,7 @@ async fn an_import_with_nothing_else_running_goes_flat_out() {
     let h = Harness::start().await;
     provider(&h).await;
     let mut probe = h.pauses.arm(PausePoint::PacedRest);
-    let mut import = Streamed::start(&h, "alone-1").await;
+    let mut import = Streamed::start(&h, "alone-1", "nobody").await;
     import.batch().await;
     probe.reached().await;
     probe.release();

@@ -97,10 +97,20 @@ pub async fn import(
     provider: &str,
     lines: &[RawLine],
 ) -> jobfence_core::settlement::ImportSummary {
+    import_period(coordinator, provider, until_now(), lines).await
+}
+
+/// [`import`] as the report of `period` (`[start, end)`).
+pub async fn import_period(
+    coordinator: &jobfence_core::Coordinator,
+    provider: &str,
+    period: (jobfence_domain::DbTime, jobfence_domain::DbTime),
+    lines: &[RawLine],
+) -> jobfence_core::settlement::ImportSummary {
     let mut import = coordinator
         .start_import(jobfence_core::settlement::ImportHeader {
             provider: provider.into(),
-            period: until_now(),
+            period,
             operator: "alice".into(),
             check_only: false,
             allow_empty: true,
